@@ -1,0 +1,570 @@
+//! The coordinator: the client-side state machine (DESIGN.md rules 1, 2 and 7). It stamps each
+//! transaction with `now + max one-way delay to the participants + headroom`, sends the whole
+//! transaction to every participant leader at once, retries under the same id, and answers
+//! once every participant has answered with a watermark at or above the final timestamp.
+//! It holds no authoritative state: losing it loses only the answers not yet delivered.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
+use crate::owd::OwdEstimator;
+use crate::procedure::ProcError;
+use crate::types::{ClientId, ShardId, ShardPiece, TimeUs, Timestamp, Txn, TxnId};
+
+/// Knobs of a coordinator.
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    /// This client's id (unique in the cluster).
+    pub client: ClientId,
+    /// Added to the one-way-delay estimate so that most dispatches arrive before their time.
+    pub headroom_us: u64,
+    /// One-way delay assumed for a shard before any sample was seen.
+    pub initial_owd_us: u64,
+    /// A participant that has not answered within this long gets the dispatch again.
+    pub retry_timeout_us: u64,
+    /// Attempts (first send included) before a transaction is reported failed.
+    pub max_attempts: u32,
+}
+
+impl CoordinatorConfig {
+    /// Defaults for client `client`.
+    pub fn new(client: ClientId) -> Self {
+        Self {
+            client,
+            headroom_us: 200,
+            initial_owd_us: 0,
+            retry_timeout_us: 2_000_000,
+            max_attempts: 10,
+        }
+    }
+}
+
+/// An effect of the coordinator.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CoordOutput {
+    /// Send `msg` to the leader of `shard`.
+    Send {
+        /// Destination shard (its current leader).
+        shard: ShardId,
+        /// Message.
+        msg: ClientMsg,
+    },
+    /// A transaction finished.
+    Done(Completion),
+}
+
+/// A finished transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    /// Its id.
+    pub id: TxnId,
+    /// When it was submitted (coordinator clock).
+    pub submitted_us: TimeUs,
+    /// Dispatch attempts made (1 = no retry).
+    pub attempts: u32,
+    /// What happened.
+    pub outcome: TxnOutcome,
+}
+
+/// The answer to a transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TxnOutcome {
+    /// Ordered at `ts` and answered by every participant (committed, even if the procedure
+    /// itself failed or aborted on some shard: see the per-shard results).
+    Ordered {
+        /// Final timestamp.
+        ts: Timestamp,
+        /// Each participant's result, by shard.
+        results: Vec<(ShardId, Result<Vec<u8>, TxnError>)>,
+    },
+    /// Refused at admission by a participant (never executed there).
+    Rejected(String),
+    /// No complete answer after every attempt.
+    Failed(String),
+}
+
+impl TxnOutcome {
+    /// True when ordered and every participant's procedure succeeded.
+    pub fn is_committed(&self) -> bool {
+        matches!(self, TxnOutcome::Ordered { results, .. } if results.iter().all(|(_, r)| r.is_ok()))
+    }
+
+    /// True when ordered but some participant's procedure aborted or failed.
+    pub fn is_aborted(&self) -> bool {
+        matches!(self, TxnOutcome::Ordered { results, .. } if results.iter().any(|(_, r)| r.is_err()))
+    }
+
+    /// The user-abort reason, if a procedure aborted on purpose.
+    pub fn user_abort(&self) -> Option<&str> {
+        match self {
+            TxnOutcome::Ordered { results, .. } => results.iter().find_map(|(_, r)| match r {
+                Err(TxnError::Proc(ProcError::UserAbort(why))) => Some(why.as_str()),
+                _ => None,
+            }),
+            TxnOutcome::Rejected(_) | TxnOutcome::Failed(_) => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct InFlight {
+    txn: Arc<Txn>,
+    submitted_us: TimeUs,
+    last_sent_us: TimeUs,
+    attempts: u32,
+    /// One slot per participant, in `txn.pieces` order.
+    replies: Vec<Option<TxnReply>>,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoordStats {
+    /// Transactions submitted.
+    pub submitted: u64,
+    /// Dispatches sent again after a timeout.
+    pub retries: u64,
+    /// Transactions whose participants answered with different timestamps (a protocol bug).
+    pub ts_mismatch: u64,
+}
+
+/// The coordinator state machine of one client.
+pub struct Coordinator {
+    config: CoordinatorConfig,
+    next_seq: u64,
+    owd: HashMap<ShardId, OwdEstimator>,
+    watermarks: HashMap<ShardId, Timestamp>,
+    in_flight: HashMap<TxnId, InFlight>,
+    in_flight_seqs: BTreeSet<u64>,
+    /// Answered by every participant, waiting for a watermark to pass the timestamp.
+    awaiting_watermark: BTreeSet<TxnId>,
+    stats: CoordStats,
+}
+
+impl Coordinator {
+    /// A coordinator with `config`.
+    pub fn new(config: CoordinatorConfig) -> Self {
+        Self {
+            config,
+            next_seq: 1,
+            owd: HashMap::new(),
+            watermarks: HashMap::new(),
+            in_flight: HashMap::new(),
+            in_flight_seqs: BTreeSet::new(),
+            awaiting_watermark: BTreeSet::new(),
+            stats: CoordStats::default(),
+        }
+    }
+
+    /// This client's id.
+    pub fn client(&self) -> ClientId {
+        self.config.client
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CoordStats {
+        self.stats
+    }
+
+    /// Transactions submitted and not finished.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// The current one-way-delay estimate towards `shard`'s leader.
+    pub fn owd_estimate_us(&self, shard: ShardId) -> i64 {
+        self.owd
+            .get(&shard)
+            .and_then(OwdEstimator::estimate_us)
+            .unwrap_or(self.config.initial_owd_us as i64)
+    }
+
+    /// The timestamp a transaction over `shards` submitted at `now` gets.
+    pub fn stamp(&self, now: TimeUs, shards: impl Iterator<Item = ShardId>) -> Timestamp {
+        let owd = shards.map(|s| self.owd_estimate_us(s)).max().unwrap_or(0);
+        (now as i64 + owd + self.config.headroom_us as i64).max(1) as Timestamp
+    }
+
+    /// A ping for `shard`'s leader, to seed the delay estimate before the first transaction.
+    pub fn ping(&self, now: TimeUs, shard: ShardId, out: &mut Vec<CoordOutput>) {
+        out.push(CoordOutput::Send {
+            shard,
+            msg: ClientMsg::Ping { sent_us: now },
+        });
+    }
+
+    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant).
+    pub fn submit(
+        &mut self,
+        now: TimeUs,
+        procedure: &str,
+        args: Vec<u8>,
+        mut pieces: Vec<ShardPiece>,
+        out: &mut Vec<CoordOutput>,
+    ) -> TxnId {
+        assert!(
+            !pieces.is_empty(),
+            "a transaction needs at least one participant"
+        );
+        pieces.sort_by_key(|p| p.shard);
+        let id = TxnId {
+            client: self.config.client,
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        let ts = self.stamp(now, pieces.iter().map(|p| p.shard));
+        let txn = Arc::new(Txn {
+            id,
+            procedure: procedure.to_string(),
+            args,
+            pieces,
+            ts,
+        });
+        let slots = txn.pieces.len();
+        let flight = InFlight {
+            txn,
+            submitted_us: now,
+            last_sent_us: now,
+            attempts: 1,
+            replies: vec![None; slots],
+        };
+        self.in_flight_seqs.insert(id.seq);
+        self.stats.submitted += 1;
+        self.send_dispatch(now, &flight, out);
+        self.in_flight.insert(id, flight);
+        id
+    }
+
+    fn acked_below(&self) -> u64 {
+        self.in_flight_seqs
+            .first()
+            .copied()
+            .unwrap_or(self.next_seq)
+    }
+
+    fn send_dispatch(&self, now: TimeUs, flight: &InFlight, out: &mut Vec<CoordOutput>) {
+        let acked_below = self.acked_below();
+        for (piece, reply) in flight.txn.pieces.iter().zip(&flight.replies) {
+            if reply.is_none() {
+                out.push(CoordOutput::Send {
+                    shard: piece.shard,
+                    msg: ClientMsg::Dispatch {
+                        txn: flight.txn.clone(),
+                        sent_us: now,
+                        acked_below,
+                    },
+                });
+            }
+        }
+    }
+
+    /// Handles a message from a leader.
+    pub fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
+        match msg {
+            ServerMsg::Pong {
+                shard,
+                arrival_delta_us,
+                watermark,
+            } => {
+                self.owd.entry(shard).or_default().record(arrival_delta_us);
+                self.note_watermark(shard, watermark);
+            }
+            ServerMsg::Watermark { shard, watermark } => {
+                self.note_watermark(shard, watermark);
+                let waiting: Vec<TxnId> = self.awaiting_watermark.iter().copied().collect();
+                for id in waiting {
+                    self.try_complete_txn(id, out);
+                }
+            }
+            ServerMsg::Reply(reply) => self.on_reply(now, reply, out),
+        }
+    }
+
+    fn note_watermark(&mut self, shard: ShardId, watermark: Timestamp) {
+        let w = self.watermarks.entry(shard).or_default();
+        *w = (*w).max(watermark);
+    }
+
+    fn on_reply(&mut self, now: TimeUs, reply: TxnReply, out: &mut Vec<CoordOutput>) {
+        let _ = now;
+        let shard = reply.shard;
+        self.note_watermark(shard, reply.watermark);
+        let Some(flight) = self.in_flight.get_mut(&reply.id) else {
+            return; // a duplicate answer to a finished transaction
+        };
+        let Some(slot) = flight.txn.pieces.iter().position(|p| p.shard == shard) else {
+            return; // not a participant: ignore rather than trust it
+        };
+        if flight.attempts == 1 && !matches!(reply.outcome, Err(TxnError::Rejected(_))) {
+            self.owd
+                .entry(shard)
+                .or_default()
+                .record(reply.arrival_delta_us);
+        }
+        let id = reply.id;
+        flight.replies[slot] = Some(reply);
+        self.try_complete_txn(id, out);
+    }
+
+    fn try_complete_txn(&mut self, id: TxnId, out: &mut Vec<CoordOutput>) {
+        let Some(flight) = self.in_flight.get(&id) else {
+            return;
+        };
+        if let Some(why) = flight
+            .replies
+            .iter()
+            .flatten()
+            .find_map(|r| match &r.outcome {
+                Err(TxnError::Rejected(why)) => Some(why.clone()),
+                _ => None,
+            })
+        {
+            self.finish(id, TxnOutcome::Rejected(why), out);
+            return;
+        }
+        if flight.replies.iter().any(Option::is_none) {
+            return;
+        }
+        let replies: Vec<&TxnReply> = flight.replies.iter().flatten().collect();
+        let ts = replies
+            .iter()
+            .map(|r| r.ts)
+            .max()
+            .expect("at least one participant");
+        if replies.iter().any(|r| r.ts != ts) {
+            self.stats.ts_mismatch += 1;
+        }
+        let covered = replies
+            .iter()
+            .all(|r| self.watermarks.get(&r.shard).is_some_and(|w| *w >= ts));
+        if !covered {
+            self.awaiting_watermark.insert(id); // a later watermark completes it
+            return;
+        }
+        let results = replies
+            .iter()
+            .map(|r| (r.shard, r.outcome.clone()))
+            .collect();
+        self.finish(id, TxnOutcome::Ordered { ts, results }, out);
+    }
+
+    fn finish(&mut self, id: TxnId, outcome: TxnOutcome, out: &mut Vec<CoordOutput>) {
+        let flight = self
+            .in_flight
+            .remove(&id)
+            .expect("finishing an in-flight transaction");
+        self.awaiting_watermark.remove(&id);
+        self.in_flight_seqs.remove(&id.seq);
+        out.push(CoordOutput::Done(Completion {
+            id,
+            submitted_us: flight.submitted_us,
+            attempts: flight.attempts,
+            outcome,
+        }));
+    }
+
+    /// Retries dispatches that timed out and fails those out of attempts.
+    pub fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
+        let timeout = self.config.retry_timeout_us;
+        let due: Vec<TxnId> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| now >= f.last_sent_us + timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            let flight = self.in_flight.get_mut(&id).expect("listed");
+            if flight.attempts >= self.config.max_attempts {
+                let why = format!("no complete answer after {} attempts", flight.attempts);
+                self.finish(id, TxnOutcome::Failed(why), out);
+                continue;
+            }
+            flight.attempts += 1;
+            flight.last_sent_us = now;
+            self.stats.retries += 1;
+            let flight = &self.in_flight[&id];
+            self.send_dispatch(now, flight, out);
+        }
+    }
+
+    /// The earliest time [`Coordinator::tick`] has work to do.
+    pub fn next_deadline(&self) -> Option<TimeUs> {
+        self.in_flight
+            .values()
+            .map(|f| f.last_sent_us + self.config.retry_timeout_us)
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::KeySet;
+
+    fn piece(shard: ShardId) -> ShardPiece {
+        ShardPiece {
+            shard,
+            keys: KeySet::new(vec![], vec![vec![shard as u8]]),
+        }
+    }
+
+    fn reply(
+        id: TxnId,
+        shard: ShardId,
+        ts: Timestamp,
+        watermark: Timestamp,
+        delta: i64,
+    ) -> ServerMsg {
+        ServerMsg::Reply(TxnReply {
+            id,
+            shard,
+            ts,
+            outcome: Ok(vec![shard as u8]),
+            watermark,
+            arrival_delta_us: delta,
+        })
+    }
+
+    fn sends(out: &[CoordOutput]) -> Vec<ShardId> {
+        out.iter()
+            .filter_map(|o| match o {
+                CoordOutput::Send { shard, .. } => Some(*shard),
+                CoordOutput::Done(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn stamps_with_max_owd_plus_headroom_and_dispatches_to_all() {
+        let mut c = Coordinator::new(CoordinatorConfig {
+            headroom_us: 100,
+            ..CoordinatorConfig::new(7)
+        });
+        let mut out = Vec::new();
+        c.on_message(
+            0,
+            ServerMsg::Pong {
+                shard: 0,
+                arrival_delta_us: 1_000,
+                watermark: 0,
+            },
+            &mut out,
+        );
+        c.on_message(
+            0,
+            ServerMsg::Pong {
+                shard: 1,
+                arrival_delta_us: 5_000,
+                watermark: 0,
+            },
+            &mut out,
+        );
+        let id = c.submit(10_000, "p", vec![], vec![piece(1), piece(0)], &mut out);
+        assert_eq!(id, TxnId { client: 7, seq: 1 });
+        assert_eq!(sends(&out), vec![0, 1]);
+        let CoordOutput::Send {
+            msg:
+                ClientMsg::Dispatch {
+                    txn,
+                    sent_us,
+                    acked_below,
+                },
+            ..
+        } = &out[0]
+        else {
+            panic!("expected a dispatch")
+        };
+        assert_eq!(txn.ts, 10_000 + 5_000 + 100);
+        assert_eq!((*sent_us, *acked_below), (10_000, 1));
+    }
+
+    #[test]
+    fn answers_only_when_every_participant_watermark_passed() {
+        let mut c = Coordinator::new(CoordinatorConfig::new(1));
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+        out.clear();
+        c.on_message(10, reply(id, 0, 500, 600, 5), &mut out);
+        assert!(out.is_empty(), "shard 1 has not answered");
+        c.on_message(10, reply(id, 1, 500, 400, 5), &mut out);
+        assert!(out.is_empty(), "shard 1's watermark is below the timestamp");
+        c.on_message(
+            10,
+            ServerMsg::Watermark {
+                shard: 1,
+                watermark: 499,
+            },
+            &mut out,
+        );
+        assert!(out.is_empty(), "still below");
+        c.on_message(
+            10,
+            ServerMsg::Watermark {
+                shard: 1,
+                watermark: 500,
+            },
+            &mut out,
+        );
+        let [CoordOutput::Done(done)] = out.as_slice() else {
+            panic!("expected completion, got {out:?}")
+        };
+        assert!(done.outcome.is_committed());
+        assert_eq!(c.in_flight(), 0);
+    }
+
+    #[test]
+    fn retries_resend_only_to_silent_participants_then_fail() {
+        let cfg = CoordinatorConfig {
+            retry_timeout_us: 100,
+            max_attempts: 3,
+            ..CoordinatorConfig::new(1)
+        };
+        let mut c = Coordinator::new(cfg);
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+        c.on_message(10, reply(id, 0, 50, 60, 5), &mut out);
+        out.clear();
+        c.tick(99, &mut out);
+        assert!(out.is_empty());
+        c.tick(100, &mut out);
+        assert_eq!(sends(&out), vec![1], "only the silent shard is asked again");
+        out.clear();
+        c.tick(200, &mut out);
+        c.tick(300, &mut out);
+        let done = out
+            .iter()
+            .find_map(|o| match o {
+                CoordOutput::Done(d) => Some(d),
+                _ => None,
+            })
+            .expect("failed");
+        assert!(matches!(done.outcome, TxnOutcome::Failed(_)));
+        assert_eq!(done.attempts, 3);
+        assert_eq!(c.stats().retries, 2);
+    }
+
+    #[test]
+    fn acked_below_tracks_the_oldest_unfinished() {
+        let mut c = Coordinator::new(CoordinatorConfig::new(1));
+        let mut out = Vec::new();
+        let a = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+        let b = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+        c.on_message(1, reply(b, 0, 5, 5, 1), &mut out);
+        assert_eq!(c.acked_below(), a.seq);
+        c.on_message(1, reply(a, 0, 5, 5, 1), &mut out);
+        assert_eq!(c.acked_below(), 3);
+    }
+
+    #[test]
+    fn owd_learned_from_replies() {
+        let mut c = Coordinator::new(CoordinatorConfig {
+            headroom_us: 0,
+            ..CoordinatorConfig::new(1)
+        });
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+        c.on_message(1, reply(id, 0, 5, 5, 2_500), &mut out);
+        assert_eq!(c.owd_estimate_us(0), 2_500);
+        assert_eq!(c.stamp(1_000, [0].into_iter()), 3_500);
+    }
+}

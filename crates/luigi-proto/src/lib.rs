@@ -1,0 +1,21 @@
+//! The Luigi protocol, sans I/O.
+//!
+//! Everything here is a plain state machine: an event and the current time go in, effects
+//! come out. There are no sockets, threads, clocks or unseeded randomness, so the tokio runtime
+//! (`luigi-runtime`) and the deterministic simulator (`luigi-sim`) drive the very same code.
+//!
+//! - [`types`]: ids, key sets, the transaction.
+//! - [`procedure`], [`procedures`]: stored procedures and the built-in ones.
+//! - [`msg`]: what travels between clients and leaders.
+//! - [`log`]: the replicated-log seam and its single-replica implementation.
+//! - [`coordinator`]: the client side (timestamps, dispatch, retries, commit by watermark).
+//! - [`leader`]: the shard leader (admission, hold queue, execution, watermark, answers).
+
+pub mod coordinator;
+pub mod leader;
+pub mod log;
+pub mod msg;
+pub mod owd;
+pub mod procedure;
+pub mod procedures;
+pub mod types;

@@ -1,0 +1,137 @@
+//! The replicated-log seam. A shard leader appends records; once a record is committed (durable
+//! on the replicas the log requires) the log hands it back and the leader acts on it. Nothing a
+//! client can observe depends on a record that is not committed.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::{Timestamp, Txn, TxnId};
+
+/// Position of a record in a shard's log, from 1.
+pub type LogIndex = u64;
+
+/// A record of a shard's log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LogRecord {
+    /// The transaction was admitted with this proposed timestamp.
+    Prepare {
+        /// The whole transaction (followers replay it).
+        txn: Arc<Txn>,
+        /// The proposal.
+        ts: Timestamp,
+        /// Server clock at first arrival minus client send clock (echoed in the reply).
+        arrival_delta_us: i64,
+    },
+    /// Cross-shard proposals differed; this is the final timestamp.
+    Decide {
+        /// The transaction.
+        id: TxnId,
+        /// Final timestamp.
+        ts: Timestamp,
+    },
+    /// Recovery aborted the transaction before any shard executed it.
+    Abort {
+        /// The transaction.
+        id: TxnId,
+    },
+    /// Lets the leader publish watermarks up to `ts` (so the watermark advances while idle);
+    /// a leader elected later admits nothing at or below it, which keeps every published
+    /// watermark's promise across failover.
+    Floor {
+        /// The promised floor.
+        ts: Timestamp,
+    },
+}
+
+/// A committed record and its position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogEntry {
+    /// Position.
+    pub index: LogIndex,
+    /// Record.
+    pub record: LogRecord,
+}
+
+/// Why the log refused a record.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LogError {
+    /// This replica is not the leader of its group.
+    #[error("not the leader")]
+    NotLeader,
+    /// Too many records are waiting to commit; try again after some commit.
+    #[error("log backlog full ({0} records pending)")]
+    Backlogged(usize),
+}
+
+/// A shard's replicated log as the leader sees it.
+pub trait ReplicatedLog {
+    /// Appends `record`; it comes back from [`ReplicatedLog::take_committed`] once committed.
+    fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError>;
+    /// Moves every newly committed entry, in log order, into `out`.
+    fn take_committed(&mut self, out: &mut Vec<LogEntry>);
+}
+
+/// The single-replica log: a record commits as soon as it is appended (durability, when
+/// wanted, is the shell's write-ahead log). Bounded like every queue.
+#[derive(Debug)]
+pub struct LocalLog {
+    next_index: LogIndex,
+    committed: VecDeque<LogEntry>,
+    capacity: usize,
+}
+
+impl LocalLog {
+    /// A log that holds at most `capacity` records not yet taken.
+    pub fn new(capacity: usize) -> Self {
+        assert!(capacity > 0);
+        Self {
+            next_index: 1,
+            committed: VecDeque::new(),
+            capacity,
+        }
+    }
+}
+
+impl Default for LocalLog {
+    fn default() -> Self {
+        Self::new(1 << 20)
+    }
+}
+
+impl ReplicatedLog for LocalLog {
+    fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError> {
+        if self.committed.len() >= self.capacity {
+            return Err(LogError::Backlogged(self.committed.len()));
+        }
+        let index = self.next_index;
+        self.next_index += 1;
+        self.committed.push_back(LogEntry { index, record });
+        Ok(index)
+    }
+
+    fn take_committed(&mut self, out: &mut Vec<LogEntry>) {
+        out.extend(self.committed.drain(..));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_log_commits_in_order_and_is_bounded() {
+        let mut log = LocalLog::new(2);
+        assert_eq!(log.propose(LogRecord::Floor { ts: 1 }), Ok(1));
+        assert_eq!(log.propose(LogRecord::Floor { ts: 2 }), Ok(2));
+        assert_eq!(
+            log.propose(LogRecord::Floor { ts: 3 }),
+            Err(LogError::Backlogged(2))
+        );
+        let mut out = Vec::new();
+        log.take_committed(&mut out);
+        assert_eq!(out.iter().map(|e| e.index).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(log.propose(LogRecord::Floor { ts: 3 }), Ok(3));
+    }
+}

@@ -1,0 +1,97 @@
+//! Messages between clients (coordinators) and shard leaders. One enum per direction; the
+//! transport frames a [`WireMsg`] so every connection speaks one type.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::procedure::ProcError;
+use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+
+/// Client to leader.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ClientMsg {
+    /// First message on a client connection: who is talking.
+    Hello {
+        /// The client's id.
+        client: ClientId,
+    },
+    /// A whole transaction. Sent again, unchanged, on retry.
+    Dispatch {
+        /// The transaction.
+        txn: Arc<Txn>,
+        /// The client's clock when it sent this message (for one-way-delay estimation).
+        sent_us: TimeUs,
+        /// Every sequence number of this client below this one has been answered, so the
+        /// server may forget those answers.
+        acked_below: u64,
+    },
+    /// Clock probe: the server answers with [`ServerMsg::Pong`].
+    Ping {
+        /// The client's clock at send time.
+        sent_us: TimeUs,
+    },
+}
+
+/// Leader to client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ServerMsg {
+    /// The answer of one participant. Sent once the shard's watermark has passed `ts`.
+    Reply(TxnReply),
+    /// Answer to a ping.
+    Pong {
+        /// Shard that answered.
+        shard: ShardId,
+        /// Server clock at arrival minus the client's send clock: one-way delay plus offset.
+        arrival_delta_us: i64,
+        /// The shard's watermark.
+        watermark: Timestamp,
+    },
+    /// The shard's watermark moved (sent periodically while the client has work there).
+    Watermark {
+        /// Shard.
+        shard: ShardId,
+        /// Its watermark.
+        watermark: Timestamp,
+    },
+}
+
+/// One participant's answer to a transaction.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TxnReply {
+    /// The transaction.
+    pub id: TxnId,
+    /// The answering shard.
+    pub shard: ShardId,
+    /// The final timestamp (0 when rejected before admission).
+    pub ts: Timestamp,
+    /// What the procedure returned on this shard.
+    pub outcome: Result<Vec<u8>, TxnError>,
+    /// The shard's watermark when it answered; `>= ts` unless rejected.
+    pub watermark: Timestamp,
+    /// Server clock at the first arrival of the dispatch minus the client's send clock.
+    pub arrival_delta_us: i64,
+}
+
+/// Why a participant did not return a procedure result.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum TxnError {
+    /// The procedure failed or aborted; its writes on this shard were undone.
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+    /// Refused at admission; never ordered or executed on this shard.
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// A retry of an answer the client had already acknowledged (and the server forgot).
+    #[error("answer already acknowledged and discarded")]
+    Forgotten,
+}
+
+/// Every frame on a Luigi connection.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum WireMsg {
+    /// From a client.
+    Client(ClientMsg),
+    /// To a client.
+    Server(ServerMsg),
+}

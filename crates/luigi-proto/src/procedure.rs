@@ -1,0 +1,396 @@
+//! Stored procedures: the server-side code a transaction runs on each participant shard.
+//!
+//! A procedure sees one shard's store through a [`TxnCtx`] that only lets it touch the keys the
+//! transaction declared for that shard (a declared key may be a prefix that stands for a range).
+//! Every write is undone if the procedure returns an error, so a failed or user-aborted
+//! procedure leaves no trace. Execution must be a deterministic function of the store and the
+//! arguments: followers and new leaders replay it.
+//!
+//! Granularity rule: conflicts are detected on declared keys, so for any given table every
+//! procedure must declare either whole rows or the same prefix level (e.g. "district d's
+//! orders"), never a mix.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use luigi_store::{Key, ScanOrder, Store, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::types::{Access, KeySet, ShardId};
+
+/// Why a procedure did not commit its writes on a shard.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum ProcError {
+    /// No procedure is registered under this name.
+    #[error("unknown procedure '{0}'")]
+    UnknownProcedure(String),
+    /// The arguments could not be decoded or are invalid.
+    #[error("bad arguments: {0}")]
+    BadArgs(String),
+    /// The procedure touched a key outside the declared key set.
+    #[error("key {key:?} was not declared for {access:?} on shard {shard}")]
+    KeyNotDeclared {
+        /// The key.
+        key: Vec<u8>,
+        /// The access it needed.
+        access: Access,
+        /// The shard.
+        shard: ShardId,
+    },
+    /// `insert` found the key already present.
+    #[error("key {0:?} already exists")]
+    DuplicateKey(Vec<u8>),
+    /// A value did not have the expected encoding (e.g. an integer of 8 bytes).
+    #[error("value under {0:?} is not an 8-byte integer")]
+    NotAnInteger(Vec<u8>),
+    /// The procedure chose to abort (e.g. TPC-C's invalid item); its writes are undone.
+    #[error("aborted by procedure: {0}")]
+    UserAbort(String),
+}
+
+/// A stored procedure. Implementations must be deterministic.
+pub trait Procedure: Send + Sync {
+    /// Runs the procedure's part on the shard behind `ctx`; the returned bytes go to the client.
+    fn execute(&self, ctx: &mut TxnCtx<'_>, args: &[u8]) -> Result<Vec<u8>, ProcError>;
+}
+
+/// Procedures by name, shared by every shard of a server.
+#[derive(Clone, Default)]
+pub struct Registry {
+    procedures: HashMap<String, Arc<dyn Procedure>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A registry with the built-in procedures (see [`crate::procedures`]).
+    pub fn with_builtins() -> Self {
+        let mut r = Self::new();
+        crate::procedures::register_builtins(&mut r);
+        r
+    }
+
+    /// Registers `procedure` under `name`, replacing any previous one.
+    pub fn register(&mut self, name: &str, procedure: Arc<dyn Procedure>) {
+        self.procedures.insert(name.to_string(), procedure);
+    }
+
+    /// True when `name` is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.procedures.contains_key(name)
+    }
+
+    /// Runs `name` on `store` restricted to `keys`; on error every write is rolled back.
+    pub fn execute(
+        &self,
+        name: &str,
+        args: &[u8],
+        store: &mut Store,
+        keys: &KeySet,
+        shard: ShardId,
+    ) -> Result<Vec<u8>, ProcError> {
+        let procedure = self
+            .procedures
+            .get(name)
+            .ok_or_else(|| ProcError::UnknownProcedure(name.to_string()))?;
+        let mut ctx = TxnCtx {
+            store,
+            keys,
+            shard,
+            undo: Vec::new(),
+        };
+        let result = procedure.execute(&mut ctx, args);
+        if result.is_err() {
+            ctx.rollback();
+        }
+        result
+    }
+}
+
+/// One transaction's view of one shard's store.
+pub struct TxnCtx<'a> {
+    store: &'a mut Store,
+    keys: &'a KeySet,
+    shard: ShardId,
+    undo: Vec<(Key, Option<Value>)>,
+}
+
+impl TxnCtx<'_> {
+    /// The shard this part runs on.
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    /// The keys declared on this shard.
+    pub fn keys(&self) -> &KeySet {
+        self.keys
+    }
+
+    /// How `key` may be accessed here (`None`: not declared on this shard).
+    pub fn access(&self, key: &[u8]) -> Option<Access> {
+        self.keys.access(key)
+    }
+
+    fn check(&self, key: &[u8], needed: Access) -> Result<(), ProcError> {
+        match (self.keys.access(key), needed) {
+            (Some(Access::Write), _) | (Some(Access::Read), Access::Read) => Ok(()),
+            (Some(Access::Read), Access::Write) | (None, _) => Err(ProcError::KeyNotDeclared {
+                key: key.to_vec(),
+                access: needed,
+                shard: self.shard,
+            }),
+        }
+    }
+
+    /// Reads `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Value>, ProcError> {
+        self.check(key, Access::Read)?;
+        Ok(self.store.get(key).cloned())
+    }
+
+    /// Writes `value` under `key`.
+    pub fn put(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
+        self.check(&key, Access::Write)?;
+        let old = self.store.put(key.clone(), value);
+        self.undo.push((key, old));
+        Ok(())
+    }
+
+    /// Writes `value` under a key that must not exist yet.
+    pub fn insert(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
+        self.check(&key, Access::Write)?;
+        if self.store.get(&key).is_some() {
+            return Err(ProcError::DuplicateKey(key));
+        }
+        self.put(key, value)
+    }
+
+    /// Deletes `key`, returning its old value.
+    pub fn delete(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError> {
+        self.check(key, Access::Write)?;
+        let old = self.store.delete(key);
+        if old.is_some() {
+            self.undo.push((key.to_vec(), old.clone()));
+        }
+        Ok(old)
+    }
+
+    /// Reads `key` as a little-endian i64 (absent = 0).
+    pub fn get_i64(&self, key: &[u8]) -> Result<i64, ProcError> {
+        match self.get(key)? {
+            None => Ok(0),
+            Some(v) => decode_i64(key, &v),
+        }
+    }
+
+    /// Adds `delta` to the integer under `key` (absent = 0) and returns the new value.
+    pub fn add_i64(&mut self, key: &[u8], delta: i64) -> Result<i64, ProcError> {
+        self.check(key, Access::Write)?;
+        let new = self.get_i64(key)?.wrapping_add(delta);
+        self.put(key.to_vec(), new.to_le_bytes().to_vec())?;
+        Ok(new)
+    }
+
+    /// Replaces the value under `key` with `new` only if it currently equals `expected`
+    /// (`None`: absent). Returns whether it did.
+    pub fn update_if(
+        &mut self,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: Value,
+    ) -> Result<bool, ProcError> {
+        self.check(key, Access::Write)?;
+        if self.store.get(key).map(Vec::as_slice) != expected {
+            return Ok(false);
+        }
+        self.put(key.to_vec(), new)?;
+        Ok(true)
+    }
+
+    /// Up to `limit` entries with `start <= key < end` in `order`. The whole range must lie
+    /// under one declared prefix (so concurrent inserts into it conflict with this scan).
+    pub fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        order: ScanOrder,
+    ) -> Result<Vec<(Key, Value)>, ProcError> {
+        let covered = self.keys.entries().any(|(prefix, _)| {
+            start.starts_with(prefix)
+                && (end.starts_with(prefix) || prefix_successor(prefix).as_deref() == Some(end))
+        });
+        if !covered {
+            return Err(ProcError::KeyNotDeclared {
+                key: start.to_vec(),
+                access: Access::Read,
+                shard: self.shard,
+            });
+        }
+        Ok(self.store.scan(start, end, limit, order))
+    }
+
+    fn rollback(&mut self) {
+        while let Some((key, old)) = self.undo.pop() {
+            match old {
+                Some(v) => self.store.put(key, v),
+                None => self.store.delete(&key),
+            };
+        }
+    }
+}
+
+/// The smallest key greater than every key that starts with `prefix` (`None` if there is none).
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+fn decode_i64(key: &[u8], v: &[u8]) -> Result<i64, ProcError> {
+    let bytes: [u8; 8] = v
+        .try_into()
+        .map_err(|_| ProcError::NotAnInteger(key.to_vec()))?;
+    Ok(i64::from_le_bytes(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use luigi_store::table_key;
+
+    struct Scripted(fn(&mut TxnCtx<'_>) -> Result<Vec<u8>, ProcError>);
+    impl Procedure for Scripted {
+        fn execute(&self, ctx: &mut TxnCtx<'_>, _args: &[u8]) -> Result<Vec<u8>, ProcError> {
+            (self.0)(ctx)
+        }
+    }
+
+    fn registry(f: fn(&mut TxnCtx<'_>) -> Result<Vec<u8>, ProcError>) -> Registry {
+        let mut r = Registry::new();
+        r.register("p", Arc::new(Scripted(f)));
+        r
+    }
+
+    #[test]
+    fn unknown_procedure_is_an_error() {
+        let r = Registry::new();
+        let err = r
+            .execute("nope", &[], &mut Store::new(), &KeySet::default(), 0)
+            .unwrap_err();
+        assert_eq!(err, ProcError::UnknownProcedure("nope".into()));
+    }
+
+    #[test]
+    fn undeclared_and_read_only_keys_are_refused() {
+        let keys = KeySet::new(vec![b"r".to_vec()], vec![b"w".to_vec()]);
+        let r = registry(|ctx| ctx.put(b"r".to_vec(), vec![1]).map(|_| vec![]));
+        let err = r
+            .execute("p", &[], &mut Store::new(), &keys, 3)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            ProcError::KeyNotDeclared {
+                access: Access::Write,
+                shard: 3,
+                ..
+            }
+        ));
+        let r = registry(|ctx| ctx.get(b"x").map(|_| vec![]));
+        assert!(r.execute("p", &[], &mut Store::new(), &keys, 0).is_err());
+    }
+
+    #[test]
+    fn failure_rolls_back_every_write() {
+        let keys = KeySet::new(vec![], vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        let mut store = Store::new();
+        store.put(b"a".to_vec(), b"old".to_vec());
+        store.put(b"c".to_vec(), b"gone?".to_vec());
+        let before = store.clone();
+        let r = registry(|ctx| {
+            ctx.put(b"a".to_vec(), b"new".to_vec())?;
+            ctx.insert(b"b".to_vec(), b"ins".to_vec())?;
+            ctx.delete(b"c")?;
+            ctx.add_i64(b"b", 1)?; // "ins" is not an integer: fails after three writes
+            Ok(vec![])
+        });
+        let err = r.execute("p", &[], &mut store, &keys, 0).unwrap_err();
+        assert_eq!(err, ProcError::NotAnInteger(b"b".to_vec()));
+        assert_eq!(store, before);
+    }
+
+    #[test]
+    fn integer_ops_insert_and_conditional_update() {
+        let keys = KeySet::new(vec![], vec![b"n".to_vec(), b"s".to_vec()]);
+        let mut store = Store::new();
+        let r = registry(|ctx| {
+            assert_eq!(ctx.add_i64(b"n", 5)?, 5);
+            assert_eq!(ctx.add_i64(b"n", -7)?, -2);
+            ctx.insert(b"s".to_vec(), b"x".to_vec())?;
+            assert!(matches!(
+                ctx.insert(b"s".to_vec(), b"y".to_vec()),
+                Err(ProcError::DuplicateKey(_))
+            ));
+            assert!(!ctx.update_if(b"s", Some(b"nope"), b"z".to_vec())?);
+            assert!(ctx.update_if(b"s", Some(b"x"), b"z".to_vec())?);
+            Ok(ctx.get(b"s")?.unwrap())
+        });
+        assert_eq!(
+            r.execute("p", &[], &mut store, &keys, 0).unwrap(),
+            b"z".to_vec()
+        );
+        assert_eq!(store.get(b"n").unwrap(), &(-2i64).to_le_bytes().to_vec());
+    }
+
+    #[test]
+    fn scans_need_a_declared_prefix_covering_the_range() {
+        let prefix = table_key(7, &[1]);
+        let keys = KeySet::new(vec![prefix.clone()], vec![]);
+        let mut store = Store::new();
+        for i in 0..5 {
+            store.put(table_key(7, &[1, i]), vec![i as u8]);
+            store.put(table_key(7, &[2, i]), vec![i as u8]);
+        }
+        let mut ctx = TxnCtx {
+            store: &mut store,
+            keys: &keys,
+            shard: 0,
+            undo: vec![],
+        };
+        let end = prefix_successor(&prefix).unwrap();
+        let last = ctx.scan(&prefix, &end, 1, ScanOrder::Descending).unwrap();
+        assert_eq!(last[0].0, table_key(7, &[1, 4]));
+        assert_eq!(
+            ctx.scan(
+                &table_key(7, &[1, 1]),
+                &table_key(7, &[1, 3]),
+                9,
+                ScanOrder::Ascending
+            )
+            .unwrap()
+            .len(),
+            2
+        );
+        assert!(ctx
+            .scan(&prefix, &table_key(7, &[3]), 9, ScanOrder::Ascending)
+            .is_err());
+        assert!(ctx.get(&table_key(7, &[1, 2])).unwrap().is_some());
+        assert!(ctx.get(&table_key(7, &[2, 2])).is_err());
+        let _ = &mut ctx;
+    }
+
+    #[test]
+    fn prefix_successor_carries() {
+        assert_eq!(prefix_successor(&[1, 2]), Some(vec![1, 3]));
+        assert_eq!(prefix_successor(&[1, 255]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[255, 255]), None);
+    }
+}

@@ -1,0 +1,172 @@
+//! Identifiers and the transaction as it travels on the wire.
+
+use luigi_store::Key;
+use serde::{Deserialize, Serialize};
+
+/// Microseconds since the Unix epoch (or virtual microseconds in the simulator).
+pub type TimeUs = u64;
+/// A transaction timestamp, in microseconds: the position of a transaction in the global order.
+pub type Timestamp = u64;
+/// Index of a shard, `0..shards`.
+pub type ShardId = u32;
+/// Identifier of a client (one coordinator). Unique per cluster run.
+pub type ClientId = u64;
+
+/// A transaction id: (client id, sequence number). Sequence numbers start at 1 and grow by one
+/// per transaction of that client, which lets servers forget answers the client has acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TxnId {
+    /// The coordinator that issued the transaction.
+    pub client: ClientId,
+    /// Per-client sequence number, from 1.
+    pub seq: u64,
+}
+
+/// The keys a transaction reads and writes on one shard. Reads and writes are sorted and
+/// deduplicated; a key that is both read and written appears in `writes` only.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeySet {
+    /// Keys read (and not written).
+    pub reads: Vec<Key>,
+    /// Keys written (possibly also read).
+    pub writes: Vec<Key>,
+}
+
+impl KeySet {
+    /// Builds a normalized key set: sorted, deduplicated, reads minus writes.
+    pub fn new(mut reads: Vec<Key>, mut writes: Vec<Key>) -> Self {
+        writes.sort_unstable();
+        writes.dedup();
+        reads.sort_unstable();
+        reads.dedup();
+        reads.retain(|k| writes.binary_search(k).is_err());
+        Self { reads, writes }
+    }
+
+    /// How `key` may be accessed under this key set (exact match or a declared prefix).
+    pub fn access(&self, key: &[u8]) -> Option<Access> {
+        if covers(&self.writes, key) {
+            Some(Access::Write)
+        } else if covers(&self.reads, key) {
+            Some(Access::Read)
+        } else {
+            None
+        }
+    }
+
+    /// Every declared key with its access mode.
+    pub fn entries(&self) -> impl Iterator<Item = (&Key, Access)> {
+        self.reads
+            .iter()
+            .map(|k| (k, Access::Read))
+            .chain(self.writes.iter().map(|k| (k, Access::Write)))
+    }
+
+    /// Number of declared keys.
+    pub fn len(&self) -> usize {
+        self.reads.len() + self.writes.len()
+    }
+
+    /// True when no key is declared.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// True when `sorted` holds `key` or a prefix of it. A declared prefix stands for a whole key
+/// range (e.g. one district's orders); conflicts are detected on declared keys, so a table must
+/// be declared at one granularity by every procedure (documented in the procedure API).
+fn covers(sorted: &[Key], key: &[u8]) -> bool {
+    let has = |k: &[u8]| sorted.binary_search_by(|d| d.as_slice().cmp(k)).is_ok();
+    // Exact match first (the common case), then every proper prefix of `key`.
+    has(key) || (1..key.len()).any(|len| has(&key[..len]))
+}
+
+/// Read or write access to a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Access {
+    /// Read only.
+    Read,
+    /// Written (and possibly read).
+    Write,
+}
+
+impl Access {
+    /// Two accesses to the same key conflict unless both are reads.
+    pub fn conflicts(self, other: Access) -> bool {
+        matches!((self, other), (Access::Write, _) | (_, Access::Write))
+    }
+}
+
+/// One participant shard of a transaction and the keys it touches there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardPiece {
+    /// The participant shard.
+    pub shard: ShardId,
+    /// Its keys.
+    pub keys: KeySet,
+}
+
+/// A whole transaction: a stored procedure call with its footprint, as sent to every
+/// participant leader in one message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Txn {
+    /// Its id.
+    pub id: TxnId,
+    /// Registered procedure name.
+    pub procedure: String,
+    /// Procedure arguments (encoding chosen by the procedure).
+    pub args: Vec<u8>,
+    /// Every participant with its key set, sorted by shard.
+    pub pieces: Vec<ShardPiece>,
+    /// Timestamp the coordinator proposes.
+    pub ts: Timestamp,
+}
+
+impl Txn {
+    /// The key set on `shard`, if it participates.
+    pub fn piece(&self, shard: ShardId) -> Option<&KeySet> {
+        self.pieces
+            .iter()
+            .find(|p| p.shard == shard)
+            .map(|p| &p.keys)
+    }
+
+    /// True when more than one shard participates.
+    pub fn is_cross_shard(&self) -> bool {
+        self.pieces.len() > 1
+    }
+
+    /// The participant shards.
+    pub fn shards(&self) -> impl Iterator<Item = ShardId> + '_ {
+        self.pieces.iter().map(|p| p.shard)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyset_normalizes_and_checks_access() {
+        let ks = KeySet::new(
+            vec![b"b".to_vec(), b"a".to_vec(), b"b".to_vec(), b"c".to_vec()],
+            vec![b"c".to_vec(), b"pre".to_vec()],
+        );
+        assert_eq!(ks.reads, vec![b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(ks.writes, vec![b"c".to_vec(), b"pre".to_vec()]);
+        assert_eq!(ks.access(b"a"), Some(Access::Read));
+        assert_eq!(ks.access(b"c"), Some(Access::Write));
+        assert_eq!(ks.access(b"prefix-row"), Some(Access::Write));
+        assert_eq!(ks.access(b"d"), None);
+        assert_eq!(ks.access(b"pr"), None);
+    }
+
+    #[test]
+    fn access_conflicts() {
+        assert!(!Access::Read.conflicts(Access::Read));
+        assert!(Access::Read.conflicts(Access::Write));
+        assert!(Access::Write.conflicts(Access::Read));
+        assert!(Access::Write.conflicts(Access::Write));
+    }
+}
