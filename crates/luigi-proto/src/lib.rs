@@ -16,6 +16,7 @@ pub mod leader;
 pub mod log;
 pub mod msg;
 pub mod owd;
+pub mod partition;
 pub mod procedure;
 pub mod procedures;
 pub mod types;

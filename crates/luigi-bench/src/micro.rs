@@ -1,0 +1,182 @@
+//! `luigi bench micro`: start (or reuse) a cluster, drive the micro workload, report.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use luigi_proto::partition::HashPartitioner;
+use luigi_runtime::config::ClusterConfig;
+use luigi_runtime::net::wan::Scenario;
+use serde_json::json;
+
+use crate::cluster::LocalCluster;
+use crate::driver::{run_load, LoadOptions, Progress};
+use crate::report::{abort_rate, BenchResult};
+use crate::workload::micro::{MicroConfig, MicroWorkload};
+use crate::workload::Workload;
+
+/// Everything one micro run needs.
+#[derive(Clone, Debug)]
+pub struct MicroRun {
+    /// Shards of the local cluster.
+    pub shards: u32,
+    /// Replicas per shard.
+    pub replicas: u32,
+    /// Client threads.
+    pub threads: u32,
+    /// Outstanding transactions per thread.
+    pub in_flight: u32,
+    /// Network scenario.
+    pub net: Scenario,
+    /// Measured interval.
+    pub duration: Duration,
+    /// Warm-up, not counted.
+    pub warmup: Duration,
+    /// Workload parameters.
+    pub micro: MicroConfig,
+    /// Coordinator headroom override.
+    pub headroom_us: Option<u64>,
+    /// Run against the servers of this cluster file instead of starting a local cluster.
+    pub cluster_file: Option<PathBuf>,
+    /// The `luigi` binary used to start servers.
+    pub exe: PathBuf,
+    /// Draw a progress bar.
+    pub progress: bool,
+}
+
+/// Runs one micro benchmark configuration and returns its measured result.
+pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
+    let started_at_unix_s = luigi_runtime::clock::now_us() / 1_000_000;
+    let (mut local, config) = match &run.cluster_file {
+        Some(path) => (None, ClusterConfig::load(path)?),
+        None => {
+            let mut config =
+                ClusterConfig::local(run.shards, run.net, &vec![0; run.shards as usize]);
+            config.protocol.headroom_us = run.headroom_us;
+            for shard in &mut config.shards {
+                shard.replicas = vec!["127.0.0.1:0".into(); run.replicas as usize];
+            }
+            let cluster =
+                LocalCluster::start(&run.exe, config).context("starting the local cluster")?;
+            let config = cluster.config().clone();
+            (Some(cluster), config)
+        }
+    };
+    let shards = config.shard_count();
+    let replicas = config.shards[0].replicas.len() as u32;
+    let opts = LoadOptions {
+        threads: run.threads,
+        in_flight: run.in_flight,
+        warmup: run.warmup,
+        duration: run.duration,
+        client_id_base: luigi_runtime::clock::now_us() << 8,
+    };
+    let micro = run.micro.clone();
+    let make = move |t: u32| -> Box<dyn Workload> {
+        Box::new(MicroWorkload::new(
+            micro.clone(),
+            Box::new(HashPartitioner::new(shards)),
+            0x5eed + u64::from(t),
+        ))
+    };
+    let progress = Arc::new(Progress::default());
+    let bar = run.progress.then(|| progress_bar(run));
+    let report = std::thread::scope(|scope| {
+        let load = scope.spawn(|| run_load(&config, &opts, &make, &progress));
+        if let Some(bar) = &bar {
+            watch(bar, &progress, &load, run.warmup + run.duration);
+        }
+        load.join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("load driver panicked")))
+    });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    if let Some(cluster) = &mut local {
+        cluster.check_alive()?;
+        cluster.stop();
+    }
+    let report = report?;
+    let c = report.counters;
+    let measured_s = report.measured.as_secs_f64();
+    let mut params = BTreeMap::new();
+    params.insert("keys".into(), json!(run.micro.keys));
+    params.insert("ops".into(), json!(run.micro.ops));
+    params.insert("read_ratio".into(), json!(run.micro.read_ratio));
+    params.insert(
+        "cross_shard_pct".into(),
+        json!(if shards > 1 {
+            run.micro.cross_shard_pct
+        } else {
+            0
+        }),
+    );
+    params.insert("zipf".into(), json!(run.micro.zipf));
+    params.insert("headroom_us".into(), json!(config.headroom_us()));
+    Ok(BenchResult {
+        protocol: "luigi".into(),
+        workload: "micro".into(),
+        shards,
+        replicas,
+        threads: run.threads,
+        in_flight: run.in_flight,
+        net: config.net.clone(),
+        durability: "none".into(),
+        duration_s: measured_s,
+        warmup_s: run.warmup.as_secs_f64(),
+        committed: c.committed,
+        aborted: c.aborted,
+        retries: c.retries,
+        errors: c.errors,
+        throughput_tps: c.committed as f64 / measured_s,
+        abort_rate: abort_rate(c.committed, c.aborted),
+        latency_us: report.latency.summary(),
+        params,
+        started_at_unix_s,
+    })
+}
+
+fn progress_bar(run: &MicroRun) -> ProgressBar {
+    let total = (run.warmup + run.duration).as_secs().max(1);
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>28} [{bar:30}] {pos}/{len}s {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(format!(
+        "micro {}sh {}t {}",
+        run.shards, run.threads, run.net
+    ));
+    bar
+}
+
+fn watch<T>(
+    bar: &ProgressBar,
+    progress: &Progress,
+    load: &std::thread::ScopedJoinHandle<'_, T>,
+    total: Duration,
+) {
+    let start = Instant::now();
+    let mut last = (Instant::now(), 0u64);
+    while !load.is_finished() {
+        std::thread::sleep(Duration::from_millis(250));
+        let committed = progress.committed.load(Ordering::Relaxed);
+        let dt = last.0.elapsed().as_secs_f64();
+        if dt >= 1.0 {
+            let tps = (committed - last.1) as f64 / dt;
+            let phase = if progress.measuring.load(Ordering::Relaxed) {
+                "measuring"
+            } else {
+                "warm-up"
+            };
+            bar.set_message(format!("{phase} {tps:>9.0} tx/s"));
+            last = (Instant::now(), committed);
+        }
+        bar.set_position(start.elapsed().min(total).as_secs());
+    }
+}

@@ -1,0 +1,465 @@
+//! Benchmark result records and their persistence / presentation.
+//!
+//! A run produces one [`BenchResult`] per configuration. Results are stored as
+//! a pretty-printed JSON array ([`write_json`] / [`read_json`]) and shown as an
+//! aligned plain-text table ([`render_table`]) or a GitHub markdown table
+//! ([`render_markdown`]).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{anyhow, Context};
+use serde::{Deserialize, Serialize};
+
+use crate::stats::LatencySummary;
+
+/// The outcome of one benchmark configuration.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BenchResult {
+    /// Commit protocol under test (e.g. `"luigi"`, `"2pc"`).
+    pub protocol: String,
+    /// Workload name (e.g. `"ycsb-a"`, `"tpcc"`).
+    pub workload: String,
+    /// Number of shards.
+    pub shards: u32,
+    /// Replicas per shard.
+    pub replicas: u32,
+    /// Client threads.
+    pub threads: u32,
+    /// Outstanding transactions per client thread.
+    pub in_flight: u32,
+    /// Network model / profile (e.g. `"lan"`, `"wan-50ms"`).
+    pub net: String,
+    /// Durability mode (e.g. `"memory"`, `"fsync"`).
+    pub durability: String,
+    /// Measured duration in seconds (excluding warm-up).
+    pub duration_s: f64,
+    /// Warm-up duration in seconds.
+    pub warmup_s: f64,
+    /// Committed transactions during the measured interval.
+    pub committed: u64,
+    /// Transactions that finally aborted during the measured interval.
+    pub aborted: u64,
+    /// Retry attempts during the measured interval.
+    pub retries: u64,
+    /// Transactions that failed with an error during the measured interval.
+    pub errors: u64,
+    /// Committed transactions per second.
+    pub throughput_tps: f64,
+    /// Fraction (0.0 ..= 1.0, not percent) of finished transactions that aborted;
+    /// see [`abort_rate`].
+    pub abort_rate: f64,
+    /// Latency of committed transactions, in microseconds.
+    pub latency_us: LatencySummary,
+    /// Workload knobs (keys, ops, read_ratio, cross_shard_pct, ...) and extra measured figures.
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// Wall-clock start of the run, seconds since the Unix epoch.
+    pub started_at_unix_s: u64,
+}
+
+/// Computes the abort rate as a fraction `aborted / (committed + aborted)`,
+/// returning `0.0` when nothing finished (so the value is always finite and
+/// survives a JSON round trip).
+pub fn abort_rate(committed: u64, aborted: u64) -> f64 {
+    let total = committed as f64 + aborted as f64;
+    if total > 0.0 {
+        aborted as f64 / total
+    } else {
+        0.0
+    }
+}
+
+/// Writes `results` to `path` as a pretty-printed JSON array.
+///
+/// Parent directories are created as needed. The data is written to a
+/// temporary file in the same directory, synced, and then renamed over `path`,
+/// so a crash never leaves a partially written file behind.
+pub fn write_json(path: &Path, results: &[BenchResult]) -> anyhow::Result<()> {
+    let file_name = path.file_name().ok_or_else(|| {
+        anyhow!(
+            "cannot write results to {}: not a file path",
+            path.display()
+        )
+    })?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&dir).with_context(|| {
+        format!(
+            "creating directory {} for {}",
+            dir.display(),
+            path.display()
+        )
+    })?;
+
+    let mut data = serde_json::to_vec_pretty(results)
+        .with_context(|| format!("serializing results for {}", path.display()))?;
+    data.push(b'\n');
+
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(file_name);
+    tmp_name.push(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let tmp = dir.join(tmp_name);
+
+    let written = (|| -> std::io::Result<()> {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(&data)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(anyhow::Error::new(e).context(format!(
+            "writing results to {} (via {})",
+            path.display(),
+            tmp.display()
+        )));
+    }
+    // Best effort: persist the rename itself.
+    if let Ok(d) = File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Reads a JSON array of results previously written by [`write_json`].
+pub fn read_json(path: &Path) -> anyhow::Result<Vec<BenchResult>> {
+    let data =
+        fs::read(path).with_context(|| format!("reading results from {}", path.display()))?;
+    serde_json::from_slice(&data)
+        .with_context(|| format!("parsing results JSON in {}", path.display()))
+}
+
+/// Formats an integer with `,` as the thousands separator (e.g. `1,234,567`).
+pub fn format_thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let len = digits.len();
+    // Length of the leading group: 1..=3 digits.
+    let mut i = match len % 3 {
+        0 => 3.min(len),
+        r => r,
+    };
+    let mut out = String::with_capacity(len + len / 3);
+    out.push_str(&digits[..i]);
+    while i < len {
+        out.push(',');
+        out.push_str(&digits[i..i + 3]);
+        i += 3;
+    }
+    out
+}
+
+/// Number of table columns.
+const NCOLS: usize = 16;
+
+/// Column headers shared by the text and markdown tables.
+const HEADERS: [&str; NCOLS] = [
+    "protocol",
+    "workload",
+    "shards",
+    "replicas",
+    "threads",
+    "in-flight",
+    "net",
+    "committed",
+    "aborted",
+    "tps",
+    "avg ms",
+    "p50 ms",
+    "p90 ms",
+    "p99 ms",
+    "p99.9 ms",
+    "abort %",
+];
+
+/// Whether each column is numeric (right-aligned) or text (left-aligned).
+const NUMERIC: [bool; NCOLS] = [
+    false, false, true, true, true, true, false, true, true, true, true, true, true, true, true,
+    true,
+];
+
+fn ms(us: f64) -> String {
+    format!("{:.2}", us / 1000.0)
+}
+
+fn cells(r: &BenchResult) -> [String; NCOLS] {
+    // `as u64` saturates: negative / NaN become 0.
+    let tps = r.throughput_tps.round() as u64;
+    let l = &r.latency_us;
+    [
+        r.protocol.clone(),
+        r.workload.clone(),
+        r.shards.to_string(),
+        r.replicas.to_string(),
+        r.threads.to_string(),
+        r.in_flight.to_string(),
+        r.net.clone(),
+        format_thousands(r.committed),
+        format_thousands(r.aborted),
+        format_thousands(tps),
+        ms(l.avg),
+        ms(l.p50 as f64),
+        ms(l.p90 as f64),
+        ms(l.p99 as f64),
+        ms(l.p999 as f64),
+        format!("{:.1}", r.abort_rate * 100.0),
+    ]
+}
+
+/// Renders `results` as an aligned plain-text table: a header line followed by
+/// one line per result. Text columns are left-aligned, numbers right-aligned,
+/// and every line has the same display width. Latencies are shown in ms with
+/// two decimals, counts and tps with thousands separators, the abort rate in
+/// percent with one decimal.
+pub fn render_table(results: &[BenchResult]) -> String {
+    let rows: Vec<[String; NCOLS]> = results.iter().map(cells).collect();
+    let mut widths: [usize; NCOLS] = HEADERS.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row.iter()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+
+    let mut out = String::new();
+    let mut push_line = |line: &mut dyn Iterator<Item = &str>| {
+        for (i, cell) in line.enumerate() {
+            if i > 0 {
+                out.push_str("  ");
+            }
+            // `{:w$}` pads by `char` count, matching the width computation above.
+            let w = widths[i];
+            if NUMERIC[i] {
+                out.push_str(&format!("{cell:>w$}"));
+            } else {
+                out.push_str(&format!("{cell:<w$}"));
+            }
+        }
+        out.push('\n');
+    };
+    push_line(&mut HEADERS.iter().copied());
+    for row in &rows {
+        push_line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+fn md_escape(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// Renders `results` as a GitHub-flavoured markdown table with the same
+/// columns and number formatting as [`render_table`] (numeric columns
+/// right-aligned).
+pub fn render_markdown(results: &[BenchResult]) -> String {
+    let mut out = String::new();
+    let line = |cells: &mut dyn Iterator<Item = String>| {
+        let mut s = String::from("|");
+        for c in cells {
+            s.push(' ');
+            s.push_str(&c);
+            s.push_str(" |");
+        }
+        s.push('\n');
+        s
+    };
+    out.push_str(&line(&mut HEADERS.iter().map(|h| h.to_string())));
+    out.push_str(&line(
+        &mut NUMERIC
+            .iter()
+            .map(|&n| if n { "---:" } else { "---" }.to_string()),
+    ));
+    for r in results {
+        out.push_str(&line(&mut cells(r).into_iter().map(|c| md_escape(&c))));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::LatencyRecorder;
+
+    fn sample(protocol: &str, committed: u64, tps: f64) -> BenchResult {
+        let mut rec = LatencyRecorder::new();
+        for v in 1..=1000 {
+            rec.record_us(v * 10);
+        }
+        let mut params = BTreeMap::new();
+        params.insert("keys".to_string(), serde_json::json!(1_000_000));
+        params.insert("ops".to_string(), serde_json::json!(4));
+        params.insert("read_ratio".to_string(), serde_json::json!(0.5));
+        params.insert("cross_shard_pct".to_string(), serde_json::json!(10));
+        BenchResult {
+            protocol: protocol.to_string(),
+            workload: "ycsb-a".to_string(),
+            shards: 3,
+            replicas: 3,
+            threads: 8,
+            in_flight: 16,
+            net: "lan".to_string(),
+            durability: "memory".to_string(),
+            duration_s: 30.0,
+            warmup_s: 5.0,
+            committed,
+            aborted: 1234,
+            retries: 1500,
+            errors: 2,
+            throughput_tps: tps,
+            abort_rate: abort_rate(committed, 1234),
+            latency_us: rec.summary(),
+            params,
+            started_at_unix_s: 1_700_000_000,
+        }
+    }
+
+    fn scratch_dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "luigi-bench-report-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn thousands() {
+        assert_eq!(format_thousands(0), "0");
+        assert_eq!(format_thousands(7), "7");
+        assert_eq!(format_thousands(999), "999");
+        assert_eq!(format_thousands(1000), "1,000");
+        assert_eq!(format_thousands(52_314), "52,314");
+        assert_eq!(format_thousands(999_999), "999,999");
+        assert_eq!(format_thousands(1_234_567), "1,234,567");
+        assert_eq!(format_thousands(u64::MAX), "18,446,744,073,709,551,615");
+    }
+
+    #[test]
+    fn abort_rate_convention() {
+        assert_eq!(abort_rate(0, 0), 0.0);
+        assert_eq!(abort_rate(3, 1), 0.25);
+        assert_eq!(abort_rate(0, 5), 1.0);
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let dir = scratch_dir("rt");
+        let path = dir.join("nested/deeper/results.json");
+        let results = vec![
+            sample("luigi", 1_569_420, 52_314.0),
+            sample("2pc", 900, 30.5),
+        ];
+        write_json(&path, &results).unwrap();
+        let back = read_json(&path).unwrap();
+        assert_eq!(back, results);
+
+        // Pretty-printed array, no temp files left behind.
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("[\n"));
+        let entries: Vec<_> = fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(entries, vec![std::ffi::OsString::from("results.json")]);
+
+        // Overwrite replaces the whole file.
+        write_json(&path, &results[..1]).unwrap();
+        assert_eq!(read_json(&path).unwrap(), results[..1].to_vec());
+
+        // Empty array.
+        write_json(&path, &[]).unwrap();
+        assert!(read_json(&path).unwrap().is_empty());
+
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let dir = scratch_dir("err");
+        let missing = dir.join("missing.json");
+        let err = format!("{:#}", read_json(&missing).unwrap_err());
+        assert!(err.contains("missing.json"), "{err}");
+
+        fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad.json");
+        fs::write(&bad, "[{").unwrap();
+        let err = format!("{:#}", read_json(&bad).unwrap_err());
+        assert!(err.contains("bad.json"), "{err}");
+
+        // Parent "directory" is a regular file: cannot create it.
+        let blocked = bad.join("out.json");
+        let err = format!("{:#}", write_json(&blocked, &[]).unwrap_err());
+        assert!(err.contains("out.json"), "{err}");
+
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn table_lines_up() {
+        let results = vec![
+            sample("luigi", 1_569_420, 52_314.4),
+            sample("2pc", 900, 30.5),
+            sample("tapir-long-name", 0, 0.0),
+        ];
+        let table = render_table(&results);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), results.len() + 1, "{table}");
+        let width = lines[0].chars().count();
+        for l in &lines {
+            assert_eq!(l.chars().count(), width, "misaligned:\n{table}");
+        }
+        assert!(lines[0].starts_with("protocol"));
+        assert!(lines[0].ends_with("abort %"));
+        for h in HEADERS {
+            assert!(lines[0].contains(h), "missing header {h}");
+        }
+        // Right-aligned numeric columns end at the same offset as their header.
+        let tps_end = lines[0].find("tps").unwrap() + 3;
+        assert_eq!(&lines[1][tps_end - 6..tps_end], "52,314");
+        assert_eq!(&lines[2][tps_end - 2..tps_end], "31");
+        assert!(lines[1].contains("1,569,420"));
+        // 1..=1000 * 10 µs: p50 = 5000 µs = 5.00 ms, p99 = 9.90 ms.
+        assert!(lines[1].contains("5.00"));
+        assert!(lines[1].contains("9.90"));
+        assert!(lines[1].trim_end().ends_with("0.1"), "{}", lines[1]);
+        assert!(lines[3].trim_end().ends_with("100.0"), "{}", lines[3]);
+    }
+
+    #[test]
+    fn empty_table_is_header_only() {
+        let t = render_table(&[]);
+        assert_eq!(t.lines().count(), 1);
+        let m = render_markdown(&[]);
+        assert_eq!(m.lines().count(), 2);
+    }
+
+    #[test]
+    fn markdown_shape() {
+        let mut r = sample("luigi", 1_569_420, 52_314.0);
+        r.net = "a|b".to_string();
+        let md = render_markdown(&[r]);
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("| protocol | workload |"));
+        assert!(lines[0].ends_with("| abort % |"));
+        assert!(lines[1].starts_with("| --- | --- | ---: |"));
+        assert!(lines[2].contains("| 52,314 |"));
+        assert!(lines[2].contains("a\\|b"));
+        // Same number of (unescaped) cell separators on every line.
+        let seps = |l: &str| l.replace("\\|", "").matches('|').count();
+        assert!(lines.iter().all(|l| seps(l) == NCOLS + 1));
+    }
+}

@@ -1,0 +1,93 @@
+//! Which shard owns a key, and splitting a transaction's keys into per-shard pieces.
+
+use std::collections::BTreeMap;
+
+use luigi_store::Key;
+
+use crate::types::{KeySet, ShardId, ShardPiece};
+
+/// Maps keys to shards. Must be the same function on every client.
+pub trait Partitioner: Send + Sync {
+    /// Number of shards.
+    fn shards(&self) -> u32;
+    /// The shard that owns `key`.
+    fn shard_of(&self, key: &[u8]) -> ShardId;
+}
+
+/// Hash partitioning (64-bit FNV-1a of the whole key, modulo the shard count): the default.
+#[derive(Clone, Copy, Debug)]
+pub struct HashPartitioner {
+    shards: u32,
+}
+
+impl HashPartitioner {
+    /// Partitions over `shards` shards.
+    pub fn new(shards: u32) -> Self {
+        assert!(shards > 0, "at least one shard");
+        Self { shards }
+    }
+}
+
+impl Partitioner for HashPartitioner {
+    fn shards(&self) -> u32 {
+        self.shards
+    }
+
+    fn shard_of(&self, key: &[u8]) -> ShardId {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in key {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        (h % u64::from(self.shards)) as ShardId
+    }
+}
+
+/// Splits read and write keys into one piece per owning shard, sorted by shard.
+pub fn split(p: &dyn Partitioner, reads: Vec<Key>, writes: Vec<Key>) -> Vec<ShardPiece> {
+    let mut by_shard: BTreeMap<ShardId, (Vec<Key>, Vec<Key>)> = BTreeMap::new();
+    for k in reads {
+        by_shard.entry(p.shard_of(&k)).or_default().0.push(k);
+    }
+    for k in writes {
+        by_shard.entry(p.shard_of(&k)).or_default().1.push(k);
+    }
+    by_shard
+        .into_iter()
+        .map(|(shard, (r, w))| ShardPiece {
+            shard,
+            keys: KeySet::new(r, w),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_partitioner_spreads_and_is_stable() {
+        let p = HashPartitioner::new(4);
+        let mut counts = [0u32; 4];
+        for i in 0..4000u64 {
+            counts[p.shard_of(&i.to_be_bytes()) as usize] += 1;
+        }
+        assert!(counts.iter().all(|&c| c > 800), "{counts:?}");
+        assert_eq!(p.shard_of(b"k"), HashPartitioner::new(4).shard_of(b"k"));
+    }
+
+    #[test]
+    fn split_groups_keys_by_shard() {
+        let p = HashPartitioner::new(3);
+        let keys: Vec<Key> = (0..30u64).map(|i| i.to_be_bytes().to_vec()).collect();
+        let pieces = split(&p, keys[..15].to_vec(), keys[15..].to_vec());
+        assert!(pieces.windows(2).all(|w| w[0].shard < w[1].shard));
+        assert_eq!(pieces.iter().map(|x| x.keys.len()).sum::<usize>(), 30);
+        for piece in &pieces {
+            assert!(piece
+                .keys
+                .entries()
+                .all(|(k, _)| p.shard_of(k) == piece.shard));
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! The tokio shell around the sans-I/O Luigi cores: TCP transport with WAN emulation, the
+//! server event loop, the client library, the cluster file and the clock.
+
+pub mod client;
+pub mod clock;
+pub mod config;
+pub mod net;
+pub mod server;
+pub mod timer;

@@ -1,0 +1,235 @@
+//! The `luigi` command: run a server node, or run a benchmark against a local cluster of
+//! server processes (started from this same binary) or an existing one.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use luigi_bench::micro::{run_micro, MicroRun};
+use luigi_bench::report::{render_table, write_json, BenchResult};
+use luigi_bench::workload::micro::MicroConfig;
+use luigi_proto::procedure::Registry;
+use luigi_runtime::config::{ClusterConfig, NodeId};
+use luigi_runtime::net::wan::Scenario;
+use luigi_runtime::server::Server;
+
+#[derive(Parser)]
+#[command(
+    name = "luigi",
+    version,
+    about = "Luigi: geo-distributed transactional key-value store"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one server node of a cluster.
+    Server(ServerArgs),
+    /// Run a benchmark.
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    /// Cluster file (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// Node to run, e.g. s0r0 (shard 0, replica 0).
+    #[arg(long)]
+    node: String,
+    /// Exit when standard input closes (used by `bench` so servers never outlive it).
+    #[arg(long, hide = true)]
+    exit_on_stdin_eof: bool,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Micro benchmark: read/write transactions over a uniform (or Zipfian) key space.
+    Micro(MicroArgs),
+}
+
+#[derive(Args)]
+struct MicroArgs {
+    /// Shards in the local cluster.
+    #[arg(long, default_value_t = 1)]
+    shards: u32,
+    /// Replicas per shard.
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
+    /// Client threads; a comma-separated list runs each in turn (e.g. 1,2,4,8).
+    #[arg(long, default_value = "1", value_delimiter = ',')]
+    threads: Vec<u32>,
+    /// Transactions each thread keeps outstanding.
+    #[arg(long, default_value_t = 200)]
+    in_flight: u32,
+    /// Network scenario(s): none, same-region, same-continent, cross-continent, geo.
+    #[arg(long, default_value = "same-region", value_delimiter = ',')]
+    net: Vec<Scenario>,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Warm-up seconds (not counted).
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Key space size.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Operations per transaction.
+    #[arg(long, default_value_t = 10)]
+    ops: u32,
+    /// Share of operations that are reads.
+    #[arg(long, default_value_t = 0.5)]
+    read_ratio: f64,
+    /// Percentage of transactions touching every shard (default 100 with several shards).
+    #[arg(long, default_value_t = 100)]
+    cross_shard: u32,
+    /// Zipfian skew of key choice (e.g. 0.99); uniform when absent.
+    #[arg(long)]
+    zipf: Option<f64>,
+    /// Coordinator headroom in µs (default: per scenario).
+    #[arg(long)]
+    headroom_us: Option<u64>,
+    /// Results file (JSON array, one object per run).
+    #[arg(long, default_value = "results/micro.json")]
+    json: PathBuf,
+    /// Use the servers of this cluster file instead of starting a local cluster.
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Do not draw a progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Server(args) => server(args),
+        Command::Bench(Bench::Micro(args)) => micro(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("luigi: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let config = ClusterConfig::load(&args.config)?;
+    let node: NodeId = args.node.parse().map_err(anyhow::Error::msg)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    rt.block_on(async move {
+        let server = Server::bind(config, node, Registry::with_builtins()).await?;
+        let exit_on_eof = args.exit_on_stdin_eof;
+        let shutdown = async move {
+            let stdin_closed = async {
+                if exit_on_eof {
+                    use tokio::io::AsyncReadExt;
+                    let mut buf = [0u8; 64];
+                    let mut stdin = tokio::io::stdin();
+                    while matches!(stdin.read(&mut buf).await, Ok(n) if n > 0) {}
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let terminated = async {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = stdin_closed => {}
+                _ = terminated => {}
+            }
+        };
+        server.run(shutdown).await
+    })
+}
+
+fn micro(args: MicroArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.shards > 0, "--shards must be at least 1");
+    anyhow::ensure!(args.replicas > 0, "--replicas must be at least 1");
+    anyhow::ensure!(args.in_flight > 0, "--in-flight must be at least 1");
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&args.read_ratio),
+        "--read-ratio must be between 0 and 1"
+    );
+    anyhow::ensure!(
+        args.cross_shard <= 100,
+        "--cross-shard is a percentage (0-100)"
+    );
+    anyhow::ensure!(
+        args.duration > 0.0 && args.warmup >= 0.0,
+        "--duration must be positive, --warmup not negative"
+    );
+    anyhow::ensure!(
+        args.keys >= 2 * u64::from(args.ops),
+        "--keys must be at least twice --ops"
+    );
+    let exe = std::env::current_exe().context("cannot locate the luigi binary")?;
+    let mut results: Vec<BenchResult> = Vec::new();
+    for &net in &args.net {
+        for &threads in &args.threads {
+            anyhow::ensure!(threads > 0, "--threads must be at least 1");
+            let run = MicroRun {
+                shards: args.shards,
+                replicas: args.replicas,
+                threads,
+                in_flight: args.in_flight,
+                net,
+                duration: Duration::from_secs_f64(args.duration),
+                warmup: Duration::from_secs_f64(args.warmup),
+                micro: MicroConfig {
+                    keys: args.keys,
+                    ops: args.ops,
+                    read_ratio: args.read_ratio,
+                    cross_shard_pct: args.cross_shard,
+                    zipf: args.zipf,
+                },
+                headroom_us: args.headroom_us,
+                cluster_file: args.cluster.clone(),
+                exe: exe.clone(),
+                progress: !args.no_progress,
+            };
+            let result = run_micro(&run)?;
+            eprintln!(
+                "{} shard(s) x {} replica(s), {} thread(s), {}: {:.0} tx/s, avg {:.2} ms, p99 {:.2} ms",
+                result.shards,
+                result.replicas,
+                result.threads,
+                result.net,
+                result.throughput_tps,
+                result.latency_us.avg / 1000.0,
+                result.latency_us.p99 as f64 / 1000.0
+            );
+            results.push(result);
+            write_json(&args.json, &results)?;
+        }
+    }
+    println!("{}", render_table(&results));
+    println!("results written to {}", args.json.display());
+    Ok(())
+}
