@@ -4,7 +4,9 @@
 //! once every participant has answered with a watermark at or above the final timestamp.
 //! It holds no authoritative state: losing it loses only the answers not yet delivered.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use crate::Map;
 use std::sync::Arc;
 
 use crate::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
@@ -132,9 +134,9 @@ pub struct CoordStats {
 pub struct Coordinator {
     config: CoordinatorConfig,
     next_seq: u64,
-    owd: HashMap<ShardId, OwdEstimator>,
-    watermarks: HashMap<ShardId, Timestamp>,
-    in_flight: HashMap<TxnId, InFlight>,
+    owd: Map<ShardId, OwdEstimator>,
+    watermarks: Map<ShardId, Timestamp>,
+    in_flight: Map<TxnId, InFlight>,
     in_flight_seqs: BTreeSet<u64>,
     /// Answered by every participant, waiting for a watermark to pass the timestamp.
     awaiting_watermark: BTreeSet<TxnId>,
@@ -147,9 +149,9 @@ impl Coordinator {
         Self {
             config,
             next_seq: 1,
-            owd: HashMap::new(),
-            watermarks: HashMap::new(),
-            in_flight: HashMap::new(),
+            owd: Map::default(),
+            watermarks: Map::default(),
+            in_flight: Map::default(),
             in_flight_seqs: BTreeSet::new(),
             awaiting_watermark: BTreeSet::new(),
             stats: CoordStats::default(),

@@ -12,6 +12,7 @@
 //! - [`leader`]: the shard leader (admission, hold queue, execution, watermark, answers).
 
 pub mod coordinator;
+pub mod keyhash;
 pub mod leader;
 pub mod log;
 pub mod msg;
@@ -20,3 +21,7 @@ pub mod partition;
 pub mod procedure;
 pub mod procedures;
 pub mod types;
+
+/// Hash map with fixed-key hashing: identical behaviour (including iteration order) on every
+/// run, which deterministic simulation needs. Keys here are not attacker-chosen in bulk.
+pub type Map<K, V> = std::collections::HashMap<K, V, luigi_store::FixedState>;

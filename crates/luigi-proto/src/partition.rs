@@ -34,12 +34,7 @@ impl Partitioner for HashPartitioner {
     }
 
     fn shard_of(&self, key: &[u8]) -> ShardId {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in key {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        (h % u64::from(self.shards)) as ShardId
+        (crate::keyhash::key_hash(key) % u64::from(self.shards)) as ShardId
     }
 }
 

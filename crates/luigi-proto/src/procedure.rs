@@ -10,7 +10,7 @@
 //! procedure must declare either whole rows or the same prefix level (e.g. "district d's
 //! orders"), never a mix.
 
-use std::collections::HashMap;
+use crate::Map;
 use std::sync::Arc;
 
 use luigi_store::{Key, ScanOrder, Store, Value};
@@ -57,7 +57,7 @@ pub trait Procedure: Send + Sync {
 /// Procedures by name, shared by every shard of a server.
 #[derive(Clone, Default)]
 pub struct Registry {
-    procedures: HashMap<String, Arc<dyn Procedure>>,
+    procedures: Map<String, Arc<dyn Procedure>>,
 }
 
 impl Registry {

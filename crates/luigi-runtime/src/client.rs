@@ -28,6 +28,8 @@ const INBOUND_QUEUE: usize = 1 << 16;
 const CONNECT_ATTEMPTS_MAX: u32 = 50;
 /// Pings sent to each leader at start to seed the one-way-delay estimate.
 const WARMUP_PINGS: usize = 8;
+/// How often the coordinator checks for dispatches to retry.
+const RETRY_TICK: Duration = Duration::from_millis(10);
 
 /// Why `execute` failed (the transaction's own outcome is in the [`Completion`]).
 #[derive(Debug, thiserror::Error)]
@@ -195,17 +197,11 @@ impl Driver {
         }
         self.flush();
         let mut accepting = true;
+        // Retries are on the scale of the retry timeout; a coarse tick is plenty and keeps
+        // the per-event path free of timer bookkeeping.
+        let mut retry_tick = tokio::time::interval(RETRY_TICK);
+        retry_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
-            let deadline = self.coordinator.next_deadline();
-            let sleep = async {
-                match deadline {
-                    Some(d) => {
-                        tokio::time::sleep(Duration::from_micros(d.saturating_sub(clock::now_us())))
-                            .await
-                    }
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 req = requests.recv(), if accepting => match req {
                     Some(req) => {
@@ -225,7 +221,7 @@ impl Driver {
                     }
                     None => return,
                 },
-                _ = sleep => self.coordinator.tick(clock::now_us(), &mut self.out),
+                _ = retry_tick.tick() => self.coordinator.tick(clock::now_us(), &mut self.out),
             }
             self.flush();
             if !accepting && self.waiting.is_empty() {

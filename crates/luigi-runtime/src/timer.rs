@@ -39,12 +39,22 @@ impl PreciseTimer {
         })
     }
 
-    /// Sets the deadline (µs, [`clock::now_us`] scale), replacing any previous one.
+    /// Sets the deadline (µs, [`clock::now_us`] scale), replacing any previous one. The timer
+    /// thread is woken only when the deadline moves earlier; a later deadline is picked up
+    /// when it wakes for the earlier one, which saves a context switch per event under load.
     pub fn set(&self, deadline_us: Option<u64>) {
         let (lock, cvar) = &*self.shared;
         let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
-        if st.deadline_us != deadline_us {
-            st.deadline_us = deadline_us;
+        if st.deadline_us == deadline_us {
+            return;
+        }
+        let earlier = match (deadline_us, st.deadline_us) {
+            (Some(new), Some(old)) => new < old,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        st.deadline_us = deadline_us;
+        if earlier {
             cvar.notify_one();
         }
     }

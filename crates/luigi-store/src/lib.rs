@@ -5,9 +5,13 @@
 //! range. The store knows nothing about transactions: the protocol crate wraps it in a
 //! per-transaction context that checks key sets and keeps an undo log.
 
-use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 use std::ops::Bound;
+
+/// Hashing with fixed keys: map behaviour is identical on every run and replica (no per-process
+/// random state), which the deterministic simulator relies on.
+pub type FixedState = BuildHasherDefault<DefaultHasher>;
 
 /// A key: bytes, ordered bytewise. By convention the first two bytes are the table id.
 pub type Key = Vec<u8>;
@@ -34,10 +38,12 @@ pub enum ScanOrder {
     Descending,
 }
 
-/// The ordered store of one shard.
+/// The ordered store of one shard: a hash map for point operations (one probe instead of a
+/// B-tree descent of pointer-chasing comparisons) plus an ordered index of keys for scans.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Store {
-    map: BTreeMap<Key, Value>,
+    map: HashMap<Key, Value, FixedState>,
+    index: BTreeSet<Key>,
 }
 
 impl Store {
@@ -53,12 +59,18 @@ impl Store {
 
     /// Stores `value` under `key`, returning the previous value.
     pub fn put(&mut self, key: Key, value: Value) -> Option<Value> {
+        if let Some(slot) = self.map.get_mut(&key) {
+            return Some(std::mem::replace(slot, value));
+        }
+        self.index.insert(key.clone());
         self.map.insert(key, value)
     }
 
     /// Removes `key`, returning its value.
     pub fn delete(&mut self, key: &[u8]) -> Option<Value> {
-        self.map.remove(key)
+        let old = self.map.remove(key)?;
+        self.index.remove(key);
+        Some(old)
     }
 
     /// Up to `limit` entries with `start <= key < end`, in `order`.
@@ -73,9 +85,9 @@ impl Store {
             return Vec::new();
         }
         let range = self
-            .map
+            .index
             .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
-        let clone = |(k, v): (&Key, &Value)| (k.clone(), v.clone());
+        let clone = |k: &Key| (k.clone(), self.map[k].clone());
         match order {
             ScanOrder::Ascending => range.take(limit).map(clone).collect(),
             ScanOrder::Descending => range.rev().take(limit).map(clone).collect(),
@@ -94,7 +106,7 @@ impl Store {
 
     /// Iterates over all entries in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Key, &Value)> {
-        self.map.iter()
+        self.index.iter().map(|k| (k, &self.map[k]))
     }
 
     /// A deterministic hash of the whole content: equal stores give equal hashes on every
@@ -103,7 +115,7 @@ impl Store {
         #[allow(deprecated)]
         let mut hasher = std::hash::SipHasher::new_with_keys(0x4c75_6967, 0x6920_6b76);
         self.map.len().hash(&mut hasher);
-        for (k, v) in &self.map {
+        for (k, v) in self.iter() {
             k.hash(&mut hasher);
             v.hash(&mut hasher);
         }

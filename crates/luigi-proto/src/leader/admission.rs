@@ -2,18 +2,16 @@
 //! already released on this shard and above the published watermark; a late transaction is
 //! moved up to the clock.
 
-use std::collections::HashMap;
-
-use luigi_store::Key;
-
+use crate::keyhash::{key_hash, HashKeyMap};
 use crate::types::{KeySet, TimeUs, Timestamp};
 
 /// Per key, the largest timestamp released for reading and for writing. Entries at or below
 /// the watermark are redundant (admission is above the watermark anyway) and get pruned.
+/// Keys are tracked by hash (see [`crate::keyhash`]): a collision can only raise a proposal.
 #[derive(Debug, Default)]
 pub struct Floors {
-    read: HashMap<Key, Timestamp>,
-    write: HashMap<Key, Timestamp>,
+    read: HashKeyMap<Timestamp>,
+    write: HashKeyMap<Timestamp>,
     len_after_prune: usize,
 }
 
@@ -31,7 +29,7 @@ impl Floors {
     /// The smallest timestamp a transaction with `keys` may take: one above every conflicting
     /// released timestamp (a read conflicts with released writes, a write with both).
     pub fn min_allowed(&self, keys: &KeySet) -> Timestamp {
-        let get = |m: &HashMap<Key, Timestamp>, k: &Key| m.get(k).copied().unwrap_or(0);
+        let get = |m: &HashKeyMap<Timestamp>, k: &[u8]| m.get(&key_hash(k)).copied().unwrap_or(0);
         let reads = keys.reads.iter().map(|k| get(&self.write, k));
         let writes = keys
             .writes
@@ -62,13 +60,9 @@ impl Floors {
     }
 }
 
-fn bump(map: &mut HashMap<Key, Timestamp>, key: &Key, ts: Timestamp) {
-    match map.get_mut(key) {
-        Some(old) => *old = (*old).max(ts),
-        None => {
-            map.insert(key.clone(), ts);
-        }
-    }
+fn bump(map: &mut HashKeyMap<Timestamp>, key: &[u8], ts: Timestamp) {
+    let old = map.entry(key_hash(key)).or_insert(ts);
+    *old = (*old).max(ts);
 }
 
 /// The proposal for a transaction stamped `ts` by its coordinator, arriving at `now`:

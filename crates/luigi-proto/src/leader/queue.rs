@@ -6,11 +6,14 @@
 //! Release is event driven: a transaction is re-examined only when something that could
 //! unblock it happens (it became ready, its time came, or a transaction ahead of it on one of
 //! its keys left), so the cost per transaction is proportional to its keys, not the queue.
+//!
+//! Keys are tracked by hash (see [`crate::keyhash`]); a collision only adds a false conflict.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
-use luigi_store::Key;
+use crate::Map;
 
+use crate::keyhash::{key_hash, HashKeyMap};
 use crate::types::{Access, KeySet, TimeUs, Timestamp, TxnId};
 
 type Pos = (Timestamp, TxnId);
@@ -18,16 +21,40 @@ type Pos = (Timestamp, TxnId);
 #[derive(Debug)]
 struct Entry {
     ts: Timestamp,
-    keys: Vec<(Key, Access)>,
+    keys: Vec<(u64, Access)>,
     ready: bool,
+}
+
+/// The transactions waiting on one key, sorted by position (usually one or two).
+#[derive(Debug, Default)]
+struct WaitList(Vec<(Pos, Access)>);
+
+impl WaitList {
+    fn insert(&mut self, pos: Pos, access: Access) {
+        match self.0.binary_search_by(|(p, _)| p.cmp(&pos)) {
+            // The same transaction twice on one hash (a collision): keep the stronger access.
+            Ok(i) => {
+                if access == Access::Write {
+                    self.0[i].1 = Access::Write;
+                }
+            }
+            Err(i) => self.0.insert(i, (pos, access)),
+        }
+    }
+
+    fn remove(&mut self, pos: &Pos) {
+        if let Ok(i) = self.0.binary_search_by(|(p, _)| p.cmp(pos)) {
+            self.0.remove(i);
+        }
+    }
 }
 
 /// Pending transactions of one shard.
 #[derive(Debug, Default)]
 pub struct HoldQueue {
     by_ts: BTreeSet<Pos>,
-    entries: HashMap<TxnId, Entry>,
-    per_key: HashMap<Key, BTreeMap<Pos, Access>>,
+    entries: Map<TxnId, Entry>,
+    per_key: HashKeyMap<WaitList>,
     /// Ready transactions waiting only for the clock.
     clock_wait: BTreeSet<Pos>,
     /// Transactions to re-examine, processed in timestamp order.
@@ -37,12 +64,9 @@ pub struct HoldQueue {
 impl HoldQueue {
     /// Adds a pending transaction at `ts` (not ready yet).
     pub fn insert(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
-        let keys: Vec<(Key, Access)> = keys.entries().map(|(k, a)| (k.clone(), a)).collect();
+        let keys: Vec<(u64, Access)> = keys.entries().map(|(k, a)| (key_hash(k), a)).collect();
         for (k, a) in &keys {
-            self.per_key
-                .entry(k.clone())
-                .or_default()
-                .insert((ts, id), *a);
+            self.per_key.entry(*k).or_default().insert((ts, id), *a);
         }
         let fresh = self.by_ts.insert((ts, id));
         assert!(fresh, "transaction {id:?} queued twice");
@@ -156,8 +180,9 @@ impl HoldQueue {
         let me = (e.ts, id);
         e.keys.iter().any(|(k, access)| {
             self.per_key[k]
+                .0
                 .iter()
-                .take_while(|(pos, _)| **pos < me)
+                .take_while(|(pos, _)| *pos < me)
                 .any(|(_, other)| access.conflicts(*other))
         })
     }
@@ -170,7 +195,7 @@ impl HoldQueue {
         for (k, _) in &e.keys {
             if let Some(q) = self.per_key.get_mut(k) {
                 q.remove(&pos);
-                if q.is_empty() {
+                if q.0.is_empty() {
                     self.per_key.remove(k);
                 }
             }
@@ -180,12 +205,12 @@ impl HoldQueue {
 
     /// Re-examines, on each key, the transactions that could be first to go: every read
     /// ahead of the first write, and that write.
-    fn wake_fronts(&mut self, keys: &[(Key, Access)]) {
+    fn wake_fronts(&mut self, keys: &[(u64, Access)]) {
         for (k, _) in keys {
             let Some(q) = self.per_key.get(k) else {
                 continue;
             };
-            for (pos, access) in q {
+            for (pos, access) in &q.0 {
                 self.candidates.insert(*pos);
                 if *access == Access::Write {
                     break;
