@@ -13,7 +13,9 @@
 pub mod admission;
 pub mod queue;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::Map;
 use std::sync::Arc;
 
 use luigi_store::Store;
@@ -121,8 +123,8 @@ pub struct ShardLeader<L: ReplicatedLog> {
     registry: Registry,
     floors: Floors,
     queue: HoldQueue,
-    pending: HashMap<TxnId, Pending>,
-    clients: HashMap<ClientId, ClientTable>,
+    pending: Map<TxnId, Pending>,
+    clients: Map<ClientId, ClientTable>,
     /// Executed transactions whose answer waits for the watermark, by (ts, id).
     unanswered: BTreeSet<(Timestamp, TxnId)>,
     watermark: Timestamp,
@@ -146,8 +148,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             registry,
             floors: Floors::default(),
             queue: HoldQueue::default(),
-            pending: HashMap::new(),
-            clients: HashMap::new(),
+            pending: Map::default(),
+            clients: Map::default(),
             unanswered: BTreeSet::new(),
             watermark: 0,
             admission_floor: 0,
@@ -264,14 +266,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             }
         }
         if let Err(reason) = self.validate(&txn) {
-            self.stats.rejected += 1;
-            self.reply_now(
-                id,
-                0,
-                Err(TxnError::Rejected(reason)),
-                arrival_delta_us,
-                out,
-            );
+            self.reject(id, reason, arrival_delta_us, out);
             return;
         }
         let keys = txn.piece(self.config.shard).expect("validated");
@@ -284,14 +279,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }) {
             Ok(_) => {}
             Err(e @ (LogError::NotLeader | LogError::Backlogged(_))) => {
-                self.stats.rejected += 1;
-                self.reply_now(
-                    id,
-                    0,
-                    Err(TxnError::Rejected(e.to_string())),
-                    arrival_delta_us,
-                    out,
-                );
+                self.reject(id, e.to_string(), arrival_delta_us, out);
                 return;
             }
         }
@@ -309,6 +297,31 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 arrival_delta_us,
             },
         );
+    }
+
+    /// Refuses a dispatch for good: the refusal is stored as the transaction's answer, so a
+    /// retry still on its way (or sent after a lost refusal) gets the same answer instead of
+    /// being admitted after the client was told it never would be.
+    fn reject(
+        &mut self,
+        id: TxnId,
+        reason: String,
+        arrival_delta_us: i64,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        self.stats.rejected += 1;
+        let outcome = Err(TxnError::Rejected(reason));
+        let answer = Answer {
+            ts: 0,
+            outcome: outcome.clone(),
+            arrival_delta_us,
+        };
+        self.clients
+            .entry(id.client)
+            .or_default()
+            .answers
+            .insert(id.seq, answer);
+        self.reply_now(id, 0, outcome, arrival_delta_us, out);
     }
 
     /// Checks a dispatch before admission; the error text goes to the client.
