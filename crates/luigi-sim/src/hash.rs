@@ -1,0 +1,37 @@
+//! Small, stable hash functions (independent of the Rust version and of the process), for
+//! the trace hash.
+
+/// FNV-1a over `bytes`.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Folds `x` into the running hash `h` (order sensitive).
+pub fn fold(h: u64, x: u64) -> u64 {
+    // splitmix64's finalizer over the combination.
+    let mut z = h.rotate_left(23) ^ x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_reference_values() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn fold_is_order_sensitive() {
+        assert_ne!(fold(fold(0, 1), 2), fold(fold(0, 2), 1));
+    }
+}

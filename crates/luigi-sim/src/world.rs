@@ -1,0 +1,714 @@
+//! The simulated world: nodes, their clocks, the event loop, and the checks made while it
+//! runs.
+
+use std::collections::HashMap;
+
+use luigi_proto::coordinator::{
+    Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome,
+};
+use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
+use luigi_proto::procedure::Registry;
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_store::Store;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::checker::{self, AnswerRecord, CheckOptions, History, Moment, TxnRecord};
+use crate::config::SimConfig;
+use crate::hash::fold;
+use crate::log::SimLog;
+use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
+use crate::violation::{Violation, ViolationKind};
+use crate::workload::Workload;
+use crate::{Latency, RunReport};
+
+/// A node's local clock: virtual time plus its offset, clamped at 0.
+pub fn local_clock(now: VirtualUs, offset_us: i64) -> TimeUs {
+    (now as i64).saturating_add(offset_us).max(0) as TimeUs
+}
+
+/// The earliest virtual time at which a clock with `offset_us` reads at least `deadline`.
+pub fn virtual_deadline(deadline: TimeUs, offset_us: i64) -> VirtualUs {
+    if deadline == 0 {
+        return 0;
+    }
+    (deadline as i64).saturating_sub(offset_us).max(0) as VirtualUs
+}
+
+/// The pending wake-up of a node; a wake event whose generation is not current is stale.
+#[derive(Debug, Default)]
+struct WakeSlot {
+    at: Option<VirtualUs>,
+    gen: u64,
+}
+
+struct ClientNode {
+    id: ClientId,
+    coord: Coordinator,
+    offset_us: i64,
+    wake: WakeSlot,
+    /// Started submitting its workload.
+    started: bool,
+    /// Transactions submitted and not answered.
+    outstanding: usize,
+    /// The sequence number the coordinator will give the next transaction.
+    next_seq: u64,
+}
+
+struct LeaderNode {
+    leader: ShardLeader<SimLog>,
+    offset_us: i64,
+    wake: WakeSlot,
+    /// Last watermark seen (it must never go back).
+    watermark: Timestamp,
+}
+
+type Step = Result<(), Violation>;
+
+/// One run in progress.
+pub struct World<'a> {
+    config: &'a SimConfig,
+    now: VirtualUs,
+    step: u64,
+    queue: EventQueue,
+    net: Network,
+    clients: Vec<ClientNode>,
+    leaders: Vec<LeaderNode>,
+    workload: Workload,
+    history: History,
+    index: HashMap<TxnId, usize>,
+    submitted: u64,
+    answered: u64,
+    events: u64,
+    delivered: u64,
+    trace_hash: u64,
+    /// Per (transaction, shard): the timestamp of its non-rejected replies.
+    reply_ts: HashMap<(TxnId, ShardId), Timestamp>,
+    /// Per (transaction, shard): the leader's watermark when the dispatch first arrived.
+    watermark_at_arrival: HashMap<(TxnId, ShardId), Timestamp>,
+    coord_out: Vec<CoordOutput>,
+    leader_out: Vec<LeaderOutput>,
+}
+
+impl<'a> World<'a> {
+    /// Builds the world of `config` (which must be valid). Every random stream is derived
+    /// from `config.seed` in a fixed order.
+    pub fn new(config: &'a SimConfig) -> Self {
+        let mut master = ChaCha8Rng::seed_from_u64(config.seed);
+        let derive = |rng: &mut ChaCha8Rng| ChaCha8Rng::seed_from_u64(rng.gen());
+        let net = Network::new(derive(&mut master));
+        let workload = Workload::new(config, derive(&mut master));
+        let max = config.clock_offset_max_us as i64;
+        let offset = |rng: &mut ChaCha8Rng| rng.gen_range(-max..=max);
+        let clients = (1..=u64::from(config.clients))
+            .map(|id| ClientNode {
+                id,
+                coord: Coordinator::new(CoordinatorConfig {
+                    client: id,
+                    ..config.coordinator.clone()
+                }),
+                offset_us: offset(&mut master),
+                wake: WakeSlot::default(),
+                started: false,
+                outstanding: 0,
+                next_seq: 1,
+            })
+            .collect();
+        let leaders = (0..config.shards)
+            .map(|shard| {
+                let offset_us = offset(&mut master);
+                let log = SimLog::new(derive(&mut master), config.log_commit, 1 << 20);
+                LeaderNode {
+                    leader: ShardLeader::new(
+                        LeaderConfig {
+                            shard,
+                            ..config.leader.clone()
+                        },
+                        log,
+                        Store::new(),
+                        Registry::with_builtins(),
+                    ),
+                    offset_us,
+                    wake: WakeSlot::default(),
+                    watermark: 0,
+                }
+            })
+            .collect();
+        let mut world = Self {
+            config,
+            now: 0,
+            step: 0,
+            queue: EventQueue::default(),
+            net,
+            clients,
+            leaders,
+            workload,
+            history: History::default(),
+            index: HashMap::new(),
+            submitted: 0,
+            answered: 0,
+            events: 0,
+            delivered: 0,
+            trace_hash: fold(0, config.seed),
+            reply_ts: HashMap::new(),
+            watermark_at_arrival: HashMap::new(),
+            coord_out: Vec::new(),
+            leader_out: Vec::new(),
+        };
+        for client in 1..=u64::from(config.clients) {
+            let at = master.gen_range(0..=config.start_spread_us);
+            world.queue.push(at, EventKind::Start { client });
+        }
+        for shard in 0..config.shards {
+            world.schedule_wake(Node::Leader(shard), Some(0));
+        }
+        world
+    }
+
+    fn violation(&self, kind: ViolationKind, message: impl Into<String>) -> Violation {
+        Violation::new(kind, message).at(self.now)
+    }
+
+    fn moment(&mut self) -> Moment {
+        self.step += 1;
+        Moment {
+            us: self.now,
+            step: self.step,
+        }
+    }
+
+    fn trace(&self, what: impl FnOnce() -> String) {
+        if self.config.trace {
+            eprintln!("[{:>10} us] {}", self.now, what());
+        }
+    }
+
+    /// Runs until every transaction is answered, or fails.
+    pub fn run(&mut self) -> Step {
+        if self.config.ping_first {
+            for c in 0..self.clients.len() {
+                let id = self.clients[c].id;
+                self.call_client(id, false, |coord, local, shards, out| {
+                    for shard in 0..shards {
+                        coord.ping(local, shard, out);
+                    }
+                })?;
+            }
+        }
+        while self.answered < self.config.txns {
+            let Some(event) = self.queue.pop() else {
+                return Err(self.stuck("no event is left to run"));
+            };
+            if event.at > self.config.max_virtual_us {
+                return Err(self.stuck("the virtual-time budget is exhausted"));
+            }
+            self.events += 1;
+            if self.events > self.config.max_events {
+                return Err(self.stuck("the event budget is exhausted (livelock?)"));
+            }
+            debug_assert!(event.at >= self.now, "time never goes back");
+            self.now = event.at;
+            match event.kind {
+                EventKind::Deliver { src, dst, msg } => self.deliver(src, dst, msg)?,
+                EventKind::Wake { node, gen } => self.wake(node, gen)?,
+                EventKind::Start { client } => {
+                    self.trace_hash = fold(fold(self.trace_hash, self.now), client);
+                    self.trace(|| format!("c{client} starts"));
+                    self.client(client)?.started = true;
+                    self.call_client(client, false, |_, _, _, _| {})?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, src: Node, dst: Node, msg: SimMsg) -> Step {
+        self.delivered += 1;
+        let h = [self.now, src.code(), dst.code(), msg.hash()];
+        self.trace_hash = h.iter().fold(self.trace_hash, |acc, x| fold(acc, *x));
+        self.trace(|| format!("{src} -> {dst}: {msg:?}"));
+        match (src, dst, msg) {
+            (Node::Client(client), Node::Leader(shard), SimMsg::ToLeader(m)) => {
+                if let ClientMsg::Dispatch { txn, .. } = &m {
+                    let w = self.leader(shard)?.leader.watermark();
+                    self.watermark_at_arrival
+                        .entry((txn.id, shard))
+                        .or_insert(w);
+                }
+                self.call_leader(shard, |l, local, out| l.on_client(local, client, m, out))
+            }
+            (Node::Leader(_), Node::Client(client), SimMsg::ToClient(m)) => {
+                self.call_client(client, false, |coord, local, _, out| {
+                    coord.on_message(local, m, out)
+                })
+            }
+            (src, dst, msg) => Err(self.violation(
+                ViolationKind::Invariant,
+                format!("the simulator routed {msg:?} from {src} to {dst}"),
+            )),
+        }
+    }
+
+    fn wake(&mut self, node: Node, gen: u64) -> Step {
+        let slot = match node {
+            Node::Client(c) => &mut self.client(c)?.wake,
+            Node::Leader(s) => &mut self.leader(s)?.wake,
+        };
+        if slot.gen != gen {
+            return Ok(()); // superseded by a later schedule
+        }
+        slot.at = None;
+        self.trace_hash = fold(fold(self.trace_hash, self.now), node.code());
+        self.trace(|| format!("{node} wakes"));
+        match node {
+            Node::Client(c) => {
+                self.call_client(c, true, |coord, local, _, out| coord.tick(local, out))
+            }
+            Node::Leader(s) => self.call_leader(s, |l, local, out| l.tick(local, out)),
+        }
+    }
+
+    fn client(&mut self, id: ClientId) -> Result<&mut ClientNode, Violation> {
+        let now = self.now;
+        id.checked_sub(1)
+            .and_then(|i| self.clients.get_mut(i as usize))
+            .ok_or_else(|| {
+                Violation::new(ViolationKind::Invariant, format!("no client {id}")).at(now)
+            })
+    }
+
+    fn leader(&mut self, shard: ShardId) -> Result<&mut LeaderNode, Violation> {
+        let now = self.now;
+        self.leaders.get_mut(shard as usize).ok_or_else(|| {
+            Violation::new(ViolationKind::Invariant, format!("no shard {shard}")).at(now)
+        })
+    }
+
+    /// (Re)schedules `node`'s wake-up at `at` (None: no wake-up needed).
+    fn schedule_wake(&mut self, node: Node, at: Option<VirtualUs>) {
+        let slot = match node {
+            Node::Client(c) => &mut self.clients[(c - 1) as usize].wake,
+            Node::Leader(s) => &mut self.leaders[s as usize].wake,
+        };
+        if slot.at == at {
+            return;
+        }
+        slot.gen += 1;
+        slot.at = at;
+        if let Some(at) = at {
+            let gen = slot.gen;
+            self.queue.push(at, EventKind::Wake { node, gen });
+        }
+    }
+
+    /// Runs `f` on leader `shard` at its local time, checks what it did, and sends its output.
+    fn call_leader(
+        &mut self,
+        shard: ShardId,
+        f: impl FnOnce(&mut ShardLeader<SimLog>, TimeUs, &mut Vec<LeaderOutput>),
+    ) -> Step {
+        let now = self.now;
+        let mut out = std::mem::take(&mut self.leader_out);
+        let node = self.leader(shard)?;
+        node.leader.log_mut().set_now(now);
+        let local = local_clock(now, node.offset_us);
+        f(&mut node.leader, local, &mut out);
+        let watermark = node.leader.watermark();
+        let previous = std::mem::replace(&mut node.watermark, watermark);
+        let deadline = node
+            .leader
+            .next_deadline()
+            .map(|d| virtual_deadline(d, node.offset_us));
+        let commit = node.leader.log_mut().next_commit_at();
+        if watermark < previous {
+            return Err(self.violation(
+                ViolationKind::Invariant,
+                format!("shard {shard}'s watermark went back from {previous} to {watermark}"),
+            ));
+        }
+        for o in out.drain(..) {
+            let LeaderOutput::ToClient { client, msg } = o;
+            if let ServerMsg::Reply(r) = &msg {
+                self.check_reply(shard, r)?;
+            }
+            self.net.send(
+                self.config,
+                &mut self.queue,
+                now,
+                Node::Leader(shard),
+                Node::Client(client),
+                SimMsg::ToClient(msg),
+            );
+        }
+        self.leader_out = out;
+        let at = match (deadline, commit) {
+            (Some(d), Some(c)) => Some(d.min(c)),
+            (d, c) => d.or(c),
+        };
+        self.schedule_wake(Node::Leader(shard), at.map(|t| t.max(now + 1)));
+        Ok(())
+    }
+
+    /// Checks a reply as the leader sends it.
+    fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Step {
+        if matches!(r.outcome, Err(TxnError::Rejected(_) | TxnError::Forgotten)) {
+            return Ok(());
+        }
+        if r.shard != shard {
+            return Err(self.violation(
+                ViolationKind::Invariant,
+                format!(
+                    "shard {shard} sent a reply for {:?} signed as shard {}",
+                    r.id, r.shard
+                ),
+            ));
+        }
+        if r.watermark < r.ts {
+            return Err(self.violation(
+                ViolationKind::Invariant,
+                format!(
+                    "shard {shard} answered {:?} at ts {} with watermark {} below it",
+                    r.id, r.ts, r.watermark
+                ),
+            ));
+        }
+        if let Some(&w) = self.watermark_at_arrival.get(&(r.id, shard)) {
+            if r.ts <= w {
+                return Err(self.violation(
+                    ViolationKind::Invariant,
+                    format!(
+                        "shard {shard} ordered {:?} at ts {} although its watermark was already \
+                         {w} when the dispatch arrived (rule 7)",
+                        r.id, r.ts
+                    ),
+                ));
+            }
+        }
+        match self.reply_ts.insert((r.id, shard), r.ts) {
+            Some(old) if old != r.ts => Err(self.violation(
+                ViolationKind::TimestampMismatch,
+                format!(
+                    "shard {shard} answered {:?} first at ts {old}, then at ts {}",
+                    r.id, r.ts
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs `f` on client `id`'s coordinator at its local time, handles its output, tops up
+    /// its window of transactions in flight and reschedules its wake-up. `sort` orders the
+    /// output by transaction id first (the coordinator's `tick` walks a hash map).
+    fn call_client(
+        &mut self,
+        id: ClientId,
+        sort: bool,
+        f: impl FnOnce(&mut Coordinator, TimeUs, ShardId, &mut Vec<CoordOutput>),
+    ) -> Step {
+        let now = self.now;
+        let shards = self.config.shards;
+        let mut out = std::mem::take(&mut self.coord_out);
+        let node = self.client(id)?;
+        let local = local_clock(now, node.offset_us);
+        f(&mut node.coord, local, shards, &mut out);
+        if sort {
+            out.sort_by_key(output_order);
+        }
+        let result = self
+            .client_outputs(id, &mut out)
+            .and_then(|()| self.refill(id, &mut out));
+        out.clear();
+        self.coord_out = out;
+        result?;
+        let node = self.client(id)?;
+        let at = node
+            .coord
+            .next_deadline()
+            .map(|d| virtual_deadline(d, node.offset_us).max(now + 1));
+        self.schedule_wake(Node::Client(id), at);
+        Ok(())
+    }
+
+    fn client_outputs(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
+        for o in out.drain(..) {
+            match o {
+                CoordOutput::Send { shard, msg } => {
+                    if shard >= self.config.shards {
+                        return Err(self.violation(
+                            ViolationKind::Invariant,
+                            format!("client {id} sent {msg:?} to nonexistent shard {shard}"),
+                        ));
+                    }
+                    self.net.send(
+                        self.config,
+                        &mut self.queue,
+                        self.now,
+                        Node::Client(id),
+                        Node::Leader(shard),
+                        SimMsg::ToLeader(msg),
+                    );
+                }
+                CoordOutput::Done(done) => self.record_answer(id, done)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits new transactions while the client's window has room and the run wants more.
+    fn refill(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
+        loop {
+            let (started, outstanding, seq) = {
+                let node = self.client(id)?;
+                (node.started, node.outstanding, node.next_seq)
+            };
+            if !started
+                || outstanding >= self.config.in_flight
+                || self.submitted >= self.config.txns
+            {
+                return Ok(());
+            }
+            let spec = self.workload.next(id, seq);
+            let now = self.now;
+            let dispatched = self.moment();
+            let node = self.client(id)?;
+            let local = local_clock(now, node.offset_us);
+            let txn_id = node.coord.submit(
+                local,
+                &spec.procedure,
+                spec.args.clone(),
+                spec.pieces.clone(),
+                out,
+            );
+            node.outstanding += 1;
+            node.next_seq += 1;
+            if txn_id != (TxnId { client: id, seq }) {
+                return Err(self.violation(
+                    ViolationKind::Invariant,
+                    format!("client {id} numbered its transaction {txn_id:?}, expected seq {seq}"),
+                ));
+            }
+            self.trace(|| format!("c{id} submits {txn_id:?}: {:?}", spec.ops));
+            self.index.insert(txn_id, self.history.txns.len());
+            self.history.txns.push(TxnRecord {
+                id: txn_id,
+                procedure: spec.procedure,
+                args: spec.args,
+                pieces: spec.pieces,
+                dispatched,
+                answers: Vec::new(),
+            });
+            self.submitted += 1;
+            self.client_outputs(id, out)?;
+        }
+    }
+
+    fn record_answer(&mut self, client: ClientId, done: Completion) -> Step {
+        let at = self.moment();
+        self.trace_hash = fold(
+            fold(self.trace_hash, at.us),
+            done.id.seq ^ (done.id.client << 40),
+        );
+        self.trace(|| format!("c{client} answered {:?} -> {:?}", done.id, done.outcome));
+        let Some(&i) = self.index.get(&done.id) else {
+            return Err(self.violation(
+                ViolationKind::Invariant,
+                format!(
+                    "client {client} answered {:?}, which was never submitted",
+                    done.id
+                ),
+            ));
+        };
+        if done.id.client != client {
+            return Err(self.violation(
+                ViolationKind::Invariant,
+                format!(
+                    "client {client} answered {:?}, another client's transaction",
+                    done.id
+                ),
+            ));
+        }
+        if let TxnOutcome::Ordered { ts, results } = &done.outcome {
+            for (shard, _) in results {
+                match self.reply_ts.get(&(done.id, *shard)) {
+                    Some(t) if t == ts => {}
+                    other => {
+                        return Err(self.violation(
+                            ViolationKind::TimestampMismatch,
+                            format!(
+                                "{:?} completed at ts {ts} but shard {shard} replied with ts {:?}",
+                                done.id, other
+                            ),
+                        ))
+                    }
+                }
+            }
+        }
+        let rec = &mut self.history.txns[i];
+        let first = rec.answers.is_empty();
+        rec.answers.push(AnswerRecord {
+            at,
+            outcome: done.outcome,
+            attempts: done.attempts,
+        });
+        if first {
+            self.answered += 1;
+            self.client(client)?.outstanding -= 1;
+            Ok(())
+        } else {
+            let rec = &self.history.txns[i];
+            Err(self.violation(
+                ViolationKind::DuplicateAnswer,
+                format!(
+                    "{:?} answered a second time: first {:?}, then {:?}",
+                    done.id, rec.answers[0].outcome, rec.answers[1].outcome
+                ),
+            ))
+        }
+    }
+
+    fn stuck(&self, why: &str) -> Violation {
+        let mut msg = format!(
+            "the run did not finish: {why}; {}/{} transactions answered ({} submitted) after {} \
+             events at virtual time {} us",
+            self.answered, self.config.txns, self.submitted, self.events, self.now
+        );
+        let waiting: Vec<String> = self
+            .history
+            .txns
+            .iter()
+            .filter(|t| t.answers.is_empty())
+            .take(5)
+            .map(|t| {
+                format!(
+                    "{:?} (dispatched {} us, shards {:?})",
+                    t.id,
+                    t.dispatched.us,
+                    t.pieces.iter().map(|p| p.shard).collect::<Vec<_>>()
+                )
+            })
+            .collect();
+        msg.push_str(&format!("; unanswered (first 5): {}", waiting.join(", ")));
+        for (s, l) in self.leaders.iter().enumerate() {
+            msg.push_str(&format!(
+                "; L{s}: clock {} watermark {} pending {} stats {:?}",
+                local_clock(self.now, l.offset_us),
+                l.leader.watermark(),
+                l.leader.pending_len(),
+                l.leader.stats()
+            ));
+        }
+        for c in &self.clients {
+            msg.push_str(&format!(
+                "; c{}: in flight {} stats {:?}",
+                c.id,
+                c.coord.in_flight(),
+                c.coord.stats()
+            ));
+        }
+        self.violation(ViolationKind::Stuck, msg)
+    }
+
+    /// Final checks and the report.
+    pub fn finish(self) -> Result<RunReport, Violation> {
+        let mut retries = 0;
+        for c in &self.clients {
+            let stats = c.coord.stats();
+            retries += stats.retries;
+            if stats.ts_mismatch != 0 {
+                return Err(self.violation(
+                    ViolationKind::TimestampMismatch,
+                    format!(
+                        "client {} saw {} transactions whose participants answered with \
+                         different timestamps",
+                        c.id, stats.ts_mismatch
+                    ),
+                ));
+            }
+        }
+        for (s, l) in self.leaders.iter().enumerate() {
+            if l.leader.pending_len() != 0 {
+                return Err(self.violation(
+                    ViolationKind::Invariant,
+                    format!(
+                        "shard {s} still has {} transactions pending after every transaction \
+                         was answered",
+                        l.leader.pending_len()
+                    ),
+                ));
+            }
+        }
+        let stores: Vec<&Store> = self.leaders.iter().map(|l| l.leader.store()).collect();
+        let options = CheckOptions {
+            realtime_across_shards: self.config.check_realtime_across_shards,
+        };
+        let summary = checker::check(&self.history, &Registry::with_builtins(), &stores, options)
+            .map_err(|v| v.at(self.now))?;
+        let mut latencies: Vec<u64> = self
+            .history
+            .txns
+            .iter()
+            .map(|t| t.answers[0].at.us - t.dispatched.us)
+            .collect();
+        latencies.sort_unstable();
+        let (mut bumped, mut duplicates) = (0, 0);
+        for l in &self.leaders {
+            bumped += l.leader.stats().bumped;
+            duplicates += l.leader.stats().duplicates;
+        }
+        let net = self.net.stats();
+        Ok(RunReport {
+            seed: self.config.seed,
+            txns: self.config.txns,
+            committed: summary.committed,
+            proc_aborted: summary.proc_aborted,
+            rejected: summary.rejected,
+            retries,
+            bumped,
+            duplicates,
+            end_us: self.now,
+            events: self.events,
+            messages: self.delivered,
+            dropped: net.dropped,
+            max_ts: summary.max_ts,
+            conflict_edges: summary.conflict_edges,
+            latency: Latency::of_sorted(&latencies),
+            shard_hashes: stores.iter().map(|s| s.state_hash()).collect(),
+            trace_hash: self.trace_hash,
+        })
+    }
+}
+
+/// Sort key that puts a coordinator's output in transaction-id order (stable for the sends of
+/// one transaction).
+fn output_order(o: &CoordOutput) -> TxnId {
+    match o {
+        CoordOutput::Send {
+            msg: ClientMsg::Dispatch { txn, .. },
+            ..
+        } => txn.id,
+        CoordOutput::Send { .. } => TxnId { client: 0, seq: 0 },
+        CoordOutput::Done(done) => done.id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clocks_clamp_at_zero_and_deadlines_translate_back() {
+        assert_eq!(local_clock(100, -300), 0);
+        assert_eq!(local_clock(1_000, -300), 700);
+        assert_eq!(local_clock(1_000, 300), 1_300);
+        for offset in [-300i64, 0, 300] {
+            for deadline in [1u64, 250, 5_000] {
+                let t = virtual_deadline(deadline, offset);
+                assert!(local_clock(t, offset) >= deadline);
+                if t > 0 {
+                    assert!(local_clock(t - 1, offset) < deadline);
+                }
+            }
+        }
+    }
+}
