@@ -154,7 +154,7 @@ impl TxnCtx<'_> {
     /// Writes `value` under `key`.
     pub fn put(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
         self.check(&key, Access::Write)?;
-        let old = self.store.put(key.clone(), value);
+        let old = self.store.put_slice(&key, value);
         self.undo.push((key, old));
         Ok(())
     }

@@ -45,9 +45,16 @@ impl KeySet {
 
     /// How `key` may be accessed under this key set (exact match or a declared prefix).
     pub fn access(&self, key: &[u8]) -> Option<Access> {
-        if covers(&self.writes, key) {
+        // Exact matches first: the common case, one binary search per list.
+        if contains(&self.writes, key) {
+            return Some(Access::Write);
+        }
+        if contains(&self.reads, key) {
+            return Some(Access::Read);
+        }
+        if has_prefix_of(&self.writes, key) {
             Some(Access::Write)
-        } else if covers(&self.reads, key) {
+        } else if has_prefix_of(&self.reads, key) {
             Some(Access::Read)
         } else {
             None
@@ -73,13 +80,17 @@ impl KeySet {
     }
 }
 
-/// True when `sorted` holds `key` or a prefix of it. A declared prefix stands for a whole key
-/// range (e.g. one district's orders); conflicts are detected on declared keys, so a table must
-/// be declared at one granularity by every procedure (documented in the procedure API).
-fn covers(sorted: &[Key], key: &[u8]) -> bool {
-    let has = |k: &[u8]| sorted.binary_search_by(|d| d.as_slice().cmp(k)).is_ok();
-    // Exact match first (the common case), then every proper prefix of `key`.
-    has(key) || (1..key.len()).any(|len| has(&key[..len]))
+fn contains(sorted: &[Key], key: &[u8]) -> bool {
+    sorted.binary_search_by(|d| d.as_slice().cmp(key)).is_ok()
+}
+
+/// True when a declared key is a proper prefix of `key`. A declared prefix stands for a whole
+/// key range (e.g. one district's orders); conflicts are detected on declared keys, so a table
+/// must be declared at one granularity by every procedure (see the procedure API). Key sets
+/// are small, so a scan that compares lengths first beats a binary search per prefix length.
+fn has_prefix_of(keys: &[Key], key: &[u8]) -> bool {
+    keys.iter()
+        .any(|d| d.len() < key.len() && key.starts_with(d))
 }
 
 /// Read or write access to a key.

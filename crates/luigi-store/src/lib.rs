@@ -66,6 +66,14 @@ impl Store {
         self.map.insert(key, value)
     }
 
+    /// Like [`Store::put`] for a borrowed key: allocates a key only when it is new.
+    pub fn put_slice(&mut self, key: &[u8], value: Value) -> Option<Value> {
+        if let Some(slot) = self.map.get_mut(key) {
+            return Some(std::mem::replace(slot, value));
+        }
+        self.put(key.to_vec(), value)
+    }
+
     /// Removes `key`, returning its value.
     pub fn delete(&mut self, key: &[u8]) -> Option<Value> {
         let old = self.map.remove(key)?;

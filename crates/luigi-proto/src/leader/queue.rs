@@ -59,6 +59,8 @@ pub struct HoldQueue {
     clock_wait: BTreeSet<Pos>,
     /// Transactions to re-examine, processed in timestamp order.
     candidates: BTreeSet<Pos>,
+    /// Size of `per_key` after the last sweep of empty wait lists.
+    per_key_len_after_prune: usize,
 }
 
 impl HoldQueue {
@@ -68,6 +70,7 @@ impl HoldQueue {
         for (k, a) in &keys {
             self.per_key.entry(*k).or_default().insert((ts, id), *a);
         }
+        self.prune_empty_wait_lists();
         let fresh = self.by_ts.insert((ts, id));
         assert!(fresh, "transaction {id:?} queued twice");
         self.entries.insert(
@@ -78,6 +81,16 @@ impl HoldQueue {
                 ready: false,
             },
         );
+    }
+
+    /// Empty wait lists are kept (a hot key's list is reused without reallocating) and swept
+    /// once the map has doubled, so memory stays proportional to the keys in use.
+    fn prune_empty_wait_lists(&mut self) {
+        if self.per_key.len() < 2 * self.per_key_len_after_prune + 4096 {
+            return;
+        }
+        self.per_key.retain(|_, q| !q.0.is_empty());
+        self.per_key_len_after_prune = self.per_key.len();
     }
 
     /// Marks `id` ready (durable and decided); it is examined at the next release.
@@ -195,9 +208,6 @@ impl HoldQueue {
         for (k, _) in &e.keys {
             if let Some(q) = self.per_key.get_mut(k) {
                 q.remove(&pos);
-                if q.0.is_empty() {
-                    self.per_key.remove(k);
-                }
             }
         }
         self.wake_fronts(&e.keys);
