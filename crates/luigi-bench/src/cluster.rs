@@ -26,27 +26,18 @@ impl LocalCluster {
     /// directory and starts one `exe server` process per node.
     pub fn start(exe: &Path, mut config: ClusterConfig) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("luigi-{}-{}", std::process::id(), unique()));
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for shard in &mut config.shards {
             for addr in &mut shard.replicas {
                 *addr = free_loopback_addr()?.to_string();
             }
         }
         let path = dir.join("cluster.toml");
-        std::fs::write(&path, config.to_toml())
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        let mut cluster = LocalCluster {
-            config,
-            dir,
-            children: Vec::new(),
-        };
+        std::fs::write(&path, config.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
+        let mut cluster = LocalCluster { config, dir, children: Vec::new() };
         for (s, shard) in cluster.config.shards.clone().iter().enumerate() {
             for r in 0..shard.replicas.len() {
-                let node = NodeId {
-                    shard: s as u32,
-                    replica: r as u32,
-                };
+                let node = NodeId { shard: s as u32, replica: r as u32 };
                 let child = cluster.spawn(exe, &path, node)?;
                 cluster.children.push((node, child));
             }
@@ -57,16 +48,9 @@ impl LocalCluster {
 
     fn spawn(&self, exe: &Path, config_path: &Path, node: NodeId) -> anyhow::Result<Child> {
         let log_path = self.log_path(node);
-        let log = std::fs::File::create(&log_path)
-            .with_context(|| format!("cannot create {}", log_path.display()))?;
+        let log = std::fs::File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
         Command::new(exe)
-            .args([
-                "server",
-                "--exit-on-stdin-eof",
-                "--node",
-                &node.name(),
-                "--config",
-            ])
+            .args(["server", "--exit-on-stdin-eof", "--node", &node.name(), "--config"])
             .arg(config_path)
             .stdin(Stdio::piped())
             .stdout(log.try_clone()?)
@@ -86,11 +70,7 @@ impl LocalCluster {
             let addr = self.config.node_addr(node).expect("node of this config");
             loop {
                 if let Some(status) = self.children[i].1.try_wait()? {
-                    bail!(
-                        "server {} exited ({status}) during start-up:\n{}",
-                        node.name(),
-                        self.log_tail(node)
-                    );
+                    bail!("server {} exited ({status}) during start-up:\n{}", node.name(), self.log_tail(node));
                 }
                 if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
                     break;
@@ -125,11 +105,7 @@ impl LocalCluster {
         for i in 0..self.children.len() {
             let node = self.children[i].0;
             if let Some(status) = self.children[i].1.try_wait()? {
-                bail!(
-                    "server {} exited ({status}):\n{}",
-                    node.name(),
-                    self.log_tail(node)
-                );
+                bail!("server {} exited ({status}):\n{}", node.name(), self.log_tail(node));
             }
         }
         Ok(())

@@ -68,9 +68,7 @@ pub fn run_load(
                 let progress = progress.clone();
                 let client_id = opts.client_id_base + u64::from(t);
                 scope.spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                     rt.block_on(thread_load(
                         cluster,
                         client_id,
@@ -85,16 +83,10 @@ pub fn run_load(
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("load thread panicked")))
-            })
+            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("load thread panicked"))))
             .collect::<anyhow::Result<Vec<_>>>()
     })?;
-    let mut total = LoadReport {
-        measured: opts.duration,
-        ..LoadReport::default()
-    };
+    let mut total = LoadReport { measured: opts.duration, ..LoadReport::default() };
     for r in reports {
         total.latency.merge(&r.latency);
         total.counters.merge(&r.counters);
@@ -111,18 +103,14 @@ async fn thread_load(
     measure_until: Instant,
     progress: &Progress,
 ) -> anyhow::Result<LoadReport> {
-    let client = Client::connect(cluster, client_id)
-        .await
-        .context("load client")?;
+    let client = Client::connect(cluster, client_id).await.context("load client")?;
     let mut report = LoadReport::default();
     let mut running = FuturesUnordered::new();
     let launch = |spec: crate::workload::TxnSpec| {
         let client = client.clone();
         async move {
             let sent = Instant::now();
-            let done = client
-                .execute(spec.procedure, spec.args, spec.reads, spec.writes)
-                .await;
+            let done = client.execute(spec.procedure, spec.args, spec.reads, spec.writes).await;
             (sent, Instant::now(), done)
         }
     };
@@ -145,6 +133,8 @@ async fn thread_load(
             match &done.outcome {
                 TxnOutcome::Ordered { .. } if committed => {
                     c.committed += 1;
+                    c.cross_shard += u64::from(done.rounds > 0);
+                    c.second_round += u64::from(done.rounds > 1);
                     report.latency.record_duration(answered - sent);
                 }
                 TxnOutcome::Ordered { .. } => c.aborted += 1,

@@ -54,14 +54,12 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
     let (mut local, config) = match &run.cluster_file {
         Some(path) => (None, ClusterConfig::load(path)?),
         None => {
-            let mut config =
-                ClusterConfig::local(run.shards, run.net, &vec![0; run.shards as usize]);
+            let mut config = ClusterConfig::local(run.shards, run.net, &vec![0; run.shards as usize]);
             config.protocol.headroom_us = run.headroom_us;
             for shard in &mut config.shards {
                 shard.replicas = vec!["127.0.0.1:0".into(); run.replicas as usize];
             }
-            let cluster =
-                LocalCluster::start(&run.exe, config).context("starting the local cluster")?;
+            let cluster = LocalCluster::start(&run.exe, config).context("starting the local cluster")?;
             let config = cluster.config().clone();
             (Some(cluster), config)
         }
@@ -77,11 +75,7 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
     };
     let micro = run.micro.clone();
     let make = move |t: u32| -> Box<dyn Workload> {
-        Box::new(MicroWorkload::new(
-            micro.clone(),
-            Box::new(HashPartitioner::new(shards)),
-            0x5eed + u64::from(t),
-        ))
+        Box::new(MicroWorkload::new(micro.clone(), Box::new(HashPartitioner::new(shards)), 0x5eed + u64::from(t)))
     };
     let progress = Arc::new(Progress::default());
     let bar = run.progress.then(|| progress_bar(run));
@@ -90,8 +84,7 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
         if let Some(bar) = &bar {
             watch(bar, &progress, &load, run.warmup + run.duration);
         }
-        load.join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("load driver panicked")))
+        load.join().unwrap_or_else(|_| Err(anyhow::anyhow!("load driver panicked")))
     });
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -107,16 +100,11 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
     params.insert("keys".into(), json!(run.micro.keys));
     params.insert("ops".into(), json!(run.micro.ops));
     params.insert("read_ratio".into(), json!(run.micro.read_ratio));
-    params.insert(
-        "cross_shard_pct".into(),
-        json!(if shards > 1 {
-            run.micro.cross_shard_pct
-        } else {
-            0
-        }),
-    );
+    params.insert("cross_shard_pct".into(), json!(if shards > 1 { run.micro.cross_shard_pct } else { 0 }));
     params.insert("zipf".into(), json!(run.micro.zipf));
     params.insert("headroom_us".into(), json!(config.headroom_us()));
+    params.insert("cross_shard_committed".into(), json!(c.cross_shard));
+    params.insert("second_round_committed".into(), json!(c.second_round));
     Ok(BenchResult {
         protocol: "luigi".into(),
         workload: "micro".into(),
@@ -137,6 +125,7 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
         latency_us: report.latency.summary(),
         params,
         started_at_unix_s,
+        second_round_rate: if c.cross_shard == 0 { 0.0 } else { c.second_round as f64 / c.cross_shard as f64 },
     })
 }
 
@@ -148,19 +137,11 @@ fn progress_bar(run: &MicroRun) -> ProgressBar {
             .expect("static template")
             .progress_chars("=> "),
     );
-    bar.set_prefix(format!(
-        "micro {}sh {}t {}",
-        run.shards, run.threads, run.net
-    ));
+    bar.set_prefix(format!("micro {}sh {}t {}", run.shards, run.threads, run.net));
     bar
 }
 
-fn watch<T>(
-    bar: &ProgressBar,
-    progress: &Progress,
-    load: &std::thread::ScopedJoinHandle<'_, T>,
-    total: Duration,
-) {
+fn watch<T>(bar: &ProgressBar, progress: &Progress, load: &std::thread::ScopedJoinHandle<'_, T>, total: Duration) {
     let start = Instant::now();
     let mut last = (Instant::now(), 0u64);
     while !load.is_finished() {
@@ -169,11 +150,7 @@ fn watch<T>(
         let dt = last.0.elapsed().as_secs_f64();
         if dt >= 1.0 {
             let tps = (committed - last.1) as f64 / dt;
-            let phase = if progress.measuring.load(Ordering::Relaxed) {
-                "measuring"
-            } else {
-                "warm-up"
-            };
+            let phase = if progress.measuring.load(Ordering::Relaxed) { "measuring" } else { "warm-up" };
             bar.set_message(format!("{phase} {tps:>9.0} tx/s"));
             last = (Instant::now(), committed);
         }

@@ -58,6 +58,9 @@ pub struct BenchResult {
     pub params: BTreeMap<String, serde_json::Value>,
     /// Wall-clock start of the run, seconds since the Unix epoch.
     pub started_at_unix_s: u64,
+    /// Share of committed cross-shard transactions whose proposals differed (second round).
+    #[serde(default)]
+    pub second_round_rate: f64,
 }
 
 /// Computes the abort rate as a fraction `aborted / (committed + aborted)`,
@@ -78,36 +81,22 @@ pub fn abort_rate(committed: u64, aborted: u64) -> f64 {
 /// temporary file in the same directory, synced, and then renamed over `path`,
 /// so a crash never leaves a partially written file behind.
 pub fn write_json(path: &Path, results: &[BenchResult]) -> anyhow::Result<()> {
-    let file_name = path.file_name().ok_or_else(|| {
-        anyhow!(
-            "cannot write results to {}: not a file path",
-            path.display()
-        )
-    })?;
+    let file_name =
+        path.file_name().ok_or_else(|| anyhow!("cannot write results to {}: not a file path", path.display()))?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    fs::create_dir_all(&dir).with_context(|| {
-        format!(
-            "creating directory {} for {}",
-            dir.display(),
-            path.display()
-        )
-    })?;
+    fs::create_dir_all(&dir).with_context(|| format!("creating directory {} for {}", dir.display(), path.display()))?;
 
-    let mut data = serde_json::to_vec_pretty(results)
-        .with_context(|| format!("serializing results for {}", path.display()))?;
+    let mut data =
+        serde_json::to_vec_pretty(results).with_context(|| format!("serializing results for {}", path.display()))?;
     data.push(b'\n');
 
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(file_name);
-    tmp_name.push(format!(
-        ".{}.{}.tmp",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
+    tmp_name.push(format!(".{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
     let tmp = dir.join(tmp_name);
 
     let written = (|| -> std::io::Result<()> {
@@ -134,10 +123,8 @@ pub fn write_json(path: &Path, results: &[BenchResult]) -> anyhow::Result<()> {
 
 /// Reads a JSON array of results previously written by [`write_json`].
 pub fn read_json(path: &Path) -> anyhow::Result<Vec<BenchResult>> {
-    let data =
-        fs::read(path).with_context(|| format!("reading results from {}", path.display()))?;
-    serde_json::from_slice(&data)
-        .with_context(|| format!("parsing results JSON in {}", path.display()))
+    let data = fs::read(path).with_context(|| format!("reading results from {}", path.display()))?;
+    serde_json::from_slice(&data).with_context(|| format!("parsing results JSON in {}", path.display()))
 }
 
 /// Formats an integer with `,` as the thousands separator (e.g. `1,234,567`).
@@ -160,7 +147,7 @@ pub fn format_thousands(n: u64) -> String {
 }
 
 /// Number of table columns.
-const NCOLS: usize = 16;
+const NCOLS: usize = 18;
 
 /// Column headers shared by the text and markdown tables.
 const HEADERS: [&str; NCOLS] = [
@@ -180,13 +167,13 @@ const HEADERS: [&str; NCOLS] = [
     "p99 ms",
     "p99.9 ms",
     "abort %",
+    "errors",
+    "2nd-round %",
 ];
 
 /// Whether each column is numeric (right-aligned) or text (left-aligned).
-const NUMERIC: [bool; NCOLS] = [
-    false, false, true, true, true, true, false, true, true, true, true, true, true, true, true,
-    true,
-];
+const NUMERIC: [bool; NCOLS] =
+    [false, false, true, true, true, true, false, true, true, true, true, true, true, true, true, true, true, true];
 
 fn ms(us: f64) -> String {
     format!("{:.2}", us / 1000.0)
@@ -213,6 +200,8 @@ fn cells(r: &BenchResult) -> [String; NCOLS] {
         ms(l.p99 as f64),
         ms(l.p999 as f64),
         format!("{:.1}", r.abort_rate * 100.0),
+        format_thousands(r.errors),
+        format!("{:.1}", r.second_round_rate * 100.0),
     ]
 }
 
@@ -273,11 +262,7 @@ pub fn render_markdown(results: &[BenchResult]) -> String {
         s
     };
     out.push_str(&line(&mut HEADERS.iter().map(|h| h.to_string())));
-    out.push_str(&line(
-        &mut NUMERIC
-            .iter()
-            .map(|&n| if n { "---:" } else { "---" }.to_string()),
-    ));
+    out.push_str(&line(&mut NUMERIC.iter().map(|&n| if n { "---:" } else { "---" }.to_string())));
     for r in results {
         out.push_str(&line(&mut cells(r).into_iter().map(|c| md_escape(&c))));
     }
@@ -319,6 +304,7 @@ mod tests {
             latency_us: rec.summary(),
             params,
             started_at_unix_s: 1_700_000_000,
+            second_round_rate: 0.25,
         }
     }
 
@@ -326,10 +312,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!(
             "luigi-bench-report-{tag}-{}-{}",
             std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
         ));
         let _ = fs::remove_dir_all(&d);
         d
@@ -358,10 +341,7 @@ mod tests {
     fn json_round_trip() {
         let dir = scratch_dir("rt");
         let path = dir.join("nested/deeper/results.json");
-        let results = vec![
-            sample("luigi", 1_569_420, 52_314.0),
-            sample("2pc", 900, 30.5),
-        ];
+        let results = vec![sample("luigi", 1_569_420, 52_314.0), sample("2pc", 900, 30.5)];
         write_json(&path, &results).unwrap();
         let back = read_json(&path).unwrap();
         assert_eq!(back, results);
@@ -369,10 +349,7 @@ mod tests {
         // Pretty-printed array, no temp files left behind.
         let text = fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("[\n"));
-        let entries: Vec<_> = fs::read_dir(path.parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let entries: Vec<_> = fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(entries, vec![std::ffi::OsString::from("results.json")]);
 
         // Overwrite replaces the whole file.
@@ -409,11 +386,8 @@ mod tests {
 
     #[test]
     fn table_lines_up() {
-        let results = vec![
-            sample("luigi", 1_569_420, 52_314.4),
-            sample("2pc", 900, 30.5),
-            sample("tapir-long-name", 0, 0.0),
-        ];
+        let results =
+            vec![sample("luigi", 1_569_420, 52_314.4), sample("2pc", 900, 30.5), sample("tapir-long-name", 0, 0.0)];
         let table = render_table(&results);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), results.len() + 1, "{table}");

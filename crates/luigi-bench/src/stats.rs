@@ -35,8 +35,7 @@ impl LatencyRecorder {
 
     /// Records one latency sample given in microseconds, clamped to 1 µs ..= 120 s.
     pub fn record_us(&mut self, us: u64) {
-        self.hist
-            .saturating_record(us.clamp(MIN_LATENCY_US, MAX_LATENCY_US));
+        self.hist.saturating_record(us.clamp(MIN_LATENCY_US, MAX_LATENCY_US));
     }
 
     /// Records one latency sample given as a [`Duration`] (truncated to whole µs, then clamped).
@@ -126,6 +125,12 @@ pub struct Counters {
     pub retries: u64,
     /// Transactions that failed with an error (timeouts, transport failures, ...).
     pub errors: u64,
+    /// Committed transactions that spanned several shards.
+    #[serde(default)]
+    pub cross_shard: u64,
+    /// Of those, the ones whose proposals differed (a second agreement round).
+    #[serde(default)]
+    pub second_round: u64,
 }
 
 impl Counters {
@@ -135,6 +140,8 @@ impl Counters {
         self.aborted = self.aborted.saturating_add(other.aborted);
         self.retries = self.retries.saturating_add(other.retries);
         self.errors = self.errors.saturating_add(other.errors);
+        self.cross_shard = self.cross_shard.saturating_add(other.cross_shard);
+        self.second_round = self.second_round.saturating_add(other.second_round);
     }
 }
 
@@ -227,28 +234,10 @@ mod tests {
 
     #[test]
     fn counters_merge() {
-        let mut a = Counters {
-            committed: 10,
-            aborted: 2,
-            retries: 3,
-            errors: 1,
-        };
-        let b = Counters {
-            committed: 5,
-            aborted: 1,
-            retries: 0,
-            errors: u64::MAX,
-        };
+        let mut a = Counters { committed: 10, aborted: 2, retries: 3, errors: 1 };
+        let b = Counters { committed: 5, aborted: 1, retries: 0, errors: u64::MAX };
         a.merge(&b);
-        assert_eq!(
-            a,
-            Counters {
-                committed: 15,
-                aborted: 3,
-                retries: 3,
-                errors: u64::MAX,
-            }
-        );
+        assert_eq!(a, Counters { committed: 15, aborted: 3, retries: 3, errors: u64::MAX });
     }
 
     #[test]

@@ -27,6 +27,25 @@ pub struct CoordinatorConfig {
     pub retry_timeout_us: u64,
     /// Attempts (first send included) before a transaction is reported failed.
     pub max_attempts: u32,
+    /// Which watermarks must pass a transaction's timestamp before it is answered.
+    pub commit_rule: CommitRule,
+}
+
+/// Which shards' watermarks must have passed a transaction's timestamp before the client is
+/// answered (DESIGN.md rule 7, and the deviation documented in the README).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitRule {
+    /// Every participant's (DESIGN.md rule 7 as written). Serializable, and real-time ordered
+    /// per shard; across shards real-time order then depends on clock skew.
+    Participants,
+    /// Every shard of the cluster (`shards` of them): a transaction dispatched after the answer
+    /// lands above every one of those watermarks, so it gets a larger timestamp on whatever
+    /// shard it runs. Strictly serializable whatever the clocks do; costs at most one
+    /// watermark broadcast interval when the other shards are idle.
+    AllShards {
+        /// Number of shards in the cluster.
+        shards: u32,
+    },
 }
 
 impl CoordinatorConfig {
@@ -38,6 +57,7 @@ impl CoordinatorConfig {
             initial_owd_us: 0,
             retry_timeout_us: 2_000_000,
             max_attempts: 10,
+            commit_rule: CommitRule::Participants,
         }
     }
 }
@@ -65,6 +85,8 @@ pub struct Completion {
     pub submitted_us: TimeUs,
     /// Dispatch attempts made (1 = no retry).
     pub attempts: u32,
+    /// Agreement rounds the participants needed (0 single shard, 1 equal proposals, 2 differed).
+    pub rounds: u8,
     /// What happened.
     pub outcome: TxnOutcome,
 }
@@ -175,10 +197,7 @@ impl Coordinator {
 
     /// The current one-way-delay estimate towards `shard`'s leader.
     pub fn owd_estimate_us(&self, shard: ShardId) -> i64 {
-        self.owd
-            .get(&shard)
-            .and_then(OwdEstimator::estimate_us)
-            .unwrap_or(self.config.initial_owd_us as i64)
+        self.owd.get(&shard).and_then(OwdEstimator::estimate_us).unwrap_or(self.config.initial_owd_us as i64)
     }
 
     /// The timestamp a transaction over `shards` submitted at `now` gets.
@@ -189,10 +208,7 @@ impl Coordinator {
 
     /// A ping for `shard`'s leader, to seed the delay estimate before the first transaction.
     pub fn ping(&self, now: TimeUs, shard: ShardId, out: &mut Vec<CoordOutput>) {
-        out.push(CoordOutput::Send {
-            shard,
-            msg: ClientMsg::Ping { sent_us: now },
-        });
+        out.push(CoordOutput::Send { shard, msg: ClientMsg::Ping { sent_us: now } });
     }
 
     /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant).
@@ -204,32 +220,14 @@ impl Coordinator {
         mut pieces: Vec<ShardPiece>,
         out: &mut Vec<CoordOutput>,
     ) -> TxnId {
-        assert!(
-            !pieces.is_empty(),
-            "a transaction needs at least one participant"
-        );
+        assert!(!pieces.is_empty(), "a transaction needs at least one participant");
         pieces.sort_by_key(|p| p.shard);
-        let id = TxnId {
-            client: self.config.client,
-            seq: self.next_seq,
-        };
+        let id = TxnId { client: self.config.client, seq: self.next_seq };
         self.next_seq += 1;
         let ts = self.stamp(now, pieces.iter().map(|p| p.shard));
-        let txn = Arc::new(Txn {
-            id,
-            procedure: procedure.to_string(),
-            args,
-            pieces,
-            ts,
-        });
+        let txn = Arc::new(Txn { id, procedure: procedure.to_string(), args, pieces, ts });
         let slots = txn.pieces.len();
-        let flight = InFlight {
-            txn,
-            submitted_us: now,
-            last_sent_us: now,
-            attempts: 1,
-            replies: vec![None; slots],
-        };
+        let flight = InFlight { txn, submitted_us: now, last_sent_us: now, attempts: 1, replies: vec![None; slots] };
         self.in_flight_seqs.insert(id.seq);
         self.stats.submitted += 1;
         self.send_dispatch(now, &flight, out);
@@ -238,10 +236,7 @@ impl Coordinator {
     }
 
     fn acked_below(&self) -> u64 {
-        self.in_flight_seqs
-            .first()
-            .copied()
-            .unwrap_or(self.next_seq)
+        self.in_flight_seqs.first().copied().unwrap_or(self.next_seq)
     }
 
     fn send_dispatch(&self, now: TimeUs, flight: &InFlight, out: &mut Vec<CoordOutput>) {
@@ -250,11 +245,7 @@ impl Coordinator {
             if reply.is_none() {
                 out.push(CoordOutput::Send {
                     shard: piece.shard,
-                    msg: ClientMsg::Dispatch {
-                        txn: flight.txn.clone(),
-                        sent_us: now,
-                        acked_below,
-                    },
+                    msg: ClientMsg::Dispatch { txn: flight.txn.clone(), sent_us: now, acked_below },
                 });
             }
         }
@@ -263,11 +254,7 @@ impl Coordinator {
     /// Handles a message from a leader.
     pub fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
         match msg {
-            ServerMsg::Pong {
-                shard,
-                arrival_delta_us,
-                watermark,
-            } => {
+            ServerMsg::Pong { shard, arrival_delta_us, watermark } => {
                 self.owd.entry(shard).or_default().record(arrival_delta_us);
                 self.note_watermark(shard, watermark);
             }
@@ -298,10 +285,7 @@ impl Coordinator {
             return; // not a participant: ignore rather than trust it
         };
         if flight.attempts == 1 && !matches!(reply.outcome, Err(TxnError::Rejected(_))) {
-            self.owd
-                .entry(shard)
-                .or_default()
-                .record(reply.arrival_delta_us);
+            self.owd.entry(shard).or_default().record(reply.arrival_delta_us);
         }
         let id = reply.id;
         flight.replies[slot] = Some(reply);
@@ -312,15 +296,10 @@ impl Coordinator {
         let Some(flight) = self.in_flight.get(&id) else {
             return;
         };
-        if let Some(why) = flight
-            .replies
-            .iter()
-            .flatten()
-            .find_map(|r| match &r.outcome {
-                Err(TxnError::Rejected(why)) => Some(why.clone()),
-                _ => None,
-            })
-        {
+        if let Some(why) = flight.replies.iter().flatten().find_map(|r| match &r.outcome {
+            Err(TxnError::Rejected(why)) => Some(why.clone()),
+            _ => None,
+        }) {
             self.finish(id, TxnOutcome::Rejected(why), out);
             return;
         }
@@ -328,39 +307,33 @@ impl Coordinator {
             return;
         }
         let replies: Vec<&TxnReply> = flight.replies.iter().flatten().collect();
-        let ts = replies
-            .iter()
-            .map(|r| r.ts)
-            .max()
-            .expect("at least one participant");
+        let ts = replies.iter().map(|r| r.ts).max().expect("at least one participant");
         if replies.iter().any(|r| r.ts != ts) {
             self.stats.ts_mismatch += 1;
         }
-        let covered = replies
-            .iter()
-            .all(|r| self.watermarks.get(&r.shard).is_some_and(|w| *w >= ts));
+        let passed = |shard: &ShardId| self.watermarks.get(shard).is_some_and(|w| *w >= ts);
+        let covered = match self.config.commit_rule {
+            CommitRule::Participants => replies.iter().all(|r| passed(&r.shard)),
+            CommitRule::AllShards { shards } => (0..shards).all(|s| passed(&s)),
+        };
         if !covered {
             self.awaiting_watermark.insert(id); // a later watermark completes it
             return;
         }
-        let results = replies
-            .iter()
-            .map(|r| (r.shard, r.outcome.clone()))
-            .collect();
+        let results = replies.iter().map(|r| (r.shard, r.outcome.clone())).collect();
         self.finish(id, TxnOutcome::Ordered { ts, results }, out);
     }
 
     fn finish(&mut self, id: TxnId, outcome: TxnOutcome, out: &mut Vec<CoordOutput>) {
-        let flight = self
-            .in_flight
-            .remove(&id)
-            .expect("finishing an in-flight transaction");
+        let flight = self.in_flight.remove(&id).expect("finishing an in-flight transaction");
+        let rounds = flight.replies.iter().flatten().map(|r| r.rounds).max().unwrap_or(0);
         self.awaiting_watermark.remove(&id);
         self.in_flight_seqs.remove(&id.seq);
         out.push(CoordOutput::Done(Completion {
             id,
             submitted_us: flight.submitted_us,
             attempts: flight.attempts,
+            rounds,
             outcome,
         }));
     }
@@ -368,12 +341,8 @@ impl Coordinator {
     /// Retries dispatches that timed out and fails those out of attempts.
     pub fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
         let timeout = self.config.retry_timeout_us;
-        let due: Vec<TxnId> = self
-            .in_flight
-            .iter()
-            .filter(|(_, f)| now >= f.last_sent_us + timeout)
-            .map(|(id, _)| *id)
-            .collect();
+        let due: Vec<TxnId> =
+            self.in_flight.iter().filter(|(_, f)| now >= f.last_sent_us + timeout).map(|(id, _)| *id).collect();
         for id in due {
             let flight = self.in_flight.get_mut(&id).expect("listed");
             if flight.attempts >= self.config.max_attempts {
@@ -391,10 +360,7 @@ impl Coordinator {
 
     /// The earliest time [`Coordinator::tick`] has work to do.
     pub fn next_deadline(&self) -> Option<TimeUs> {
-        self.in_flight
-            .values()
-            .map(|f| f.last_sent_us + self.config.retry_timeout_us)
-            .min()
+        self.in_flight.values().map(|f| f.last_sent_us + self.config.retry_timeout_us).min()
     }
 }
 
@@ -404,19 +370,10 @@ mod tests {
     use crate::types::KeySet;
 
     fn piece(shard: ShardId) -> ShardPiece {
-        ShardPiece {
-            shard,
-            keys: KeySet::new(vec![], vec![vec![shard as u8]]),
-        }
+        ShardPiece { shard, keys: KeySet::new(vec![], vec![vec![shard as u8]]) }
     }
 
-    fn reply(
-        id: TxnId,
-        shard: ShardId,
-        ts: Timestamp,
-        watermark: Timestamp,
-        delta: i64,
-    ) -> ServerMsg {
+    fn reply(id: TxnId, shard: ShardId, ts: Timestamp, watermark: Timestamp, delta: i64) -> ServerMsg {
         ServerMsg::Reply(TxnReply {
             id,
             shard,
@@ -424,6 +381,7 @@ mod tests {
             outcome: Ok(vec![shard as u8]),
             watermark,
             arrival_delta_us: delta,
+            rounds: 0,
         })
     }
 
@@ -438,42 +396,14 @@ mod tests {
 
     #[test]
     fn stamps_with_max_owd_plus_headroom_and_dispatches_to_all() {
-        let mut c = Coordinator::new(CoordinatorConfig {
-            headroom_us: 100,
-            ..CoordinatorConfig::new(7)
-        });
+        let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 100, ..CoordinatorConfig::new(7) });
         let mut out = Vec::new();
-        c.on_message(
-            0,
-            ServerMsg::Pong {
-                shard: 0,
-                arrival_delta_us: 1_000,
-                watermark: 0,
-            },
-            &mut out,
-        );
-        c.on_message(
-            0,
-            ServerMsg::Pong {
-                shard: 1,
-                arrival_delta_us: 5_000,
-                watermark: 0,
-            },
-            &mut out,
-        );
+        c.on_message(0, ServerMsg::Pong { shard: 0, arrival_delta_us: 1_000, watermark: 0 }, &mut out);
+        c.on_message(0, ServerMsg::Pong { shard: 1, arrival_delta_us: 5_000, watermark: 0 }, &mut out);
         let id = c.submit(10_000, "p", vec![], vec![piece(1), piece(0)], &mut out);
         assert_eq!(id, TxnId { client: 7, seq: 1 });
         assert_eq!(sends(&out), vec![0, 1]);
-        let CoordOutput::Send {
-            msg:
-                ClientMsg::Dispatch {
-                    txn,
-                    sent_us,
-                    acked_below,
-                },
-            ..
-        } = &out[0]
-        else {
+        let CoordOutput::Send { msg: ClientMsg::Dispatch { txn, sent_us, acked_below }, .. } = &out[0] else {
             panic!("expected a dispatch")
         };
         assert_eq!(txn.ts, 10_000 + 5_000 + 100);
@@ -490,37 +420,33 @@ mod tests {
         assert!(out.is_empty(), "shard 1 has not answered");
         c.on_message(10, reply(id, 1, 500, 400, 5), &mut out);
         assert!(out.is_empty(), "shard 1's watermark is below the timestamp");
-        c.on_message(
-            10,
-            ServerMsg::Watermark {
-                shard: 1,
-                watermark: 499,
-            },
-            &mut out,
-        );
+        c.on_message(10, ServerMsg::Watermark { shard: 1, watermark: 499 }, &mut out);
         assert!(out.is_empty(), "still below");
-        c.on_message(
-            10,
-            ServerMsg::Watermark {
-                shard: 1,
-                watermark: 500,
-            },
-            &mut out,
-        );
-        let [CoordOutput::Done(done)] = out.as_slice() else {
-            panic!("expected completion, got {out:?}")
-        };
+        c.on_message(10, ServerMsg::Watermark { shard: 1, watermark: 500 }, &mut out);
+        let [CoordOutput::Done(done)] = out.as_slice() else { panic!("expected completion, got {out:?}") };
         assert!(done.outcome.is_committed());
         assert_eq!(c.in_flight(), 0);
     }
 
     #[test]
+    fn all_shards_rule_waits_for_non_participants() {
+        let cfg = CoordinatorConfig { commit_rule: CommitRule::AllShards { shards: 3 }, ..CoordinatorConfig::new(1) };
+        let mut c = Coordinator::new(cfg);
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+        out.clear();
+        c.on_message(5, reply(id, 0, 100, 100, 1), &mut out);
+        c.on_message(5, ServerMsg::Watermark { shard: 1, watermark: 150 }, &mut out);
+        assert!(out.is_empty(), "shard 2's watermark is unknown");
+        c.on_message(5, ServerMsg::Watermark { shard: 2, watermark: 99 }, &mut out);
+        assert!(out.is_empty(), "shard 2's watermark is below the timestamp");
+        c.on_message(5, ServerMsg::Watermark { shard: 2, watermark: 100 }, &mut out);
+        assert!(matches!(out.as_slice(), [CoordOutput::Done(d)] if d.outcome.is_committed()));
+    }
+
+    #[test]
     fn retries_resend_only_to_silent_participants_then_fail() {
-        let cfg = CoordinatorConfig {
-            retry_timeout_us: 100,
-            max_attempts: 3,
-            ..CoordinatorConfig::new(1)
-        };
+        let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 3, ..CoordinatorConfig::new(1) };
         let mut c = Coordinator::new(cfg);
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
@@ -559,10 +485,7 @@ mod tests {
 
     #[test]
     fn owd_learned_from_replies() {
-        let mut c = Coordinator::new(CoordinatorConfig {
-            headroom_us: 0,
-            ..CoordinatorConfig::new(1)
-        });
+        let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 0, ..CoordinatorConfig::new(1) });
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
         c.on_message(1, reply(id, 0, 5, 5, 2_500), &mut out);

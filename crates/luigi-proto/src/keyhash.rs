@@ -43,9 +43,7 @@ mod tests {
 
     #[test]
     fn distinct_keys_hash_apart() {
-        let hashes: std::collections::HashSet<u64> = (0..100_000u64)
-            .map(|i| key_hash(&i.to_be_bytes()))
-            .collect();
+        let hashes: std::collections::HashSet<u64> = (0..100_000u64).map(|i| key_hash(&i.to_be_bytes())).collect();
         assert_eq!(hashes.len(), 100_000);
     }
 }

@@ -86,11 +86,7 @@ impl LocalLog {
     /// A log that holds at most `capacity` records not yet taken.
     pub fn new(capacity: usize) -> Self {
         assert!(capacity > 0);
-        Self {
-            next_index: 1,
-            committed: VecDeque::new(),
-            capacity,
-        }
+        Self { next_index: 1, committed: VecDeque::new(), capacity }
     }
 }
 
@@ -125,10 +121,7 @@ mod tests {
         let mut log = LocalLog::new(2);
         assert_eq!(log.propose(LogRecord::Floor { ts: 1 }), Ok(1));
         assert_eq!(log.propose(LogRecord::Floor { ts: 2 }), Ok(2));
-        assert_eq!(
-            log.propose(LogRecord::Floor { ts: 3 }),
-            Err(LogError::Backlogged(2))
-        );
+        assert_eq!(log.propose(LogRecord::Floor { ts: 3 }), Err(LogError::Backlogged(2)));
         let mut out = Vec::new();
         log.take_committed(&mut out);
         assert_eq!(out.iter().map(|e| e.index).collect::<Vec<_>>(), vec![1, 2]);

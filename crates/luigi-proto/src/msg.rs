@@ -71,6 +71,9 @@ pub struct TxnReply {
     pub watermark: Timestamp,
     /// Server clock at the first arrival of the dispatch minus the client's send clock.
     pub arrival_delta_us: i64,
+    /// Agreement rounds this transaction needed: 0 single shard (or refused), 1 cross-shard
+    /// with equal proposals, 2 when proposals differed (DECIDE and confirmations).
+    pub rounds: u8,
 }
 
 /// Why a participant did not return a procedure result.
@@ -87,6 +90,43 @@ pub enum TxnError {
     Forgotten,
 }
 
+/// Leader to leader: a batch of agreement items for one peer, with the sender's watermark.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerBatch {
+    /// Sending shard.
+    pub from: ShardId,
+    /// The sender's watermark when it flushed the batch.
+    pub watermark: Timestamp,
+    /// Items in the order they were produced.
+    pub items: Vec<PeerItem>,
+}
+
+/// One agreement message between participant leaders (DESIGN.md rule 4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerItem {
+    /// My `PREPARE` of `id` is committed with proposal `ts`.
+    Propose {
+        /// Transaction.
+        id: TxnId,
+        /// The sender's proposal.
+        ts: Timestamp,
+    },
+    /// I durably adopted the final timestamp `ts` of `id` (my `DECIDE` is committed).
+    Confirm {
+        /// Transaction.
+        id: TxnId,
+        /// Final timestamp.
+        ts: Timestamp,
+    },
+    /// I refused `id` at admission; it will never be prepared here, so abort it.
+    Refuse {
+        /// Transaction.
+        id: TxnId,
+        /// Why (passed on to the client).
+        reason: String,
+    },
+}
+
 /// Every frame on a Luigi connection.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WireMsg {
@@ -94,4 +134,6 @@ pub enum WireMsg {
     Client(ClientMsg),
     /// To a client.
     Server(ServerMsg),
+    /// Between shard leaders.
+    Peer(PeerBatch),
 }

@@ -24,13 +24,7 @@ impl OwdEstimator {
     /// An estimator with a `window`-sample window using the `percentile`-th percentile.
     pub fn new(window: usize, percentile: u32) -> Self {
         assert!(window > 0 && percentile <= 100);
-        Self {
-            samples: VecDeque::with_capacity(window),
-            window,
-            percentile,
-            estimate_us: None,
-            since_recompute: 0,
-        }
+        Self { samples: VecDeque::with_capacity(window), window, percentile, estimate_us: None, since_recompute: 0 }
     }
 
     /// Adds a sample (µs, may be negative when the server's clock is behind).

@@ -47,13 +47,7 @@ pub fn split(p: &dyn Partitioner, reads: Vec<Key>, writes: Vec<Key>) -> Vec<Shar
     for k in writes {
         by_shard.entry(p.shard_of(&k)).or_default().1.push(k);
     }
-    by_shard
-        .into_iter()
-        .map(|(shard, (r, w))| ShardPiece {
-            shard,
-            keys: KeySet::new(r, w),
-        })
-        .collect()
+    by_shard.into_iter().map(|(shard, (r, w))| ShardPiece { shard, keys: KeySet::new(r, w) }).collect()
 }
 
 #[cfg(test)]
@@ -79,10 +73,7 @@ mod tests {
         assert!(pieces.windows(2).all(|w| w[0].shard < w[1].shard));
         assert_eq!(pieces.iter().map(|x| x.keys.len()).sum::<usize>(), 30);
         for piece in &pieces {
-            assert!(piece
-                .keys
-                .entries()
-                .all(|(k, _)| p.shard_of(k) == piece.shard));
+            assert!(piece.keys.entries().all(|(k, _)| p.shard_of(k) == piece.shard));
         }
     }
 }

@@ -92,16 +92,8 @@ impl Registry {
         keys: &KeySet,
         shard: ShardId,
     ) -> Result<Vec<u8>, ProcError> {
-        let procedure = self
-            .procedures
-            .get(name)
-            .ok_or_else(|| ProcError::UnknownProcedure(name.to_string()))?;
-        let mut ctx = TxnCtx {
-            store,
-            keys,
-            shard,
-            undo: Vec::new(),
-        };
+        let procedure = self.procedures.get(name).ok_or_else(|| ProcError::UnknownProcedure(name.to_string()))?;
+        let mut ctx = TxnCtx { store, keys, shard, undo: Vec::new() };
         let result = procedure.execute(&mut ctx, args);
         if result.is_err() {
             ctx.rollback();
@@ -137,11 +129,9 @@ impl TxnCtx<'_> {
     fn check(&self, key: &[u8], needed: Access) -> Result<(), ProcError> {
         match (self.keys.access(key), needed) {
             (Some(Access::Write), _) | (Some(Access::Read), Access::Read) => Ok(()),
-            (Some(Access::Read), Access::Write) | (None, _) => Err(ProcError::KeyNotDeclared {
-                key: key.to_vec(),
-                access: needed,
-                shard: self.shard,
-            }),
+            (Some(Access::Read), Access::Write) | (None, _) => {
+                Err(ProcError::KeyNotDeclared { key: key.to_vec(), access: needed, shard: self.shard })
+            }
         }
     }
 
@@ -196,12 +186,7 @@ impl TxnCtx<'_> {
 
     /// Replaces the value under `key` with `new` only if it currently equals `expected`
     /// (`None`: absent). Returns whether it did.
-    pub fn update_if(
-        &mut self,
-        key: &[u8],
-        expected: Option<&[u8]>,
-        new: Value,
-    ) -> Result<bool, ProcError> {
+    pub fn update_if(&mut self, key: &[u8], expected: Option<&[u8]>, new: Value) -> Result<bool, ProcError> {
         self.check(key, Access::Write)?;
         if self.store.get(key).map(Vec::as_slice) != expected {
             return Ok(false);
@@ -220,15 +205,10 @@ impl TxnCtx<'_> {
         order: ScanOrder,
     ) -> Result<Vec<(Key, Value)>, ProcError> {
         let covered = self.keys.entries().any(|(prefix, _)| {
-            start.starts_with(prefix)
-                && (end.starts_with(prefix) || prefix_successor(prefix).as_deref() == Some(end))
+            start.starts_with(prefix) && (end.starts_with(prefix) || prefix_successor(prefix).as_deref() == Some(end))
         });
         if !covered {
-            return Err(ProcError::KeyNotDeclared {
-                key: start.to_vec(),
-                access: Access::Read,
-                shard: self.shard,
-            });
+            return Err(ProcError::KeyNotDeclared { key: start.to_vec(), access: Access::Read, shard: self.shard });
         }
         Ok(self.store.scan(start, end, limit, order))
     }
@@ -256,9 +236,7 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 }
 
 fn decode_i64(key: &[u8], v: &[u8]) -> Result<i64, ProcError> {
-    let bytes: [u8; 8] = v
-        .try_into()
-        .map_err(|_| ProcError::NotAnInteger(key.to_vec()))?;
+    let bytes: [u8; 8] = v.try_into().map_err(|_| ProcError::NotAnInteger(key.to_vec()))?;
     Ok(i64::from_le_bytes(bytes))
 }
 
@@ -283,9 +261,7 @@ mod tests {
     #[test]
     fn unknown_procedure_is_an_error() {
         let r = Registry::new();
-        let err = r
-            .execute("nope", &[], &mut Store::new(), &KeySet::default(), 0)
-            .unwrap_err();
+        let err = r.execute("nope", &[], &mut Store::new(), &KeySet::default(), 0).unwrap_err();
         assert_eq!(err, ProcError::UnknownProcedure("nope".into()));
     }
 
@@ -293,17 +269,8 @@ mod tests {
     fn undeclared_and_read_only_keys_are_refused() {
         let keys = KeySet::new(vec![b"r".to_vec()], vec![b"w".to_vec()]);
         let r = registry(|ctx| ctx.put(b"r".to_vec(), vec![1]).map(|_| vec![]));
-        let err = r
-            .execute("p", &[], &mut Store::new(), &keys, 3)
-            .unwrap_err();
-        assert!(matches!(
-            err,
-            ProcError::KeyNotDeclared {
-                access: Access::Write,
-                shard: 3,
-                ..
-            }
-        ));
+        let err = r.execute("p", &[], &mut Store::new(), &keys, 3).unwrap_err();
+        assert!(matches!(err, ProcError::KeyNotDeclared { access: Access::Write, shard: 3, .. }));
         let r = registry(|ctx| ctx.get(b"x").map(|_| vec![]));
         assert!(r.execute("p", &[], &mut Store::new(), &keys, 0).is_err());
     }
@@ -335,18 +302,12 @@ mod tests {
             assert_eq!(ctx.add_i64(b"n", 5)?, 5);
             assert_eq!(ctx.add_i64(b"n", -7)?, -2);
             ctx.insert(b"s".to_vec(), b"x".to_vec())?;
-            assert!(matches!(
-                ctx.insert(b"s".to_vec(), b"y".to_vec()),
-                Err(ProcError::DuplicateKey(_))
-            ));
+            assert!(matches!(ctx.insert(b"s".to_vec(), b"y".to_vec()), Err(ProcError::DuplicateKey(_))));
             assert!(!ctx.update_if(b"s", Some(b"nope"), b"z".to_vec())?);
             assert!(ctx.update_if(b"s", Some(b"x"), b"z".to_vec())?);
             Ok(ctx.get(b"s")?.unwrap())
         });
-        assert_eq!(
-            r.execute("p", &[], &mut store, &keys, 0).unwrap(),
-            b"z".to_vec()
-        );
+        assert_eq!(r.execute("p", &[], &mut store, &keys, 0).unwrap(), b"z".to_vec());
         assert_eq!(store.get(b"n").unwrap(), &(-2i64).to_le_bytes().to_vec());
     }
 
@@ -359,29 +320,12 @@ mod tests {
             store.put(table_key(7, &[1, i]), vec![i as u8]);
             store.put(table_key(7, &[2, i]), vec![i as u8]);
         }
-        let mut ctx = TxnCtx {
-            store: &mut store,
-            keys: &keys,
-            shard: 0,
-            undo: vec![],
-        };
+        let mut ctx = TxnCtx { store: &mut store, keys: &keys, shard: 0, undo: vec![] };
         let end = prefix_successor(&prefix).unwrap();
         let last = ctx.scan(&prefix, &end, 1, ScanOrder::Descending).unwrap();
         assert_eq!(last[0].0, table_key(7, &[1, 4]));
-        assert_eq!(
-            ctx.scan(
-                &table_key(7, &[1, 1]),
-                &table_key(7, &[1, 3]),
-                9,
-                ScanOrder::Ascending
-            )
-            .unwrap()
-            .len(),
-            2
-        );
-        assert!(ctx
-            .scan(&prefix, &table_key(7, &[3]), 9, ScanOrder::Ascending)
-            .is_err());
+        assert_eq!(ctx.scan(&table_key(7, &[1, 1]), &table_key(7, &[1, 3]), 9, ScanOrder::Ascending).unwrap().len(), 2);
+        assert!(ctx.scan(&prefix, &table_key(7, &[3]), 9, ScanOrder::Ascending).is_err());
         assert!(ctx.get(&table_key(7, &[1, 2])).unwrap().is_some());
         assert!(ctx.get(&table_key(7, &[2, 2])).is_err());
         let _ = &mut ctx;

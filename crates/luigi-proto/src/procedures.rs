@@ -47,8 +47,7 @@ impl Micro {
 
 impl Procedure for Micro {
     fn execute(&self, ctx: &mut TxnCtx<'_>, args: &[u8]) -> Result<Vec<u8>, ProcError> {
-        let ops: Vec<MicroOp> =
-            postcard::from_bytes(args).map_err(|e| ProcError::BadArgs(format!("micro: {e}")))?;
+        let ops: Vec<MicroOp> = postcard::from_bytes(args).map_err(|e| ProcError::BadArgs(format!("micro: {e}")))?;
         let mut out: MicroOutput = Vec::new();
         for op in ops {
             let key = micro_key(op.key);
@@ -98,8 +97,7 @@ impl Transfer {
 
 impl Procedure for Transfer {
     fn execute(&self, ctx: &mut TxnCtx<'_>, args: &[u8]) -> Result<Vec<u8>, ProcError> {
-        let a: TransferArgs =
-            postcard::from_bytes(args).map_err(|e| ProcError::BadArgs(format!("transfer: {e}")))?;
+        let a: TransferArgs = postcard::from_bytes(args).map_err(|e| ProcError::BadArgs(format!("transfer: {e}")))?;
         let mut balances = Vec::new();
         for (account, delta) in [(a.from, -a.amount), (a.to, a.amount)] {
             let key = account_key(account);
@@ -121,35 +119,15 @@ mod tests {
     fn micro_runs_only_its_own_keys() {
         let r = Registry::with_builtins();
         let ops = vec![
-            MicroOp {
-                key: 1,
-                write: Some(10),
-            },
-            MicroOp {
-                key: 2,
-                write: None,
-            },
-            MicroOp {
-                key: 1,
-                write: None,
-            },
-            MicroOp {
-                key: 3,
-                write: Some(30),
-            },
+            MicroOp { key: 1, write: Some(10) },
+            MicroOp { key: 2, write: None },
+            MicroOp { key: 1, write: None },
+            MicroOp { key: 3, write: Some(30) },
         ];
         // This shard owns keys 1 and 2 only.
         let keys = KeySet::new(vec![micro_key(2)], vec![micro_key(1)]);
         let mut store = Store::new();
-        let out = r
-            .execute(
-                Micro::NAME,
-                &postcard::to_stdvec(&ops).unwrap(),
-                &mut store,
-                &keys,
-                0,
-            )
-            .unwrap();
+        let out = r.execute(Micro::NAME, &postcard::to_stdvec(&ops).unwrap(), &mut store, &keys, 0).unwrap();
         let out: MicroOutput = postcard::from_bytes(&out).unwrap();
         assert_eq!(out, vec![(2, None), (1, Some(10))]);
         assert_eq!(store.len(), 1);
@@ -158,15 +136,7 @@ mod tests {
     #[test]
     fn micro_rejects_garbage_arguments() {
         let r = Registry::with_builtins();
-        let err = r
-            .execute(
-                Micro::NAME,
-                &[0xff, 0xff, 0xff],
-                &mut Store::new(),
-                &KeySet::default(),
-                0,
-            )
-            .unwrap_err();
+        let err = r.execute(Micro::NAME, &[0xff, 0xff, 0xff], &mut Store::new(), &KeySet::default(), 0).unwrap_err();
         assert!(matches!(err, ProcError::BadArgs(_)));
     }
 }

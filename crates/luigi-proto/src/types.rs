@@ -63,10 +63,7 @@ impl KeySet {
 
     /// Every declared key with its access mode.
     pub fn entries(&self) -> impl Iterator<Item = (&Key, Access)> {
-        self.reads
-            .iter()
-            .map(|k| (k, Access::Read))
-            .chain(self.writes.iter().map(|k| (k, Access::Write)))
+        self.reads.iter().map(|k| (k, Access::Read)).chain(self.writes.iter().map(|k| (k, Access::Write)))
     }
 
     /// Number of declared keys.
@@ -89,8 +86,7 @@ fn contains(sorted: &[Key], key: &[u8]) -> bool {
 /// must be declared at one granularity by every procedure (see the procedure API). Key sets
 /// are small, so a scan that compares lengths first beats a binary search per prefix length.
 fn has_prefix_of(keys: &[Key], key: &[u8]) -> bool {
-    keys.iter()
-        .any(|d| d.len() < key.len() && key.starts_with(d))
+    keys.iter().any(|d| d.len() < key.len() && key.starts_with(d))
 }
 
 /// Read or write access to a key.
@@ -137,10 +133,7 @@ pub struct Txn {
 impl Txn {
     /// The key set on `shard`, if it participates.
     pub fn piece(&self, shard: ShardId) -> Option<&KeySet> {
-        self.pieces
-            .iter()
-            .find(|p| p.shard == shard)
-            .map(|p| &p.keys)
+        self.pieces.iter().find(|p| p.shard == shard).map(|p| &p.keys)
     }
 
     /// True when more than one shard participates.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use luigi_proto::coordinator::{Completion, CoordOutput, Coordinator, CoordinatorConfig};
+use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig};
 use luigi_proto::msg::{ClientMsg, WireMsg};
 use luigi_proto::partition::{split, HashPartitioner, Partitioner};
 use luigi_proto::types::{ClientId, ShardId, ShardPiece, TxnId};
@@ -57,23 +57,15 @@ pub struct Client {
 impl Client {
     /// Connects to every shard leader of `config` as client `id` (unique in the cluster).
     pub async fn connect(config: &ClusterConfig, id: ClientId) -> anyhow::Result<Self> {
-        let partitioner: Arc<dyn Partitioner> =
-            Arc::new(HashPartitioner::new(config.shard_count()));
+        let partitioner: Arc<dyn Partitioner> = Arc::new(HashPartitioner::new(config.shard_count()));
         let model = config.delay_model();
-        let delay_line = if model.is_zero() {
-            None
-        } else {
-            Some(Arc::new(DelayLine::new()?))
-        };
+        let delay_line = if model.is_zero() { None } else { Some(Arc::new(DelayLine::new()?)) };
         let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
         let mut writers = HashMap::new();
         for shard in 0..config.shard_count() {
             let node = NodeId { shard, replica: 0 };
             let link = delay_line.as_ref().map(|l| {
-                l.link(
-                    model.dist(CLIENT_NODE, &node.name()),
-                    config.seed ^ id.rotate_left(17) ^ u64::from(shard),
-                )
+                l.link(model.dist(CLIENT_NODE, &node.name()), config.seed ^ id.rotate_left(17) ^ u64::from(shard))
             });
             let writer = connect_leader(config, shard, link, &in_tx).await?;
             writer.send(&WireMsg::Client(ClientMsg::Hello { client: id }))?;
@@ -83,6 +75,7 @@ impl Client {
         coord_config.headroom_us = config.headroom_us();
         coord_config.retry_timeout_us = config.retry_timeout_us();
         coord_config.initial_owd_us = config.scenario().delay().mean_us;
+        coord_config.commit_rule = CommitRule::AllShards { shards: config.shard_count() };
         let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
         let driver = Driver {
             coordinator: Coordinator::new(coord_config),
@@ -92,11 +85,7 @@ impl Client {
             _delay_line: delay_line,
         };
         tokio::spawn(driver.run(req_rx, in_rx));
-        Ok(Self {
-            requests: req_tx,
-            partitioner,
-            id,
-        })
+        Ok(Self { requests: req_tx, partitioner, id })
     }
 
     /// This client's id.
@@ -130,16 +119,8 @@ impl Client {
         pieces: Vec<ShardPiece>,
     ) -> Result<Completion, ClientError> {
         let (done, rx) = oneshot::channel();
-        let req = Request {
-            procedure: procedure.to_string(),
-            args,
-            pieces,
-            done,
-        };
-        self.requests
-            .send(req)
-            .await
-            .map_err(|_| ClientError::Closed)?;
+        let req = Request { procedure: procedure.to_string(), args, pieces, done };
+        self.requests.send(req).await.map_err(|_| ClientError::Closed)?;
         rx.await.map_err(|_| ClientError::Closed)
     }
 }
@@ -161,9 +142,7 @@ async fn connect_leader(
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("cannot reach the leader of shard {shard} at {addr}")
-                });
+                return Err(e).with_context(|| format!("cannot reach the leader of shard {shard} at {addr}"));
             }
         }
     };
@@ -184,11 +163,7 @@ struct Driver {
 }
 
 impl Driver {
-    async fn run(
-        mut self,
-        mut requests: mpsc::Receiver<Request>,
-        mut inbound: mpsc::Receiver<(ShardId, WireMsg)>,
-    ) {
+    async fn run(mut self, mut requests: mpsc::Receiver<Request>, mut inbound: mpsc::Receiver<(ShardId, WireMsg)>) {
         let now = clock::now_us();
         for shard in self.writers.keys().copied().collect::<Vec<_>>() {
             for _ in 0..WARMUP_PINGS {
@@ -231,23 +206,14 @@ impl Driver {
     }
 
     fn submit(&mut self, req: Request) {
-        let id = self.coordinator.submit(
-            clock::now_us(),
-            &req.procedure,
-            req.args,
-            req.pieces,
-            &mut self.out,
-        );
+        let id = self.coordinator.submit(clock::now_us(), &req.procedure, req.args, req.pieces, &mut self.out);
         self.waiting.insert(id, req.done);
     }
 
     fn on_msg(&mut self, shard: ShardId, msg: WireMsg) {
         match msg {
-            WireMsg::Server(msg) => {
-                self.coordinator
-                    .on_message(clock::now_us(), msg, &mut self.out)
-            }
-            WireMsg::Client(_) => warn!(shard, "leader sent a client message; ignored"),
+            WireMsg::Server(msg) => self.coordinator.on_message(clock::now_us(), msg, &mut self.out),
+            WireMsg::Client(_) | WireMsg::Peer(_) => warn!(shard, "leader sent a message meant for a server; ignored"),
         }
     }
 

@@ -9,10 +9,7 @@ static LAST_US: AtomicU64 = AtomicU64::new(0);
 
 /// Current time in µs since the Unix epoch, monotonic within this process.
 pub fn now_us() -> u64 {
-    let wall = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0);
+    let wall = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
     let prev = LAST_US.fetch_max(wall, Ordering::Relaxed);
     prev.max(wall)
 }

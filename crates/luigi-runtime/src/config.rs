@@ -149,20 +149,14 @@ impl FromStr for NodeId {
         let bad = || format!("node name '{s}' is not of the form s<shard>r<replica>, e.g. s0r0");
         let rest = s.strip_prefix('s').ok_or_else(bad)?;
         let (shard, replica) = rest.split_once('r').ok_or_else(bad)?;
-        Ok(NodeId {
-            shard: shard.parse().map_err(|_| bad())?,
-            replica: replica.parse().map_err(|_| bad())?,
-        })
+        Ok(NodeId { shard: shard.parse().map_err(|_| bad())?, replica: replica.parse().map_err(|_| bad())? })
     }
 }
 
 impl ClusterConfig {
     /// Reads and validates `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.into(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
         Self::parse(&text, path)
     }
 
@@ -183,25 +177,15 @@ impl ClusterConfig {
 
     /// Checks every field.
     pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let invalid = |field: String, problem: String| ConfigError::Invalid {
-            path: path.into(),
-            field,
-            problem,
-        };
+        let invalid = |field: String, problem: String| ConfigError::Invalid { path: path.into(), field, problem };
         Scenario::from_str(&self.net).map_err(|e| invalid("net".into(), e.to_string()))?;
         if self.shards.is_empty() {
-            return Err(invalid(
-                "shards".into(),
-                "at least one [[shards]] entry is needed".into(),
-            ));
+            return Err(invalid("shards".into(), "at least one [[shards]] entry is needed".into()));
         }
         let mut seen = HashSet::new();
         for (s, shard) in self.shards.iter().enumerate() {
             if shard.replicas.is_empty() {
-                return Err(invalid(
-                    format!("shards[{s}].replicas"),
-                    "a shard needs at least one replica".into(),
-                ));
+                return Err(invalid(format!("shards[{s}].replicas"), "a shard needs at least one replica".into()));
             }
             if shard.replicas.len() > 1 {
                 return Err(invalid(
@@ -211,12 +195,9 @@ impl ClusterConfig {
             }
             for (r, addr) in shard.replicas.iter().enumerate() {
                 let field = format!("shards[{s}].replicas[{r}]");
-                let parsed: SocketAddr = addr.parse().map_err(|e| {
-                    invalid(
-                        field.clone(),
-                        format!("'{addr}' is not an ip:port address ({e})"),
-                    )
-                })?;
+                let parsed: SocketAddr = addr
+                    .parse()
+                    .map_err(|e| invalid(field.clone(), format!("'{addr}' is not an ip:port address ({e})")))?;
                 if !seen.insert(parsed) {
                     return Err(invalid(field, format!("address {addr} is used twice")));
                 }
@@ -227,22 +208,18 @@ impl ClusterConfig {
                 if name != CLIENT_NODE && self.node_addr_by_name(name).is_none() {
                     return Err(invalid(
                         format!("links[{i}].{end}"),
-                        format!("'{name}' is neither \"{CLIENT_NODE}\" nor a node of this cluster (s<shard>r<replica>)"),
+                        format!(
+                            "'{name}' is neither \"{CLIENT_NODE}\" nor a node of this cluster (s<shard>r<replica>)"
+                        ),
                     ));
                 }
             }
             if link.jitter_us > link.mean_us {
-                return Err(invalid(
-                    format!("links[{i}].jitter_us"),
-                    "jitter larger than the mean delay".into(),
-                ));
+                return Err(invalid(format!("links[{i}].jitter_us"), "jitter larger than the mean delay".into()));
             }
         }
         if self.protocol.retry_timeout_us == Some(0) {
-            return Err(invalid(
-                "protocol.retry_timeout_us".into(),
-                "must be positive".into(),
-            ));
+            return Err(invalid("protocol.retry_timeout_us".into(), "must be positive".into()));
         }
         Ok(())
     }
@@ -259,11 +236,7 @@ impl ClusterConfig {
 
     /// Address of `node`.
     pub fn node_addr(&self, node: NodeId) -> Option<SocketAddr> {
-        let addr = self
-            .shards
-            .get(node.shard as usize)?
-            .replicas
-            .get(node.replica as usize)?;
+        let addr = self.shards.get(node.shard as usize)?.replicas.get(node.replica as usize)?;
         addr.parse().ok()
     }
 
@@ -273,42 +246,31 @@ impl ClusterConfig {
 
     /// The initial leader of `shard`.
     pub fn leader_addr(&self, shard: ShardId) -> SocketAddr {
-        self.node_addr(NodeId { shard, replica: 0 })
-            .expect("validated: every shard has a replica")
+        self.node_addr(NodeId { shard, replica: 0 }).expect("validated: every shard has a replica")
     }
 
     /// Every hop's delay: the scenario plus link overrides.
     pub fn delay_model(&self) -> DelayModel {
         let mut model = DelayModel::from_scenario(self.scenario());
         for link in &self.links {
-            model.set_link(
-                link.from.clone(),
-                link.to.clone(),
-                DelayDist::new(link.mean_us, link.jitter_us),
-            );
+            model.set_link(link.from.clone(), link.to.clone(), DelayDist::new(link.mean_us, link.jitter_us));
         }
         model
     }
 
     /// Coordinator headroom: configured, or half the scenario's jitter plus 200 µs.
     pub fn headroom_us(&self) -> u64 {
-        self.protocol
-            .headroom_us
-            .unwrap_or_else(|| self.scenario().delay().jitter_us / 2 + 200)
+        self.protocol.headroom_us.unwrap_or_else(|| self.scenario().delay().jitter_us / 2 + 200)
     }
 
     /// Coordinator retry timeout: configured, or 4 round trips plus one second.
     pub fn retry_timeout_us(&self) -> u64 {
-        self.protocol
-            .retry_timeout_us
-            .unwrap_or_else(|| 8 * self.scenario().delay().mean_us + 1_000_000)
+        self.protocol.retry_timeout_us.unwrap_or_else(|| 8 * self.scenario().delay().mean_us + 1_000_000)
     }
 
     /// Leader floor lookahead: configured, or one second plus 4 one-way delays.
     pub fn floor_lookahead_us(&self) -> u64 {
-        self.protocol
-            .floor_lookahead_us
-            .unwrap_or_else(|| 1_000_000 + 4 * self.scenario().delay().mean_us)
+        self.protocol.floor_lookahead_us.unwrap_or_else(|| 1_000_000 + 4 * self.scenario().delay().mean_us)
     }
 
     /// A local cluster of `shards` single-replica shards on loopback ports from `ports`.
@@ -318,12 +280,7 @@ impl ClusterConfig {
             net: net.to_string(),
             seed: 1,
             protocol: ProtocolConfig::default(),
-            shards: ports
-                .iter()
-                .map(|p| ShardConfig {
-                    replicas: vec![format!("127.0.0.1:{p}")],
-                })
-                .collect(),
+            shards: ports.iter().map(|p| ShardConfig { replicas: vec![format!("127.0.0.1:{p}")] }).collect(),
             links: Vec::new(),
         }
     }
@@ -357,14 +314,8 @@ mod tests {
         let c = parse(GOOD).unwrap();
         assert_eq!(c.shard_count(), 2);
         assert_eq!(c.headroom_us(), 900);
-        assert_eq!(
-            c.delay_model().dist("s0r0", "s1r0"),
-            DelayDist::new(1000, 10)
-        );
-        assert_eq!(
-            c.delay_model().dist("client", "s1r0"),
-            Scenario::Geo.delay()
-        );
+        assert_eq!(c.delay_model().dist("s0r0", "s1r0"), DelayDist::new(1000, 10));
+        assert_eq!(c.delay_model().dist("client", "s1r0"), Scenario::Geo.delay());
         assert_eq!(parse(&c.to_toml()).unwrap(), c);
     }
 
@@ -373,23 +324,17 @@ mod tests {
         let e = parse("net = \"moon\"\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap_err();
         assert!(e.contains("field `net`") && e.contains("moon"), "{e}");
         let e = parse("[[shards]]\nreplicas = [\"localhost\"]").unwrap_err();
-        assert!(
-            e.contains("shards[0].replicas[0]") && e.contains("not an ip:port"),
-            "{e}"
-        );
-        let e = parse(
-            "[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]",
-        )
-        .unwrap_err();
-        assert!(
-            e.contains("shards[1].replicas[0]") && e.contains("used twice"),
-            "{e}"
-        );
+        assert!(e.contains("shards[0].replicas[0]") && e.contains("not an ip:port"), "{e}");
+        let e =
+            parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap_err();
+        assert!(e.contains("shards[1].replicas[0]") && e.contains("used twice"), "{e}");
         let e = parse("shards = []").unwrap_err();
         assert!(e.contains("field `shards`"), "{e}");
         let e = parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\nbogus = 1").unwrap_err();
         assert!(e.contains("bogus"), "{e}");
-        let e = parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[[links]]\nfrom = \"s9r0\"\nto = \"client\"\nmean_us = 1").unwrap_err();
+        let e =
+            parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[[links]]\nfrom = \"s9r0\"\nto = \"client\"\nmean_us = 1")
+                .unwrap_err();
         assert!(e.contains("links[0].from") && e.contains("s9r0"), "{e}");
         let e = parse("[[shards]]\nreplicas = 5").unwrap_err();
         assert!(e.contains("c.toml") && e.contains("replicas"), "{e}");
@@ -397,32 +342,14 @@ mod tests {
 
     #[test]
     fn missing_file_is_a_clear_error() {
-        let e = ClusterConfig::load(Path::new("/nonexistent/c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("cannot read cluster file /nonexistent/c.toml"),
-            "{e}"
-        );
+        let e = ClusterConfig::load(Path::new("/nonexistent/c.toml")).unwrap_err().to_string();
+        assert!(e.contains("cannot read cluster file /nonexistent/c.toml"), "{e}");
     }
 
     #[test]
     fn node_names() {
-        assert_eq!(
-            "s3r1".parse::<NodeId>().unwrap(),
-            NodeId {
-                shard: 3,
-                replica: 1
-            }
-        );
+        assert_eq!("s3r1".parse::<NodeId>().unwrap(), NodeId { shard: 3, replica: 1 });
         assert!("x1".parse::<NodeId>().is_err());
-        assert_eq!(
-            NodeId {
-                shard: 0,
-                replica: 2
-            }
-            .name(),
-            "s0r2"
-        );
+        assert_eq!(NodeId { shard: 0, replica: 2 }.name(), "s0r2");
     }
 }

@@ -29,14 +29,8 @@ impl PreciseTimer {
         let shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
         let notify = Arc::new(Notify::new());
         let (s, n) = (shared.clone(), notify.clone());
-        let thread = std::thread::Builder::new()
-            .name("luigi-timer".into())
-            .spawn(move || run(&s, &n))?;
-        Ok(Self {
-            shared,
-            notify,
-            thread: Some(thread),
-        })
+        let thread = std::thread::Builder::new().name("luigi-timer".into()).spawn(move || run(&s, &n))?;
+        Ok(Self { shared, notify, thread: Some(thread) })
     }
 
     /// Sets the deadline (µs, [`clock::now_us`] scale), replacing any previous one. The timer
@@ -81,10 +75,7 @@ fn run(shared: &(Mutex<State>, Condvar), notify: &Notify) {
                     notify.notify_one();
                 } else {
                     let wait = Duration::from_micros(deadline - now);
-                    st = cvar
-                        .wait_timeout(st, wait)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
+                    st = cvar.wait_timeout(st, wait).unwrap_or_else(|e| e.into_inner()).0;
                 }
             }
         }

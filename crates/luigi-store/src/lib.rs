@@ -82,19 +82,11 @@ impl Store {
     }
 
     /// Up to `limit` entries with `start <= key < end`, in `order`.
-    pub fn scan(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-        order: ScanOrder,
-    ) -> Vec<(Key, Value)> {
+    pub fn scan(&self, start: &[u8], end: &[u8], limit: usize, order: ScanOrder) -> Vec<(Key, Value)> {
         if start >= end {
             return Vec::new();
         }
-        let range = self
-            .index
-            .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+        let range = self.index.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
         let clone = |k: &Key| (k.clone(), self.map[k].clone());
         match order {
             ScanOrder::Ascending => range.take(limit).map(clone).collect(),

@@ -22,11 +22,7 @@ use luigi_runtime::server::Server;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(
-    name = "luigi",
-    version,
-    about = "Luigi: geo-distributed transactional key-value store"
-)]
+#[command(name = "luigi", version, about = "Luigi: geo-distributed transactional key-value store")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -114,12 +110,8 @@ struct MicroArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let result = match cli.command {
         Command::Server(args) => server(args),
         Command::Bench(Bench::Micro(args)) => micro(args),
@@ -155,8 +147,7 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
                     std::future::pending::<()>().await;
                 }
             };
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             let terminated = async {
                 match term.as_mut() {
                     Some(t) => {
@@ -179,22 +170,10 @@ fn micro(args: MicroArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.shards > 0, "--shards must be at least 1");
     anyhow::ensure!(args.replicas > 0, "--replicas must be at least 1");
     anyhow::ensure!(args.in_flight > 0, "--in-flight must be at least 1");
-    anyhow::ensure!(
-        (0.0..=1.0).contains(&args.read_ratio),
-        "--read-ratio must be between 0 and 1"
-    );
-    anyhow::ensure!(
-        args.cross_shard <= 100,
-        "--cross-shard is a percentage (0-100)"
-    );
-    anyhow::ensure!(
-        args.duration > 0.0 && args.warmup >= 0.0,
-        "--duration must be positive, --warmup not negative"
-    );
-    anyhow::ensure!(
-        args.keys >= 2 * u64::from(args.ops),
-        "--keys must be at least twice --ops"
-    );
+    anyhow::ensure!((0.0..=1.0).contains(&args.read_ratio), "--read-ratio must be between 0 and 1");
+    anyhow::ensure!(args.cross_shard <= 100, "--cross-shard is a percentage (0-100)");
+    anyhow::ensure!(args.duration > 0.0 && args.warmup >= 0.0, "--duration must be positive, --warmup not negative");
+    anyhow::ensure!(args.keys >= 2 * u64::from(args.ops), "--keys must be at least twice --ops");
     let exe = std::env::current_exe().context("cannot locate the luigi binary")?;
     let mut results: Vec<BenchResult> = Vec::new();
     for &net in &args.net {

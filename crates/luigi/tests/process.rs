@@ -21,11 +21,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A server process killed on drop.
@@ -57,11 +53,7 @@ fn start_server(config: &Path, node: &str, port: u16) -> ServerProc {
 fn one_shard_config(dir: &Path, net: &str) -> (PathBuf, u16) {
     let port = free_port();
     let path = dir.join("cluster.toml");
-    std::fs::write(
-        &path,
-        format!("net = \"{net}\"\n[[shards]]\nreplicas = [\"127.0.0.1:{port}\"]\n"),
-    )
-    .unwrap();
+    std::fs::write(&path, format!("net = \"{net}\"\n[[shards]]\nreplicas = [\"127.0.0.1:{port}\"]\n")).unwrap();
     (path, port)
 }
 
@@ -70,63 +62,23 @@ fn bench_micro_runs_a_real_cluster_and_writes_results() {
     let dir = scratch("bench");
     let json = dir.join("r.json");
     let out = Command::new(EXE)
-        .args([
-            "bench",
-            "micro",
-            "--duration",
-            "1.5",
-            "--warmup",
-            "0.5",
-            "--threads",
-            "2",
-        ])
-        .args([
-            "--in-flight",
-            "20",
-            "--net",
-            "same-region",
-            "--keys",
-            "1000",
-            "--no-progress",
-            "--json",
-        ])
+        .args(["bench", "micro", "--duration", "1.5", "--warmup", "0.5", "--threads", "2"])
+        .args(["--in-flight", "20", "--net", "same-region", "--keys", "1000", "--no-progress", "--json"])
         .arg(&json)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("tps") && stdout.contains("same-region"),
-        "table printed: {stdout}"
-    );
+    assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("tps") && stdout.contains("same-region"), "table printed: {stdout}");
     let results = read_json(&json).unwrap();
     assert_eq!(results.len(), 1);
     let r = &results[0];
-    assert_eq!(
-        (
-            r.protocol.as_str(),
-            r.workload.as_str(),
-            r.shards,
-            r.replicas
-        ),
-        ("luigi", "micro", 1, 1)
-    );
-    assert_eq!(
-        (r.threads, r.in_flight, r.net.as_str()),
-        (2, 20, "same-region")
-    );
+    assert_eq!((r.protocol.as_str(), r.workload.as_str(), r.shards, r.replicas), ("luigi", "micro", 1, 1));
+    assert_eq!((r.threads, r.in_flight, r.net.as_str()), (2, 20, "same-region"));
     assert!(r.committed > 100, "committed {}", r.committed);
     assert_eq!(r.errors, 0);
     // Every transaction crosses the emulated WAN twice (>= 1.5 ms each way).
-    assert!(
-        r.latency_us.p50 >= 3_000,
-        "p50 {} µs is below two one-way delays",
-        r.latency_us.p50
-    );
+    assert!(r.latency_us.p50 >= 3_000, "p50 {} µs is below two one-way delays", r.latency_us.p50);
     assert!(r.latency_us.p50 <= r.latency_us.p99);
     assert!((r.throughput_tps - r.committed as f64 / r.duration_s).abs() < 1.0);
 }
@@ -142,10 +94,7 @@ fn client_library_reads_its_writes_and_server_survives_garbage() {
     bad.write_all(&[0x40, 0, 0, 0, 1, 2, 3]).unwrap();
     bad.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 16];
-    assert!(
-        matches!(bad.read(&mut buf), Ok(0) | Err(_)),
-        "server closes a connection sending garbage"
-    );
+    assert!(matches!(bad.read(&mut buf), Ok(0) | Err(_)), "server closes a connection sending garbage");
     // ... and so does a well-framed payload that is not a message.
     let mut bad2 = TcpStream::connect(("127.0.0.1", port)).unwrap();
     bad2.write_all(&[0, 0, 0, 3, 0xff, 0xff, 0xff]).unwrap();
@@ -154,10 +103,7 @@ fn client_library_reads_its_writes_and_server_survives_garbage() {
 
     // ... while the server keeps serving everyone else.
     let config = ClusterConfig::load(&config_path).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let client = Client::connect(&config, 77).await.unwrap();
         let write = vec![MicroOp { key: 5, write: Some(99) }];
@@ -190,52 +136,25 @@ fn client_library_reads_its_writes_and_server_survives_garbage() {
 fn bad_config_and_busy_port_fail_with_one_clear_line() {
     let dir = scratch("badcfg");
     let bad = dir.join("bad.toml");
-    std::fs::write(
-        &bad,
-        "net = \"mars\"\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n",
-    )
-    .unwrap();
-    let out = Command::new(EXE)
-        .args(["server", "--node", "s0r0", "--config"])
-        .arg(&bad)
-        .output()
-        .unwrap();
+    std::fs::write(&bad, "net = \"mars\"\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n").unwrap();
+    let out = Command::new(EXE).args(["server", "--node", "s0r0", "--config"]).arg(&bad).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("field `net`") && err.contains("mars") && err.contains("bad.toml"),
-        "{err}"
-    );
+    assert!(err.contains("field `net`") && err.contains("mars") && err.contains("bad.toml"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 
-    let out = Command::new(EXE)
-        .args(["server", "--node", "s0r0", "--config", "/nonexistent.toml"])
-        .output()
-        .unwrap();
+    let out = Command::new(EXE).args(["server", "--node", "s0r0", "--config", "/nonexistent.toml"]).output().unwrap();
     assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("cannot read cluster file /nonexistent.toml")
-    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read cluster file /nonexistent.toml"));
 
     let (config_path, port) = one_shard_config(&dir, "none");
     let _holder = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let out = Command::new(EXE)
-        .args(["server", "--node", "s0r0", "--config"])
-        .arg(&config_path)
-        .output()
-        .unwrap();
+    let out = Command::new(EXE).args(["server", "--node", "s0r0", "--config"]).arg(&config_path).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("cannot listen on 127.0.0.1:") && err.contains("s0r0"),
-        "{err}"
-    );
+    assert!(err.contains("cannot listen on 127.0.0.1:") && err.contains("s0r0"), "{err}");
 
-    let out = Command::new(EXE)
-        .args(["server", "--node", "s5r0", "--config"])
-        .arg(&config_path)
-        .output()
-        .unwrap();
+    let out = Command::new(EXE).args(["server", "--node", "s5r0", "--config"]).arg(&config_path).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("node s5r0 is not in the cluster file"));
 }
 
@@ -244,16 +163,7 @@ fn unreachable_cluster_is_a_clear_error() {
     let dir = scratch("unreach");
     let (config_path, _port) = one_shard_config(&dir, "none");
     let out = Command::new(EXE)
-        .args([
-            "bench",
-            "micro",
-            "--duration",
-            "1",
-            "--warmup",
-            "0",
-            "--no-progress",
-            "--cluster",
-        ])
+        .args(["bench", "micro", "--duration", "1", "--warmup", "0", "--no-progress", "--cluster"])
         .arg(&config_path)
         .arg("--json")
         .arg(dir.join("r.json"))

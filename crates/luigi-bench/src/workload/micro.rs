@@ -27,13 +27,7 @@ pub struct MicroConfig {
 
 impl Default for MicroConfig {
     fn default() -> Self {
-        Self {
-            keys: 100_000,
-            ops: 10,
-            read_ratio: 0.5,
-            cross_shard_pct: 100,
-            zipf: None,
-        }
+        Self { keys: 100_000, ops: 10, read_ratio: 0.5, cross_shard_pct: 100, zipf: None }
     }
 }
 
@@ -58,23 +52,14 @@ const PLACEMENT_TRIES_MAX: u32 = 10_000;
 impl MicroWorkload {
     /// A generator with `config` over `partitioner`'s shards, seeded with `seed`.
     pub fn new(config: MicroConfig, partitioner: Box<dyn Partitioner>, seed: u64) -> Self {
-        assert!(
-            config.keys >= u64::from(config.ops) * 2,
-            "key space too small for distinct keys"
-        );
+        assert!(config.keys >= u64::from(config.ops) * 2, "key space too small for distinct keys");
         assert!((0.0..=1.0).contains(&config.read_ratio));
         let dist = match config.zipf {
             Some(s) => KeyDist::Zipf(Zipf::new(config.keys, s).expect("valid zipf parameters")),
             None => KeyDist::Uniform(config.keys),
         };
         let shards = partitioner.shards();
-        Self {
-            config,
-            shards,
-            partitioner,
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            dist,
-        }
+        Self { config, shards, partitioner, rng: ChaCha8Rng::seed_from_u64(seed), dist }
     }
 
     fn draw(&mut self) -> u64 {
@@ -112,23 +97,10 @@ impl Workload for MicroWorkload {
             let write = (!self.rng.gen_bool(self.config.read_ratio)).then(|| self.rng.gen());
             ops.push(MicroOp { key, write });
         }
-        let reads = ops
-            .iter()
-            .filter(|o| o.write.is_none())
-            .map(|o| micro_key(o.key))
-            .collect();
-        let writes = ops
-            .iter()
-            .filter(|o| o.write.is_some())
-            .map(|o| micro_key(o.key))
-            .collect();
+        let reads = ops.iter().filter(|o| o.write.is_none()).map(|o| micro_key(o.key)).collect();
+        let writes = ops.iter().filter(|o| o.write.is_some()).map(|o| micro_key(o.key)).collect();
         let args = postcard::to_stdvec(&ops).expect("ops encode");
-        TxnSpec {
-            procedure: Micro::NAME,
-            args,
-            reads,
-            writes,
-        }
+        TxnSpec { procedure: Micro::NAME, args, reads, writes }
     }
 }
 
@@ -138,21 +110,13 @@ mod tests {
     use luigi_proto::partition::HashPartitioner;
 
     fn gen(shards: u32, cross: u32) -> MicroWorkload {
-        let config = MicroConfig {
-            keys: 1000,
-            cross_shard_pct: cross,
-            ..MicroConfig::default()
-        };
+        let config = MicroConfig { keys: 1000, cross_shard_pct: cross, ..MicroConfig::default() };
         MicroWorkload::new(config, Box::new(HashPartitioner::new(shards)), 7)
     }
 
     fn shards_of(spec: &TxnSpec, shards: u32) -> std::collections::BTreeSet<u32> {
         let p = HashPartitioner::new(shards);
-        spec.reads
-            .iter()
-            .chain(&spec.writes)
-            .map(|k| p.shard_of(k))
-            .collect()
+        spec.reads.iter().chain(&spec.writes).map(|k| p.shard_of(k)).collect()
     }
 
     #[test]
@@ -174,9 +138,7 @@ mod tests {
         let mut none = gen(3, 0);
         assert!((0..100).all(|_| shards_of(&none.next_txn(), 3).len() == 1));
         let mut half = gen(3, 50);
-        let cross = (0..1000)
-            .filter(|_| shards_of(&half.next_txn(), 3).len() > 1)
-            .count();
+        let cross = (0..1000).filter(|_| shards_of(&half.next_txn(), 3).len() > 1).count();
         assert!((400..600).contains(&cross), "{cross}");
     }
 
@@ -187,20 +149,10 @@ mod tests {
 
     #[test]
     fn zipf_is_skewed() {
-        let config = MicroConfig {
-            keys: 1000,
-            zipf: Some(0.99),
-            ..MicroConfig::default()
-        };
+        let config = MicroConfig { keys: 1000, zipf: Some(0.99), ..MicroConfig::default() };
         let mut g = MicroWorkload::new(config, Box::new(HashPartitioner::new(1)), 1);
         let hot = (0..1000)
-            .filter(|_| {
-                g.next_txn()
-                    .reads
-                    .iter()
-                    .chain(&g.next_txn().writes)
-                    .any(|k| *k == micro_key(0))
-            })
+            .filter(|_| g.next_txn().reads.iter().chain(&g.next_txn().writes).any(|k| *k == micro_key(0)))
             .count();
         assert!(hot > 100, "key 0 should be hot, seen in {hot} of 1000");
     }

@@ -31,10 +31,7 @@ impl Floors {
     pub fn min_allowed(&self, keys: &KeySet) -> Timestamp {
         let get = |m: &HashKeyMap<Timestamp>, k: &[u8]| m.get(&key_hash(k)).copied().unwrap_or(0);
         let reads = keys.reads.iter().map(|k| get(&self.write, k));
-        let writes = keys
-            .writes
-            .iter()
-            .map(|k| get(&self.write, k).max(get(&self.read, k)));
+        let writes = keys.writes.iter().map(|k| get(&self.write, k).max(get(&self.read, k)));
         reads.chain(writes).max().map_or(0, |ts| ts + 1)
     }
 
@@ -68,13 +65,7 @@ fn bump(map: &mut HashKeyMap<Timestamp>, key: &[u8], ts: Timestamp) {
 /// The proposal for a transaction stamped `ts` by its coordinator, arriving at `now`:
 /// `max(ts, now, floor + 1, conflicting released + 1)`, where `floor` is the published
 /// watermark (or the recovered admission floor, whichever is higher).
-pub fn propose(
-    ts: Timestamp,
-    now: TimeUs,
-    floor: Timestamp,
-    floors: &Floors,
-    keys: &KeySet,
-) -> Timestamp {
+pub fn propose(ts: Timestamp, now: TimeUs, floor: Timestamp, floors: &Floors, keys: &KeySet) -> Timestamp {
     ts.max(now).max(floor + 1).max(floors.min_allowed(keys))
 }
 

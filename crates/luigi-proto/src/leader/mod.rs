@@ -1,31 +1,34 @@
-//! The shard leader: admission, the timestamp-ordered hold queue, execution, the watermark and
-//! exactly-once answers (DESIGN.md rules 3, 5 and 7). Sans-I/O: every entry point takes the
-//! current time and pushes effects into an output vector; the log is a [`ReplicatedLog`].
+//! The shard leader: admission, cross-shard agreement, the timestamp-ordered hold queue,
+//! execution, the watermark and exactly-once answers (DESIGN.md rules 3, 4, 5 and 7).
+//! Sans-I/O: every entry point takes the current time and pushes effects into an output
+//! vector; the log is a [`ReplicatedLog`].
 //!
 //! Life of a transaction on this shard:
 //! 1. `Dispatch` arrives; [`admission`] bumps its proposal above the conflicting released
 //!    floors and the watermark (and up to the clock if it is late) and appends `PREPARE`.
-//! 2. The `PREPARE` commits: the transaction is durable and (single shard) decided.
-//! 3. [`queue`] releases it once the clock has passed its timestamp and no conflicting
-//!    transaction with a smaller timestamp is still pending here; it executes.
+//! 2. The `PREPARE` commits: the transaction is durable. A single-shard transaction is now
+//!    decided; a cross-shard one runs [`agreement`] with the other participant leaders.
+//! 3. [`queue`] releases it once it is decided, the clock has passed its timestamp and no
+//!    conflicting transaction with a smaller timestamp is still pending here; it executes.
 //! 4. Its answer is sent once the watermark has passed its timestamp.
 
 pub mod admission;
+pub mod agreement;
 pub mod queue;
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use crate::Map;
 use std::sync::Arc;
 
 use luigi_store::Store;
 
-use crate::log::{LogEntry, LogError, LogRecord, ReplicatedLog};
-use crate::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
+use crate::log::{LogEntry, LogRecord, ReplicatedLog};
+use crate::msg::{ClientMsg, PeerBatch, PeerItem, ServerMsg, TxnError, TxnReply};
 use crate::procedure::Registry;
 use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use crate::Map;
 
 use admission::Floors;
+use agreement::{Agreement, Step};
 use queue::HoldQueue;
 
 /// Knobs of a shard leader.
@@ -37,8 +40,13 @@ pub struct LeaderConfig {
     /// latency or the watermark stalls while a promise is in flight.
     pub floor_lookahead_us: u64,
     /// Largest number of transactions pending (admitted, not executed) at once; beyond it new
-    /// dispatches are rejected with an error reply rather than queued without bound.
+    /// dispatches are rejected with an error reply rather than queued without bound. Also
+    /// bounds the agreement messages buffered for transactions not yet dispatched here.
     pub max_pending: usize,
+    /// A peer's outgoing batch is flushed at the next tick, or at once when it holds this many.
+    pub peer_batch_max: usize,
+    /// How often the watermark is sent to every connected client.
+    pub watermark_broadcast_us: u64,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: Mutations,
 }
@@ -50,16 +58,20 @@ impl LeaderConfig {
             shard,
             floor_lookahead_us: 1_000_000,
             max_pending: 1 << 20,
+            peer_batch_max: 256,
+            watermark_broadcast_us: 1_000,
             mutations: Mutations::default(),
         }
     }
 }
 
-/// Deliberate protocol bugs, used only by tests that prove the checker catches them.
+/// Deliberate protocol bugs, used only by tests that prove the checks catch them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Mutations {
     /// Release a transaction even when a conflicting smaller-timestamp one is pending.
     pub release_ignores_conflicts: bool,
+    /// Decide a cross-shard transaction on the first round even when proposals differed.
+    pub skip_second_round: bool,
 }
 
 /// An effect of the leader for its shell to carry out.
@@ -72,6 +84,18 @@ pub enum LeaderOutput {
         /// Message.
         msg: ServerMsg,
     },
+    /// Send `msg` to every connected client.
+    ToAllClients {
+        /// Message.
+        msg: ServerMsg,
+    },
+    /// Send `batch` to the leader of `shard`.
+    ToPeer {
+        /// Destination shard.
+        shard: ShardId,
+        /// Agreement items.
+        batch: PeerBatch,
+    },
 }
 
 /// A transaction admitted here and not yet executed.
@@ -83,6 +107,18 @@ struct Pending {
     /// Its `PREPARE` is committed in the log.
     durable: bool,
     arrival_delta_us: i64,
+    /// Cross-shard agreement (None for single-shard transactions).
+    agreement: Option<Agreement>,
+    /// Set when a participant refused it and an `ABORT` is being logged.
+    aborting: Option<String>,
+}
+
+/// Agreement messages that arrived before the transaction's own dispatch.
+#[derive(Debug, Default)]
+struct Early {
+    proposals: Vec<(ShardId, Timestamp)>,
+    confirms: Vec<(ShardId, Timestamp)>,
+    refused: Option<String>,
 }
 
 /// An executed transaction's answer, kept until the client acknowledges it.
@@ -91,6 +127,7 @@ struct Answer {
     ts: Timestamp,
     outcome: Result<Vec<u8>, TxnError>,
     arrival_delta_us: i64,
+    rounds: u8,
 }
 
 #[derive(Debug, Default)]
@@ -113,6 +150,14 @@ pub struct LeaderStats {
     pub rejected: u64,
     /// Retried dispatches answered from the answer table or already pending.
     pub duplicates: u64,
+    /// Cross-shard transactions decided here.
+    pub cross_decided: u64,
+    /// Of those, the ones whose proposals differed (second round).
+    pub cross_differed: u64,
+    /// Cross-shard transactions aborted because a participant refused them.
+    pub aborted: u64,
+    /// Agreement messages refused because the early buffer was full.
+    pub early_overflow: u64,
 }
 
 /// The shard leader state machine.
@@ -124,9 +169,14 @@ pub struct ShardLeader<L: ReplicatedLog> {
     floors: Floors,
     queue: HoldQueue,
     pending: Map<TxnId, Pending>,
+    early: Map<TxnId, Early>,
     clients: Map<ClientId, ClientTable>,
     /// Executed transactions whose answer waits for the watermark, by (ts, id).
     unanswered: BTreeSet<(Timestamp, TxnId)>,
+    /// Agreement items per destination shard, flushed at the next tick.
+    outbox: BTreeMap<ShardId, Vec<PeerItem>>,
+    /// Records the log refused (backlog); proposed again at the next pump.
+    log_retry: Vec<LogRecord>,
     watermark: Timestamp,
     /// Nothing is admitted at or below this (set by recovery above everything in the log).
     admission_floor: Timestamp,
@@ -134,6 +184,8 @@ pub struct ShardLeader<L: ReplicatedLog> {
     floor_committed: Timestamp,
     /// Highest `Floor` proposed (committed or not).
     floor_proposed: Timestamp,
+    /// When the watermark was last broadcast, and its value then.
+    broadcast_at: (TimeUs, Timestamp),
     committed_buf: Vec<LogEntry>,
     stats: LeaderStats,
 }
@@ -149,12 +201,16 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             floors: Floors::default(),
             queue: HoldQueue::default(),
             pending: Map::default(),
+            early: Map::default(),
             clients: Map::default(),
             unanswered: BTreeSet::new(),
+            outbox: BTreeMap::new(),
+            log_retry: Vec::new(),
             watermark: 0,
             admission_floor: 0,
             floor_committed: 0,
             floor_proposed: 0,
+            broadcast_at: (0, 0),
             committed_buf: Vec::new(),
             stats: LeaderStats::default(),
         }
@@ -191,23 +247,19 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         &mut self.log
     }
 
-    /// The earliest time at which [`ShardLeader::tick`] has work to do, if any.
+    /// The earliest time at which [`ShardLeader::tick`] has work to do.
     pub fn next_deadline(&self) -> Option<TimeUs> {
-        let renew = self
-            .floor_proposed
-            .saturating_sub(self.config.floor_lookahead_us / 2);
-        let release = self.queue.next_clock_deadline();
-        Some(release.map_or(renew, |r| r.min(renew)))
+        if !self.outbox.is_empty() || !self.log_retry.is_empty() {
+            return Some(0); // now
+        }
+        let renew = self.floor_proposed.saturating_sub(self.config.floor_lookahead_us / 2);
+        let broadcast = self.broadcast_at.0 + self.config.watermark_broadcast_us;
+        let release = self.queue.next_clock_deadline().unwrap_or(TimeUs::MAX);
+        Some(release.min(renew).min(broadcast))
     }
 
     /// Handles a message from client `client`.
-    pub fn on_client(
-        &mut self,
-        now: TimeUs,
-        client: ClientId,
-        msg: ClientMsg,
-        out: &mut Vec<LeaderOutput>,
-    ) {
+    pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
         match msg {
             ClientMsg::Hello { .. } => {}
             ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
@@ -218,11 +270,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                     watermark: self.watermark,
                 },
             }),
-            ClientMsg::Dispatch {
-                txn,
-                sent_us,
-                acked_below,
-            } => {
+            ClientMsg::Dispatch { txn, sent_us, acked_below } => {
                 let arrival_delta_us = now as i64 - sent_us as i64;
                 self.forget_acked(txn.id.client, acked_below);
                 self.on_dispatch(now, txn, arrival_delta_us, out);
@@ -231,19 +279,33 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.pump(now, out);
     }
 
-    /// Advances time: renews the floor promise, releases transactions whose time has come,
-    /// publishes the watermark.
-    pub fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    /// Handles a batch of agreement items from the leader of `batch.from`.
+    pub fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+        let from = batch.from;
+        for item in batch.items {
+            match item {
+                PeerItem::Propose { id, ts } => self.on_proposal(id, from, ts),
+                PeerItem::Confirm { id, ts } => self.on_confirm(id, from, ts),
+                PeerItem::Refuse { id, reason } => self.on_refuse(id, reason),
+            }
+        }
         self.pump(now, out);
     }
 
-    fn on_dispatch(
-        &mut self,
-        now: TimeUs,
-        txn: Arc<Txn>,
-        arrival_delta_us: i64,
-        out: &mut Vec<LeaderOutput>,
-    ) {
+    /// Advances time: renews the floor promise, releases transactions whose time has come,
+    /// publishes the watermark, and flushes agreement batches to the other leaders.
+    pub fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        self.pump(now, out);
+        let (at, w) = self.broadcast_at;
+        if now >= at + self.config.watermark_broadcast_us && self.watermark > w {
+            self.broadcast_at = (now, self.watermark);
+            let msg = ServerMsg::Watermark { shard: self.config.shard, watermark: self.watermark };
+            out.push(LeaderOutput::ToAllClients { msg });
+        }
+        self.flush_outbox(out);
+    }
+
+    fn on_dispatch(&mut self, now: TimeUs, txn: Arc<Txn>, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
         let id = txn.id;
         if self.pending.contains_key(&id) {
             // A retry of a transaction still in progress: its answer will follow.
@@ -253,75 +315,53 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if let Some(table) = self.clients.get(&id.client) {
             if id.seq < table.acked_below {
                 self.stats.duplicates += 1;
-                self.reply_now(id, 0, Err(TxnError::Forgotten), arrival_delta_us, out);
+                self.reply_now(id, 0, Err(TxnError::Forgotten), arrival_delta_us, 0, out);
                 return;
             }
             if let Some(answer) = table.answers.get(&id.seq) {
                 self.stats.duplicates += 1;
                 if answer.ts <= self.watermark {
                     let a = answer.clone();
-                    self.reply_now(id, a.ts, a.outcome, a.arrival_delta_us, out);
+                    self.reply_now(id, a.ts, a.outcome, a.arrival_delta_us, a.rounds, out);
                 } // else: still in `unanswered`, the reply goes out when the watermark passes.
                 return;
             }
         }
+        if let Some(reason) = self.early.get(&id).and_then(|e| e.refused.clone()) {
+            // Another participant refused it first; it will never be prepared anywhere.
+            self.early.remove(&id);
+            self.store_refusal(id, reason.clone(), arrival_delta_us);
+            self.reply_now(id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
+            return;
+        }
         if let Err(reason) = self.validate(&txn) {
-            self.reject(id, reason, arrival_delta_us, out);
+            self.refuse(&txn, reason, arrival_delta_us, out);
             return;
         }
         let keys = txn.piece(self.config.shard).expect("validated");
         let floor = self.watermark.max(self.admission_floor);
         let proposal = admission::propose(txn.ts, now, floor, &self.floors, keys);
-        match self.log.propose(LogRecord::Prepare {
-            txn: txn.clone(),
-            ts: proposal,
-            arrival_delta_us,
-        }) {
-            Ok(_) => {}
-            Err(e @ (LogError::NotLeader | LogError::Backlogged(_))) => {
-                self.reject(id, e.to_string(), arrival_delta_us, out);
-                return;
-            }
+        let record = LogRecord::Prepare { txn: txn.clone(), ts: proposal, arrival_delta_us };
+        if let Err(e) = self.log.propose(record) {
+            self.refuse(&txn, e.to_string(), arrival_delta_us, out);
+            return;
         }
         self.stats.admitted += 1;
         if proposal != txn.ts {
             self.stats.bumped += 1;
         }
         self.queue.insert(id, proposal, keys);
-        self.pending.insert(
-            id,
-            Pending {
-                txn,
-                ts: proposal,
-                durable: false,
-                arrival_delta_us,
-            },
-        );
-    }
-
-    /// Refuses a dispatch for good: the refusal is stored as the transaction's answer, so a
-    /// retry still on its way (or sent after a lost refusal) gets the same answer instead of
-    /// being admitted after the client was told it never would be.
-    fn reject(
-        &mut self,
-        id: TxnId,
-        reason: String,
-        arrival_delta_us: i64,
-        out: &mut Vec<LeaderOutput>,
-    ) {
-        self.stats.rejected += 1;
-        let outcome = Err(TxnError::Rejected(reason));
-        let answer = Answer {
-            ts: 0,
-            outcome: outcome.clone(),
-            arrival_delta_us,
-        };
-        self.clients
-            .entry(id.client)
-            .or_default()
-            .answers
-            .insert(id.seq, answer);
-        self.reply_now(id, 0, outcome, arrival_delta_us, out);
+        let agreement = txn.is_cross_shard().then(|| Agreement::new(txn.shards().collect()));
+        self.pending
+            .insert(id, Pending { txn, ts: proposal, durable: false, arrival_delta_us, agreement, aborting: None });
+        if let Some(early) = self.early.remove(&id) {
+            for (shard, ts) in early.proposals {
+                self.on_proposal(id, shard, ts);
+            }
+            for (shard, ts) in early.confirms {
+                self.on_confirm(id, shard, ts);
+            }
+        }
     }
 
     /// Checks a dispatch before admission; the error text goes to the client.
@@ -333,26 +373,136 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if keys.is_empty() {
             return Err(format!("empty key set on shard {shard}"));
         }
+        if !txn.pieces.windows(2).all(|w| w[0].shard < w[1].shard) {
+            return Err("participants must be sorted and distinct".into());
+        }
         if !self.registry.contains(&txn.procedure) {
             return Err(format!("unknown procedure '{}'", txn.procedure));
         }
-        if txn.is_cross_shard() {
-            return Err("cross-shard transactions are not supported by this leader yet".into());
-        }
         if self.pending.len() >= self.config.max_pending {
-            return Err(format!(
-                "shard {shard} has {} transactions pending",
-                self.pending.len()
-            ));
+            return Err(format!("shard {shard} has {} transactions pending", self.pending.len()));
         }
         Ok(())
+    }
+
+    /// Refuses a dispatch for good: the refusal is stored as the transaction's answer, so a
+    /// retry still on its way (or sent after a lost refusal) gets the same answer instead of
+    /// being admitted after the client was told it never would be. The other participants are
+    /// told, so they abort it rather than wait forever for this shard's proposal.
+    fn refuse(&mut self, txn: &Txn, reason: String, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
+        self.stats.rejected += 1;
+        self.store_refusal(txn.id, reason.clone(), arrival_delta_us);
+        let me = self.config.shard;
+        for shard in txn.shards().filter(|s| *s != me) {
+            self.queue_peer(shard, PeerItem::Refuse { id: txn.id, reason: reason.clone() });
+        }
+        self.reply_now(txn.id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
+    }
+
+    fn store_refusal(&mut self, id: TxnId, reason: String, arrival_delta_us: i64) {
+        let answer = Answer { ts: 0, outcome: Err(TxnError::Rejected(reason)), arrival_delta_us, rounds: 0 };
+        self.clients.entry(id.client).or_default().answers.insert(id.seq, answer);
+    }
+
+    fn early_entry(&mut self, id: TxnId) -> Option<&mut Early> {
+        if !self.early.contains_key(&id) && self.early.len() >= self.config.max_pending {
+            self.stats.early_overflow += 1;
+            return None;
+        }
+        Some(self.early.entry(id).or_default())
+    }
+
+    fn is_answered(&self, id: TxnId) -> bool {
+        self.clients.get(&id.client).is_some_and(|t| id.seq < t.acked_below || t.answers.contains_key(&id.seq))
+    }
+
+    fn on_proposal(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
+        let skip = self.config.mutations.skip_second_round;
+        if let Some(agreement) = self.pending.get_mut(&id).and_then(|p| p.agreement.as_mut()) {
+            let step = agreement.on_proposal(from, ts, skip);
+            self.on_step(id, step);
+        } else if !self.pending.contains_key(&id) && !self.is_answered(id) {
+            if let Some(e) = self.early_entry(id) {
+                e.proposals.push((from, ts));
+            }
+        }
+    }
+
+    fn on_confirm(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
+        if let Some(agreement) = self.pending.get_mut(&id).and_then(|p| p.agreement.as_mut()) {
+            let step = agreement.on_confirm(from, ts);
+            self.on_step(id, step);
+        } else if !self.pending.contains_key(&id) && !self.is_answered(id) {
+            if let Some(e) = self.early_entry(id) {
+                e.confirms.push((from, ts));
+            }
+        }
+    }
+
+    fn on_refuse(&mut self, id: TxnId, reason: String) {
+        if let Some(p) = self.pending.get_mut(&id) {
+            // The refusing shard never proposed, so nobody can have decided it.
+            assert!(!p.agreement.as_ref().is_some_and(Agreement::is_decided), "refused after decision");
+            if p.aborting.is_none() {
+                p.aborting = Some(reason);
+                self.propose_record(LogRecord::Abort { id });
+            }
+        } else if !self.is_answered(id) {
+            if let Some(e) = self.early_entry(id) {
+                e.refused = Some(reason);
+            }
+        }
+    }
+
+    fn on_step(&mut self, id: TxnId, step: Step) {
+        match step {
+            Step::Wait => {}
+            Step::LogDecide { final_ts } => {
+                self.reposition(id, final_ts);
+                self.propose_record(LogRecord::Decide { id, ts: final_ts });
+            }
+            Step::Decided { final_ts } => {
+                self.reposition(id, final_ts);
+                self.stats.cross_decided += 1;
+                self.queue.mark_ready(id);
+            }
+        }
+    }
+
+    fn reposition(&mut self, id: TxnId, ts: Timestamp) {
+        let p = self.pending.get_mut(&id).expect("agreement of a pending transaction");
+        assert!(ts >= p.ts, "agreement only raises timestamps");
+        if ts != p.ts {
+            p.ts = ts;
+            self.queue.reposition(id, ts);
+        }
+    }
+
+    fn propose_record(&mut self, record: LogRecord) {
+        if self.log.propose(record.clone()).is_err() {
+            self.log_retry.push(record); // backlog: try again at the next pump
+        }
+    }
+
+    fn queue_peer(&mut self, shard: ShardId, item: PeerItem) {
+        self.outbox.entry(shard).or_default().push(item);
+    }
+
+    fn flush_outbox(&mut self, out: &mut Vec<LeaderOutput>) {
+        for (shard, items) in std::mem::take(&mut self.outbox) {
+            let batch = PeerBatch { from: self.config.shard, watermark: self.watermark, items };
+            out.push(LeaderOutput::ToPeer { shard, batch });
+        }
     }
 
     /// Applies committed log records, renews the floor, releases and executes what is ready,
     /// and sends the answers the watermark now covers.
     fn pump(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        for record in std::mem::take(&mut self.log_retry) {
+            self.propose_record(record);
+        }
         self.renew_floor(now);
-        self.apply_committed();
+        self.apply_committed(out);
         let mut released = Vec::new();
         let ignore_conflicts = self.config.mutations.release_ignores_conflicts;
         self.queue.release(now, &mut released, ignore_conflicts);
@@ -360,6 +510,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.execute(id);
         }
         self.advance_watermark(now, out);
+        if self.outbox.values().any(|items| items.len() >= self.config.peer_batch_max) {
+            self.flush_outbox(out);
+        }
     }
 
     fn renew_floor(&mut self, now: TimeUs) {
@@ -370,52 +523,73 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.floor_proposed = ts;
             }
         }
-        self.apply_committed();
     }
 
-    fn apply_committed(&mut self) {
+    fn apply_committed(&mut self, out: &mut Vec<LeaderOutput>) {
         let mut entries = std::mem::take(&mut self.committed_buf);
         self.log.take_committed(&mut entries);
         for entry in entries.drain(..) {
             match entry.record {
-                LogRecord::Prepare { txn, .. } => {
-                    if let Some(p) = self.pending.get_mut(&txn.id) {
-                        p.durable = true;
-                        self.queue.mark_ready(txn.id);
-                    }
-                }
+                LogRecord::Prepare { txn, ts, .. } => self.on_prepared(txn.id, ts),
+                LogRecord::Decide { id, ts } => self.on_decide_logged(id, ts),
+                LogRecord::Abort { id } => self.on_abort_logged(id, out),
                 LogRecord::Floor { ts } => self.floor_committed = self.floor_committed.max(ts),
-                LogRecord::Decide { .. } | LogRecord::Abort { .. } => {
-                    // Cross-shard records are produced only by the agreement layer.
-                }
             }
         }
         self.committed_buf = entries;
     }
 
+    fn on_prepared(&mut self, id: TxnId, proposal: Timestamp) {
+        let shard = self.config.shard;
+        let Some(p) = self.pending.get_mut(&id) else { return };
+        p.durable = true;
+        let Some(agreement) = p.agreement.as_ref() else {
+            self.queue.mark_ready(id); // single shard: decided once durable
+            return;
+        };
+        let others: Vec<ShardId> = agreement.shards().iter().copied().filter(|s| *s != shard).collect();
+        for s in others {
+            self.queue_peer(s, PeerItem::Propose { id, ts: proposal });
+        }
+        self.on_proposal(id, shard, proposal);
+    }
+
+    fn on_decide_logged(&mut self, id: TxnId, ts: Timestamp) {
+        let shard = self.config.shard;
+        let Some(agreement) = self.pending.get(&id).and_then(|p| p.agreement.as_ref()) else { return };
+        self.stats.cross_differed += 1;
+        let others: Vec<ShardId> = agreement.shards().iter().copied().filter(|s| *s != shard).collect();
+        for s in others {
+            self.queue_peer(s, PeerItem::Confirm { id, ts });
+        }
+        self.on_confirm(id, shard, ts);
+    }
+
+    fn on_abort_logged(&mut self, id: TxnId, out: &mut Vec<LeaderOutput>) {
+        let Some(p) = self.pending.remove(&id) else { return };
+        self.queue.remove(id);
+        self.stats.aborted += 1;
+        let reason = p.aborting.unwrap_or_else(|| "aborted by recovery".into());
+        self.store_refusal(id, reason.clone(), p.arrival_delta_us);
+        self.reply_now(id, 0, Err(TxnError::Rejected(reason)), p.arrival_delta_us, 0, out);
+    }
+
     fn execute(&mut self, id: TxnId) {
-        let p = self
-            .pending
-            .remove(&id)
-            .expect("released transactions are pending");
-        debug_assert!(p.durable);
+        let p = self.pending.remove(&id).expect("released transactions are pending");
+        assert!(p.durable, "executing a transaction whose PREPARE is not committed");
+        assert!(
+            p.agreement.as_ref().is_none_or(Agreement::is_decided),
+            "executing an undecided cross-shard transaction"
+        );
         let shard = self.config.shard;
         let keys = p.txn.piece(shard).expect("participant");
-        let outcome = self
-            .registry
-            .execute(&p.txn.procedure, &p.txn.args, &mut self.store, keys, shard)
-            .map_err(TxnError::from);
+        let outcome =
+            self.registry.execute(&p.txn.procedure, &p.txn.args, &mut self.store, keys, shard).map_err(TxnError::from);
         self.floors.record_release(keys, p.ts);
         self.stats.executed += 1;
         let table = self.clients.entry(id.client).or_default();
-        table.answers.insert(
-            id.seq,
-            Answer {
-                ts: p.ts,
-                outcome,
-                arrival_delta_us: p.arrival_delta_us,
-            },
-        );
+        let rounds = p.agreement.as_ref().map_or(0, Agreement::rounds);
+        table.answers.insert(id.seq, Answer { ts: p.ts, outcome, arrival_delta_us: p.arrival_delta_us, rounds });
         self.unanswered.insert((p.ts, id));
     }
 
@@ -431,15 +605,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 break;
             }
             self.unanswered.pop_first();
-            let Some(answer) = self
-                .clients
-                .get(&id.client)
-                .and_then(|t| t.answers.get(&id.seq))
-                .cloned()
-            else {
-                continue; // acknowledged meanwhile (cannot happen before an answer, but be safe)
+            let Some(answer) = self.clients.get(&id.client).and_then(|t| t.answers.get(&id.seq)).cloned() else {
+                continue;
             };
-            self.reply_now(id, answer.ts, answer.outcome, answer.arrival_delta_us, out);
+            self.reply_now(id, answer.ts, answer.outcome, answer.arrival_delta_us, answer.rounds, out);
         }
     }
 
@@ -449,6 +618,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         ts: Timestamp,
         outcome: Result<Vec<u8>, TxnError>,
         arrival_delta_us: i64,
+        rounds: u8,
         out: &mut Vec<LeaderOutput>,
     ) {
         out.push(LeaderOutput::ToClient {
@@ -460,6 +630,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 outcome,
                 watermark: self.watermark,
                 arrival_delta_us,
+                rounds,
             }),
         });
     }
@@ -489,60 +660,32 @@ mod tests {
     use crate::types::{KeySet, ShardPiece};
 
     fn leader() -> ShardLeader<LocalLog> {
-        ShardLeader::new(
-            LeaderConfig::new(0),
-            LocalLog::default(),
-            Store::new(),
-            Registry::with_builtins(),
-        )
+        ShardLeader::new(LeaderConfig::new(0), LocalLog::default(), Store::new(), Registry::with_builtins())
     }
 
     fn txn(seq: u64, ts: Timestamp, ops: &[MicroOp]) -> Arc<Txn> {
-        let reads = ops
-            .iter()
-            .filter(|o| o.write.is_none())
-            .map(|o| micro_key(o.key))
-            .collect();
-        let writes = ops
-            .iter()
-            .filter(|o| o.write.is_some())
-            .map(|o| micro_key(o.key))
-            .collect();
+        let reads = ops.iter().filter(|o| o.write.is_none()).map(|o| micro_key(o.key)).collect();
+        let writes = ops.iter().filter(|o| o.write.is_some()).map(|o| micro_key(o.key)).collect();
         Arc::new(Txn {
             id: TxnId { client: 9, seq },
             procedure: Micro::NAME.into(),
             args: postcard::to_stdvec(ops).unwrap(),
-            pieces: vec![ShardPiece {
-                shard: 0,
-                keys: KeySet::new(reads, writes),
-            }],
+            pieces: vec![ShardPiece { shard: 0, keys: KeySet::new(reads, writes) }],
             ts,
         })
     }
 
     fn dispatch(l: &mut ShardLeader<LocalLog>, now: TimeUs, t: &Arc<Txn>) -> Vec<LeaderOutput> {
         let mut out = Vec::new();
-        l.on_client(
-            now,
-            9,
-            ClientMsg::Dispatch {
-                txn: t.clone(),
-                sent_us: now - 1,
-                acked_below: 1,
-            },
-            &mut out,
-        );
+        l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now - 1, acked_below: 1 }, &mut out);
         out
     }
 
     fn replies(out: &[LeaderOutput]) -> Vec<TxnReply> {
         out.iter()
             .filter_map(|o| match o {
-                LeaderOutput::ToClient {
-                    msg: ServerMsg::Reply(r),
-                    ..
-                } => Some(r.clone()),
-                LeaderOutput::ToClient { .. } => None,
+                LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => Some(r.clone()),
+                LeaderOutput::ToClient { .. } | LeaderOutput::ToAllClients { .. } | LeaderOutput::ToPeer { .. } => None,
             })
             .collect()
     }
@@ -561,18 +704,12 @@ mod tests {
         let mut l = leader();
         let t = txn(1, 1_000, &[MicroOp { key: 1, write: W }]);
         assert!(replies(&dispatch(&mut l, 100, &t)).is_empty());
-        assert!(
-            tick(&mut l, 999).is_empty(),
-            "held until the clock reaches ts"
-        );
+        assert!(tick(&mut l, 999).is_empty(), "held until the clock reaches ts");
         assert!(l.watermark() < 1_000);
         let r = tick(&mut l, 1_000);
         assert_eq!(r.len(), 1);
         assert_eq!((r[0].id.seq, r[0].ts), (1, 1_000));
-        assert!(
-            r[0].watermark >= 1_000,
-            "answered only once the watermark passed"
-        );
+        assert!(r[0].watermark >= 1_000, "answered only once the watermark passed");
         assert_eq!(r[0].arrival_delta_us, 1);
         assert!(tick(&mut l, 2_000).is_empty(), "never answered twice");
         // A retry gets the stored answer, not a second execution.
@@ -598,20 +735,12 @@ mod tests {
         let mut l = leader();
         // The read arrives first but has the later timestamp; the write arrives second.
         let read = txn(1, 2_000, &[MicroOp { key: 7, write: R }]);
-        let write = txn(
-            2,
-            1_500,
-            &[MicroOp {
-                key: 7,
-                write: Some(42),
-            }],
-        );
+        let write = txn(2, 1_500, &[MicroOp { key: 7, write: Some(42) }]);
         dispatch(&mut l, 100, &read);
         dispatch(&mut l, 200, &write);
         let r = tick(&mut l, 5_000);
         assert_eq!(r.iter().map(|r| r.id.seq).collect::<Vec<_>>(), vec![2, 1]);
-        let out: crate::procedures::MicroOutput =
-            postcard::from_bytes(r[1].outcome.as_ref().unwrap()).unwrap();
+        let out: crate::procedures::MicroOutput = postcard::from_bytes(r[1].outcome.as_ref().unwrap()).unwrap();
         assert_eq!(out, vec![(7, Some(42))]);
     }
 
@@ -624,21 +753,13 @@ mod tests {
         let late_write = txn(2, 900, &[MicroOp { key: 3, write: W }]);
         dispatch(&mut l, 950, &late_write);
         let r = tick(&mut l, 5_000);
-        assert!(
-            r[0].ts > 1_000,
-            "write ordered at {} after a read released at 1000",
-            r[0].ts
-        );
+        assert!(r[0].ts > 1_000, "write ordered at {} after a read released at 1000", r[0].ts);
     }
 
     #[test]
     fn watermark_never_passes_a_pending_transaction() {
         let mut l = leader();
-        dispatch(
-            &mut l,
-            100,
-            &txn(1, 10_000, &[MicroOp { key: 1, write: W }]),
-        );
+        dispatch(&mut l, 100, &txn(1, 10_000, &[MicroOp { key: 1, write: W }]));
         dispatch(&mut l, 100, &txn(2, 3_000, &[MicroOp { key: 2, write: W }]));
         assert!(tick(&mut l, 2_000).is_empty());
         assert!(l.watermark() < 2_001);
@@ -658,16 +779,12 @@ mod tests {
         let mut t = (*txn(1, 100, &[MicroOp { key: 1, write: W }])).clone();
         t.procedure = "nope".into();
         let r = replies(&dispatch(&mut l, 10, &Arc::new(t.clone())));
-        assert!(
-            matches!(&r[0].outcome, Err(TxnError::Rejected(why)) if why.contains("unknown procedure 'nope'"))
-        );
+        assert!(matches!(&r[0].outcome, Err(TxnError::Rejected(why)) if why.contains("unknown procedure 'nope'")));
         t.procedure = Micro::NAME.into();
         t.pieces[0].shard = 4;
         t.id.seq = 2;
         let r = replies(&dispatch(&mut l, 10, &Arc::new(t)));
-        assert!(
-            matches!(&r[0].outcome, Err(TxnError::Rejected(why)) if why.contains("not a participant"))
-        );
+        assert!(matches!(&r[0].outcome, Err(TxnError::Rejected(why)) if why.contains("not a participant")));
         assert_eq!(l.pending_len(), 0);
     }
 
@@ -678,10 +795,7 @@ mod tests {
         t.args = vec![0xff; 3];
         dispatch(&mut l, 10, &Arc::new(t));
         let r = tick(&mut l, 200);
-        assert!(matches!(
-            r[0].outcome,
-            Err(TxnError::Proc(crate::procedure::ProcError::BadArgs(_)))
-        ));
+        assert!(matches!(r[0].outcome, Err(TxnError::Proc(crate::procedure::ProcError::BadArgs(_)))));
         assert!(l.store().is_empty());
     }
 
@@ -693,16 +807,7 @@ mod tests {
         tick(&mut l, 200);
         let mut out = Vec::new();
         let t2 = txn(2, 300, &[MicroOp { key: 2, write: W }]);
-        l.on_client(
-            250,
-            9,
-            ClientMsg::Dispatch {
-                txn: t2,
-                sent_us: 249,
-                acked_below: 2,
-            },
-            &mut out,
-        );
+        l.on_client(250, 9, ClientMsg::Dispatch { txn: t2, sent_us: 249, acked_below: 2 }, &mut out);
         let r = replies(&dispatch(&mut l, 260, &t1));
         assert_eq!(r[0].outcome, Err(TxnError::Forgotten));
     }
@@ -714,14 +819,7 @@ mod tests {
         l.on_client(1_000, 9, ClientMsg::Ping { sent_us: 400 }, &mut out);
         assert!(matches!(
             out.as_slice(),
-            [LeaderOutput::ToClient {
-                client: 9,
-                msg: ServerMsg::Pong {
-                    shard: 0,
-                    arrival_delta_us: 600,
-                    ..
-                }
-            }]
+            [LeaderOutput::ToClient { client: 9, msg: ServerMsg::Pong { shard: 0, arrival_delta_us: 600, .. } }]
         ));
     }
 

@@ -73,14 +73,7 @@ impl HoldQueue {
         self.prune_empty_wait_lists();
         let fresh = self.by_ts.insert((ts, id));
         assert!(fresh, "transaction {id:?} queued twice");
-        self.entries.insert(
-            id,
-            Entry {
-                ts,
-                keys,
-                ready: false,
-            },
-        );
+        self.entries.insert(id, Entry { ts, keys, ready: false });
     }
 
     /// Empty wait lists are kept (a hot key's list is reused without reallocating) and swept
@@ -118,10 +111,7 @@ impl HoldQueue {
         self.clock_wait.remove(&old);
         self.candidates.remove(&old);
         for (k, a) in &keys {
-            let q = self
-                .per_key
-                .get_mut(k)
-                .expect("queued keys have wait lists");
+            let q = self.per_key.get_mut(k).expect("queued keys have wait lists");
             q.remove(&old);
             q.insert((new_ts, id), *a);
         }
@@ -192,11 +182,7 @@ impl HoldQueue {
     fn blocked(&self, id: TxnId, e: &Entry) -> bool {
         let me = (e.ts, id);
         e.keys.iter().any(|(k, access)| {
-            self.per_key[k]
-                .0
-                .iter()
-                .take_while(|(pos, _)| *pos < me)
-                .any(|(_, other)| access.conflicts(*other))
+            self.per_key[k].0.iter().take_while(|(pos, _)| *pos < me).any(|(_, other)| access.conflicts(*other))
         })
     }
 
@@ -342,10 +328,6 @@ mod tests {
         q.mark_ready(id(2));
         let mut out = Vec::new();
         q.release(1000, &mut out, true);
-        assert_eq!(
-            out,
-            vec![id(2)],
-            "the mutation releases past a pending conflict"
-        );
+        assert_eq!(out, vec![id(2)], "the mutation releases past a pending conflict");
     }
 }

@@ -71,12 +71,7 @@ impl FrameError {
     /// True for errors caused by the bytes a peer sent (as opposed to the
     /// transport failing or us being unable to serialize).
     pub fn is_protocol_violation(&self) -> bool {
-        matches!(
-            self,
-            FrameError::TooLarge { .. }
-                | FrameError::Malformed { .. }
-                | FrameError::TrailingBytes { .. }
-        )
+        matches!(self, FrameError::TooLarge { .. } | FrameError::Malformed { .. } | FrameError::TrailingBytes { .. })
     }
 }
 
@@ -150,10 +145,7 @@ thread_local! {
 /// returned `Bytes` shares the chunk; the chunk is freed when the last frame
 /// cut from it is dropped). The result can be sent to any number of peers
 /// with [`PeerWriter::send_frame`](super::PeerWriter::send_frame).
-pub fn encode_to_bytes<T: Serialize + ?Sized>(
-    msg: &T,
-    max_frame_bytes: usize,
-) -> Result<Bytes, FrameError> {
+pub fn encode_to_bytes<T: Serialize + ?Sized>(msg: &T, max_frame_bytes: usize) -> Result<Bytes, FrameError> {
     ENCODE_SCRATCH.with(|scratch| {
         // A re-entrant call (a Serialize impl that itself encodes frames) would
         // find the scratch borrowed; fall back to a fresh buffer then.
@@ -181,10 +173,7 @@ pub fn decode_payload<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError
     let len = bytes.len();
     match postcard::take_from_bytes::<T>(bytes) {
         Ok((value, [])) => Ok(value),
-        Ok((_, rest)) => Err(FrameError::TrailingBytes {
-            len,
-            trailing_bytes: rest.len(),
-        }),
+        Ok((_, rest)) => Err(FrameError::TrailingBytes { len, trailing_bytes: rest.len() }),
         Err(source) => Err(FrameError::Malformed { len, source }),
     }
 }
@@ -207,10 +196,7 @@ impl<T> FrameCodec<T> {
 
     /// Codec with a custom payload limit in bytes (clamped to `u32::MAX`).
     pub fn with_max_frame_bytes(max_frame_bytes: usize) -> Self {
-        FrameCodec {
-            max_frame_bytes: max_frame_bytes.min(u32::MAX as usize),
-            _msg: PhantomData,
-        }
+        FrameCodec { max_frame_bytes: max_frame_bytes.min(u32::MAX as usize), _msg: PhantomData }
     }
 
     /// The payload limit in bytes.
@@ -233,9 +219,7 @@ impl<T> Clone for FrameCodec<T> {
 
 impl<T> std::fmt::Debug for FrameCodec<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FrameCodec")
-            .field("max_frame_bytes", &self.max_frame_bytes)
-            .finish()
+        f.debug_struct("FrameCodec").field("max_frame_bytes", &self.max_frame_bytes).finish()
     }
 }
 
@@ -251,10 +235,7 @@ impl<T: DeserializeOwned> Decoder for FrameCodec<T> {
         len_be.copy_from_slice(prefix);
         let len = u32::from_be_bytes(len_be) as usize;
         if len > self.max_frame_bytes {
-            return Err(FrameError::TooLarge {
-                len,
-                max: self.max_frame_bytes,
-            });
+            return Err(FrameError::TooLarge { len, max: self.max_frame_bytes });
         }
         let frame_bytes = LEN_PREFIX_BYTES + len;
         if src.len() < frame_bytes {
@@ -292,11 +273,7 @@ mod tests {
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     enum Sample {
         Ping(u64),
-        Put {
-            key: Vec<u8>,
-            value: String,
-            ts: (u64, u32),
-        },
+        Put { key: Vec<u8>, value: String, ts: (u64, u32) },
         Batch(Vec<Inner>),
         Empty,
     }
@@ -312,26 +289,14 @@ mod tests {
         vec![
             Sample::Ping(0),
             Sample::Ping(u64::MAX),
-            Sample::Put {
-                key: b"user/42".to_vec(),
-                value: "héllo".into(),
-                ts: (1_700_000_000_000_000, 7),
-            },
+            Sample::Put { key: b"user/42".to_vec(), value: "héllo".into(), ts: (1_700_000_000_000_000, 7) },
             Sample::Batch(
                 (0..50)
-                    .map(|i| Inner {
-                        id: i,
-                        flag: i % 3 == 0,
-                        note: (i % 2 == 0).then(|| format!("n{i}")),
-                    })
+                    .map(|i| Inner { id: i, flag: i % 3 == 0, note: (i % 2 == 0).then(|| format!("n{i}")) })
                     .collect(),
             ),
             Sample::Empty,
-            Sample::Put {
-                key: vec![0xAB; 1000],
-                value: String::new(),
-                ts: (0, 0),
-            },
+            Sample::Put { key: vec![0xAB; 1000], value: String::new(), ts: (0, 0) },
         ]
     }
 
@@ -369,14 +334,10 @@ mod tests {
 
     #[test]
     fn encode_to_bytes_frames_are_independent() {
-        let frames: Vec<Bytes> = (0..5000u64)
-            .map(|i| encode_to_bytes(&Sample::Ping(i), MAX_FRAME_BYTES_DEFAULT).unwrap())
-            .collect();
+        let frames: Vec<Bytes> =
+            (0..5000u64).map(|i| encode_to_bytes(&Sample::Ping(i), MAX_FRAME_BYTES_DEFAULT).unwrap()).collect();
         for (i, f) in frames.iter().enumerate() {
-            assert_eq!(
-                decode_payload::<Sample>(&f[4..]).unwrap(),
-                Sample::Ping(i as u64)
-            );
+            assert_eq!(decode_payload::<Sample>(&f[4..]).unwrap(), Sample::Ping(i as u64));
         }
     }
 
@@ -423,10 +384,7 @@ mod tests {
                 assert_eq!(len, u32::MAX as usize);
                 assert_eq!(max, 1024);
                 assert!(e.is_protocol_violation());
-                assert_eq!(
-                    e.to_string(),
-                    format!("frame of {} bytes exceeds the 1024-byte limit", u32::MAX)
-                );
+                assert_eq!(e.to_string(), format!("frame of {} bytes exceeds the 1024-byte limit", u32::MAX));
             }
             other => panic!("expected TooLarge, got {other:?}"),
         }
@@ -438,31 +396,18 @@ mod tests {
         assert!(codec.decode(&mut buf).unwrap().is_none());
         let mut buf = BytesMut::new();
         buf.put_u32(1025);
-        assert!(matches!(
-            codec.decode(&mut buf),
-            Err(FrameError::TooLarge { len: 1025, .. })
-        ));
+        assert!(matches!(codec.decode(&mut buf), Err(FrameError::TooLarge { len: 1025, .. })));
     }
 
     #[test]
     fn encoder_enforces_limit() {
         let mut codec = FrameCodec::<Sample>::with_max_frame_bytes(100);
-        let big = Sample::Put {
-            key: vec![1; 200],
-            value: String::new(),
-            ts: (0, 0),
-        };
+        let big = Sample::Put { key: vec![1; 200], value: String::new(), ts: (0, 0) };
         let mut buf = BytesMut::new();
         buf.put_slice(b"keep");
-        assert!(matches!(
-            codec.encode(&big, &mut buf),
-            Err(FrameError::TooLarge { max: 100, .. })
-        ));
+        assert!(matches!(codec.encode(&big, &mut buf), Err(FrameError::TooLarge { max: 100, .. })));
         assert_eq!(&buf[..], b"keep");
-        assert!(matches!(
-            encode_to_bytes(&big, 100),
-            Err(FrameError::TooLarge { .. })
-        ));
+        assert!(matches!(encode_to_bytes(&big, 100), Err(FrameError::TooLarge { .. })));
     }
 
     #[test]
@@ -473,10 +418,7 @@ mod tests {
         buf.put_slice(&[0xFF, 0xFF, 0xFF]); // enum discriminant varint never terminates
         match codec.decode(&mut buf) {
             Err(e @ FrameError::Malformed { len: 3, .. }) => {
-                assert!(
-                    e.to_string().starts_with("malformed frame of 3 bytes: "),
-                    "{e}"
-                );
+                assert!(e.to_string().starts_with("malformed frame of 3 bytes: "), "{e}");
             }
             other => panic!("expected Malformed, got {other:?}"),
         }
@@ -484,21 +426,13 @@ mod tests {
         let mut buf = BytesMut::new();
         buf.put_u32(1);
         buf.put_u8(42);
-        assert!(matches!(
-            codec.decode(&mut buf),
-            Err(FrameError::Malformed { len: 1, .. })
-        ));
+        assert!(matches!(codec.decode(&mut buf), Err(FrameError::Malformed { len: 1, .. })));
         // Valid value followed by junk.
         let mut buf = BytesMut::new();
         buf.put_u32(3);
         buf.put_slice(&[3, 9, 9]); // Sample::Empty + 2 junk bytes
         match codec.decode(&mut buf) {
-            Err(
-                e @ FrameError::TrailingBytes {
-                    len: 3,
-                    trailing_bytes: 2,
-                },
-            ) => {
+            Err(e @ FrameError::TrailingBytes { len: 3, trailing_bytes: 2 }) => {
                 assert!(e.is_protocol_violation());
                 assert!(e.to_string().starts_with("malformed frame of 3 bytes"));
             }
@@ -512,10 +446,7 @@ mod tests {
         let mut buf = BytesMut::new();
         buf.put_u32(0);
         encode_frame(&Sample::Ping(5), &mut buf).unwrap();
-        assert!(matches!(
-            codec.decode(&mut buf),
-            Err(FrameError::Malformed { len: 0, .. })
-        ));
+        assert!(matches!(codec.decode(&mut buf), Err(FrameError::Malformed { len: 0, .. })));
         // The bad frame was consumed; the next one is still intact.
         assert_eq!(codec.decode(&mut buf).unwrap(), Some(Sample::Ping(5)));
         // A zero-sized type legitimately encodes to an empty payload.

@@ -65,12 +65,11 @@ pub mod peer;
 pub mod wan;
 
 pub use codec::{
-    decode_payload, encode_frame, encode_frame_limited, encode_to_bytes, FrameCodec, FrameError,
-    LEN_PREFIX_BYTES, MAX_FRAME_BYTES_DEFAULT,
+    decode_payload, encode_frame, encode_frame_limited, encode_to_bytes, FrameCodec, FrameError, LEN_PREFIX_BYTES,
+    MAX_FRAME_BYTES_DEFAULT,
 };
 pub use peer::{
-    connect, split_stream, NetConfig, PeerReader, PeerWriter, ReadEnd, SendError,
-    SEND_QUEUE_FRAMES_DEFAULT,
+    connect, split_stream, NetConfig, PeerReader, PeerWriter, ReadEnd, SendError, SEND_QUEUE_FRAMES_DEFAULT,
 };
 pub use wan::{
     now_us, DelayDist, DelayError, DelayLine, DelayLink, DelayModel, ParseScenarioError, Scenario,

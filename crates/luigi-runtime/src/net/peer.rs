@@ -67,10 +67,7 @@ pub struct NetConfig {
 
 impl Default for NetConfig {
     fn default() -> Self {
-        NetConfig {
-            max_frame_bytes: MAX_FRAME_BYTES_DEFAULT,
-            send_queue_frames: SEND_QUEUE_FRAMES_DEFAULT,
-        }
+        NetConfig { max_frame_bytes: MAX_FRAME_BYTES_DEFAULT, send_queue_frames: SEND_QUEUE_FRAMES_DEFAULT }
     }
 }
 
@@ -218,10 +215,7 @@ pub struct PeerReader<T> {
 
 impl<T> std::fmt::Debug for PeerReader<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PeerReader")
-            .field("peer", &self.peer)
-            .field("max_frame_bytes", &self.max_frame_bytes)
-            .finish()
+        f.debug_struct("PeerReader").field("peer", &self.peer).field("max_frame_bytes", &self.max_frame_bytes).finish()
     }
 }
 
@@ -231,13 +225,7 @@ impl<T: DeserializeOwned + Send + 'static> PeerReader<T> {
         self.peer
     }
 
-    fn into_parts(
-        self,
-    ) -> (
-        FramedRead<OwnedReadHalf, FrameCodec<T>>,
-        SocketAddr,
-        oneshot::Sender<()>,
-    ) {
+    fn into_parts(self) -> (FramedRead<OwnedReadHalf, FrameCodec<T>>, SocketAddr, oneshot::Sender<()>) {
         let frames = FramedRead::with_capacity(
             self.read,
             FrameCodec::with_max_frame_bytes(self.max_frame_bytes),
@@ -374,13 +362,7 @@ where
         max_frame_bytes: cfg.max_frame_bytes,
         _msg: PhantomData,
     };
-    let reader = PeerReader {
-        read,
-        peer,
-        max_frame_bytes: cfg.max_frame_bytes,
-        close_tx,
-        _msg: PhantomData,
-    };
+    let reader = PeerReader { read, peer, max_frame_bytes: cfg.max_frame_bytes, close_tx, _msg: PhantomData };
     Ok((writer, reader))
 }
 
@@ -477,29 +459,19 @@ mod tests {
 
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     enum Msg {
-        Data {
-            seq: u64,
-            sent_us: u64,
-            body: Vec<u8>,
-        },
+        Data { seq: u64, sent_us: u64, body: Vec<u8> },
         Echo(u64),
     }
 
     const T: Duration = Duration::from_secs(20);
 
     fn data(seq: u64) -> Msg {
-        Msg::Data {
-            seq,
-            sent_us: now_us(),
-            body: vec![(seq % 251) as u8; (seq % 97) as usize * 13],
-        }
+        Msg::Data { seq, sent_us: now_us(), body: vec![(seq % 251) as u8; (seq % 97) as usize * 13] }
     }
 
     /// Echo server: answers every `Data{seq}` with `Echo(seq)`; reports how
     /// each connection's reader ended.
-    async fn echo_server(
-        link_for_replies: Option<DelayLink>,
-    ) -> (SocketAddr, mpsc::UnboundedReceiver<ReadEnd>) {
+    async fn echo_server(link_for_replies: Option<DelayLink>) -> (SocketAddr, mpsc::UnboundedReceiver<ReadEnd>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (ends_tx, ends_rx) = mpsc::unbounded_channel();
@@ -509,8 +481,7 @@ mod tests {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
-                let (writer, reader) =
-                    split_stream::<Msg, Msg>(stream, &cfg, link_for_replies.clone()).unwrap();
+                let (writer, reader) = split_stream::<Msg, Msg>(stream, &cfg, link_for_replies.clone()).unwrap();
                 let ends_tx = ends_tx.clone();
                 tokio::spawn(async move {
                     let end = reader
@@ -529,9 +500,7 @@ mod tests {
 
     async fn round_trip(n: u64, client_link: Option<DelayLink>, server_link: Option<DelayLink>) {
         let (addr, _ends) = echo_server(server_link).await;
-        let (writer, reader) = connect::<Msg, Msg>(addr, &NetConfig::default(), client_link)
-            .await
-            .unwrap();
+        let (writer, reader) = connect::<Msg, Msg>(addr, &NetConfig::default(), client_link).await.unwrap();
         let (mut rx, _h) = reader.spawn_channel(1024);
         let sender = {
             let writer = writer.clone();
@@ -603,9 +572,7 @@ mod tests {
             got
         });
         let link = line.link(DelayDist::new(300, 300), 9);
-        let (w, _r) = connect::<Msg, Msg>(addr, &NetConfig::default(), Some(link))
-            .await
-            .unwrap();
+        let (w, _r) = connect::<Msg, Msg>(addr, &NetConfig::default(), Some(link)).await.unwrap();
         let sent: Vec<Msg> = (0..3000).map(data).collect();
         for m in &sent {
             w.send(m).unwrap();
@@ -640,9 +607,7 @@ mod tests {
             delays
         });
         let link = line.link(DelayDist::new(2000, 500), 3);
-        let (w, _r) = connect::<Msg, Msg>(addr, &NetConfig::default(), Some(link))
-            .await
-            .unwrap();
+        let (w, _r) = connect::<Msg, Msg>(addr, &NetConfig::default(), Some(link)).await.unwrap();
         // Send from a plain OS thread with gaps, like a closed-loop client.
         std::thread::spawn(move || {
             for seq in 0..n {
@@ -669,30 +634,19 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn garbage_frame_disconnects_only_that_peer() {
         let (addr, mut ends) = echo_server(None).await;
-        let (good_w, good_r) = connect::<Msg, Msg>(addr, &NetConfig::default(), None)
-            .await
-            .unwrap();
+        let (good_w, good_r) = connect::<Msg, Msg>(addr, &NetConfig::default(), None).await.unwrap();
         let (mut good_rx, _) = good_r.spawn_channel(16);
         good_w.send(&data(1)).unwrap();
-        assert_eq!(
-            timeout(T, good_rx.recv()).await.unwrap(),
-            Some(Msg::Echo(1))
-        );
+        assert_eq!(timeout(T, good_rx.recv()).await.unwrap(), Some(Msg::Echo(1)));
 
         // Oversized length prefix.
         let mut bad = TcpStream::connect(addr).await.unwrap();
         bad.write_all(&[0xFF; 16]).await.unwrap();
         let mut buf = [0u8; 64];
         let res = timeout(T, bad.read(&mut buf)).await.unwrap();
-        assert!(
-            matches!(res, Ok(0) | Err(_)),
-            "bad peer not disconnected: {res:?}"
-        );
+        assert!(matches!(res, Ok(0) | Err(_)), "bad peer not disconnected: {res:?}");
         let end = timeout(T, ends.recv()).await.unwrap().unwrap();
-        assert!(
-            matches!(end, ReadEnd::BadFrame(FrameError::TooLarge { .. })),
-            "{end:?}"
-        );
+        assert!(matches!(end, ReadEnd::BadFrame(FrameError::TooLarge { .. })), "{end:?}");
 
         // Well-sized frame with a payload that is not a Msg.
         let mut bad2 = TcpStream::connect(addr).await.unwrap();
@@ -700,10 +654,7 @@ mod tests {
         encode_frame(&"not a message, but a long string", &mut frame).unwrap();
         bad2.write_all(&frame).await.unwrap();
         let res = timeout(T, bad2.read(&mut buf)).await.unwrap();
-        assert!(
-            matches!(res, Ok(0) | Err(_)),
-            "bad peer not disconnected: {res:?}"
-        );
+        assert!(matches!(res, Ok(0) | Err(_)), "bad peer not disconnected: {res:?}");
         let end = timeout(T, ends.recv()).await.unwrap().unwrap();
         assert!(matches!(end, ReadEnd::BadFrame(_)), "{end:?}");
 
@@ -712,10 +663,7 @@ mod tests {
             good_w.send(&data(seq)).unwrap();
         }
         for seq in 2..100 {
-            assert_eq!(
-                timeout(T, good_rx.recv()).await.unwrap(),
-                Some(Msg::Echo(seq))
-            );
+            assert_eq!(timeout(T, good_rx.recv()).await.unwrap(), Some(Msg::Echo(seq)));
         }
         assert!(!good_w.is_closed());
     }
@@ -763,19 +711,13 @@ mod tests {
         let bad_addr = bad.local_addr().unwrap();
         bad.write_all(&[0, 0, 0, 2, 0xFF, 0xFF]).await.unwrap();
         let end = timeout(T, ends.recv()).await.unwrap().unwrap();
-        assert!(
-            matches!(end, ReadEnd::BadFrame(FrameError::Malformed { len: 2, .. })),
-            "{end:?}"
-        );
+        assert!(matches!(end, ReadEnd::BadFrame(FrameError::Malformed { len: 2, .. })), "{end:?}");
         let mut buf = [0u8; 8];
         let res = timeout(T, bad.read(&mut buf)).await.unwrap();
         assert!(matches!(res, Ok(0) | Err(_)), "{res:?}");
 
         let events = events.lock().unwrap().clone();
-        let warnings: Vec<_> = events
-            .iter()
-            .filter(|(level, _)| *level <= tracing::Level::WARN)
-            .collect();
+        let warnings: Vec<_> = events.iter().filter(|(level, _)| *level <= tracing::Level::WARN).collect();
         assert_eq!(warnings.len(), 1, "{events:?}");
         let line = &warnings[0].1;
         assert!(line.contains(&bad_addr.to_string()), "{line}");
@@ -788,10 +730,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let line = DelayLine::new().unwrap();
         let link = line.link(DelayDist::fixed(1_000_000), 1); // 1 s: frames stay queued
-        let cfg = NetConfig {
-            send_queue_frames: 4,
-            ..NetConfig::default()
-        };
+        let cfg = NetConfig { send_queue_frames: 4, ..NetConfig::default() };
         let (w, _r) = connect::<Msg, Msg>(addr, &cfg, Some(link)).await.unwrap();
         let _accepted = listener.accept().await.unwrap();
         for seq in 0..4 {
@@ -799,24 +738,15 @@ mod tests {
         }
         assert_eq!(w.queued_frames(), 4);
         assert!(matches!(w.send(&data(4)), Err(SendError::Backlogged)));
-        let big = Msg::Data {
-            seq: 0,
-            sent_us: 0,
-            body: vec![0; MAX_FRAME_BYTES_DEFAULT + 1],
-        };
-        assert!(matches!(
-            w.send(&big),
-            Err(SendError::Encode(FrameError::TooLarge { .. }))
-        ));
+        let big = Msg::Data { seq: 0, sent_us: 0, body: vec![0; MAX_FRAME_BYTES_DEFAULT + 1] };
+        assert!(matches!(w.send(&big), Err(SendError::Encode(FrameError::TooLarge { .. }))));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn send_after_peer_vanishes_reports_closed() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (w, r) = connect::<Msg, Msg>(addr, &NetConfig::default(), None)
-            .await
-            .unwrap();
+        let (w, r) = connect::<Msg, Msg>(addr, &NetConfig::default(), None).await.unwrap();
         let reader = r.spawn(|_| {});
         let (accepted, _) = listener.accept().await.unwrap();
         drop(accepted);

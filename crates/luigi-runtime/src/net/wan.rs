@@ -66,10 +66,7 @@ pub struct DelayDist {
 
 impl DelayDist {
     /// No delay at all.
-    pub const ZERO: DelayDist = DelayDist {
-        mean_us: 0,
-        jitter_us: 0,
-    };
+    pub const ZERO: DelayDist = DelayDist { mean_us: 0, jitter_us: 0 };
 
     /// `mean_us ± jitter_us`.
     pub const fn new(mean_us: u64, jitter_us: u64) -> Self {
@@ -104,9 +101,7 @@ impl DelayDist {
             return self.mean_us;
         }
         let offset_us = rng.gen_range(0..=self.jitter_us.saturating_mul(2));
-        self.mean_us
-            .saturating_add(offset_us)
-            .saturating_sub(self.jitter_us)
+        self.mean_us.saturating_add(offset_us).saturating_sub(self.jitter_us)
     }
 }
 
@@ -135,22 +130,12 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in increasing order of delay.
-    pub const ALL: [Scenario; 5] = [
-        Scenario::None,
-        Scenario::SameRegion,
-        Scenario::SameContinent,
-        Scenario::CrossContinent,
-        Scenario::Geo,
-    ];
+    pub const ALL: [Scenario; 5] =
+        [Scenario::None, Scenario::SameRegion, Scenario::SameContinent, Scenario::CrossContinent, Scenario::Geo];
 
     /// Every scenario that adds a delay.
     pub fn all_wan() -> [Scenario; 4] {
-        [
-            Scenario::SameRegion,
-            Scenario::SameContinent,
-            Scenario::CrossContinent,
-            Scenario::Geo,
-        ]
+        [Scenario::SameRegion, Scenario::SameContinent, Scenario::CrossContinent, Scenario::Geo]
     }
 
     /// The command-line / config name, e.g. `"same-region"`.
@@ -191,10 +176,7 @@ impl FromStr for Scenario {
     type Err = ParseScenarioError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Scenario::ALL
-            .into_iter()
-            .find(|sc| sc.name() == s)
-            .ok_or_else(|| ParseScenarioError(s.to_owned()))
+        Scenario::ALL.into_iter().find(|sc| sc.name() == s).ok_or_else(|| ParseScenarioError(s.to_owned()))
     }
 }
 
@@ -211,10 +193,7 @@ pub struct DelayModel {
 impl DelayModel {
     /// Same distribution on every link.
     pub fn uniform(dist: DelayDist) -> Self {
-        DelayModel {
-            default: dist,
-            overrides: HashMap::new(),
-        }
+        DelayModel { default: dist, overrides: HashMap::new() }
     }
 
     /// Uniform model of a named scenario.
@@ -234,12 +213,7 @@ impl DelayModel {
     }
 
     /// Builder form of [`set_link`](Self::set_link).
-    pub fn with_link(
-        mut self,
-        from: impl Into<String>,
-        to: impl Into<String>,
-        dist: DelayDist,
-    ) -> Self {
+    pub fn with_link(mut self, from: impl Into<String>, to: impl Into<String>, dist: DelayDist) -> Self {
         self.set_link(from, to, dist);
         self
     }
@@ -249,10 +223,7 @@ impl DelayModel {
         if self.overrides.is_empty() {
             return self.default;
         }
-        self.overrides
-            .get(&(from.to_owned(), to.to_owned()))
-            .copied()
-            .unwrap_or(self.default)
+        self.overrides.get(&(from.to_owned(), to.to_owned())).copied().unwrap_or(self.default)
     }
 
     /// True if no link has any delay.
@@ -364,12 +335,7 @@ impl DelayLine {
         let join = thread::Builder::new()
             .name("luigi-wan-delay".into())
             .spawn(move || run_delay_thread(&thread_shared, &rx))?;
-        Ok(DelayLine {
-            shared,
-            tx,
-            thread: join.thread().clone(),
-            join: Some(join),
-        })
+        Ok(DelayLine { shared, tx, thread: join.thread().clone(), join: Some(join) })
     }
 
     /// Creates a link with delay distribution `dist` whose draws are
@@ -407,10 +373,7 @@ impl DelayLine {
 
 impl fmt::Debug for DelayLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DelayLine")
-            .field("capacity", &self.shared.capacity)
-            .field("pending", &self.pending())
-            .finish()
+        f.debug_struct("DelayLine").field("capacity", &self.shared.capacity).field("pending", &self.pending()).finish()
     }
 }
 
@@ -514,10 +477,7 @@ pub struct DelayLink {
 impl DelayLink {
     /// A link without delay that delivers immediately and needs no thread.
     pub fn bypass() -> Self {
-        DelayLink {
-            dist: DelayDist::ZERO,
-            inner: None,
-        }
+        DelayLink { dist: DelayDist::ZERO, inner: None }
     }
 
     /// The link's delay distribution.
@@ -544,9 +504,7 @@ impl DelayLink {
         let prev = shared.pending.fetch_add(1, Ordering::SeqCst);
         if prev >= shared.capacity {
             shared.pending.fetch_sub(1, Ordering::SeqCst);
-            return Err(DelayError::Full {
-                capacity: shared.capacity,
-            });
+            return Err(DelayError::Full { capacity: shared.capacity });
         }
         if shared.shutdown.load(Ordering::SeqCst) {
             shared.pending.fetch_sub(1, Ordering::SeqCst);
@@ -561,12 +519,7 @@ impl DelayLink {
             st.next_seq += 1;
             // Enqueue under the lock so the channel order matches `seq`: the
             // thread then never sees a later frame of this link first.
-            let pending = Pending {
-                deliver_at_us,
-                seq,
-                frame,
-                permit,
-            };
+            let pending = Pending { deliver_at_us, seq, frame, permit };
             if inner.tx.send(pending).is_err() {
                 drop(st);
                 shared.pending.fetch_sub(1, Ordering::SeqCst);
@@ -584,10 +537,7 @@ impl DelayLink {
 
 impl fmt::Debug for DelayLink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DelayLink")
-            .field("dist", &self.dist)
-            .field("bypass", &self.is_bypass())
-            .finish()
+        f.debug_struct("DelayLink").field("dist", &self.dist).field("bypass", &self.is_bypass()).finish()
     }
 }
 
@@ -604,23 +554,14 @@ mod tests {
         assert_eq!("same-region".parse(), Ok(Scenario::SameRegion));
         assert_eq!("geo".parse(), Ok(Scenario::Geo));
         let err = "Geo".parse::<Scenario>().unwrap_err().to_string();
-        for name in [
-            "none",
-            "same-region",
-            "same-continent",
-            "cross-continent",
-            "geo",
-        ] {
+        for name in ["none", "same-region", "same-continent", "cross-continent", "geo"] {
             assert!(err.contains(name), "{err}");
         }
         assert!(err.contains("\"Geo\""), "{err}");
         assert_eq!(Scenario::None.delay(), DelayDist::ZERO);
         assert_eq!(Scenario::SameRegion.delay(), DelayDist::new(2000, 500));
         assert_eq!(Scenario::SameContinent.delay(), DelayDist::new(30000, 5000));
-        assert_eq!(
-            Scenario::CrossContinent.delay(),
-            DelayDist::new(80000, 10000)
-        );
+        assert_eq!(Scenario::CrossContinent.delay(), DelayDist::new(80000, 10000));
         assert_eq!(Scenario::Geo.delay(), DelayDist::new(150000, 20000));
         assert!(Scenario::all_wan().iter().all(|s| !s.delay().is_zero()));
         // serde uses the same names
@@ -628,10 +569,7 @@ mod tests {
         struct Cfg {
             wan: Scenario,
         }
-        let text = toml::to_string(&Cfg {
-            wan: Scenario::CrossContinent,
-        })
-        .unwrap();
+        let text = toml::to_string(&Cfg { wan: Scenario::CrossContinent }).unwrap();
         assert_eq!(text.trim(), "wan = \"cross-continent\"");
         let back: Cfg = toml::from_str("wan = \"same-region\"").unwrap();
         assert_eq!(back.wan, Scenario::SameRegion);
@@ -678,13 +616,8 @@ mod tests {
 
         let z = DelayModel::default();
         assert!(z.is_zero());
-        assert!(!z
-            .clone()
-            .with_link("a", "b", DelayDist::new(0, 1))
-            .is_zero());
-        assert!(DelayModel::from(Scenario::None)
-            .with_link("a", "b", DelayDist::ZERO)
-            .is_zero());
+        assert!(!z.clone().with_link("a", "b", DelayDist::new(0, 1)).is_zero());
+        assert!(DelayModel::from(Scenario::None).with_link("a", "b", DelayDist::ZERO).is_zero());
     }
 
     /// Receives `n` frames (blocking), returning `(payload, receive_time_us)`.
@@ -709,8 +642,7 @@ mod tests {
         for i in 0..n {
             let permit = tx.clone().try_reserve_owned().unwrap();
             sent_us.push(now_us());
-            link.submit(Bytes::copy_from_slice(&i.to_be_bytes()), permit)
-                .unwrap();
+            link.submit(Bytes::copy_from_slice(&i.to_be_bytes()), permit).unwrap();
             if i % 3 == 0 {
                 std::thread::sleep(Duration::from_micros(200));
             }
@@ -773,18 +705,12 @@ mod tests {
         let link = line.link(DelayDist::ZERO, 1);
         assert!(link.is_bypass());
         let (tx, mut rx) = mpsc::channel::<Bytes>(4);
-        link.submit(
-            Bytes::from_static(b"x"),
-            tx.clone().try_reserve_owned().unwrap(),
-        )
-        .unwrap();
+        link.submit(Bytes::from_static(b"x"), tx.clone().try_reserve_owned().unwrap()).unwrap();
         assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"x"));
         assert_eq!(line.pending(), 0);
         // Bypass links work without any line at all.
         drop(line);
-        DelayLink::bypass()
-            .submit(Bytes::from_static(b"y"), tx.try_reserve_owned().unwrap())
-            .unwrap();
+        DelayLink::bypass().submit(Bytes::from_static(b"y"), tx.try_reserve_owned().unwrap()).unwrap();
         assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"y"));
     }
 
@@ -794,18 +720,9 @@ mod tests {
         let link = line.link(DelayDist::fixed(10_000_000), 1); // 10 s
         let (tx, mut rx) = mpsc::channel::<Bytes>(16);
         for i in 0..3u8 {
-            link.submit(
-                Bytes::from(vec![i]),
-                tx.clone().try_reserve_owned().unwrap(),
-            )
-            .unwrap();
+            link.submit(Bytes::from(vec![i]), tx.clone().try_reserve_owned().unwrap()).unwrap();
         }
-        let err = link
-            .submit(
-                Bytes::from_static(b"no"),
-                tx.clone().try_reserve_owned().unwrap(),
-            )
-            .unwrap_err();
+        let err = link.submit(Bytes::from_static(b"no"), tx.clone().try_reserve_owned().unwrap()).unwrap_err();
         assert_eq!(err, DelayError::Full { capacity: 3 });
         // The refused frame released its queue slot: 16 - 3 reserved.
         assert_eq!(tx.capacity(), 13);
@@ -814,19 +731,11 @@ mod tests {
 
         let start = Instant::now();
         drop(line);
-        assert!(
-            start.elapsed() < Duration::from_secs(2),
-            "drop must not wait for delays"
-        );
+        assert!(start.elapsed() < Duration::from_secs(2), "drop must not wait for delays");
         for i in 0..3u8 {
             assert_eq!(rx.try_recv().unwrap(), Bytes::from(vec![i]));
         }
-        let err = link
-            .submit(
-                Bytes::from_static(b"late"),
-                tx.clone().try_reserve_owned().unwrap(),
-            )
-            .unwrap_err();
+        let err = link.submit(Bytes::from_static(b"late"), tx.clone().try_reserve_owned().unwrap()).unwrap_err();
         assert_eq!(err, DelayError::ShutDown);
         assert_eq!(tx.capacity(), 16);
     }
@@ -837,18 +746,10 @@ mod tests {
         let slow = line.link(DelayDist::fixed(5_000_000), 1); // 5 s
         let fast = line.link(DelayDist::fixed(1_000), 2); // 1 ms
         let (tx, mut rx) = mpsc::channel::<Bytes>(16);
-        slow.submit(
-            Bytes::from_static(b"slow"),
-            tx.clone().try_reserve_owned().unwrap(),
-        )
-        .unwrap();
+        slow.submit(Bytes::from_static(b"slow"), tx.clone().try_reserve_owned().unwrap()).unwrap();
         std::thread::sleep(Duration::from_millis(5)); // let the thread go to sleep
         let t0 = now_us();
-        fast.submit(
-            Bytes::from_static(b"fast"),
-            tx.clone().try_reserve_owned().unwrap(),
-        )
-        .unwrap();
+        fast.submit(Bytes::from_static(b"fast"), tx.clone().try_reserve_owned().unwrap()).unwrap();
         assert_eq!(rx.blocking_recv().unwrap(), Bytes::from_static(b"fast"));
         let waited = now_us() - t0;
         assert!((1_000..1_000_000).contains(&waited), "{waited}");
