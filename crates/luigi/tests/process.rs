@@ -84,6 +84,32 @@ fn bench_micro_runs_a_real_cluster_and_writes_results() {
 }
 
 #[test]
+fn cross_shard_bench_runs_two_server_processes() {
+    let dir = scratch("cross");
+    let json = dir.join("r.json");
+    let out = Command::new(EXE)
+        .args(["bench", "micro", "--shards", "2", "--cross-shard", "100", "--duration", "1.5", "--warmup", "0.5"])
+        .args(["--threads", "2", "--in-flight", "20", "--net", "same-region", "--keys", "2000", "--no-progress"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    let r = &read_json(&json).unwrap()[0];
+    assert_eq!((r.shards, r.replicas), (2, 1));
+    assert!(r.committed > 100, "committed {}", r.committed);
+    assert_eq!(r.errors, 0);
+    assert_eq!(
+        r.params["cross_shard_committed"],
+        serde_json::json!(r.committed),
+        "every transaction spans both shards"
+    );
+    // Client to leaders, leader to leader, leader to client: three hops of >= 1.5 ms.
+    assert!(r.latency_us.p50 >= 4_500, "p50 {} µs is below three one-way delays", r.latency_us.p50);
+    assert!((0.0..=1.0).contains(&r.second_round_rate));
+}
+
+#[test]
 fn client_library_reads_its_writes_and_server_survives_garbage() {
     let dir = scratch("garbage");
     let (config_path, port) = one_shard_config(&dir, "none");

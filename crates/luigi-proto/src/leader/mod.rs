@@ -832,3 +832,6 @@ mod tests {
         assert_eq!(l.watermark(), 9_000);
     }
 }
+
+#[cfg(test)]
+mod tests_cross;
