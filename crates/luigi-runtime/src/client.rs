@@ -55,9 +55,24 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to every shard leader of `config` as client `id` (unique in the cluster).
+    /// Connects to every shard leader of `config` as client `id` (unique in the cluster),
+    /// hash-partitioning keys.
     pub async fn connect(config: &ClusterConfig, id: ClientId) -> anyhow::Result<Self> {
-        let partitioner: Arc<dyn Partitioner> = Arc::new(HashPartitioner::new(config.shard_count()));
+        Self::connect_with(config, id, Arc::new(HashPartitioner::new(config.shard_count()))).await
+    }
+
+    /// Like [`Client::connect`] with a workload-specific partitioner (e.g. by warehouse).
+    pub async fn connect_with(
+        config: &ClusterConfig,
+        id: ClientId,
+        partitioner: Arc<dyn Partitioner>,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            partitioner.shards() == config.shard_count(),
+            "partitioner covers {} shards but the cluster has {}",
+            partitioner.shards(),
+            config.shard_count()
+        );
         let model = config.delay_model();
         let delay_line = if model.is_zero() { None } else { Some(Arc::new(DelayLine::new()?)) };
         let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
