@@ -234,10 +234,13 @@ mod tests {
 
     #[test]
     fn counters_merge() {
-        let mut a = Counters { committed: 10, aborted: 2, retries: 3, errors: 1 };
-        let b = Counters { committed: 5, aborted: 1, retries: 0, errors: u64::MAX };
+        let mut a = Counters { committed: 10, aborted: 2, retries: 3, errors: 1, cross_shard: 4, second_round: 1 };
+        let b = Counters { committed: 5, aborted: 1, retries: 0, errors: u64::MAX, cross_shard: 2, second_round: 2 };
         a.merge(&b);
-        assert_eq!(a, Counters { committed: 15, aborted: 3, retries: 3, errors: u64::MAX });
+        assert_eq!(
+            a,
+            Counters { committed: 15, aborted: 3, retries: 3, errors: u64::MAX, cross_shard: 6, second_round: 3 }
+        );
     }
 
     #[test]

@@ -18,10 +18,11 @@ use std::fmt::Write as _;
 use luigi_proto::coordinator::TxnOutcome;
 use luigi_proto::msg::TxnError;
 use luigi_proto::procedure::Registry;
-use luigi_proto::procedures::{Micro, MicroOp, MicroOutput};
+use luigi_proto::procedures::MicroOutput;
 use luigi_proto::types::{Access, ShardId, ShardPiece, Timestamp, TxnId};
 use luigi_store::{Key, Store, Value};
 
+use crate::procedure::{is_micro, micro_ops};
 use crate::violation::{Violation, ViolationKind};
 
 /// A point of the run: virtual time, and the simulator's step counter that orders events at
@@ -70,6 +71,11 @@ pub struct TxnRecord {
 }
 
 impl TxnRecord {
+    /// Its key set on `shard`, if `shard` participates.
+    pub fn piece(&self, shard: ShardId) -> Option<&luigi_proto::types::KeySet> {
+        self.pieces.iter().find(|p| p.shard == shard).map(|p| &p.keys)
+    }
+
     /// Final timestamp, if it was ordered.
     pub fn ts(&self) -> Option<Timestamp> {
         match self.answers.first().map(|a| &a.outcome) {
@@ -123,11 +129,7 @@ pub fn check(
     let ordered = answered_exactly_once(history, stores.len(), &mut summary)?;
     let graph = replay(history, &ordered, registry, stores)?;
     summary.conflict_edges = graph.len() as u64;
-    summary.max_ts = ordered
-        .iter()
-        .map(|&i| history.txns[i].ts().expect("ordered"))
-        .max()
-        .unwrap_or(0);
+    summary.max_ts = ordered.iter().map(|&i| history.txns[i].ts().expect("ordered")).max().unwrap_or(0);
     real_time(history, &ordered, options)?;
     serializable(history, &ordered, &graph)?;
     Ok(summary)
@@ -152,10 +154,7 @@ fn answered_exactly_once(
             [] => {
                 return Err(Violation::new(
                     ViolationKind::Unanswered,
-                    format!(
-                        "txn {:?} (dispatched at {} us) was never answered",
-                        rec.id, rec.dispatched.us
-                    ),
+                    format!("txn {:?} (dispatched at {} us) was never answered", rec.id, rec.dispatched.us),
                 ))
             }
             [one] => one,
@@ -177,20 +176,14 @@ fn answered_exactly_once(
         if answer.at < rec.dispatched {
             return Err(Violation::new(
                 ViolationKind::Invariant,
-                format!(
-                    "txn {:?} answered at {:?} before its dispatch at {:?}",
-                    rec.id, answer.at, rec.dispatched
-                ),
+                format!("txn {:?} answered at {:?} before its dispatch at {:?}", rec.id, answer.at, rec.dispatched),
             ));
         }
         for piece in &rec.pieces {
             if piece.shard as usize >= shards {
                 return Err(Violation::new(
                     ViolationKind::Invariant,
-                    format!(
-                        "txn {:?} names shard {} but there are {shards} shards",
-                        rec.id, piece.shard
-                    ),
+                    format!("txn {:?} names shard {} but there are {shards} shards", rec.id, piece.shard),
                 ));
             }
         }
@@ -228,10 +221,7 @@ fn answered_exactly_once(
             TxnOutcome::Failed(why) => {
                 return Err(Violation::new(
                     ViolationKind::Failed,
-                    format!(
-                        "txn {:?} failed after {} attempts: {why}",
-                        rec.id, answer.attempts
-                    ),
+                    format!("txn {:?} failed after {} attempts: {why}", rec.id, answer.attempts),
                 ))
             }
         }
@@ -269,19 +259,9 @@ fn replay(
         for piece in &rec.pieces {
             let shard = piece.shard;
             let expected = registry
-                .execute(
-                    &rec.procedure,
-                    &rec.args,
-                    &mut model[shard as usize],
-                    &piece.keys,
-                    shard,
-                )
+                .execute(&rec.procedure, &rec.args, &mut model[shard as usize], &piece.keys, shard)
                 .map_err(TxnError::from);
-            let got = results
-                .iter()
-                .find(|(s, _)| *s == shard)
-                .map(|(_, r)| r)
-                .expect("participants checked");
+            let got = results.iter().find(|(s, _)| *s == shard).map(|(_, r)| r).expect("participants checked");
             if *got != expected {
                 let mut msg = format!(
                     "txn {:?} (ts {ts}) on shard {shard}: the leader answered {}, but the \
@@ -330,12 +310,7 @@ fn replay(
             if let Some((key, _)) = differing_key(model, actual) {
                 if let Some(w) = keys.get(&(shard, key)).and_then(|s| s.last_write) {
                     let w = &history.txns[w];
-                    let _ = write!(
-                        msg,
-                        "; last writer in timestamp order: {:?} at ts {:?}",
-                        w.id,
-                        w.ts()
-                    );
+                    let _ = write!(msg, "; last writer in timestamp order: {:?} at ts {:?}", w.id, w.ts());
                 }
             }
             return Err(Violation::new(ViolationKind::StateMismatch, msg));
@@ -381,7 +356,7 @@ fn explain_reads(
     expected: &Result<Vec<u8>, TxnError>,
 ) -> String {
     let decode = |r: &Result<Vec<u8>, TxnError>| match r {
-        Ok(bytes) if procedure == Micro::NAME => postcard::from_bytes::<MicroOutput>(bytes).ok(),
+        Ok(bytes) if is_micro(procedure) => postcard::from_bytes::<MicroOutput>(bytes).ok(),
         _ => None,
     };
     let (Some(got), Some(expected)) = (decode(got), decode(expected)) else {
@@ -389,10 +364,7 @@ fn explain_reads(
     };
     let mut writers: HashMap<u64, (usize, usize)> = HashMap::new();
     for (i, rec) in history.txns.iter().enumerate() {
-        if rec.procedure != Micro::NAME {
-            continue;
-        }
-        if let Ok(ops) = postcard::from_bytes::<Vec<MicroOp>>(&rec.args) {
+        if let Some(ops) = micro_ops(&rec.procedure, &rec.args) {
             for (op, o) in ops.iter().enumerate() {
                 if let Some(v) = o.write {
                     writers.insert(v, (i, op));
@@ -419,18 +391,13 @@ fn explain_reads(
     let mut s = String::new();
     for ((key, g), (_, e)) in got.iter().zip(&expected) {
         if g != e {
-            let _ = write!(
-                s,
-                "\n  read of key {key}: leader saw {}; replay saw {}",
-                who(*g),
-                who(*e)
-            );
+            let _ = write!(s, "\n  read of key {key}: leader saw {}; replay saw {}", who(*g), who(*e));
         }
     }
     s
 }
 
-fn show_key(key: &[u8]) -> String {
+pub(crate) fn show_key(key: &[u8]) -> String {
     // Micro keys are table 1 followed by one big-endian u64.
     if key.len() == 10 && key[..2] == [0, 1] {
         let mut n = [0u8; 8];
@@ -442,7 +409,7 @@ fn show_key(key: &[u8]) -> String {
 
 fn render_result(procedure: &str, r: &Result<Vec<u8>, TxnError>) -> String {
     match r {
-        Ok(bytes) if procedure == Micro::NAME => match postcard::from_bytes::<MicroOutput>(bytes) {
+        Ok(bytes) if is_micro(procedure) => match postcard::from_bytes::<MicroOutput>(bytes) {
             Ok(reads) => {
                 let reads: Vec<String> = reads
                     .iter()
@@ -461,17 +428,15 @@ fn render_result(procedure: &str, r: &Result<Vec<u8>, TxnError>) -> String {
 }
 
 fn render_args(procedure: &str, args: &[u8]) -> String {
-    if procedure == Micro::NAME {
-        if let Ok(ops) = postcard::from_bytes::<Vec<MicroOp>>(args) {
-            return ops
-                .iter()
-                .map(|o| match o.write {
-                    Some(v) => format!("w{}={v:#x}", o.key),
-                    None => format!("r{}", o.key),
-                })
-                .collect::<Vec<_>>()
-                .join(" ");
-        }
+    if let Some(ops) = micro_ops(procedure, args) {
+        return ops
+            .iter()
+            .map(|o| match o.write {
+                Some(v) => format!("w{}={v:#x}", o.key),
+                None => format!("r{}", o.key),
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
     }
     format!("{procedure}({args:?})")
 }
@@ -501,12 +466,9 @@ fn first_difference(model: &Store, actual: &Store) -> String {
         Some(v) => format!("{v:?}"),
     };
     match differing_key(model, actual) {
-        Some((key, (m, a))) => format!(
-            "first differing key {}: replay has {}, leader has {}",
-            show_key(&key),
-            show(&m),
-            show(&a)
-        ),
+        Some((key, (m, a))) => {
+            format!("first differing key {}: replay has {}, leader has {}", show_key(&key), show(&m), show(&a))
+        }
         None => "no differing key found".into(),
     }
 }
@@ -546,9 +508,7 @@ fn realtime_inversion(history: &History, txns: &[usize]) -> Option<(usize, usize
     let mut max: Option<(Timestamp, usize)> = None;
     for &b in &by_dispatch {
         let rec_b = &history.txns[b];
-        while next < by_answer.len()
-            && answered_at(&history.txns[by_answer[next]]) < rec_b.dispatched
-        {
+        while next < by_answer.len() && answered_at(&history.txns[by_answer[next]]) < rec_b.dispatched {
             let a = by_answer[next];
             let ts = history.txns[a].ts().expect("ordered");
             if !matches!(max, Some((m, _)) if m >= ts) {
@@ -595,10 +555,7 @@ fn serializable(history: &History, ordered: &[usize], conflicts: &[Edge]) -> Res
     let n = history.txns.len();
     let mut by_answer = ordered.to_vec();
     by_answer.sort_by_key(|&i| answered_at(&history.txns[i]));
-    let answers: Vec<Moment> = by_answer
-        .iter()
-        .map(|&i| answered_at(&history.txns[i]))
-        .collect();
+    let answers: Vec<Moment> = by_answer.iter().map(|&i| answered_at(&history.txns[i])).collect();
     let total = n + by_answer.len();
     let mut succ: Vec<Vec<usize>> = vec![Vec::new(); total];
     for &(from, to) in conflicts {
@@ -631,9 +588,7 @@ fn serializable(history: &History, ordered: &[usize], conflicts: &[Edge]) -> Res
             indegree[t] += 1;
         }
     }
-    let mut ready: VecDeque<usize> = (0..total)
-        .filter(|&v| present[v] && indegree[v] == 0)
-        .collect();
+    let mut ready: VecDeque<usize> = (0..total).filter(|&v| present[v] && indegree[v] == 0).collect();
     let mut seen = 0;
     let live = present.iter().filter(|p| **p).count();
     while let Some(v) = ready.pop_front() {
@@ -657,16 +612,13 @@ fn serializable(history: &History, ordered: &[usize], conflicts: &[Edge]) -> Res
             }
         }
     }
-    let start = (0..total)
-        .find(|&v| present[v] && indegree[v] > 0)
-        .expect("a cycle leaves nodes with positive in-degree");
+    let start =
+        (0..total).find(|&v| present[v] && indegree[v] > 0).expect("a cycle leaves nodes with positive in-degree");
     let mut path = vec![start];
     let mut on_path: HashMap<usize, usize> = HashMap::from([(start, 0)]);
     let cycle = loop {
         let v = *path.last().expect("non-empty");
-        let p = *pred[v]
-            .first()
-            .expect("leftover nodes have leftover predecessors");
+        let p = *pred[v].first().expect("leftover nodes have leftover predecessors");
         if let Some(&pos) = on_path.get(&p) {
             let mut c = path[pos..].to_vec();
             c.reverse();

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use luigi_proto::coordinator::CoordinatorConfig;
+use luigi_proto::coordinator::{CommitRule, CoordinatorConfig};
 use luigi_proto::leader::{LeaderConfig, Mutations};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use crate::net::Node;
 
@@ -43,17 +44,15 @@ pub struct LinkConfig {
     /// Per-message one-way delay.
     pub delay: Delay,
     /// Probability that a message is lost (0 = reliable). The coordinator's retries and the
-    /// leader's duplicate handling recover from losses.
+    /// leader's duplicate handling recover from losses. Ignored on leader-to-leader links,
+    /// which are never lossy (like TCP: leaders do not retransmit agreement items).
     pub drop_rate: f64,
 }
 
 impl LinkConfig {
     /// A reliable link with `delay`.
     pub const fn reliable(delay: Delay) -> Self {
-        Self {
-            delay,
-            drop_rate: 0.0,
-        }
+        Self { delay, drop_rate: 0.0 }
     }
 }
 
@@ -87,19 +86,28 @@ pub struct SimConfig {
     pub max_ops: usize,
     /// Probability that an operation is a read.
     pub read_ratio: f64,
-    /// Probability that a transaction draws its keys from every shard (it then usually is
-    /// cross-shard); otherwise all its keys live on one uniformly chosen shard.
+    /// Probability that a transaction is cross-shard: it then touches between 2 and all
+    /// shards (uniformly), with at least one operation on each and the others spread over
+    /// them; otherwise all its keys live on one uniformly chosen shard.
     pub cross_shard_ratio: f64,
     /// The link used between any two nodes unless overridden in `links`.
     pub link: LinkConfig,
     /// Per directed link overrides, `(from, to)`.
     pub links: BTreeMap<(Node, Node), LinkConfig>,
     /// When false, every link is FIFO (a message never overtakes an earlier one on the same
-    /// link); when true, messages on a link may be reordered by their delays.
+    /// link); when true, messages on a link may be reordered by their delays. Messages on
+    /// different links are never ordered with respect to each other.
     pub reorder: bool,
+    /// Keep leader-to-leader links FIFO even when `reorder` is set (like TCP). Clear it to let
+    /// agreement items overtake each other on one link too (e.g. a `Confirm` before the
+    /// `Propose` sent ahead of it).
+    pub peer_links_fifo: bool,
     /// Each node's clock is offset from virtual time by a value drawn uniformly from
     /// `[-max, +max]` µs (local clock = virtual time + offset, clamped at 0).
     pub clock_offset_max_us: u64,
+    /// Per-node clock offsets (µs) that replace the drawn ones (the draw still happens, so
+    /// the rest of the run's randomness is unchanged).
+    pub clock_offsets: BTreeMap<Node, i64>,
     /// Time between a leader appending a log record and the record being committed
     /// (a replication round). Commits happen in log order. `Delay::ZERO` behaves exactly like
     /// `luigi_proto::log::LocalLog` (commit on append).
@@ -110,24 +118,43 @@ pub struct SimConfig {
     pub start_spread_us: u64,
     /// Template for every leader's configuration (`shard` is overwritten).
     pub leader: LeaderConfig,
-    /// Template for every coordinator's configuration (`client` is overwritten).
+    /// Template for every coordinator's configuration (`client` is overwritten, and so is the
+    /// shard count of [`CommitRule::AllShards`]). The default commit rule is `AllShards`, as in
+    /// the runtime.
     pub coordinator: CoordinatorConfig,
     /// A run that has not answered every transaction by this virtual time fails.
     pub max_virtual_us: u64,
     /// A run that processes more events than this fails (guards against livelock).
     pub max_events: u64,
+    /// Once every transaction is answered, the run goes on until every leader is idle
+    /// (nothing pending), for at most this long (virtual µs); a leader still busy then fails
+    /// the run.
+    pub drain_us: u64,
     /// Also require `ts(A) < ts(B)` when A was answered before B was dispatched and they share
-    /// no shard. The protocol only guarantees it with synchronized clocks (see the crate docs);
-    /// strict serializability itself is always checked.
+    /// no shard (on by default). [`CommitRule::AllShards`] guarantees it whatever the clocks
+    /// do; with [`CommitRule::Participants`] it depends on clock skew (see the crate docs).
+    /// Strict serializability itself is always checked.
     pub check_realtime_across_shards: bool,
+    /// Check, whenever a shard executes a cross-shard transaction, that every participant's
+    /// `PREPARE` is committed and that every participant's committed log already holds the
+    /// final timestamp (its `PREPARE` or a `DECIDE` at that timestamp): DESIGN.md rule 4's
+    /// second round. On by default; a test may turn it off to see what the other checks make
+    /// of a protocol that skips the second round.
+    pub check_durable_decisions: bool,
+    /// After the run, check that on every shard conflicting transactions executed in the
+    /// order of that shard's own committed log (the timestamps a replica or a new leader
+    /// replaying it would use). On by default. (Final-timestamp order is always checked.)
+    pub check_log_order: bool,
     /// Print every event to stderr (for debugging one seed).
     pub trace: bool,
 }
 
 impl SimConfig {
     /// Defaults with `seed`: 1 shard, 4 clients × 4 in flight, 200 transactions over 32 keys,
-    /// 1-10 operations (half reads), links of 1 ms ± 0.5 ms FIFO, clocks within ±2 ms, log
-    /// commits after 0.5 ms ± 0.25 ms.
+    /// 1-10 operations (half reads), no cross-shard transactions, links of 1 ms ± 0.5 ms FIFO
+    /// (leader links too), clocks within ±2 ms, log commits after 0.5 ms ± 0.25 ms,
+    /// coordinators on `CommitRule::AllShards`, every check on (real-time order across shards
+    /// and rule 4's durability included).
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
@@ -142,15 +169,23 @@ impl SimConfig {
             link: LinkConfig::default(),
             links: BTreeMap::new(),
             reorder: false,
+            peer_links_fifo: true,
             clock_offset_max_us: 2_000,
+            clock_offsets: BTreeMap::new(),
             log_commit: Delay::new(500, 250),
             ping_first: true,
             start_spread_us: 5_000,
             leader: LeaderConfig::new(0),
-            coordinator: CoordinatorConfig::new(0),
+            coordinator: CoordinatorConfig {
+                commit_rule: CommitRule::AllShards { shards: 1 },
+                ..CoordinatorConfig::new(0)
+            },
             max_virtual_us: 600_000_000,
             max_events: 5_000_000,
-            check_realtime_across_shards: false,
+            drain_us: 10_000_000,
+            check_realtime_across_shards: true,
+            check_durable_decisions: true,
+            check_log_order: true,
             trace: false,
         }
     }
@@ -197,7 +232,7 @@ impl SimConfig {
         self
     }
 
-    /// Sets the default link's loss probability.
+    /// Sets the default link's loss probability (not that of the `links` overrides).
     pub fn drop_rate(mut self, drop_rate: f64) -> Self {
         self.link.drop_rate = drop_rate;
         self
@@ -218,6 +253,66 @@ impl SimConfig {
     /// Sets the log commit delay.
     pub fn log_commit(mut self, mean_us: u64, jitter_us: u64) -> Self {
         self.log_commit = Delay::new(mean_us, jitter_us);
+        self
+    }
+
+    /// Sets the probability that a transaction is cross-shard.
+    pub fn cross_shard(mut self, ratio: f64) -> Self {
+        self.cross_shard_ratio = ratio;
+        self
+    }
+
+    /// Sets the coordinators' commit rule (the shard count of `AllShards` is filled in).
+    pub fn commit_rule(mut self, rule: CommitRule) -> Self {
+        self.coordinator.commit_rule = rule;
+        self
+    }
+
+    /// Gives every directed link between the run's nodes (clients to leaders, leaders to
+    /// clients, leaders to leaders) its own delay: a mean drawn uniformly from
+    /// `[min_mean_us, max_mean_us]` and a jitter of up to `jitter_pct` percent of it, drawn
+    /// from a generator seeded by the run's seed (call it after setting `shards` and
+    /// `clients`). The default link's loss rate is kept (and ignored between leaders).
+    pub fn per_link_delays(self, min_mean_us: u64, max_mean_us: u64, jitter_pct: u64) -> Self {
+        self.draw_links(0x0011_4b5d_e1a0, |_, _| true, min_mean_us, max_mean_us, jitter_pct)
+    }
+
+    /// Like [`SimConfig::per_link_delays`], for the leader-to-leader links only.
+    pub fn peer_link_delays(self, min_mean_us: u64, max_mean_us: u64, jitter_pct: u64) -> Self {
+        let peer = |a: Node, b: Node| matches!((a, b), (Node::Leader(_), Node::Leader(_)));
+        self.draw_links(0x9ee7_de1a, peer, min_mean_us, max_mean_us, jitter_pct)
+    }
+
+    fn draw_links(
+        mut self,
+        salt: u64,
+        which: impl Fn(Node, Node) -> bool,
+        min_mean_us: u64,
+        max_mean_us: u64,
+        jitter_pct: u64,
+    ) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ salt);
+        let leaders = (0..self.shards).map(Node::Leader);
+        let clients = (1..=u64::from(self.clients)).map(Node::Client);
+        let nodes: Vec<Node> = leaders.chain(clients).collect();
+        for &from in &nodes {
+            for &to in &nodes {
+                let client_pair = matches!((from, to), (Node::Client(_), Node::Client(_)));
+                if from == to || client_pair || !which(from, to) {
+                    continue;
+                }
+                let mean = rng.gen_range(min_mean_us..=max_mean_us);
+                let jitter = rng.gen_range(0..=mean * jitter_pct.min(100) / 100);
+                let link = LinkConfig { delay: Delay::new(mean, jitter), drop_rate: self.link.drop_rate };
+                self.links.insert((from, to), link);
+            }
+        }
+        self
+    }
+
+    /// Sets the clock offset of `node` (µs, may be negative).
+    pub fn clock_offset(mut self, node: Node, offset_us: i64) -> Self {
+        self.clock_offsets.insert(node, offset_us);
         self
     }
 
@@ -244,19 +339,17 @@ impl SimConfig {
         if self.in_flight == 0 {
             problems.push("in_flight must be >= 1".to_string());
         }
+        if self.leader.max_pending == 0 {
+            problems.push("leader.max_pending must be >= 1".to_string());
+        }
         if self.max_ops == 0 {
             problems.push("max_ops must be >= 1".to_string());
         }
         if self.keys < u64::from(self.shards) {
-            problems.push(format!(
-                "keys ({}) must be >= shards ({}) so every shard owns a key",
-                self.keys, self.shards
-            ));
+            problems
+                .push(format!("keys ({}) must be >= shards ({}) so every shard owns a key", self.keys, self.shards));
         }
-        for (name, p) in [
-            ("read_ratio", self.read_ratio),
-            ("cross_shard_ratio", self.cross_shard_ratio),
-        ] {
+        for (name, p) in [("read_ratio", self.read_ratio), ("cross_shard_ratio", self.cross_shard_ratio)] {
             if !(0.0..=1.0).contains(&p) {
                 problems.push(format!("{name} must lie in [0, 1], got {p}"));
             }
@@ -264,10 +357,7 @@ impl SimConfig {
         let links = std::iter::once(&self.link).chain(self.links.values());
         for link in links {
             if !(0.0..1.0).contains(&link.drop_rate) {
-                problems.push(format!(
-                    "drop_rate must lie in [0, 1), got {}",
-                    link.drop_rate
-                ));
+                problems.push(format!("drop_rate must lie in [0, 1), got {}", link.drop_rate));
             }
         }
         if problems.is_empty() {
@@ -283,7 +373,8 @@ impl SimConfig {
             "seed={} shards={} clients={} in_flight={} txns={} keys={} max_ops={} \
              delay={}±{}us drop={} reorder={} clock_offset=±{}us log_commit={}±{}us \
              cross_shard={} read_ratio={} ping_first={} headroom={}us retry={}us×{} \
-             floor_lookahead={}us max_pending={} mutations={:?}",
+             floor_lookahead={}us max_pending={} mutations={:?} commit_rule={:?} \
+             link_overrides={} peer_links_fifo={} clock_offset_overrides={:?}",
             self.seed,
             self.shards,
             self.clients,
@@ -307,6 +398,13 @@ impl SimConfig {
             self.leader.floor_lookahead_us,
             self.leader.max_pending,
             self.leader.mutations,
+            match self.coordinator.commit_rule {
+                CommitRule::AllShards { .. } => CommitRule::AllShards { shards: self.shards },
+                rule @ CommitRule::Participants => rule,
+            },
+            self.links.len(),
+            self.peer_links_fifo,
+            self.clock_offsets,
         )
     }
 }

@@ -7,10 +7,14 @@
 //!   `[-clock_offset_max_us, +clock_offset_max_us]`; its local clock is virtual time plus the
 //!   offset, clamped at 0. Clocks only decide how long things wait: every check must hold
 //!   whatever the offsets.
-//! - Every message gets a delay drawn from its link's distribution (`mean ± jitter`, uniform);
-//!   links are FIFO unless [`SimConfig::reorder`] is set, and may lose messages
-//!   ([`LinkConfig::drop_rate`]). Messages are addressed by [`Node`], so leader-to-leader
-//!   traffic and replicas are new variants, not a new simulator.
+//! - Every message gets a delay drawn from its link's distribution (`mean ± jitter`, uniform;
+//!   [`SimConfig::per_link_delays`] gives every directed link its own); links are FIFO unless
+//!   [`SimConfig::reorder`] is set, and client links may lose messages
+//!   ([`LinkConfig::drop_rate`]). Leader-to-leader links (cross-shard agreement, DESIGN.md
+//!   rule 4) are like TCP: never lost, FIFO unless [`SimConfig::peer_links_fifo`] is cleared.
+//!   Messages on different links overtake each other whenever their delays say so.
+//! - A leader asking for a deadline in the past (`Some(0)`: agreement items waiting to be
+//!   flushed) is ticked at once.
 //! - The event queue orders deliveries, wake-ups and client starts by (virtual time,
 //!   insertion order). A node is woken at its `next_deadline()` (translated from its local
 //!   clock to virtual time) and `tick`ed.
@@ -19,23 +23,35 @@
 //!   `luigi_proto::log::LocalLog`. A commit delay is what makes "durable" and "released"
 //!   differ in time, which the hold queue must respect.
 //! - Workload: each client keeps `in_flight` `micro` transactions outstanding (closed loop)
-//!   until `txns` have been submitted; keys come from a small space so transactions conflict.
+//!   until `txns` have been submitted; keys come from a small space so transactions conflict;
+//!   a share ([`SimConfig::cross_shard_ratio`]) touches 2 to all shards. They run as
+//!   [`procedure::NAME`] (`micro` with the transaction id in front), so the simulator sees
+//!   every execution: which transaction, on which shard, in which order.
+//! - Coordinators use [`CommitRule::AllShards`](luigi_proto::coordinator::CommitRule) by
+//!   default, as the runtime does.
 //! - Everything random derives from [`SimConfig::seed`] (ChaCha8): same config, same trace
 //!   hash ([`RunReport::trace_hash`]) and same report.
 //!
-//! After the run the [`checker`] verifies exactly-once answers, replays every ordered
-//! transaction in (timestamp, id) order through a sequential model and compares answers and
-//! final stores byte for byte, checks the real-time order of timestamps, and checks strict
-//! serializability (no cycle in conflict order + real-time order). During the run the
-//! simulator also checks that watermarks never go back, that every reply's timestamp is at or
-//! below its watermark and above the watermark published when the dispatch arrived, and that
-//! every participant and every retry report the same timestamp.
+//! After the run the simulator checks that exactly the ordered transactions were executed,
+//! once on each participant (a rejected or aborted one leaves no trace anywhere), and that on
+//! every shard conflicting transactions executed in final-timestamp order and in the order of
+//! the shard's own committed log (what a replica replays). Then the [`checker`] verifies
+//! exactly-once answers, replays every ordered transaction in (timestamp, id) order through a
+//! sequential model and compares answers and final stores byte for byte, checks the real-time
+//! order of timestamps, and checks strict serializability (no cycle in conflict order +
+//! real-time order). During the run the simulator also checks that watermarks never go back,
+//! that every reply's timestamp is at or below its watermark and above the watermark
+//! published when the dispatch arrived, that every participant and every retry report the
+//! same timestamp, and (rule 4) that no shard executes a cross-shard transaction before every
+//! participant's `PREPARE`, and when proposals differed the final timestamp, is committed in
+//! that participant's log ([`SimConfig::check_durable_decisions`]).
 //!
 //! Real time across shards: `ts(A) < ts(B)` for A answered before B was dispatched holds by
-//! the watermark rule when A and B share a shard, but across shards it depends on clock skew
-//! (A's shard may run ahead of B's by more than a round trip). Strict serializability does not
-//! need it (the cycle check covers that), so the cross-shard timestamp rule is opt-in:
-//! [`SimConfig::check_realtime_across_shards`].
+//! the watermark rule when A and B share a shard. Across shards it holds with
+//! `CommitRule::AllShards` (A is answered only once every shard's watermark has passed
+//! `ts(A)`, so B lands above it wherever it runs) whatever the clocks do; with
+//! `CommitRule::Participants` it depends on clock skew. The check is on by default
+//! ([`SimConfig::check_realtime_across_shards`]); turn it off to run `Participants` with skew.
 //!
 //! ```no_run
 //! let report = luigi_sim::run(luigi_sim::SimConfig::new(42).clients(3)).expect("correct run");
@@ -49,6 +65,7 @@ pub mod config;
 pub mod hash;
 pub mod log;
 pub mod net;
+pub mod procedure;
 pub mod violation;
 pub mod workload;
 pub mod world;
@@ -107,6 +124,19 @@ pub struct RunReport {
     pub bumped: u64,
     /// Retried dispatches the leaders recognized.
     pub duplicates: u64,
+    /// Cross-shard transactions submitted.
+    pub cross_shard: u64,
+    /// Cross-shard transactions whose participants' proposals differed (second round), from
+    /// the shards' logs.
+    pub cross_differed: u64,
+    /// Every leader's counters, summed over shards (a cross-shard transaction counts once
+    /// per participant in `cross_decided`, `cross_differed` and `aborted`).
+    pub leaders: luigi_proto::leader::LeaderStats,
+    /// Leader-to-leader batches sent.
+    pub peer_batches: u64,
+    /// Leader wake-ups after which the leader asked for a deadline in the past again although
+    /// it had just been ticked (a busy wake-up; see `World::call_leader`).
+    pub busy_wakes: u64,
     /// Virtual time at which the last transaction was answered, µs.
     pub end_us: u64,
     /// Events processed.
@@ -132,9 +162,7 @@ pub struct RunReport {
 pub fn run(config: SimConfig) -> Result<RunReport, Violation> {
     let summary = config.summary();
     let tag = |v: Violation| v.in_run(config.seed, summary.clone());
-    config
-        .validate()
-        .map_err(|why| tag(Violation::new(ViolationKind::Config, why)))?;
+    config.validate().map_err(|why| tag(Violation::new(ViolationKind::Config, why)))?;
     let mut world = world::World::new(&config);
     world.run().map_err(tag)?;
     world.finish().map_err(tag)

@@ -1,9 +1,10 @@
 //! A simulated replicated log: a record commits a seeded delay after it is appended (one
 //! replication round), in log order, like a Raft group whose leader is healthy.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
+use luigi_proto::types::{Timestamp, TxnId};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::Delay;
@@ -22,6 +23,40 @@ pub struct SimLog {
     /// Appended records with their commit times (non-decreasing), not yet taken.
     waiting: VecDeque<(VirtualUs, LogEntry)>,
     capacity: usize,
+    /// Every transaction record ever appended, with its commit time, for the checks.
+    txns: HashMap<TxnId, Vec<(VirtualUs, TxnRecordKind)>>,
+}
+
+/// A log record about one transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnRecordKind {
+    /// `PREPARE` with this proposal.
+    Prepare(Timestamp),
+    /// `DECIDE` with this final timestamp.
+    Decide(Timestamp),
+    /// `ABORT`.
+    Abort,
+}
+
+/// What a shard's log holds, committed, about one transaction at some moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Durable {
+    /// Proposal of the committed `PREPARE`.
+    pub prepared: Option<Timestamp>,
+    /// Largest committed `DECIDE`.
+    pub decided: Option<Timestamp>,
+    /// A committed `ABORT`.
+    pub aborted: bool,
+    /// Committed `PREPARE` records (more than one is a protocol bug).
+    pub prepares: u32,
+}
+
+impl Durable {
+    /// The timestamp a replica replaying this log would give the transaction: the `DECIDE`,
+    /// else the `PREPARE`.
+    pub fn ts(&self) -> Option<Timestamp> {
+        self.decided.or(self.prepared)
+    }
 }
 
 impl SimLog {
@@ -37,7 +72,47 @@ impl SimLog {
             last_commit_at: 0,
             waiting: VecDeque::new(),
             capacity,
+            txns: HashMap::new(),
         }
+    }
+
+    /// What is committed about `id` at virtual time `now`.
+    pub fn durable(&self, id: TxnId, now: VirtualUs) -> Durable {
+        let mut d = Durable::default();
+        for (at, kind) in self.txns.get(&id).map(Vec::as_slice).unwrap_or_default() {
+            if *at > now {
+                continue;
+            }
+            match *kind {
+                TxnRecordKind::Prepare(ts) => {
+                    d.prepares += 1;
+                    d.prepared.get_or_insert(ts);
+                }
+                TxnRecordKind::Decide(ts) => d.decided = d.decided.max(Some(ts)),
+                TxnRecordKind::Abort => d.aborted = true,
+            }
+        }
+        d
+    }
+
+    /// Transactions with an appended `PREPARE` and no `ABORT`, sorted by id.
+    pub fn prepared_ids(&self) -> Vec<TxnId> {
+        let mut ids: Vec<TxnId> = self
+            .txns
+            .iter()
+            .filter(|(_, r)| {
+                r.iter().any(|(_, k)| matches!(k, TxnRecordKind::Prepare(_)))
+                    && !r.iter().any(|(_, k)| *k == TxnRecordKind::Abort)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Every transaction record appended about `id`, with commit times.
+    pub fn records(&self, id: TxnId) -> &[(VirtualUs, TxnRecordKind)] {
+        self.txns.get(&id).map(Vec::as_slice).unwrap_or_default()
     }
 
     /// Sets the current virtual time.
@@ -65,6 +140,15 @@ impl ReplicatedLog for SimLog {
         self.next_index += 1;
         let at = (self.now + self.delay.sample(&mut self.rng)).max(self.last_commit_at);
         self.last_commit_at = at;
+        let kind = match &record {
+            LogRecord::Prepare { txn, ts, .. } => Some((txn.id, TxnRecordKind::Prepare(*ts))),
+            LogRecord::Decide { id, ts } => Some((*id, TxnRecordKind::Decide(*ts))),
+            LogRecord::Abort { id } => Some((*id, TxnRecordKind::Abort)),
+            LogRecord::Floor { .. } => None,
+        };
+        if let Some((id, kind)) = kind {
+            self.txns.entry(id).or_default().push((at, kind));
+        }
         self.waiting.push_back((at, LogEntry { index, record }));
         Ok(index)
     }
@@ -103,14 +187,32 @@ mod tests {
     }
 
     #[test]
+    fn durable_reports_what_is_committed_about_a_transaction() {
+        use luigi_proto::types::Txn;
+        use std::sync::Arc;
+        let mut log = SimLog::new(ChaCha8Rng::seed_from_u64(1), Delay::new(100, 0), 8);
+        let id = TxnId { client: 1, seq: 1 };
+        let txn = Arc::new(Txn { id, procedure: "p".into(), args: vec![], pieces: vec![], ts: 5 });
+        log.set_now(1_000);
+        log.propose(LogRecord::Prepare { txn, ts: 40, arrival_delta_us: 0 }).expect("room");
+        log.set_now(1_050);
+        log.propose(LogRecord::Decide { id, ts: 70 }).expect("room");
+        assert_eq!(log.durable(id, 1_099), Durable::default(), "nothing committed yet");
+        let prepared = log.durable(id, 1_100);
+        assert_eq!((prepared.prepared, prepared.decided, prepared.ts()), (Some(40), None, Some(40)));
+        assert_eq!(log.durable(id, 1_150).ts(), Some(70), "the DECIDE wins once committed");
+        assert_eq!(log.prepared_ids(), vec![id]);
+        log.propose(LogRecord::Abort { id }).expect("room");
+        assert!(log.durable(id, 2_000).aborted);
+        assert!(log.prepared_ids().is_empty());
+    }
+
+    #[test]
     fn zero_delay_commits_on_append() {
         let mut log = SimLog::new(ChaCha8Rng::seed_from_u64(1), Delay::ZERO, 1);
         log.set_now(5);
         log.propose(LogRecord::Floor { ts: 1 }).expect("room");
-        assert_eq!(
-            log.propose(LogRecord::Floor { ts: 2 }),
-            Err(LogError::Backlogged(1))
-        );
+        assert_eq!(log.propose(LogRecord::Floor { ts: 2 }), Err(LogError::Backlogged(1)));
         let mut out = Vec::new();
         log.take_committed(&mut out);
         assert_eq!(out.len(), 1);

@@ -4,7 +4,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 
-use luigi_proto::msg::{ClientMsg, ServerMsg};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg};
 use luigi_proto::types::{ClientId, ShardId};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -51,6 +51,8 @@ pub enum SimMsg {
     ToLeader(ClientMsg),
     /// Leader to client.
     ToClient(ServerMsg),
+    /// Leader to leader: agreement items (never lost, see [`Network::send`]).
+    Peer(PeerBatch),
 }
 
 impl SimMsg {
@@ -59,6 +61,7 @@ impl SimMsg {
         let encoded = match self {
             SimMsg::ToLeader(m) => postcard::to_stdvec(m).map(|b| (1u8, b)),
             SimMsg::ToClient(m) => postcard::to_stdvec(m).map(|b| (2u8, b)),
+            SimMsg::Peer(m) => postcard::to_stdvec(m).map(|b| (3u8, b)),
         };
         match encoded {
             Ok((tag, bytes)) => fnv1a(&bytes) ^ u64::from(tag),
@@ -162,10 +165,18 @@ pub struct NetStats {
     pub sent: u64,
     /// Messages lost.
     pub dropped: u64,
+    /// Leader-to-leader batches sent.
+    pub peer_batches: u64,
 }
 
 /// The simulated network: draws a delay per message from its link's distribution and keeps
 /// links FIFO unless reordering is allowed.
+///
+/// Leader-to-leader links behave like the runtime's TCP connections: never lost (leaders do
+/// not retransmit agreement items), FIFO unless both [`SimConfig::reorder`] is set and
+/// [`SimConfig::peer_links_fifo`] is cleared. Different links are never ordered with respect
+/// to each other: a message may overtake one sent earlier on another link whenever the delays
+/// say so.
 pub struct Network {
     rng: ChaCha8Rng,
     /// Latest scheduled delivery per directed link (FIFO mode).
@@ -176,11 +187,7 @@ pub struct Network {
 impl Network {
     /// A network drawing from `rng`.
     pub fn new(rng: ChaCha8Rng) -> Self {
-        Self {
-            rng,
-            last_delivery: HashMap::new(),
-            stats: NetStats::default(),
-        }
+        Self { rng, last_delivery: HashMap::new(), stats: NetStats::default() }
     }
 
     /// Counters.
@@ -200,12 +207,16 @@ impl Network {
     ) {
         self.stats.sent += 1;
         let link = config.link(src, dst);
-        if link.drop_rate > 0.0 && self.rng.gen_bool(link.drop_rate) {
+        let peer = matches!((src, dst), (Node::Leader(_), Node::Leader(_)));
+        if peer {
+            self.stats.peer_batches += 1;
+        } else if link.drop_rate > 0.0 && self.rng.gen_bool(link.drop_rate) {
             self.stats.dropped += 1;
             return;
         }
         let mut at = now + link.delay.sample(&mut self.rng);
-        if !config.reorder {
+        let fifo = !config.reorder || (peer && config.peer_links_fifo);
+        if fifo {
             // Equal times keep send order through the queue's insertion sequence.
             let last = self.last_delivery.entry((src, dst)).or_insert(0);
             at = at.max(*last);
@@ -235,6 +246,44 @@ mod tests {
         assert_eq!(order, vec![2, 1, 3]);
     }
 
+    fn peer(i: u64) -> SimMsg {
+        let items = vec![luigi_proto::msg::PeerItem::Refuse {
+            id: luigi_proto::types::TxnId { client: 1, seq: i },
+            reason: String::new(),
+        }];
+        SimMsg::Peer(PeerBatch { from: 0, watermark: i, items })
+    }
+
+    /// Sends 200 messages on `link` and returns the order (by send index) they arrive in.
+    fn arrivals(config: &SimConfig, src: Node, dst: Node) -> Vec<u64> {
+        let mut net = Network::new(ChaCha8Rng::seed_from_u64(7));
+        let mut q = EventQueue::default();
+        for i in 0..200 {
+            net.send(config, &mut q, i, src, dst, peer(i));
+        }
+        std::iter::from_fn(|| q.pop())
+            .map(|e| match e.kind {
+                EventKind::Deliver { msg: SimMsg::Peer(b), .. } => b.watermark,
+                other => unreachable!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn leader_links_never_lose_messages_and_stay_fifo_unless_told() {
+        let (a, b) = (Node::Leader(0), Node::Leader(1));
+        let mut config = SimConfig::new(1).shards(2).delay(1_000, 999).drop_rate(0.5).reorder(true);
+        let fifo = arrivals(&config, a, b);
+        assert_eq!(fifo, (0..200).collect::<Vec<_>>(), "lossless and FIFO like TCP");
+        config.peer_links_fifo = false;
+        let reordered = arrivals(&config, a, b);
+        assert_eq!(reordered.len(), 200, "still lossless");
+        assert!(reordered.windows(2).any(|w| w[0] > w[1]), "reordered within the link");
+        // Client links keep their loss rate.
+        let lossy = arrivals(&config, Node::Client(1), a);
+        assert!(lossy.len() < 150, "{} of 200 arrived", lossy.len());
+    }
+
     #[test]
     fn fifo_links_never_reorder() {
         let config = SimConfig::new(1).delay(1_000, 999);
@@ -246,11 +295,7 @@ mod tests {
         }
         let mut last = None;
         while let Some(e) = q.pop() {
-            let EventKind::Deliver {
-                msg: SimMsg::ToLeader(ClientMsg::Ping { sent_us }),
-                ..
-            } = e.kind
-            else {
+            let EventKind::Deliver { msg: SimMsg::ToLeader(ClientMsg::Ping { sent_us }), .. } = e.kind else {
                 unreachable!()
             };
             assert!(last < Some(sent_us), "overtaken");

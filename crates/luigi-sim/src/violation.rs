@@ -30,6 +30,18 @@ pub enum ViolationKind {
     /// The conflict order plus the real-time order has a cycle: no serial order explains the
     /// run (not strictly serializable).
     NotSerializable,
+    /// On some shard, two conflicting transactions executed out of final-timestamp order, or
+    /// out of the order that shard's own committed log gives them (the timestamps a replica
+    /// or a new leader replaying the log would use): a timestamp inversion.
+    ExecutionOrder,
+    /// A cross-shard transaction was executed on some shard before every participant's
+    /// `PREPARE` was committed, or (proposals having differed) before every participant's
+    /// committed log held the final timestamp (DESIGN.md rule 4's second round).
+    NotDurable,
+    /// A transaction the client was told was rejected (refused or aborted) was executed on
+    /// some shard, an ordered one was not executed on one of its participants, or one was
+    /// executed twice on a shard.
+    Execution,
     /// Participants or retries reported different timestamps for one transaction.
     TimestampMismatch,
     /// A protocol invariant checked during the run failed (watermark went back, a timestamp
@@ -55,13 +67,7 @@ pub struct Violation {
 impl Violation {
     /// A violation of `kind` described by `message`.
     pub fn new(kind: ViolationKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-            seed: None,
-            config: String::new(),
-            at_us: None,
-        }
+        Self { kind, message: message.into(), seed: None, config: String::new(), at_us: None }
     }
 
     /// Attaches the run's seed and configuration summary.

@@ -1,15 +1,18 @@
-//! The simulated workload: `micro` transactions over a small key space, so that transactions
-//! conflict often, with write values unique per (transaction, operation) so that the checker
-//! can tell every write apart.
+//! The simulated workload: `micro` transactions (run as [`sim-micro`](crate::procedure), which
+//! carries the transaction id) over a small key space, so that transactions conflict often,
+//! with write values unique per (transaction, operation) so that the checker can tell every
+//! write apart. A share of them is cross-shard: 2 to all shards, at least one operation on
+//! each, the others spread over them.
 
 use std::collections::BTreeMap;
 
-use luigi_proto::procedures::{micro_key, Micro, MicroOp};
+use luigi_proto::procedures::{micro_key, MicroOp};
 use luigi_proto::types::{ClientId, KeySet, ShardId, ShardPiece, TxnId};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::SimConfig;
+use crate::procedure;
 
 /// One generated transaction, ready for `Coordinator::submit`.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,10 +50,7 @@ pub fn pieces_for(ops: &[MicroOp], shards: u32) -> Vec<ShardPiece> {
     }
     by_shard
         .into_iter()
-        .map(|(shard, (reads, writes))| ShardPiece {
-            shard,
-            keys: KeySet::new(reads, writes),
-        })
+        .map(|(shard, (reads, writes))| ShardPiece { shard, keys: KeySet::new(reads, writes) })
         .collect()
 }
 
@@ -77,38 +77,48 @@ impl Workload {
         }
     }
 
+    /// A uniformly drawn key owned by `shard`: `shard`, `shard + shards`, ... below `keys`.
+    fn key_on(&mut self, shard: ShardId) -> u64 {
+        let shards = u64::from(self.shards);
+        let owned = (self.keys - u64::from(shard)).div_ceil(shards);
+        u64::from(shard) + shards * self.rng.gen_range(0..owned)
+    }
+
     /// The next transaction, for client `client`'s transaction `seq`.
     pub fn next(&mut self, client: ClientId, seq: u64) -> TxnSpec {
         let id = TxnId { client, seq };
-        let n = self.rng.gen_range(1..=self.max_ops);
-        let spread = self.shards > 1 && self.rng.gen_bool(self.cross_shard_ratio);
-        let home = self.rng.gen_range(0..self.shards);
-        let shards = u64::from(self.shards);
-        // Keys of `home`: home, home + shards, ... below `keys`.
-        let home_keys = (self.keys - u64::from(home)).div_ceil(shards);
-        let ops: Vec<MicroOp> = (0..n)
-            .map(|i| {
-                let key = if spread {
-                    self.rng.gen_range(0..self.keys)
-                } else {
-                    u64::from(home) + shards * self.rng.gen_range(0..home_keys)
-                };
-                let write = if self.rng.gen_bool(self.read_ratio) {
-                    None
-                } else {
-                    Some(write_value(id, i))
-                };
+        let mut n = self.rng.gen_range(1..=self.max_ops);
+        let cross = self.shards > 1 && self.rng.gen_bool(self.cross_shard_ratio);
+        // The participants: one home shard, or 2..=shards distinct ones.
+        let width = if cross { self.rng.gen_range(2..=self.shards) } else { 1 };
+        let mut all: Vec<ShardId> = (0..self.shards).collect();
+        for i in 0..width as usize {
+            let j = self.rng.gen_range(i..all.len());
+            all.swap(i, j);
+        }
+        let chosen = &all[..width as usize];
+        n = n.max(chosen.len());
+        // The first operations cover every participant; the rest land anywhere among them.
+        let mut shard_of_op: Vec<ShardId> = chosen.to_vec();
+        while shard_of_op.len() < n {
+            shard_of_op.push(chosen[self.rng.gen_range(0..chosen.len())]);
+        }
+        for i in (1..n).rev() {
+            let j = self.rng.gen_range(0..=i);
+            shard_of_op.swap(i, j);
+        }
+        let ops: Vec<MicroOp> = shard_of_op
+            .into_iter()
+            .enumerate()
+            .map(|(i, shard)| {
+                let key = self.key_on(shard);
+                let write = if self.rng.gen_bool(self.read_ratio) { None } else { Some(write_value(id, i)) };
                 MicroOp { key, write }
             })
             .collect();
-        let args = postcard::to_stdvec(&ops).expect("micro operations always encode");
+        let args = procedure::encode_args(id, &ops);
         let pieces = pieces_for(&ops, self.shards);
-        TxnSpec {
-            procedure: Micro::NAME.to_string(),
-            args,
-            ops,
-            pieces,
-        }
+        TxnSpec { procedure: procedure::NAME.to_string(), args, ops, pieces }
     }
 }
 
@@ -132,6 +142,22 @@ mod tests {
     }
 
     #[test]
+    fn cross_shard_transactions_touch_two_to_all_shards() {
+        let config = SimConfig::new(3).shards(5).keys(12).cross_shard(1.0);
+        let mut w = Workload::new(&config, ChaCha8Rng::seed_from_u64(3));
+        let mut widths = std::collections::BTreeSet::new();
+        for seq in 1..400 {
+            let t = w.next(1, seq);
+            assert!((2..=5).contains(&t.pieces.len()), "{t:?}");
+            assert!(t.ops.len() >= t.pieces.len(), "an operation on every participant: {t:?}");
+            assert!(t.ops.len() <= 10, "{t:?}");
+            widths.insert(t.pieces.len());
+            assert_eq!(procedure::decode_args(&t.args), Some((TxnId { client: 1, seq }, t.ops.clone())));
+        }
+        assert_eq!(widths.into_iter().collect::<Vec<_>>(), vec![2, 3, 4, 5]);
+    }
+
+    #[test]
     fn write_values_are_unique() {
         let mut seen = std::collections::HashSet::new();
         for client in 1..5 {
@@ -146,29 +172,14 @@ mod tests {
     #[test]
     fn pieces_group_keys_by_shard() {
         let ops = [
-            MicroOp {
-                key: 0,
-                write: None,
-            },
-            MicroOp {
-                key: 3,
-                write: Some(1),
-            },
-            MicroOp {
-                key: 1,
-                write: None,
-            },
-            MicroOp {
-                key: 0,
-                write: Some(2),
-            },
+            MicroOp { key: 0, write: None },
+            MicroOp { key: 3, write: Some(1) },
+            MicroOp { key: 1, write: None },
+            MicroOp { key: 0, write: Some(2) },
         ];
         let p = pieces_for(&ops, 2);
         assert_eq!(p.len(), 2);
         assert_eq!(p[0].keys, KeySet::new(vec![], vec![micro_key(0)]));
-        assert_eq!(
-            p[1].keys,
-            KeySet::new(vec![micro_key(1)], vec![micro_key(3)])
-        );
+        assert_eq!(p[1].keys, KeySet::new(vec![micro_key(1)], vec![micro_key(3)]));
     }
 }

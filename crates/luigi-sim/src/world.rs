@@ -1,24 +1,22 @@
 //! The simulated world: nodes, their clocks, the event loop, and the checks made while it
 //! runs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use luigi_proto::coordinator::{
-    Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome,
-};
-use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
+use luigi_proto::leader::{LeaderConfig, LeaderOutput, LeaderStats, ShardLeader};
 use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
-use luigi_store::Store;
+use luigi_proto::types::{Access, ClientId, KeySet, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_store::{Key, Store};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::checker::{self, AnswerRecord, CheckOptions, History, Moment, TxnRecord};
 use crate::config::SimConfig;
 use crate::hash::fold;
-use crate::log::SimLog;
+use crate::log::{Durable, SimLog};
 use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
+use crate::procedure::{self, ExecLog};
 use crate::violation::{Violation, ViolationKind};
 use crate::workload::Workload;
 use crate::{Latency, RunReport};
@@ -62,7 +60,13 @@ struct LeaderNode {
     wake: WakeSlot,
     /// Last watermark seen (it must never go back).
     watermark: Timestamp,
+    /// Consecutive wake-ups after which the leader still asked for a deadline in the past.
+    busy_streak: u32,
 }
+
+/// Longest back-off (µs) for a leader that keeps asking to be woken in the past right after a
+/// tick (see [`World::call_leader`]).
+const BUSY_BACKOFF_MAX_US: u64 = 64;
 
 type Step = Result<(), Violation>;
 
@@ -89,6 +93,16 @@ pub struct World<'a> {
     watermark_at_arrival: HashMap<(TxnId, ShardId), Timestamp>,
     coord_out: Vec<CoordOutput>,
     leader_out: Vec<LeaderOutput>,
+    /// Where the leaders' `sim-micro` procedure records each execution as it happens.
+    exec_sink: ExecLog,
+    /// Per shard, the transactions it executed, in execution order.
+    executions: Vec<Vec<TxnId>>,
+    /// (transaction, shard) pairs executed.
+    executed: HashSet<(TxnId, ShardId)>,
+    /// Virtual time of the last answer.
+    answered_at: VirtualUs,
+    /// Leader wake-ups that asked for a deadline in the past again (see `call_leader`).
+    busy_wakes: u64,
 }
 
 impl<'a> World<'a> {
@@ -100,15 +114,20 @@ impl<'a> World<'a> {
         let net = Network::new(derive(&mut master));
         let workload = Workload::new(config, derive(&mut master));
         let max = config.clock_offset_max_us as i64;
-        let offset = |rng: &mut ChaCha8Rng| rng.gen_range(-max..=max);
+        let offset = |rng: &mut ChaCha8Rng, node: Node| {
+            let drawn = rng.gen_range(-max..=max);
+            config.clock_offsets.get(&node).copied().unwrap_or(drawn)
+        };
+        let commit_rule = match config.coordinator.commit_rule {
+            CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
+            rule @ CommitRule::Participants => rule,
+        };
+        let exec_sink = ExecLog::default();
         let clients = (1..=u64::from(config.clients))
             .map(|id| ClientNode {
                 id,
-                coord: Coordinator::new(CoordinatorConfig {
-                    client: id,
-                    ..config.coordinator.clone()
-                }),
-                offset_us: offset(&mut master),
+                coord: Coordinator::new(CoordinatorConfig { client: id, commit_rule, ..config.coordinator.clone() }),
+                offset_us: offset(&mut master, Node::Client(id)),
                 wake: WakeSlot::default(),
                 started: false,
                 outstanding: 0,
@@ -117,21 +136,19 @@ impl<'a> World<'a> {
             .collect();
         let leaders = (0..config.shards)
             .map(|shard| {
-                let offset_us = offset(&mut master);
+                let offset_us = offset(&mut master, Node::Leader(shard));
                 let log = SimLog::new(derive(&mut master), config.log_commit, 1 << 20);
                 LeaderNode {
                     leader: ShardLeader::new(
-                        LeaderConfig {
-                            shard,
-                            ..config.leader.clone()
-                        },
+                        LeaderConfig { shard, ..config.leader.clone() },
                         log,
                         Store::new(),
-                        Registry::with_builtins(),
+                        procedure::registry(Some(exec_sink.clone())),
                     ),
                     offset_us,
                     wake: WakeSlot::default(),
                     watermark: 0,
+                    busy_streak: 0,
                 }
             })
             .collect();
@@ -155,6 +172,11 @@ impl<'a> World<'a> {
             watermark_at_arrival: HashMap::new(),
             coord_out: Vec::new(),
             leader_out: Vec::new(),
+            exec_sink,
+            executions: vec![Vec::new(); config.shards as usize],
+            executed: HashSet::new(),
+            answered_at: 0,
+            busy_wakes: 0,
         };
         for client in 1..=u64::from(config.clients) {
             let at = master.gen_range(0..=config.start_spread_us);
@@ -172,10 +194,7 @@ impl<'a> World<'a> {
 
     fn moment(&mut self) -> Moment {
         self.step += 1;
-        Moment {
-            us: self.now,
-            step: self.step,
-        }
+        Moment { us: self.now, step: self.step }
     }
 
     fn trace(&self, what: impl FnOnce() -> String) {
@@ -197,27 +216,45 @@ impl<'a> World<'a> {
             }
         }
         while self.answered < self.config.txns {
-            let Some(event) = self.queue.pop() else {
-                return Err(self.stuck("no event is left to run"));
-            };
-            if event.at > self.config.max_virtual_us {
-                return Err(self.stuck("the virtual-time budget is exhausted"));
+            self.step_event(self.config.max_virtual_us)?;
+        }
+        // Drain: a client may be answered before every leader is done with its transaction
+        // (told `Rejected` by a refusing shard while another participant still has to log
+        // its `ABORT`). Run on until every leader is idle, so that the final checks see it.
+        self.answered_at = self.now;
+        let deadline = self.now.saturating_add(self.config.drain_us).min(self.config.max_virtual_us);
+        while self.leaders.iter().any(|l| l.leader.pending_len() > 0) {
+            if self.queue.is_empty() {
+                break;
             }
-            self.events += 1;
-            if self.events > self.config.max_events {
-                return Err(self.stuck("the event budget is exhausted (livelock?)"));
-            }
-            debug_assert!(event.at >= self.now, "time never goes back");
-            self.now = event.at;
-            match event.kind {
-                EventKind::Deliver { src, dst, msg } => self.deliver(src, dst, msg)?,
-                EventKind::Wake { node, gen } => self.wake(node, gen)?,
-                EventKind::Start { client } => {
-                    self.trace_hash = fold(fold(self.trace_hash, self.now), client);
-                    self.trace(|| format!("c{client} starts"));
-                    self.client(client)?.started = true;
-                    self.call_client(client, false, |_, _, _, _| {})?;
-                }
+            self.step_event(deadline)?;
+        }
+        Ok(())
+    }
+
+    /// Processes the next event; fails when it lies beyond `limit` (virtual µs) or the event
+    /// budget is exhausted.
+    fn step_event(&mut self, limit: VirtualUs) -> Step {
+        let Some(event) = self.queue.pop() else {
+            return Err(self.stuck("no event is left to run"));
+        };
+        if event.at > limit {
+            return Err(self.stuck("the virtual-time budget is exhausted"));
+        }
+        self.events += 1;
+        if self.events > self.config.max_events {
+            return Err(self.stuck("the event budget is exhausted (livelock?)"));
+        }
+        debug_assert!(event.at >= self.now, "time never goes back");
+        self.now = event.at;
+        match event.kind {
+            EventKind::Deliver { src, dst, msg } => self.deliver(src, dst, msg)?,
+            EventKind::Wake { node, gen } => self.wake(node, gen)?,
+            EventKind::Start { client } => {
+                self.trace_hash = fold(fold(self.trace_hash, self.now), client);
+                self.trace(|| format!("c{client} starts"));
+                self.client(client)?.started = true;
+                self.call_client(client, false, |_, _, _, _| {})?;
             }
         }
         Ok(())
@@ -232,21 +269,20 @@ impl<'a> World<'a> {
             (Node::Client(client), Node::Leader(shard), SimMsg::ToLeader(m)) => {
                 if let ClientMsg::Dispatch { txn, .. } = &m {
                     let w = self.leader(shard)?.leader.watermark();
-                    self.watermark_at_arrival
-                        .entry((txn.id, shard))
-                        .or_insert(w);
+                    self.watermark_at_arrival.entry((txn.id, shard)).or_insert(w);
                 }
-                self.call_leader(shard, |l, local, out| l.on_client(local, client, m, out))
+                self.call_leader(shard, false, |l, local, out| l.on_client(local, client, m, out))
             }
             (Node::Leader(_), Node::Client(client), SimMsg::ToClient(m)) => {
-                self.call_client(client, false, |coord, local, _, out| {
-                    coord.on_message(local, m, out)
-                })
+                self.call_client(client, false, |coord, local, _, out| coord.on_message(local, m, out))
             }
-            (src, dst, msg) => Err(self.violation(
-                ViolationKind::Invariant,
-                format!("the simulator routed {msg:?} from {src} to {dst}"),
-            )),
+            (Node::Leader(from), Node::Leader(to), SimMsg::Peer(batch)) if batch.from == from => {
+                self.call_leader(to, false, |l, local, out| l.on_peer(local, batch, out))
+            }
+            (src, dst, msg) => {
+                Err(self
+                    .violation(ViolationKind::Invariant, format!("the simulator routed {msg:?} from {src} to {dst}")))
+            }
         }
     }
 
@@ -262,10 +298,8 @@ impl<'a> World<'a> {
         self.trace_hash = fold(fold(self.trace_hash, self.now), node.code());
         self.trace(|| format!("{node} wakes"));
         match node {
-            Node::Client(c) => {
-                self.call_client(c, true, |coord, local, _, out| coord.tick(local, out))
-            }
-            Node::Leader(s) => self.call_leader(s, |l, local, out| l.tick(local, out)),
+            Node::Client(c) => self.call_client(c, true, |coord, local, _, out| coord.tick(local, out)),
+            Node::Leader(s) => self.call_leader(s, true, |l, local, out| l.tick(local, out)),
         }
     }
 
@@ -273,16 +307,14 @@ impl<'a> World<'a> {
         let now = self.now;
         id.checked_sub(1)
             .and_then(|i| self.clients.get_mut(i as usize))
-            .ok_or_else(|| {
-                Violation::new(ViolationKind::Invariant, format!("no client {id}")).at(now)
-            })
+            .ok_or_else(|| Violation::new(ViolationKind::Invariant, format!("no client {id}")).at(now))
     }
 
     fn leader(&mut self, shard: ShardId) -> Result<&mut LeaderNode, Violation> {
         let now = self.now;
-        self.leaders.get_mut(shard as usize).ok_or_else(|| {
-            Violation::new(ViolationKind::Invariant, format!("no shard {shard}")).at(now)
-        })
+        self.leaders
+            .get_mut(shard as usize)
+            .ok_or_else(|| Violation::new(ViolationKind::Invariant, format!("no shard {shard}")).at(now))
     }
 
     /// (Re)schedules `node`'s wake-up at `at` (None: no wake-up needed).
@@ -303,23 +335,39 @@ impl<'a> World<'a> {
     }
 
     /// Runs `f` on leader `shard` at its local time, checks what it did, and sends its output.
+    /// A deadline that has already passed (a leader with agreement items to flush asks for
+    /// `Some(0)`) is honoured at once: at this very instant after an event, or at the next
+    /// microsecond after a wake-up. A leader that still asks for a past deadline right after
+    /// being ticked has nothing to do then (`ShardLeader::next_deadline` keeps returning the
+    /// last broadcast time plus the interval while its watermark is stalled, a known bug), so
+    /// such wake-ups back off exponentially up to [`BUSY_BACKOFF_MAX_US`]; they are counted in
+    /// [`RunReport::busy_wakes`]. Log commits are still woken for at their exact time.
     fn call_leader(
         &mut self,
         shard: ShardId,
+        woken: bool,
         f: impl FnOnce(&mut ShardLeader<SimLog>, TimeUs, &mut Vec<LeaderOutput>),
     ) -> Step {
         let now = self.now;
         let mut out = std::mem::take(&mut self.leader_out);
-        let node = self.leader(shard)?;
+        let node = self
+            .leaders
+            .get_mut(shard as usize)
+            .ok_or_else(|| Violation::new(ViolationKind::Invariant, format!("no shard {shard}")).at(now))?;
         node.leader.log_mut().set_now(now);
         let local = local_clock(now, node.offset_us);
         f(&mut node.leader, local, &mut out);
         let watermark = node.leader.watermark();
         let previous = std::mem::replace(&mut node.watermark, watermark);
-        let deadline = node
-            .leader
-            .next_deadline()
-            .map(|d| virtual_deadline(d, node.offset_us));
+        let mut deadline = node.leader.next_deadline().map(|d| virtual_deadline(d, node.offset_us));
+        match deadline {
+            Some(d) if woken && d <= now => {
+                node.busy_streak += 1;
+                self.busy_wakes += 1;
+                deadline = Some(now + (1u64 << node.busy_streak.min(6)).min(BUSY_BACKOFF_MAX_US));
+            }
+            _ => node.busy_streak = 0,
+        }
         let commit = node.leader.log_mut().next_commit_at();
         if watermark < previous {
             return Err(self.violation(
@@ -327,26 +375,125 @@ impl<'a> World<'a> {
                 format!("shard {shard}'s watermark went back from {previous} to {watermark}"),
             ));
         }
+        let executed = std::mem::take(&mut *self.exec_sink.lock().expect("single-threaded"));
+        for (s, id) in executed {
+            self.on_executed(s, id)?;
+        }
+        let me = Node::Leader(shard);
         for o in out.drain(..) {
-            let LeaderOutput::ToClient { client, msg } = o;
-            if let ServerMsg::Reply(r) = &msg {
-                self.check_reply(shard, r)?;
+            match o {
+                LeaderOutput::ToClient { client, msg } => {
+                    if let ServerMsg::Reply(r) = &msg {
+                        self.check_reply(shard, r)?;
+                    }
+                    if client == 0 || client > u64::from(self.config.clients) {
+                        return Err(self.violation(
+                            ViolationKind::Invariant,
+                            format!("shard {shard} sent {msg:?} to nonexistent client {client}"),
+                        ));
+                    }
+                    self.net.send(self.config, &mut self.queue, now, me, Node::Client(client), SimMsg::ToClient(msg));
+                }
+                LeaderOutput::ToAllClients { msg } => {
+                    for client in 1..=u64::from(self.config.clients) {
+                        let m = SimMsg::ToClient(msg.clone());
+                        self.net.send(self.config, &mut self.queue, now, me, Node::Client(client), m);
+                    }
+                }
+                LeaderOutput::ToPeer { shard: to, batch } => {
+                    if to == shard || to >= self.config.shards || batch.from != shard {
+                        return Err(self.violation(
+                            ViolationKind::Invariant,
+                            format!("shard {shard} sent a batch from shard {} to shard {to}: {batch:?}", batch.from),
+                        ));
+                    }
+                    self.net.send(self.config, &mut self.queue, now, me, Node::Leader(to), SimMsg::Peer(batch));
+                }
             }
-            self.net.send(
-                self.config,
-                &mut self.queue,
-                now,
-                Node::Leader(shard),
-                Node::Client(client),
-                SimMsg::ToClient(msg),
-            );
         }
         self.leader_out = out;
         let at = match (deadline, commit) {
             (Some(d), Some(c)) => Some(d.min(c)),
             (d, c) => d.or(c),
         };
-        self.schedule_wake(Node::Leader(shard), at.map(|t| t.max(now + 1)));
+        let earliest = if woken { now + 1 } else { now };
+        self.schedule_wake(me, at.map(|t| t.max(earliest)));
+        Ok(())
+    }
+
+    /// Shard `shard` just executed `id`: it must be a participant that has not executed it
+    /// before, and (rule 4) every participant must durably hold its final timestamp.
+    fn on_executed(&mut self, shard: ShardId, id: TxnId) -> Step {
+        self.trace(|| format!("L{shard} executes {id:?}"));
+        self.trace_hash = fold(fold(self.trace_hash, 0xe8ec_u64 ^ u64::from(shard)), id.seq ^ (id.client << 40));
+        let Some(&i) = self.index.get(&id) else {
+            return Err(self.violation(
+                ViolationKind::Execution,
+                format!("shard {shard} executed {id:?}, which was never submitted"),
+            ));
+        };
+        let shards: Vec<ShardId> = self.history.txns[i].pieces.iter().map(|p| p.shard).collect();
+        if !shards.contains(&shard) {
+            return Err(self.violation(
+                ViolationKind::Execution,
+                format!("shard {shard} executed {id:?}, whose participants are {shards:?}"),
+            ));
+        }
+        if !self.executed.insert((id, shard)) {
+            return Err(self.violation(ViolationKind::Execution, format!("shard {shard} executed {id:?} twice")));
+        }
+        self.executions[shard as usize].push(id);
+        if self.config.check_durable_decisions {
+            self.check_durable(shard, id, &shards)?;
+        }
+        Ok(())
+    }
+
+    /// DESIGN.md rule 4 at the moment `shard` executes `id`: every participant's `PREPARE` is
+    /// committed, and if the proposals differed, every participant's committed log already
+    /// holds the final timestamp (a `DECIDE` at it, or its own `PREPARE` if that was the
+    /// largest). Without this a replica or a new leader of a participant that only holds the
+    /// old, smaller proposal would order the transaction differently from what was executed.
+    fn check_durable(&mut self, shard: ShardId, id: TxnId, shards: &[ShardId]) -> Step {
+        let now = self.now;
+        let durable: Vec<(ShardId, Durable)> =
+            shards.iter().map(|&p| (p, self.leaders[p as usize].leader.log_mut().durable(id, now))).collect();
+        let mut proposals = Vec::new();
+        for (p, d) in &durable {
+            let why = if d.prepares > 1 {
+                Some(format!("shard {p} has {} committed PREPAREs of it", d.prepares))
+            } else if d.aborted {
+                Some(format!("shard {p} has a committed ABORT of it"))
+            } else if d.prepared.is_none() {
+                Some(format!("shard {p}'s PREPARE of it is not committed"))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(
+                    self.violation(ViolationKind::NotDurable, format!("shard {shard} executed {id:?}, but {why}"))
+                );
+            }
+            proposals.push((*p, d.prepared.expect("checked")));
+        }
+        let final_ts = proposals.iter().map(|(_, ts)| *ts).max().expect("a participant");
+        if proposals.iter().all(|(_, ts)| *ts == final_ts) {
+            return Ok(());
+        }
+        for (p, d) in &durable {
+            if d.ts() != Some(final_ts) {
+                return Err(self.violation(
+                    ViolationKind::NotDurable,
+                    format!(
+                        "shard {shard} executed {id:?} (proposals by shard {proposals:?}, final ts {final_ts}) \
+                         before shard {p} durably adopted the final timestamp: its committed log holds \
+                         PREPARE at {:?} and DECIDE at {:?} (rule 4: no release on the first round when \
+                         proposals differ)",
+                        d.prepared, d.decided
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -358,19 +505,13 @@ impl<'a> World<'a> {
         if r.shard != shard {
             return Err(self.violation(
                 ViolationKind::Invariant,
-                format!(
-                    "shard {shard} sent a reply for {:?} signed as shard {}",
-                    r.id, r.shard
-                ),
+                format!("shard {shard} sent a reply for {:?} signed as shard {}", r.id, r.shard),
             ));
         }
         if r.watermark < r.ts {
             return Err(self.violation(
                 ViolationKind::Invariant,
-                format!(
-                    "shard {shard} answered {:?} at ts {} with watermark {} below it",
-                    r.id, r.ts, r.watermark
-                ),
+                format!("shard {shard} answered {:?} at ts {} with watermark {} below it", r.id, r.ts, r.watermark),
             ));
         }
         if let Some(&w) = self.watermark_at_arrival.get(&(r.id, shard)) {
@@ -388,10 +529,7 @@ impl<'a> World<'a> {
         match self.reply_ts.insert((r.id, shard), r.ts) {
             Some(old) if old != r.ts => Err(self.violation(
                 ViolationKind::TimestampMismatch,
-                format!(
-                    "shard {shard} answered {:?} first at ts {old}, then at ts {}",
-                    r.id, r.ts
-                ),
+                format!("shard {shard} answered {:?} first at ts {old}, then at ts {}", r.id, r.ts),
             )),
             _ => Ok(()),
         }
@@ -415,17 +553,12 @@ impl<'a> World<'a> {
         if sort {
             out.sort_by_key(output_order);
         }
-        let result = self
-            .client_outputs(id, &mut out)
-            .and_then(|()| self.refill(id, &mut out));
+        let result = self.client_outputs(id, &mut out).and_then(|()| self.refill(id, &mut out));
         out.clear();
         self.coord_out = out;
         result?;
         let node = self.client(id)?;
-        let at = node
-            .coord
-            .next_deadline()
-            .map(|d| virtual_deadline(d, node.offset_us).max(now + 1));
+        let at = node.coord.next_deadline().map(|d| virtual_deadline(d, node.offset_us).max(now + 1));
         self.schedule_wake(Node::Client(id), at);
         Ok(())
     }
@@ -462,10 +595,7 @@ impl<'a> World<'a> {
                 let node = self.client(id)?;
                 (node.started, node.outstanding, node.next_seq)
             };
-            if !started
-                || outstanding >= self.config.in_flight
-                || self.submitted >= self.config.txns
-            {
+            if !started || outstanding >= self.config.in_flight || self.submitted >= self.config.txns {
                 return Ok(());
             }
             let spec = self.workload.next(id, seq);
@@ -473,13 +603,7 @@ impl<'a> World<'a> {
             let dispatched = self.moment();
             let node = self.client(id)?;
             let local = local_clock(now, node.offset_us);
-            let txn_id = node.coord.submit(
-                local,
-                &spec.procedure,
-                spec.args.clone(),
-                spec.pieces.clone(),
-                out,
-            );
+            let txn_id = node.coord.submit(local, &spec.procedure, spec.args.clone(), spec.pieces.clone(), out);
             node.outstanding += 1;
             node.next_seq += 1;
             if txn_id != (TxnId { client: id, seq }) {
@@ -505,27 +629,18 @@ impl<'a> World<'a> {
 
     fn record_answer(&mut self, client: ClientId, done: Completion) -> Step {
         let at = self.moment();
-        self.trace_hash = fold(
-            fold(self.trace_hash, at.us),
-            done.id.seq ^ (done.id.client << 40),
-        );
+        self.trace_hash = fold(fold(self.trace_hash, at.us), done.id.seq ^ (done.id.client << 40));
         self.trace(|| format!("c{client} answered {:?} -> {:?}", done.id, done.outcome));
         let Some(&i) = self.index.get(&done.id) else {
             return Err(self.violation(
                 ViolationKind::Invariant,
-                format!(
-                    "client {client} answered {:?}, which was never submitted",
-                    done.id
-                ),
+                format!("client {client} answered {:?}, which was never submitted", done.id),
             ));
         };
         if done.id.client != client {
             return Err(self.violation(
                 ViolationKind::Invariant,
-                format!(
-                    "client {client} answered {:?}, another client's transaction",
-                    done.id
-                ),
+                format!("client {client} answered {:?}, another client's transaction", done.id),
             ));
         }
         if let TxnOutcome::Ordered { ts, results } = &done.outcome {
@@ -535,10 +650,7 @@ impl<'a> World<'a> {
                     other => {
                         return Err(self.violation(
                             ViolationKind::TimestampMismatch,
-                            format!(
-                                "{:?} completed at ts {ts} but shard {shard} replied with ts {:?}",
-                                done.id, other
-                            ),
+                            format!("{:?} completed at ts {ts} but shard {shard} replied with ts {:?}", done.id, other),
                         ))
                     }
                 }
@@ -546,11 +658,7 @@ impl<'a> World<'a> {
         }
         let rec = &mut self.history.txns[i];
         let first = rec.answers.is_empty();
-        rec.answers.push(AnswerRecord {
-            at,
-            outcome: done.outcome,
-            attempts: done.attempts,
-        });
+        rec.answers.push(AnswerRecord { at, outcome: done.outcome, attempts: done.attempts });
         if first {
             self.answered += 1;
             self.client(client)?.outstanding -= 1;
@@ -567,7 +675,108 @@ impl<'a> World<'a> {
         }
     }
 
-    fn stuck(&self, why: &str) -> Violation {
+    /// After the run: exactly the ordered transactions were executed, once on each
+    /// participant, and on every shard conflicting ones executed in final-timestamp order and
+    /// in the order of the shard's own committed log.
+    fn check_executions(&mut self) -> Step {
+        for (shard, execs) in self.executions.iter().enumerate() {
+            for id in execs {
+                let rec = &self.history.txns[self.index[id]];
+                if rec.ts().is_none() {
+                    return Err(self.violation(
+                        ViolationKind::Execution,
+                        format!(
+                            "{id:?} was executed on shard {shard} but its client was told {:?}: a rejected \
+                             or aborted transaction left a trace",
+                            rec.answers.first().map(|a| &a.outcome)
+                        ),
+                    ));
+                }
+            }
+        }
+        let now = self.now;
+        for rec in &self.history.txns {
+            if rec.ts().is_none() {
+                continue;
+            }
+            for p in &rec.pieces {
+                if self.leaders[p.shard as usize].leader.log_mut().durable(rec.id, now).aborted {
+                    return Err(self.violation(
+                        ViolationKind::Execution,
+                        format!("{:?} was answered as ordered although shard {} logged its ABORT", rec.id, p.shard),
+                    ));
+                }
+            }
+            if let Some(p) = rec.pieces.iter().find(|p| !self.executed.contains(&(rec.id, p.shard))) {
+                return Err(self.violation(
+                    ViolationKind::Execution,
+                    format!("{:?} was answered as ordered but never executed on shard {}", rec.id, p.shard),
+                ));
+            }
+        }
+        for shard in 0..self.config.shards {
+            let mut execs = Vec::new();
+            for &id in &self.executions[shard as usize] {
+                let rec = &self.history.txns[self.index[&id]];
+                let ts = rec.ts().expect("checked above");
+                let log_ts = self.leaders[shard as usize].leader.log_mut().durable(id, now).ts().unwrap_or(ts);
+                let keys = rec.piece(shard).expect("participant checked at execution");
+                execs.push(Exec { id, by_final: (ts, id), by_log: (log_ts, id), keys });
+            }
+            let describe =
+                |e: &Exec| format!("{:?} (final ts {}, ts in shard {shard}'s log {})", e.id, e.by_final.0, e.by_log.0);
+            if let Some((a, b, key, access)) = first_inversion(&execs, |e| e.by_final) {
+                let msg = format!(
+                    "on shard {shard}, {} executed before {}, which conflicts with it on key {} \
+                     ({access:?}), but has the smaller final timestamp",
+                    describe(&execs[a]),
+                    describe(&execs[b]),
+                    checker::show_key(key)
+                );
+                return Err(self.violation(ViolationKind::ExecutionOrder, msg));
+            }
+            if !self.config.check_log_order {
+                continue;
+            }
+            if let Some((a, b, key, access)) = first_inversion(&execs, |e| e.by_log) {
+                let msg = format!(
+                    "timestamp inversion on shard {shard}: {} executed before {}, which conflicts with it \
+                     on key {} ({access:?}), but shard {shard}'s committed log orders them the other \
+                     way round, so a replica or a new leader replaying that log would run them in the \
+                     opposite order",
+                    describe(&execs[a]),
+                    describe(&execs[b]),
+                    checker::show_key(key)
+                );
+                return Err(self.violation(ViolationKind::ExecutionOrder, msg));
+            }
+        }
+        Ok(())
+    }
+
+    /// Cross-shard transactions submitted, and those whose participants' committed proposals
+    /// differed (the ones that needed the second round).
+    fn count_cross_shard(&mut self) -> (u64, u64) {
+        let now = self.now;
+        let (mut cross, mut differed) = (0, 0);
+        for rec in &self.history.txns {
+            if rec.pieces.len() < 2 {
+                continue;
+            }
+            cross += 1;
+            let proposals: Vec<Option<Timestamp>> = rec
+                .pieces
+                .iter()
+                .map(|p| self.leaders[p.shard as usize].leader.log_mut().durable(rec.id, now).prepared)
+                .collect();
+            if proposals.iter().all(Option::is_some) && proposals.iter().any(|p| *p != proposals[0]) {
+                differed += 1;
+            }
+        }
+        (cross, differed)
+    }
+
+    fn stuck(&mut self, why: &str) -> Violation {
         let mut msg = format!(
             "the run did not finish: {why}; {}/{} transactions answered ({} submitted) after {} \
              events at virtual time {} us",
@@ -589,28 +798,32 @@ impl<'a> World<'a> {
             })
             .collect();
         msg.push_str(&format!("; unanswered (first 5): {}", waiting.join(", ")));
-        for (s, l) in self.leaders.iter().enumerate() {
+        for (s, l) in self.leaders.iter_mut().enumerate() {
+            let log = l.leader.log_mut();
+            let unfinished: Vec<String> = log
+                .prepared_ids()
+                .into_iter()
+                .filter(|id| !self.executed.contains(&(*id, s as ShardId)))
+                .take(3)
+                .map(|id| format!("{id:?} {:?}", log.records(id)))
+                .collect();
             msg.push_str(&format!(
-                "; L{s}: clock {} watermark {} pending {} stats {:?}",
+                "; L{s}: clock {} watermark {} pending {} (prepared, not executed: {}) stats {:?}",
                 local_clock(self.now, l.offset_us),
                 l.leader.watermark(),
                 l.leader.pending_len(),
+                unfinished.join(", "),
                 l.leader.stats()
             ));
         }
         for c in &self.clients {
-            msg.push_str(&format!(
-                "; c{}: in flight {} stats {:?}",
-                c.id,
-                c.coord.in_flight(),
-                c.coord.stats()
-            ));
+            msg.push_str(&format!("; c{}: in flight {} stats {:?}", c.id, c.coord.in_flight(), c.coord.stats()));
         }
         self.violation(ViolationKind::Stuck, msg)
     }
 
     /// Final checks and the report.
-    pub fn finish(self) -> Result<RunReport, Violation> {
+    pub fn finish(mut self) -> Result<RunReport, Violation> {
         let mut retries = 0;
         for c in &self.clients {
             let stats = c.coord.stats();
@@ -631,31 +844,23 @@ impl<'a> World<'a> {
                 return Err(self.violation(
                     ViolationKind::Invariant,
                     format!(
-                        "shard {s} still has {} transactions pending after every transaction \
-                         was answered",
-                        l.leader.pending_len()
+                        "shard {s} still has {} transactions pending {} us after every \
+                         transaction was answered",
+                        l.leader.pending_len(),
+                        self.now - self.answered_at
                     ),
                 ));
             }
         }
+        self.check_executions()?;
+        let (cross_shard, cross_differed) = self.count_cross_shard();
         let stores: Vec<&Store> = self.leaders.iter().map(|l| l.leader.store()).collect();
-        let options = CheckOptions {
-            realtime_across_shards: self.config.check_realtime_across_shards,
-        };
-        let summary = checker::check(&self.history, &Registry::with_builtins(), &stores, options)
-            .map_err(|v| v.at(self.now))?;
-        let mut latencies: Vec<u64> = self
-            .history
-            .txns
-            .iter()
-            .map(|t| t.answers[0].at.us - t.dispatched.us)
-            .collect();
+        let options = CheckOptions { realtime_across_shards: self.config.check_realtime_across_shards };
+        let summary =
+            checker::check(&self.history, &procedure::registry(None), &stores, options).map_err(|v| v.at(self.now))?;
+        let mut latencies: Vec<u64> = self.history.txns.iter().map(|t| t.answers[0].at.us - t.dispatched.us).collect();
         latencies.sort_unstable();
-        let (mut bumped, mut duplicates) = (0, 0);
-        for l in &self.leaders {
-            bumped += l.leader.stats().bumped;
-            duplicates += l.leader.stats().duplicates;
-        }
+        let leaders = self.leaders.iter().map(|l| l.leader.stats()).fold(LeaderStats::default(), add_stats);
         let net = self.net.stats();
         Ok(RunReport {
             seed: self.config.seed,
@@ -664,9 +869,14 @@ impl<'a> World<'a> {
             proc_aborted: summary.proc_aborted,
             rejected: summary.rejected,
             retries,
-            bumped,
-            duplicates,
-            end_us: self.now,
+            bumped: leaders.bumped,
+            duplicates: leaders.duplicates,
+            cross_shard,
+            cross_differed,
+            leaders,
+            peer_batches: net.peer_batches,
+            busy_wakes: self.busy_wakes,
+            end_us: self.answered_at,
             events: self.events,
             messages: self.delivered,
             dropped: net.dropped,
@@ -679,14 +889,74 @@ impl<'a> World<'a> {
     }
 }
 
+fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
+    LeaderStats {
+        admitted: a.admitted + b.admitted,
+        bumped: a.bumped + b.bumped,
+        executed: a.executed + b.executed,
+        rejected: a.rejected + b.rejected,
+        duplicates: a.duplicates + b.duplicates,
+        cross_decided: a.cross_decided + b.cross_decided,
+        cross_differed: a.cross_differed + b.cross_differed,
+        aborted: a.aborted + b.aborted,
+        early_overflow: a.early_overflow + b.early_overflow,
+    }
+}
+
+/// One execution on one shard, for the order check.
+struct Exec<'k> {
+    id: TxnId,
+    /// (final timestamp, id): the order the clients were promised.
+    by_final: (Timestamp, TxnId),
+    /// (timestamp in this shard's committed log, id): the order a replica would replay.
+    by_log: (Timestamp, TxnId),
+    keys: &'k KeySet,
+}
+
+/// Per key, the last write and the latest read since it, as (position, index into execs).
+#[derive(Default)]
+struct KeyOrder {
+    last_write: Option<((Timestamp, TxnId), usize)>,
+    max_read: Option<((Timestamp, TxnId), usize)>,
+}
+
+/// The first pair of conflicting executions, in execution order, whose positions under `pos`
+/// are not increasing: (earlier executed, later executed, key, access of the later one).
+fn first_inversion<'k>(
+    execs: &[Exec<'k>],
+    pos: impl Fn(&Exec<'k>) -> (Timestamp, TxnId),
+) -> Option<(usize, usize, &'k Key, Access)> {
+    let mut keys: HashMap<&Key, KeyOrder> = HashMap::new();
+    for (i, e) in execs.iter().enumerate() {
+        let me = pos(e);
+        for (key, access) in e.keys.entries() {
+            let k = keys.entry(key).or_default();
+            let mut ahead = k.last_write;
+            if access == Access::Write {
+                ahead = ahead.max(k.max_read);
+            }
+            if let Some((p, j)) = ahead {
+                if p >= me {
+                    return Some((j, i, key, access));
+                }
+            }
+            match access {
+                Access::Read => k.max_read = k.max_read.max(Some((me, i))),
+                Access::Write => {
+                    k.last_write = Some((me, i));
+                    k.max_read = None;
+                }
+            }
+        }
+    }
+    None
+}
+
 /// Sort key that puts a coordinator's output in transaction-id order (stable for the sends of
 /// one transaction).
 fn output_order(o: &CoordOutput) -> TxnId {
     match o {
-        CoordOutput::Send {
-            msg: ClientMsg::Dispatch { txn, .. },
-            ..
-        } => txn.id,
+        CoordOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => txn.id,
         CoordOutput::Send { .. } => TxnId { client: 0, seq: 0 },
         CoordOutput::Done(done) => done.id,
     }

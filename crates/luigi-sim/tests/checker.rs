@@ -5,9 +5,7 @@ use luigi_proto::coordinator::TxnOutcome;
 use luigi_proto::procedure::Registry;
 use luigi_proto::procedures::{micro_key, Micro, MicroOp, MicroOutput};
 use luigi_proto::types::{KeySet, ShardId, ShardPiece, Timestamp, TxnId};
-use luigi_sim::checker::{
-    check, AnswerRecord, CheckOptions, CheckSummary, History, Moment, TxnRecord,
-};
+use luigi_sim::checker::{check, AnswerRecord, CheckOptions, CheckSummary, History, Moment, TxnRecord};
 use luigi_sim::{Violation, ViolationKind};
 use luigi_store::{Key, Store};
 
@@ -16,10 +14,7 @@ fn id(client: u64, seq: u64) -> TxnId {
 }
 
 fn w(key: u64, v: u64) -> MicroOp {
-    MicroOp {
-        key,
-        write: Some(v),
-    }
+    MicroOp { key, write: Some(v) }
 }
 
 fn r(key: u64) -> MicroOp {
@@ -36,24 +31,13 @@ fn micro(
     ts: Timestamp,
     reads: MicroOutput,
 ) -> TxnRecord {
-    let rk: Vec<Key> = ops
-        .iter()
-        .filter(|o| o.write.is_none())
-        .map(|o| micro_key(o.key))
-        .collect();
-    let wk: Vec<Key> = ops
-        .iter()
-        .filter(|o| o.write.is_some())
-        .map(|o| micro_key(o.key))
-        .collect();
+    let rk: Vec<Key> = ops.iter().filter(|o| o.write.is_none()).map(|o| micro_key(o.key)).collect();
+    let wk: Vec<Key> = ops.iter().filter(|o| o.write.is_some()).map(|o| micro_key(o.key)).collect();
     TxnRecord {
         id,
         procedure: Micro::NAME.into(),
         args: postcard::to_stdvec(ops).expect("encode"),
-        pieces: vec![ShardPiece {
-            shard,
-            keys: KeySet::new(rk, wk),
-        }],
+        pieces: vec![ShardPiece { shard, keys: KeySet::new(rk, wk) }],
         dispatched: Moment::at(times.0),
         answers: vec![AnswerRecord {
             at: Moment::at(times.1),
@@ -74,11 +58,7 @@ fn store_with(pairs: &[(u64, u64)]) -> Store {
     s
 }
 
-fn run_with(
-    h: &History,
-    stores: &[Store],
-    options: CheckOptions,
-) -> Result<CheckSummary, Violation> {
+fn run_with(h: &History, stores: &[Store], options: CheckOptions) -> Result<CheckSummary, Violation> {
     let refs: Vec<&Store> = stores.iter().collect();
     check(h, &Registry::with_builtins(), &refs, options)
 }
@@ -96,10 +76,7 @@ fn a_correct_history_passes() {
         ],
     };
     let s = run(&h, &[store_with(&[(5, 7)])]).expect("correct");
-    assert_eq!(
-        (s.ordered, s.committed, s.max_ts, s.conflict_edges),
-        (2, 2, 60, 1)
-    );
+    assert_eq!((s.ordered, s.committed, s.max_ts, s.conflict_edges), (2, 2, 60, 1));
 }
 
 #[test]
@@ -118,8 +95,7 @@ fn conflicting_transactions_executed_out_of_timestamp_order_are_caught() {
     assert!(v.message.contains("TxnId { client: 3, seq: 1 }"), "{v}");
     assert!(
         v.message.contains("the leader answered Ok(r5=0x7)")
-            && v.message
-                .contains("replay in timestamp order gives Ok(r5=0x9)"),
+            && v.message.contains("replay in timestamp order gives Ok(r5=0x9)"),
         "{v}"
     );
     assert!(
@@ -129,21 +105,12 @@ fn conflicting_transactions_executed_out_of_timestamp_order_are_caught() {
         ),
         "names both writers: {v}"
     );
-    assert!(
-        v.message.contains("TxnId { client: 2, seq: 1 }@ts60"),
-        "names the last writer: {v}"
-    );
+    assert!(v.message.contains("TxnId { client: 2, seq: 1 }@ts60"), "names the last writer: {v}");
     // Without the reader, the final store gives it away.
-    let h = History {
-        txns: h.txns[..2].to_vec(),
-    };
+    let h = History { txns: h.txns[..2].to_vec() };
     let v = run(&h, &[store_with(&[(5, 7)])]).expect_err("out of order");
     assert_eq!(v.kind, ViolationKind::StateMismatch, "{v}");
-    assert!(
-        v.message
-            .contains("micro#5: replay has 0x9, leader has 0x7"),
-        "{v}"
-    );
+    assert!(v.message.contains("micro#5: replay has 0x9, leader has 0x7"), "{v}");
 }
 
 #[test]
@@ -160,17 +127,10 @@ fn real_time_inversion_on_one_shard_is_caught() {
     assert!(v.message.contains("both on shard 0"), "{v}");
     // Same pair on two shards: serializable (they share nothing), so only the optional
     // cross-shard rule objects.
-    let h = History {
-        txns: vec![
-            h.txns[0].clone(),
-            micro(id(2, 1), 1, &[r(2)], (200, 300), 400, vec![(2, None)]),
-        ],
-    };
+    let h = History { txns: vec![h.txns[0].clone(), micro(id(2, 1), 1, &[r(2)], (200, 300), 400, vec![(2, None)])] };
     let stores = [Store::new(), Store::new()];
     run(&h, &stores).expect("serializable across shards");
-    let strict = CheckOptions {
-        realtime_across_shards: true,
-    };
+    let strict = CheckOptions { realtime_across_shards: true };
     let v = run_with(&h, &stores, strict).expect_err("inversion");
     assert_eq!(v.kind, ViolationKind::RealTime, "{v}");
     assert!(v.message.contains("different shards"), "{v}");
@@ -183,25 +143,14 @@ fn a_cycle_through_real_time_across_shards_is_not_serializable() {
     // (shard 1), X -> A (shard 0). No serial order fits, though each shard alone is fine.
     let mut x = micro(id(3, 1), 0, &[w(0, 1), w(1, 2)], (0, 400), 10, vec![]);
     x.pieces = vec![
-        ShardPiece {
-            shard: 0,
-            keys: KeySet::new(vec![], vec![micro_key(0)]),
-        },
-        ShardPiece {
-            shard: 1,
-            keys: KeySet::new(vec![], vec![micro_key(1)]),
-        },
+        ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![micro_key(0)]) },
+        ShardPiece { shard: 1, keys: KeySet::new(vec![], vec![micro_key(1)]) },
     ];
     let empty = postcard::to_stdvec(&MicroOutput::new()).expect("encode");
-    x.answers[0].outcome = TxnOutcome::Ordered {
-        ts: 10,
-        results: vec![(0, Ok(empty.clone())), (1, Ok(empty))],
-    };
+    x.answers[0].outcome = TxnOutcome::Ordered { ts: 10, results: vec![(0, Ok(empty.clone())), (1, Ok(empty))] };
     let a = micro(id(1, 1), 0, &[w(0, 3)], (0, 100), 20, vec![]);
     let b = micro(id(2, 1), 1, &[w(1, 4)], (200, 300), 5, vec![]);
-    let h = History {
-        txns: vec![x, a, b],
-    };
+    let h = History { txns: vec![x, a, b] };
     let stores = [store_with(&[(0, 3)]), store_with(&[(1, 2)])];
     let v = run(&h, &stores).expect_err("cycle");
     assert_eq!(v.kind, ViolationKind::NotSerializable, "{v}");
@@ -219,11 +168,9 @@ fn missing_duplicate_and_failed_answers_are_caught() {
     twice.answers.push(twice.answers[0].clone());
     let mut failed = t;
     failed.answers[0].outcome = TxnOutcome::Failed("gave up".into());
-    for (rec, kind) in [
-        (none, ViolationKind::Unanswered),
-        (twice, ViolationKind::DuplicateAnswer),
-        (failed, ViolationKind::Failed),
-    ] {
+    for (rec, kind) in
+        [(none, ViolationKind::Unanswered), (twice, ViolationKind::DuplicateAnswer), (failed, ViolationKind::Failed)]
+    {
         let v = run(&History { txns: vec![rec] }, &[Store::new()]).expect_err("caught");
         assert_eq!(v.kind, kind, "{v}");
     }

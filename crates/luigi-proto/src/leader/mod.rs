@@ -31,6 +31,9 @@ use admission::Floors;
 use agreement::{Agreement, Step};
 use queue::HoldQueue;
 
+/// Transactions remembered as having lost an early agreement item.
+const EARLY_DROPPED_MAX: usize = 1 << 16;
+
 /// Knobs of a shard leader.
 #[derive(Clone, Debug)]
 pub struct LeaderConfig {
@@ -43,6 +46,10 @@ pub struct LeaderConfig {
     /// dispatches are rejected with an error reply rather than queued without bound. Also
     /// bounds the agreement messages buffered for transactions not yet dispatched here.
     pub max_pending: usize,
+    /// Agreement items buffered for transactions whose dispatch has not arrived yet. Beyond
+    /// it an item is dropped and its transaction is refused when the dispatch comes (never
+    /// left waiting for an item that will not come again).
+    pub max_early: usize,
     /// A peer's outgoing batch is flushed at the next tick, or at once when it holds this many.
     pub peer_batch_max: usize,
     /// How often the watermark is sent to every connected client.
@@ -58,6 +65,7 @@ impl LeaderConfig {
             shard,
             floor_lookahead_us: 1_000_000,
             max_pending: 1 << 20,
+            max_early: 1 << 20,
             peer_batch_max: 256,
             watermark_broadcast_us: 1_000,
             mutations: Mutations::default(),
@@ -170,6 +178,9 @@ pub struct ShardLeader<L: ReplicatedLog> {
     queue: HoldQueue,
     pending: Map<TxnId, Pending>,
     early: Map<TxnId, Early>,
+    /// Transactions one of whose early agreement items was dropped (buffer full): refused
+    /// when their dispatch arrives. Bounded by `max_early` too.
+    early_dropped: BTreeSet<TxnId>,
     clients: Map<ClientId, ClientTable>,
     /// Executed transactions whose answer waits for the watermark, by (ts, id).
     unanswered: BTreeSet<(Timestamp, TxnId)>,
@@ -202,6 +213,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             queue: HoldQueue::default(),
             pending: Map::default(),
             early: Map::default(),
+            early_dropped: BTreeSet::new(),
             clients: Map::default(),
             unanswered: BTreeSet::new(),
             outbox: BTreeMap::new(),
@@ -253,7 +265,16 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             return Some(0); // now
         }
         let renew = self.floor_proposed.saturating_sub(self.config.floor_lookahead_us / 2);
-        let broadcast = self.broadcast_at.0 + self.config.watermark_broadcast_us;
+        // Wake up to broadcast only if the watermark can have moved past the last broadcast
+        // value by then: it follows the clock up to (smallest pending - 1) and the floor. A
+        // watermark held by a transaction waiting for a message needs no wake-up (the message
+        // is an event), and asking for one would busy-loop the shell.
+        let cap = self.queue.min_ts().map_or(Timestamp::MAX, |ts| ts - 1).min(self.floor_committed);
+        let broadcast = if cap > self.broadcast_at.1 {
+            self.broadcast_at.0 + self.config.watermark_broadcast_us
+        } else {
+            TimeUs::MAX
+        };
         let release = self.queue.next_clock_deadline().unwrap_or(TimeUs::MAX);
         Some(release.min(renew).min(broadcast))
     }
@@ -326,6 +347,18 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 } // else: still in `unanswered`, the reply goes out when the watermark passes.
                 return;
             }
+        }
+        if self.early_dropped.remove(&id) {
+            // An agreement item for it was dropped: refuse it (and tell the others) rather
+            // than prepare a transaction that would wait forever for that item.
+            self.early.remove(&id);
+            self.refuse(
+                &txn,
+                format!("shard {} dropped its agreement messages (buffer full)", self.config.shard),
+                arrival_delta_us,
+                out,
+            );
+            return;
         }
         if let Some(reason) = self.early.get(&id).and_then(|e| e.refused.clone()) {
             // Another participant refused it first; it will never be prepared anywhere.
@@ -405,8 +438,14 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     fn early_entry(&mut self, id: TxnId) -> Option<&mut Early> {
-        if !self.early.contains_key(&id) && self.early.len() >= self.config.max_pending {
+        if !self.early.contains_key(&id) && self.early.len() >= self.config.max_early {
             self.stats.early_overflow += 1;
+            // Remembering dropped transactions is bounded too; past that the oldest marker
+            // goes (its transaction then waits for the recovery of stalled transactions).
+            if self.early_dropped.len() >= EARLY_DROPPED_MAX {
+                self.early_dropped.pop_first();
+            }
+            self.early_dropped.insert(id);
             return None;
         }
         Some(self.early.entry(id).or_default())
