@@ -36,6 +36,13 @@ pub enum LogRecord {
         /// The transaction.
         id: TxnId,
     },
+    /// Every transaction with a final timestamp at or below `ts` is decided and executed on
+    /// the leader (its watermark passed `ts`): followers execute the pending ones now, in
+    /// (timestamp, id) order, and reach the leader's state.
+    Applied {
+        /// The leader's watermark.
+        ts: Timestamp,
+    },
     /// Lets the leader publish watermarks up to `ts` (so the watermark advances while idle);
     /// a leader elected later admits nothing at or below it, which keeps every published
     /// watermark's promise across failover.

@@ -25,6 +25,8 @@ pub struct SimLog {
     capacity: usize,
     /// Every transaction record ever appended, with its commit time, for the checks.
     txns: HashMap<TxnId, Vec<(VirtualUs, TxnRecordKind)>>,
+    /// Every entry handed to the leader as committed, in log order (replayed into a follower).
+    committed: Vec<LogEntry>,
 }
 
 /// A log record about one transaction.
@@ -73,6 +75,7 @@ impl SimLog {
             waiting: VecDeque::new(),
             capacity,
             txns: HashMap::new(),
+            committed: Vec::new(),
         }
     }
 
@@ -131,6 +134,14 @@ impl SimLog {
     }
 }
 
+impl SimLog {
+    /// Every entry ever appended, in log order: the committed ones, then those still in
+    /// flight (which the simulated log commits eventually, in order).
+    pub fn all_entries(&self) -> impl Iterator<Item = &LogEntry> {
+        self.committed.iter().chain(self.waiting.iter().map(|(_, e)| e))
+    }
+}
+
 impl ReplicatedLog for SimLog {
     fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError> {
         if self.waiting.len() >= self.capacity {
@@ -144,7 +155,7 @@ impl ReplicatedLog for SimLog {
             LogRecord::Prepare { txn, ts, .. } => Some((txn.id, TxnRecordKind::Prepare(*ts))),
             LogRecord::Decide { id, ts } => Some((*id, TxnRecordKind::Decide(*ts))),
             LogRecord::Abort { id } => Some((*id, TxnRecordKind::Abort)),
-            LogRecord::Floor { .. } => None,
+            LogRecord::Floor { .. } | LogRecord::Applied { .. } => None,
         };
         if let Some((id, kind)) = kind {
             self.txns.entry(id).or_default().push((at, kind));
@@ -159,6 +170,7 @@ impl ReplicatedLog for SimLog {
                 break;
             }
             let (_, entry) = self.waiting.pop_front().expect("front exists");
+            self.committed.push(entry.clone());
             out.push(entry);
         }
     }

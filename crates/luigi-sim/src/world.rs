@@ -4,7 +4,9 @@
 use std::collections::{HashMap, HashSet};
 
 use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
+use luigi_proto::leader::follower::Follower;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, LeaderStats, ShardLeader};
+use luigi_proto::log::LogEntry;
 use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
 use luigi_proto::types::{Access, ClientId, KeySet, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_store::{Key, Store};
@@ -853,6 +855,7 @@ impl<'a> World<'a> {
             }
         }
         self.check_executions()?;
+        self.check_followers()?;
         let (cross_shard, cross_differed) = self.count_cross_shard();
         let stores: Vec<&Store> = self.leaders.iter().map(|l| l.leader.store()).collect();
         let options = CheckOptions { realtime_across_shards: self.config.check_realtime_across_shards };
@@ -886,6 +889,40 @@ impl<'a> World<'a> {
             shard_hashes: stores.iter().map(|s| s.state_hash()).collect(),
             trace_hash: self.trace_hash,
         })
+    }
+}
+
+impl World<'_> {
+    /// Replays every shard's log into a fresh follower replica and requires it to rebuild
+    /// exactly the leader's store (DESIGN.md rule 5: execution is a deterministic function of
+    /// the ordered log). A final `Applied` marker covers everything the leader executed.
+    fn check_followers(&mut self) -> Result<(), Violation> {
+        for s in 0..self.leaders.len() {
+            self.leaders[s].leader.mark_applied();
+            let shard = s as u32;
+            let mut follower = Follower::new(shard, Store::new(), procedure::registry(None));
+            let entries: Vec<LogEntry> = self.leaders[s].leader.log_mut().all_entries().cloned().collect();
+            for entry in &entries {
+                follower.apply(entry);
+            }
+            let leader_store = self.leaders[s].leader.store();
+            if follower.queued_len() != 0 || follower.store() != leader_store {
+                return Err(self.violation(
+                    ViolationKind::StateMismatch,
+                    format!(
+                        "shard {s}: a follower replaying the {} log entries rebuilds a different store \
+                         ({} keys, hash {:x}, {} transactions still queued) than the leader's ({} keys, hash {:x})",
+                        entries.len(),
+                        follower.store().len(),
+                        follower.store().state_hash(),
+                        follower.queued_len(),
+                        leader_store.len(),
+                        leader_store.state_hash()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -14,6 +14,7 @@
 
 pub mod admission;
 pub mod agreement;
+pub mod follower;
 pub mod queue;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,6 +55,8 @@ pub struct LeaderConfig {
     pub peer_batch_max: usize,
     /// How often the watermark is sent to every connected client.
     pub watermark_broadcast_us: u64,
+    /// How often an `Applied` marker (the watermark) is logged for followers, when it moved.
+    pub applied_marker_us: u64,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: Mutations,
 }
@@ -68,6 +71,7 @@ impl LeaderConfig {
             max_early: 1 << 20,
             peer_batch_max: 256,
             watermark_broadcast_us: 1_000,
+            applied_marker_us: 1_000,
             mutations: Mutations::default(),
         }
     }
@@ -197,6 +201,8 @@ pub struct ShardLeader<L: ReplicatedLog> {
     floor_proposed: Timestamp,
     /// When the watermark was last broadcast, and its value then.
     broadcast_at: (TimeUs, Timestamp),
+    /// When the last `Applied` marker was logged, and its value.
+    applied_at: (TimeUs, Timestamp),
     committed_buf: Vec<LogEntry>,
     stats: LeaderStats,
 }
@@ -223,6 +229,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             floor_committed: 0,
             floor_proposed: 0,
             broadcast_at: (0, 0),
+            applied_at: (0, 0),
             committed_buf: Vec::new(),
             stats: LeaderStats::default(),
         }
@@ -270,11 +277,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         // watermark held by a transaction waiting for a message needs no wake-up (the message
         // is an event), and asking for one would busy-loop the shell.
         let cap = self.queue.min_ts().map_or(Timestamp::MAX, |ts| ts - 1).min(self.floor_committed);
-        let broadcast = if cap > self.broadcast_at.1 {
-            self.broadcast_at.0 + self.config.watermark_broadcast_us
-        } else {
-            TimeUs::MAX
+        let when_moved = |(at, last): (TimeUs, Timestamp), every_us: u64| {
+            if cap > last {
+                at + every_us
+            } else {
+                TimeUs::MAX
+            }
         };
+        let broadcast = when_moved(self.broadcast_at, self.config.watermark_broadcast_us)
+            .min(when_moved(self.applied_at, self.config.applied_marker_us));
         let release = self.queue.next_clock_deadline().unwrap_or(TimeUs::MAX);
         Some(release.min(renew).min(broadcast))
     }
@@ -323,7 +334,21 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             let msg = ServerMsg::Watermark { shard: self.config.shard, watermark: self.watermark };
             out.push(LeaderOutput::ToAllClients { msg });
         }
+        let (at, w) = self.applied_at;
+        if now >= at + self.config.applied_marker_us && self.watermark > w {
+            self.applied_at = (now, self.watermark);
+            self.propose_record(LogRecord::Applied { ts: self.watermark });
+        }
         self.flush_outbox(out);
+    }
+
+    /// Logs an `Applied` marker for the current watermark now if it moved since the last one
+    /// (periodic markers come from `tick`; this is for shutdown, snapshots and tests).
+    pub fn mark_applied(&mut self) {
+        if self.watermark > self.applied_at.1 {
+            self.applied_at = (self.applied_at.0, self.watermark);
+            self.propose_record(LogRecord::Applied { ts: self.watermark });
+        }
     }
 
     fn on_dispatch(&mut self, now: TimeUs, txn: Arc<Txn>, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
@@ -497,7 +522,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         match step {
             Step::Wait => {}
             Step::LogDecide { final_ts } => {
-                self.reposition(id, final_ts);
+                // Moved to the final timestamp only once DECIDE is committed: until then the
+                // watermark (and the `Applied` markers followers execute by) stays below the
+                // old proposal, so a follower never runs it at a timestamp it does not know.
                 self.propose_record(LogRecord::Decide { id, ts: final_ts });
             }
             Step::Decided { final_ts } => {
@@ -573,6 +600,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 LogRecord::Decide { id, ts } => self.on_decide_logged(id, ts),
                 LogRecord::Abort { id } => self.on_abort_logged(id, out),
                 LogRecord::Floor { ts } => self.floor_committed = self.floor_committed.max(ts),
+                LogRecord::Applied { .. } => {} // for followers; the leader executed already
             }
         }
         self.committed_buf = entries;
@@ -595,6 +623,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     fn on_decide_logged(&mut self, id: TxnId, ts: Timestamp) {
         let shard = self.config.shard;
+        if !self.pending.contains_key(&id) {
+            return;
+        }
+        self.reposition(id, ts);
         let Some(agreement) = self.pending.get(&id).and_then(|p| p.agreement.as_ref()) else { return };
         self.stats.cross_differed += 1;
         let others: Vec<ShardId> = agreement.shards().iter().copied().filter(|s| *s != shard).collect();

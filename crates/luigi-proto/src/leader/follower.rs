@@ -1,0 +1,200 @@
+//! A follower replica's state machine: it rebuilds the leader's store from the committed log
+//! alone (DESIGN.md rules 5 and 6: execution is a deterministic function of the store and the
+//! ordered log).
+//!
+//! `PREPARE` queues a transaction at its proposal, `DECIDE` moves it to its final timestamp,
+//! `ABORT` drops it, and an `Applied { ts }` marker executes every queued transaction with a
+//! timestamp at or below `ts` in (timestamp, id) order. The leader logs a marker only once its
+//! watermark has passed `ts`, so by then every such transaction is decided, its records are
+//! earlier in the log, and nothing new can land at or below `ts`: conflicting transactions run
+//! in the leader's order and non-conflicting ones commute, so the stores are equal.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use luigi_store::Store;
+
+use crate::log::{LogEntry, LogRecord};
+use crate::procedure::Registry;
+use crate::types::{ShardId, Timestamp, Txn, TxnId};
+use crate::Map;
+
+/// Counters of a follower.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FollowerStats {
+    /// Transactions executed.
+    pub executed: u64,
+    /// Transactions dropped by `ABORT`.
+    pub aborted: u64,
+    /// Highest log index applied.
+    pub applied_index: u64,
+}
+
+/// The state a follower rebuilds from the committed log.
+pub struct Follower {
+    shard: ShardId,
+    store: Store,
+    registry: Registry,
+    queued: BTreeMap<(Timestamp, TxnId), Arc<Txn>>,
+    position: Map<TxnId, Timestamp>,
+    applied_ts: Timestamp,
+    /// Highest timestamp in any record (a new leader admits only above it and above `floor`).
+    max_ts_seen: Timestamp,
+    floor: Timestamp,
+    stats: FollowerStats,
+}
+
+impl Follower {
+    /// A follower of `shard` over `store` (empty, or loaded from a snapshot).
+    pub fn new(shard: ShardId, store: Store, registry: Registry) -> Self {
+        Self {
+            shard,
+            store,
+            registry,
+            queued: BTreeMap::new(),
+            position: Map::default(),
+            applied_ts: 0,
+            max_ts_seen: 0,
+            floor: 0,
+            stats: FollowerStats::default(),
+        }
+    }
+
+    /// Applies one committed entry; entries must come in log order.
+    pub fn apply(&mut self, entry: &LogEntry) {
+        assert!(entry.index > self.stats.applied_index, "log entries applied out of order");
+        self.stats.applied_index = entry.index;
+        match &entry.record {
+            LogRecord::Prepare { txn, ts, .. } => {
+                self.max_ts_seen = self.max_ts_seen.max(*ts);
+                // The leader admits only above its watermark, and markers never exceed it.
+                assert!(
+                    *ts > self.applied_ts,
+                    "shard {}: PREPARE of {:?} at {ts} at or below the applied marker {}",
+                    self.shard,
+                    txn.id,
+                    self.applied_ts
+                );
+                if self.position.insert(txn.id, *ts).is_none() {
+                    self.queued.insert((*ts, txn.id), txn.clone());
+                }
+            }
+            LogRecord::Decide { id, ts } => {
+                self.max_ts_seen = self.max_ts_seen.max(*ts);
+                if let Some(old) = self.position.get_mut(id) {
+                    let txn = self.queued.remove(&(*old, *id)).expect("queued at its position");
+                    *old = *ts;
+                    self.queued.insert((*ts, *id), txn);
+                }
+            }
+            LogRecord::Abort { id } => {
+                if let Some(ts) = self.position.remove(id) {
+                    self.queued.remove(&(ts, *id));
+                    self.stats.aborted += 1;
+                }
+            }
+            LogRecord::Floor { ts } => self.floor = self.floor.max(*ts),
+            LogRecord::Applied { ts } => self.execute_up_to(*ts),
+        }
+    }
+
+    fn execute_up_to(&mut self, ts: Timestamp) {
+        while let Some(entry) = self.queued.first_entry() {
+            if entry.key().0 > ts {
+                break;
+            }
+            let ((_, id), txn) = entry.remove_entry();
+            self.position.remove(&id);
+            let keys = txn.piece(self.shard).expect("queued transactions are participants");
+            // The outcome (including a procedure error) is the leader's too; only the store
+            // effects matter here.
+            let _ = self.registry.execute(&txn.procedure, &txn.args, &mut self.store, keys, self.shard);
+            self.stats.executed += 1;
+        }
+        self.applied_ts = self.applied_ts.max(ts);
+    }
+
+    /// The rebuilt store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> FollowerStats {
+        self.stats
+    }
+
+    /// Transactions prepared and not yet executed or aborted.
+    pub fn queued_len(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// The admission floor a leader taking over from this state must respect: above every
+    /// timestamp in the log and above every logged floor promise.
+    pub fn recovered_floor(&self) -> Timestamp {
+        self.max_ts_seen.max(self.floor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::procedures::{micro_key, Micro, MicroOp};
+    use crate::types::{KeySet, ShardPiece};
+
+    fn write(seq: u64, key: u64, value: u64) -> Arc<Txn> {
+        let ops = vec![MicroOp { key, write: Some(value) }];
+        Arc::new(Txn {
+            id: TxnId { client: 1, seq },
+            procedure: Micro::NAME.into(),
+            args: postcard::to_stdvec(&ops).unwrap(),
+            pieces: vec![ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![micro_key(key)]) }],
+            ts: 0,
+        })
+    }
+
+    fn entries(records: Vec<LogRecord>) -> Vec<LogEntry> {
+        records.into_iter().enumerate().map(|(i, record)| LogEntry { index: i as u64 + 1, record }).collect()
+    }
+
+    fn value(f: &Follower, key: u64) -> Option<u64> {
+        f.store().get(&micro_key(key)).map(|v| u64::from_le_bytes(v.as_slice().try_into().unwrap()))
+    }
+
+    #[test]
+    fn executes_at_markers_in_final_timestamp_order() {
+        let (a, b, c) = (write(1, 7, 100), write(2, 7, 200), write(3, 8, 300));
+        let log = entries(vec![
+            LogRecord::Prepare { txn: a.clone(), ts: 50, arrival_delta_us: 0 },
+            LogRecord::Prepare { txn: b.clone(), ts: 60, arrival_delta_us: 0 },
+            LogRecord::Prepare { txn: c.clone(), ts: 70, arrival_delta_us: 0 },
+            LogRecord::Decide { id: a.id, ts: 65 }, // agreement moved `a` after `b`
+            LogRecord::Abort { id: c.id },
+            LogRecord::Applied { ts: 64 },
+        ]);
+        let mut f = Follower::new(0, Store::new(), Registry::with_builtins());
+        for e in &log[..5] {
+            f.apply(e);
+        }
+        assert!(f.store().is_empty(), "nothing executes before a marker");
+        f.apply(&log[5]);
+        assert_eq!((value(&f, 7), f.queued_len()), (Some(200), 1), "b (60) ran; a (65) waits");
+        f.apply(&LogEntry { index: 7, record: LogRecord::Applied { ts: 65 } });
+        assert_eq!(value(&f, 7), Some(100), "a ran after b, as on the leader");
+        assert_eq!(value(&f, 8), None, "the aborted transaction left no trace");
+        assert_eq!((f.stats().executed, f.stats().aborted), (2, 1));
+        assert_eq!(f.recovered_floor(), 70);
+    }
+
+    #[test]
+    #[should_panic(expected = "at or below the applied marker")]
+    fn a_prepare_below_an_applied_marker_is_an_invariant_violation() {
+        let mut f = Follower::new(0, Store::new(), Registry::with_builtins());
+        for e in entries(vec![
+            LogRecord::Applied { ts: 100 },
+            LogRecord::Prepare { txn: write(1, 1, 1), ts: 90, arrival_delta_us: 0 },
+        ]) {
+            f.apply(&e);
+        }
+    }
+}
