@@ -136,4 +136,13 @@ pub enum WireMsg {
     Server(ServerMsg),
     /// Between shard leaders.
     Peer(PeerBatch),
+    /// Between the replicas of one shard: an encoded Raft message.
+    Raft {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// Sending replica (Raft id, from 1).
+        from: u64,
+        /// The Raft message, protobuf-encoded.
+        bytes: Vec<u8>,
+    },
 }

@@ -228,7 +228,9 @@ impl Driver {
     fn on_msg(&mut self, shard: ShardId, msg: WireMsg) {
         match msg {
             WireMsg::Server(msg) => self.coordinator.on_message(clock::now_us(), msg, &mut self.out),
-            WireMsg::Client(_) | WireMsg::Peer(_) => warn!(shard, "leader sent a message meant for a server; ignored"),
+            WireMsg::Client(_) | WireMsg::Peer(_) | WireMsg::Raft { .. } => {
+                warn!(shard, "leader sent a message meant for a server; ignored")
+            }
         }
     }
 

@@ -317,8 +317,8 @@ fn handle(leader: &mut ShardLeader<LocalLog>, conns: &mut Conns, ev: Inbound, ou
                 leader.on_peer(clock::now_us(), batch, out);
                 flush(conns, out);
             }
-            WireMsg::Server(_) => {
-                warn!(conn, "a peer sent a client-bound message; closing connection");
+            WireMsg::Server(_) | WireMsg::Raft { .. } => {
+                warn!(conn, "unexpected message for a single-replica leader; closing connection");
                 conns.writers.remove(&conn);
             }
         },
