@@ -1,0 +1,189 @@
+//! Byte formats: raft messages on the wire and raft entries in the write-ahead log.
+//!
+//! **Messages** are `MAGIC (2 bytes "LR") | VERSION (1 byte, = 1) | protobuf-encoded
+//! eraftpb.Message` (prost). The header lets [`decode_message`] reject bytes that are not ours
+//! with a clear error instead of decoding garbage into a plausible message (protobuf is very
+//! forgiving); the decoded message is also checked for a known type and non-zero peer ids.
+//!
+//! **Entries** are stored as [`PersistEntry`]: `index` and `term` as plain numbers (the WAL keeps
+//! them in its record header) and `data` = the protobuf encoding of the eraftpb.Entry with its
+//! index and term cleared (protobuf omits zero fields, so they cost nothing), i.e. entry type,
+//! payload and context. For a normal Luigi entry the payload is the postcard encoding of a
+//! [`luigi_proto::log::LogRecord`].
+
+use prost::Message as _;
+use raft::eraftpb::{Entry, EntryType, HardState as PbHardState, Message, MessageType};
+
+/// First bytes of every encoded message.
+pub const MESSAGE_MAGIC: [u8; 2] = *b"LR";
+/// Format version of encoded messages.
+pub const MESSAGE_VERSION: u8 = 1;
+const HEADER_BYTES: usize = 3;
+
+/// Why bytes could not be decoded into a raft message or entry.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Fewer bytes than the header.
+    #[error("{len} bytes is too short for a raft message (header is {HEADER_BYTES} bytes)")]
+    TooShort {
+        /// Length received.
+        len: usize,
+    },
+    /// The first two bytes are not [`MESSAGE_MAGIC`].
+    #[error("not a Luigi raft message: bad magic {found:02x?} (expected {MESSAGE_MAGIC:02x?})")]
+    BadMagic {
+        /// The first two bytes.
+        found: [u8; 2],
+    },
+    /// Unknown format version.
+    #[error("unsupported raft message format version {0} (this build speaks {MESSAGE_VERSION})")]
+    UnsupportedVersion(u8),
+    /// The protobuf body does not parse.
+    #[error("malformed protobuf body: {0}")]
+    Protobuf(String),
+    /// The message type number is not one raft knows.
+    #[error("unknown raft message type {0}")]
+    UnknownMessageType(i32),
+    /// A message that must name its sender or receiver has a zero id.
+    #[error("raft message {msg_type:?} has no {field} id")]
+    MissingPeer {
+        /// Message type.
+        msg_type: MessageType,
+        /// `"from"` or `"to"`.
+        field: &'static str,
+    },
+    /// The entry type number is not one raft knows.
+    #[error("unknown raft entry type {0}")]
+    UnknownEntryType(i32),
+}
+
+/// Encodes a raft message for the wire (see the module docs).
+pub fn encode_message(msg: &Message) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + msg.encoded_len());
+    out.extend_from_slice(&MESSAGE_MAGIC);
+    out.push(MESSAGE_VERSION);
+    // Encoding into a Vec cannot fail: the only error is "buffer too small", and a Vec grows.
+    msg.encode(&mut out).expect("encoding into a Vec cannot run out of space");
+    out
+}
+
+/// Decodes bytes made by [`encode_message`], rejecting anything else with a [`DecodeError`].
+pub fn decode_message(bytes: &[u8]) -> Result<Message, DecodeError> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(DecodeError::TooShort { len: bytes.len() });
+    }
+    if bytes[..2] != MESSAGE_MAGIC {
+        return Err(DecodeError::BadMagic { found: [bytes[0], bytes[1]] });
+    }
+    if bytes[2] != MESSAGE_VERSION {
+        return Err(DecodeError::UnsupportedVersion(bytes[2]));
+    }
+    let msg = Message::decode(&bytes[HEADER_BYTES..]).map_err(|e| DecodeError::Protobuf(e.to_string()))?;
+    let msg_type = MessageType::from_i32(msg.msg_type).ok_or(DecodeError::UnknownMessageType(msg.msg_type))?;
+    if msg.from == 0 {
+        return Err(DecodeError::MissingPeer { msg_type, field: "from" });
+    }
+    if msg.to == 0 {
+        return Err(DecodeError::MissingPeer { msg_type, field: "to" });
+    }
+    for e in &msg.entries {
+        EntryType::from_i32(e.entry_type).ok_or(DecodeError::UnknownEntryType(e.entry_type))?;
+    }
+    Ok(msg)
+}
+
+/// A raft log entry in the form the shell persists: the write-ahead log stores exactly
+/// `(index, term, data)`. See the module docs for `data`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PersistEntry {
+    /// Log index.
+    pub index: u64,
+    /// Term the entry was created in.
+    pub term: u64,
+    /// Encoded entry (type, payload, context), opaque to the shell.
+    pub data: Vec<u8>,
+}
+
+pub(crate) fn encode_entry(e: &Entry) -> PersistEntry {
+    let body = Entry {
+        entry_type: e.entry_type,
+        term: 0,
+        index: 0,
+        data: e.data.clone(),
+        context: e.context.clone(),
+        sync_log: false,
+    };
+    PersistEntry { index: e.index, term: e.term, data: body.encode_to_vec() }
+}
+
+pub(crate) fn decode_entry(p: &PersistEntry) -> Result<Entry, DecodeError> {
+    let mut e = Entry::decode(p.data.as_slice()).map_err(|e| DecodeError::Protobuf(e.to_string()))?;
+    EntryType::from_i32(e.entry_type).ok_or(DecodeError::UnknownEntryType(e.entry_type))?;
+    e.index = p.index;
+    e.term = p.term;
+    Ok(e)
+}
+
+/// The Raft state that must be durable before votes and acknowledgements leave the node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HardState {
+    /// Current term.
+    pub term: u64,
+    /// Candidate voted for in `term` (0: none).
+    pub vote: u64,
+    /// Highest index known committed. Not needed for safety (Raft re-learns it from the
+    /// leader); it only lets a restarted replica hand back what it knows is committed sooner.
+    pub commit: u64,
+}
+
+impl From<&PbHardState> for HardState {
+    fn from(hs: &PbHardState) -> Self {
+        HardState { term: hs.term, vote: hs.vote, commit: hs.commit }
+    }
+}
+
+impl From<HardState> for PbHardState {
+    fn from(hs: HardState) -> Self {
+        PbHardState { term: hs.term, vote: hs.vote, commit: hs.commit }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_round_trip_and_garbage() {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgAppend);
+        m.from = 1;
+        m.to = 2;
+        m.term = 3;
+        m.entries.push(Entry { index: 4, term: 3, data: vec![1, 2, 3], ..Default::default() });
+        let bytes = encode_message(&m);
+        assert_eq!(decode_message(&bytes), Ok(m));
+
+        assert_eq!(decode_message(&[]), Err(DecodeError::TooShort { len: 0 }));
+        assert!(matches!(decode_message(b"hello world"), Err(DecodeError::BadMagic { .. })));
+        assert_eq!(decode_message(b"LR\x07abc"), Err(DecodeError::UnsupportedVersion(7)));
+        assert!(matches!(decode_message(b"LR\x01\xff\xff\xff"), Err(DecodeError::Protobuf(_))));
+        // A well-formed body with an unknown type number.
+        let mut bad = Message { msg_type: 99, from: 1, to: 2, ..Default::default() };
+        assert_eq!(decode_message(&encode_message(&bad)), Err(DecodeError::UnknownMessageType(99)));
+        bad.msg_type = MessageType::MsgHeartbeat as i32;
+        bad.from = 0;
+        assert!(matches!(decode_message(&encode_message(&bad)), Err(DecodeError::MissingPeer { field: "from", .. })));
+    }
+
+    #[test]
+    fn entry_round_trip() {
+        let e = Entry { index: 9, term: 2, data: b"abc".to_vec(), context: b"x".to_vec(), ..Default::default() };
+        let p = encode_entry(&e);
+        assert_eq!((p.index, p.term), (9, 2));
+        assert_eq!(decode_entry(&p), Ok(e));
+        let noop = Entry { index: 10, term: 3, ..Default::default() };
+        let p = encode_entry(&noop);
+        assert!(p.data.is_empty(), "a no-op entry costs no data bytes");
+        assert_eq!(decode_entry(&p), Ok(noop));
+    }
+}

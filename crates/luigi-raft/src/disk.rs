@@ -1,0 +1,406 @@
+//! Durable storage for one replica: persists what [`crate::Ready`] asks for, and reads it back
+//! at restart as the [`RecoveredState`] that [`crate::RaftLog::new`] takes. Plain blocking
+//! `std::fs` code (call it from a blocking thread in an async shell).
+//!
+//! One directory per replica holds:
+//!
+//! - the **log** in `luigi-wal` segments (`<20 digits>.wal`): each raft entry is one WAL record
+//!   `(index, term, data)` with `data` as described in [`crate::codec`] (entry type, payload,
+//!   context); a conflicting suffix is truncated (durably) before the entries replacing it
+//!   are appended; [`DiskStorage::sync`] is the group commit;
+//! - the **hard state** (term, vote, commit) in `raft-hardstate`, a 36-byte file
+//!   `"LRHS" | version u32 LE (=1) | term u64 LE | vote u64 LE | commit u64 LE | CRC-32 u32 LE`
+//!   (CRC of the first 32 bytes), replaced atomically: write `raft-hardstate.tmp`, fsync,
+//!   rename, fsync the directory. It is rewritten only when the term or the vote changes or a
+//!   snapshot is installed (the cases where Raft needs it durable before answering); a change of
+//!   the commit index alone stays in memory until the next such write, because Raft never needs
+//!   the commit index for safety, and a rename plus two fsyncs per commit would double the cost
+//!   of every batch. After a restart a replica therefore hands back at once only what it knew
+//!   committed at its last term/vote change, and the rest as soon as it hears from a leader.
+//!   The log is always synced before the hard state is written, so the stored commit index
+//!   never points past the durable log.
+//! - **snapshots** (`snapshot-<index>.snap`, `luigi-wal`'s format) with the membership as the
+//!   metadata's extra bytes (voter ids as u64 LE).
+//!
+//! Installing a snapshot from the leader at index `S` runs: (1) truncate the log after `S`
+//! (entries there cannot be committed: had this replica held a committed entry past `S`, its
+//! log would match the leader's at `S` and raft would not have sent a snapshot), (2) save the
+//! snapshot, (3) remove the rest of the log, (4) write the hard state. Recovery keeps log
+//! entries after the snapshot only if the log holds the snapshot's own index with the
+//! snapshot's term or starts right after it, so a crash between any two steps recovers a
+//! consistent log.
+//!
+//! With [`Durability::None`] nothing is fsynced (benchmarks only: a power loss may lose
+//! acknowledged entries and votes, which breaks Raft's guarantees).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use luigi_wal::{load_latest_snapshot, save_snapshot, Durability, SnapshotMeta, Wal, WalError, WalOptions};
+
+use crate::codec::{HardState, PersistEntry};
+use crate::node::{Ready, RecoveredState, SnapshotData};
+
+/// File name of the hard state.
+pub const HARD_STATE_FILE: &str = "raft-hardstate";
+const HARD_STATE_TMP: &str = "raft-hardstate.tmp";
+const HS_MAGIC: &[u8; 4] = b"LRHS";
+const HS_VERSION: u32 = 1;
+const HS_BYTES: usize = 36;
+
+/// Errors of [`DiskStorage`].
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// The write-ahead log or snapshot files failed.
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    /// An I/O call on the hard-state file or the directory failed.
+    #[error("I/O error during {op} on {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Stored bytes are not what was written, or do not fit together.
+    #[error("corrupt raft state in {path}: {reason}")]
+    Corrupt {
+        /// The file (or directory) concerned.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A [`Ready`]'s entries do not continue the stored log (a bug in the caller: readies
+    /// must be persisted in order, each exactly once).
+    #[error("ready entries do not continue the stored log: {0}")]
+    Sequence(String),
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DiskError + 'a {
+    move |source| DiskError::Io { op, path: path.to_path_buf(), source }
+}
+
+fn fsync_dir(dir: &Path) -> Result<(), DiskError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err("fsync directory", dir))
+}
+
+fn encode_voters(voters: &[u64]) -> Vec<u8> {
+    voters.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn decode_voters(path: &Path, extra: &[u8]) -> Result<Vec<u64>, DiskError> {
+    if !extra.chunks_exact(8).remainder().is_empty() {
+        return Err(DiskError::Corrupt {
+            path: path.to_path_buf(),
+            reason: format!("snapshot membership is {} bytes, not a multiple of 8", extra.len()),
+        });
+    }
+    Ok(extra
+        .chunks_exact(8)
+        .map(|c| {
+            u64::from_le_bytes({
+                let mut x = [0u8; 8];
+                x.copy_from_slice(c);
+                x
+            })
+        })
+        .collect())
+}
+
+fn encode_hard_state(hs: &HardState) -> [u8; HS_BYTES] {
+    let mut b = [0u8; HS_BYTES];
+    b[..4].copy_from_slice(HS_MAGIC);
+    b[4..8].copy_from_slice(&HS_VERSION.to_le_bytes());
+    b[8..16].copy_from_slice(&hs.term.to_le_bytes());
+    b[16..24].copy_from_slice(&hs.vote.to_le_bytes());
+    b[24..32].copy_from_slice(&hs.commit.to_le_bytes());
+    let crc = crc32fast::hash(&b[..32]);
+    b[32..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn decode_hard_state(path: &Path, b: &[u8]) -> Result<HardState, DiskError> {
+    let corrupt = |reason: String| DiskError::Corrupt { path: path.to_path_buf(), reason };
+    if b.len() != HS_BYTES {
+        return Err(corrupt(format!("{} bytes, expected {HS_BYTES}", b.len())));
+    }
+    if &b[..4] != HS_MAGIC {
+        return Err(corrupt("bad magic (not a Luigi raft hard state)".into()));
+    }
+    let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let u64_at = |at: usize| {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(x)
+    };
+    let (stored, computed) = (u32_at(32), crc32fast::hash(&b[..32]));
+    if stored != computed {
+        return Err(corrupt(format!("CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")));
+    }
+    let version = u32_at(4);
+    if version != HS_VERSION {
+        return Err(corrupt(format!("unsupported version {version}")));
+    }
+    Ok(HardState { term: u64_at(8), vote: u64_at(16), commit: u64_at(24) })
+}
+
+/// The durable half of a replica: a [`Wal`] for the log, an atomically replaced file for the
+/// hard state, snapshot files. See the module docs for the layout and the rules.
+#[derive(Debug)]
+pub struct DiskStorage {
+    dir: PathBuf,
+    wal: Wal,
+    fsync: bool,
+    /// What the hard-state file holds.
+    written_hs: HardState,
+    /// The newest hard state handed in (its commit may be ahead of the file).
+    latest_hs: HardState,
+    /// The file must be rewritten at the next [`DiskStorage::sync`].
+    hs_dirty: bool,
+    snapshot_index: u64,
+}
+
+impl DiskStorage {
+    /// Opens (creating if needed) the replica directory `dir` and recovers its state: the
+    /// newest snapshot, the log after it (a torn WAL tail is cut, see `luigi-wal`), the hard
+    /// state. Leftovers of interrupted writes are removed.
+    ///
+    /// # Errors
+    /// [`DiskError::Corrupt`] / [`DiskError::Wal`] for damaged or inconsistent files (naming
+    /// the file), [`DiskError::Io`] for I/O failures.
+    pub fn open(dir: impl AsRef<Path>, options: WalOptions) -> Result<(DiskStorage, RecoveredState), DiskError> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
+        let fsync = options.durability == Durability::Fsync;
+        let snapshot = match load_latest_snapshot(&dir)? {
+            Some((meta, data)) => {
+                let path = luigi_wal::snapshot::snapshot_path(&dir, meta.index);
+                let voters = decode_voters(&path, &meta.extra)?;
+                Some(SnapshotData { index: meta.index, term: meta.term, voters, data })
+            }
+            None => None,
+        };
+        let (mut wal, _report) = Wal::open(&dir, options)?;
+        let hard_state = read_hard_state(&dir)?;
+
+        let (snap_index, snap_term) = snapshot.as_ref().map_or((0, 0), |s| (s.index, s.term));
+        if let Some(first) = wal.first_index() {
+            if first > snap_index + 1 {
+                return Err(DiskError::Corrupt {
+                    path: dir.clone(),
+                    reason: format!("the log starts at {first} but the snapshot ends at {snap_index}"),
+                });
+            }
+            // Keep the log after the snapshot only if it continues it (see the module docs).
+            let continues = first == snap_index + 1 || wal.term(snap_index) == Some(snap_term);
+            if !continues {
+                wal.truncate_suffix(first)?;
+            } else if snap_index > 0 {
+                wal.compact_prefix(snap_index)?;
+            }
+        }
+        let mut entries = Vec::new();
+        if let Some(last) = wal.last_index() {
+            if last > snap_index {
+                for e in wal.read(snap_index + 1..last + 1)? {
+                    entries.push(PersistEntry { index: e.index, term: e.term, data: e.data });
+                }
+            }
+        }
+        let last_index = snap_index + entries.len() as u64;
+        let mut hs = hard_state.unwrap_or_default();
+        if hs.commit > last_index {
+            if fsync {
+                return Err(DiskError::Corrupt {
+                    path: dir.join(HARD_STATE_FILE),
+                    reason: format!("commit index {} is past the last durable log index {last_index}", hs.commit),
+                });
+            }
+            // Without fsync a power loss can lose a log tail the hard state covers.
+            hs.commit = last_index;
+        }
+        let storage =
+            DiskStorage { dir, wal, fsync, written_hs: hs, latest_hs: hs, hs_dirty: false, snapshot_index: snap_index };
+        Ok((storage, RecoveredState { hard_state: hs, snapshot, entries, applied: 0 }))
+    }
+
+    /// The replica directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The log.
+    pub fn wal(&self) -> &Wal {
+        &self.wal
+    }
+
+    /// The newest hard state handed in (the file may hold an older commit index).
+    pub fn hard_state(&self) -> HardState {
+        self.latest_hs
+    }
+
+    /// Index of the newest snapshot saved (0: none).
+    pub fn snapshot_index(&self) -> u64 {
+        self.snapshot_index
+    }
+
+    /// [`DiskStorage::write`] then [`DiskStorage::sync`]: after it returns, the ready's
+    /// `persisted_messages` may be sent and [`crate::RaftLog::advance`] called.
+    ///
+    /// # Errors
+    /// As [`DiskStorage::write`] and [`DiskStorage::sync`]. After an error the replica must
+    /// stop (reopen the directory to recover).
+    pub fn persist(&mut self, rd: &Ready) -> Result<(), DiskError> {
+        self.write(rd)?;
+        self.sync()
+    }
+
+    /// Stages a ready: a snapshot is installed durably right away (see the module docs), a
+    /// conflicting log suffix is truncated durably, entries are buffered in the WAL, the hard
+    /// state is noted. Nothing of the entries or the hard state is durable before
+    /// [`DiskStorage::sync`]; several readies may be written and then synced once (group
+    /// commit), in order.
+    ///
+    /// # Errors
+    /// [`DiskError::Sequence`] if the entries do not continue the stored log; I/O errors.
+    pub fn write(&mut self, rd: &Ready) -> Result<(), DiskError> {
+        if let Some(snap) = &rd.snapshot {
+            self.install_snapshot(snap)?;
+        }
+        if let Some(first) = rd.entries.first() {
+            if first.index <= self.snapshot_index {
+                return Err(DiskError::Sequence(format!(
+                    "entry {} is covered by the snapshot at {}",
+                    first.index, self.snapshot_index
+                )));
+            }
+            if self.wal.last_index().is_some_and(|last| first.index <= last) {
+                self.wal.truncate_suffix(first.index)?;
+            }
+            let expected = self.wal.last_index().map_or(self.snapshot_index + 1, |last| last + 1);
+            if first.index != expected {
+                return Err(DiskError::Sequence(format!("entry {} where {expected} was expected", first.index)));
+            }
+            let batch: Vec<(u64, u64, &[u8])> =
+                rd.entries.iter().map(|e| (e.index, e.term, e.data.as_slice())).collect();
+            self.wal.append(&batch)?;
+        }
+        if let Some(hs) = rd.hard_state {
+            if hs.term != self.written_hs.term || hs.vote != self.written_hs.vote {
+                self.hs_dirty = true;
+            }
+            self.latest_hs = hs;
+        }
+        Ok(())
+    }
+
+    /// Makes everything written so far durable: one WAL group commit (write + fdatasync), then
+    /// the hard-state file if the term or vote changed or a snapshot was installed.
+    ///
+    /// # Errors
+    /// I/O errors; the replica must stop.
+    pub fn sync(&mut self) -> Result<(), DiskError> {
+        self.wal.sync()?;
+        if self.hs_dirty {
+            self.write_hard_state(self.latest_hs)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the hard state with the newest commit index now (e.g. at a clean shutdown, so a
+    /// restart hands back everything committed without waiting for a leader).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn sync_hard_state(&mut self) -> Result<(), DiskError> {
+        self.wal.sync()?;
+        self.write_hard_state(self.latest_hs)
+    }
+
+    /// Saves a snapshot made by [`crate::RaftLog::compact`] and deletes the WAL segments it
+    /// covers entirely.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn save_snapshot(&mut self, snap: &SnapshotData) -> Result<(), DiskError> {
+        self.wal.sync()?;
+        save_snapshot(&self.dir, &snapshot_meta(snap), &snap.data)?;
+        self.snapshot_index = snap.index;
+        self.wal.compact_prefix(snap.index)?;
+        Ok(())
+    }
+
+    /// A snapshot from the leader replaces the whole log (order explained in the module docs).
+    fn install_snapshot(&mut self, snap: &SnapshotData) -> Result<(), DiskError> {
+        self.wal.truncate_suffix(snap.index + 1)?;
+        save_snapshot(&self.dir, &snapshot_meta(snap), &snap.data)?;
+        if let Some(first) = self.wal.first_index() {
+            self.wal.truncate_suffix(first)?;
+        }
+        self.snapshot_index = snap.index;
+        self.hs_dirty = true;
+        Ok(())
+    }
+
+    fn write_hard_state(&mut self, hs: HardState) -> Result<(), DiskError> {
+        let tmp = self.dir.join(HARD_STATE_TMP);
+        let path = self.dir.join(HARD_STATE_FILE);
+        let mut file =
+            OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).map_err(io_err("create", &tmp))?;
+        file.write_all(&encode_hard_state(&hs)).map_err(io_err("write", &tmp))?;
+        if self.fsync {
+            file.sync_all().map_err(io_err("fsync", &tmp))?;
+        }
+        drop(file);
+        fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
+        if self.fsync {
+            fsync_dir(&self.dir)?;
+        }
+        self.written_hs = hs;
+        self.hs_dirty = false;
+        Ok(())
+    }
+}
+
+fn snapshot_meta(snap: &SnapshotData) -> SnapshotMeta {
+    SnapshotMeta { index: snap.index, term: snap.term, extra: encode_voters(&snap.voters) }
+}
+
+/// Removes a leftover temp file, then reads the hard state (`None`: never written).
+fn read_hard_state(dir: &Path) -> Result<Option<HardState>, DiskError> {
+    let tmp = dir.join(HARD_STATE_TMP);
+    if tmp.exists() {
+        fs::remove_file(&tmp).map_err(io_err("remove leftover", &tmp))?;
+        fsync_dir(dir)?;
+    }
+    let path = dir.join(HARD_STATE_FILE);
+    let mut file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err("open", &path)(e)),
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(io_err("read", &path))?;
+    decode_hard_state(&path, &bytes).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hard_state_round_trip_and_damage() {
+        let hs = HardState { term: 7, vote: 2, commit: 41 };
+        let b = encode_hard_state(&hs);
+        let p = Path::new("x");
+        assert_eq!(decode_hard_state(p, &b).unwrap(), hs);
+        let mut bad = b;
+        bad[10] ^= 1;
+        assert!(matches!(decode_hard_state(p, &bad), Err(DiskError::Corrupt { .. })));
+        assert!(matches!(decode_hard_state(p, &b[..20]), Err(DiskError::Corrupt { .. })));
+    }
+}

@@ -1,0 +1,521 @@
+//! In-memory cluster harness: n `RaftLog`s driven by a seeded message scheduler (delays, drops,
+//! partitions, isolated and crashed replicas), with the invariant checks the tests share.
+//!
+//! Time is in abstract units; every replica ticks every [`TICK`] units; a message sent at `t`
+//! arrives at `t + delay`, the delay drawn uniformly from `Cluster::delay` (inclusive), so
+//! messages between the same pair may be reordered. Every event (a delivery, a tick, a
+//! proposal) is followed by draining that replica's readies in the documented order.
+
+#![allow(dead_code)]
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::path::PathBuf;
+
+use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
+use luigi_raft::disk::DiskStorage;
+use luigi_raft::eraftpb::MessageType;
+use luigi_raft::{OutMessage, RaftConfig, RaftLog, Ready, RecoveredState, Role, SnapshotData};
+use luigi_wal::{Durability, WalOptions};
+
+/// Time units per tick.
+pub const TICK: u64 = 10;
+
+/// SplitMix64 for the scheduler (the crate's own is private).
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x5851_f42d_4c95_7f2d)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+    /// True with probability `per_mille / 1000`.
+    pub fn chance(&mut self, per_mille: u64) -> bool {
+        self.next_u64() % 1000 < per_mille
+    }
+}
+
+/// In-memory stand-in for the disk: applies readies exactly as `DiskStorage::persist` would,
+/// keeping the commit index always (no lazy commit).
+#[derive(Clone, Debug, Default)]
+pub struct MemDurable {
+    pub state: RecoveredState,
+}
+
+impl MemDurable {
+    fn persist(&mut self, rd: &Ready) {
+        if let Some(s) = &rd.snapshot {
+            self.state.snapshot = Some(s.clone());
+            self.state.entries.clear();
+            self.state.hard_state.commit = self.state.hard_state.commit.max(s.index);
+        }
+        if let Some(first) = rd.entries.first() {
+            self.state.entries.retain(|e| e.index < first.index);
+            self.state.entries.extend(rd.entries.iter().cloned());
+        }
+        if let Some(hs) = rd.hard_state {
+            self.state.hard_state = hs;
+        }
+    }
+}
+
+pub enum Durable {
+    Mem(MemDurable),
+    Disk(DiskStorage),
+}
+
+/// A replica and what its state machine applied.
+pub struct Node {
+    pub log: RaftLog,
+    pub durable: Durable,
+    /// Every record applied since the (re)start, in order, including those restored from a
+    /// snapshot: the replica's state machine.
+    pub applied: Vec<(LogIndex, LogRecord)>,
+    /// Index of the last commit check.
+    pub checked_commit: LogIndex,
+}
+
+/// Something observable for the determinism test.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Role { now: u64, id: u64, term: u64, role: Role },
+    Commit { now: u64, id: u64, index: LogIndex },
+}
+
+pub fn encode_state(applied: &[(LogIndex, LogRecord)]) -> Vec<u8> {
+    postcard::to_stdvec(applied).expect("state encodes")
+}
+
+pub fn decode_state(data: &[u8]) -> Vec<(LogIndex, LogRecord)> {
+    postcard::from_bytes(data).expect("state decodes")
+}
+
+/// A message in flight: `(arrival time, sequence number, from, to, bytes)`.
+type InFlight = (u64, u64, u64, u64, Vec<u8>);
+
+pub struct Cluster {
+    pub n: u64,
+    pub now: u64,
+    pub rng: Rng,
+    pub configs: Vec<RaftConfig>,
+    pub nodes: Vec<Option<Node>>,
+    /// Crashed replicas keep their durable state here until restarted.
+    pub crashed: BTreeMap<u64, Durable>,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    seq: u64,
+    /// Replicas cut off from everyone (they keep running).
+    pub isolated: BTreeSet<u64>,
+    /// If set, only replicas on the same side of this set talk to each other.
+    pub partition: Option<BTreeSet<u64>>,
+    pub drop_per_mille: u64,
+    pub delay: (u64, u64),
+    pub sent: u64,
+    pub sent_by_type: BTreeMap<i32, u64>,
+    pub delivered: u64,
+    pub trace: Vec<Event>,
+    /// The committed record sequence every replica must agree with (longest seen).
+    pub reference: Vec<(LogIndex, LogRecord)>,
+    /// Term and data of every committed index any replica reported.
+    pub committed_at: HashMap<LogIndex, (u64, Vec<u8>)>,
+    pub dirs: Option<Vec<PathBuf>>,
+    pub wal_options: WalOptions,
+    /// Crash replica `id` right after it wrote (without syncing) the next ready with entries;
+    /// the indexes it wrote are recorded in `unsynced`.
+    pub crash_before_sync: Option<u64>,
+    pub unsynced: Vec<LogIndex>,
+    /// Snapshots installed from a leader.
+    pub snapshots_installed: u64,
+    /// Restarts from durable state.
+    pub restarts: u64,
+    next_ts: u64,
+}
+
+impl Cluster {
+    /// `n` replicas with in-memory durability.
+    pub fn new(n: u64, seed: u64) -> Self {
+        Self::build(n, seed, None, |_| {})
+    }
+
+    /// `n` replicas, each persisting through a `DiskStorage` in its own subdirectory of `root`.
+    pub fn with_disk(n: u64, seed: u64, root: &std::path::Path, durability: Durability) -> Self {
+        let dirs: Vec<PathBuf> = (1..=n).map(|id| root.join(format!("r{id}"))).collect();
+        let mut c = Self::build(n, seed, Some(dirs), |_| {});
+        c.wal_options = WalOptions { durability, ..WalOptions::default() };
+        c
+    }
+
+    pub fn build(n: u64, seed: u64, dirs: Option<Vec<PathBuf>>, tweak: impl Fn(&mut RaftConfig)) -> Self {
+        let voters: Vec<u64> = (1..=n).collect();
+        let configs: Vec<RaftConfig> = voters
+            .iter()
+            .map(|&id| {
+                let mut c = RaftConfig::new(id, voters.clone(), seed);
+                tweak(&mut c);
+                c
+            })
+            .collect();
+        let mut c = Cluster {
+            n,
+            now: 0,
+            rng: Rng::new(seed),
+            configs,
+            nodes: Vec::new(),
+            crashed: BTreeMap::new(),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            isolated: BTreeSet::new(),
+            partition: None,
+            drop_per_mille: 0,
+            delay: (1, 4),
+            sent: 0,
+            sent_by_type: BTreeMap::new(),
+            delivered: 0,
+            trace: Vec::new(),
+            reference: Vec::new(),
+            committed_at: HashMap::new(),
+            dirs,
+            wal_options: WalOptions::default(),
+            crash_before_sync: None,
+            unsynced: Vec::new(),
+            snapshots_installed: 0,
+            restarts: 0,
+            next_ts: 1,
+        };
+        for id in 1..=n {
+            let durable = c.open_durable(id, true);
+            let node = c.start(id, durable);
+            c.nodes.push(Some(node));
+        }
+        c
+    }
+
+    /// Opens the durable state of `id` (fresh: a new directory / empty memory).
+    fn open_durable(&self, id: u64, fresh: bool) -> Durable {
+        match &self.dirs {
+            Some(dirs) => {
+                let dir = &dirs[(id - 1) as usize];
+                if fresh {
+                    assert!(!dir.exists(), "fresh replica directory {dir:?} already exists");
+                }
+                let (disk, _) = DiskStorage::open(dir, self.wal_options.clone()).expect("open disk storage");
+                Durable::Disk(disk)
+            }
+            None => Durable::Mem(MemDurable::default()),
+        }
+    }
+
+    /// Builds a replica from durable state.
+    fn start(&self, id: u64, durable: Durable) -> Node {
+        let config = self.configs[(id - 1) as usize].clone();
+        let (durable, recovered) = match durable {
+            Durable::Mem(m) => {
+                let rec = m.state.clone();
+                (Durable::Mem(m), rec)
+            }
+            Durable::Disk(d) => {
+                let dir = d.dir().to_path_buf();
+                drop(d);
+                let (d, rec) = DiskStorage::open(&dir, self.wal_options.clone()).expect("reopen disk storage");
+                (Durable::Disk(d), rec)
+            }
+        };
+        let applied = recovered.snapshot.as_ref().map(|s| decode_state(&s.data)).unwrap_or_default();
+        let log = RaftLog::new(config, Some(recovered)).expect("RaftLog::new");
+        Node { log, durable, applied, checked_commit: 0 }
+    }
+
+    pub fn node(&self, id: u64) -> &Node {
+        self.nodes[(id - 1) as usize].as_ref().expect("replica is up")
+    }
+
+    pub fn node_mut(&mut self, id: u64) -> &mut Node {
+        self.nodes[(id - 1) as usize].as_mut().expect("replica is up")
+    }
+
+    pub fn log(&self, id: u64) -> &RaftLog {
+        &self.node(id).log
+    }
+
+    pub fn is_up(&self, id: u64) -> bool {
+        self.nodes[(id - 1) as usize].is_some()
+    }
+
+    pub fn up_ids(&self) -> Vec<u64> {
+        (1..=self.n).filter(|&id| self.is_up(id)).collect()
+    }
+
+    fn connected(&self, a: u64, b: u64) -> bool {
+        if !self.is_up(a) || !self.is_up(b) || self.isolated.contains(&a) || self.isolated.contains(&b) {
+            return false;
+        }
+        match &self.partition {
+            Some(side) => side.contains(&a) == side.contains(&b),
+            None => true,
+        }
+    }
+
+    /// The leader with the highest term among running replicas, if any.
+    pub fn leader(&self) -> Option<u64> {
+        self.up_ids().into_iter().filter(|&id| self.log(id).is_leader()).max_by_key(|&id| self.log(id).term())
+    }
+
+    /// The leader as the connected majority sees it: a leader that is not isolated.
+    pub fn live_leader(&self) -> Option<u64> {
+        self.up_ids()
+            .into_iter()
+            .filter(|&id| self.log(id).is_leader() && !self.isolated.contains(&id))
+            .max_by_key(|&id| self.log(id).term())
+    }
+
+    fn send(&mut self, from: u64, msgs: Vec<OutMessage>) {
+        for m in msgs {
+            self.sent += 1;
+            *self.sent_by_type.entry(m.msg_type as i32).or_default() += 1;
+            if self.rng.chance(self.drop_per_mille) {
+                continue;
+            }
+            let at = self.now + self.rng.range(self.delay.0, self.delay.1);
+            self.seq += 1;
+            self.queue.push(Reverse((at, self.seq, from, m.to, m.bytes)));
+        }
+    }
+
+    /// Drains the readies of `id` and checks what it committed.
+    pub fn process(&mut self, id: u64) {
+        loop {
+            let Some(node) = self.nodes[(id - 1) as usize].as_mut() else { return };
+            let Some(rd) = node.log.ready().expect("ready") else { break };
+            if let Some(rc) = rd.role_change {
+                let term = node.log.term();
+                self.trace.push(Event::Role { now: self.now, id, term, role: rc.role });
+            }
+            let mut rd = rd;
+            let messages = std::mem::take(&mut rd.messages);
+            self.send(id, messages);
+            let node = self.nodes[(id - 1) as usize].as_mut().expect("up");
+            if self.crash_before_sync == Some(id) && !rd.entries.is_empty() {
+                // Crash after the write reached the WAL buffer but before any sync.
+                if let Durable::Disk(d) = &mut node.durable {
+                    d.write(&rd).expect("write");
+                }
+                self.unsynced = rd.entries.iter().map(|e| e.index).collect();
+                self.crash_before_sync = None;
+                self.crash(id);
+                return;
+            }
+            match &mut node.durable {
+                Durable::Mem(m) => m.persist(&rd),
+                Durable::Disk(d) => d.persist(&rd).expect("persist"),
+            }
+            if let Some(s) = &rd.snapshot {
+                node.applied = decode_state(&s.data);
+                self.snapshots_installed += 1;
+            }
+            let number = rd.number;
+            let persisted = std::mem::take(&mut rd.persisted_messages);
+            self.send(id, persisted);
+            self.node_mut(id).log.advance(number);
+        }
+        self.check_commits(id);
+    }
+
+    fn check_commits(&mut self, id: u64) {
+        let now = self.now;
+        let node = self.nodes[(id - 1) as usize].as_mut().expect("up");
+        let mut taken = Vec::new();
+        node.log.take_committed(&mut taken);
+        for LogEntry { index, record } in taken {
+            if let Some(&(prev, _)) = node.applied.last() {
+                assert!(index > prev, "replica {id}: committed index {index} after {prev}");
+            }
+            node.applied.push((index, record));
+            self.trace.push(Event::Commit { now, id, index });
+        }
+        // Committed entries agree everywhere, forever.
+        let commit = node.log.commit_index();
+        let lo = (node.checked_commit + 1).max(node.log.first_index());
+        for i in lo..=commit {
+            if let Some(e) = node.log.entry(i) {
+                let got = (e.term, e.data.clone());
+                match self.committed_at.get(&i) {
+                    Some(want) => assert_eq!(&got, want, "replica {id}: committed entry {i} differs"),
+                    None => {
+                        self.committed_at.insert(i, got);
+                    }
+                }
+            }
+        }
+        node.checked_commit = node.checked_commit.max(commit);
+        // Applied sequences are prefixes of one sequence.
+        let applied = &node.applied;
+        let common = applied.len().min(self.reference.len());
+        assert_eq!(&applied[..common], &self.reference[..common], "replica {id}: applied sequence diverges");
+        if applied.len() > self.reference.len() {
+            self.reference.extend_from_slice(&applied[common..]);
+        }
+    }
+
+    /// Advances time by one unit: deliveries, then (on tick boundaries) ticks.
+    pub fn step(&mut self) {
+        self.now += 1;
+        while let Some(Reverse((at, ..))) = self.queue.peek() {
+            if *at > self.now {
+                break;
+            }
+            let Reverse((_, _, from, to, bytes)) = self.queue.pop().expect("peeked");
+            if !self.connected(from, to) {
+                continue;
+            }
+            self.delivered += 1;
+            let node = self.node_mut(to);
+            match node.log.step_bytes(&bytes) {
+                Ok(()) => {}
+                Err(e) => panic!("replica {to} rejected a message from {from}: {e}"),
+            }
+            self.process(to);
+        }
+        if self.now.is_multiple_of(TICK) {
+            for id in self.up_ids() {
+                self.node_mut(id).log.tick();
+                self.process(id);
+            }
+        }
+    }
+
+    pub fn run(&mut self, units: u64) {
+        for _ in 0..units {
+            self.step();
+        }
+    }
+
+    /// Runs until `pred` holds (checked every unit); returns the units it took.
+    pub fn run_until(&mut self, max_units: u64, mut pred: impl FnMut(&Cluster) -> bool) -> Option<u64> {
+        for u in 0..max_units {
+            if pred(self) {
+                return Some(u);
+            }
+            self.step();
+        }
+        pred(self).then_some(max_units)
+    }
+
+    /// A fresh record (unique timestamp).
+    pub fn record(&mut self) -> LogRecord {
+        let ts = self.next_ts;
+        self.next_ts += 1;
+        LogRecord::Floor { ts }
+    }
+
+    /// Proposes a fresh record on `id` and drains its readies.
+    pub fn propose(&mut self, id: u64) -> Result<(LogIndex, LogRecord), LogError> {
+        let record = self.record();
+        let r = self.node_mut(id).log.propose(record.clone());
+        self.process(id);
+        r.map(|i| (i, record))
+    }
+
+    /// Proposes `k` fresh records on `id` in one go (as a shell does within one event), then
+    /// drains its readies once.
+    pub fn propose_batch(&mut self, id: u64, k: usize) -> Result<Vec<(LogIndex, LogRecord)>, LogError> {
+        let mut out = Vec::new();
+        for _ in 0..k {
+            let record = self.record();
+            let index = self.node_mut(id).log.propose(record.clone())?;
+            out.push((index, record));
+        }
+        self.process(id);
+        Ok(out)
+    }
+
+    /// Runs until some leader is known; returns its id.
+    pub fn elect(&mut self, max_units: u64) -> u64 {
+        self.run_until(max_units, |c| c.live_leader().is_some()).expect("a leader is elected");
+        self.live_leader().expect("leader")
+    }
+
+    /// Stops replica `id`, keeping only what it made durable.
+    pub fn crash(&mut self, id: u64) {
+        let node = self.nodes[(id - 1) as usize].take().expect("replica is up");
+        self.crashed.insert(id, node.durable);
+    }
+
+    /// Restarts a crashed replica from its durable state.
+    pub fn restart(&mut self, id: u64) {
+        let durable = self.crashed.remove(&id).expect("replica is crashed");
+        let node = self.start(id, durable);
+        self.nodes[(id - 1) as usize] = Some(node);
+        self.restarts += 1;
+        self.process(id);
+    }
+
+    /// Every running replica applied exactly `reference`.
+    pub fn all_applied_equal(&self) -> bool {
+        self.up_ids().iter().all(|&id| self.node(id).applied == self.reference)
+    }
+
+    /// Raft's log matching property over every pair of running replicas: if two logs hold an
+    /// entry with the same index and term, they are identical up to it.
+    pub fn check_log_matching(&self) {
+        let ids = self.up_ids();
+        for (k, &a) in ids.iter().enumerate() {
+            for &b in &ids[k + 1..] {
+                let (la, lb) = (self.log(a), self.log(b));
+                let lo = la.first_index().max(lb.first_index());
+                let hi = la.last_index().min(lb.last_index());
+                let Some(top) = (lo..=hi).rev().find(|&i| la.term_at(i) == lb.term_at(i)) else { continue };
+                for i in lo..=top {
+                    let (ea, eb) = (la.entry(i).expect("held"), lb.entry(i).expect("held"));
+                    assert_eq!(ea, eb, "log matching violated between {a} and {b} at {i} (match at {top})");
+                }
+            }
+        }
+    }
+
+    /// Every running replica's committed log prefix agrees with `committed_at`.
+    pub fn check_committed_stable(&self) {
+        for id in self.up_ids() {
+            let log = self.log(id);
+            for i in log.first_index()..=log.commit_index() {
+                if let (Some(e), Some(want)) = (log.entry(i), self.committed_at.get(&i)) {
+                    assert_eq!(&(e.term, e.data), want, "replica {id}: committed entry {i} changed");
+                }
+            }
+        }
+    }
+
+    /// Messages sent of one type.
+    pub fn sent_of(&self, t: MessageType) -> u64 {
+        self.sent_by_type.get(&(t as i32)).copied().unwrap_or(0)
+    }
+
+    /// Compacts replica `id`'s log up to the last record it applied, with its applied records
+    /// as the state; `None` if there is nothing new to compact.
+    pub fn compact(&mut self, id: u64) -> Option<SnapshotData> {
+        let node = self.node_mut(id);
+        let index = node.applied.last().map_or(0, |(i, _)| *i);
+        if index <= node.log.snapshot_index() {
+            return None;
+        }
+        let data = encode_state(&node.applied);
+        let snap = node.log.compact(index, data).expect("compact");
+        match &mut node.durable {
+            Durable::Disk(d) => d.save_snapshot(&snap).expect("save snapshot"),
+            Durable::Mem(m) => {
+                m.state.entries.retain(|e| e.index > snap.index);
+                m.state.snapshot = Some(snap.clone());
+            }
+        }
+        Some(snap)
+    }
+}
