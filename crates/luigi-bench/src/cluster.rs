@@ -19,12 +19,13 @@ pub struct LocalCluster {
     config: ClusterConfig,
     dir: PathBuf,
     children: Vec<(NodeId, Child)>,
+    durability: String,
 }
 
 impl LocalCluster {
     /// Writes `config` (its addresses are replaced by free loopback ports) into a fresh
     /// directory and starts one `exe server` process per node.
-    pub fn start(exe: &Path, mut config: ClusterConfig) -> anyhow::Result<Self> {
+    pub fn start(exe: &Path, mut config: ClusterConfig, durability: &str) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("luigi-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for shard in &mut config.shards {
@@ -34,7 +35,7 @@ impl LocalCluster {
         }
         let path = dir.join("cluster.toml");
         std::fs::write(&path, config.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
-        let mut cluster = LocalCluster { config, dir, children: Vec::new() };
+        let mut cluster = LocalCluster { config, dir, children: Vec::new(), durability: durability.to_string() };
         for (s, shard) in cluster.config.shards.clone().iter().enumerate() {
             for r in 0..shard.replicas.len() {
                 let node = NodeId { shard: s as u32, replica: r as u32 };
@@ -50,7 +51,10 @@ impl LocalCluster {
         let log_path = self.log_path(node);
         let log = std::fs::File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
         Command::new(exe)
-            .args(["server", "--exit-on-stdin-eof", "--node", &node.name(), "--config"])
+            .args(["server", "--exit-on-stdin-eof", "--node", &node.name(), "--durability", &self.durability])
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .arg("--config")
             .arg(config_path)
             .stdin(Stdio::piped())
             .stdout(log.try_clone()?)

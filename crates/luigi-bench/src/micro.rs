@@ -42,6 +42,8 @@ pub struct MicroRun {
     pub headroom_us: Option<u64>,
     /// Run against the servers of this cluster file instead of starting a local cluster.
     pub cluster_file: Option<PathBuf>,
+    /// Log durability of the started servers: "fsync" or "none".
+    pub durability: &'static str,
     /// The `luigi` binary used to start servers.
     pub exe: PathBuf,
     /// Draw a progress bar.
@@ -59,7 +61,8 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
             for shard in &mut config.shards {
                 shard.replicas = vec!["127.0.0.1:0".into(); run.replicas as usize];
             }
-            let cluster = LocalCluster::start(&run.exe, config).context("starting the local cluster")?;
+            let cluster =
+                LocalCluster::start(&run.exe, config, run.durability).context("starting the local cluster")?;
             let config = cluster.config().clone();
             (Some(cluster), config)
         }
@@ -113,7 +116,8 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
         threads: run.threads,
         in_flight: run.in_flight,
         net: config.net.clone(),
-        durability: "none".into(),
+        // One replica runs on the in-memory local log: nothing is written anywhere.
+        durability: if replicas > 1 { run.durability.into() } else { "memory (1 replica)".into() },
         duration_s: measured_s,
         warmup_s: run.warmup.as_secs_f64(),
         committed: c.committed,

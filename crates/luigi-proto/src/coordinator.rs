@@ -284,6 +284,9 @@ impl Coordinator {
         let Some(slot) = flight.txn.pieces.iter().position(|p| p.shard == shard) else {
             return; // not a participant: ignore rather than trust it
         };
+        if matches!(reply.outcome, Err(TxnError::NotLeader)) {
+            return; // nothing stored there: the retry timer sends the dispatch again
+        }
         if flight.attempts == 1 && !matches!(reply.outcome, Err(TxnError::Rejected(_))) {
             self.owd.entry(shard).or_default().record(reply.arrival_delta_us);
         }

@@ -88,6 +88,10 @@ pub enum TxnError {
     /// A retry of an answer the client had already acknowledged (and the server forgot).
     #[error("answer already acknowledged and discarded")]
     Forgotten,
+    /// This server is not (or not yet) its shard's leader; nothing was stored, try again
+    /// (the coordinator resends after its retry timeout).
+    #[error("not the leader of its shard")]
+    NotLeader,
 }
 
 /// Leader to leader: a batch of agreement items for one peer, with the sender's watermark.

@@ -187,11 +187,8 @@ impl ClusterConfig {
             if shard.replicas.is_empty() {
                 return Err(invalid(format!("shards[{s}].replicas"), "a shard needs at least one replica".into()));
             }
-            if shard.replicas.len() > 1 {
-                return Err(invalid(
-                    format!("shards[{s}].replicas"),
-                    "replication is not implemented yet: one replica per shard".into(),
-                ));
+            if shard.replicas.len() > 7 {
+                return Err(invalid(format!("shards[{s}].replicas"), "at most 7 replicas per shard".into()));
             }
             for (r, addr) in shard.replicas.iter().enumerate() {
                 let field = format!("shards[{s}].replicas[{r}]");

@@ -5,5 +5,6 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod net;
+pub mod replica;
 pub mod server;
 pub mod timer;

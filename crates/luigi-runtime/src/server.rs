@@ -9,16 +9,20 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use luigi_proto::leader::follower::Follower;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
-use luigi_proto::log::LocalLog;
+use luigi_proto::log::{LocalLog, ReplicatedLog};
 use luigi_proto::msg::{ClientMsg, PeerBatch, WireMsg};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId};
 use luigi_proto::Map;
+use luigi_raft::RaftLog;
 use luigi_store::Store;
+use luigi_wal::Durability;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -27,6 +31,7 @@ use crate::clock;
 use crate::config::{ClusterConfig, NodeId, CLIENT_NODE};
 use crate::net::peer::{connect, split_stream, NetConfig, PeerWriter};
 use crate::net::wan::{DelayLine, DelayLink};
+use crate::replica::{raft_id, RaftShell};
 use crate::timer::PreciseTimer;
 
 /// Capacity of the channel from connection readers to the event loop.
@@ -44,8 +49,26 @@ enum Inbound {
     Opened { conn: ConnId, writer: PeerWriter<WireMsg> },
     Msg { conn: ConnId, msg: WireMsg },
     Closed { conn: ConnId },
-    PeerUp { shard: ShardId, writer: PeerWriter<WireMsg> },
-    PeerDown { shard: ShardId },
+    PeerUp { target: PeerTarget, writer: PeerWriter<WireMsg> },
+    PeerDown { target: PeerTarget },
+}
+
+/// Who an outbound server-to-server connection goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PeerTarget {
+    /// The leader of another shard (agreement batches).
+    Leader(ShardId),
+    /// Another replica of this shard, by Raft id (Raft messages).
+    Replica(u64),
+}
+
+/// Where a replica keeps its log, and whether it fsyncs it.
+#[derive(Clone, Debug)]
+pub struct StorageOptions {
+    /// Directory holding one sub-directory per node.
+    pub data_dir: PathBuf,
+    /// `Fsync` (default for servers) or `None` (benchmarks that say so).
+    pub durability: Durability,
 }
 
 /// A bound listener, ready to serve.
@@ -54,17 +77,23 @@ pub struct Server {
     node: NodeId,
     listener: TcpListener,
     registry: Registry,
+    storage: StorageOptions,
 }
 
 impl Server {
     /// Binds `node`'s address from `config`. Fails with one clear line if the node is not in
     /// the file or the port cannot be bound.
-    pub async fn bind(config: ClusterConfig, node: NodeId, registry: Registry) -> anyhow::Result<Self> {
+    pub async fn bind(
+        config: ClusterConfig,
+        node: NodeId,
+        registry: Registry,
+        storage: StorageOptions,
+    ) -> anyhow::Result<Self> {
         let addr =
             config.node_addr(node).with_context(|| format!("node {} is not in the cluster file", node.name()))?;
         let listener =
             TcpListener::bind(addr).await.with_context(|| format!("node {}: cannot listen on {addr}", node.name()))?;
-        Ok(Self { config, node, listener, registry })
+        Ok(Self { config, node, listener, registry, storage })
     }
 
     /// The bound address.
@@ -74,20 +103,42 @@ impl Server {
 
     /// Serves until `shutdown` resolves.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let Server { config, node, listener, registry } = self;
+        let Server { config, node, listener, registry, storage } = self;
         let delay_line =
             if config.delay_model().is_zero() { None } else { Some(std::sync::Arc::new(DelayLine::new()?)) };
+        let replicas = config.shards[node.shard as usize].replicas.len() as u32;
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE_EVENTS);
         let mut tasks = vec![tokio::spawn(accept_loop(listener, tx.clone(), config.clone(), node, delay_line.clone()))];
-        for shard in (0..config.shard_count()).filter(|s| *s != node.shard) {
-            tasks.push(tokio::spawn(peer_link(config.clone(), node, shard, delay_line.clone(), tx.clone())));
+        if node.replica == 0 {
+            for shard in (0..config.shard_count()).filter(|s| *s != node.shard) {
+                let target = PeerTarget::Leader(shard);
+                tasks.push(tokio::spawn(peer_link(config.clone(), node, target, delay_line.clone(), tx.clone())));
+            }
+        }
+        for replica in (0..replicas).filter(|r| *r != node.replica) {
+            let target = PeerTarget::Replica(raft_id(NodeId { shard: node.shard, replica }));
+            tasks.push(tokio::spawn(peer_link(config.clone(), node, target, delay_line.clone(), tx.clone())));
         }
         drop(tx);
-        info!(node = %node.name(), net = %config.net, "serving");
+        info!(node = %node.name(), net = %config.net, replicas, "serving");
         let mut leader_config = LeaderConfig::new(node.shard);
         leader_config.floor_lookahead_us = config.floor_lookahead_us();
-        let leader = ShardLeader::new(leader_config, LocalLog::default(), Store::new(), registry);
-        let result = event_loop(leader, rx, shutdown).await;
+        let role = if replicas == 1 {
+            Role::Single(ShardLeader::new(leader_config, LocalLog::default(), Store::new(), registry))
+        } else {
+            // Raft ticks: at least 10 ms, and half a one-way delay so that heartbeats and
+            // elections (10-20 ticks) stay well above the emulated round trip.
+            let tick_us = (config.scenario().delay().mean_us / 2).max(10_000);
+            let (shell, log) =
+                RaftShell::open(node, replicas, config.seed, tick_us, &storage.data_dir, storage.durability)?;
+            if node.replica == 0 {
+                // The first replica leads (it campaigns once connected to the others).
+                Role::Leader(ShardLeader::new(leader_config, log, Store::new(), registry), shell)
+            } else {
+                Role::Follower(Follower::new(node.shard, Store::new(), registry), log, shell)
+            }
+        };
+        let result = event_loop(role, rx, shutdown).await;
         for t in tasks {
             t.abort();
         }
@@ -146,37 +197,42 @@ async fn open(
     Ok(())
 }
 
-/// Keeps an outbound connection to `shard`'s leader: connects (retrying while it starts),
-/// announces it to the event loop, and reconnects after it drops.
+/// Keeps an outbound connection to another server (a shard leader or a replica of this
+/// shard): connects (retrying while it starts), announces it to the event loop, and
+/// reconnects after it drops.
 async fn peer_link(
     config: ClusterConfig,
     node: NodeId,
-    shard: ShardId,
+    target: PeerTarget,
     delay_line: Option<std::sync::Arc<DelayLine>>,
     tx: mpsc::Sender<Inbound>,
 ) {
-    let peer = NodeId { shard, replica: 0 };
-    let addr = config.leader_addr(shard);
+    let peer = match target {
+        PeerTarget::Leader(shard) => NodeId { shard, replica: 0 },
+        PeerTarget::Replica(id) => NodeId { shard: node.shard, replica: (id - 1) as u32 },
+    };
+    let addr = config.node_addr(peer).expect("peer targets come from the validated config");
     let dist = config.delay_model().dist(&node.name(), &peer.name());
     let mut attempt: u64 = 0;
     loop {
         attempt += 1;
-        let link = delay_line.as_ref().map(|l| l.link(dist, config.seed ^ (u64::from(shard) << 32) ^ attempt));
+        let seed = config.seed ^ (u64::from(peer.shard) << 32) ^ (u64::from(peer.replica) << 48) ^ attempt;
+        let link = delay_line.as_ref().map(|l| l.link(dist, seed));
         match connect::<WireMsg, WireMsg>(addr, &NetConfig::default(), link).await {
             Ok((writer, reader)) => {
-                info!(peer = %peer.name(), %addr, "connected to peer leader");
-                if tx.send(Inbound::PeerUp { shard, writer }).await.is_err() {
+                info!(peer = %peer.name(), %addr, "connected to peer");
+                if tx.send(Inbound::PeerUp { target, writer }).await.is_err() {
                     return;
                 }
                 // The peer never sends on this connection; its end means the link is gone.
                 let (drain, _) = mpsc::channel::<()>(1);
                 let end = reader.forward(&drain, |_| ()).await;
-                warn!(peer = %peer.name(), ?end, "connection to peer leader lost; reconnecting");
-                if tx.send(Inbound::PeerDown { shard }).await.is_err() {
+                warn!(peer = %peer.name(), ?end, "connection to peer lost; reconnecting");
+                if tx.send(Inbound::PeerDown { target }).await.is_err() {
                     return;
                 }
             }
-            Err(e) => debug!(peer = %peer.name(), %addr, error = %e, "peer leader not reachable yet"),
+            Err(e) => debug!(peer = %peer.name(), %addr, error = %e, "peer not reachable yet"),
         }
         tokio::time::sleep(PEER_RECONNECT_DELAY).await;
     }
@@ -244,8 +300,99 @@ impl Conns {
     }
 }
 
+/// What this node is: a lone leader (one replica), or a member of a Raft group. One lives per
+/// process for its whole life, so the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Role {
+    Single(ShardLeader<LocalLog>),
+    Leader(ShardLeader<RaftLog>, RaftShell),
+    Follower(Follower, RaftLog, RaftShell),
+}
+
+impl Role {
+    fn on_client(&mut self, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) -> bool {
+        match self {
+            Role::Single(l) => l.on_client(clock::now_us(), client, msg, out),
+            Role::Leader(l, _) => l.on_client(clock::now_us(), client, msg, out),
+            Role::Follower(..) => return false,
+        }
+        true
+    }
+
+    fn on_peer(&mut self, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+        match self {
+            Role::Single(l) => l.on_peer(clock::now_us(), batch, out),
+            Role::Leader(l, _) => l.on_peer(clock::now_us(), batch, out),
+            Role::Follower(..) => warn!(from = batch.from, "agreement batch sent to a follower; dropped"),
+        }
+    }
+
+    fn on_raft(&mut self, from: u64, bytes: &[u8]) {
+        let log = match self {
+            Role::Single(_) => {
+                warn!(from, "raft message for a single-replica shard; dropped");
+                return;
+            }
+            Role::Leader(l, _) => l.log_mut(),
+            Role::Follower(_, log, _) => log,
+        };
+        if let Err(e) = log.step_bytes(bytes) {
+            warn!(from, error = %e, "bad raft message; dropped");
+        }
+    }
+
+    fn shell(&mut self) -> Option<&mut RaftShell> {
+        match self {
+            Role::Single(_) => None,
+            Role::Leader(_, shell) | Role::Follower(_, _, shell) => Some(shell),
+        }
+    }
+
+    /// Ticks Raft, runs its I/O, lets the state machine take committed records, and ticks
+    /// the leader. Returns the next time something is due.
+    fn turn(
+        &mut self,
+        out: &mut Vec<LeaderOutput>,
+        committed: &mut Vec<luigi_proto::log::LogEntry>,
+    ) -> anyhow::Result<u64> {
+        let now = clock::now_us();
+        match self {
+            Role::Single(l) => {
+                l.tick(now, out);
+                Ok(l.next_deadline().unwrap_or(u64::MAX))
+            }
+            Role::Leader(l, shell) => {
+                shell.campaign_when_connected(l.log_mut())?;
+                shell.tick(now, l.log_mut());
+                shell.drive(l.log_mut())?;
+                l.tick(now, out);
+                shell.drive(l.log_mut())?; // what the tick proposed goes out now
+                Ok(l.next_deadline().unwrap_or(u64::MAX).min(shell.next_tick_us()))
+            }
+            Role::Follower(f, log, shell) => {
+                shell.hand_leadership_to_first(log);
+                shell.tick(now, log);
+                shell.drive(log)?;
+                log.take_committed(committed);
+                for entry in committed.drain(..) {
+                    f.apply(&entry);
+                }
+                Ok(shell.next_tick_us())
+            }
+        }
+    }
+
+    fn stats(&self) -> String {
+        match self {
+            Role::Single(l) => format!("{:?}", l.stats()),
+            Role::Leader(l, _) => format!("{:?}", l.stats()),
+            Role::Follower(f, _, _) => format!("{:?}", f.stats()),
+        }
+    }
+}
+
 async fn event_loop(
-    mut leader: ShardLeader<LocalLog>,
+    mut role: Role,
     mut rx: mpsc::Receiver<Inbound>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -257,6 +404,7 @@ async fn event_loop(
         peer_backlog: BTreeMap::new(),
     };
     let mut out = Vec::new();
+    let mut committed = Vec::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -265,10 +413,10 @@ async fn event_loop(
             ev = rx.recv() => match ev {
                 None => break,
                 Some(ev) => {
-                    handle(&mut leader, &mut conns, ev, &mut out);
+                    handle(&mut role, &mut conns, ev, &mut out);
                     for _ in 1..EVENTS_PER_BATCH_MAX {
                         match rx.try_recv() {
-                            Ok(ev) => handle(&mut leader, &mut conns, ev, &mut out),
+                            Ok(ev) => handle(&mut role, &mut conns, ev, &mut out),
                             Err(_) => break,
                         }
                     }
@@ -276,15 +424,15 @@ async fn event_loop(
             },
             _ = timer.fired() => {}
         }
-        leader.tick(clock::now_us(), &mut out);
+        let next = role.turn(&mut out, &mut committed)?;
         flush(&mut conns, &mut out);
-        timer.set(leader.next_deadline());
+        timer.set(Some(next));
     }
-    info!(stats = ?leader.stats(), "server stopping");
+    info!(stats = %role.stats(), "server stopping");
     Ok(())
 }
 
-fn handle(leader: &mut ShardLeader<LocalLog>, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderOutput>) {
+fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderOutput>) {
     match ev {
         Inbound::Opened { conn, writer } => {
             conns.writers.insert(conn, writer);
@@ -293,9 +441,19 @@ fn handle(leader: &mut ShardLeader<LocalLog>, conns: &mut Conns, ev: Inbound, ou
             conns.writers.remove(&conn);
             conns.client_conn.retain(|_, c| *c != conn);
         }
-        Inbound::PeerUp { shard, writer } => conns.peer_up(shard, writer),
-        Inbound::PeerDown { shard } => {
+        Inbound::PeerUp { target: PeerTarget::Leader(shard), writer } => conns.peer_up(shard, writer),
+        Inbound::PeerDown { target: PeerTarget::Leader(shard) } => {
             conns.peers.remove(&shard);
+        }
+        Inbound::PeerUp { target: PeerTarget::Replica(id), writer } => {
+            if let Some(shell) = role.shell() {
+                shell.peer_up(id, writer);
+            }
+        }
+        Inbound::PeerDown { target: PeerTarget::Replica(id) } => {
+            if let Some(shell) = role.shell() {
+                shell.peer_down(id);
+            }
         }
         Inbound::Msg { conn, msg } => match msg {
             WireMsg::Client(msg) => {
@@ -310,15 +468,20 @@ fn handle(leader: &mut ShardLeader<LocalLog>, conns: &mut Conns, ev: Inbound, ou
                     return;
                 };
                 conns.client_conn.insert(client, conn);
-                leader.on_client(clock::now_us(), client, msg, out);
+                if !role.on_client(client, msg, out) {
+                    warn!(conn, client, "client talking to a follower; closing connection");
+                    conns.writers.remove(&conn);
+                    return;
+                }
                 flush(conns, out);
             }
             WireMsg::Peer(batch) => {
-                leader.on_peer(clock::now_us(), batch, out);
+                role.on_peer(batch, out);
                 flush(conns, out);
             }
-            WireMsg::Server(_) | WireMsg::Raft { .. } => {
-                warn!(conn, "unexpected message for a single-replica leader; closing connection");
+            WireMsg::Raft { from, bytes, .. } => role.on_raft(from, &bytes),
+            WireMsg::Server(_) => {
+                warn!(conn, "a client-bound message arrived at a server; closing connection");
                 conns.writers.remove(&conn);
             }
         },

@@ -13,7 +13,7 @@ use luigi_bench::workload::micro::MicroConfig;
 use luigi_proto::procedure::Registry;
 use luigi_runtime::config::{ClusterConfig, NodeId};
 use luigi_runtime::net::wan::Scenario;
-use luigi_runtime::server::Server;
+use luigi_runtime::server::{Server, StorageOptions};
 
 /// mimalloc instead of the system allocator: transactions are decoded on connection threads and
 /// freed on the event-loop thread, a pattern glibc's arenas handle poorly (it was about a third
@@ -45,9 +45,31 @@ struct ServerArgs {
     /// Node to run, e.g. s0r0 (shard 0, replica 0).
     #[arg(long)]
     node: String,
+    /// Directory for the replica's log and snapshots (one sub-directory per node).
+    #[arg(long, default_value = "luigi-data")]
+    data_dir: PathBuf,
+    /// fsync: every log batch is fdatasync'ed before it counts; none: written, not synced.
+    #[arg(long, default_value = "fsync")]
+    durability: DurabilityArg,
     /// Exit when standard input closes (used by `bench` so servers never outlive it).
     #[arg(long, hide = true)]
     exit_on_stdin_eof: bool,
+}
+
+/// `--durability` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DurabilityArg {
+    Fsync,
+    None,
+}
+
+impl DurabilityArg {
+    fn wal(self) -> luigi_wal::Durability {
+        match self {
+            DurabilityArg::Fsync => luigi_wal::Durability::Fsync,
+            DurabilityArg::None => luigi_wal::Durability::None,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -103,6 +125,9 @@ struct MicroArgs {
     /// Use the servers of this cluster file instead of starting a local cluster.
     #[arg(long)]
     cluster: Option<PathBuf>,
+    /// Log durability of the servers started (with more than one replica per shard).
+    #[arg(long, default_value = "fsync")]
+    durability: DurabilityArg,
     /// Do not draw a progress bar.
     #[arg(long)]
     no_progress: bool,
@@ -134,7 +159,8 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the runtime")?;
     rt.block_on(async move {
-        let server = Server::bind(config, node, Registry::with_builtins()).await?;
+        let storage = StorageOptions { data_dir: args.data_dir.clone(), durability: args.durability.wal() };
+        let server = Server::bind(config, node, Registry::with_builtins(), storage).await?;
         let exit_on_eof = args.exit_on_stdin_eof;
         let shutdown = async move {
             let stdin_closed = async {
@@ -196,6 +222,10 @@ fn micro(args: MicroArgs) -> anyhow::Result<()> {
                 },
                 headroom_us: args.headroom_us,
                 cluster_file: args.cluster.clone(),
+                durability: match args.durability {
+                    DurabilityArg::Fsync => "fsync",
+                    DurabilityArg::None => "none",
+                },
                 exe: exe.clone(),
                 progress: !args.no_progress,
             };

@@ -110,6 +110,25 @@ fn cross_shard_bench_runs_two_server_processes() {
 }
 
 #[test]
+fn three_replica_shard_replicates_through_raft() {
+    let dir = scratch("raft");
+    let json = dir.join("r.json");
+    let out = Command::new(EXE)
+        .args(["bench", "micro", "--replicas", "3", "--duration", "1.5", "--warmup", "1", "--threads", "1"])
+        .args(["--in-flight", "20", "--net", "same-region", "--durability", "fsync", "--no-progress", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    let r = &read_json(&json).unwrap()[0];
+    assert_eq!((r.shards, r.replicas, r.durability.as_str()), (1, 3, "fsync"));
+    assert!(r.committed > 100, "committed {}", r.committed);
+    assert_eq!(r.errors, 0);
+    // Client to leader, a replication round trip to a follower and back, leader to client.
+    assert!(r.latency_us.p50 >= 6_000, "p50 {} µs is below four one-way delays", r.latency_us.p50);
+}
+
+#[test]
 fn client_library_reads_its_writes_and_server_survives_garbage() {
     let dir = scratch("garbage");
     let (config_path, port) = one_shard_config(&dir, "none");

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use luigi_store::Store;
 
-use crate::log::{LogEntry, LogRecord, ReplicatedLog};
+use crate::log::{LogEntry, LogError, LogRecord, ReplicatedLog};
 use crate::msg::{ClientMsg, PeerBatch, PeerItem, ServerMsg, TxnError, TxnReply};
 use crate::procedure::Registry;
 use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
@@ -400,9 +400,18 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let floor = self.watermark.max(self.admission_floor);
         let proposal = admission::propose(txn.ts, now, floor, &self.floors, keys);
         let record = LogRecord::Prepare { txn: txn.clone(), ts: proposal, arrival_delta_us };
-        if let Err(e) = self.log.propose(record) {
-            self.refuse(&txn, e.to_string(), arrival_delta_us, out);
-            return;
+        match self.log.propose(record) {
+            Ok(_) => {}
+            // Not stored: this replica may lead soon (election) or another one does; the
+            // coordinator retries under the same id.
+            Err(LogError::NotLeader) => {
+                self.reply_now(id, 0, Err(TxnError::NotLeader), arrival_delta_us, 0, out);
+                return;
+            }
+            Err(e @ LogError::Backlogged(_)) => {
+                self.refuse(&txn, e.to_string(), arrival_delta_us, out);
+                return;
+            }
         }
         self.stats.admitted += 1;
         if proposal != txn.ts {

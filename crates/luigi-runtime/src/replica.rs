@@ -1,0 +1,151 @@
+//! The shell around a shard's Raft log: ticks it on the clock, persists what it asks for (our
+//! WAL, or nothing with `--durability none`), sends its messages to the other replicas, and
+//! advances it. The order follows raft-rs: leader appends may go out before the local write,
+//! votes and acknowledgements only after it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context;
+use luigi_proto::msg::WireMsg;
+use luigi_proto::types::ShardId;
+use luigi_raft::disk::DiskStorage;
+use luigi_raft::{OutMessage, RaftConfig, RaftLog, RecoveredState};
+use luigi_wal::{Durability, WalOptions};
+use tracing::debug;
+
+use crate::config::NodeId;
+use crate::net::peer::PeerWriter;
+
+/// Raft id of a replica: its index in the shard's replica list, from 1.
+pub fn raft_id(node: NodeId) -> u64 {
+    u64::from(node.replica) + 1
+}
+
+/// Drives one replica's [`RaftLog`].
+pub struct RaftShell {
+    shard: ShardId,
+    my_id: u64,
+    peers: BTreeMap<u64, PeerWriter<WireMsg>>,
+    disk: Option<DiskStorage>,
+    tick_us: u64,
+    next_tick_us: u64,
+    /// Replicas in the group (this one included).
+    replicas: u32,
+    campaigned: bool,
+}
+
+impl RaftShell {
+    /// Opens the replica's storage (a WAL under `data_dir` with `durability`) and builds its
+    /// Raft log; `replicas` is the group size, `tick_us` the Raft tick.
+    pub fn open(
+        node: NodeId,
+        replicas: u32,
+        seed: u64,
+        tick_us: u64,
+        data_dir: &Path,
+        durability: Durability,
+    ) -> anyhow::Result<(RaftShell, RaftLog)> {
+        let voters: Vec<u64> = (1..=u64::from(replicas)).collect();
+        let config = RaftConfig::new(raft_id(node), voters, seed ^ u64::from(node.shard).rotate_left(40));
+        let options = WalOptions { durability, ..WalOptions::default() };
+        let dir = data_dir.join(node.name());
+        let (disk, recovered): (DiskStorage, RecoveredState) = DiskStorage::open(&dir, options)
+            .with_context(|| format!("node {}: cannot open its log in {}", node.name(), dir.display()))?;
+        let log = RaftLog::new(config, Some(recovered)).with_context(|| format!("node {}: raft", node.name()))?;
+        let shell = RaftShell {
+            shard: node.shard,
+            my_id: raft_id(node),
+            peers: BTreeMap::new(),
+            disk: Some(disk),
+            tick_us,
+            next_tick_us: 0,
+            replicas,
+            campaigned: false,
+        };
+        Ok((shell, log))
+    }
+
+    /// A connection to replica `id` is up (or replaced).
+    pub fn peer_up(&mut self, id: u64, writer: PeerWriter<WireMsg>) {
+        self.peers.insert(id, writer);
+    }
+
+    /// The first replica starts the first election as soon as it can reach every other
+    /// replica (a campaign before that would be lost, and another replica would win).
+    pub fn campaign_when_connected(&mut self, log: &mut RaftLog) -> anyhow::Result<()> {
+        let all_up = self.peers.len() + 1 == self.replicas as usize;
+        if self.my_id == 1 && !self.campaigned && all_up && !log.is_leader() {
+            self.campaigned = true;
+            log.campaign().context("starting the first election")?;
+        }
+        Ok(())
+    }
+
+    /// Until clients follow leadership changes, the first replica is the one serving them: a
+    /// replica that won an election hands leadership to it.
+    pub fn hand_leadership_to_first(&mut self, log: &mut RaftLog) {
+        if self.my_id != 1 && log.is_leader() && self.peers.contains_key(&1) {
+            log.transfer_leader(1);
+        }
+    }
+
+    /// The connection to replica `id` is gone; Raft retransmits what was lost.
+    pub fn peer_down(&mut self, id: u64) {
+        self.peers.remove(&id);
+    }
+
+    /// Ticks the log for every tick period elapsed by `now_us`.
+    pub fn tick(&mut self, now_us: u64, log: &mut RaftLog) {
+        if self.next_tick_us == 0 {
+            self.next_tick_us = now_us + self.tick_us;
+        }
+        // Bounded catch-up: after a long stall, a few ticks are enough for Raft.
+        let mut ticks = 0;
+        while now_us >= self.next_tick_us && ticks < 16 {
+            tracing::trace!(id = self.my_id, "raft tick");
+            log.tick();
+            self.next_tick_us += self.tick_us;
+            ticks += 1;
+        }
+        if now_us >= self.next_tick_us {
+            self.next_tick_us = now_us + self.tick_us;
+        }
+    }
+
+    /// When the next tick is due.
+    pub fn next_tick_us(&self) -> u64 {
+        self.next_tick_us
+    }
+
+    /// Handles everything the log has ready: send, persist, send what needed persistence,
+    /// advance; repeated while the log has more.
+    pub fn drive(&mut self, log: &mut RaftLog) -> anyhow::Result<()> {
+        while let Some(rd) = log.ready().context("raft ready")? {
+            if let Some(change) = &rd.role_change {
+                tracing::info!(shard = self.shard, id = self.my_id, ?change, term = log.term(), "raft role change");
+            }
+            self.send(rd.messages.iter());
+            if let Some(disk) = &mut self.disk {
+                disk.persist(&rd).context("persisting the raft log")?;
+            }
+            self.send(rd.persisted_messages.iter());
+            log.advance(rd.number);
+        }
+        Ok(())
+    }
+
+    fn send<'a>(&self, msgs: impl Iterator<Item = &'a OutMessage>) {
+        for m in msgs {
+            match self.peers.get(&m.to) {
+                Some(w) => {
+                    let msg = WireMsg::Raft { shard: self.shard, from: self.my_id, bytes: m.bytes.clone() };
+                    if let Err(e) = w.send(&msg) {
+                        debug!(to = m.to, error = %e, "raft message not sent; raft will retransmit");
+                    }
+                }
+                None => debug!(to = m.to, "replica not connected; raft will retransmit"),
+            }
+        }
+    }
+}
