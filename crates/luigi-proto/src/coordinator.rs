@@ -14,6 +14,10 @@ use crate::owd::OwdEstimator;
 use crate::procedure::ProcError;
 use crate::types::{ClientId, ShardId, ShardPiece, TimeUs, Timestamp, Txn, TxnId};
 
+/// Resends after "not the leader" answers before a transaction is reported failed (with the
+/// default 50 ms delay: about 10 s without a leader).
+pub const NOT_LEADER_RESENDS_MAX: u32 = 200;
+
 /// Knobs of a coordinator.
 #[derive(Clone, Debug)]
 pub struct CoordinatorConfig {
@@ -27,6 +31,8 @@ pub struct CoordinatorConfig {
     pub retry_timeout_us: u64,
     /// Attempts (first send included) before a transaction is reported failed.
     pub max_attempts: u32,
+    /// Resend delay after a "not the leader" answer (an election is under way).
+    pub not_leader_retry_us: u64,
     /// Which watermarks must pass a transaction's timestamp before it is answered.
     pub commit_rule: CommitRule,
 }
@@ -57,6 +63,7 @@ impl CoordinatorConfig {
             initial_owd_us: 0,
             retry_timeout_us: 2_000_000,
             max_attempts: 10,
+            not_leader_retry_us: 50_000,
             commit_rule: CommitRule::Participants,
         }
     }
@@ -135,7 +142,12 @@ impl TxnOutcome {
 struct InFlight {
     txn: Arc<Txn>,
     submitted_us: TimeUs,
-    last_sent_us: TimeUs,
+    /// When the silent participants get the dispatch again.
+    retry_at_us: TimeUs,
+    /// The next resend answers a "not the leader" (not counted as an attempt).
+    leader_wait: bool,
+    /// Resends caused by "not the leader" answers so far (bounded separately).
+    leader_waits: u32,
     attempts: u32,
     /// One slot per participant, in `txn.pieces` order.
     replies: Vec<Option<TxnReply>>,
@@ -227,7 +239,16 @@ impl Coordinator {
         let ts = self.stamp(now, pieces.iter().map(|p| p.shard));
         let txn = Arc::new(Txn { id, procedure: procedure.to_string(), args, pieces, ts });
         let slots = txn.pieces.len();
-        let flight = InFlight { txn, submitted_us: now, last_sent_us: now, attempts: 1, replies: vec![None; slots] };
+        let retry_at_us = now + self.config.retry_timeout_us;
+        let flight = InFlight {
+            txn,
+            submitted_us: now,
+            retry_at_us,
+            leader_wait: false,
+            leader_waits: 0,
+            attempts: 1,
+            replies: vec![None; slots],
+        };
         self.in_flight_seqs.insert(id.seq);
         self.stats.submitted += 1;
         self.send_dispatch(now, &flight, out);
@@ -275,7 +296,6 @@ impl Coordinator {
     }
 
     fn on_reply(&mut self, now: TimeUs, reply: TxnReply, out: &mut Vec<CoordOutput>) {
-        let _ = now;
         let shard = reply.shard;
         self.note_watermark(shard, reply.watermark);
         let Some(flight) = self.in_flight.get_mut(&reply.id) else {
@@ -285,7 +305,11 @@ impl Coordinator {
             return; // not a participant: ignore rather than trust it
         };
         if matches!(reply.outcome, Err(TxnError::NotLeader)) {
-            return; // nothing stored there: the retry timer sends the dispatch again
+            // Nothing was stored there (an election is under way): ask again soon rather
+            // than after the full retry timeout.
+            flight.retry_at_us = flight.retry_at_us.min(now + self.config.not_leader_retry_us);
+            flight.leader_wait = true;
+            return;
         }
         if flight.attempts == 1 && !matches!(reply.outcome, Err(TxnError::Rejected(_))) {
             self.owd.entry(shard).or_default().record(reply.arrival_delta_us);
@@ -344,18 +368,27 @@ impl Coordinator {
     /// Retries dispatches that timed out and fails those out of attempts.
     pub fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
         let timeout = self.config.retry_timeout_us;
-        let due: Vec<TxnId> =
-            self.in_flight.iter().filter(|(_, f)| now >= f.last_sent_us + timeout).map(|(id, _)| *id).collect();
+        let due: Vec<TxnId> = self.in_flight.iter().filter(|(_, f)| now >= f.retry_at_us).map(|(id, _)| *id).collect();
         for id in due {
             let flight = self.in_flight.get_mut(&id).expect("listed");
-            if flight.attempts >= self.config.max_attempts {
-                let why = format!("no complete answer after {} attempts", flight.attempts);
-                self.finish(id, TxnOutcome::Failed(why), out);
-                continue;
+            if flight.leader_wait {
+                flight.leader_wait = false;
+                flight.leader_waits += 1;
+                if flight.leader_waits > NOT_LEADER_RESENDS_MAX {
+                    let why = format!("no leader after {} resends", flight.leader_waits - 1);
+                    self.finish(id, TxnOutcome::Failed(why), out);
+                    continue;
+                }
+            } else {
+                if flight.attempts >= self.config.max_attempts {
+                    let why = format!("no complete answer after {} attempts", flight.attempts);
+                    self.finish(id, TxnOutcome::Failed(why), out);
+                    continue;
+                }
+                flight.attempts += 1;
+                self.stats.retries += 1;
             }
-            flight.attempts += 1;
-            flight.last_sent_us = now;
-            self.stats.retries += 1;
+            flight.retry_at_us = now + timeout;
             let flight = &self.in_flight[&id];
             self.send_dispatch(now, flight, out);
         }
@@ -363,7 +396,7 @@ impl Coordinator {
 
     /// The earliest time [`Coordinator::tick`] has work to do.
     pub fn next_deadline(&self) -> Option<TimeUs> {
-        self.in_flight.values().map(|f| f.last_sent_us + self.config.retry_timeout_us).min()
+        self.in_flight.values().map(|f| f.retry_at_us).min()
     }
 }
 
@@ -472,6 +505,41 @@ mod tests {
         assert!(matches!(done.outcome, TxnOutcome::Failed(_)));
         assert_eq!(done.attempts, 3);
         assert_eq!(c.stats().retries, 2);
+    }
+
+    #[test]
+    fn not_leader_answers_are_resent_soon_without_using_attempts() {
+        let cfg =
+            CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..CoordinatorConfig::new(1) };
+        let mut c = Coordinator::new(cfg);
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+        let not_leader = ServerMsg::Reply(TxnReply {
+            id,
+            shard: 0,
+            ts: 0,
+            outcome: Err(TxnError::NotLeader),
+            watermark: 0,
+            arrival_delta_us: 0,
+            rounds: 0,
+        });
+        for round in 0..3u64 {
+            out.clear();
+            c.on_message(10 + round * 100, not_leader.clone(), &mut out);
+            assert!(out.is_empty(), "no completion for a not-leader answer");
+            c.tick(10 + round * 100 + 50, &mut out);
+            assert_eq!(sends(&out), vec![0], "resent after 50 µs, not after the retry timeout");
+        }
+        assert_eq!(c.stats().retries, 0, "not-leader resends are not attempts");
+        c.on_message(400, reply(id, 0, 5, 5, 1), &mut out);
+        let done = out
+            .iter()
+            .find_map(|o| match o {
+                CoordOutput::Done(d) => Some(d),
+                _ => None,
+            })
+            .expect("answered");
+        assert_eq!(done.attempts, 1);
     }
 
     #[test]

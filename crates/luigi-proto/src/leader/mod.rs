@@ -761,7 +761,7 @@ mod tests {
         out
     }
 
-    fn replies(out: &[LeaderOutput]) -> Vec<TxnReply> {
+    pub(super) fn replies(out: &[LeaderOutput]) -> Vec<TxnReply> {
         out.iter()
             .filter_map(|o| match o {
                 LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => Some(r.clone()),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use luigi_store::Store;
 
+use super::tests::replies;
 use super::*;
 use crate::log::LocalLog;
 use crate::msg::{PeerBatch, PeerItem};
@@ -75,15 +76,6 @@ fn to_peer(out: &[LeaderOutput], shard: ShardId) -> Vec<PeerBatch> {
 
 fn items(batches: &[PeerBatch]) -> Vec<PeerItem> {
     batches.iter().flat_map(|b| b.items.clone()).collect()
-}
-
-fn replies(out: &[LeaderOutput]) -> Vec<TxnReply> {
-    out.iter()
-        .filter_map(|o| match o {
-            LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => Some(r.clone()),
-            LeaderOutput::ToClient { .. } | LeaderOutput::ToAllClients { .. } | LeaderOutput::ToPeer { .. } => None,
-        })
-        .collect()
 }
 
 fn id(seq: u64) -> TxnId {

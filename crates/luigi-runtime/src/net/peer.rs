@@ -278,21 +278,7 @@ impl<T: DeserializeOwned + Send + 'static> PeerReader<T> {
     /// closing our write direction.
     pub fn spawn_channel(self, capacity: usize) -> (mpsc::Receiver<T>, JoinHandle<ReadEnd>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        let (mut frames, peer, close_tx) = self.into_parts();
-        let handle = tokio::spawn(async move {
-            loop {
-                match frames.next().await {
-                    Some(Ok(msg)) => {
-                        if tx.send(msg).await.is_err() {
-                            debug!(peer = %peer, "reader stopped: consumer dropped");
-                            return ReadEnd::ConsumerGone;
-                        }
-                    }
-                    Some(Err(e)) => return fail(peer, close_tx, e),
-                    None => return eof(peer),
-                }
-            }
-        });
+        let handle = tokio::spawn(async move { self.forward(&tx, |msg| msg).await });
         (rx, handle)
     }
 }
