@@ -203,6 +203,9 @@ pub struct ShardLeader<L: ReplicatedLog> {
     broadcast_at: (TimeUs, Timestamp),
     /// When the last `Applied` marker was logged, and its value.
     applied_at: (TimeUs, Timestamp),
+    /// Transactions moved to their final timestamp whose DECIDE is not committed yet, by their
+    /// old (logged) proposal: `Applied` markers stay below the smallest.
+    undecided_moves: BTreeSet<(Timestamp, TxnId)>,
     committed_buf: Vec<LogEntry>,
     stats: LeaderStats,
 }
@@ -230,6 +233,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             floor_proposed: 0,
             broadcast_at: (0, 0),
             applied_at: (0, 0),
+            undecided_moves: BTreeSet::new(),
             committed_buf: Vec::new(),
             stats: LeaderStats::default(),
         }
@@ -335,9 +339,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             out.push(LeaderOutput::ToAllClients { msg });
         }
         let (at, w) = self.applied_at;
-        if now >= at + self.config.applied_marker_us && self.watermark > w {
-            self.applied_at = (now, self.watermark);
-            self.propose_record(LogRecord::Applied { ts: self.watermark });
+        let marker = self.applied_marker();
+        if now >= at + self.config.applied_marker_us && marker > w {
+            self.applied_at = (now, marker);
+            self.propose_record(LogRecord::Applied { ts: marker });
         }
         self.flush_outbox(out);
     }
@@ -345,10 +350,18 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// Logs an `Applied` marker for the current watermark now if it moved since the last one
     /// (periodic markers come from `tick`; this is for shutdown, snapshots and tests).
     pub fn mark_applied(&mut self) {
-        if self.watermark > self.applied_at.1 {
-            self.applied_at = (self.applied_at.0, self.watermark);
-            self.propose_record(LogRecord::Applied { ts: self.watermark });
+        let marker = self.applied_marker();
+        if marker > self.applied_at.1 {
+            self.applied_at = (self.applied_at.0, marker);
+            self.propose_record(LogRecord::Applied { ts: marker });
         }
+    }
+
+    /// The watermark as followers may use it: below the old proposal of any transaction
+    /// moved by agreement whose DECIDE is not committed (the log still has it there).
+    fn applied_marker(&self) -> Timestamp {
+        let below_moved = self.undecided_moves.first().map_or(Timestamp::MAX, |(old, _)| old - 1);
+        self.watermark.min(below_moved)
     }
 
     fn on_dispatch(&mut self, now: TimeUs, txn: Arc<Txn>, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
@@ -531,9 +544,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         match step {
             Step::Wait => {}
             Step::LogDecide { final_ts } => {
-                // Moved to the final timestamp only once DECIDE is committed: until then the
-                // watermark (and the `Applied` markers followers execute by) stays below the
-                // old proposal, so a follower never runs it at a timestamp it does not know.
+                // Moved at once, so that smaller transactions pass it and the watermark is not
+                // held by the DECIDE round (a new leader re-derives the same final timestamp:
+                // it is the maximum of durable proposals). Followers apply in log order and the
+                // DECIDE is appended now, before any later `Applied` marker; the marker is also
+                // kept below the old proposal until DECIDE commits, in case the DECIDE had to
+                // wait for a backlogged log while a marker went through.
+                let old = self.pending[&id].ts;
+                self.undecided_moves.insert((old, id));
+                self.reposition(id, final_ts);
                 self.propose_record(LogRecord::Decide { id, ts: final_ts });
             }
             Step::Decided { final_ts } => {
@@ -635,6 +654,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if !self.pending.contains_key(&id) {
             return;
         }
+        self.undecided_moves.retain(|(_, moved)| *moved != id);
         self.reposition(id, ts);
         let Some(agreement) = self.pending.get(&id).and_then(|p| p.agreement.as_ref()) else { return };
         self.stats.cross_differed += 1;
@@ -648,6 +668,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     fn on_abort_logged(&mut self, id: TxnId, out: &mut Vec<LeaderOutput>) {
         let Some(p) = self.pending.remove(&id) else { return };
         self.queue.remove(id);
+        self.undecided_moves.retain(|(_, moved)| *moved != id);
         self.stats.aborted += 1;
         let reason = p.aborting.unwrap_or_else(|| "aborted by recovery".into());
         self.store_refusal(id, reason.clone(), p.arrival_delta_us);
