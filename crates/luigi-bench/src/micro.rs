@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use luigi_proto::partition::HashPartitioner;
+use luigi_proto::partition::{HashPartitioner, Partitioner};
+use luigi_proto::procedures::{micro_key, Micro, MicroOp};
+use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 use luigi_runtime::net::wan::Scenario;
 use serde_json::json;
@@ -69,6 +71,7 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
     };
     let shards = config.shard_count();
     let replicas = config.shards[0].replicas.len() as u32;
+    wait_until_serving(&config).context("waiting for every shard to commit a first transaction")?;
     let opts = LoadOptions {
         threads: run.threads,
         in_flight: run.in_flight,
@@ -130,6 +133,31 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
         params,
         started_at_unix_s,
         second_round_rate: if c.cross_shard == 0 { 0.0 } else { c.second_round as f64 / c.cross_shard as f64 },
+    })
+}
+
+/// Waits until every shard has a leader that commits: one read-only transaction per shard
+/// must be answered (leaders of replicated shards are elected first). Without this, the
+/// transactions sent while elections run would be counted with their election wait.
+fn wait_until_serving(config: &ClusterConfig) -> anyhow::Result<()> {
+    const PROBE_DEADLINE: Duration = Duration::from_secs(60);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let client = Client::connect(config, luigi_runtime::clock::now_us() << 8 | 0xff).await?;
+        let partitioner = HashPartitioner::new(config.shard_count());
+        for shard in 0..config.shard_count() {
+            let key = (0..).find(|k| partitioner.shard_of(&micro_key(*k)) == shard).expect("every shard owns keys");
+            let ops = postcard::to_stdvec(&vec![MicroOp { key, write: None }])?;
+            let started = Instant::now();
+            loop {
+                let done = client.execute(Micro::NAME, ops.clone(), vec![micro_key(key)], vec![]).await?;
+                if done.outcome.is_committed() {
+                    break;
+                }
+                anyhow::ensure!(started.elapsed() < PROBE_DEADLINE, "shard {shard} answered {:?}", done.outcome);
+            }
+        }
+        Ok(())
     })
 }
 
