@@ -52,6 +52,17 @@ impl RaftShell {
         let dir = data_dir.join(node.name());
         let (disk, recovered): (DiskStorage, RecoveredState) = DiskStorage::open(&dir, options)
             .with_context(|| format!("node {}: cannot open its log in {}", node.name(), dir.display()))?;
+        // Restarting from an existing log needs the state machine rebuilt (snapshot + replay),
+        // which is not built yet: refuse rather than serve a store missing committed writes.
+        anyhow::ensure!(
+            recovered.entries.is_empty() && recovered.snapshot.is_none() && recovered.hard_state.term == 0,
+            "node {}: {} holds the log of an earlier run ({} entries, term {}); restarting a replica from \
+             its data is not supported yet, start it with an empty --data-dir",
+            node.name(),
+            dir.display(),
+            recovered.entries.len(),
+            recovered.hard_state.term
+        );
         let log = RaftLog::new(config, Some(recovered)).with_context(|| format!("node {}: raft", node.name()))?;
         let shell = RaftShell {
             shard: node.shard,

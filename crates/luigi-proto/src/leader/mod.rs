@@ -203,6 +203,9 @@ pub struct ShardLeader<L: ReplicatedLog> {
     broadcast_at: (TimeUs, Timestamp),
     /// When the last `Applied` marker was logged, and its value.
     applied_at: (TimeUs, Timestamp),
+    /// Highest timestamp executed here: a marker is needed only while it is above the last
+    /// marker (an idle shard logs none).
+    max_executed_ts: Timestamp,
     /// Transactions moved to their final timestamp whose DECIDE is not committed yet, by their
     /// old (logged) proposal: `Applied` markers stay below the smallest.
     undecided_moves: BTreeSet<(Timestamp, TxnId)>,
@@ -233,6 +236,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             floor_proposed: 0,
             broadcast_at: (0, 0),
             applied_at: (0, 0),
+            max_executed_ts: 0,
             undecided_moves: BTreeSet::new(),
             committed_buf: Vec::new(),
             stats: LeaderStats::default(),
@@ -288,8 +292,12 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 TimeUs::MAX
             }
         };
-        let broadcast = when_moved(self.broadcast_at, self.config.watermark_broadcast_us)
-            .min(when_moved(self.applied_at, self.config.applied_marker_us));
+        let marker = if self.max_executed_ts > self.applied_at.1 {
+            when_moved(self.applied_at, self.config.applied_marker_us)
+        } else {
+            TimeUs::MAX
+        };
+        let broadcast = when_moved(self.broadcast_at, self.config.watermark_broadcast_us).min(marker);
         let release = self.queue.next_clock_deadline().unwrap_or(TimeUs::MAX);
         Some(release.min(renew).min(broadcast))
     }
@@ -338,11 +346,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             let msg = ServerMsg::Watermark { shard: self.config.shard, watermark: self.watermark };
             out.push(LeaderOutput::ToAllClients { msg });
         }
-        let (at, w) = self.applied_at;
-        let marker = self.applied_marker();
-        if now >= at + self.config.applied_marker_us && marker > w {
-            self.applied_at = (now, marker);
-            self.propose_record(LogRecord::Applied { ts: marker });
+        if now >= self.applied_at.0 + self.config.applied_marker_us {
+            self.log_applied_marker(now);
         }
         self.flush_outbox(out);
     }
@@ -350,9 +355,14 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// Logs an `Applied` marker for the current watermark now if it moved since the last one
     /// (periodic markers come from `tick`; this is for shutdown, snapshots and tests).
     pub fn mark_applied(&mut self) {
+        self.log_applied_marker(self.applied_at.0);
+    }
+
+    /// Logs a marker if the watermark moved and something executed since the last one.
+    fn log_applied_marker(&mut self, now: TimeUs) {
         let marker = self.applied_marker();
-        if marker > self.applied_at.1 {
-            self.applied_at = (self.applied_at.0, marker);
+        if marker > self.applied_at.1 && self.max_executed_ts > self.applied_at.1 {
+            self.applied_at = (now, marker);
             self.propose_record(LogRecord::Applied { ts: marker });
         }
     }
@@ -688,6 +698,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.registry.execute(&p.txn.procedure, &p.txn.args, &mut self.store, keys, shard).map_err(TxnError::from);
         self.floors.record_release(keys, p.ts);
         self.stats.executed += 1;
+        self.max_executed_ts = self.max_executed_ts.max(p.ts);
         let table = self.clients.entry(id.client).or_default();
         let rounds = p.agreement.as_ref().map_or(0, Agreement::rounds);
         table.answers.insert(id.seq, Answer { ts: p.ts, outcome, arrival_delta_us: p.arrival_delta_us, rounds });
