@@ -27,7 +27,7 @@ pub struct RaftShell {
     shard: ShardId,
     my_id: u64,
     peers: BTreeMap<u64, PeerWriter<WireMsg>>,
-    disk: Option<DiskStorage>,
+    disk: DiskStorage,
     tick_us: u64,
     next_tick_us: u64,
     /// Replicas in the group (this one included).
@@ -68,7 +68,7 @@ impl RaftShell {
             shard: node.shard,
             my_id: raft_id(node),
             peers: BTreeMap::new(),
-            disk: Some(disk),
+            disk,
             tick_us,
             next_tick_us: 0,
             replicas,
@@ -137,9 +137,7 @@ impl RaftShell {
                 tracing::info!(shard = self.shard, id = self.my_id, ?change, term = log.term(), "raft role change");
             }
             self.send(rd.messages.iter());
-            if let Some(disk) = &mut self.disk {
-                disk.persist(&rd).context("persisting the raft log")?;
-            }
+            self.disk.persist(&rd).context("persisting the raft log")?;
             self.send(rd.persisted_messages.iter());
             log.advance(rd.number);
         }

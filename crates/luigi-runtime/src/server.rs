@@ -225,8 +225,7 @@ async fn peer_link(
                     return;
                 }
                 // The peer never sends on this connection; its end means the link is gone.
-                let (drain, _) = mpsc::channel::<()>(1);
-                let end = reader.forward(&drain, |_| ()).await;
+                let end = reader.run(|_| ()).await;
                 warn!(peer = %peer.name(), ?end, "connection to peer lost; reconnecting");
                 if tx.send(Inbound::PeerDown { target }).await.is_err() {
                     return;
