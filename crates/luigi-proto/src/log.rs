@@ -23,6 +23,9 @@ pub enum LogRecord {
         ts: Timestamp,
         /// Server clock at first arrival minus client send clock (echoed in the reply).
         arrival_delta_us: i64,
+        /// The dispatch's acknowledgement: the client holds every answer below this sequence
+        /// number (followers prune their answer tables with it, like the leader).
+        acked_below: u64,
     },
     /// Cross-shard proposals differed; this is the final timestamp.
     Decide {

@@ -122,6 +122,26 @@ pub enum PeerItem {
         /// Final timestamp.
         ts: Timestamp,
     },
+    /// Recovery (DESIGN.md, failure handling): my `PREPARE` of `txn` is committed with
+    /// proposal `ts` and its agreement stalled (or I am a new leader that found it
+    /// undecided in my log). Answer with what you know: your proposal (and `Confirm` if you
+    /// adopted a final timestamp), the final timestamp if you executed it, `Refuse` if you
+    /// refused or aborted it; if you never saw it, prepare it now.
+    Recover {
+        /// The whole transaction, so that a participant that never got its dispatch (the
+        /// coordinator died) can prepare it.
+        txn: Arc<Txn>,
+        /// The sender's logged proposal.
+        ts: Timestamp,
+    },
+    /// Answer to `Recover`: I executed `id` at its final timestamp `ts` (the maximum of all
+    /// proposals, adopted by every participant).
+    Executed {
+        /// Transaction.
+        id: TxnId,
+        /// Final timestamp.
+        ts: Timestamp,
+    },
     /// I refused `id` at admission; it will never be prepared here, so abort it.
     Refuse {
         /// Transaction.

@@ -206,7 +206,7 @@ mod tests {
         let id = TxnId { client: 1, seq: 1 };
         let txn = Arc::new(Txn { id, procedure: "p".into(), args: vec![], pieces: vec![], ts: 5 });
         log.set_now(1_000);
-        log.propose(LogRecord::Prepare { txn, ts: 40, arrival_delta_us: 0 }).expect("room");
+        log.propose(LogRecord::Prepare { txn, ts: 40, arrival_delta_us: 0, acked_below: 0 }).expect("room");
         log.set_now(1_050);
         log.propose(LogRecord::Decide { id, ts: 70 }).expect("room");
         assert_eq!(log.durable(id, 1_099), Durable::default(), "nothing committed yet");

@@ -7,7 +7,7 @@ use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator,
 use luigi_proto::leader::follower::Follower;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, LeaderStats, ShardLeader};
 use luigi_proto::log::LogEntry;
-use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
+use luigi_proto::msg::{ClientMsg, PeerItem, ServerMsg, TxnError, TxnReply};
 use luigi_proto::types::{Access, ClientId, KeySet, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_store::{Key, Store};
 use rand::{Rng, SeedableRng};
@@ -279,6 +279,13 @@ impl<'a> World<'a> {
                 self.call_client(client, false, |coord, local, _, out| coord.on_message(local, m, out))
             }
             (Node::Leader(from), Node::Leader(to), SimMsg::Peer(batch)) if batch.from == from => {
+                // A `Recover` item admits a transaction it never saw, like a dispatch.
+                let w = self.leader(to)?.leader.watermark();
+                for item in &batch.items {
+                    if let PeerItem::Recover { txn, .. } = item {
+                        self.watermark_at_arrival.entry((txn.id, to)).or_insert(w);
+                    }
+                }
                 self.call_leader(to, false, |l, local, out| l.on_peer(local, batch, out))
             }
             (src, dst, msg) => {
@@ -937,6 +944,8 @@ fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
         cross_differed: a.cross_differed + b.cross_differed,
         aborted: a.aborted + b.aborted,
         early_overflow: a.early_overflow + b.early_overflow,
+        recover_sent: a.recover_sent + b.recover_sent,
+        recover_forgotten: a.recover_forgotten + b.recover_forgotten,
     }
 }
 

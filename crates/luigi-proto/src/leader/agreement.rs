@@ -104,6 +104,21 @@ impl Agreement {
         Step::LogDecide { final_ts: max }
     }
 
+    /// Records that `shard` executed the transaction at the final timestamp `ts` (its answer
+    /// to recovery). If its proposal is unknown, `ts` stands in for it: every proposal is at
+    /// most the final timestamp and one equals it, so the maximum is unchanged.
+    pub fn on_executed(&mut self, shard: ShardId, ts: Timestamp, skip_second_round: bool) -> Step {
+        let Some(i) = self.slot(shard) else { return Step::Wait };
+        let step =
+            if self.proposals[i].is_none() { self.on_proposal(shard, ts, skip_second_round) } else { Step::Wait };
+        let confirmed = self.on_confirm(shard, ts);
+        if step == Step::Wait {
+            confirmed
+        } else {
+            step
+        }
+    }
+
     /// Records that `shard` durably adopted the final timestamp `ts`.
     pub fn on_confirm(&mut self, shard: ShardId, ts: Timestamp) -> Step {
         let Some(i) = self.slot(shard) else { return Step::Wait };
@@ -140,6 +155,23 @@ mod tests {
         assert!(!a.is_decided());
         assert_eq!(a.on_confirm(1, 130), Step::Wait, "own DECIDE not committed yet");
         assert_eq!(a.on_confirm(0, 130), Step::Decided { final_ts: 130 });
+    }
+
+    #[test]
+    fn an_executed_answer_stands_in_for_a_missing_proposal_and_confirms() {
+        let mut a = Agreement::new(vec![0, 1, 2]);
+        a.on_proposal(0, 100, false);
+        a.on_proposal(2, 90, false);
+        // Shard 1 executed it at 130 (its own proposal, the maximum).
+        assert_eq!(a.on_executed(1, 130, false), Step::LogDecide { final_ts: 130 });
+        assert_eq!(a.on_confirm(2, 130), Step::Wait);
+        assert_eq!(a.on_confirm(0, 130), Step::Decided { final_ts: 130 });
+        // Known proposal, then the executed answer: only a confirmation.
+        let mut b = Agreement::new(vec![0, 1]);
+        b.on_proposal(1, 80, false);
+        assert_eq!(b.on_proposal(0, 100, false), Step::LogDecide { final_ts: 100 });
+        assert_eq!(b.on_executed(1, 100, false), Step::Wait, "own DECIDE not committed yet");
+        assert_eq!(b.on_confirm(0, 100), Step::Decided { final_ts: 100 });
     }
 
     #[test]

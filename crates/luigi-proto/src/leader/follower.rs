@@ -9,12 +9,14 @@
 //! earlier in the log, and nothing new can land at or below `ts`: conflicting transactions run
 //! in the leader's order and non-conflicting ones commute, so the stores are equal.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use luigi_store::Store;
 
+use super::answers::{Answer, Answers};
 use crate::log::{LogEntry, LogRecord};
+use crate::msg::TxnError;
 use crate::procedure::Registry;
 use crate::types::{ShardId, Timestamp, Txn, TxnId};
 use crate::Map;
@@ -30,13 +32,53 @@ pub struct FollowerStats {
     pub applied_index: u64,
 }
 
+/// A transaction prepared in the log and not executed or aborted yet.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// The transaction.
+    pub txn: Arc<Txn>,
+    /// Its logged proposal (its `PREPARE`).
+    pub proposal: Timestamp,
+    /// The final timestamp, if a `DECIDE` is logged.
+    pub decided: Option<Timestamp>,
+    /// From the `PREPARE` (echoed in its answer).
+    pub arrival_delta_us: i64,
+}
+
+impl Prepared {
+    /// Where it is ordered now.
+    pub fn ts(&self) -> Timestamp {
+        self.decided.unwrap_or(self.proposal)
+    }
+}
+
+/// Everything a new leader takes over from the follower state it rebuilt (DESIGN.md,
+/// failure handling).
+pub struct Handover {
+    /// The store as of the last `Applied` marker.
+    pub store: Store,
+    /// The procedures.
+    pub registry: Registry,
+    /// Answers of executed and refused transactions.
+    pub answers: Answers,
+    /// Prepared transactions not yet executed, in (timestamp, id) order.
+    pub prepared: Vec<Prepared>,
+    /// The last `Applied` marker: everything at or below it is executed.
+    pub applied_ts: Timestamp,
+    /// Highest committed `Floor` promise.
+    pub floor: Timestamp,
+    /// Nothing may be admitted at or below this.
+    pub recovered_floor: Timestamp,
+}
+
 /// The state a follower rebuilds from the committed log.
 pub struct Follower {
     shard: ShardId,
     store: Store,
     registry: Registry,
-    queued: BTreeMap<(Timestamp, TxnId), Arc<Txn>>,
-    position: Map<TxnId, Timestamp>,
+    answers: Answers,
+    order: BTreeSet<(Timestamp, TxnId)>,
+    prepared: Map<TxnId, Prepared>,
     applied_ts: Timestamp,
     /// Highest timestamp in any record (a new leader admits only above it and above `floor`).
     max_ts_seen: Timestamp,
@@ -51,8 +93,9 @@ impl Follower {
             shard,
             store,
             registry,
-            queued: BTreeMap::new(),
-            position: Map::default(),
+            answers: Answers::default(),
+            order: BTreeSet::new(),
+            prepared: Map::default(),
             applied_ts: 0,
             max_ts_seen: 0,
             floor: 0,
@@ -65,7 +108,7 @@ impl Follower {
         assert!(entry.index > self.stats.applied_index, "log entries applied out of order");
         self.stats.applied_index = entry.index;
         match &entry.record {
-            LogRecord::Prepare { txn, ts, .. } => {
+            LogRecord::Prepare { txn, ts, arrival_delta_us, acked_below } => {
                 self.max_ts_seen = self.max_ts_seen.max(*ts);
                 // The leader admits only above its watermark, and markers never exceed it.
                 assert!(
@@ -75,21 +118,32 @@ impl Follower {
                     txn.id,
                     self.applied_ts
                 );
-                if self.position.insert(txn.id, *ts).is_none() {
-                    self.queued.insert((*ts, txn.id), txn.clone());
+                // Everything this follower has answered was executed at or below a marker,
+                // which the leader's watermark had passed: the leader forgot those too.
+                self.answers.forget_acked(txn.id.client, *acked_below, Timestamp::MAX - 1);
+                if !self.prepared.contains_key(&txn.id) {
+                    let p = Prepared {
+                        txn: txn.clone(),
+                        proposal: *ts,
+                        decided: None,
+                        arrival_delta_us: *arrival_delta_us,
+                    };
+                    self.order.insert((*ts, txn.id));
+                    self.prepared.insert(txn.id, p);
                 }
             }
             LogRecord::Decide { id, ts } => {
                 self.max_ts_seen = self.max_ts_seen.max(*ts);
-                if let Some(old) = self.position.get_mut(id) {
-                    let txn = self.queued.remove(&(*old, *id)).expect("queued at its position");
-                    *old = *ts;
-                    self.queued.insert((*ts, *id), txn);
+                if let Some(p) = self.prepared.get_mut(id) {
+                    assert!(self.order.remove(&(p.ts(), *id)), "queued at its position");
+                    p.decided = Some(*ts);
+                    self.order.insert((*ts, *id));
                 }
             }
             LogRecord::Abort { id } => {
-                if let Some(ts) = self.position.remove(id) {
-                    self.queued.remove(&(ts, *id));
+                if let Some(p) = self.prepared.remove(id) {
+                    self.order.remove(&(p.ts(), *id));
+                    self.answers.insert(*id, Answer::refusal("aborted by recovery".into(), p.arrival_delta_us));
                     self.stats.aborted += 1;
                 }
             }
@@ -99,16 +153,25 @@ impl Follower {
     }
 
     fn execute_up_to(&mut self, ts: Timestamp) {
-        while let Some(entry) = self.queued.first_entry() {
-            if entry.key().0 > ts {
+        while let Some(&(at, id)) = self.order.first() {
+            if at > ts {
                 break;
             }
-            let ((_, id), txn) = entry.remove_entry();
-            self.position.remove(&id);
+            self.order.pop_first();
+            let p = self.prepared.remove(&id).expect("ordered transactions are prepared");
+            let txn = &p.txn;
             let keys = txn.piece(self.shard).expect("queued transactions are participants");
-            // The outcome (including a procedure error) is the leader's too; only the store
-            // effects matter here.
-            let _ = self.registry.execute(&txn.procedure, &txn.args, &mut self.store, keys, self.shard);
+            // Deterministic: the same outcome the leader computed, kept for retries.
+            let outcome = self
+                .registry
+                .execute(&txn.procedure, &txn.args, &mut self.store, keys, self.shard)
+                .map_err(TxnError::from);
+            let rounds = match (txn.is_cross_shard(), p.decided) {
+                (false, _) => 0,
+                (true, None) => 1,
+                (true, Some(_)) => 2,
+            };
+            self.answers.insert(id, Answer { ts: at, outcome, arrival_delta_us: p.arrival_delta_us, rounds });
             self.stats.executed += 1;
         }
         self.applied_ts = self.applied_ts.max(ts);
@@ -119,6 +182,11 @@ impl Follower {
         &self.store
     }
 
+    /// The answer table rebuilt from the log.
+    pub fn answers(&self) -> &Answers {
+        &self.answers
+    }
+
     /// Counters.
     pub fn stats(&self) -> FollowerStats {
         self.stats
@@ -126,13 +194,23 @@ impl Follower {
 
     /// Transactions prepared and not yet executed or aborted.
     pub fn queued_len(&self) -> usize {
-        self.queued.len()
+        self.order.len()
     }
 
     /// The admission floor a leader taking over from this state must respect: above every
     /// timestamp in the log and above every logged floor promise.
     pub fn recovered_floor(&self) -> Timestamp {
         self.max_ts_seen.max(self.floor)
+    }
+
+    /// Hands the rebuilt state to a new leader. Call only once every committed record is
+    /// applied (for Raft: after an entry of the new leader's term committed).
+    pub fn into_handover(self) -> Handover {
+        let recovered_floor = self.recovered_floor();
+        let Follower { store, registry, answers, order, mut prepared, applied_ts, floor, .. } = self;
+        let prepared =
+            order.iter().map(|(_, id)| prepared.remove(id).expect("ordered transactions are prepared")).collect();
+        Handover { store, registry, answers, prepared, applied_ts, floor, recovered_floor }
     }
 }
 
@@ -165,9 +243,9 @@ mod tests {
     fn executes_at_markers_in_final_timestamp_order() {
         let (a, b, c) = (write(1, 7, 100), write(2, 7, 200), write(3, 8, 300));
         let log = entries(vec![
-            LogRecord::Prepare { txn: a.clone(), ts: 50, arrival_delta_us: 0 },
-            LogRecord::Prepare { txn: b.clone(), ts: 60, arrival_delta_us: 0 },
-            LogRecord::Prepare { txn: c.clone(), ts: 70, arrival_delta_us: 0 },
+            LogRecord::Prepare { txn: a.clone(), ts: 50, arrival_delta_us: 0, acked_below: 0 },
+            LogRecord::Prepare { txn: b.clone(), ts: 60, arrival_delta_us: 0, acked_below: 0 },
+            LogRecord::Prepare { txn: c.clone(), ts: 70, arrival_delta_us: 0, acked_below: 0 },
             LogRecord::Decide { id: a.id, ts: 65 }, // agreement moved `a` after `b`
             LogRecord::Abort { id: c.id },
             LogRecord::Applied { ts: 64 },
@@ -192,7 +270,7 @@ mod tests {
         let mut f = Follower::new(0, Store::new(), Registry::with_builtins());
         for e in entries(vec![
             LogRecord::Applied { ts: 100 },
-            LogRecord::Prepare { txn: write(1, 1, 1), ts: 90, arrival_delta_us: 0 },
+            LogRecord::Prepare { txn: write(1, 1, 1), ts: 90, arrival_delta_us: 0, acked_below: 0 },
         ]) {
             f.apply(&e);
         }

@@ -14,6 +14,7 @@
 
 pub mod admission;
 pub mod agreement;
+pub mod answers;
 pub mod follower;
 pub mod queue;
 
@@ -30,6 +31,8 @@ use crate::Map;
 
 use admission::Floors;
 use agreement::{Agreement, Step};
+use answers::{Answer, Answers, Known};
+use follower::Handover;
 use queue::HoldQueue;
 
 /// Transactions remembered as having lost an early agreement item.
@@ -57,6 +60,11 @@ pub struct LeaderConfig {
     pub watermark_broadcast_us: u64,
     /// How often an `Applied` marker (the watermark) is logged for followers, when it moved.
     pub applied_marker_us: u64,
+    /// A cross-shard transaction prepared here and still undecided this long after its
+    /// `PREPARE` committed is stalled: this leader becomes its recovery coordinator and asks
+    /// the other participants (`Recover`), and asks again every period after that. Must
+    /// exceed a normal agreement (a few one-way delays plus a log round).
+    pub recover_after_us: u64,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: Mutations,
 }
@@ -72,6 +80,7 @@ impl LeaderConfig {
             peer_batch_max: 256,
             watermark_broadcast_us: 1_000,
             applied_marker_us: 1_000,
+            recover_after_us: 2_000_000,
             mutations: Mutations::default(),
         }
     }
@@ -116,6 +125,12 @@ struct Pending {
     txn: Arc<Txn>,
     /// Current proposal (final once decided).
     ts: Timestamp,
+    /// The proposal logged in its `PREPARE` (what recovery re-announces).
+    proposal: Timestamp,
+    /// Its `DECIDE` is committed here (recovery re-sends `Confirm`).
+    confirmed: bool,
+    /// When it counts as stalled (cross-shard, durable, undecided).
+    recover_at: Option<TimeUs>,
     /// Its `PREPARE` is committed in the log.
     durable: bool,
     arrival_delta_us: i64,
@@ -131,22 +146,6 @@ struct Early {
     proposals: Vec<(ShardId, Timestamp)>,
     confirms: Vec<(ShardId, Timestamp)>,
     refused: Option<String>,
-}
-
-/// An executed transaction's answer, kept until the client acknowledges it.
-#[derive(Debug, Clone)]
-struct Answer {
-    ts: Timestamp,
-    outcome: Result<Vec<u8>, TxnError>,
-    arrival_delta_us: i64,
-    rounds: u8,
-}
-
-#[derive(Debug, Default)]
-struct ClientTable {
-    /// The client has every answer below this sequence number.
-    acked_below: u64,
-    answers: BTreeMap<u64, Answer>,
 }
 
 /// Counters for reports and tests.
@@ -170,6 +169,11 @@ pub struct LeaderStats {
     pub aborted: u64,
     /// Agreement messages refused because the early buffer was full.
     pub early_overflow: u64,
+    /// `Recover` requests sent for stalled (or recovered) transactions.
+    pub recover_sent: u64,
+    /// `Recover` requests about transactions answered and acknowledged so long ago that the
+    /// final timestamp is no longer remembered (the requester keeps asking the others).
+    pub recover_forgotten: u64,
 }
 
 /// The shard leader state machine.
@@ -185,7 +189,7 @@ pub struct ShardLeader<L: ReplicatedLog> {
     /// Transactions one of whose early agreement items was dropped (buffer full): refused
     /// when their dispatch arrives. Bounded by `max_early` too.
     early_dropped: BTreeSet<TxnId>,
-    clients: Map<ClientId, ClientTable>,
+    answers: Answers,
     /// Executed transactions whose answer waits for the watermark, by (ts, id).
     unanswered: BTreeSet<(Timestamp, TxnId)>,
     /// Agreement items per destination shard, flushed at the next tick.
@@ -210,6 +214,10 @@ pub struct ShardLeader<L: ReplicatedLog> {
     /// old (logged) proposal: `Applied` markers stay below the smallest.
     undecided_moves: BTreeSet<(Timestamp, TxnId)>,
     committed_buf: Vec<LogEntry>,
+    /// Stalled-transaction deadlines of durable, undecided cross-shard transactions.
+    recover_queue: BTreeSet<(TimeUs, TxnId)>,
+    /// The time of the event being handled.
+    now: TimeUs,
     stats: LeaderStats,
 }
 
@@ -226,7 +234,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             pending: Map::default(),
             early: Map::default(),
             early_dropped: BTreeSet::new(),
-            clients: Map::default(),
+            answers: Answers::default(),
             unanswered: BTreeSet::new(),
             outbox: BTreeMap::new(),
             log_retry: Vec::new(),
@@ -239,8 +247,63 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             max_executed_ts: 0,
             undecided_moves: BTreeSet::new(),
             committed_buf: Vec::new(),
+            recover_queue: BTreeSet::new(),
+            now: 0,
             stats: LeaderStats::default(),
         }
+    }
+
+    /// A new leader over the state its replica rebuilt from the committed log (DESIGN.md,
+    /// failure handling). The caller has applied every committed record, including one of
+    /// the new term (the election no-op), so the handover holds everything any earlier
+    /// leader made durable. The new leader admits nothing at or below the recovered floor,
+    /// re-queues every prepared transaction at its logged proposal, and asks the other
+    /// participants of each undecided cross-shard transaction for their state at once.
+    pub fn recover(config: LeaderConfig, log: L, handover: Handover, now: TimeUs) -> Self {
+        let Handover { store, registry, answers, prepared, applied_ts, floor, recovered_floor } = handover;
+        let mut l = Self::new(config, log, store, registry);
+        l.now = now;
+        l.answers = answers;
+        l.admission_floor = recovered_floor;
+        l.floor_committed = floor;
+        l.floor_proposed = floor;
+        l.watermark = applied_ts;
+        l.applied_at = (now, applied_ts);
+        l.max_executed_ts = applied_ts;
+        l.broadcast_at = (now, 0);
+        let me = l.config.shard;
+        for p in prepared {
+            let id = p.txn.id;
+            let keys = p.txn.piece(me).expect("prepared here, so a participant");
+            l.queue.insert(id, p.proposal, keys);
+            let mut agreement = p.txn.is_cross_shard().then(|| Agreement::new(p.txn.shards().collect()));
+            let recover_at = match agreement.as_mut() {
+                None => {
+                    l.queue.mark_ready(id);
+                    None
+                }
+                Some(a) => {
+                    // Agreement starts again from the logged proposals (a logged DECIDE is
+                    // re-derived: the final timestamp is the maximum of durable proposals).
+                    assert_eq!(a.on_proposal(me, p.proposal, false), Step::Wait, "others unknown yet");
+                    l.recover_queue.insert((now, id));
+                    Some(now)
+                }
+            };
+            let pending = Pending {
+                txn: p.txn,
+                ts: p.proposal,
+                proposal: p.proposal,
+                confirmed: false,
+                recover_at,
+                durable: true,
+                arrival_delta_us: p.arrival_delta_us,
+                agreement,
+                aborting: None,
+            };
+            l.pending.insert(id, pending);
+        }
+        l
     }
 
     /// This shard.
@@ -299,11 +362,13 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         };
         let broadcast = when_moved(self.broadcast_at, self.config.watermark_broadcast_us).min(marker);
         let release = self.queue.next_clock_deadline().unwrap_or(TimeUs::MAX);
-        Some(release.min(renew).min(broadcast))
+        let recover = self.recover_queue.first().map_or(TimeUs::MAX, |(at, _)| *at);
+        Some(release.min(renew).min(broadcast).min(recover))
     }
 
     /// Handles a message from client `client`.
     pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+        self.now = now;
         match msg {
             ClientMsg::Hello { .. } => {}
             ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
@@ -317,7 +382,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             ClientMsg::Dispatch { txn, sent_us, acked_below } => {
                 let arrival_delta_us = now as i64 - sent_us as i64;
                 self.forget_acked(txn.id.client, acked_below);
-                self.on_dispatch(now, txn, arrival_delta_us, out);
+                self.on_dispatch(now, txn, arrival_delta_us, acked_below, out);
             }
         }
         self.pump(now, out);
@@ -325,11 +390,14 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     /// Handles a batch of agreement items from the leader of `batch.from`.
     pub fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+        self.now = now;
         let from = batch.from;
         for item in batch.items {
             match item {
                 PeerItem::Propose { id, ts } => self.on_proposal(id, from, ts),
                 PeerItem::Confirm { id, ts } => self.on_confirm(id, from, ts),
+                PeerItem::Recover { txn, ts } => self.on_recover(txn, from, ts, out),
+                PeerItem::Executed { id, ts } => self.on_executed(id, from, ts),
                 PeerItem::Refuse { id, reason } => self.on_refuse(id, reason),
             }
         }
@@ -339,7 +407,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// Advances time: renews the floor promise, releases transactions whose time has come,
     /// publishes the watermark, and flushes agreement batches to the other leaders.
     pub fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        self.now = now;
         self.pump(now, out);
+        self.recover_stalled(now);
         let (at, w) = self.broadcast_at;
         if now >= at + self.config.watermark_broadcast_us && self.watermark > w {
             self.broadcast_at = (now, self.watermark);
@@ -374,20 +444,28 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.watermark.min(below_moved)
     }
 
-    fn on_dispatch(&mut self, now: TimeUs, txn: Arc<Txn>, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
+    fn on_dispatch(
+        &mut self,
+        now: TimeUs,
+        txn: Arc<Txn>,
+        arrival_delta_us: i64,
+        acked_below: u64,
+        out: &mut Vec<LeaderOutput>,
+    ) {
         let id = txn.id;
         if self.pending.contains_key(&id) {
             // A retry of a transaction still in progress: its answer will follow.
             self.stats.duplicates += 1;
             return;
         }
-        if let Some(table) = self.clients.get(&id.client) {
-            if id.seq < table.acked_below {
+        match self.answers.known(id) {
+            Known::Unknown => {}
+            Known::Acknowledged(_) => {
                 self.stats.duplicates += 1;
                 self.reply_now(id, 0, Err(TxnError::Forgotten), arrival_delta_us, 0, out);
                 return;
             }
-            if let Some(answer) = table.answers.get(&id.seq) {
+            Known::Answered(answer) => {
                 self.stats.duplicates += 1;
                 if answer.ts <= self.watermark {
                     let a = answer.clone();
@@ -422,7 +500,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let keys = txn.piece(self.config.shard).expect("validated");
         let floor = self.watermark.max(self.admission_floor);
         let proposal = admission::propose(txn.ts, now, floor, &self.floors, keys);
-        let record = LogRecord::Prepare { txn: txn.clone(), ts: proposal, arrival_delta_us };
+        let record = LogRecord::Prepare { txn: txn.clone(), ts: proposal, arrival_delta_us, acked_below };
         match self.log.propose(record) {
             Ok(_) => {}
             // Not stored: this replica may lead soon (election) or another one does; the
@@ -442,8 +520,20 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
         self.queue.insert(id, proposal, keys);
         let agreement = txn.is_cross_shard().then(|| Agreement::new(txn.shards().collect()));
-        self.pending
-            .insert(id, Pending { txn, ts: proposal, durable: false, arrival_delta_us, agreement, aborting: None });
+        self.pending.insert(
+            id,
+            Pending {
+                txn,
+                ts: proposal,
+                proposal,
+                confirmed: false,
+                recover_at: None,
+                durable: false,
+                arrival_delta_us,
+                agreement,
+                aborting: None,
+            },
+        );
         if let Some(early) = self.early.remove(&id) {
             for (shard, ts) in early.proposals {
                 self.on_proposal(id, shard, ts);
@@ -490,8 +580,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     fn store_refusal(&mut self, id: TxnId, reason: String, arrival_delta_us: i64) {
-        let answer = Answer { ts: 0, outcome: Err(TxnError::Rejected(reason)), arrival_delta_us, rounds: 0 };
-        self.clients.entry(id.client).or_default().answers.insert(id.seq, answer);
+        self.answers.insert(id, Answer::refusal(reason, arrival_delta_us));
     }
 
     fn early_entry(&mut self, id: TxnId) -> Option<&mut Early> {
@@ -509,7 +598,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     fn is_answered(&self, id: TxnId) -> bool {
-        self.clients.get(&id.client).is_some_and(|t| id.seq < t.acked_below || t.answers.contains_key(&id.seq))
+        self.answers.is_answered(id)
     }
 
     fn on_proposal(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
@@ -532,6 +621,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             if let Some(e) = self.early_entry(id) {
                 e.confirms.push((from, ts));
             }
+        }
+    }
+
+    fn on_executed(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
+        let skip = self.config.mutations.skip_second_round;
+        // Not pending: executed (or aborted) here too; nothing to learn.
+        if let Some(agreement) = self.pending.get_mut(&id).and_then(|p| p.agreement.as_mut()) {
+            let step = agreement.on_executed(from, ts, skip);
+            self.on_step(id, step);
         }
     }
 
@@ -566,9 +664,73 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.propose_record(LogRecord::Decide { id, ts: final_ts });
             }
             Step::Decided { final_ts } => {
+                self.cancel_recovery(id);
                 self.reposition(id, final_ts);
                 self.stats.cross_decided += 1;
                 self.queue.mark_ready(id);
+            }
+        }
+    }
+
+    fn cancel_recovery(&mut self, id: TxnId) {
+        if let Some(at) = self.pending.get_mut(&id).and_then(|p| p.recover_at.take()) {
+            self.recover_queue.remove(&(at, id));
+        }
+    }
+
+    /// Sends `Recover` for every stalled transaction and asks again one period later.
+    fn recover_stalled(&mut self, now: TimeUs) {
+        let me = self.config.shard;
+        while let Some(&(at, id)) = self.recover_queue.first() {
+            if at > now {
+                break;
+            }
+            self.recover_queue.pop_first();
+            let next = now + self.config.recover_after_us;
+            let p = self.pending.get_mut(&id).expect("recovery deadlines belong to pending transactions");
+            debug_assert!(p.durable && p.agreement.as_ref().is_some_and(|a| !a.is_decided()));
+            p.recover_at = Some(next);
+            let (txn, ts) = (p.txn.clone(), p.proposal);
+            self.recover_queue.insert((next, id));
+            for shard in txn.shards().filter(|s| *s != me) {
+                self.stats.recover_sent += 1;
+                self.queue_peer(shard, PeerItem::Recover { txn: txn.clone(), ts });
+            }
+        }
+    }
+
+    /// A participant asks what this shard knows of `txn` (it logged proposal `ts`).
+    fn on_recover(&mut self, txn: Arc<Txn>, from: ShardId, ts: Timestamp, out: &mut Vec<LeaderOutput>) {
+        let id = txn.id;
+        if let Some(p) = self.pending.get(&id) {
+            let (durable, confirmed, proposal, current) = (p.durable, p.confirmed, p.proposal, p.ts);
+            if durable {
+                self.queue_peer(from, PeerItem::Propose { id, ts: proposal });
+            } // else: the Propose goes out when the PREPARE commits
+            if confirmed {
+                self.queue_peer(from, PeerItem::Confirm { id, ts: current });
+            }
+            self.on_proposal(id, from, ts);
+            return;
+        }
+        match self.answers.known(id) {
+            Known::Answered(a) if a.is_refusal() => {
+                let reason = match &a.outcome {
+                    Err(TxnError::Rejected(reason)) => reason.clone(),
+                    other => unreachable!("a refusal is Rejected, not {other:?}"),
+                };
+                self.queue_peer(from, PeerItem::Refuse { id, reason });
+            }
+            // Executed here at its final timestamp: the maximum of every proposal, confirmed.
+            Known::Answered(&Answer { ts: final_ts, .. }) | Known::Acknowledged(Some(final_ts)) => {
+                self.queue_peer(from, PeerItem::Executed { id, ts: final_ts });
+            }
+            Known::Acknowledged(None) => self.stats.recover_forgotten += 1,
+            Known::Unknown => {
+                // Never dispatched here (its coordinator died, or the dispatch is late):
+                // prepare it now; a late dispatch is then a duplicate.
+                self.on_dispatch(self.now, txn, 0, 0, out);
+                self.on_proposal(id, from, ts);
             }
         }
     }
@@ -653,6 +815,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             return;
         };
         let others: Vec<ShardId> = agreement.shards().iter().copied().filter(|s| *s != shard).collect();
+        let at = self.now + self.config.recover_after_us;
+        p.recover_at = Some(at);
+        self.recover_queue.insert((at, id));
         for s in others {
             self.queue_peer(s, PeerItem::Propose { id, ts: proposal });
         }
@@ -666,7 +831,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
         self.undecided_moves.retain(|(_, moved)| *moved != id);
         self.reposition(id, ts);
-        let Some(agreement) = self.pending.get(&id).and_then(|p| p.agreement.as_ref()) else { return };
+        let p = self.pending.get_mut(&id).expect("checked above");
+        p.confirmed = true;
+        let Some(agreement) = p.agreement.as_ref() else { return };
         self.stats.cross_differed += 1;
         let others: Vec<ShardId> = agreement.shards().iter().copied().filter(|s| *s != shard).collect();
         for s in others {
@@ -676,6 +843,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     fn on_abort_logged(&mut self, id: TxnId, out: &mut Vec<LeaderOutput>) {
+        self.cancel_recovery(id);
         let Some(p) = self.pending.remove(&id) else { return };
         self.queue.remove(id);
         self.undecided_moves.retain(|(_, moved)| *moved != id);
@@ -699,9 +867,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.floors.record_release(keys, p.ts);
         self.stats.executed += 1;
         self.max_executed_ts = self.max_executed_ts.max(p.ts);
-        let table = self.clients.entry(id.client).or_default();
         let rounds = p.agreement.as_ref().map_or(0, Agreement::rounds);
-        table.answers.insert(id.seq, Answer { ts: p.ts, outcome, arrival_delta_us: p.arrival_delta_us, rounds });
+        self.answers.insert(id, Answer { ts: p.ts, outcome, arrival_delta_us: p.arrival_delta_us, rounds });
         self.unanswered.insert((p.ts, id));
     }
 
@@ -717,7 +884,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 break;
             }
             self.unanswered.pop_first();
-            let Some(answer) = self.clients.get(&id.client).and_then(|t| t.answers.get(&id.seq)).cloned() else {
+            let Some(answer) = self.answers.get(id).cloned() else {
                 continue;
             };
             self.reply_now(id, answer.ts, answer.outcome, answer.arrival_delta_us, answer.rounds, out);
@@ -748,19 +915,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     fn forget_acked(&mut self, client: ClientId, acked_below: u64) {
-        let table = self.clients.entry(client).or_default();
-        if acked_below <= table.acked_below {
-            return;
-        }
-        table.acked_below = acked_below;
-        // Keep only answers the client may still ask for; answers not yet sent stay.
-        let keep = table.answers.split_off(&acked_below);
-        let dropped = std::mem::replace(&mut table.answers, keep);
-        for (seq, a) in dropped {
-            if a.ts > self.watermark {
-                table.answers.insert(seq, a); // not yet answered: cannot be acknowledged
-            }
-        }
+        // Answers not yet sent stay (they cannot have been received).
+        self.answers.forget_acked(client, acked_below, self.watermark);
     }
 }
 
@@ -947,3 +1103,5 @@ mod tests {
 
 #[cfg(test)]
 mod tests_cross;
+#[cfg(test)]
+mod tests_recovery;

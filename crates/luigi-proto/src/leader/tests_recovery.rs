@@ -1,0 +1,262 @@
+//! Transcript tests of leader failover (DESIGN.md, failure handling): a leader's committed
+//! log is replayed into a [`Follower`], handed to a new leader, and the new leader must finish
+//! what the old one started without losing or doubling anything.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use luigi_store::Store;
+
+use super::follower::Follower;
+use super::tests::replies;
+use super::*;
+use crate::log::LocalLog;
+use crate::msg::{PeerBatch, PeerItem};
+use crate::procedures::{micro_key, Micro, MicroOp};
+use crate::types::{KeySet, ShardPiece};
+
+/// A log that commits at once and keeps a copy of every committed entry (the replicas' log).
+#[derive(Default)]
+struct TapLog {
+    inner: LocalLog,
+    tape: Rc<RefCell<Vec<LogEntry>>>,
+}
+
+impl ReplicatedLog for TapLog {
+    fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError> {
+        self.inner.propose(record)
+    }
+    fn take_committed(&mut self, out: &mut Vec<LogEntry>) {
+        let start = out.len();
+        self.inner.take_committed(out);
+        self.tape.borrow_mut().extend_from_slice(&out[start..]);
+    }
+}
+
+use crate::log::LogIndex;
+
+type Leader = ShardLeader<TapLog>;
+
+fn leader(shard: ShardId) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
+    let log = TapLog::default();
+    let tape = log.tape.clone();
+    (ShardLeader::new(LeaderConfig::new(shard), log, Store::new(), Registry::with_builtins()), tape)
+}
+
+/// The old leader is gone: a replica replays its committed log and takes over at `now`.
+fn take_over(shard: ShardId, tape: &Rc<RefCell<Vec<LogEntry>>>, now: TimeUs) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
+    let mut f = Follower::new(shard, Store::new(), Registry::with_builtins());
+    for e in tape.borrow().iter() {
+        f.apply(e);
+    }
+    let log = TapLog::default();
+    let new_tape = log.tape.clone();
+    // The new leader's log continues the old one's indexes.
+    new_tape.borrow_mut().extend(tape.borrow().iter().cloned());
+    (ShardLeader::recover(LeaderConfig::new(shard), log, f.into_handover(), now), new_tape)
+}
+
+/// Client 9's micro transaction: `ops` are (shard, key, write).
+fn txn(seq: u64, ts: Timestamp, ops: &[(ShardId, u64, Option<u64>)]) -> Arc<Txn> {
+    let mut pieces: Vec<ShardPiece> = Vec::new();
+    for shard in [0, 1] {
+        let mine: Vec<_> = ops.iter().filter(|o| o.0 == shard).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let reads = mine.iter().filter(|o| o.2.is_none()).map(|o| micro_key(o.1)).collect();
+        let writes = mine.iter().filter(|o| o.2.is_some()).map(|o| micro_key(o.1)).collect();
+        pieces.push(ShardPiece { shard, keys: KeySet::new(reads, writes) });
+    }
+    let micro: Vec<MicroOp> = ops.iter().map(|o| MicroOp { key: o.1, write: o.2 }).collect();
+    Arc::new(Txn {
+        id: TxnId { client: 9, seq },
+        procedure: Micro::NAME.into(),
+        args: postcard::to_stdvec(&micro).unwrap(),
+        pieces,
+        ts,
+    })
+}
+
+fn dispatch(l: &mut Leader, now: TimeUs, t: &Arc<Txn>) -> Vec<LeaderOutput> {
+    let mut out = Vec::new();
+    l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now, acked_below: 1 }, &mut out);
+    l.tick(now, &mut out);
+    out
+}
+
+fn tick(l: &mut Leader, now: TimeUs) -> Vec<LeaderOutput> {
+    let mut out = Vec::new();
+    l.tick(now, &mut out);
+    out
+}
+
+fn deliver(l: &mut Leader, now: TimeUs, batches: Vec<PeerBatch>) -> Vec<LeaderOutput> {
+    let mut out = Vec::new();
+    for b in batches {
+        l.on_peer(now, b, &mut out);
+    }
+    l.tick(now, &mut out);
+    out
+}
+
+fn to_peer(out: &[LeaderOutput], shard: ShardId) -> Vec<PeerBatch> {
+    out.iter()
+        .filter_map(|o| match o {
+            LeaderOutput::ToPeer { shard: s, batch } if *s == shard => Some(batch.clone()),
+            LeaderOutput::ToPeer { .. } | LeaderOutput::ToClient { .. } | LeaderOutput::ToAllClients { .. } => None,
+        })
+        .collect()
+}
+
+fn items(batches: &[PeerBatch]) -> Vec<PeerItem> {
+    batches.iter().flat_map(|b| b.items.clone()).collect()
+}
+
+fn value(l: &Leader, key: u64) -> Option<u64> {
+    l.store().get(&micro_key(key)).map(|v| u64::from_le_bytes(v.as_slice().try_into().unwrap()))
+}
+
+fn id(seq: u64) -> TxnId {
+    TxnId { client: 9, seq }
+}
+
+#[test]
+fn a_new_leader_keeps_answers_finishes_prepared_transactions_and_admits_above_its_floor() {
+    let (mut old, tape) = leader(0);
+    let done = txn(1, 1_000, &[(0, 1, Some(10))]);
+    let held = txn(2, 50_000, &[(0, 1, Some(20))]);
+    dispatch(&mut old, 100, &done);
+    let first = replies(&tick(&mut old, 2_000));
+    assert_eq!(first.len(), 1);
+    tick(&mut old, 10_000); // an Applied marker covers `done`
+    dispatch(&mut old, 10_100, &held); // prepared, its time has not come
+                                       // The old leader dies here. Its replica takes over.
+    let (mut new, _) = take_over(0, &tape, 20_000);
+    assert_eq!(value(&new, 1), Some(10), "the store is rebuilt from the log");
+    // A retry of the answered transaction gets the stored answer; it does not run again.
+    let again = replies(&dispatch(&mut new, 20_100, &done));
+    assert_eq!((again[0].ts, &again[0].outcome), (first[0].ts, &first[0].outcome));
+    // The prepared transaction runs at its logged timestamp, once; its retry is answered.
+    assert!(replies(&dispatch(&mut new, 20_200, &held)).is_empty(), "pending: answered when done");
+    let r = replies(&tick(&mut new, 60_000));
+    assert_eq!((r.len(), r[0].id, r[0].ts), (1, id(2), 50_000));
+    assert_eq!(value(&new, 1), Some(20));
+    assert_eq!(new.stats().executed, 1);
+    // Nothing is admitted at or below anything the old leader logged (its floor promises
+    // included), even a transaction stamped in the past.
+    let late = txn(3, 3_000, &[(0, 5, Some(1))]);
+    dispatch(&mut new, 60_100, &late);
+    let floors: Vec<Timestamp> = tape
+        .borrow()
+        .iter()
+        .filter_map(|e| match e.record {
+            LogRecord::Floor { ts } => Some(ts),
+            _ => None,
+        })
+        .collect();
+    let floor = floors.into_iter().max().expect("the old leader logged a floor promise");
+    let r = replies(&tick(&mut new, floor + 10));
+    assert!(r[0].ts > floor, "admitted at {} at or below the recovered floor {floor}", r[0].ts);
+}
+
+/// Leader kill point: after `PREPARE` commits but before the proposal is announced.
+#[test]
+fn a_new_leader_announces_an_unannounced_proposal_through_recover() {
+    let (mut a, tape_a) = leader(0);
+    let (mut b, _) = leader(1);
+    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    let _lost = dispatch(&mut a, 100, &t); // A's Propose never leaves: A dies
+    let out_b = dispatch(&mut b, 100, &t);
+    let (mut a2, _) = take_over(0, &tape_a, 500);
+    let out = tick(&mut a2, 500);
+    deliver(&mut a2, 600, to_peer(&out_b, 0)); // B's proposal reaches the new leader
+    assert_eq!(items(&to_peer(&out, 1)), vec![PeerItem::Recover { txn: t.clone(), ts: 1_000 }]);
+    let out_b = deliver(&mut b, 700, to_peer(&out, 1));
+    assert_eq!(items(&to_peer(&out_b, 0)), vec![PeerItem::Propose { id: id(1), ts: 1_000 }]);
+    deliver(&mut a2, 800, to_peer(&out_b, 0));
+    let (ra, rb) = (replies(&tick(&mut a2, 1_000)), replies(&tick(&mut b, 1_000)));
+    assert_eq!((ra[0].ts, rb[0].ts), (1_000, 1_000));
+    assert_eq!((value(&a2, 1), value(&b, 2)), (Some(5), Some(6)));
+}
+
+/// Leader kill point: after executing (and answering) but before an `Applied` marker logged
+/// it. The other participant executed it too and answers `Recover` with the final timestamp.
+#[test]
+fn a_peer_that_executed_answers_with_the_final_timestamp() {
+    let (mut a, tape_a) = leader(0);
+    let (mut b, _) = leader(1);
+    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    let out_a = dispatch(&mut a, 100, &t);
+    let out_b = dispatch(&mut b, 1_400, &t); // proposes 1400: a second round
+    let conf_a = to_peer(&deliver(&mut a, 1_450, to_peer(&out_b, 0)), 1);
+    let conf_b = to_peer(&deliver(&mut b, 1_450, to_peer(&out_a, 1)), 0);
+    deliver(&mut b, 1_460, conf_a);
+    let out = deliver(&mut a, 1_460, conf_b);
+    assert_eq!(replies(&out)[0].ts, 1_400, "executed and answered on A");
+    assert_eq!(b.stats().executed, 1);
+    // A dies before any Applied marker covering 1400 was logged: its log has PREPARE and
+    // DECIDE only, so the new leader must finish it again, at the same timestamp.
+    let marker = tape_a.borrow().iter().any(|e| matches!(e.record, LogRecord::Applied { ts } if ts >= 1_400));
+    assert!(!marker);
+    let (mut a2, _) = take_over(0, &tape_a, 2_000);
+    let recover = to_peer(&tick(&mut a2, 2_000), 1);
+    let answer = to_peer(&deliver(&mut b, 2_100, recover), 0);
+    assert_eq!(items(&answer), vec![PeerItem::Executed { id: id(1), ts: 1_400 }]);
+    deliver(&mut a2, 2_200, answer);
+    tick(&mut a2, 3_000);
+    assert_eq!((a2.stats().executed, value(&a2, 1)), (1, Some(5)));
+    let retry = replies(&dispatch(&mut a2, 3_100, &t));
+    assert_eq!((retry[0].ts, retry[0].rounds), (1_400, 2), "the same answer as before the failover");
+}
+
+/// A coordinator that reached only some participants: A prepared, B never got the dispatch.
+/// A is its recovery coordinator once it stalls; B prepares it from the `Recover` item.
+#[test]
+fn a_stalled_transaction_is_completed_by_its_recovery_coordinator() {
+    let (mut a, _) = leader(0);
+    let (mut b, _) = leader(1);
+    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    let out_a = dispatch(&mut a, 100, &t);
+    let early = deliver(&mut b, 200, to_peer(&out_a, 1)); // A's proposal: buffered at B
+    assert!(to_peer(&early, 0).is_empty());
+    let stall = LeaderConfig::new(0).recover_after_us;
+    assert!(to_peer(&tick(&mut a, 100 + stall - 1), 1).is_empty(), "not stalled yet");
+    let recover = to_peer(&tick(&mut a, 100 + stall), 1);
+    assert!(matches!(items(&recover).as_slice(), [PeerItem::Recover { .. }]));
+    let out_b = deliver(&mut b, 100 + stall + 10, recover);
+    assert_eq!(b.stats().admitted, 1, "B prepared it from the Recover item");
+    let at = 100 + stall + 20;
+    // B's proposal is its clock (the dispatch came late), so the proposals differ and the
+    // second round runs: B sent its Propose and, once its DECIDE committed, its Confirm.
+    assert!(matches!(items(&to_peer(&out_b, 0)).as_slice(), [PeerItem::Propose { .. }, PeerItem::Confirm { .. }]));
+    let out_a = deliver(&mut a, at, to_peer(&out_b, 0));
+    let ra = replies(&out_a);
+    let rb = replies(&deliver(&mut b, at + 5, to_peer(&out_a, 1)));
+    assert_eq!((ra.len(), rb.len()), (1, 1));
+    assert_eq!((ra[0].ts, ra[0].rounds), (rb[0].ts, 2));
+    assert_eq!((value(&a, 1), value(&b, 2)), (Some(5), Some(6)));
+    // The late dispatch (or a client retry) at B is a duplicate now.
+    let dup = replies(&dispatch(&mut b, at + 10, &t));
+    assert_eq!(dup[0].ts, rb[0].ts);
+}
+
+#[test]
+fn a_peer_that_refused_answers_recover_with_refuse() {
+    let (mut a, tape_a) = leader(0);
+    let mut cfg = LeaderConfig::new(1);
+    cfg.max_pending = 0; // shard 1 refuses everything
+    let mut b = ShardLeader::new(cfg, TapLog::default(), Store::new(), Registry::with_builtins());
+    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    dispatch(&mut a, 100, &t);
+    let _refuse_lost = dispatch(&mut b, 100, &t); // B's Refuse dies with A
+    let (mut a2, _) = take_over(0, &tape_a, 500);
+    let answer = to_peer(&deliver(&mut b, 600, to_peer(&tick(&mut a2, 500), 1)), 0);
+    assert!(matches!(items(&answer).as_slice(), [PeerItem::Refuse { .. }]));
+    deliver(&mut a2, 700, answer);
+    let r = replies(&dispatch(&mut a2, 800, &t));
+    assert!(matches!(&r[0].outcome, Err(TxnError::Rejected(_))), "aborted, and the retry is told so");
+    assert_eq!((a2.stats().aborted, a2.stats().executed, a2.pending_len()), (1, 0, 0));
+    assert!(a2.store().is_empty());
+}
