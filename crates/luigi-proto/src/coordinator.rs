@@ -256,6 +256,20 @@ impl Coordinator {
         id
     }
 
+    /// The shell lost its connection to the replica it sends `shard`'s messages to (the
+    /// leader may have died): dispatches still waiting for `shard` are sent again soon, to
+    /// whichever replica the shell picks next, instead of after the full retry timeout.
+    pub fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
+        let soon = now + self.config.not_leader_retry_us;
+        for flight in self.in_flight.values_mut() {
+            let waiting = flight.txn.pieces.iter().zip(&flight.replies).any(|(p, r)| p.shard == shard && r.is_none());
+            if waiting && flight.retry_at_us > soon {
+                flight.retry_at_us = soon;
+                flight.leader_wait = true;
+            }
+        }
+    }
+
     fn acked_below(&self) -> u64 {
         self.in_flight_seqs.first().copied().unwrap_or(self.next_seq)
     }
@@ -304,7 +318,7 @@ impl Coordinator {
         let Some(slot) = flight.txn.pieces.iter().position(|p| p.shard == shard) else {
             return; // not a participant: ignore rather than trust it
         };
-        if matches!(reply.outcome, Err(TxnError::NotLeader)) {
+        if matches!(reply.outcome, Err(TxnError::NotLeader { .. })) {
             // Nothing was stored there (an election is under way): ask again soon rather
             // than after the full retry timeout.
             flight.retry_at_us = flight.retry_at_us.min(now + self.config.not_leader_retry_us);
@@ -518,7 +532,7 @@ mod tests {
             id,
             shard: 0,
             ts: 0,
-            outcome: Err(TxnError::NotLeader),
+            outcome: Err(TxnError::NotLeader { hint: None }),
             watermark: 0,
             arrival_delta_us: 0,
             rounds: 0,
@@ -540,6 +554,27 @@ mod tests {
             })
             .expect("answered");
         assert_eq!(done.attempts, 1);
+    }
+
+    #[test]
+    fn a_lost_leader_connection_resends_soon_to_the_shards_still_silent() {
+        let cfg =
+            CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..CoordinatorConfig::new(1) };
+        let mut c = Coordinator::new(cfg);
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+        c.submit(0, "p", vec![], vec![piece(1)], &mut out);
+        c.on_message(10, reply(id, 0, 50, 60, 5), &mut out);
+        out.clear();
+        c.shard_unreachable(20, 0);
+        c.tick(70, &mut out);
+        assert!(out.is_empty(), "shard 0 already answered; nothing waits for it");
+        c.shard_unreachable(100, 1);
+        c.tick(149, &mut out);
+        assert!(out.is_empty());
+        c.tick(150, &mut out);
+        assert_eq!(sends(&out), vec![1, 1], "both transactions waiting for shard 1 are resent");
+        assert_eq!(c.stats().retries, 0, "not counted as attempts");
     }
 
     #[test]

@@ -91,7 +91,10 @@ pub enum TxnError {
     /// This server is not (or not yet) its shard's leader; nothing was stored, try again
     /// (the coordinator resends after its retry timeout).
     #[error("not the leader of its shard")]
-    NotLeader,
+    NotLeader {
+        /// The replica (index from 0) this one believes leads, if it knows one.
+        hint: Option<u32>,
+    },
 }
 
 /// Leader to leader: a batch of agreement items for one peer, with the sender's watermark.
@@ -168,5 +171,13 @@ pub enum WireMsg {
         from: u64,
         /// The Raft message, protobuf-encoded.
         bytes: Vec<u8>,
+    },
+    /// Between servers of different shards: replica `replica` of `shard` now serves as its
+    /// leader; send agreement batches for `shard` there.
+    LeaderIs {
+        /// The shard.
+        shard: ShardId,
+        /// Its serving replica (index from 0).
+        replica: u32,
     },
 }

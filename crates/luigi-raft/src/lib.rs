@@ -52,6 +52,7 @@
 pub mod codec;
 pub mod disk;
 mod node;
+pub mod replica;
 mod rng;
 mod store;
 

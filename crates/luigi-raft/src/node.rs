@@ -683,6 +683,31 @@ impl RaftLog {
         ents.into_iter().next()
     }
 
+    /// Every committed record handed out so far, decoded again from the in-memory log, for a
+    /// replica that drops its state machine and rebuilds it (a demoted leader). Records
+    /// committed but not taken yet are dropped from the queue: they are in the replay.
+    ///
+    /// # Errors
+    /// [`RaftError::Invalid`] if the log was compacted (the replay would need the state
+    /// machine's snapshot); [`RaftError::BadEntry`] if an entry does not decode.
+    pub fn replay_for_rebuild(&mut self) -> Result<Vec<LogEntry>, RaftError> {
+        if self.snapshot_index() > 0 {
+            return Err(RaftError::Invalid(format!(
+                "log compacted up to {}: rebuilding needs a state snapshot",
+                self.snapshot_index()
+            )));
+        }
+        self.committed.clear();
+        let mut out = Vec::new();
+        for index in 1..=self.handed_out {
+            let e = self.entry(index).ok_or_else(|| RaftError::Invalid(format!("entry {index} not in memory")))?;
+            if let Some(entry) = decode_committed(&e)? {
+                out.push(entry);
+            }
+        }
+        Ok(out)
+    }
+
     /// For a leader: whether an entry of its own term is committed (its election no-op at
     /// least). Before that, the leader cannot know which entries of earlier terms are
     /// committed; a shard leader should rebuild its state only after this turns true and it

@@ -1,16 +1,18 @@
-//! The client library: a [`Coordinator`] driven by one tokio task, with one connection per
-//! shard leader. `execute` submits a transaction and resolves with its answer; retries happen
-//! inside, under the same transaction id, so a transaction is never executed twice.
+//! The client library: a [`Coordinator`] driven by one tokio task, with a connection to every
+//! replica of every shard. Dispatches go to the replica believed to lead its shard; a
+//! `NotLeader` answer (with its hint), a watermark broadcast (only leaders send them) or a
+//! lost connection moves that belief. `execute` submits a transaction and resolves with its
+//! answer; retries happen inside, under the same transaction id, so a transaction is never
+//! executed twice, also across a leader change.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig};
-use luigi_proto::msg::{ClientMsg, WireMsg};
+use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError, WireMsg};
 use luigi_proto::partition::{split, HashPartitioner, Partitioner};
-use luigi_proto::types::{ClientId, ShardId, ShardPiece, TxnId};
+use luigi_proto::types::{ClientId, ShardId, ShardPiece, Timestamp, TxnId};
 use luigi_store::Key;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
@@ -24,8 +26,10 @@ use crate::net::wan::{DelayLine, DelayLink};
 const REQUEST_QUEUE: usize = 1 << 14;
 /// Capacity of the channel carrying every leader's messages into the driver task.
 const INBOUND_QUEUE: usize = 1 << 16;
-/// Attempts to connect to a leader before giving up.
-const CONNECT_ATTEMPTS_MAX: u32 = 50;
+/// How long `connect` waits for at least one replica of every shard.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause between attempts to (re)connect to a replica.
+const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 /// Pings sent to each leader at start to seed the one-way-delay estimate.
 const WARMUP_PINGS: usize = 8;
 /// How often the coordinator checks for dispatches to retry.
@@ -75,16 +79,39 @@ impl Client {
         );
         let model = config.delay_model();
         let delay_line = if model.is_zero() { None } else { Some(Arc::new(DelayLine::new()?)) };
-        let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
-        let mut writers = HashMap::new();
+        let (in_tx, mut in_rx) = mpsc::channel(INBOUND_QUEUE);
+        let mut replicas = Vec::new();
         for shard in 0..config.shard_count() {
-            let node = NodeId { shard, replica: 0 };
-            let link = delay_line.as_ref().map(|l| {
-                l.link(model.dist(CLIENT_NODE, &node.name()), config.seed ^ id.rotate_left(17) ^ u64::from(shard))
-            });
-            let writer = connect_leader(config, shard, link, &in_tx).await?;
-            writer.send(&WireMsg::Client(ClientMsg::Hello { client: id }))?;
-            writers.insert(shard, writer);
+            let n = config.shards[shard as usize].replicas.len() as u32;
+            replicas.push(n);
+            for replica in 0..n {
+                let node = NodeId { shard, replica };
+                let dist = model.dist(CLIENT_NODE, &node.name());
+                let seed = config.seed ^ id.rotate_left(17) ^ u64::from(shard) ^ (u64::from(replica) << 40);
+                let link = delay_line.as_ref().map(|l| l.link(dist, seed));
+                let addr = config.node_addr(node).expect("nodes come from the validated config");
+                tokio::spawn(replica_link(node, addr, id, link, in_tx.clone()));
+            }
+        }
+        drop(in_tx);
+        // Wait until every shard has a replica to talk to.
+        let mut routes = Routes::new(replicas);
+        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+        while let Some(shard) = routes.unreachable_shard() {
+            let ev = tokio::time::timeout_at(deadline, in_rx.recv()).await.ok().flatten();
+            match ev {
+                Some(ev) => routes.on_event_before_start(ev),
+                None => {
+                    let addrs: Vec<String> = (0..routes.replicas[shard as usize])
+                        .filter_map(|replica| config.node_addr(NodeId { shard, replica }))
+                        .map(|a| a.to_string())
+                        .collect();
+                    anyhow::bail!(
+                        "cannot reach any replica of shard {shard} ({}) within {CONNECT_TIMEOUT:?}",
+                        addrs.join(", ")
+                    );
+                }
+            }
         }
         let mut coord_config = CoordinatorConfig::new(id);
         coord_config.headroom_us = config.headroom_us();
@@ -94,7 +121,7 @@ impl Client {
         let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
         let driver = Driver {
             coordinator: Coordinator::new(coord_config),
-            writers,
+            routes,
             waiting: HashMap::new(),
             out: Vec::new(),
             _delay_line: delay_line,
@@ -140,47 +167,123 @@ impl Client {
     }
 }
 
-async fn connect_leader(
-    config: &ClusterConfig,
-    shard: ShardId,
+/// Events from the replica connections to the driver.
+enum Event {
+    Up { node: NodeId, writer: PeerWriter<WireMsg> },
+    Msg { node: NodeId, msg: WireMsg },
+    Down { node: NodeId },
+}
+
+/// Keeps a connection to one replica: connects (retrying while it is down), says hello,
+/// forwards what it sends, and reconnects after the connection drops.
+async fn replica_link(
+    node: NodeId,
+    addr: std::net::SocketAddr,
+    client: ClientId,
     link: Option<DelayLink>,
-    in_tx: &mpsc::Sender<(ShardId, WireMsg)>,
-) -> anyhow::Result<PeerWriter<WireMsg>> {
-    let addr = config.leader_addr(shard);
-    let mut attempt = 0;
-    let (writer, reader) = loop {
-        attempt += 1;
+    tx: mpsc::Sender<Event>,
+) {
+    loop {
         match connect::<WireMsg, WireMsg>(addr, &NetConfig::default(), link.clone()).await {
-            Ok(pair) => break pair,
-            Err(e) if attempt < CONNECT_ATTEMPTS_MAX => {
-                debug!(shard, %addr, error = %e, attempt, "leader not reachable yet");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok((writer, reader)) => {
+                if writer.send(&WireMsg::Client(ClientMsg::Hello { client })).is_err() {
+                    continue;
+                }
+                if tx.send(Event::Up { node, writer }).await.is_err() {
+                    return; // client dropped
+                }
+                let end = reader.forward(&tx, move |msg| Event::Msg { node, msg }).await;
+                debug!(node = %node.name(), ?end, "connection to replica ended");
+                if tx.send(Event::Down { node }).await.is_err() {
+                    return;
+                }
             }
-            Err(e) => {
-                return Err(e).with_context(|| format!("cannot reach the leader of shard {shard} at {addr}"));
+            Err(e) => debug!(node = %node.name(), %addr, error = %e, "replica not reachable yet"),
+        }
+        if tx.is_closed() {
+            return;
+        }
+        tokio::time::sleep(RECONNECT_DELAY).await;
+    }
+}
+
+/// Where each shard's messages go: the replica believed to lead it, and the connections.
+struct Routes {
+    replicas: Vec<u32>,
+    writers: HashMap<NodeId, PeerWriter<WireMsg>>,
+    target: Vec<u32>,
+    /// Highest watermark heard from any replica of each shard.
+    best_watermark: Vec<Timestamp>,
+}
+
+impl Routes {
+    fn new(replicas: Vec<u32>) -> Self {
+        let n = replicas.len();
+        Self { replicas, writers: HashMap::new(), target: vec![0; n], best_watermark: vec![0; n] }
+    }
+
+    fn unreachable_shard(&self) -> Option<ShardId> {
+        (0..self.replicas.len() as ShardId).find(|&shard| !self.writers.keys().any(|n| n.shard == shard))
+    }
+
+    fn on_event_before_start(&mut self, ev: Event) {
+        match ev {
+            Event::Up { node, writer } => {
+                self.writers.insert(node, writer);
+            }
+            Event::Down { node } => {
+                self.writers.remove(&node);
+            }
+            Event::Msg { .. } => {} // nothing is asked before the driver starts
+        }
+    }
+
+    /// The writer for `shard`'s leader, falling back to any connected replica (which answers
+    /// with a hint if it does not lead).
+    fn writer(&mut self, shard: ShardId) -> Option<&PeerWriter<WireMsg>> {
+        let s = shard as usize;
+        let n = *self.replicas.get(s)?;
+        for step in 0..n {
+            let replica = (self.target[s] + step) % n;
+            if self.writers.contains_key(&NodeId { shard, replica }) {
+                self.target[s] = replica;
+                return self.writers.get(&NodeId { shard, replica });
             }
         }
-    };
-    let tx = in_tx.clone();
-    tokio::spawn(async move {
-        let end = reader.forward(&tx, move |msg| (shard, msg)).await;
-        warn!(shard, ?end, "connection to leader ended");
-    });
-    Ok(writer)
+        None
+    }
+
+    fn not_leader(&mut self, node: NodeId, hint: Option<u32>) {
+        let s = node.shard as usize;
+        if self.target[s] == node.replica {
+            let next = (node.replica + 1) % self.replicas[s];
+            self.target[s] = hint.filter(|h| *h != node.replica && *h < self.replicas[s]).unwrap_or(next);
+            debug!(shard = node.shard, to = self.target[s], "following the leader hint");
+        }
+    }
+
+    fn watermark(&mut self, node: NodeId, watermark: Timestamp) {
+        let s = node.shard as usize;
+        if watermark > self.best_watermark[s] {
+            self.best_watermark[s] = watermark;
+            // Only a serving leader broadcasts, and the newest watermark is the current one's.
+            self.target[s] = node.replica;
+        }
+    }
 }
 
 struct Driver {
     coordinator: Coordinator,
-    writers: HashMap<ShardId, PeerWriter<WireMsg>>,
+    routes: Routes,
     waiting: HashMap<TxnId, oneshot::Sender<Completion>>,
     out: Vec<CoordOutput>,
     _delay_line: Option<Arc<DelayLine>>,
 }
 
 impl Driver {
-    async fn run(mut self, mut requests: mpsc::Receiver<Request>, mut inbound: mpsc::Receiver<(ShardId, WireMsg)>) {
+    async fn run(mut self, mut requests: mpsc::Receiver<Request>, mut inbound: mpsc::Receiver<Event>) {
         let now = clock::now_us();
-        for shard in self.writers.keys().copied().collect::<Vec<_>>() {
+        for shard in 0..self.routes.replicas.len() as ShardId {
             for _ in 0..WARMUP_PINGS {
                 self.coordinator.ping(now, shard, &mut self.out);
             }
@@ -202,11 +305,11 @@ impl Driver {
                     }
                     None => accepting = false, // every handle dropped
                 },
-                msg = inbound.recv() => match msg {
-                    Some((shard, msg)) => {
-                        self.on_msg(shard, msg);
-                        while let Ok((shard, msg)) = inbound.try_recv() {
-                            self.on_msg(shard, msg);
+                ev = inbound.recv() => match ev {
+                    Some(ev) => {
+                        self.on_event(ev);
+                        while let Ok(ev) = inbound.try_recv() {
+                            self.on_event(ev);
                         }
                     }
                     None => return,
@@ -225,10 +328,38 @@ impl Driver {
         self.waiting.insert(id, req.done);
     }
 
-    fn on_msg(&mut self, shard: ShardId, msg: WireMsg) {
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Up { node, writer } => {
+                self.routes.writers.insert(node, writer);
+            }
+            Event::Down { node } => {
+                warn!(node = %node.name(), "connection to replica lost; reconnecting");
+                self.routes.writers.remove(&node);
+                if self.routes.target[node.shard as usize] == node.replica {
+                    self.coordinator.shard_unreachable(clock::now_us(), node.shard);
+                }
+            }
+            Event::Msg { node, msg } => self.on_msg(node, msg),
+        }
+    }
+
+    fn on_msg(&mut self, node: NodeId, msg: WireMsg) {
+        let shard = node.shard;
         match msg {
-            WireMsg::Server(msg) => self.coordinator.on_message(clock::now_us(), msg, &mut self.out),
-            WireMsg::Client(_) | WireMsg::Peer(_) | WireMsg::Raft { .. } => {
+            WireMsg::Server(msg) => {
+                match &msg {
+                    ServerMsg::Reply(r) => {
+                        if let Err(TxnError::NotLeader { hint }) = &r.outcome {
+                            self.routes.not_leader(node, *hint);
+                        }
+                    }
+                    ServerMsg::Watermark { watermark, .. } => self.routes.watermark(node, *watermark),
+                    ServerMsg::Pong { .. } => {}
+                }
+                self.coordinator.on_message(clock::now_us(), msg, &mut self.out)
+            }
+            WireMsg::Client(_) | WireMsg::Peer(_) | WireMsg::Raft { .. } | WireMsg::LeaderIs { .. } => {
                 warn!(shard, "leader sent a message meant for a server; ignored")
             }
         }
@@ -237,14 +368,14 @@ impl Driver {
     fn flush(&mut self) {
         for o in self.out.drain(..) {
             match o {
-                CoordOutput::Send { shard, msg } => match self.writers.get(&shard) {
+                CoordOutput::Send { shard, msg } => match self.routes.writer(shard) {
                     // A failed send is retried by the coordinator's timeout under the same id.
                     Some(w) => {
                         if let Err(e) = w.send(&WireMsg::Client(msg)) {
                             debug!(shard, error = %e, "send to leader failed; will retry");
                         }
                     }
-                    None => warn!(shard, "no connection to shard"),
+                    None => debug!(shard, "no replica of the shard connected; will retry"),
                 },
                 CoordOutput::Done(c) => {
                     if let Some(done) = self.waiting.remove(&c.id) {

@@ -128,7 +128,7 @@ pub enum ConfigError {
 }
 
 /// Identity of a server node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId {
     /// Shard.
     pub shard: ShardId,
@@ -265,9 +265,12 @@ impl ClusterConfig {
         self.protocol.retry_timeout_us.unwrap_or_else(|| 8 * self.scenario().delay().mean_us + 1_000_000)
     }
 
-    /// Leader floor lookahead: configured, or one second plus 4 one-way delays.
+    /// Leader floor lookahead: configured, or 250 ms plus 4 one-way delays. A promise is
+    /// renewed when half of it is left, which must outlast a log commit (about 2 one-way
+    /// delays with replicas); a new leader admits only above the last promise, so what is
+    /// left of it at a failover adds to the pause.
     pub fn floor_lookahead_us(&self) -> u64 {
-        self.protocol.floor_lookahead_us.unwrap_or_else(|| 1_000_000 + 4 * self.scenario().delay().mean_us)
+        self.protocol.floor_lookahead_us.unwrap_or_else(|| 250_000 + 4 * self.scenario().delay().mean_us)
     }
 
     /// A local cluster of `shards` single-replica shards on loopback ports from `ports`.

@@ -52,17 +52,20 @@ impl RaftShell {
         let dir = data_dir.join(node.name());
         let (disk, recovered): (DiskStorage, RecoveredState) = DiskStorage::open(&dir, options)
             .with_context(|| format!("node {}: cannot open its log in {}", node.name(), dir.display()))?;
-        // Restarting from an existing log needs the state machine rebuilt (snapshot + replay),
-        // which is not built yet: refuse rather than serve a store missing committed writes.
-        anyhow::ensure!(
-            recovered.entries.is_empty() && recovered.snapshot.is_none() && recovered.hard_state.term == 0,
-            "node {}: {} holds the log of an earlier run ({} entries, term {}); restarting a replica from \
-             its data is not supported yet, start it with an empty --data-dir",
-            node.name(),
-            dir.display(),
-            recovered.entries.len(),
-            recovered.hard_state.term
-        );
+        // A restarted replica rebuilds its state by replaying the committed log (the log
+        // hands every committed entry back: `applied` is 0) and never starts an election of
+        // its own: the group has a leader, or elects one by timeout.
+        let restarted = recovered.hard_state.term > 0 || !recovered.entries.is_empty() || recovered.snapshot.is_some();
+        if restarted {
+            tracing::info!(
+                node = %node.name(),
+                entries = recovered.entries.len(),
+                term = recovered.hard_state.term,
+                commit = recovered.hard_state.commit,
+                "restarting from the log in {}",
+                dir.display()
+            );
+        }
         let log = RaftLog::new(config, Some(recovered)).with_context(|| format!("node {}: raft", node.name()))?;
         let shell = RaftShell {
             shard: node.shard,
@@ -72,7 +75,7 @@ impl RaftShell {
             tick_us,
             next_tick_us: 0,
             replicas,
-            campaigned: false,
+            campaigned: restarted,
         };
         Ok((shell, log))
     }
@@ -82,8 +85,9 @@ impl RaftShell {
         self.peers.insert(id, writer);
     }
 
-    /// The first replica starts the first election as soon as it can reach every other
-    /// replica (a campaign before that would be lost, and another replica would win).
+    /// On a fresh cluster the first replica starts the first election as soon as it can reach
+    /// every other replica (a campaign before that would be lost, and another replica would
+    /// win), so that benchmarks start from a known layout. Later elections are Raft's own.
     pub fn campaign_when_connected(&mut self, log: &mut RaftLog) -> anyhow::Result<()> {
         let all_up = self.peers.len() + 1 == self.replicas as usize;
         if self.my_id == 1 && !self.campaigned && all_up && !log.is_leader() {
@@ -91,14 +95,6 @@ impl RaftShell {
             log.campaign().context("starting the first election")?;
         }
         Ok(())
-    }
-
-    /// Until clients follow leadership changes, the first replica is the one serving them: a
-    /// replica that won an election hands leadership to it.
-    pub fn hand_leadership_to_first(&mut self, log: &mut RaftLog) {
-        if self.my_id != 1 && log.is_leader() && self.peers.contains_key(&1) {
-            log.transfer_leader(1);
-        }
     }
 
     /// The connection to replica `id` is gone; Raft retransmits what was lost.

@@ -13,14 +13,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use luigi_proto::leader::follower::Follower;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
-use luigi_proto::log::{LocalLog, ReplicatedLog};
+use luigi_proto::log::LocalLog;
 use luigi_proto::msg::{ClientMsg, PeerBatch, WireMsg};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId};
 use luigi_proto::Map;
-use luigi_raft::RaftLog;
+use luigi_raft::replica::{Replica, Transition};
 use luigi_store::Store;
 use luigi_wal::Durability;
 use tokio::net::{TcpListener, TcpStream};
@@ -56,8 +55,8 @@ enum Inbound {
 /// Who an outbound server-to-server connection goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PeerTarget {
-    /// The leader of another shard (agreement batches).
-    Leader(ShardId),
+    /// A replica of another shard (agreement batches go to the one serving as its leader).
+    Shard(NodeId),
     /// Another replica of this shard, by Raft id (Raft messages).
     Replica(u64),
 }
@@ -109,9 +108,11 @@ impl Server {
         let replicas = config.shards[node.shard as usize].replicas.len() as u32;
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE_EVENTS);
         let mut tasks = vec![tokio::spawn(accept_loop(listener, tx.clone(), config.clone(), node, delay_line.clone()))];
-        if node.replica == 0 {
-            for shard in (0..config.shard_count()).filter(|s| *s != node.shard) {
-                let target = PeerTarget::Leader(shard);
+        // Any replica may come to lead its shard: each keeps links to every replica of every
+        // other shard.
+        for shard in (0..config.shard_count()).filter(|s| *s != node.shard) {
+            for replica in 0..config.shards[shard as usize].replicas.len() as u32 {
+                let target = PeerTarget::Shard(NodeId { shard, replica });
                 tasks.push(tokio::spawn(peer_link(config.clone(), node, target, delay_line.clone(), tx.clone())));
             }
         }
@@ -123,6 +124,8 @@ impl Server {
         info!(node = %node.name(), net = %config.net, replicas, "serving");
         let mut leader_config = LeaderConfig::new(node.shard);
         leader_config.floor_lookahead_us = config.floor_lookahead_us();
+        // A stalled agreement is recovered after several round trips of the scenario.
+        leader_config.recover_after_us = (config.scenario().delay().mean_us * 16).max(1_000_000);
         let role = if replicas == 1 {
             Role::Single(ShardLeader::new(leader_config, LocalLog::default(), Store::new(), registry))
         } else {
@@ -131,14 +134,11 @@ impl Server {
             let tick_us = (config.scenario().delay().mean_us / 2).max(10_000);
             let (shell, log) =
                 RaftShell::open(node, replicas, config.seed, tick_us, &storage.data_dir, storage.durability)?;
-            if node.replica == 0 {
-                // The first replica leads (it campaigns once connected to the others).
-                Role::Leader(ShardLeader::new(leader_config, log, Store::new(), registry), shell)
-            } else {
-                Role::Follower(Follower::new(node.shard, Store::new(), registry), log, shell)
-            }
+            // Every replica starts as a follower replaying its log; the elected one serves.
+            Role::Replicated(Replica::new(leader_config, registry, log), shell)
         };
-        let result = event_loop(role, rx, shutdown).await;
+        let leader_of = (0..config.shard_count()).map(|s| (s, 0)).collect();
+        let result = event_loop(role, node, leader_of, rx, shutdown).await;
         for t in tasks {
             t.abort();
         }
@@ -208,7 +208,7 @@ async fn peer_link(
     tx: mpsc::Sender<Inbound>,
 ) {
     let peer = match target {
-        PeerTarget::Leader(shard) => NodeId { shard, replica: 0 },
+        PeerTarget::Shard(peer) => peer,
         PeerTarget::Replica(id) => NodeId { shard: node.shard, replica: (id - 1) as u32 },
     };
     let addr = config.node_addr(peer).expect("peer targets come from the validated config");
@@ -238,10 +238,14 @@ async fn peer_link(
 }
 
 struct Conns {
+    node: NodeId,
     writers: Map<ConnId, PeerWriter<WireMsg>>,
     client_conn: Map<ClientId, ConnId>,
-    peers: BTreeMap<ShardId, PeerWriter<WireMsg>>,
-    /// Batches for peers that are not connected, sent in order once they are.
+    /// Links to the replicas of other shards.
+    peers: BTreeMap<NodeId, PeerWriter<WireMsg>>,
+    /// The replica believed to serve each shard (announced with `LeaderIs`).
+    leader_of: BTreeMap<ShardId, u32>,
+    /// Batches for shards whose leader is not connected, sent in order once it is.
     peer_backlog: BTreeMap<ShardId, VecDeque<PeerBatch>>,
 }
 
@@ -279,7 +283,9 @@ impl Conns {
     }
 
     fn drain_peer_backlog(&mut self, shard: ShardId) {
-        let (Some(writer), Some(backlog)) = (self.peers.get(&shard), self.peer_backlog.get_mut(&shard)) else {
+        let replica = self.leader_of.get(&shard).copied().unwrap_or(0);
+        let writer = self.peers.get(&NodeId { shard, replica });
+        let (Some(writer), Some(backlog)) = (writer, self.peer_backlog.get_mut(&shard)) else {
             return; // not connected: kept until the link is up
         };
         while let Some(batch) = backlog.pop_front() {
@@ -293,36 +299,60 @@ impl Conns {
         }
     }
 
-    fn peer_up(&mut self, shard: ShardId, writer: PeerWriter<WireMsg>) {
-        self.peers.insert(shard, writer);
+    fn peer_up(&mut self, peer: NodeId, writer: PeerWriter<WireMsg>, serving: bool) {
+        if serving {
+            let _ = writer.send(&self.leader_is()); // lost: announced again on reconnect
+        }
+        self.peers.insert(peer, writer);
+        self.drain_peer_backlog(peer.shard);
+    }
+
+    fn leader_is(&self) -> WireMsg {
+        WireMsg::LeaderIs { shard: self.node.shard, replica: self.node.replica }
+    }
+
+    /// This replica now serves its shard: tell every replica of every other shard.
+    fn announce_leadership(&self) {
+        let msg = self.leader_is();
+        for w in self.peers.values() {
+            let _ = w.send(&msg); // a replica not connected now hears it when it connects
+        }
+    }
+
+    fn leader_is_now(&mut self, shard: ShardId, replica: u32) {
+        if self.leader_of.insert(shard, replica) != Some(replica) {
+            info!(shard, replica, "shard has a new leader");
+        }
         self.drain_peer_backlog(shard);
     }
 }
 
-/// What this node is: a lone leader (one replica), or a member of a Raft group. One lives per
-/// process for its whole life, so the size difference between variants does not matter.
+/// What this node is: a lone leader (one replica), or a replica of a Raft group (serving as
+/// the shard's leader or following). One lives per process for its whole life, so the size
+/// difference between variants does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Role {
     Single(ShardLeader<LocalLog>),
-    Leader(ShardLeader<RaftLog>, RaftShell),
-    Follower(Follower, RaftLog, RaftShell),
+    Replicated(Replica, RaftShell),
 }
 
 impl Role {
-    fn on_client(&mut self, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) -> bool {
+    fn on_client(&mut self, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
         match self {
             Role::Single(l) => l.on_client(clock::now_us(), client, msg, out),
-            Role::Leader(l, _) => l.on_client(clock::now_us(), client, msg, out),
-            Role::Follower(..) => return false,
+            Role::Replicated(r, _) => r.on_client(clock::now_us(), client, msg, out),
         }
-        true
     }
 
     fn on_peer(&mut self, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+        let from = batch.from;
         match self {
             Role::Single(l) => l.on_peer(clock::now_us(), batch, out),
-            Role::Leader(l, _) => l.on_peer(clock::now_us(), batch, out),
-            Role::Follower(..) => warn!(from = batch.from, "agreement batch sent to a follower; dropped"),
+            Role::Replicated(r, _) => {
+                if !r.on_peer(clock::now_us(), batch, out) {
+                    debug!(from, "agreement batch for a replica that is not serving; dropped (recovery asks again)");
+                }
+            }
         }
     }
 
@@ -332,8 +362,7 @@ impl Role {
                 warn!(from, "raft message for a single-replica shard; dropped");
                 return;
             }
-            Role::Leader(l, _) => l.log_mut(),
-            Role::Follower(_, log, _) => log,
+            Role::Replicated(r, _) => r.log_mut(),
         };
         if let Err(e) = log.step_bytes(bytes) {
             warn!(from, error = %e, "bad raft message; dropped");
@@ -343,40 +372,33 @@ impl Role {
     fn shell(&mut self) -> Option<&mut RaftShell> {
         match self {
             Role::Single(_) => None,
-            Role::Leader(_, shell) | Role::Follower(_, _, shell) => Some(shell),
+            Role::Replicated(_, shell) => Some(shell),
         }
     }
 
-    /// Ticks Raft, runs its I/O, lets the state machine take committed records, and ticks
-    /// the leader. Returns the next time something is due.
-    fn turn(
-        &mut self,
-        out: &mut Vec<LeaderOutput>,
-        committed: &mut Vec<luigi_proto::log::LogEntry>,
-    ) -> anyhow::Result<u64> {
+    fn serving(&self) -> bool {
+        match self {
+            Role::Single(_) => true,
+            Role::Replicated(r, _) => r.is_serving(),
+        }
+    }
+
+    /// Ticks Raft, runs its I/O, lets the replica apply committed records and switch role,
+    /// and ticks the leader. Returns the next time something is due and any role change.
+    fn turn(&mut self, out: &mut Vec<LeaderOutput>) -> anyhow::Result<(u64, Option<Transition>)> {
         let now = clock::now_us();
         match self {
             Role::Single(l) => {
                 l.tick(now, out);
-                Ok(l.next_deadline().unwrap_or(u64::MAX))
+                Ok((l.next_deadline().unwrap_or(u64::MAX), None))
             }
-            Role::Leader(l, shell) => {
-                shell.campaign_when_connected(l.log_mut())?;
-                shell.tick(now, l.log_mut());
-                shell.drive(l.log_mut())?;
-                l.tick(now, out);
-                shell.drive(l.log_mut())?; // what the tick proposed goes out now
-                Ok(l.next_deadline().unwrap_or(u64::MAX).min(shell.next_tick_us()))
-            }
-            Role::Follower(f, log, shell) => {
-                shell.hand_leadership_to_first(log);
-                shell.tick(now, log);
-                shell.drive(log)?;
-                log.take_committed(committed);
-                for entry in committed.drain(..) {
-                    f.apply(&entry);
-                }
-                Ok(shell.next_tick_us())
+            Role::Replicated(r, shell) => {
+                shell.campaign_when_connected(r.log_mut())?;
+                shell.tick(now, r.log_mut());
+                shell.drive(r.log_mut())?;
+                let transition = r.turn(now, out).context("switching role")?;
+                shell.drive(r.log_mut())?; // what the turn proposed goes out now
+                Ok((r.next_deadline().unwrap_or(u64::MAX).min(shell.next_tick_us()), transition))
             }
         }
     }
@@ -384,26 +406,32 @@ impl Role {
     fn stats(&self) -> String {
         match self {
             Role::Single(l) => format!("{:?}", l.stats()),
-            Role::Leader(l, _) => format!("{:?}", l.stats()),
-            Role::Follower(f, _, _) => format!("{:?}", f.stats()),
+            Role::Replicated(r, _) => match (r.leader(), r.follower()) {
+                (Some(l), _) => format!("{:?} {:?}", l.stats(), r.stats()),
+                (None, Some(f)) => format!("{:?} {:?}", f.stats(), r.stats()),
+                (None, None) => format!("{:?}", r.stats()),
+            },
         }
     }
 }
 
 async fn event_loop(
     mut role: Role,
+    node: NodeId,
+    leader_of: BTreeMap<ShardId, u32>,
     mut rx: mpsc::Receiver<Inbound>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let timer = PreciseTimer::start().context("cannot start timer thread")?;
     let mut conns = Conns {
+        node,
         writers: Map::default(),
         client_conn: Map::default(),
         peers: BTreeMap::new(),
+        leader_of,
         peer_backlog: BTreeMap::new(),
     };
     let mut out = Vec::new();
-    let mut committed = Vec::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -423,7 +451,15 @@ async fn event_loop(
             },
             _ = timer.fired() => {}
         }
-        let next = role.turn(&mut out, &mut committed)?;
+        let (next, transition) = role.turn(&mut out)?;
+        match transition {
+            Some(Transition::Promoted) => {
+                info!(node = %node.name(), "serving as the shard leader");
+                conns.announce_leadership();
+            }
+            Some(Transition::Demoted) => warn!(node = %node.name(), "lost leadership; following"),
+            None => {}
+        }
         flush(&mut conns, &mut out);
         timer.set(Some(next));
     }
@@ -440,9 +476,9 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
             conns.writers.remove(&conn);
             conns.client_conn.retain(|_, c| *c != conn);
         }
-        Inbound::PeerUp { target: PeerTarget::Leader(shard), writer } => conns.peer_up(shard, writer),
-        Inbound::PeerDown { target: PeerTarget::Leader(shard) } => {
-            conns.peers.remove(&shard);
+        Inbound::PeerUp { target: PeerTarget::Shard(peer), writer } => conns.peer_up(peer, writer, role.serving()),
+        Inbound::PeerDown { target: PeerTarget::Shard(peer) } => {
+            conns.peers.remove(&peer);
         }
         Inbound::PeerUp { target: PeerTarget::Replica(id), writer } => {
             if let Some(shell) = role.shell() {
@@ -467,11 +503,7 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
                     return;
                 };
                 conns.client_conn.insert(client, conn);
-                if !role.on_client(client, msg, out) {
-                    warn!(conn, client, "client talking to a follower; closing connection");
-                    conns.writers.remove(&conn);
-                    return;
-                }
+                role.on_client(client, msg, out);
                 flush(conns, out);
             }
             WireMsg::Peer(batch) => {
@@ -479,6 +511,7 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
                 flush(conns, out);
             }
             WireMsg::Raft { from, bytes, .. } => role.on_raft(from, &bytes),
+            WireMsg::LeaderIs { shard, replica } => conns.leader_is_now(shard, replica),
             WireMsg::Server(_) => {
                 warn!(conn, "a client-bound message arrived at a server; closing connection");
                 conns.writers.remove(&conn);

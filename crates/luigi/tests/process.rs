@@ -216,5 +216,5 @@ fn unreachable_cluster_is_a_clear_error() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot reach the leader of shard 0"), "{err}");
+    assert!(err.contains("cannot reach any replica of shard 0 (127.0.0.1:"), "{err}");
 }

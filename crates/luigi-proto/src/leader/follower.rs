@@ -177,6 +177,11 @@ impl Follower {
         self.applied_ts = self.applied_ts.max(ts);
     }
 
+    /// The last `Applied` marker: everything at or below it is executed here.
+    pub fn applied_ts(&self) -> Timestamp {
+        self.applied_ts
+    }
+
     /// The rebuilt store.
     pub fn store(&self) -> &Store {
         &self.store

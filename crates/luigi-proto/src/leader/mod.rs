@@ -337,6 +337,16 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         &mut self.log
     }
 
+    /// The log.
+    pub fn log(&self) -> &L {
+        &self.log
+    }
+
+    /// Drops the leader's state and keeps its log (a demoted leader rebuilds from it).
+    pub fn into_log(self) -> L {
+        self.log
+    }
+
     /// The earliest time at which [`ShardLeader::tick`] has work to do.
     pub fn next_deadline(&self) -> Option<TimeUs> {
         if !self.outbox.is_empty() || !self.log_retry.is_empty() {
@@ -506,7 +516,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             // Not stored: this replica may lead soon (election) or another one does; the
             // coordinator retries under the same id.
             Err(LogError::NotLeader) => {
-                self.reply_now(id, 0, Err(TxnError::NotLeader), arrival_delta_us, 0, out);
+                self.reply_now(id, 0, Err(TxnError::NotLeader { hint: None }), arrival_delta_us, 0, out);
                 return;
             }
             Err(e @ LogError::Backlogged(_)) => {

@@ -1,0 +1,253 @@
+//! One replica of a replicated shard: the shard leader or a follower, over the same Raft log,
+//! switching as leadership moves (DESIGN.md, failure handling). Sans-I/O like its parts: the
+//! runtime and the simulator drive it the same way:
+//!
+//! ```text
+//! on message:  replica.on_client / on_peer / log_mut().step_bytes
+//! then:        drive the log's readies (send, persist, advance), then replica.turn(now, out)
+//! ```
+//!
+//! A replica starts as a follower applying committed records. When its log becomes leader and
+//! an entry of the new term (the election no-op) is committed and applied, everything any
+//! earlier leader made durable is in its state: it becomes a [`ShardLeader`] through
+//! [`ShardLeader::recover`]. A leader that loses leadership drops its state (it may have
+//! executed ahead of the log's `Applied` markers) and rebuilds a follower by replaying its
+//! log from the start.
+
+use luigi_proto::leader::follower::Follower;
+use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use luigi_proto::log::{LogEntry, ReplicatedLog};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError, TxnReply};
+use luigi_proto::procedure::Registry;
+use luigi_proto::types::{ClientId, TimeUs};
+use luigi_store::Store;
+
+use crate::{RaftError, RaftLog};
+
+/// What the replica is now.
+#[allow(clippy::large_enum_variant)] // one per replica, swapped rarely
+enum State {
+    Leader(ShardLeader<RaftLog>),
+    Follower(Follower, RaftLog),
+    /// Only while switching (never observed outside a method).
+    Switching,
+}
+
+/// A leadership change the shell may want to log or act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// This replica now serves as the shard leader.
+    Promoted,
+    /// This replica stopped leading and rebuilt its follower state from its log.
+    Demoted,
+}
+
+/// Counters of role changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaStats {
+    /// Times this replica became the serving leader.
+    pub promotions: u64,
+    /// Times it lost leadership and rebuilt its follower state.
+    pub demotions: u64,
+}
+
+/// A replica of one shard.
+pub struct Replica {
+    config: LeaderConfig,
+    registry: Registry,
+    state: State,
+    committed: Vec<LogEntry>,
+    stats: ReplicaStats,
+}
+
+impl Replica {
+    /// A replica over `log`, starting as a follower over an empty store. Committed records
+    /// the log hands back (all of them after a restart) rebuild the state.
+    pub fn new(config: LeaderConfig, registry: Registry, log: RaftLog) -> Self {
+        let follower = Follower::new(config.shard, Store::new(), registry.clone());
+        Self {
+            config,
+            registry,
+            state: State::Follower(follower, log),
+            committed: Vec::new(),
+            stats: ReplicaStats::default(),
+        }
+    }
+
+    /// The Raft log (for the shell to step messages into and drive its readies).
+    pub fn log_mut(&mut self) -> &mut RaftLog {
+        match &mut self.state {
+            State::Leader(l) => l.log_mut(),
+            State::Follower(_, log) => log,
+            State::Switching => unreachable!("not observable"),
+        }
+    }
+
+    fn log(&self) -> &RaftLog {
+        match &self.state {
+            State::Leader(l) => l.log(),
+            State::Follower(_, log) => log,
+            State::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// True while this replica serves as the shard leader.
+    pub fn is_serving(&self) -> bool {
+        matches!(self.state, State::Leader(_))
+    }
+
+    /// The serving leader, if this replica is it.
+    pub fn leader(&self) -> Option<&ShardLeader<RaftLog>> {
+        match &self.state {
+            State::Leader(l) => Some(l),
+            State::Follower(..) | State::Switching => None,
+        }
+    }
+
+    /// The follower state, if this replica is not serving.
+    pub fn follower(&self) -> Option<&Follower> {
+        match &self.state {
+            State::Follower(f, _) => Some(f),
+            State::Leader(_) | State::Switching => None,
+        }
+    }
+
+    /// The store as this replica has it (a follower's lags the leader's).
+    pub fn store(&self) -> &Store {
+        match &self.state {
+            State::Leader(l) => l.store(),
+            State::Follower(f, _) => f.store(),
+            State::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// Role-change counters.
+    pub fn stats(&self) -> ReplicaStats {
+        self.stats
+    }
+
+    /// Which replica (index from 0) clients should try: the leader this replica knows of.
+    pub fn leader_hint(&self) -> Option<u32> {
+        self.log().leader_id().map(|id| (id - 1) as u32)
+    }
+
+    /// A client's message. A non-serving replica answers a dispatch with `NotLeader` and a
+    /// hint, and a ping with its applied watermark (a valid, if older, promise).
+    pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+        let hint = self.leader_hint();
+        match &mut self.state {
+            State::Leader(l) => l.on_client(now, client, msg, out),
+            State::Follower(f, _) => match msg {
+                ClientMsg::Hello { .. } => {}
+                ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
+                    client,
+                    msg: ServerMsg::Pong {
+                        shard: self.config.shard,
+                        arrival_delta_us: now as i64 - sent_us as i64,
+                        watermark: f.applied_ts(),
+                    },
+                }),
+                ClientMsg::Dispatch { txn, sent_us, .. } => out.push(LeaderOutput::ToClient {
+                    client,
+                    msg: ServerMsg::Reply(TxnReply {
+                        id: txn.id,
+                        shard: self.config.shard,
+                        ts: 0,
+                        outcome: Err(TxnError::NotLeader { hint }),
+                        watermark: 0,
+                        arrival_delta_us: now as i64 - sent_us as i64,
+                        rounds: 0,
+                    }),
+                }),
+            },
+            State::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// Agreement items from another shard's leader; a non-serving replica drops them (the
+    /// sender's recovery asks again).
+    pub fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
+        match &mut self.state {
+            State::Leader(l) => {
+                l.on_peer(now, batch, out);
+                true
+            }
+            State::Follower(..) => false,
+            State::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// After the shell drove the log: applies committed records (follower), switches role if
+    /// leadership moved, and ticks the leader. Returns the transition, if any.
+    ///
+    /// # Errors
+    /// A demoted leader whose log was compacted cannot replay it (state snapshots are
+    /// needed); that is reported rather than served wrong.
+    pub fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+        let mut transition = None;
+        match &mut self.state {
+            State::Follower(f, log) => {
+                log.take_committed(&mut self.committed);
+                for e in self.committed.drain(..) {
+                    f.apply(&e);
+                }
+                if log.is_leader() && log.has_committed_in_term() {
+                    self.promote(now);
+                    transition = Some(Transition::Promoted);
+                }
+            }
+            State::Leader(l) => {
+                if !l.log().is_leader() {
+                    self.demote()?;
+                    transition = Some(Transition::Demoted);
+                }
+            }
+            State::Switching => unreachable!("not observable"),
+        }
+        if let State::Leader(l) = &mut self.state {
+            l.tick(now, out);
+        }
+        Ok(transition)
+    }
+
+    /// When [`Replica::turn`] has timed work (a leader's next deadline).
+    pub fn next_deadline(&self) -> Option<TimeUs> {
+        match &self.state {
+            State::Leader(l) => l.next_deadline(),
+            State::Follower(..) | State::Switching => None,
+        }
+    }
+
+    fn promote(&mut self, now: TimeUs) {
+        let State::Follower(f, log) = std::mem::replace(&mut self.state, State::Switching) else {
+            unreachable!("promote is called on a follower")
+        };
+        let leader = ShardLeader::recover(self.config.clone(), log, f.into_handover(), now);
+        self.state = State::Leader(leader);
+        self.stats.promotions += 1;
+    }
+
+    fn demote(&mut self) -> Result<(), RaftError> {
+        let State::Leader(l) = std::mem::replace(&mut self.state, State::Switching) else {
+            unreachable!("demote is called on a leader")
+        };
+        let mut log = l.into_log();
+        let mut follower = Follower::new(self.config.shard, Store::new(), self.registry.clone());
+        let replay = log.replay_for_rebuild();
+        match replay {
+            Ok(entries) => {
+                for e in &entries {
+                    follower.apply(e);
+                }
+                self.state = State::Follower(follower, log);
+                self.stats.demotions += 1;
+                Ok(())
+            }
+            Err(e) => {
+                // Keep a consistent (if empty) follower so the shell can report and stop.
+                self.state = State::Follower(follower, log);
+                Err(e)
+            }
+        }
+    }
+}

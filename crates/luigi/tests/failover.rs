@@ -1,0 +1,218 @@
+//! Real-process fault test: 2 shards x 3 replicas on loopback under a bank-transfer load;
+//! `kill -9` the leader of shard 0, restart it from its data directory later, keep the load
+//! running; then check that nothing answered was lost or applied twice, and report the
+//! longest interval without a commit (the failover pause).
+//!
+//! Why transfers: every account's final balance is a sum over the committed transfers that
+//! touch it, in any order. A lost answered transfer or one applied twice changes some balance.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use luigi_proto::coordinator::TxnOutcome;
+use luigi_proto::procedures::{account_key, Transfer, TransferArgs};
+use luigi_runtime::client::Client;
+use luigi_runtime::config::ClusterConfig;
+
+const EXE: &str = env!("CARGO_BIN_EXE_luigi");
+const ACCOUNTS: u64 = 16;
+const WORKERS: u64 = 8;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A server process killed on drop.
+struct ServerProc(Child);
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(config: &Path, data: &Path, node: &str, port: u16, log: &Path) -> ServerProc {
+    let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let child = Command::new(EXE)
+        .args(["server", "--exit-on-stdin-eof", "--durability", "fsync", "--node", node, "--config"])
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{node} did not start listening");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ServerProc(child)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("luigi-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A committed transfer and when its answer came.
+#[derive(Clone, Copy)]
+struct Done {
+    at: Instant,
+    args: TransferArgs,
+}
+
+async fn transfer(client: &Client, args: TransferArgs) -> TxnOutcome {
+    let keys = vec![account_key(args.from), account_key(args.to)];
+    let done =
+        client.execute(Transfer::NAME, postcard::to_stdvec(&args).unwrap(), vec![], keys).await.expect("client alive");
+    done.outcome
+}
+
+#[test]
+fn killing_a_shard_leader_under_load_loses_and_doubles_nothing() {
+    let dir = scratch("failover");
+    let data = dir.join("data");
+    let ports: Vec<[u16; 3]> = (0..2).map(|_| [free_port(), free_port(), free_port()]).collect();
+    let mut toml = String::from("net = \"none\"\n");
+    for p in &ports {
+        toml.push_str(&format!(
+            "[[shards]]\nreplicas = [\"127.0.0.1:{}\", \"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n",
+            p[0], p[1], p[2]
+        ));
+    }
+    let config_path = dir.join("cluster.toml");
+    std::fs::write(&config_path, toml).unwrap();
+    let logs = dir.join("servers.log");
+    let mut servers: Vec<Option<ServerProc>> = Vec::new();
+    for (shard, p) in ports.iter().enumerate() {
+        for (replica, port) in p.iter().enumerate() {
+            servers.push(Some(start(&config_path, &data, &format!("s{shard}r{replica}"), *port, &logs)));
+        }
+    }
+    let config = ClusterConfig::load(&config_path).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let client = rt.block_on(Client::connect(&config, 501)).unwrap();
+
+    // Warm up: the first transfer waits for both groups to elect their leaders.
+    let first = rt.block_on(transfer(&client, TransferArgs { from: 0, to: 1, amount: 0 }));
+    assert!(first.is_committed(), "{first:?}");
+
+    let committed: Arc<Mutex<Vec<Done>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let (client, committed, stop) = (client.clone(), committed.clone(), stop.clone());
+        workers.push(rt.spawn(async move {
+            let mut n = 0u64;
+            let mut other = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let from = (w * 7 + n * 3) % ACCOUNTS;
+                let to = (from + 1 + (n * 5 + w) % (ACCOUNTS - 1)) % ACCOUNTS;
+                let args = TransferArgs { from, to, amount: (n % 9 + 1) as i64 };
+                match transfer(&client, args).await {
+                    outcome if outcome.is_committed() => {
+                        committed.lock().unwrap().push(Done { at: Instant::now(), args });
+                    }
+                    outcome => other.push(outcome),
+                }
+            }
+            other
+        }));
+    }
+
+    let start_at = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let before_kill = committed.lock().unwrap().len();
+    assert!(before_kill > 0, "no transfer committed before the kill");
+    let killed_at = Instant::now();
+    let mut leader = servers[0].take().unwrap();
+    leader.0.kill().unwrap(); // SIGKILL: no shutdown path runs
+    leader.0.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let restarted_at = Instant::now();
+    servers[0] = Some(start(&config_path, &data, "s0r0", ports[0][0], &logs));
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut not_committed = Vec::new();
+    for w in workers {
+        not_committed.extend(rt.block_on(w).unwrap());
+    }
+    let ended_at = Instant::now();
+
+    // Every transaction got a definite answer: no failures with unknown effects.
+    for o in &not_committed {
+        assert!(!matches!(o, TxnOutcome::Failed(_)), "a transfer ended with an unknown outcome: {o:?}");
+    }
+    let done = committed.lock().unwrap().clone();
+    let after_restart = done.iter().filter(|d| d.at > restarted_at).count();
+    assert!(done.iter().any(|d| d.at > killed_at), "no transfer committed after the leader was killed");
+    assert!(after_restart > 0, "no transfer committed after the restart");
+
+    // Read every account (a zero transfer returns both balances) and compare with the sum of
+    // the committed transfers.
+    let mut expected = vec![0i64; ACCOUNTS as usize];
+    for d in &done {
+        expected[d.args.from as usize] -= d.args.amount;
+        expected[d.args.to as usize] += d.args.amount;
+    }
+    let mut actual = vec![None; ACCOUNTS as usize];
+    for a in (0..ACCOUNTS).step_by(2) {
+        let outcome = rt.block_on(transfer(&client, TransferArgs { from: a, to: a + 1, amount: 0 }));
+        let TxnOutcome::Ordered { results, .. } = outcome else { panic!("read failed: {outcome:?}") };
+        for (_, r) in results {
+            let balances: Vec<(u64, i64)> = postcard::from_bytes(&r.expect("read committed")).unwrap();
+            for (account, balance) in balances {
+                actual[account as usize] = Some(balance);
+            }
+        }
+    }
+    let actual: Vec<i64> = actual.into_iter().map(|b| b.expect("every account read")).collect();
+    assert_eq!(actual, expected, "balances differ from the committed transfers: something was lost or doubled");
+
+    // The failover pause: the longest interval without a commit from the kill to the end.
+    let mut times: Vec<Instant> = done.iter().map(|d| d.at).filter(|t| *t >= killed_at).collect();
+    times.sort();
+    let mut longest = times.first().map_or(Duration::ZERO, |t| *t - killed_at);
+    let mut longest_from = Duration::ZERO; // after the kill
+    for w in times.windows(2) {
+        if w[1] - w[0] > longest {
+            longest = w[1] - w[0];
+            longest_from = w[0] - killed_at;
+        }
+    }
+    eprintln!(
+        "failover: the longest interval starts {} ms after the kill (the restart was {} ms after it)",
+        longest_from.as_millis(),
+        (restarted_at - killed_at).as_millis()
+    );
+    let first_after_kill = times.first().map_or(0, |t| (*t - killed_at).as_millis());
+    let per_100ms: Vec<usize> = (0..15)
+        .map(|i| {
+            let lo = killed_at + Duration::from_millis(100 * i);
+            times.iter().filter(|t| **t >= lo && **t < lo + Duration::from_millis(100)).count()
+        })
+        .collect();
+    eprintln!(
+        "failover: first commit {first_after_kill} ms after the kill; commits per 100 ms after it: {per_100ms:?}"
+    );
+    eprintln!(
+        "failover: {} transfers committed in {:.1} s ({} before the kill, {} after the restart), {} not committed \
+         (rejected or aborted); longest interval without a commit after the kill: {} ms; servers' log: {}",
+        done.len(),
+        (ended_at - start_at).as_secs_f64(),
+        before_kill,
+        after_restart,
+        not_committed.len(),
+        longest.as_millis(),
+        logs.display()
+    );
+}
