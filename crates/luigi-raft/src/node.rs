@@ -683,29 +683,39 @@ impl RaftLog {
         ents.into_iter().next()
     }
 
-    /// Every committed record handed out so far, decoded again from the in-memory log, for a
-    /// replica that drops its state machine and rebuilds it (a demoted leader). Records
-    /// committed but not taken yet are dropped from the queue: they are in the replay.
+    /// What a replica that drops its state machine (a demoted leader) rebuilds it from: the
+    /// latest snapshot's data, if the log was compacted, and every committed record handed
+    /// out after it, decoded again from the in-memory log. Records committed but not taken
+    /// yet are dropped from the queue: they are in the replay.
     ///
     /// # Errors
-    /// [`RaftError::Invalid`] if the log was compacted (the replay would need the state
-    /// machine's snapshot); [`RaftError::BadEntry`] if an entry does not decode.
-    pub fn replay_for_rebuild(&mut self) -> Result<Vec<LogEntry>, RaftError> {
-        if self.snapshot_index() > 0 {
-            return Err(RaftError::Invalid(format!(
-                "log compacted up to {}: rebuilding needs a state snapshot",
-                self.snapshot_index()
-            )));
-        }
+    /// [`RaftError::BadEntry`] if an entry does not decode; [`RaftError::Invalid`] if an
+    /// entry is missing (a bug).
+    pub fn replay_for_rebuild(&mut self) -> Result<(Option<Vec<u8>>, Vec<LogEntry>), RaftError> {
+        let snapshot = self.raw.store().latest_snapshot();
+        let snap_index = snapshot.get_metadata().index;
+        let data = (snap_index > 0).then(|| snapshot.data.clone());
         self.committed.clear();
         let mut out = Vec::new();
-        for index in 1..=self.handed_out {
+        for index in snap_index + 1..=self.handed_out {
             let e = self.entry(index).ok_or_else(|| RaftError::Invalid(format!("entry {index} not in memory")))?;
             if let Some(entry) = decode_committed(&e)? {
                 out.push(entry);
             }
         }
-        Ok(out)
+        Ok((data, out))
+    }
+
+    /// The latest snapshot's state-machine data (`None`: the log was never compacted); a
+    /// restarted or snapshot-installing replica restores its state from it.
+    pub fn snapshot_data(&self) -> Option<&[u8]> {
+        let snapshot = self.raw.store().latest_snapshot();
+        (snapshot.get_metadata().index > 0).then_some(&snapshot.data[..])
+    }
+
+    /// Highest index handed out as committed (or covered by the snapshot).
+    pub fn handed_out(&self) -> LogIndex {
+        self.handed_out
     }
 
     /// For a leader: whether an entry of its own term is committed (its election no-op at

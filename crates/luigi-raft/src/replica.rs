@@ -14,7 +14,7 @@
 //! executed ahead of the log's `Applied` markers) and rebuilds a follower by replaying its
 //! log from the start.
 
-use luigi_proto::leader::follower::Follower;
+use luigi_proto::leader::follower::{Follower, SnapshotError};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::{LogEntry, ReplicatedLog};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError, TxnReply};
@@ -61,17 +61,52 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// A replica over `log`, starting as a follower over an empty store. Committed records
-    /// the log hands back (all of them after a restart) rebuild the state.
-    pub fn new(config: LeaderConfig, registry: Registry, log: RaftLog) -> Self {
-        let follower = Follower::new(config.shard, Store::new(), registry.clone());
-        Self {
+    /// A replica over `log`, starting as a follower: from the log's snapshot if it has one
+    /// (a restart after compaction), else from an empty store. Committed records the log
+    /// hands back (all of them after a restart) rebuild the rest.
+    ///
+    /// # Errors
+    /// The log's snapshot does not load.
+    pub fn new(config: LeaderConfig, registry: Registry, log: RaftLog) -> Result<Self, SnapshotError> {
+        let follower = match log.snapshot_data() {
+            Some(data) => Follower::from_snapshot(config.shard, registry.clone(), data)?,
+            None => Follower::new(config.shard, Store::new(), registry.clone()),
+        };
+        Ok(Self {
             config,
             registry,
             state: State::Follower(follower, log),
             committed: Vec::new(),
             stats: ReplicaStats::default(),
-        }
+        })
+    }
+
+    /// The log installed a snapshot from the leader (this replica lagged behind its
+    /// compaction): the follower state is replaced by the snapshot's. A replica still
+    /// serving (its log stepped down in the same batch of messages) is demoted by it.
+    ///
+    /// # Errors
+    /// The snapshot does not load (the replica cannot go on).
+    pub fn install_snapshot(&mut self, data: &[u8]) -> Result<(), SnapshotError> {
+        let restored = Follower::from_snapshot(self.config.shard, self.registry.clone(), data)?;
+        let log = match std::mem::replace(&mut self.state, State::Switching) {
+            State::Follower(_, log) => log,
+            State::Leader(l) => {
+                self.stats.demotions += 1;
+                l.into_log()
+            }
+            State::Switching => unreachable!("not observable"),
+        };
+        self.state = State::Follower(restored, log);
+        Ok(())
+    }
+
+    /// For a follower: a snapshot of its state at its last applied index, if at least
+    /// `min_entries` records were applied since `last_index`. Returns (index, bytes).
+    pub fn snapshot_due(&self, last_index: u64, min_entries: u64) -> Option<(u64, Vec<u8>)> {
+        let f = self.follower()?;
+        let applied = f.stats().applied_index;
+        (applied >= last_index + min_entries).then(|| (applied, f.snapshot()))
     }
 
     /// The Raft log (for the shell to step messages into and drive its readies).
@@ -181,8 +216,8 @@ impl Replica {
     /// leadership moved, and ticks the leader. Returns the transition, if any.
     ///
     /// # Errors
-    /// A demoted leader whose log was compacted cannot replay it (state snapshots are
-    /// needed); that is reported rather than served wrong.
+    /// A demoted leader that cannot replay its log (a bad entry or snapshot) reports it
+    /// rather than serve a wrong state.
     pub fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
         let mut transition = None;
         match &mut self.state {
@@ -232,20 +267,27 @@ impl Replica {
             unreachable!("demote is called on a leader")
         };
         let mut log = l.into_log();
-        let mut follower = Follower::new(self.config.shard, Store::new(), self.registry.clone());
-        let replay = log.replay_for_rebuild();
-        match replay {
-            Ok(entries) => {
-                for e in &entries {
-                    follower.apply(e);
-                }
+        let empty = Follower::new(self.config.shard, Store::new(), self.registry.clone());
+        let rebuilt = log.replay_for_rebuild().and_then(|(data, entries)| {
+            let mut follower = match data {
+                Some(data) => Follower::from_snapshot(self.config.shard, self.registry.clone(), &data)
+                    .map_err(|e| RaftError::Invalid(e.to_string()))?,
+                None => Follower::new(self.config.shard, Store::new(), self.registry.clone()),
+            };
+            for e in &entries {
+                follower.apply(e);
+            }
+            Ok(follower)
+        });
+        match rebuilt {
+            Ok(follower) => {
                 self.state = State::Follower(follower, log);
                 self.stats.demotions += 1;
                 Ok(())
             }
             Err(e) => {
                 // Keep a consistent (if empty) follower so the shell can report and stop.
-                self.state = State::Follower(follower, log);
+                self.state = State::Follower(empty, log);
                 Err(e)
             }
         }

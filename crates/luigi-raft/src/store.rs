@@ -92,6 +92,11 @@ impl LogStore {
         Ok(snap)
     }
 
+    /// The latest snapshot (index 0: none).
+    pub(crate) fn latest_snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
     /// Encoded size of the snapshot this store would send.
     #[cfg(test)]
     pub(crate) fn snapshot_bytes(&self) -> usize {

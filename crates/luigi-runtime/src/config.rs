@@ -71,6 +71,8 @@ pub struct ProtocolConfig {
     pub floor_lookahead_us: Option<u64>,
     /// Coordinators resend a dispatch unanswered for this long.
     pub retry_timeout_us: Option<u64>,
+    /// A follower snapshots its state and compacts its log every this many applied records.
+    pub snapshot_entries: Option<u64>,
 }
 
 /// One shard.
@@ -271,6 +273,11 @@ impl ClusterConfig {
     /// left of it at a failover adds to the pause.
     pub fn floor_lookahead_us(&self) -> u64 {
         self.protocol.floor_lookahead_us.unwrap_or_else(|| 250_000 + 4 * self.scenario().delay().mean_us)
+    }
+
+    /// Records a follower applies between snapshots: configured, or 100 000.
+    pub fn snapshot_entries(&self) -> u64 {
+        self.protocol.snapshot_entries.unwrap_or(100_000).max(1)
     }
 
     /// A local cluster of `shards` single-replica shards on loopback ports from `ports`.

@@ -59,6 +59,7 @@ impl RaftShell {
         if restarted {
             tracing::info!(
                 node = %node.name(),
+                snapshot = recovered.snapshot.as_ref().map_or(0, |s| s.index),
                 entries = recovered.entries.len(),
                 term = recovered.hard_state.term,
                 commit = recovered.hard_state.commit,
@@ -126,18 +127,41 @@ impl RaftShell {
     }
 
     /// Handles everything the log has ready: send, persist, send what needed persistence,
-    /// advance; repeated while the log has more.
-    pub fn drive(&mut self, log: &mut RaftLog) -> anyhow::Result<()> {
+    /// advance; repeated while the log has more. Returns the data of a snapshot the log
+    /// installed from the leader, which the state machine must load before applying more.
+    pub fn drive(&mut self, log: &mut RaftLog) -> anyhow::Result<Option<Vec<u8>>> {
+        let mut installed = None;
         while let Some(rd) = log.ready().context("raft ready")? {
             if let Some(change) = &rd.role_change {
                 tracing::info!(shard = self.shard, id = self.my_id, ?change, term = log.term(), "raft role change");
+            }
+            if let Some(snap) = &rd.snapshot {
+                tracing::info!(
+                    shard = self.shard,
+                    id = self.my_id,
+                    index = snap.index,
+                    "installing the leader's snapshot"
+                );
+                installed = Some(snap.data.clone());
             }
             self.send(rd.messages.iter());
             self.disk.persist(&rd).context("persisting the raft log")?;
             self.send(rd.persisted_messages.iter());
             log.advance(rd.number);
         }
-        Ok(())
+        Ok(installed)
+    }
+
+    /// Saves a snapshot of the state machine at `index` and compacts the log behind it
+    /// (memory and WAL). Skipped (false) while `index` is not durable here yet.
+    pub fn compact(&mut self, log: &mut RaftLog, index: u64, data: Vec<u8>) -> anyhow::Result<bool> {
+        if index > log.persisted_index() || index <= log.snapshot_index() {
+            return Ok(false);
+        }
+        let snap = log.compact(index, data).context("compacting the raft log")?;
+        self.disk.save_snapshot(&snap).context("saving a snapshot")?;
+        tracing::debug!(shard = self.shard, id = self.my_id, index, bytes = snap.data.len(), "snapshot saved");
+        Ok(true)
     }
 
     fn send<'a>(&self, msgs: impl Iterator<Item = &'a OutMessage>) {

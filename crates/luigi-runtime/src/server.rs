@@ -134,8 +134,12 @@ impl Server {
             let tick_us = (config.scenario().delay().mean_us / 2).max(10_000);
             let (shell, log) =
                 RaftShell::open(node, replicas, config.seed, tick_us, &storage.data_dir, storage.durability)?;
-            // Every replica starts as a follower replaying its log; the elected one serves.
-            Role::Replicated(Replica::new(leader_config, registry, log), shell)
+            // Every replica starts as a follower replaying its log (from its snapshot, if it
+            // has one); the elected one serves.
+            let last_index = log.snapshot_index();
+            let replica = Replica::new(leader_config, registry, log)
+                .with_context(|| format!("node {}: loading its snapshot", node.name()))?;
+            Role::Replicated(replica, Snapshots { every: config.snapshot_entries(), last_index }, shell)
         };
         let leader_of = (0..config.shard_count()).map(|s| (s, 0)).collect();
         let result = event_loop(role, node, leader_of, rx, shutdown).await;
@@ -333,14 +337,20 @@ impl Conns {
 #[allow(clippy::large_enum_variant)]
 enum Role {
     Single(ShardLeader<LocalLog>),
-    Replicated(Replica, RaftShell),
+    Replicated(Replica, Snapshots, RaftShell),
+}
+
+/// When a follower snapshots its state.
+struct Snapshots {
+    every: u64,
+    last_index: u64,
 }
 
 impl Role {
     fn on_client(&mut self, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
         match self {
             Role::Single(l) => l.on_client(clock::now_us(), client, msg, out),
-            Role::Replicated(r, _) => r.on_client(clock::now_us(), client, msg, out),
+            Role::Replicated(r, _, _) => r.on_client(clock::now_us(), client, msg, out),
         }
     }
 
@@ -348,7 +358,7 @@ impl Role {
         let from = batch.from;
         match self {
             Role::Single(l) => l.on_peer(clock::now_us(), batch, out),
-            Role::Replicated(r, _) => {
+            Role::Replicated(r, _, _) => {
                 if !r.on_peer(clock::now_us(), batch, out) {
                     debug!(from, "agreement batch for a replica that is not serving; dropped (recovery asks again)");
                 }
@@ -362,7 +372,7 @@ impl Role {
                 warn!(from, "raft message for a single-replica shard; dropped");
                 return;
             }
-            Role::Replicated(r, _) => r.log_mut(),
+            Role::Replicated(r, _, _) => r.log_mut(),
         };
         if let Err(e) = log.step_bytes(bytes) {
             warn!(from, error = %e, "bad raft message; dropped");
@@ -372,14 +382,14 @@ impl Role {
     fn shell(&mut self) -> Option<&mut RaftShell> {
         match self {
             Role::Single(_) => None,
-            Role::Replicated(_, shell) => Some(shell),
+            Role::Replicated(_, _, shell) => Some(shell),
         }
     }
 
     fn serving(&self) -> bool {
         match self {
             Role::Single(_) => true,
-            Role::Replicated(r, _) => r.is_serving(),
+            Role::Replicated(r, _, _) => r.is_serving(),
         }
     }
 
@@ -392,12 +402,24 @@ impl Role {
                 l.tick(now, out);
                 Ok((l.next_deadline().unwrap_or(u64::MAX), None))
             }
-            Role::Replicated(r, shell) => {
+            Role::Replicated(r, snapshots, shell) => {
                 shell.campaign_when_connected(r.log_mut())?;
                 shell.tick(now, r.log_mut());
-                shell.drive(r.log_mut())?;
+                if let Some(data) = shell.drive(r.log_mut())? {
+                    r.install_snapshot(&data).context("loading the leader's snapshot")?;
+                    snapshots.last_index = r.log_mut().snapshot_index();
+                }
                 let transition = r.turn(now, out).context("switching role")?;
-                shell.drive(r.log_mut())?; // what the turn proposed goes out now
+                if let Some((index, data)) = r.snapshot_due(snapshots.last_index, snapshots.every) {
+                    if shell.compact(r.log_mut(), index, data)? {
+                        snapshots.last_index = index;
+                    }
+                }
+                // What the turn proposed goes out now.
+                if let Some(data) = shell.drive(r.log_mut())? {
+                    r.install_snapshot(&data).context("loading the leader's snapshot")?;
+                    snapshots.last_index = r.log_mut().snapshot_index();
+                }
                 Ok((r.next_deadline().unwrap_or(u64::MAX).min(shell.next_tick_us()), transition))
             }
         }
@@ -406,7 +428,7 @@ impl Role {
     fn stats(&self) -> String {
         match self {
             Role::Single(l) => format!("{:?}", l.stats()),
-            Role::Replicated(r, _) => match (r.leader(), r.follower()) {
+            Role::Replicated(r, _, _) => match (r.leader(), r.follower()) {
                 (Some(l), _) => format!("{:?} {:?}", l.stats(), r.stats()),
                 (None, Some(f)) => format!("{:?} {:?}", f.stats(), r.stats()),
                 (None, None) => format!("{:?}", r.stats()),

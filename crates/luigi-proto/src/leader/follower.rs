@@ -12,7 +12,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use luigi_store::Store;
+use luigi_store::{Key, Store, Value};
+use serde::{Deserialize, Serialize};
 
 use super::answers::{Answer, Answers};
 use crate::log::{LogEntry, LogRecord};
@@ -33,7 +34,7 @@ pub struct FollowerStats {
 }
 
 /// A transaction prepared in the log and not executed or aborted yet.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Prepared {
     /// The transaction.
     pub txn: Arc<Txn>,
@@ -71,6 +72,37 @@ pub struct Handover {
     pub recovered_floor: Timestamp,
 }
 
+/// A follower's whole state at one log index: what a snapshot holds (DESIGN.md rule 6: the
+/// store, the exactly-once answer table and the pending transactions), so that the log up to
+/// that index can be dropped.
+#[derive(Serialize, Deserialize)]
+struct FollowerImage {
+    shard: ShardId,
+    applied_index: u64,
+    applied_ts: Timestamp,
+    max_ts_seen: Timestamp,
+    floor: Timestamp,
+    store: Vec<(Key, Value)>,
+    answers: Answers,
+    prepared: Vec<Prepared>,
+}
+
+/// Why a snapshot could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The bytes do not decode.
+    #[error("snapshot does not decode: {0}")]
+    Decode(String),
+    /// It belongs to another shard.
+    #[error("snapshot of shard {found}, expected shard {expected}")]
+    WrongShard {
+        /// Shard in the snapshot.
+        found: ShardId,
+        /// This replica's shard.
+        expected: ShardId,
+    },
+}
+
 /// The state a follower rebuilds from the committed log.
 pub struct Follower {
     shard: ShardId,
@@ -101,6 +133,48 @@ impl Follower {
             floor: 0,
             stats: FollowerStats::default(),
         }
+    }
+
+    /// Serializes the whole state (at [`FollowerStats::applied_index`]) for a snapshot.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut store: Vec<(Key, Value)> = self.store.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        store.sort_unstable(); // the same state gives the same bytes
+        let prepared = self.order.iter().map(|(_, id)| self.prepared[id].clone()).collect();
+        let image = FollowerImage {
+            shard: self.shard,
+            applied_index: self.stats.applied_index,
+            applied_ts: self.applied_ts,
+            max_ts_seen: self.max_ts_seen,
+            floor: self.floor,
+            store,
+            answers: self.answers.clone(),
+            prepared,
+        };
+        postcard::to_stdvec(&image).expect("a follower image always serializes")
+    }
+
+    /// A follower restored from [`Follower::snapshot`] bytes; entries after the snapshot's
+    /// index follow with [`Follower::apply`].
+    pub fn from_snapshot(shard: ShardId, registry: Registry, bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let image: FollowerImage = postcard::from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        if image.shard != shard {
+            return Err(SnapshotError::WrongShard { found: image.shard, expected: shard });
+        }
+        let mut store = Store::new();
+        for (k, v) in image.store {
+            store.put(k, v);
+        }
+        let mut f = Follower::new(shard, store, registry);
+        f.answers = image.answers;
+        f.applied_ts = image.applied_ts;
+        f.max_ts_seen = image.max_ts_seen;
+        f.floor = image.floor;
+        f.stats.applied_index = image.applied_index;
+        for p in image.prepared {
+            f.order.insert((p.ts(), p.txn.id));
+            f.prepared.insert(p.txn.id, p);
+        }
+        Ok(f)
     }
 
     /// Applies one committed entry; entries must come in log order.
@@ -267,6 +341,43 @@ mod tests {
         assert_eq!(value(&f, 8), None, "the aborted transaction left no trace");
         assert_eq!((f.stats().executed, f.stats().aborted), (2, 1));
         assert_eq!(f.recovered_floor(), 70);
+    }
+
+    #[test]
+    fn a_snapshot_restores_the_same_state_and_continues_the_log() {
+        let (a, b) = (write(1, 7, 100), write(2, 8, 200));
+        let log = entries(vec![
+            LogRecord::Prepare { txn: a.clone(), ts: 50, arrival_delta_us: 3, acked_below: 0 },
+            LogRecord::Applied { ts: 55 },
+            LogRecord::Prepare { txn: b.clone(), ts: 60, arrival_delta_us: 0, acked_below: 0 },
+            LogRecord::Floor { ts: 900 },
+            LogRecord::Applied { ts: 70 },
+        ]);
+        let mut whole = Follower::new(0, Store::new(), Registry::with_builtins());
+        for e in &log {
+            whole.apply(e);
+        }
+        let mut first = Follower::new(0, Store::new(), Registry::with_builtins());
+        for e in &log[..3] {
+            first.apply(e);
+        }
+        let bytes = first.snapshot();
+        let mut restored = Follower::from_snapshot(0, Registry::with_builtins(), &bytes).unwrap();
+        assert_eq!(restored.snapshot(), bytes, "a restored follower snapshots to the same bytes");
+        assert_eq!((restored.queued_len(), restored.stats().applied_index), (1, 3));
+        for e in &log[3..] {
+            restored.apply(e);
+        }
+        assert_eq!(restored.snapshot(), whole.snapshot(), "snapshot + the rest of the log = the whole log");
+        assert_eq!(restored.answers().get(a.id).map(|x| x.arrival_delta_us), Some(3));
+        assert!(matches!(
+            Follower::from_snapshot(1, Registry::with_builtins(), &bytes),
+            Err(SnapshotError::WrongShard { found: 0, expected: 1 })
+        ));
+        assert!(matches!(
+            Follower::from_snapshot(0, Registry::with_builtins(), &bytes[..bytes.len() / 2]),
+            Err(SnapshotError::Decode(_))
+        ));
     }
 
     #[test]
