@@ -226,7 +226,9 @@ impl Replica {
                 for e in self.committed.drain(..) {
                     f.apply(&e);
                 }
-                if log.is_leader() && log.has_committed_in_term() {
+                // Everything committed must be applied before serving: the no-op of this
+                // term is committed and every committed entry has been handed out.
+                if log.is_leader() && log.has_committed_in_term() && log.handed_out() >= log.commit_index() {
                     self.promote(now);
                     transition = Some(Transition::Promoted);
                 }

@@ -37,7 +37,7 @@ use crate::timer::PreciseTimer;
 const INBOUND_QUEUE_EVENTS: usize = 1 << 16;
 /// Events handled before the loop ticks the leader again.
 const EVENTS_PER_BATCH_MAX: usize = 4096;
-/// Agreement batches kept for a peer leader that is not connected (yet or any more).
+/// Agreement batches kept for a shard whose leader is not connected (yet or any more).
 const PEER_BACKLOG_BATCHES_MAX: usize = 1 << 16;
 /// Pause between attempts to (re)connect to a peer leader.
 const PEER_RECONNECT_DELAY: Duration = Duration::from_millis(50);
@@ -278,10 +278,12 @@ impl Conns {
     /// accepts, in order. A batch is only dropped from the queue once its writer took it.
     fn send_to_peer(&mut self, shard: ShardId, batch: PeerBatch) {
         let backlog = self.peer_backlog.entry(shard).or_default();
-        assert!(
-            backlog.len() < PEER_BACKLOG_BATCHES_MAX,
-            "peer leader {shard} unreachable with {PEER_BACKLOG_BATCHES_MAX} agreement batches queued"
-        );
+        if backlog.len() >= PEER_BACKLOG_BATCHES_MAX {
+            // The shard has been unreachable for long: drop the oldest batch. Its items are
+            // not lost for good: stalled transactions are recovered with `Recover` items.
+            backlog.pop_front();
+            warn!(shard, queued = backlog.len(), "shard unreachable; dropping its oldest agreement batch");
+        }
         backlog.push_back(batch);
         self.drain_peer_backlog(shard);
     }
