@@ -125,9 +125,33 @@ pub fn check(
     stores: &[&Store],
     options: CheckOptions,
 ) -> Result<CheckSummary, Violation> {
+    check_with_orphans(history, &BTreeMap::new(), registry, stores, options)
+}
+
+/// [`check`] for a run in which some clients died: `orphans` names the transactions that
+/// were never answered because their coordinator died, each with the final timestamp it was
+/// executed at (`None`: never ordered, so it must have left no trace). An executed orphan
+/// takes part in the replay (its effects must be in the stores, in timestamp order; there
+/// is no answer to compare) and in the conflict order; having no answer, it is left out of
+/// the real-time checks.
+pub fn check_with_orphans(
+    history: &History,
+    orphans: &BTreeMap<TxnId, Option<Timestamp>>,
+    registry: &Registry,
+    stores: &[&Store],
+    options: CheckOptions,
+) -> Result<CheckSummary, Violation> {
     let mut summary = CheckSummary::default();
-    let ordered = answered_exactly_once(history, stores.len(), &mut summary)?;
-    let graph = replay(history, &ordered, registry, stores)?;
+    let ordered = answered_exactly_once(history, orphans, stores.len(), &mut summary)?;
+    let executed_orphans: Vec<(usize, Timestamp)> = history
+        .txns
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rec)| orphans.get(&rec.id).copied().flatten().map(|ts| (i, ts)))
+        .collect();
+    let graph = replay(history, &ordered, &executed_orphans, registry, stores)?;
+    let is_orphan = |i: usize| orphans.contains_key(&history.txns[i].id);
+    let graph: Vec<Edge> = graph.into_iter().filter(|&(a, b)| !is_orphan(a) && !is_orphan(b)).collect();
     summary.conflict_edges = graph.len() as u64;
     summary.max_ts = ordered.iter().map(|&i| history.txns[i].ts().expect("ordered")).max().unwrap_or(0);
     real_time(history, &ordered, options)?;
@@ -138,6 +162,7 @@ pub fn check(
 /// Check 1; returns the indexes of the ordered transactions.
 fn answered_exactly_once(
     history: &History,
+    orphans: &BTreeMap<TxnId, Option<Timestamp>>,
     shards: usize,
     summary: &mut CheckSummary,
 ) -> Result<Vec<usize>, Violation> {
@@ -149,6 +174,15 @@ fn answered_exactly_once(
                 ViolationKind::Invariant,
                 format!("transaction id {:?} was submitted twice", rec.id),
             ));
+        }
+        if orphans.contains_key(&rec.id) {
+            if !rec.answers.is_empty() {
+                return Err(Violation::new(
+                    ViolationKind::Invariant,
+                    format!("txn {:?} of a dead client was answered: {:?}", rec.id, rec.answers[0].outcome),
+                ));
+            }
+            continue;
         }
         let answer = match rec.answers.as_slice() {
             [] => {
@@ -242,26 +276,39 @@ struct KeyState {
 fn replay(
     history: &History,
     ordered: &[usize],
+    orphans: &[(usize, Timestamp)],
     registry: &Registry,
     stores: &[&Store],
 ) -> Result<Vec<Edge>, Violation> {
-    let mut order: Vec<usize> = ordered.to_vec();
-    order.sort_by_key(|&i| (history.txns[i].ts(), history.txns[i].id));
+    let mut order: Vec<(Timestamp, usize)> = ordered
+        .iter()
+        .map(|&i| (history.txns[i].ts().expect("ordered"), i))
+        .chain(orphans.iter().map(|&(i, ts)| (ts, i)))
+        .collect();
+    order.sort_by_key(|&(ts, i)| (ts, history.txns[i].id));
     let mut model: Vec<Store> = vec![Store::new(); stores.len()];
     let mut keys: HashMap<(ShardId, Key), KeyState> = HashMap::new();
     let mut edges = Vec::new();
-    for &i in &order {
+    for &(ts, i) in &order {
         let rec = &history.txns[i];
-        let ts = rec.ts().expect("ordered");
-        let TxnOutcome::Ordered { results, .. } = &rec.answers[0].outcome else {
-            unreachable!("ordered transactions have an ordered outcome");
+        let results = match rec.answers.first().map(|a| &a.outcome) {
+            Some(TxnOutcome::Ordered { results, .. }) => Some(results),
+            Some(TxnOutcome::Rejected(_) | TxnOutcome::Failed(_)) => {
+                unreachable!("ordered transactions have an ordered outcome")
+            }
+            None => None, // an orphan: no answer to compare
         };
         for piece in &rec.pieces {
             let shard = piece.shard;
             let expected = registry
                 .execute(&rec.procedure, &rec.args, &mut model[shard as usize], &piece.keys, shard)
                 .map_err(TxnError::from);
-            let got = results.iter().find(|(s, _)| *s == shard).map(|(_, r)| r).expect("participants checked");
+            let got = match results {
+                Some(results) => {
+                    results.iter().find(|(s, _)| *s == shard).map(|(_, r)| r).expect("participants checked")
+                }
+                None => &expected,
+            };
             if *got != expected {
                 let mut msg = format!(
                     "txn {:?} (ts {ts}) on shard {shard}: the leader answered {}, but the \

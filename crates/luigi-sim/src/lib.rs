@@ -62,6 +62,7 @@
 
 pub mod checker;
 pub mod config;
+pub mod failover;
 pub mod hash;
 pub mod log;
 pub mod net;
@@ -72,6 +73,7 @@ pub mod world;
 
 pub use checker::{check, CheckOptions, History, Moment, TxnRecord};
 pub use config::{Delay, LinkConfig, SimConfig};
+pub use failover::{failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint};
 pub use log::SimLog;
 pub use net::Node;
 pub use violation::{Violation, ViolationKind, SEED_ENV, TRACE_ENV};

@@ -21,8 +21,11 @@ pub type VirtualUs = u64;
 pub enum Node {
     /// A client running one coordinator.
     Client(ClientId),
-    /// The leader of a shard.
+    /// The leader of a shard (the single-leader world of [`crate::world`]).
     Leader(ShardId),
+    /// Replica `index` (from 0) of a shard's Raft group (the replicated world of
+    /// [`crate::failover`]).
+    Replica(ShardId, u32),
 }
 
 impl Node {
@@ -31,6 +34,7 @@ impl Node {
         match self {
             Node::Client(c) => c << 2,
             Node::Leader(s) => (u64::from(s) << 2) | 1,
+            Node::Replica(s, i) => (((u64::from(s) << 16) | u64::from(i)) << 2) | 2,
         }
     }
 }
@@ -40,6 +44,7 @@ impl fmt::Display for Node {
         match self {
             Node::Client(c) => write!(f, "c{c}"),
             Node::Leader(s) => write!(f, "L{s}"),
+            Node::Replica(s, i) => write!(f, "R{s}.{i}"),
         }
     }
 }
@@ -53,6 +58,8 @@ pub enum SimMsg {
     ToClient(ServerMsg),
     /// Leader to leader: agreement items (never lost, see [`Network::send`]).
     Peer(PeerBatch),
+    /// Replica to replica of one shard: an encoded Raft message.
+    Raft(Vec<u8>),
 }
 
 impl SimMsg {
@@ -62,6 +69,7 @@ impl SimMsg {
             SimMsg::ToLeader(m) => postcard::to_stdvec(m).map(|b| (1u8, b)),
             SimMsg::ToClient(m) => postcard::to_stdvec(m).map(|b| (2u8, b)),
             SimMsg::Peer(m) => postcard::to_stdvec(m).map(|b| (3u8, b)),
+            SimMsg::Raft(bytes) => return fnv1a(bytes) ^ 4,
         };
         match encoded {
             Ok((tag, bytes)) => fnv1a(&bytes) ^ u64::from(tag),
@@ -95,6 +103,27 @@ pub enum EventKind {
     Start {
         /// The client.
         client: ClientId,
+    },
+    /// A replica's periodic Raft tick; stale if `gen` is not the replica's current
+    /// incarnation.
+    RaftTick {
+        /// The replica.
+        node: Node,
+        /// Incarnation of the replica.
+        gen: u64,
+    },
+    /// A replica's disk finishes syncing what was written before; stale if `gen` is not the
+    /// replica's current incarnation (a crash loses the sync).
+    Sync {
+        /// The replica.
+        node: Node,
+        /// Incarnation of the replica.
+        gen: u64,
+    },
+    /// A scheduled fault (crash, restart, isolation, heal), by index into the run's list.
+    Fault {
+        /// Index of the fault.
+        index: usize,
     },
 }
 
@@ -207,7 +236,11 @@ impl Network {
     ) {
         self.stats.sent += 1;
         let link = config.link(src, dst);
-        let peer = matches!((src, dst), (Node::Leader(_), Node::Leader(_)));
+        let peer = match (src, dst) {
+            (Node::Leader(_), Node::Leader(_)) => true,
+            (Node::Replica(a, _), Node::Replica(b, _)) => a != b,
+            _ => false,
+        };
         if peer {
             self.stats.peer_batches += 1;
         } else if link.drop_rate > 0.0 && self.rng.gen_bool(link.drop_rate) {

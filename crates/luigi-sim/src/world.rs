@@ -258,6 +258,12 @@ impl<'a> World<'a> {
                 self.client(client)?.started = true;
                 self.call_client(client, false, |_, _, _, _| {})?;
             }
+            kind @ (EventKind::RaftTick { .. } | EventKind::Sync { .. } | EventKind::Fault { .. }) => {
+                return Err(self.violation(
+                    ViolationKind::Invariant,
+                    format!("replica event {kind:?} in the single-leader world"),
+                ));
+            }
         }
         Ok(())
     }
@@ -299,6 +305,9 @@ impl<'a> World<'a> {
         let slot = match node {
             Node::Client(c) => &mut self.client(c)?.wake,
             Node::Leader(s) => &mut self.leader(s)?.wake,
+            Node::Replica(..) => {
+                return Err(self.violation(ViolationKind::Invariant, format!("no replica {node} here")));
+            }
         };
         if slot.gen != gen {
             return Ok(()); // superseded by a later schedule
@@ -309,6 +318,7 @@ impl<'a> World<'a> {
         match node {
             Node::Client(c) => self.call_client(c, true, |coord, local, _, out| coord.tick(local, out)),
             Node::Leader(s) => self.call_leader(s, true, |l, local, out| l.tick(local, out)),
+            Node::Replica(..) => Err(self.violation(ViolationKind::Invariant, format!("no replica {node} here"))),
         }
     }
 
@@ -331,6 +341,7 @@ impl<'a> World<'a> {
         let slot = match node {
             Node::Client(c) => &mut self.clients[(c - 1) as usize].wake,
             Node::Leader(s) => &mut self.leaders[s as usize].wake,
+            Node::Replica(..) => return, // not in this world
         };
         if slot.at == at {
             return;

@@ -1,0 +1,1606 @@
+//! The replicated world: every shard is a Raft group of [`Replica`]s (each a follower or the
+//! serving [`ShardLeader`](luigi_proto::leader::ShardLeader) over its own [`RaftLog`]), and
+//! the run injects faults: replica crashes and restarts, isolations and Raft-only partitions,
+//! leader kills at named points of a cross-shard transaction, and coordinators that die after
+//! dispatching to only some participants (DESIGN.md, "Failure handling").
+//!
+//! - Raft messages travel on the simulated network between the replicas of a shard (seeded
+//!   delays, the default link's loss rate, reordering if [`SimConfig::reorder`]). Raft ticks
+//!   every [`FaultConfig::raft_tick_us`] of virtual time.
+//! - Each replica has a simulated disk: what a `Ready` asks to persist is written at once and
+//!   becomes durable only when the disk syncs ([`FaultConfig::sync`] after the first write
+//!   that must be synced); `persisted_messages` leave and `advance` is called only then. A
+//!   crash loses everything not synced. A restart rebuilds `RaftLog::new(config,
+//!   Some(durable))` and a new `Replica`, which replays the committed log.
+//! - Clients send to the replica they believe leads their shard, follow `NotLeader { hint }`
+//!   answers, and move to the next replica when a dispatch times out. Agreement batches go to
+//!   every replica of the destination shard; only the serving one takes them.
+//! - Faults: a seeded schedule of random faults (at most one faulty replica per shard at a
+//!   time, healed after [`FaultConfig::down`]), and/or kills at a [`KillPoint`], detected by
+//!   watching a serving leader's outputs and counters around each call.
+//!
+//! Checks during the run: each state machine (a replica between restarts and demotions)
+//! executes a transaction at most once, and only once every participant's `PREPARE` (and, if
+//! proposals differed, the final timestamp) is committed in that participant's group (rule 4;
+//! committed = at or below the highest commit index any replica of the group reports); a
+//! serving leader's watermark never goes back; replies carry the same timestamp from every
+//! replica and every retry, never at or below a watermark the shard published before the
+//! dispatch arrived. After every transaction is answered (or orphaned by a dead client), the
+//! run heals everything and waits until every shard has one serving leader with nothing
+//! pending and every replica holds the same store. Then: every replica's committed log agrees
+//! with every other's (Raft safety), every answered transaction is durable (prepared, not
+//! aborted) on every participant at the answered timestamp, and the [`checker`] replays every
+//! ordered transaction (and every executed orphan) against the final stores.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
+use luigi_proto::leader::{LeaderConfig, LeaderOutput, LeaderStats};
+use luigi_proto::log::LogRecord;
+use luigi_proto::msg::{ClientMsg, PeerItem, ServerMsg, TxnError, TxnReply};
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_raft::replica::{Replica, Transition};
+use luigi_raft::{HardState, OutMessage, PersistEntry, RaftConfig, RaftLog, Ready, RecoveredState};
+use luigi_store::Store;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::checker::{self, AnswerRecord, CheckOptions, History, Moment, TxnRecord};
+use crate::config::{Delay, SimConfig};
+use crate::hash::fold;
+use crate::log::Durable;
+use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
+use crate::procedure::{self, ExecLog};
+use crate::violation::{Violation, ViolationKind};
+use crate::workload::Workload;
+use crate::world::{local_clock, virtual_deadline};
+
+/// A named point in the life of a cross-shard transaction at which the serving leader of a
+/// participant (or the coordinator) is killed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KillPoint {
+    /// (a) Its `PREPARE` committed, its `Propose` not sent: the leader crashes in the call
+    /// that would send its first `Propose` (the call's outputs are lost).
+    PrepareCommitted,
+    /// (b) Its `Propose` sent, nothing decided: the leader crashes right after the call that
+    /// sent its first `Propose`.
+    ProposeSent,
+    /// (c) Decided (agreement reached, or the `DECIDE` of a second round committed) but not
+    /// executed: the leader crashes in that call, its outputs lost.
+    Decided,
+    /// (d) Executed but not answered (the watermark has not passed it, or its reply is lost):
+    /// the leader crashes in the call that executed it, its outputs lost.
+    Executed,
+    /// (e) The coordinator dispatches a cross-shard transaction to its first participant only
+    /// and dies (every transaction it had in flight is orphaned).
+    CoordinatorPartial,
+}
+
+/// Replication and fault knobs of a replicated run (the rest comes from [`SimConfig`]).
+#[derive(Clone, Debug)]
+pub struct FaultConfig {
+    /// Replicas per shard (Raft group size), `>= 1`.
+    pub replicas: u32,
+    /// Virtual time between two Raft ticks of a replica, µs.
+    pub raft_tick_us: u64,
+    /// Raft election timeout base, in ticks (heartbeats every tick).
+    pub election_ticks: usize,
+    /// Time a disk takes to make written data durable.
+    pub sync: Delay,
+    /// Random faults (crashes, isolations, Raft-only partitions) drawn from the seed.
+    pub random_faults: bool,
+    /// Time between two random faults.
+    pub fault_gap: Delay,
+    /// How long a crashed or cut-off replica stays down.
+    pub down: Delay,
+    /// No random fault starts after this virtual time (so runs end).
+    pub faults_until_us: u64,
+    /// Kill serving leaders (or a coordinator) at this point.
+    pub kill: Option<KillPoint>,
+    /// How many kills at `kill` (each needs a shard with every replica up).
+    pub kills: u32,
+    /// Least time between two kills, µs.
+    pub kill_gap_us: u64,
+    /// After every transaction is answered, how long (virtual µs) the healed cluster may take
+    /// to converge (one serving leader per shard, nothing pending, equal stores).
+    pub settle_us: u64,
+    /// A deliberately broken disk, for tests that prove the checks catch lost writes: Raft is
+    /// told that writes are durable (acknowledgements and votes leave) before they are synced,
+    /// so a crash can lose what a quorum acknowledged.
+    pub ack_before_sync: bool,
+}
+
+impl Default for FaultConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FaultConfig {
+    /// 3 replicas, 2 ms ticks, 10-tick elections, syncs of 300 ± 200 µs, random faults every
+    /// 60 ± 40 ms for the first 600 ms, each lasting 80 ± 60 ms; no kill point.
+    pub fn new() -> Self {
+        Self {
+            replicas: 3,
+            raft_tick_us: 2_000,
+            election_ticks: 10,
+            sync: Delay::new(300, 200),
+            random_faults: true,
+            fault_gap: Delay::new(60_000, 40_000),
+            down: Delay::new(80_000, 60_000),
+            faults_until_us: 600_000,
+            kill: None,
+            kills: 0,
+            kill_gap_us: 100_000,
+            settle_us: 5_000_000,
+            ack_before_sync: false,
+        }
+    }
+
+    /// No random faults; `kills` kills at `point`.
+    pub fn kill_at(point: KillPoint, kills: u32) -> Self {
+        Self { random_faults: false, kill: Some(point), kills, ..Self::new() }
+    }
+
+    /// A one-line summary (for failure messages).
+    pub fn summary(&self) -> String {
+        format!(
+            "replicas={} raft_tick={}us election_ticks={} sync={}±{}us random_faults={} fault_gap={}±{}us \
+             down={}±{}us faults_until={}us kill={:?}×{} ack_before_sync={}",
+            self.replicas,
+            self.raft_tick_us,
+            self.election_ticks,
+            self.sync.mean_us,
+            self.sync.jitter_us,
+            self.random_faults,
+            self.fault_gap.mean_us,
+            self.fault_gap.jitter_us,
+            self.down.mean_us,
+            self.down.jitter_us,
+            self.faults_until_us,
+            self.kill,
+            self.kills,
+            self.ack_before_sync
+        )
+    }
+}
+
+/// A [`SimConfig`] suited to replicated runs with faults: `shards` shards, 3 clients with 3
+/// transactions in flight, 120 transactions over 6 keys per shard, half of them cross-shard,
+/// coordinators that resend after 60 ms (and after 5 ms on `NotLeader`) and never give up,
+/// leaders that recover stalled transactions after 40 ms.
+pub fn failover_config(seed: u64, shards: u32) -> SimConfig {
+    let mut c = SimConfig::new(seed)
+        .shards(shards)
+        .clients(3)
+        .in_flight(3)
+        .txns(120)
+        .keys(6 * u64::from(shards))
+        .cross_shard(0.5);
+    c.coordinator.retry_timeout_us = 60_000;
+    c.coordinator.not_leader_retry_us = 5_000;
+    c.coordinator.max_attempts = 100_000;
+    c.leader.recover_after_us = 40_000;
+    c.max_virtual_us = 60_000_000;
+    c
+}
+
+/// What a correct replicated run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FailoverReport {
+    /// The seed.
+    pub seed: u64,
+    /// Transactions submitted.
+    pub txns: u64,
+    /// Ordered with every participant's procedure succeeding.
+    pub committed: u64,
+    /// Rejected (refused or aborted).
+    pub rejected: u64,
+    /// Never answered: their coordinator died.
+    pub orphans: u64,
+    /// Of the orphans, those that were executed (recovered by the participants).
+    pub orphans_executed: u64,
+    /// Replica crashes (random and kill points).
+    pub crashes: u64,
+    /// Kills at the configured kill point (coordinator deaths included).
+    pub kills: u64,
+    /// Isolations and Raft-only partitions.
+    pub cuts: u64,
+    /// Times a replica became its shard's serving leader.
+    pub promotions: u64,
+    /// Times a serving leader stepped down and rebuilt its state.
+    pub demotions: u64,
+    /// Dispatches the coordinators sent again.
+    pub retries: u64,
+    /// Leader counters, summed over every serving incarnation that was still alive at the
+    /// end (a crashed leader's counters are lost with it).
+    pub recover_sent: u64,
+    /// Virtual time at which the last transaction was answered, µs.
+    pub end_us: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Messages delivered.
+    pub messages: u64,
+    /// Each shard's final store hash (equal on every replica).
+    pub shard_hashes: Vec<u64>,
+    /// Hash of every delivery, wake-up, fault and answer, in order.
+    pub trace_hash: u64,
+}
+
+/// Runs a replicated simulation with faults and checks it.
+pub fn run_replicated(config: &SimConfig, faults: &FaultConfig) -> Result<FailoverReport, Violation> {
+    let summary = format!("{} {}", config.summary(), faults.summary());
+    let tag = |v: Violation| v.in_run(config.seed, summary.clone());
+    config.validate().map_err(|why| tag(Violation::new(ViolationKind::Config, why)))?;
+    if faults.replicas == 0 || faults.raft_tick_us == 0 {
+        return Err(tag(Violation::new(ViolationKind::Config, "replicas and raft_tick_us must be >= 1")));
+    }
+    let mut world = FailoverWorld::new(config, faults).map_err(tag)?;
+    world.run().map_err(tag)?;
+    world.finish().map_err(tag)
+}
+
+/// One write the disk holds but has not synced.
+enum DiskOp {
+    Entries(Vec<PersistEntry>),
+    Hard(HardState),
+}
+
+/// A replica's disk: durable state plus writes waiting for a sync.
+#[derive(Default)]
+struct SimDisk {
+    durable: RecoveredState,
+    written: Vec<DiskOp>,
+}
+
+impl SimDisk {
+    fn write(&mut self, rd: &Ready) {
+        if !rd.entries.is_empty() {
+            self.written.push(DiskOp::Entries(rd.entries.clone()));
+        }
+        if let Some(hs) = rd.hard_state {
+            self.written.push(DiskOp::Hard(hs));
+        }
+    }
+
+    fn sync(&mut self) {
+        for op in self.written.drain(..) {
+            match op {
+                DiskOp::Entries(es) => {
+                    let first = es[0].index;
+                    let keep = self.durable.entries.partition_point(|e| e.index < first);
+                    self.durable.entries.truncate(keep);
+                    self.durable.entries.extend(es);
+                }
+                DiskOp::Hard(hs) => self.durable.hard_state = hs,
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct WakeSlot {
+    at: Option<VirtualUs>,
+    gen: u64,
+}
+
+struct ReplicaNode {
+    replica: Option<Replica>,
+    disk: SimDisk,
+    offset_us: i64,
+    /// Incarnation: bumped at every crash and restart (stale ticks and syncs are ignored).
+    gen: u64,
+    wake: WakeSlot,
+    sync_scheduled: bool,
+    /// Readies written and waiting for the sync: (number, persisted messages).
+    awaiting: Vec<(u64, Vec<OutMessage>)>,
+    /// Cut off from every node.
+    isolated: bool,
+    /// Cut off from the other replicas of its shard only (still talks to clients and peers).
+    raft_cut: bool,
+    sink: ExecLog,
+    /// Transactions the current state machine executed.
+    exec_seen: HashSet<TxnId>,
+    /// Last watermark of the current serving incarnation.
+    watermark: Timestamp,
+    busy_streak: u32,
+}
+
+impl ReplicaNode {
+    fn faulty(&self) -> bool {
+        self.replica.is_none() || self.isolated || self.raft_cut
+    }
+}
+
+struct ClientNode {
+    coord: Coordinator,
+    offset_us: i64,
+    wake: WakeSlot,
+    started: bool,
+    dead: bool,
+    outstanding: usize,
+    next_seq: u64,
+    /// Per shard: the replica believed to lead, and a counter bumped when the belief changes.
+    guess: Vec<(u32, u64)>,
+}
+
+/// What each shard's group has committed, from the highest commit index any replica reports.
+#[derive(Default)]
+struct Oracle {
+    /// (term, data hash) of every committed entry, index 1 first.
+    entries: Vec<(u64, u64)>,
+    durable: HashMap<TxnId, Durable>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum FaultAction {
+    /// Draw and apply the next random fault.
+    Random,
+    Restart(ShardId, u32),
+    Heal(ShardId, u32),
+}
+
+type Step = Result<(), Violation>;
+
+const BUSY_BACKOFF_MAX_US: u64 = 64;
+/// Ready/turn rounds per call before a replica counts as livelocked.
+const DRIVE_ROUNDS_MAX: usize = 256;
+
+struct FailoverWorld<'a> {
+    config: &'a SimConfig,
+    faults: &'a FaultConfig,
+    n: u32,
+    now: VirtualUs,
+    step: u64,
+    queue: EventQueue,
+    net: Network,
+    disk_rng: ChaCha8Rng,
+    fault_rng: ChaCha8Rng,
+    clients: Vec<ClientNode>,
+    replicas: Vec<Vec<ReplicaNode>>,
+    workload: Workload,
+    history: History,
+    index: HashMap<TxnId, usize>,
+    submitted: u64,
+    answered: u64,
+    orphans: BTreeMap<TxnId, Option<Timestamp>>,
+    events: u64,
+    delivered: u64,
+    trace_hash: u64,
+    reply_ts: HashMap<(TxnId, ShardId), Timestamp>,
+    watermark_at_arrival: HashMap<(TxnId, ShardId), Timestamp>,
+    /// Per shard, the largest watermark any serving leader of it published.
+    published: Vec<Timestamp>,
+    oracle: Vec<Oracle>,
+    fault_list: Vec<FaultAction>,
+    kills_left: u32,
+    next_kill_ok_at: VirtualUs,
+    /// (shard, transaction) pairs whose first `Propose` was seen.
+    proposed: HashSet<(ShardId, TxnId)>,
+    /// Per (transaction, shard): the client's guess counter when the dispatch was last sent.
+    sent_with: HashMap<(TxnId, ShardId), u64>,
+    quiescing: bool,
+    answered_at: VirtualUs,
+    report: FailoverReport,
+    coord_out: Vec<CoordOutput>,
+    leader_out: Vec<LeaderOutput>,
+}
+
+impl<'a> FailoverWorld<'a> {
+    fn new(config: &'a SimConfig, faults: &'a FaultConfig) -> Result<Self, Violation> {
+        let mut master = ChaCha8Rng::seed_from_u64(config.seed ^ 0xfa11_0e12);
+        let derive = |rng: &mut ChaCha8Rng| ChaCha8Rng::seed_from_u64(rng.gen());
+        let net = Network::new(derive(&mut master));
+        let workload = Workload::new(config, derive(&mut master));
+        let disk_rng = derive(&mut master);
+        let fault_rng = derive(&mut master);
+        let max = config.clock_offset_max_us as i64;
+        let mut offset = |node: Node| {
+            let drawn = master.gen_range(-max..=max);
+            config.clock_offsets.get(&node).copied().unwrap_or(drawn)
+        };
+        let commit_rule = match config.coordinator.commit_rule {
+            CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
+            rule @ CommitRule::Participants => rule,
+        };
+        let n = faults.replicas;
+        let clients: Vec<ClientNode> = (1..=u64::from(config.clients))
+            .map(|id| ClientNode {
+                coord: Coordinator::new(CoordinatorConfig { client: id, commit_rule, ..config.coordinator.clone() }),
+                offset_us: offset(Node::Client(id)),
+                wake: WakeSlot::default(),
+                started: false,
+                dead: false,
+                outstanding: 0,
+                next_seq: 1,
+                guess: vec![(0, 0); config.shards as usize],
+            })
+            .collect();
+        let mut replicas = Vec::new();
+        for s in 0..config.shards {
+            let mut group = Vec::new();
+            for i in 0..n {
+                let mut node = ReplicaNode {
+                    replica: None,
+                    disk: SimDisk::default(),
+                    offset_us: offset(Node::Replica(s, i)),
+                    gen: 0,
+                    wake: WakeSlot::default(),
+                    sync_scheduled: false,
+                    awaiting: Vec::new(),
+                    isolated: false,
+                    raft_cut: false,
+                    sink: ExecLog::default(),
+                    exec_seen: HashSet::new(),
+                    watermark: 0,
+                    busy_streak: 0,
+                };
+                node.replica = Some(new_replica(config, faults, s, i, &node.sink, None)?);
+                group.push(node);
+            }
+            replicas.push(group);
+        }
+        let mut world = Self {
+            config,
+            faults,
+            n,
+            now: 0,
+            step: 0,
+            queue: EventQueue::default(),
+            net,
+            disk_rng,
+            fault_rng,
+            clients,
+            replicas,
+            workload,
+            history: History::default(),
+            index: HashMap::new(),
+            submitted: 0,
+            answered: 0,
+            orphans: BTreeMap::new(),
+            events: 0,
+            delivered: 0,
+            trace_hash: fold(0, config.seed ^ 0xfa11),
+            reply_ts: HashMap::new(),
+            watermark_at_arrival: HashMap::new(),
+            published: vec![0; config.shards as usize],
+            oracle: (0..config.shards).map(|_| Oracle::default()).collect(),
+            fault_list: Vec::new(),
+            kills_left: faults.kills,
+            next_kill_ok_at: 0,
+            proposed: HashSet::new(),
+            sent_with: HashMap::new(),
+            quiescing: false,
+            answered_at: 0,
+            report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
+            coord_out: Vec::new(),
+            leader_out: Vec::new(),
+        };
+        for client in 1..=u64::from(config.clients) {
+            let at = master.gen_range(0..=config.start_spread_us);
+            world.queue.push(at, EventKind::Start { client });
+        }
+        for s in 0..config.shards {
+            for i in 0..n {
+                let phase = master.gen_range(1..=faults.raft_tick_us);
+                world.queue.push(phase, EventKind::RaftTick { node: Node::Replica(s, i), gen: 0 });
+            }
+        }
+        if faults.random_faults {
+            let at = faults.fault_gap.sample(&mut world.fault_rng);
+            world.schedule_fault(at, FaultAction::Random);
+        }
+        Ok(world)
+    }
+
+    fn violation(&self, kind: ViolationKind, message: impl Into<String>) -> Violation {
+        Violation::new(kind, message).at(self.now)
+    }
+
+    fn moment(&mut self) -> Moment {
+        self.step += 1;
+        Moment { us: self.now, step: self.step }
+    }
+
+    fn trace(&self, what: impl FnOnce() -> String) {
+        if self.config.trace {
+            eprintln!("[{:>10} us] {}", self.now, what());
+        }
+    }
+
+    fn schedule_fault(&mut self, at: VirtualUs, action: FaultAction) {
+        let index = self.fault_list.len();
+        self.fault_list.push(action);
+        self.queue.push(at, EventKind::Fault { index });
+    }
+
+    fn run(&mut self) -> Step {
+        // Start with a leader in every group (elections still happen on every fault).
+        for s in 0..self.config.shards {
+            self.call_replica(s, 0, false, |r, _, _| r.log_mut().campaign())?;
+        }
+        if self.config.ping_first {
+            for c in 1..=u64::from(self.config.clients) {
+                self.call_client(c, false, |coord, local, shards, out| {
+                    for shard in 0..shards {
+                        coord.ping(local, shard, out);
+                    }
+                })?;
+            }
+        }
+        while self.answered + (self.orphans.len() as u64) < self.config.txns {
+            self.step_event(self.config.max_virtual_us)?;
+        }
+        self.answered_at = self.now;
+        self.report.end_us = self.now;
+        self.quiesce()
+    }
+
+    /// Heals every fault and runs until the cluster converges.
+    fn quiesce(&mut self) -> Step {
+        self.quiescing = true;
+        self.trace(|| "quiescing: healing every fault".into());
+        for s in 0..self.config.shards {
+            for i in 0..self.n {
+                let node = &mut self.replicas[s as usize][i as usize];
+                node.isolated = false;
+                node.raft_cut = false;
+                if node.replica.is_none() {
+                    self.restart(s, i)?;
+                }
+            }
+        }
+        let deadline = self.now.saturating_add(self.faults.settle_us);
+        let mut k = 0u64;
+        loop {
+            if k.is_multiple_of(128) && self.converged() {
+                return Ok(());
+            }
+            k += 1;
+            if let Err(v) = self.step_event(deadline) {
+                if v.kind == ViolationKind::Stuck {
+                    return Err(self.not_converged());
+                }
+                return Err(v);
+            }
+        }
+    }
+
+    fn converged(&self) -> bool {
+        self.replicas.iter().all(|group| {
+            let serving: Vec<&Replica> =
+                group.iter().filter_map(|n| n.replica.as_ref()).filter(|r| r.is_serving()).collect();
+            let [leader] = serving.as_slice() else { return false };
+            let l = leader.leader().expect("serving");
+            let hash = l.store().state_hash();
+            l.pending_len() == 0
+                && group.iter().all(|n| n.replica.as_ref().is_some_and(|r| r.store().state_hash() == hash))
+        })
+    }
+
+    fn not_converged(&mut self) -> Violation {
+        let mut msg = format!(
+            "the healed cluster did not converge within {} us (one serving leader per shard, nothing pending, \
+             equal stores on every replica)",
+            self.faults.settle_us
+        );
+        for (s, group) in self.replicas.iter_mut().enumerate() {
+            for (i, node) in group.iter_mut().enumerate() {
+                match &mut node.replica {
+                    None => msg.push_str(&format!("; R{s}.{i}: down")),
+                    Some(r) => msg.push_str(&format!(
+                        "; R{s}.{i}: serving={} pending={} store={:#x} keys={} log={:?}",
+                        r.is_serving(),
+                        r.leader().map_or(0, |l| l.pending_len()),
+                        r.store().state_hash(),
+                        r.store().len(),
+                        r.log_mut()
+                    )),
+                }
+            }
+        }
+        self.violation(ViolationKind::Stuck, msg)
+    }
+
+    fn step_event(&mut self, limit: VirtualUs) -> Step {
+        let Some(event) = self.queue.pop() else {
+            return Err(self.stuck("no event is left to run"));
+        };
+        if event.at > limit {
+            return Err(self.stuck("the virtual-time budget is exhausted"));
+        }
+        self.events += 1;
+        if self.events > self.config.max_events {
+            return Err(self.stuck("the event budget is exhausted (livelock?)"));
+        }
+        self.now = event.at;
+        match event.kind {
+            EventKind::Deliver { src, dst, msg } => self.deliver(src, dst, msg),
+            EventKind::Wake { node, gen } => self.wake(node, gen),
+            EventKind::Start { client } => {
+                self.trace_hash = fold(fold(self.trace_hash, self.now), client);
+                self.trace(|| format!("c{client} starts"));
+                self.client(client)?.started = true;
+                self.call_client(client, false, |_, _, _, _| {})
+            }
+            EventKind::RaftTick { node, gen } => {
+                let Node::Replica(s, i) = node else {
+                    return Err(self.violation(ViolationKind::Invariant, format!("Raft tick for {node}")));
+                };
+                if self.replicas[s as usize][i as usize].gen != gen {
+                    return Ok(()); // a crashed incarnation's tick
+                }
+                let next = self.now + self.faults.raft_tick_us;
+                self.queue.push(next, EventKind::RaftTick { node, gen });
+                self.call_replica(s, i, false, |r, _, _| {
+                    r.log_mut().tick();
+                    Ok(())
+                })
+            }
+            EventKind::Sync { node, gen } => {
+                let Node::Replica(s, i) = node else {
+                    return Err(self.violation(ViolationKind::Invariant, format!("disk sync for {node}")));
+                };
+                self.sync(s, i, gen)
+            }
+            EventKind::Fault { index } => {
+                let action = self.fault_list[index];
+                self.fault(action)
+            }
+        }
+    }
+
+    fn stuck(&mut self, why: &str) -> Violation {
+        let mut msg = format!(
+            "the run did not finish: {why}; {}/{} transactions answered ({} orphaned, {} submitted) after {} \
+             events at virtual time {} us",
+            self.answered,
+            self.config.txns,
+            self.orphans.len(),
+            self.submitted,
+            self.events,
+            self.now
+        );
+        let waiting: Vec<String> = self
+            .history
+            .txns
+            .iter()
+            .filter(|t| t.answers.is_empty() && !self.orphans.contains_key(&t.id))
+            .take(5)
+            .map(|t| format!("{:?} (dispatched {} us, shards {:?})", t.id, t.dispatched.us, shards_of(t)))
+            .collect();
+        msg.push_str(&format!("; unanswered (first 5): {}", waiting.join(", ")));
+        for (s, group) in self.replicas.iter_mut().enumerate() {
+            for (i, node) in group.iter_mut().enumerate() {
+                let state = match &mut node.replica {
+                    None => "down".to_string(),
+                    Some(r) => format!(
+                        "serving={} watermark={:?} pending={:?} {:?}",
+                        r.is_serving(),
+                        r.leader().map(|l| l.watermark()),
+                        r.leader().map(|l| l.pending_len()),
+                        r.log_mut()
+                    ),
+                };
+                msg.push_str(&format!(
+                    "; R{s}.{i}{}{}: {state}",
+                    if node.isolated { " (isolated)" } else { "" },
+                    if node.raft_cut { " (raft cut)" } else { "" }
+                ));
+            }
+        }
+        self.violation(ViolationKind::Stuck, msg)
+    }
+
+    fn client(&mut self, id: ClientId) -> Result<&mut ClientNode, Violation> {
+        let now = self.now;
+        id.checked_sub(1)
+            .and_then(|i| self.clients.get_mut(i as usize))
+            .ok_or_else(|| Violation::new(ViolationKind::Invariant, format!("no client {id}")).at(now))
+    }
+
+    /// True if a message from `src` to `dst` is cut by a fault (checked at send and delivery).
+    fn cut(&self, src: Node, dst: Node) -> bool {
+        let blocked = |node: Node, other: Node| match node {
+            Node::Replica(s, i) => {
+                let r = &self.replicas[s as usize][i as usize];
+                r.replica.is_none() || r.isolated || (r.raft_cut && matches!(other, Node::Replica(t, _) if t == s))
+            }
+            Node::Client(c) => self.clients[(c - 1) as usize].dead,
+            Node::Leader(_) => true,
+        };
+        blocked(src, dst) || blocked(dst, src)
+    }
+
+    fn send(&mut self, src: Node, dst: Node, msg: SimMsg) {
+        if self.cut(src, dst) {
+            return;
+        }
+        self.net.send(self.config, &mut self.queue, self.now, src, dst, msg);
+    }
+
+    fn deliver(&mut self, src: Node, dst: Node, msg: SimMsg) -> Step {
+        if self.cut(src, dst) {
+            return Ok(());
+        }
+        self.delivered += 1;
+        let h = [self.now, src.code(), dst.code(), msg.hash()];
+        self.trace_hash = h.iter().fold(self.trace_hash, |acc, x| fold(acc, *x));
+        self.trace(|| match &msg {
+            SimMsg::Raft(b) => format!("{src} -> {dst}: raft ({} bytes)", b.len()),
+            other => format!("{src} -> {dst}: {other:?}"),
+        });
+        match (src, dst, msg) {
+            (Node::Client(client), Node::Replica(s, i), SimMsg::ToLeader(m)) => {
+                if let ClientMsg::Dispatch { txn, .. } = &m {
+                    if self.serving(s, i) {
+                        let w = self.published[s as usize];
+                        self.watermark_at_arrival.entry((txn.id, s)).or_insert(w);
+                    }
+                }
+                self.call_replica(s, i, false, |r, local, out| {
+                    r.on_client(local, client, m, out);
+                    Ok(())
+                })
+            }
+            (Node::Replica(s, i), Node::Client(client), SimMsg::ToClient(m)) => {
+                if let ServerMsg::Reply(TxnReply { outcome: Err(TxnError::NotLeader { hint }), .. }) = &m {
+                    let n = self.n;
+                    let node = self.client(client)?;
+                    let g = &mut node.guess[s as usize];
+                    if g.0 == i {
+                        g.0 = hint.filter(|h| *h != i && *h < n).unwrap_or((i + 1) % n);
+                        g.1 += 1;
+                    }
+                }
+                self.call_client(client, false, |coord, local, _, out| coord.on_message(local, m, out))
+            }
+            (Node::Replica(from, _), Node::Replica(to, i), SimMsg::Peer(batch)) if from != to && batch.from == from => {
+                if self.serving(to, i) {
+                    let w = self.published[to as usize];
+                    for item in &batch.items {
+                        if let PeerItem::Recover { txn, .. } = item {
+                            self.watermark_at_arrival.entry((txn.id, to)).or_insert(w);
+                        }
+                    }
+                }
+                self.call_replica(to, i, false, |r, local, out| {
+                    r.on_peer(local, batch, out);
+                    Ok(())
+                })
+            }
+            (Node::Replica(from, _), Node::Replica(to, i), SimMsg::Raft(bytes)) if from == to => {
+                self.call_replica(to, i, false, |r, _, _| {
+                    // A message from an earlier incarnation of a peer may be refused; Raft
+                    // copes with any loss.
+                    let _ = r.log_mut().step_bytes(&bytes);
+                    Ok(())
+                })
+            }
+            (src, dst, msg) => {
+                Err(self
+                    .violation(ViolationKind::Invariant, format!("the simulator routed {msg:?} from {src} to {dst}")))
+            }
+        }
+    }
+
+    fn serving(&self, s: ShardId, i: u32) -> bool {
+        self.replicas[s as usize][i as usize].replica.as_ref().is_some_and(Replica::is_serving)
+    }
+
+    fn wake(&mut self, node: Node, gen: u64) -> Step {
+        let slot = match node {
+            Node::Client(c) => &mut self.client(c)?.wake,
+            Node::Replica(s, i) => &mut self.replicas[s as usize][i as usize].wake,
+            Node::Leader(_) => return Err(self.violation(ViolationKind::Invariant, format!("wake-up for {node}"))),
+        };
+        if slot.gen != gen {
+            return Ok(());
+        }
+        slot.at = None;
+        self.trace_hash = fold(fold(self.trace_hash, self.now), node.code());
+        match node {
+            Node::Client(c) => self.call_client(c, true, |coord, local, _, out| coord.tick(local, out)),
+            Node::Replica(s, i) => self.call_replica(s, i, true, |_, _, _| Ok(())),
+            Node::Leader(_) => unreachable!("refused above"),
+        }
+    }
+
+    fn schedule_wake(&mut self, node: Node, at: Option<VirtualUs>) {
+        let slot = match node {
+            Node::Client(c) => &mut self.clients[(c - 1) as usize].wake,
+            Node::Replica(s, i) => &mut self.replicas[s as usize][i as usize].wake,
+            Node::Leader(_) => return,
+        };
+        if slot.at == at {
+            return;
+        }
+        slot.gen += 1;
+        slot.at = at;
+        if let Some(at) = at {
+            let gen = slot.gen;
+            self.queue.push(at, EventKind::Wake { node, gen });
+        }
+    }
+
+    // ---- faults ----
+
+    fn fault(&mut self, action: FaultAction) -> Step {
+        self.trace_hash = fold(fold(self.trace_hash, self.now), 0xfa_u64);
+        match action {
+            FaultAction::Random => self.random_fault(),
+            FaultAction::Restart(s, i) => {
+                if self.replicas[s as usize][i as usize].replica.is_none() {
+                    self.restart(s, i)?;
+                }
+                Ok(())
+            }
+            FaultAction::Heal(s, i) => {
+                self.trace(|| format!("R{s}.{i} healed"));
+                let node = &mut self.replicas[s as usize][i as usize];
+                node.isolated = false;
+                node.raft_cut = false;
+                Ok(())
+            }
+        }
+    }
+
+    fn random_fault(&mut self) -> Step {
+        if self.quiescing || self.now > self.faults.faults_until_us {
+            return Ok(());
+        }
+        let next = self.now + self.faults.fault_gap.sample(&mut self.fault_rng).max(1);
+        self.schedule_fault(next, FaultAction::Random);
+        let s = self.fault_rng.gen_range(0..self.config.shards);
+        let kind = self.fault_rng.gen_range(0..5u32);
+        let random = self.fault_rng.gen_range(0..self.n);
+        let down = self.faults.down.sample(&mut self.fault_rng).max(1);
+        if self.replicas[s as usize].iter().any(ReplicaNode::faulty) {
+            return Ok(()); // one fault per shard at a time keeps a majority
+        }
+        let leader = (0..self.n).find(|&i| self.serving(s, i)).unwrap_or(random);
+        self.trace_hash = fold(self.trace_hash, u64::from(kind) << 32 | u64::from(s));
+        match kind {
+            0 => self.crash(s, leader, down),
+            1 => self.crash(s, random, down),
+            2 | 3 => {
+                let target = if kind == 2 { leader } else { random };
+                self.trace(|| format!("R{s}.{target} isolated for {down} us"));
+                self.replicas[s as usize][target as usize].isolated = true;
+                self.report.cuts += 1;
+                self.schedule_fault(self.now + down, FaultAction::Heal(s, target));
+                Ok(())
+            }
+            _ => {
+                self.trace(|| format!("R{s}.{leader} cut from its group for {down} us"));
+                self.replicas[s as usize][leader as usize].raft_cut = true;
+                self.report.cuts += 1;
+                self.schedule_fault(self.now + down, FaultAction::Heal(s, leader));
+                Ok(())
+            }
+        }
+    }
+
+    /// Crashes replica `i` of shard `s` (unsynced writes are lost) and restarts it after `down`.
+    fn crash(&mut self, s: ShardId, i: u32, down: u64) -> Step {
+        self.trace(|| format!("R{s}.{i} crashes (restarts in {down} us)"));
+        self.trace_hash = fold(fold(self.trace_hash, 0xdead), Node::Replica(s, i).code());
+        let node = &mut self.replicas[s as usize][i as usize];
+        if node.replica.is_none() {
+            return Ok(());
+        }
+        node.replica = None;
+        node.disk.written.clear();
+        node.awaiting.clear();
+        node.sync_scheduled = false;
+        node.gen += 1;
+        node.exec_seen.clear();
+        node.watermark = 0;
+        node.busy_streak = 0;
+        node.sink.lock().expect("single-threaded").clear();
+        self.report.crashes += 1;
+        self.schedule_wake(Node::Replica(s, i), None);
+        self.schedule_fault(self.now + down, FaultAction::Restart(s, i));
+        Ok(())
+    }
+
+    fn restart(&mut self, s: ShardId, i: u32) -> Step {
+        self.trace(|| format!("R{s}.{i} restarts from its disk"));
+        let node = &mut self.replicas[s as usize][i as usize];
+        let recovered = node.disk.durable.clone();
+        let replica =
+            new_replica(self.config, self.faults, s, i, &node.sink, Some(recovered)).map_err(|v| v.at(self.now))?;
+        node.replica = Some(replica);
+        node.gen += 1;
+        let gen = node.gen;
+        self.queue.push(self.now + self.faults.raft_tick_us, EventKind::RaftTick { node: Node::Replica(s, i), gen });
+        self.call_replica(s, i, false, |_, _, _| Ok(()))
+    }
+
+    fn sync(&mut self, s: ShardId, i: u32, gen: u64) -> Step {
+        let node = &mut self.replicas[s as usize][i as usize];
+        if node.gen != gen || node.replica.is_none() {
+            return Ok(());
+        }
+        node.disk.sync();
+        node.sync_scheduled = false;
+        let awaiting = std::mem::take(&mut node.awaiting);
+        let Some(last) = awaiting.last().map(|(n, _)| *n) else { return Ok(()) };
+        let replica = node.replica.as_mut().expect("checked");
+        replica.log_mut().advance(last);
+        let me = Node::Replica(s, i);
+        for (_, msgs) in awaiting {
+            for m in msgs {
+                self.send(me, Node::Replica(s, (m.to - 1) as u32), SimMsg::Raft(m.bytes));
+            }
+        }
+        self.call_replica(s, i, false, |_, _, _| Ok(()))
+    }
+
+    // ---- replicas ----
+
+    /// Drains the replica's readies: sends messages, writes the disk, and either advances
+    /// (nothing to sync) or waits for a sync.
+    fn drive_readies(&mut self, s: ShardId, i: u32, raft_out: &mut Vec<OutMessage>) -> Step {
+        for _ in 0..DRIVE_ROUNDS_MAX {
+            let node = &mut self.replicas[s as usize][i as usize];
+            let replica = node.replica.as_mut().expect("driven replicas are up");
+            let rd = match replica.log_mut().ready() {
+                Ok(Some(rd)) => rd,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i}: raft: {e}"))),
+            };
+            if rd.snapshot.is_some() {
+                return Err(self.violation(
+                    ViolationKind::Invariant,
+                    format!("R{s}.{i} got a snapshot, but the simulator never compacts"),
+                ));
+            }
+            let Ready { number, must_sync, messages, persisted_messages, .. } = &rd;
+            raft_out.extend(messages.iter().cloned());
+            node.disk.write(&rd);
+            if self.faults.ack_before_sync && *must_sync && !node.sync_scheduled {
+                node.sync_scheduled = true;
+                let at = self.now + self.faults.sync.sample(&mut self.disk_rng);
+                let gen = node.gen;
+                self.queue.push(at, EventKind::Sync { node: Node::Replica(s, i), gen });
+            }
+            if !self.faults.ack_before_sync && (*must_sync || !node.awaiting.is_empty()) {
+                node.awaiting.push((*number, persisted_messages.clone()));
+                if !node.sync_scheduled {
+                    node.sync_scheduled = true;
+                    let at = self.now + self.faults.sync.sample(&mut self.disk_rng);
+                    let gen = node.gen;
+                    self.queue.push(at, EventKind::Sync { node: Node::Replica(s, i), gen });
+                }
+            } else {
+                raft_out.extend(persisted_messages.iter().cloned());
+                replica.log_mut().advance(*number);
+            }
+        }
+        Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i} keeps producing readies")))
+    }
+
+    /// Runs `f` on replica `i` of shard `s` at its local time, drives its log and role, checks
+    /// what it did, applies the kill point, and sends its output. A crashed replica ignores it.
+    fn call_replica(
+        &mut self,
+        s: ShardId,
+        i: u32,
+        woken: bool,
+        f: impl FnOnce(&mut Replica, TimeUs, &mut Vec<LeaderOutput>) -> Result<(), luigi_raft::RaftError>,
+    ) -> Step {
+        let now = self.now;
+        let me = Node::Replica(s, i);
+        let node = &mut self.replicas[s as usize][i as usize];
+        let Some(replica) = node.replica.as_mut() else { return Ok(()) };
+        let local = local_clock(now, node.offset_us);
+        let was_serving = replica.is_serving();
+        let before = replica.leader().map(|l| l.stats()).unwrap_or_default();
+        let mut out = std::mem::take(&mut self.leader_out);
+        out.clear();
+        if let Err(e) = f(replica, local, &mut out) {
+            return Err(self.violation(ViolationKind::Invariant, format!("{me}: raft: {e}")));
+        }
+        let mut raft_out = Vec::new();
+        let mut rounds = 0;
+        loop {
+            self.drive_readies(s, i, &mut raft_out)?;
+            let node = &mut self.replicas[s as usize][i as usize];
+            let replica = node.replica.as_mut().expect("up");
+            match replica.turn(local, &mut out) {
+                Ok(None) => {}
+                Ok(Some(Transition::Promoted)) => {
+                    self.report.promotions += 1;
+                    node.watermark = 0;
+                    self.trace(|| format!("{me} serves as the leader"));
+                }
+                Ok(Some(Transition::Demoted)) => {
+                    self.report.demotions += 1;
+                    // A new state machine replayed the log: it starts its executions afresh.
+                    node.exec_seen.clear();
+                    node.watermark = 0;
+                    self.trace(|| format!("{me} stepped down and rebuilt its state"));
+                }
+                Err(e) => return Err(self.violation(ViolationKind::Invariant, format!("{me}: {e}"))),
+            }
+            let replica = self.replicas[s as usize][i as usize].replica.as_mut().expect("up");
+            if !replica.log_mut().has_ready() {
+                break;
+            }
+            rounds += 1;
+            if rounds > DRIVE_ROUNDS_MAX {
+                return Err(self.violation(ViolationKind::Invariant, format!("{me} never settles")));
+            }
+        }
+        self.update_oracle(s, i)?;
+        let executed: Vec<(ShardId, TxnId)> =
+            std::mem::take(&mut *self.replicas[s as usize][i as usize].sink.lock().expect("single-threaded"));
+        for &(shard, id) in &executed {
+            self.on_executed(s, i, shard, id)?;
+        }
+        let node = &mut self.replicas[s as usize][i as usize];
+        let replica = node.replica.as_ref().expect("up");
+        let serving = replica.is_serving();
+        let after = replica.leader().map(|l| l.stats()).unwrap_or_default();
+        if serving {
+            let w = replica.leader().expect("serving").watermark();
+            if w < node.watermark {
+                let msg = format!("{me}'s watermark went back from {} to {w}", node.watermark);
+                return Err(Violation::new(ViolationKind::Invariant, msg).at(now));
+            }
+            node.watermark = w;
+            self.published[s as usize] = self.published[s as usize].max(w);
+        }
+        // Kill points.
+        let kill = if was_serving && serving { self.kill_point(s, &out, &executed, before, after) } else { None };
+        // Raft messages leave whatever happens to the call's other outputs (they were sent by
+        // the log as it went), unless the replica dies in this call.
+        let dies = matches!(kill, Some(Kill::DropOutputs));
+        if !dies {
+            for m in raft_out {
+                self.send(me, Node::Replica(s, (m.to - 1) as u32), SimMsg::Raft(m.bytes));
+            }
+            self.send_outputs(s, i, &mut out)?;
+        }
+        self.leader_out = out;
+        if kill.is_some() {
+            self.kills_left -= 1;
+            self.report.kills += 1;
+            self.next_kill_ok_at = now + self.faults.kill_gap_us;
+            let down = self.faults.down.sample(&mut self.fault_rng).max(1);
+            return self.crash(s, i, down);
+        }
+        // Wake-ups for the leader's deadlines.
+        let node = &mut self.replicas[s as usize][i as usize];
+        let replica = node.replica.as_ref().expect("up");
+        let mut deadline = replica.next_deadline().map(|d| virtual_deadline(d, node.offset_us));
+        match deadline {
+            Some(d) if woken && d <= now => {
+                node.busy_streak += 1;
+                deadline = Some(now + (1u64 << node.busy_streak.min(6)).min(BUSY_BACKOFF_MAX_US));
+            }
+            _ => node.busy_streak = 0,
+        }
+        let earliest = if woken { now + 1 } else { now };
+        self.schedule_wake(me, deadline.map(|t| t.max(earliest)));
+        Ok(())
+    }
+
+    /// Whether the serving leader of `s` dies at the configured kill point in this call.
+    fn kill_point(
+        &mut self,
+        s: ShardId,
+        out: &[LeaderOutput],
+        executed: &[(ShardId, TxnId)],
+        before: LeaderStats,
+        after: LeaderStats,
+    ) -> Option<Kill> {
+        let mut first_propose = false;
+        let mut confirm = false;
+        for o in out {
+            if let LeaderOutput::ToPeer { batch, .. } = o {
+                for item in &batch.items {
+                    match item {
+                        PeerItem::Propose { id, .. } => first_propose |= self.proposed.insert((s, *id)),
+                        PeerItem::Confirm { .. } => confirm = true,
+                        PeerItem::Recover { .. } | PeerItem::Executed { .. } | PeerItem::Refuse { .. } => {}
+                    }
+                }
+            }
+        }
+        let point = self.faults.kill?;
+        let eligible = self.kills_left > 0
+            && self.now >= self.next_kill_ok_at
+            && !self.quiescing
+            && !self.replicas[s as usize].iter().any(ReplicaNode::faulty);
+        if !eligible {
+            return None;
+        }
+        let replied = |id: &TxnId| {
+            out.iter().any(|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } if r.id == *id))
+        };
+        let cross = |id: &TxnId| self.index.get(id).is_some_and(|&k| self.history.txns[k].pieces.len() > 1);
+        match point {
+            KillPoint::PrepareCommitted if first_propose => Some(Kill::DropOutputs),
+            KillPoint::ProposeSent if first_propose => Some(Kill::AfterOutputs),
+            KillPoint::Decided if after.cross_decided > before.cross_decided || confirm => Some(Kill::DropOutputs),
+            KillPoint::Executed if executed.iter().any(|(_, id)| cross(id) && !replied(id)) => Some(Kill::DropOutputs),
+            KillPoint::PrepareCommitted
+            | KillPoint::ProposeSent
+            | KillPoint::Decided
+            | KillPoint::Executed
+            | KillPoint::CoordinatorPartial => None,
+        }
+    }
+
+    fn send_outputs(&mut self, s: ShardId, i: u32, out: &mut Vec<LeaderOutput>) -> Step {
+        let me = Node::Replica(s, i);
+        for o in out.drain(..) {
+            match o {
+                LeaderOutput::ToClient { client, msg } => {
+                    if let ServerMsg::Reply(r) = &msg {
+                        self.check_reply(s, r)?;
+                    }
+                    if client == 0 || client > u64::from(self.config.clients) {
+                        return Err(self.violation(
+                            ViolationKind::Invariant,
+                            format!("{me} sent {msg:?} to nonexistent client {client}"),
+                        ));
+                    }
+                    self.send(me, Node::Client(client), SimMsg::ToClient(msg));
+                }
+                LeaderOutput::ToAllClients { msg } => {
+                    for client in 1..=u64::from(self.config.clients) {
+                        self.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
+                    }
+                }
+                LeaderOutput::ToPeer { shard: to, batch } => {
+                    if to == s || to >= self.config.shards || batch.from != s {
+                        return Err(self.violation(
+                            ViolationKind::Invariant,
+                            format!("{me} sent a batch from shard {} to shard {to}: {batch:?}", batch.from),
+                        ));
+                    }
+                    for j in 0..self.n {
+                        self.send(me, Node::Replica(to, j), SimMsg::Peer(batch.clone()));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds the entries replica `i` knows committed into the shard's oracle, checking that
+    /// they agree with what other replicas reported committed.
+    fn update_oracle(&mut self, s: ShardId, i: u32) -> Step {
+        let replica = self.replicas[s as usize][i as usize].replica.as_mut().expect("up");
+        let log = replica.log_mut();
+        let commit = log.commit_index();
+        let oracle = &mut self.oracle[s as usize];
+        let known = oracle.entries.len() as u64;
+        let check = commit.min(known);
+        if check > 0 {
+            let term = log.term_at(check);
+            if term != Some(oracle.entries[(check - 1) as usize].0) {
+                let msg = format!(
+                    "R{s}.{i} has term {term:?} at committed index {check}, but the group committed term {} there",
+                    oracle.entries[(check - 1) as usize].0
+                );
+                return Err(self.violation(ViolationKind::Invariant, msg));
+            }
+        }
+        for index in known + 1..=commit {
+            let Some(e) = log.entry(index) else {
+                let msg = format!("R{s}.{i} reports index {index} committed but does not hold it");
+                return Err(Violation::new(ViolationKind::Invariant, msg));
+            };
+            oracle.entries.push((e.term, crate::hash::fnv1a(&e.data) ^ u64::from(e.entry_type as u32)));
+            if e.entry_type != 0 || e.data.is_empty() {
+                continue;
+            }
+            let Ok(record) = postcard::from_bytes::<LogRecord>(&e.data) else {
+                return Err(Violation::new(
+                    ViolationKind::Invariant,
+                    format!("shard {s}: entry {index} does not decode"),
+                ));
+            };
+            match record {
+                LogRecord::Prepare { txn, ts, .. } => {
+                    let d = oracle.durable.entry(txn.id).or_default();
+                    d.prepares += 1;
+                    d.prepared.get_or_insert(ts);
+                }
+                LogRecord::Decide { id, ts } => {
+                    let d = oracle.durable.entry(id).or_default();
+                    d.decided = d.decided.max(Some(ts));
+                }
+                LogRecord::Abort { id } => oracle.durable.entry(id).or_default().aborted = true,
+                LogRecord::Floor { .. } | LogRecord::Applied { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Replica `i` of shard `s` executed `id`: once per state machine, as a participant, and
+    /// (rule 4) only once every participant durably holds its final timestamp.
+    fn on_executed(&mut self, s: ShardId, i: u32, shard: ShardId, id: TxnId) -> Step {
+        self.trace(|| format!("R{s}.{i} executes {id:?}"));
+        self.trace_hash =
+            fold(fold(self.trace_hash, 0xe8ec_u64 ^ Node::Replica(s, i).code()), id.seq ^ (id.client << 40));
+        let Some(&k) = self.index.get(&id) else {
+            return Err(self.violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?}, never submitted")));
+        };
+        let shards = shards_of(&self.history.txns[k]);
+        if shard != s || !shards.contains(&s) {
+            return Err(self.violation(
+                ViolationKind::Execution,
+                format!("R{s}.{i} executed {id:?} as shard {shard}; its participants are {shards:?}"),
+            ));
+        }
+        if !self.replicas[s as usize][i as usize].exec_seen.insert(id) {
+            return Err(self
+                .violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?} twice in one state machine")));
+        }
+        if !self.config.check_durable_decisions {
+            return Ok(());
+        }
+        let mut proposals = Vec::new();
+        for &p in &shards {
+            let d = self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default();
+            let why = if d.prepares > 1 {
+                Some(format!("shard {p} has {} committed PREPAREs of it", d.prepares))
+            } else if d.aborted {
+                Some(format!("shard {p} has a committed ABORT of it"))
+            } else if d.prepared.is_none() {
+                Some(format!("shard {p}'s PREPARE of it is not committed"))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(self.violation(ViolationKind::NotDurable, format!("R{s}.{i} executed {id:?}, but {why}")));
+            }
+            proposals.push((p, d));
+        }
+        let final_ts = proposals.iter().filter_map(|(_, d)| d.prepared).max().expect("a participant");
+        if proposals.iter().all(|(_, d)| d.prepared == Some(final_ts)) {
+            return Ok(());
+        }
+        if let Some((p, d)) = proposals.iter().find(|(_, d)| d.ts() != Some(final_ts)) {
+            return Err(self.violation(
+                ViolationKind::NotDurable,
+                format!(
+                    "R{s}.{i} executed {id:?} (final ts {final_ts}) before shard {p} durably adopted it: its \
+                     committed log holds PREPARE at {:?} and DECIDE at {:?}",
+                    d.prepared, d.decided
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Step {
+        if let Err(TxnError::Rejected(_) | TxnError::Forgotten | TxnError::NotLeader { .. }) = &r.outcome {
+            return Ok(());
+        }
+        if r.shard != shard || r.watermark < r.ts {
+            return Err(self.violation(
+                ViolationKind::Invariant,
+                format!("shard {shard} sent {r:?} (wrong shard, or ts above its watermark)"),
+            ));
+        }
+        if let Some(&w) = self.watermark_at_arrival.get(&(r.id, shard)) {
+            if r.ts <= w {
+                return Err(self.violation(
+                    ViolationKind::Invariant,
+                    format!(
+                        "shard {shard} ordered {:?} at ts {} although it had published watermark {w} when the \
+                         dispatch first reached a serving leader (rule 7)",
+                        r.id, r.ts
+                    ),
+                ));
+            }
+        }
+        match self.reply_ts.insert((r.id, shard), r.ts) {
+            Some(old) if old != r.ts => Err(self.violation(
+                ViolationKind::TimestampMismatch,
+                format!("shard {shard} answered {:?} first at ts {old}, then at ts {}", r.id, r.ts),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    // ---- clients ----
+
+    fn call_client(
+        &mut self,
+        id: ClientId,
+        sort: bool,
+        f: impl FnOnce(&mut Coordinator, TimeUs, ShardId, &mut Vec<CoordOutput>),
+    ) -> Step {
+        let now = self.now;
+        let shards = self.config.shards;
+        if self.client(id)?.dead {
+            return Ok(());
+        }
+        let mut out = std::mem::take(&mut self.coord_out);
+        let node = self.client(id)?;
+        let local = local_clock(now, node.offset_us);
+        f(&mut node.coord, local, shards, &mut out);
+        if sort {
+            out.sort_by_key(output_order);
+        }
+        let result = self.client_outputs(id, &mut out).and_then(|()| self.refill(id, &mut out));
+        out.clear();
+        self.coord_out = out;
+        result?;
+        let node = self.client(id)?;
+        let at = if node.dead {
+            None
+        } else {
+            node.coord.next_deadline().map(|d| virtual_deadline(d, node.offset_us).max(now + 1))
+        };
+        self.schedule_wake(Node::Client(id), at);
+        Ok(())
+    }
+
+    fn route(&mut self, id: ClientId, shard: ShardId, msg: ClientMsg) -> Step {
+        if shard >= self.config.shards {
+            return Err(self.violation(ViolationKind::Invariant, format!("client {id} sent to shard {shard}")));
+        }
+        let n = self.n;
+        let key = match &msg {
+            ClientMsg::Dispatch { txn, .. } => Some((txn.id, shard)),
+            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } => None,
+        };
+        let previous = key.and_then(|k| self.sent_with.get(&k).copied());
+        let node = self.client(id)?;
+        let g = &mut node.guess[shard as usize];
+        if previous == Some(g.1) {
+            // A resend after a timeout with no news about the leader: try the next replica.
+            g.0 = (g.0 + 1) % n;
+            g.1 += 1;
+        }
+        let (target, epoch) = *g;
+        if let Some(k) = key {
+            self.sent_with.insert(k, epoch);
+        }
+        self.send(Node::Client(id), Node::Replica(shard, target), SimMsg::ToLeader(msg));
+        Ok(())
+    }
+
+    fn client_outputs(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
+        for o in out.drain(..) {
+            match o {
+                CoordOutput::Send { shard, msg } => self.route(id, shard, msg)?,
+                CoordOutput::Done(done) => self.record_answer(id, done)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn refill(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
+        loop {
+            let (started, outstanding, seq, dead) = {
+                let node = self.client(id)?;
+                (node.started, node.outstanding, node.next_seq, node.dead)
+            };
+            if dead || !started || outstanding >= self.config.in_flight || self.submitted >= self.config.txns {
+                return Ok(());
+            }
+            let spec = self.workload.next(id, seq);
+            let now = self.now;
+            let dispatched = self.moment();
+            let node = self.client(id)?;
+            let local = local_clock(now, node.offset_us);
+            let txn_id = node.coord.submit(local, &spec.procedure, spec.args.clone(), spec.pieces.clone(), out);
+            node.outstanding += 1;
+            node.next_seq += 1;
+            if txn_id != (TxnId { client: id, seq }) {
+                return Err(self.violation(
+                    ViolationKind::Invariant,
+                    format!("client {id} numbered its transaction {txn_id:?}, expected seq {seq}"),
+                ));
+            }
+            self.trace(|| format!("c{id} submits {txn_id:?}: {:?}", spec.ops));
+            self.index.insert(txn_id, self.history.txns.len());
+            let cross = spec.pieces.len() > 1;
+            self.history.txns.push(TxnRecord {
+                id: txn_id,
+                procedure: spec.procedure,
+                args: spec.args,
+                pieces: spec.pieces,
+                dispatched,
+                answers: Vec::new(),
+            });
+            self.submitted += 1;
+            if cross && self.coordinator_dies() {
+                // (e) The dispatch reaches the first participant only; then the client dies.
+                let first = out.iter().position(|o| matches!(o, CoordOutput::Send { .. }));
+                let mut kept: Vec<CoordOutput> = first.map(|k| out.swap_remove(k)).into_iter().collect();
+                out.clear();
+                self.client_outputs(id, &mut kept)?;
+                self.kill_client(id)?;
+                return Ok(());
+            }
+            self.client_outputs(id, out)?;
+        }
+    }
+
+    fn coordinator_dies(&self) -> bool {
+        let alive = self.clients.iter().filter(|c| !c.dead).count();
+        self.faults.kill == Some(KillPoint::CoordinatorPartial)
+            && self.kills_left > 0
+            && self.now >= self.next_kill_ok_at
+            && alive > 1
+            && !self.quiescing
+    }
+
+    fn kill_client(&mut self, id: ClientId) -> Step {
+        self.trace(|| format!("c{id} dies"));
+        self.trace_hash = fold(fold(self.trace_hash, 0xc1d), id);
+        self.kills_left -= 1;
+        self.report.kills += 1;
+        self.next_kill_ok_at = self.now + self.faults.kill_gap_us;
+        let node = self.client(id)?;
+        node.dead = true;
+        let lost: Vec<TxnId> =
+            self.history.txns.iter().filter(|t| t.id.client == id && t.answers.is_empty()).map(|t| t.id).collect();
+        for t in lost {
+            self.orphans.insert(t, None);
+        }
+        self.schedule_wake(Node::Client(id), None);
+        Ok(())
+    }
+
+    fn record_answer(&mut self, client: ClientId, done: Completion) -> Step {
+        let at = self.moment();
+        self.trace_hash = fold(fold(self.trace_hash, at.us), done.id.seq ^ (done.id.client << 40));
+        self.trace(|| format!("c{client} answered {:?} -> {:?}", done.id, done.outcome));
+        let Some(&k) = self.index.get(&done.id) else {
+            return Err(self.violation(ViolationKind::Invariant, format!("client {client} answered {:?}", done.id)));
+        };
+        if let TxnOutcome::Ordered { ts, results } = &done.outcome {
+            for (shard, _) in results {
+                match self.reply_ts.get(&(done.id, *shard)) {
+                    Some(t) if t == ts => {}
+                    other => {
+                        return Err(self.violation(
+                            ViolationKind::TimestampMismatch,
+                            format!("{:?} completed at ts {ts} but shard {shard} replied with ts {other:?}", done.id),
+                        ))
+                    }
+                }
+            }
+        }
+        let rec = &mut self.history.txns[k];
+        let first = rec.answers.is_empty();
+        rec.answers.push(AnswerRecord { at, outcome: done.outcome, attempts: done.attempts });
+        if !first {
+            return Err(self.violation(ViolationKind::DuplicateAnswer, format!("{:?} answered twice", done.id)));
+        }
+        self.answered += 1;
+        self.client(client)?.outstanding -= 1;
+        Ok(())
+    }
+
+    // ---- the end ----
+
+    fn finish(mut self) -> Result<FailoverReport, Violation> {
+        // Raft safety: every replica's committed prefix is the group's.
+        let now = self.now;
+        for (s, group) in self.replicas.iter_mut().enumerate() {
+            let oracle = &self.oracle[s];
+            for (i, node) in group.iter_mut().enumerate() {
+                let log = node.replica.as_mut().expect("healed").log_mut();
+                let commit = log.commit_index();
+                for index in 1..=commit.min(oracle.entries.len() as u64) {
+                    let term = log.term_at(index);
+                    if term != Some(oracle.entries[(index - 1) as usize].0) {
+                        return Err(Violation::new(
+                            ViolationKind::Invariant,
+                            format!("R{s}.{i}: committed entry {index} has term {term:?}, the group's has another"),
+                        )
+                        .at(now));
+                    }
+                }
+            }
+        }
+        // Nothing answered is lost: every ordered answer is durable on every participant at
+        // the answered timestamp.
+        for rec in &self.history.txns {
+            let Some(ts) = rec.ts() else { continue };
+            let durable: Vec<(ShardId, Durable)> = shards_of(rec)
+                .into_iter()
+                .map(|p| (p, self.oracle[p as usize].durable.get(&rec.id).copied().unwrap_or_default()))
+                .collect();
+            let final_ts = durable.iter().filter_map(|(_, d)| d.prepared).max();
+            if let Some((p, d)) = durable.iter().find(|(_, d)| d.prepared.is_none() || d.aborted || d.prepares > 1) {
+                return Err(self.violation(
+                    ViolationKind::NotDurable,
+                    format!("{:?} was answered at ts {ts}, but shard {p}'s committed log has {d:?}", rec.id),
+                ));
+            }
+            if final_ts != Some(ts) {
+                return Err(self.violation(
+                    ViolationKind::TimestampMismatch,
+                    format!("{:?} was answered at ts {ts}, the committed proposals give {final_ts:?}", rec.id),
+                ));
+            }
+        }
+        // Orphans: executed iff prepared everywhere and aborted nowhere.
+        let ids: Vec<TxnId> = self.orphans.keys().copied().collect();
+        for id in ids {
+            let rec = &self.history.txns[self.index[&id]];
+            let durable: Vec<Durable> = shards_of(rec)
+                .into_iter()
+                .map(|p| self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default())
+                .collect();
+            let executed = durable.iter().all(|d| d.prepared.is_some() && !d.aborted);
+            let ts = durable.iter().filter_map(|d| d.prepared).max();
+            if executed {
+                self.report.orphans_executed += 1;
+            }
+            self.orphans.insert(id, if executed { ts } else { None });
+        }
+        let mut stores: Vec<&Store> = Vec::new();
+        for group in &self.replicas {
+            let leader = group.iter().filter_map(|n| n.replica.as_ref()).find(|r| r.is_serving()).expect("converged");
+            stores.push(leader.store());
+            self.report.recover_sent += leader.leader().map_or(0, |l| l.stats().recover_sent);
+        }
+        let options = CheckOptions { realtime_across_shards: self.config.check_realtime_across_shards };
+        let summary =
+            checker::check_with_orphans(&self.history, &self.orphans, &procedure::registry(None), &stores, options)
+                .map_err(|v| v.at(self.now))?;
+        self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
+        self.report.committed = summary.committed;
+        self.report.rejected = summary.rejected;
+        self.report.orphans = self.orphans.len() as u64;
+        self.report.retries = self.clients.iter().map(|c| c.coord.stats().retries).sum();
+        self.report.events = self.events;
+        self.report.messages = self.delivered;
+        self.report.trace_hash = self.trace_hash;
+        let _ = self.answered_at;
+        Ok(self.report)
+    }
+}
+
+enum Kill {
+    /// The replica dies before the call's outputs leave.
+    DropOutputs,
+    /// The replica dies right after its outputs left.
+    AfterOutputs,
+}
+
+fn shards_of(rec: &TxnRecord) -> Vec<ShardId> {
+    rec.pieces.iter().map(|p| p.shard).collect()
+}
+
+/// A replica of shard `s` number `i`, fresh or restarted from `recovered`.
+fn new_replica(
+    config: &SimConfig,
+    faults: &FaultConfig,
+    s: ShardId,
+    i: u32,
+    sink: &ExecLog,
+    recovered: Option<RecoveredState>,
+) -> Result<Replica, Violation> {
+    let voters: Vec<u64> = (1..=u64::from(faults.replicas)).collect();
+    let mut rc = RaftConfig::new(u64::from(i) + 1, voters, config.seed ^ (u64::from(s) << 32) ^ 0x4af7);
+    rc.election_ticks = faults.election_ticks;
+    let log = RaftLog::new(rc, recovered)
+        .map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i} cannot start its log: {e}")))?;
+    let leader = LeaderConfig { shard: s, ..config.leader.clone() };
+    Replica::new(leader, procedure::registry(Some(sink.clone())), log)
+        .map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i} cannot load its state: {e:?}")))
+}
+
+/// Sort key that puts a coordinator's output in transaction-id order.
+fn output_order(o: &CoordOutput) -> TxnId {
+    match o {
+        CoordOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => txn.id,
+        CoordOutput::Send { .. } => TxnId { client: 0, seq: 0 },
+        CoordOutput::Done(done) => done.id,
+    }
+}
