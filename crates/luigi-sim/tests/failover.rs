@@ -16,7 +16,19 @@ use luigi_sim::{
 
 fn must_pass(test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverReport {
     let seed = config.seed;
-    match run_replicated(&common::traced(config), faults) {
+    let config = common::traced(config);
+    let outcome = std::panic::catch_unwind(|| run_replicated(&config, faults)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        panic!(
+            "{test}: seed {seed} panicked: {what}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim \
+             --test failover {test} -- --nocapture (add {TRACE_ENV}=1 for every event)"
+        )
+    });
+    match outcome {
         Ok(report) => report,
         Err(v) => panic!(
             "{test}: {v}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim --test failover {test} \
@@ -165,4 +177,69 @@ fn acknowledging_unsynced_writes_is_caught() {
         }
     }
     assert!(caught > 0, "no seed caught a disk that acknowledges before syncing");
+}
+
+/// A harsher configuration drawn from `seed`: 2-3 shards, lossy and reordering links, clock
+/// offsets, frequent faults, and kills at a point drawn from the seed on top.
+fn harsh(seed: u64) -> (SimConfig, FaultConfig) {
+    const POINTS: [KillPoint; 5] = [
+        KillPoint::PrepareCommitted,
+        KillPoint::ProposeSent,
+        KillPoint::Decided,
+        KillPoint::Executed,
+        KillPoint::CoordinatorPartial,
+    ];
+    let pick = |n: u64, salt: u64| (seed / salt) % n;
+    let mut c = failover_config(seed, shards(seed))
+        .cross_shard([0.3, 0.7, 1.0][pick(3, 3) as usize])
+        .drop_rate([0.0, 0.02, 0.1][pick(3, 5) as usize])
+        .reorder(pick(2, 7) == 1)
+        .clock_offset_max([0, 2_000, 20_000][pick(3, 11) as usize])
+        .delay(1_000, [100, 900][pick(2, 13) as usize]);
+    c.txns = 150;
+    if pick(2, 19) == 1 {
+        // Proposals differ often: no pings, no headroom, replicas' clocks far apart.
+        c.ping_first = false;
+        c.coordinator.headroom_us = 0;
+        c = c.clock_offset_max(15_000);
+    }
+    let faults = FaultConfig {
+        fault_gap: luigi_sim::Delay::new(30_000, 25_000),
+        down: luigi_sim::Delay::new(60_000, 55_000),
+        faults_until_us: 1_500_000,
+        kill: Some(POINTS[pick(5, 17) as usize]),
+        kills: 3,
+        kill_gap_us: 50_000,
+        ..FaultConfig::new()
+    };
+    (c, faults)
+}
+
+#[test]
+fn harsh_faults_sweep() {
+    let started = Instant::now();
+    let count: u64 = std::env::var("LUIGI_SIM_SWEEP").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let mut total = FailoverReport::default();
+    for seed in common::seeds(1_000..1_000 + count) {
+        let (config, faults) = harsh(seed);
+        let r = must_pass("harsh_faults_sweep", config, &faults);
+        total.committed += r.committed;
+        total.crashes += r.crashes;
+        total.kills += r.kills;
+        total.orphans += r.orphans;
+        total.promotions += r.promotions;
+    }
+    eprintln!("harsh faults: {total:?} in {:?}", started.elapsed());
+    assert!(total.committed > 0 && total.crashes > 0 && total.kills > 0, "{total:?}");
+}
+
+/// Regression (seed 1025 of `harsh_faults_sweep`): a participant learned another shard's
+/// final timestamp from its `Executed` answer (standing in for its proposal), then got that
+/// shard's real, smaller proposal from a stale replica answering recovery; the agreement
+/// asserted that a proposal never changes. Fixed in `Agreement::on_proposal`.
+#[test]
+fn regression_real_proposal_after_executed_stand_in() {
+    let (config, faults) = harsh(1025);
+    let r = must_pass("regression_real_proposal_after_executed_stand_in", config, &faults);
+    assert!(r.kills > 0 && r.committed > 0, "{r:?}");
 }

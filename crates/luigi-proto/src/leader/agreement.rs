@@ -32,6 +32,9 @@ pub enum Step {
 pub struct Agreement {
     shards: Vec<ShardId>,
     proposals: Vec<Option<Timestamp>>,
+    /// The proposal slot holds the final timestamp a participant reported executing at (a
+    /// stand-in, see [`Agreement::on_executed`]), not its own proposal.
+    stand_in: Vec<bool>,
     confirms: Vec<bool>,
     final_ts: Option<Timestamp>,
     decide_requested: bool,
@@ -46,6 +49,7 @@ impl Agreement {
         Self {
             shards,
             proposals: vec![None; n],
+            stand_in: vec![false; n],
             confirms: vec![false; n],
             final_ts: None,
             decide_requested: false,
@@ -86,7 +90,12 @@ impl Agreement {
     pub fn on_proposal(&mut self, shard: ShardId, ts: Timestamp, skip_second_round: bool) -> Step {
         let Some(i) = self.slot(shard) else { return Step::Wait };
         if let Some(old) = self.proposals[i] {
-            debug_assert_eq!(old, ts, "a participant's proposal never changes");
+            // Its real proposal may come after a stand-in (a stale replica of that shard
+            // answering recovery): it is at most the final timestamp, which stays the maximum.
+            debug_assert!(
+                old == ts || (self.stand_in[i] && ts <= old),
+                "a participant's proposal never changes ({old} then {ts})"
+            );
             return Step::Wait;
         }
         self.proposals[i] = Some(ts);
@@ -109,8 +118,12 @@ impl Agreement {
     /// most the final timestamp and one equals it, so the maximum is unchanged.
     pub fn on_executed(&mut self, shard: ShardId, ts: Timestamp, skip_second_round: bool) -> Step {
         let Some(i) = self.slot(shard) else { return Step::Wait };
-        let step =
-            if self.proposals[i].is_none() { self.on_proposal(shard, ts, skip_second_round) } else { Step::Wait };
+        let step = if self.proposals[i].is_none() {
+            self.stand_in[i] = true;
+            self.on_proposal(shard, ts, skip_second_round)
+        } else {
+            Step::Wait
+        };
         let confirmed = self.on_confirm(shard, ts);
         if step == Step::Wait {
             confirmed
@@ -166,6 +179,9 @@ mod tests {
         assert_eq!(a.on_executed(1, 130, false), Step::LogDecide { final_ts: 130 });
         assert_eq!(a.on_confirm(2, 130), Step::Wait);
         assert_eq!(a.on_confirm(0, 130), Step::Decided { final_ts: 130 });
+        // Its real, smaller proposal arriving after the stand-in changes nothing.
+        assert_eq!(a.on_proposal(1, 110, false), Step::Wait);
+        assert_eq!(a.final_ts(), Some(130));
         // Known proposal, then the executed answer: only a confirmation.
         let mut b = Agreement::new(vec![0, 1]);
         b.on_proposal(1, 80, false);
