@@ -4,7 +4,8 @@
 //! world's own checks and the checker (see `luigi_sim::failover`).
 //!
 //! A failing seed prints the command that reruns it alone; `LUIGI_SIM_TRACE=1` prints every
-//! event.
+//! event. `LUIGI_SIM_SWEEP=n` runs `n` seeds of `harsh_faults_sweep` (default 50, from seed `LUIGI_SIM_SWEEP_FROM`, default 1000), e.g.
+//! `LUIGI_SIM_SWEEP=1000 cargo test -p luigi-sim --test failover harsh -- --nocapture`.
 
 mod common;
 
@@ -46,7 +47,7 @@ fn shards(seed: u64) -> u32 {
 fn random_faults_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
-    for seed in common::seeds(1..41) {
+    for seed in common::seeds(1..81) {
         let r = must_pass("random_faults_sweep", failover_config(seed, shards(seed)), &FaultConfig::new());
         total.committed += r.committed;
         total.crashes += r.crashes;
@@ -218,9 +219,10 @@ fn harsh(seed: u64) -> (SimConfig, FaultConfig) {
 #[test]
 fn harsh_faults_sweep() {
     let started = Instant::now();
-    let count: u64 = std::env::var("LUIGI_SIM_SWEEP").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let count: u64 = std::env::var("LUIGI_SIM_SWEEP").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
     let mut total = FailoverReport::default();
-    for seed in common::seeds(1_000..1_000 + count) {
+    let from: u64 = std::env::var("LUIGI_SIM_SWEEP_FROM").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000);
+    for seed in common::seeds(from..from + count) {
         let (config, faults) = harsh(seed);
         let r = must_pass("harsh_faults_sweep", config, &faults);
         total.committed += r.committed;
