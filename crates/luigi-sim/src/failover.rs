@@ -40,7 +40,7 @@ use luigi_proto::log::LogRecord;
 use luigi_proto::msg::{ClientMsg, PeerItem, ServerMsg, TxnError, TxnReply};
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_raft::replica::{Replica, Transition};
-use luigi_raft::{HardState, OutMessage, PersistEntry, RaftConfig, RaftLog, Ready, RecoveredState};
+use luigi_raft::{HardState, OutMessage, PersistEntry, RaftConfig, RaftLog, Ready, RecoveredState, SnapshotData};
 use luigi_store::Store;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -108,6 +108,10 @@ pub struct FaultConfig {
     /// told that writes are durable (acknowledgements and votes leave) before they are synced,
     /// so a crash can lose what a quorum acknowledged.
     pub ack_before_sync: bool,
+    /// Followers snapshot their state and compact their log every this many applied
+    /// records (`None`: never). Restarts then load snapshots, and a replica that fell
+    /// behind a compaction is sent the leader's snapshot.
+    pub snapshot_entries: Option<u64>,
 }
 
 impl Default for FaultConfig {
@@ -134,6 +138,7 @@ impl FaultConfig {
             kill_gap_us: 100_000,
             settle_us: 5_000_000,
             ack_before_sync: false,
+            snapshot_entries: None,
         }
     }
 
@@ -146,7 +151,7 @@ impl FaultConfig {
     pub fn summary(&self) -> String {
         format!(
             "replicas={} raft_tick={}us election_ticks={} sync={}±{}us random_faults={} fault_gap={}±{}us \
-             down={}±{}us faults_until={}us kill={:?}×{} ack_before_sync={}",
+             down={}±{}us faults_until={}us kill={:?}×{} ack_before_sync={} snapshot_entries={:?}",
             self.replicas,
             self.raft_tick_us,
             self.election_ticks,
@@ -160,7 +165,8 @@ impl FaultConfig {
             self.faults_until_us,
             self.kill,
             self.kills,
-            self.ack_before_sync
+            self.ack_before_sync,
+            self.snapshot_entries
         )
     }
 }
@@ -210,6 +216,10 @@ pub struct FailoverReport {
     pub promotions: u64,
     /// Times a serving leader stepped down and rebuilt its state.
     pub demotions: u64,
+    /// Snapshots followers took (each compacting its log).
+    pub compactions: u64,
+    /// Snapshots replicas installed from their leader (they had fallen behind a compaction).
+    pub snapshots_installed: u64,
     /// Dispatches the coordinators sent again.
     pub retries: u64,
     /// Leader counters, summed over every serving incarnation that was still alive at the
@@ -242,6 +252,8 @@ pub fn run_replicated(config: &SimConfig, faults: &FaultConfig) -> Result<Failov
 
 /// One write the disk holds but has not synced.
 enum DiskOp {
+    /// The leader's snapshot replaces the whole log.
+    Install(SnapshotData),
     Entries(Vec<PersistEntry>),
     Hard(HardState),
 }
@@ -255,6 +267,9 @@ struct SimDisk {
 
 impl SimDisk {
     fn write(&mut self, rd: &Ready) {
+        if let Some(snap) = &rd.snapshot {
+            self.written.push(DiskOp::Install(snap.clone()));
+        }
         if !rd.entries.is_empty() {
             self.written.push(DiskOp::Entries(rd.entries.clone()));
         }
@@ -273,8 +288,19 @@ impl SimDisk {
                     self.durable.entries.extend(es);
                 }
                 DiskOp::Hard(hs) => self.durable.hard_state = hs,
+                DiskOp::Install(snap) => {
+                    self.durable.entries.clear();
+                    self.durable.snapshot = Some(snap);
+                }
             }
         }
+    }
+
+    /// A snapshot of this replica's own state, written and synced at once (like the
+    /// runtime's `save_snapshot`), and the log prefix it covers dropped.
+    fn compact(&mut self, snap: SnapshotData) {
+        self.durable.entries.retain(|e| e.index > snap.index);
+        self.durable.snapshot = Some(snap);
     }
 }
 
@@ -303,6 +329,8 @@ struct ReplicaNode {
     exec_seen: HashSet<TxnId>,
     /// Last watermark of the current serving incarnation.
     watermark: Timestamp,
+    /// Index of this replica's latest snapshot.
+    snapshot_index: u64,
     busy_streak: u32,
 }
 
@@ -433,6 +461,7 @@ impl<'a> FailoverWorld<'a> {
                     sink: ExecLog::default(),
                     exec_seen: HashSet::new(),
                     watermark: 0,
+                    snapshot_index: 0,
                     busy_streak: 0,
                 };
                 node.replica = Some(new_replica(config, faults, s, i, &node.sink, None)?);
@@ -855,8 +884,10 @@ impl<'a> FailoverWorld<'a> {
         let kind = self.fault_rng.gen_range(0..5u32);
         let random = self.fault_rng.gen_range(0..self.n);
         let down = self.faults.down.sample(&mut self.fault_rng).max(1);
-        if self.replicas[s as usize].iter().any(ReplicaNode::faulty) {
-            return Ok(()); // one fault per shard at a time keeps a majority
+        // Faults stay a minority of each group (one of 3, two of 5), so it keeps a majority.
+        let faulty = self.replicas[s as usize].iter().filter(|r| r.faulty()).count() as u32;
+        if faulty >= (self.n - 1) / 2 {
+            return Ok(());
         }
         let leader = (0..self.n).find(|&i| self.serving(s, i)).unwrap_or(random);
         self.trace_hash = fold(self.trace_hash, u64::from(kind) << 32 | u64::from(s));
@@ -908,6 +939,7 @@ impl<'a> FailoverWorld<'a> {
         self.trace(|| format!("R{s}.{i} restarts from its disk"));
         let node = &mut self.replicas[s as usize][i as usize];
         let recovered = node.disk.durable.clone();
+        node.snapshot_index = recovered.snapshot.as_ref().map_or(0, |snap| snap.index);
         let replica =
             new_replica(self.config, self.faults, s, i, &node.sink, Some(recovered)).map_err(|v| v.at(self.now))?;
         node.replica = Some(replica);
@@ -950,15 +982,19 @@ impl<'a> FailoverWorld<'a> {
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i}: raft: {e}"))),
             };
-            if rd.snapshot.is_some() {
-                return Err(self.violation(
-                    ViolationKind::Invariant,
-                    format!("R{s}.{i} got a snapshot, but the simulator never compacts"),
-                ));
-            }
             let Ready { number, must_sync, messages, persisted_messages, .. } = &rd;
             raft_out.extend(messages.iter().cloned());
             node.disk.write(&rd);
+            if let Some(snap) = &rd.snapshot {
+                // The state machine is replaced before it applies anything after the snapshot.
+                if let Err(e) = replica.install_snapshot(&snap.data) {
+                    let msg = format!("R{s}.{i} cannot load its leader's snapshot: {e}");
+                    return Err(Violation::new(ViolationKind::Invariant, msg).at(self.now));
+                }
+                node.snapshot_index = snap.index;
+                node.exec_seen.clear(); // a new state machine
+                self.report.snapshots_installed += 1;
+            }
             if self.faults.ack_before_sync && *must_sync && !node.sync_scheduled {
                 node.sync_scheduled = true;
                 let at = self.now + self.faults.sync.sample(&mut self.disk_rng);
@@ -1034,6 +1070,7 @@ impl<'a> FailoverWorld<'a> {
             }
         }
         self.update_oracle(s, i)?;
+        self.maybe_compact(s, i)?;
         let executed: Vec<(ShardId, TxnId)> =
             std::mem::take(&mut *self.replicas[s as usize][i as usize].sink.lock().expect("single-threaded"));
         for &(shard, id) in &executed {
@@ -1173,6 +1210,29 @@ impl<'a> FailoverWorld<'a> {
 
     /// Folds the entries replica `i` knows committed into the shard's oracle, checking that
     /// they agree with what other replicas reported committed.
+    /// A follower that applied `snapshot_entries` records since its last snapshot takes one
+    /// and compacts its log (after the oracle read what it committed).
+    fn maybe_compact(&mut self, s: ShardId, i: u32) -> Step {
+        let Some(every) = self.faults.snapshot_entries else { return Ok(()) };
+        let node = &mut self.replicas[s as usize][i as usize];
+        let replica = node.replica.as_mut().expect("up");
+        let Some((index, data)) = replica.snapshot_due(node.snapshot_index, every) else { return Ok(()) };
+        let log = replica.log_mut();
+        if index > log.persisted_index() || index <= log.snapshot_index() {
+            return Ok(()); // not durable here yet: next time
+        }
+        match log.compact(index, data) {
+            Ok(snap) => {
+                node.disk.compact(snap);
+                node.snapshot_index = index;
+                self.report.compactions += 1;
+                self.trace(|| format!("R{s}.{i} snapshots at {index}"));
+                Ok(())
+            }
+            Err(e) => Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i} cannot compact: {e}"))),
+        }
+    }
+
     fn update_oracle(&mut self, s: ShardId, i: u32) -> Step {
         let replica = self.replicas[s as usize][i as usize].replica.as_mut().expect("up");
         let log = replica.log_mut();
@@ -1180,7 +1240,8 @@ impl<'a> FailoverWorld<'a> {
         let oracle = &mut self.oracle[s as usize];
         let known = oracle.entries.len() as u64;
         let check = commit.min(known);
-        if check > 0 {
+        // Compacted entries are gone from memory (the snapshot's own index keeps its term).
+        if check > 0 && check >= log.snapshot_index() {
             let term = log.term_at(check);
             if term != Some(oracle.entries[(check - 1) as usize].0) {
                 let msg = format!(
@@ -1494,7 +1555,7 @@ impl<'a> FailoverWorld<'a> {
             for (i, node) in group.iter_mut().enumerate() {
                 let log = node.replica.as_mut().expect("healed").log_mut();
                 let commit = log.commit_index();
-                for index in 1..=commit.min(oracle.entries.len() as u64) {
+                for index in log.snapshot_index().max(1)..=commit.min(oracle.entries.len() as u64) {
                     let term = log.term_at(index);
                     if term != Some(oracle.entries[(index - 1) as usize].0) {
                         return Err(Violation::new(

@@ -66,6 +66,31 @@ fn random_faults_sweep() {
     assert!(total.committed > 0 && total.crashes > 0 && total.promotions > total.crashes, "{total:?}");
 }
 
+/// Random faults on groups of 5 (two faulty replicas at a time) with followers snapshotting
+/// every 15 records: restarts load snapshots, and a replica that was down while another
+/// compacted and then came to lead is sent the new leader's snapshot.
+#[test]
+fn random_faults_with_snapshots_sweep() {
+    let started = Instant::now();
+    let mut total = FailoverReport::default();
+    let faults = FaultConfig { snapshot_entries: Some(15), replicas: 5, ..FaultConfig::new() };
+    for seed in common::seeds(2001..2061) {
+        let r = must_pass("random_faults_with_snapshots_sweep", failover_config(seed, shards(seed)), &faults);
+        total.committed += r.committed;
+        total.crashes += r.crashes;
+        total.compactions += r.compactions;
+        total.snapshots_installed += r.snapshots_installed;
+        if std::env::var(SEED_ENV).is_ok() {
+            eprintln!("{r:?}");
+        }
+    }
+    eprintln!("random faults with snapshots: {total:?} in {:?}", started.elapsed());
+    assert!(total.committed > 0 && total.crashes > 0 && total.compactions > 0, "{total:?}");
+    if std::env::var(SEED_ENV).is_err() {
+        assert!(total.snapshots_installed > 0, "no replica ever needed its leader's snapshot: {total:?}");
+    }
+}
+
 /// Runs `seeds` with `kills` kills at `point` (and no random faults); every transaction
 /// cross-shard so the points come up often. Returns the summed report.
 fn kill_sweep(test: &str, point: KillPoint, seeds: std::ops::Range<u64>) -> FailoverReport {
