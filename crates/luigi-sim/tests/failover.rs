@@ -63,7 +63,10 @@ fn random_faults_sweep() {
         }
     }
     eprintln!("random faults: {total:?} in {:?}", started.elapsed());
-    assert!(total.committed > 0 && total.crashes > 0 && total.promotions > total.crashes, "{total:?}");
+    if std::env::var(SEED_ENV).is_err() {
+        // Over the whole sweep (one seed alone may have no crash).
+        assert!(total.committed > 0 && total.crashes > 0 && total.promotions > total.crashes, "{total:?}");
+    }
 }
 
 /// Random faults on groups of 5 (two faulty replicas at a time) with followers snapshotting
@@ -85,8 +88,9 @@ fn random_faults_with_snapshots_sweep() {
         }
     }
     eprintln!("random faults with snapshots: {total:?} in {:?}", started.elapsed());
-    assert!(total.committed > 0 && total.crashes > 0 && total.compactions > 0, "{total:?}");
     if std::env::var(SEED_ENV).is_err() {
+        // Over the whole sweep (one seed alone may have no crash).
+        assert!(total.committed > 0 && total.crashes > 0 && total.compactions > 0, "{total:?}");
         assert!(total.snapshots_installed > 0, "no replica ever needed its leader's snapshot: {total:?}");
     }
 }
