@@ -267,12 +267,12 @@ impl ClusterConfig {
         self.protocol.retry_timeout_us.unwrap_or_else(|| 8 * self.scenario().delay().mean_us + 1_000_000)
     }
 
-    /// Leader floor lookahead: configured, or 250 ms plus 4 one-way delays. A promise is
-    /// renewed when half of it is left, which must outlast a log commit (about 2 one-way
-    /// delays with replicas); a new leader admits only above the last promise, so what is
-    /// left of it at a failover adds to the pause.
+    /// Leader floor lookahead: configured, or 300 ms plus 4 one-way delays. A promise is
+    /// renewed once less than 7/8 of it is left, which must outlast a log commit (about 2
+    /// one-way delays with replicas, much more on a saturated CPU); a new leader admits only
+    /// above the last promise, so what is left of it at a failover adds to the pause.
     pub fn floor_lookahead_us(&self) -> u64 {
-        self.protocol.floor_lookahead_us.unwrap_or_else(|| 250_000 + 4 * self.scenario().delay().mean_us)
+        self.protocol.floor_lookahead_us.unwrap_or_else(|| 300_000 + 4 * self.scenario().delay().mean_us)
     }
 
     /// Records a follower applies between snapshots: configured, or 100 000.

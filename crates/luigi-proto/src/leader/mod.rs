@@ -352,7 +352,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if !self.outbox.is_empty() || !self.log_retry.is_empty() {
             return Some(0); // now
         }
-        let renew = self.floor_proposed.saturating_sub(self.config.floor_lookahead_us / 2);
+        let renew = self.floor_proposed.saturating_sub(self.floor_margin_us());
         // Wake up to broadcast only if the watermark can have moved past the last broadcast
         // value by then: it follows the clock up to (smallest pending - 1) and the floor. A
         // watermark held by a transaction waiting for a message needs no wake-up (the message
@@ -791,9 +791,16 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
+    /// A floor promise is renewed once less than this is left (7/8 of the lookahead): a
+    /// renewal every lookahead/8 keeps a long margin for the log commit while the promise a
+    /// new leader must wait out after a failover stays short.
+    fn floor_margin_us(&self) -> u64 {
+        self.config.floor_lookahead_us - self.config.floor_lookahead_us / 8
+    }
+
     fn renew_floor(&mut self, now: TimeUs) {
         let lookahead = self.config.floor_lookahead_us;
-        if self.floor_proposed < now + lookahead / 2 {
+        if self.floor_proposed < now + self.floor_margin_us() {
             let ts = now + lookahead;
             if self.log.propose(LogRecord::Floor { ts }).is_ok() {
                 self.floor_proposed = ts;
