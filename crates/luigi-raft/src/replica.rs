@@ -101,12 +101,12 @@ impl Replica {
         Ok(())
     }
 
-    /// For a follower: a snapshot of its state at its last applied index, if at least
-    /// `min_entries` records were applied since `last_index`. Returns (index, bytes).
-    pub fn snapshot_due(&self, last_index: u64, min_entries: u64) -> Option<(u64, Vec<u8>)> {
+    /// For a follower: a snapshot of its state at its last applied index, once that index
+    /// reached `next_at`. Returns (index, bytes).
+    pub fn snapshot_due(&self, next_at: u64) -> Option<(u64, Vec<u8>)> {
         let f = self.follower()?;
         let applied = f.stats().applied_index;
-        (applied >= last_index + min_entries).then(|| (applied, f.snapshot()))
+        (applied >= next_at).then(|| (applied, f.snapshot()))
     }
 
     /// The Raft log (for the shell to step messages into and drive its readies).
@@ -293,5 +293,68 @@ impl Replica {
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use luigi_proto::procedures::{micro_key, Micro, MicroOp};
+    use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+
+    use super::*;
+    use crate::RaftConfig;
+
+    /// A one-voter group: the replica elects itself; readies are "persisted" at once.
+    fn lone_replica() -> Replica {
+        let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
+        Replica::new(LeaderConfig::new(0), Registry::with_builtins(), log).unwrap()
+    }
+
+    fn drive(r: &mut Replica) {
+        while let Some(rd) = r.log_mut().ready().unwrap() {
+            r.log_mut().advance(rd.number);
+        }
+    }
+
+    fn dispatch(seq: u64) -> ClientMsg {
+        let ops = vec![MicroOp { key: 1, write: Some(seq) }];
+        let txn = Arc::new(Txn {
+            id: TxnId { client: 4, seq },
+            procedure: Micro::NAME.into(),
+            args: postcard::to_stdvec(&ops).unwrap(),
+            pieces: vec![ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![micro_key(1)]) }],
+            ts: 1,
+        });
+        ClientMsg::Dispatch { txn, sent_us: 90, acked_below: 1 }
+    }
+
+    #[test]
+    fn a_follower_answers_not_leader_then_serves_once_its_term_has_a_commit() {
+        let mut r = lone_replica();
+        let mut out = Vec::new();
+        r.on_client(100, 4, dispatch(1), &mut out);
+        let [LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) }] = out.as_slice() else {
+            panic!("expected one reply, got {out:?}")
+        };
+        assert_eq!(reply.outcome, Err(TxnError::NotLeader { hint: None }));
+        assert_eq!(reply.arrival_delta_us, 10);
+        assert!(!r.on_peer(100, PeerBatch { from: 1, watermark: 0, items: vec![] }, &mut out));
+
+        r.log_mut().campaign().unwrap();
+        assert!(r.log_mut().is_leader());
+        // Leader in Raft, but its term's no-op is not committed and applied yet.
+        assert_eq!(r.turn(200, &mut out).unwrap(), None);
+        assert!(!r.is_serving());
+        drive(&mut r);
+        assert_eq!(r.turn(300, &mut out).unwrap(), Some(Transition::Promoted));
+        assert!(r.is_serving());
+        assert_eq!(r.leader_hint(), Some(0));
+        out.clear();
+        r.on_client(400, 4, dispatch(2), &mut out);
+        assert!(out.is_empty(), "admitted, not refused: {out:?}");
+        assert_eq!(r.leader().unwrap().pending_len(), 1);
+        assert_eq!(r.stats(), ReplicaStats { promotions: 1, demotions: 0 });
     }
 }

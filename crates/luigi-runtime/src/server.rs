@@ -139,7 +139,8 @@ impl Server {
             let last_index = log.snapshot_index();
             let replica = Replica::new(leader_config, registry, log)
                 .with_context(|| format!("node {}: loading its snapshot", node.name()))?;
-            Role::Replicated(replica, Snapshots { every: config.snapshot_entries(), last_index }, shell)
+            let snapshots = Snapshots::new(config.snapshot_entries(), last_index, node, replicas);
+            Role::Replicated(replica, snapshots, shell)
         };
         let leader_of = (0..config.shard_count()).map(|s| (s, 0)).collect();
         let result = event_loop(role, node, leader_of, rx, shutdown).await;
@@ -342,10 +343,24 @@ enum Role {
     Replicated(Replica, Snapshots, RaftShell),
 }
 
-/// When a follower snapshots its state.
+/// When a follower snapshots its state. The replicas of a group apply the same log, so
+/// without care they would all snapshot at the same index; a snapshot blocks the replica's
+/// event loop while it serializes, and two followers pausing together stall the leader's
+/// commits. Each replica's first snapshot comes at its own fraction of the period instead.
 struct Snapshots {
     every: u64,
-    last_index: u64,
+    next_at: u64,
+}
+
+impl Snapshots {
+    fn new(every: u64, snapshot_index: u64, node: NodeId, replicas: u32) -> Self {
+        let phase = every * u64::from(node.replica) / u64::from(replicas.max(1));
+        Snapshots { every, next_at: snapshot_index + every - phase }
+    }
+
+    fn taken(&mut self, index: u64) {
+        self.next_at = index + self.every;
+    }
 }
 
 impl Role {
@@ -409,18 +424,18 @@ impl Role {
                 shell.tick(now, r.log_mut());
                 if let Some(data) = shell.drive(r.log_mut())? {
                     r.install_snapshot(&data).context("loading the leader's snapshot")?;
-                    snapshots.last_index = r.log_mut().snapshot_index();
+                    snapshots.taken(r.log_mut().snapshot_index());
                 }
                 let transition = r.turn(now, out).context("switching role")?;
-                if let Some((index, data)) = r.snapshot_due(snapshots.last_index, snapshots.every) {
+                if let Some((index, data)) = r.snapshot_due(snapshots.next_at) {
                     if shell.compact(r.log_mut(), index, data)? {
-                        snapshots.last_index = index;
+                        snapshots.taken(index);
                     }
                 }
                 // What the turn proposed goes out now.
                 if let Some(data) = shell.drive(r.log_mut())? {
                     r.install_snapshot(&data).context("loading the leader's snapshot")?;
-                    snapshots.last_index = r.log_mut().snapshot_index();
+                    snapshots.taken(r.log_mut().snapshot_index());
                 }
                 Ok((r.next_deadline().unwrap_or(u64::MAX).min(shell.next_tick_us()), transition))
             }

@@ -1216,7 +1216,7 @@ impl<'a> FailoverWorld<'a> {
         let Some(every) = self.faults.snapshot_entries else { return Ok(()) };
         let node = &mut self.replicas[s as usize][i as usize];
         let replica = node.replica.as_mut().expect("up");
-        let Some((index, data)) = replica.snapshot_due(node.snapshot_index, every) else { return Ok(()) };
+        let Some((index, data)) = replica.snapshot_due(node.snapshot_index + every) else { return Ok(()) };
         let log = replica.log_mut();
         if index > log.persisted_index() || index <= log.snapshot_index() {
             return Ok(()); // not durable here yet: next time

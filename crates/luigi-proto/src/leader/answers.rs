@@ -14,8 +14,9 @@ use crate::msg::TxnError;
 use crate::types::{ClientId, Timestamp, TxnId};
 use crate::Map;
 
-/// Final timestamps of acknowledged cross-shard transactions remembered for recovering peers.
-pub const RECENT_FINAL_MAX: usize = 1 << 20;
+/// Final timestamps of acknowledged cross-shard transactions remembered for recovering peers
+/// (kept small: they are in every snapshot).
+pub const RECENT_FINAL_MAX: usize = 1 << 17;
 
 /// An executed (or refused) transaction's answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
