@@ -3,7 +3,7 @@
 //! dropped, on error included; each also exits by itself when its standard input closes, so
 //! no server outlives the benchmark even if the benchmark is killed.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,11 +28,16 @@ impl LocalCluster {
     pub fn start(exe: &Path, mut config: ClusterConfig, durability: &str) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("luigi-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        // Every listener is held until all ports are picked, so no port is handed out twice.
+        let mut held = Vec::new();
         for shard in &mut config.shards {
             for addr in &mut shard.replicas {
-                *addr = free_loopback_addr()?.to_string();
+                let listener = free_loopback_listener()?;
+                *addr = listener.local_addr()?.to_string();
+                held.push(listener);
             }
         }
+        drop(held);
         let path = dir.join("cluster.toml");
         std::fs::write(&path, config.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
         let mut cluster = LocalCluster { config, dir, children: Vec::new(), durability: durability.to_string() };
@@ -134,9 +139,8 @@ impl Drop for LocalCluster {
     }
 }
 
-fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
-    let l = TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
-    Ok(l.local_addr()?)
+fn free_loopback_listener() -> anyhow::Result<TcpListener> {
+    TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")
 }
 
 fn unique() -> u64 {

@@ -172,6 +172,19 @@ pub enum WireMsg {
         /// The Raft message, protobuf-encoded.
         bytes: Vec<u8>,
     },
+    /// Between the replicas of one shard: a follower's state snapshot at log index `index`,
+    /// offered to its leader, which cannot snapshot its own state (it runs ahead of the log's
+    /// `Applied` markers) and compacts its log behind this one instead.
+    SnapshotOffer {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// Sending replica (Raft id, from 1).
+        from: u64,
+        /// Last log index the snapshot covers.
+        index: u64,
+        /// The follower's state image.
+        data: Vec<u8>,
+    },
     /// Between servers of different shards: replica `replica` of `shard` now serves as its
     /// leader; send agreement batches for `shard` there.
     LeaderIs {
@@ -179,5 +192,7 @@ pub enum WireMsg {
         shard: ShardId,
         /// Its serving replica (index from 0).
         replica: u32,
+        /// The Raft term it leads in: an announcement from an older term is stale.
+        term: u64,
     },
 }

@@ -212,6 +212,14 @@ impl Replica {
         }
     }
 
+    /// Another shard has a new leader (see [`ShardLeader::peer_leader_changed`]); nothing to
+    /// do unless this replica serves.
+    pub fn peer_leader_changed(&mut self, shard: luigi_proto::types::ShardId) {
+        if let State::Leader(l) = &mut self.state {
+            l.peer_leader_changed(shard);
+        }
+    }
+
     /// After the shell drove the log: applies committed records (follower), switches role if
     /// leadership moved, and ticks the leader. Returns the transition, if any.
     ///

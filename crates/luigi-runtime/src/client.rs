@@ -359,7 +359,11 @@ impl Driver {
                 }
                 self.coordinator.on_message(clock::now_us(), msg, &mut self.out)
             }
-            WireMsg::Client(_) | WireMsg::Peer(_) | WireMsg::Raft { .. } | WireMsg::LeaderIs { .. } => {
+            WireMsg::Client(_)
+            | WireMsg::Peer(_)
+            | WireMsg::Raft { .. }
+            | WireMsg::SnapshotOffer { .. }
+            | WireMsg::LeaderIs { .. } => {
                 warn!(shard, "leader sent a message meant for a server; ignored")
             }
         }

@@ -153,15 +153,28 @@ impl RaftShell {
     }
 
     /// Saves a snapshot of the state machine at `index` and compacts the log behind it
-    /// (memory and WAL). Skipped (false) while `index` is not durable here yet.
+    /// (memory and WAL). Skipped (false) while `index` is not durable and applied here yet,
+    /// or not past the last snapshot.
     pub fn compact(&mut self, log: &mut RaftLog, index: u64, data: Vec<u8>) -> anyhow::Result<bool> {
-        if index > log.persisted_index() || index <= log.snapshot_index() {
+        if index > log.persisted_index() || index > log.handed_out() || index <= log.snapshot_index() {
             return Ok(false);
         }
         let snap = log.compact(index, data).context("compacting the raft log")?;
         self.disk.save_snapshot(&snap).context("saving a snapshot")?;
         tracing::debug!(shard = self.shard, id = self.my_id, index, bytes = snap.data.len(), "snapshot saved");
         Ok(true)
+    }
+
+    /// Offers a snapshot this follower just took to its leader (see
+    /// [`WireMsg::SnapshotOffer`]). Best effort: a lost offer only delays the leader's
+    /// compaction to the next one.
+    pub fn offer_snapshot(&self, log: &RaftLog, index: u64, data: Vec<u8>) {
+        let Some(leader) = log.leader_id().filter(|l| *l != self.my_id) else { return };
+        let Some(w) = self.peers.get(&leader) else { return };
+        let msg = WireMsg::SnapshotOffer { shard: self.shard, from: self.my_id, index, data };
+        if let Err(e) = w.send(&msg) {
+            debug!(to = leader, error = %e, "snapshot offer not sent");
+        }
     }
 
     fn send<'a>(&self, msgs: impl Iterator<Item = &'a OutMessage>) {

@@ -142,7 +142,7 @@ impl Server {
             let snapshots = Snapshots::new(config.snapshot_entries(), last_index, node, replicas);
             Role::Replicated(replica, snapshots, shell)
         };
-        let leader_of = (0..config.shard_count()).map(|s| (s, 0)).collect();
+        let leader_of = (0..config.shard_count()).map(|s| (s, (0, 0))).collect();
         let result = event_loop(role, node, leader_of, rx, shutdown).await;
         for t in tasks {
             t.abort();
@@ -248,8 +248,10 @@ struct Conns {
     client_conn: Map<ClientId, ConnId>,
     /// Links to the replicas of other shards.
     peers: BTreeMap<NodeId, PeerWriter<WireMsg>>,
-    /// The replica believed to serve each shard (announced with `LeaderIs`).
-    leader_of: BTreeMap<ShardId, u32>,
+    /// The replica believed to serve each shard, and its term (announced with `LeaderIs`).
+    leader_of: BTreeMap<ShardId, (u32, u64)>,
+    /// The term this replica serves in (0: not serving).
+    serving_term: u64,
     /// Batches for shards whose leader is not connected, sent in order once it is.
     peer_backlog: BTreeMap<ShardId, VecDeque<PeerBatch>>,
 }
@@ -290,7 +292,7 @@ impl Conns {
     }
 
     fn drain_peer_backlog(&mut self, shard: ShardId) {
-        let replica = self.leader_of.get(&shard).copied().unwrap_or(0);
+        let replica = self.leader_of.get(&shard).map_or(0, |(replica, _)| *replica);
         let writer = self.peers.get(&NodeId { shard, replica });
         let (Some(writer), Some(backlog)) = (writer, self.peer_backlog.get_mut(&shard)) else {
             return; // not connected: kept until the link is up
@@ -306,8 +308,8 @@ impl Conns {
         }
     }
 
-    fn peer_up(&mut self, peer: NodeId, writer: PeerWriter<WireMsg>, serving: bool) {
-        if serving {
+    fn peer_up(&mut self, peer: NodeId, writer: PeerWriter<WireMsg>) {
+        if self.serving_term > 0 {
             let _ = writer.send(&self.leader_is()); // lost: announced again on reconnect
         }
         self.peers.insert(peer, writer);
@@ -315,22 +317,31 @@ impl Conns {
     }
 
     fn leader_is(&self) -> WireMsg {
-        WireMsg::LeaderIs { shard: self.node.shard, replica: self.node.replica }
+        WireMsg::LeaderIs { shard: self.node.shard, replica: self.node.replica, term: self.serving_term }
     }
 
-    /// This replica now serves its shard: tell every replica of every other shard.
-    fn announce_leadership(&self) {
+    /// This replica now serves its shard in `term`: tell every replica of every other shard.
+    fn announce_leadership(&mut self, term: u64) {
+        self.serving_term = term;
         let msg = self.leader_is();
         for w in self.peers.values() {
             let _ = w.send(&msg); // a replica not connected now hears it when it connects
         }
     }
 
-    fn leader_is_now(&mut self, shard: ShardId, replica: u32) {
-        if self.leader_of.insert(shard, replica) != Some(replica) {
-            info!(shard, replica, "shard has a new leader");
+    /// Returns true if `shard`'s leader changed (a stale announcement changes nothing).
+    fn leader_is_now(&mut self, shard: ShardId, replica: u32, term: u64) -> bool {
+        let known = self.leader_of.get(&shard).copied().unwrap_or((0, 0));
+        if term < known.1 || (replica, term) == known {
+            return false;
+        }
+        self.leader_of.insert(shard, (replica, term));
+        let changed = replica != known.0;
+        if changed {
+            info!(shard, replica, term, "shard has a new leader");
         }
         self.drain_peer_backlog(shard);
+        changed
     }
 }
 
@@ -396,6 +407,28 @@ impl Role {
         }
     }
 
+    /// A follower's snapshot: the serving leader compacts its own log behind it.
+    fn on_snapshot_offer(&mut self, from: u64, index: u64, data: Vec<u8>) -> anyhow::Result<()> {
+        let Role::Replicated(r, _, shell) = self else {
+            warn!(from, "snapshot offer for a single-replica shard; dropped");
+            return Ok(());
+        };
+        if !r.is_serving() {
+            return Ok(()); // it was meant for the leader this replica no longer is
+        }
+        if shell.compact(r.log_mut(), index, data)? {
+            debug!(from, index, "compacted the leader's log behind a follower's snapshot");
+        }
+        Ok(())
+    }
+
+    fn peer_leader_changed(&mut self, shard: ShardId) {
+        match self {
+            Role::Single(l) => l.peer_leader_changed(shard),
+            Role::Replicated(r, _, _) => r.peer_leader_changed(shard),
+        }
+    }
+
     fn shell(&mut self) -> Option<&mut RaftShell> {
         match self {
             Role::Single(_) => None,
@@ -403,10 +436,11 @@ impl Role {
         }
     }
 
-    fn serving(&self) -> bool {
+    /// The Raft term (1 for a single-replica shard, which never changes leader).
+    fn term(&mut self) -> u64 {
         match self {
-            Role::Single(_) => true,
-            Role::Replicated(r, _, _) => r.is_serving(),
+            Role::Single(_) => 1,
+            Role::Replicated(r, _, _) => r.log_mut().term(),
         }
     }
 
@@ -428,8 +462,9 @@ impl Role {
                 }
                 let transition = r.turn(now, out).context("switching role")?;
                 if let Some((index, data)) = r.snapshot_due(snapshots.next_at) {
-                    if shell.compact(r.log_mut(), index, data)? {
+                    if shell.compact(r.log_mut(), index, data.clone())? {
                         snapshots.taken(index);
+                        shell.offer_snapshot(r.log_mut(), index, data);
                     }
                 }
                 // What the turn proposed goes out now.
@@ -457,7 +492,7 @@ impl Role {
 async fn event_loop(
     mut role: Role,
     node: NodeId,
-    leader_of: BTreeMap<ShardId, u32>,
+    leader_of: BTreeMap<ShardId, (u32, u64)>,
     mut rx: mpsc::Receiver<Inbound>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -468,6 +503,7 @@ async fn event_loop(
         client_conn: Map::default(),
         peers: BTreeMap::new(),
         leader_of,
+        serving_term: 0,
         peer_backlog: BTreeMap::new(),
     };
     let mut out = Vec::new();
@@ -494,9 +530,12 @@ async fn event_loop(
         match transition {
             Some(Transition::Promoted) => {
                 info!(node = %node.name(), "serving as the shard leader");
-                conns.announce_leadership();
+                conns.announce_leadership(role.term().max(1));
             }
-            Some(Transition::Demoted) => warn!(node = %node.name(), "lost leadership; following"),
+            Some(Transition::Demoted) => {
+                warn!(node = %node.name(), "lost leadership; following");
+                conns.serving_term = 0;
+            }
             None => {}
         }
         flush(&mut conns, &mut out);
@@ -515,7 +554,7 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
             conns.writers.remove(&conn);
             conns.client_conn.retain(|_, c| *c != conn);
         }
-        Inbound::PeerUp { target: PeerTarget::Shard(peer), writer } => conns.peer_up(peer, writer, role.serving()),
+        Inbound::PeerUp { target: PeerTarget::Shard(peer), writer } => conns.peer_up(peer, writer),
         Inbound::PeerDown { target: PeerTarget::Shard(peer) } => {
             conns.peers.remove(&peer);
         }
@@ -550,7 +589,17 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
                 flush(conns, out);
             }
             WireMsg::Raft { from, bytes, .. } => role.on_raft(from, &bytes),
-            WireMsg::LeaderIs { shard, replica } => conns.leader_is_now(shard, replica),
+            WireMsg::SnapshotOffer { from, index, data, .. } => {
+                if let Err(e) = role.on_snapshot_offer(from, index, data) {
+                    // Disk trouble saving it: the log stays as it was; say so and go on.
+                    warn!(from, index, error = %e, "could not compact behind a follower's snapshot");
+                }
+            }
+            WireMsg::LeaderIs { shard, replica, term } => {
+                if conns.leader_is_now(shard, replica, term) {
+                    role.peer_leader_changed(shard);
+                }
+            }
             WireMsg::Server(_) => {
                 warn!(conn, "a client-bound message arrived at a server; closing connection");
                 conns.writers.remove(&conn);

@@ -218,6 +218,8 @@ pub struct FailoverReport {
     pub demotions: u64,
     /// Snapshots followers took (each compacting its log).
     pub compactions: u64,
+    /// Times a serving leader compacted its log behind a follower's snapshot.
+    pub leader_compactions: u64,
     /// Snapshots replicas installed from their leader (they had fallen behind a compaction).
     pub snapshots_installed: u64,
     /// Dispatches the coordinators sent again.
@@ -757,6 +759,9 @@ impl<'a> FailoverWorld<'a> {
         self.trace_hash = h.iter().fold(self.trace_hash, |acc, x| fold(acc, *x));
         self.trace(|| match &msg {
             SimMsg::Raft(b) => format!("{src} -> {dst}: raft ({} bytes)", b.len()),
+            SimMsg::SnapshotOffer { index, data } => {
+                format!("{src} -> {dst}: snapshot at {index} ({} bytes)", data.len())
+            }
             other => format!("{src} -> {dst}: {other:?}"),
         });
         match (src, dst, msg) {
@@ -805,6 +810,9 @@ impl<'a> FailoverWorld<'a> {
                     let _ = r.log_mut().step_bytes(&bytes);
                     Ok(())
                 })
+            }
+            (Node::Replica(from, _), Node::Replica(to, i), SimMsg::SnapshotOffer { index, data }) if from == to => {
+                self.compact_leader(to, i, index, data)
             }
             (src, dst, msg) => {
                 Err(self
@@ -1221,12 +1229,44 @@ impl<'a> FailoverWorld<'a> {
         if index > log.persisted_index() || index <= log.snapshot_index() {
             return Ok(()); // not durable here yet: next time
         }
-        match log.compact(index, data) {
+        let leader = log.leader_id().filter(|l| *l != u64::from(i) + 1);
+        match log.compact(index, data.clone()) {
             Ok(snap) => {
                 node.disk.compact(snap);
                 node.snapshot_index = index;
                 self.report.compactions += 1;
                 self.trace(|| format!("R{s}.{i} snapshots at {index}"));
+                // Offered to the leader, which compacts behind it (as the runtime does).
+                if let Some(l) = leader {
+                    self.send(
+                        Node::Replica(s, i),
+                        Node::Replica(s, (l - 1) as u32),
+                        SimMsg::SnapshotOffer { index, data },
+                    );
+                }
+                Ok(())
+            }
+            Err(e) => Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i} cannot compact: {e}"))),
+        }
+    }
+
+    /// A serving leader compacts its log behind a follower's snapshot (if applied and durable
+    /// here); anyone else ignores the offer.
+    fn compact_leader(&mut self, s: ShardId, i: u32, index: u64, data: Vec<u8>) -> Step {
+        if !self.serving(s, i) {
+            return Ok(());
+        }
+        let node = &mut self.replicas[s as usize][i as usize];
+        let log = node.replica.as_mut().expect("serving").log_mut();
+        if index > log.persisted_index() || index > log.handed_out() || index <= log.snapshot_index() {
+            return Ok(());
+        }
+        match log.compact(index, data) {
+            Ok(snap) => {
+                node.disk.compact(snap);
+                node.snapshot_index = index;
+                self.report.leader_compactions += 1;
+                self.trace(|| format!("R{s}.{i} (leader) compacts behind a follower's snapshot at {index}"));
                 Ok(())
             }
             Err(e) => Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i} cannot compact: {e}"))),

@@ -60,6 +60,13 @@ pub enum SimMsg {
     Peer(PeerBatch),
     /// Replica to replica of one shard: an encoded Raft message.
     Raft(Vec<u8>),
+    /// Follower to its leader: a state snapshot at `index` to compact behind.
+    SnapshotOffer {
+        /// Last log index it covers.
+        index: u64,
+        /// The follower's state image.
+        data: Vec<u8>,
+    },
 }
 
 impl SimMsg {
@@ -70,6 +77,7 @@ impl SimMsg {
             SimMsg::ToClient(m) => postcard::to_stdvec(m).map(|b| (2u8, b)),
             SimMsg::Peer(m) => postcard::to_stdvec(m).map(|b| (3u8, b)),
             SimMsg::Raft(bytes) => return fnv1a(bytes) ^ 4,
+            SimMsg::SnapshotOffer { index, data } => return fnv1a(data) ^ index.rotate_left(8) ^ 5,
         };
         match encoded {
             Ok((tag, bytes)) => fnv1a(&bytes) ^ u64::from(tag),

@@ -70,8 +70,8 @@ fn random_faults_sweep() {
 }
 
 /// Random faults on groups of 5 (two faulty replicas at a time) with followers snapshotting
-/// every 15 records: restarts load snapshots, and a replica that was down while another
-/// compacted and then came to lead is sent the new leader's snapshot.
+/// every 15 records and offering their snapshots to the leader, which compacts behind them:
+/// restarts load snapshots, and replicas that fall behind a compaction are sent one.
 #[test]
 fn random_faults_with_snapshots_sweep() {
     let started = Instant::now();
@@ -82,6 +82,7 @@ fn random_faults_with_snapshots_sweep() {
         total.committed += r.committed;
         total.crashes += r.crashes;
         total.compactions += r.compactions;
+        total.leader_compactions += r.leader_compactions;
         total.snapshots_installed += r.snapshots_installed;
         if std::env::var(SEED_ENV).is_ok() {
             eprintln!("{r:?}");
@@ -92,6 +93,7 @@ fn random_faults_with_snapshots_sweep() {
         // Over the whole sweep (one seed alone may have no crash).
         assert!(total.committed > 0 && total.crashes > 0 && total.compactions > 0, "{total:?}");
         assert!(total.snapshots_installed > 0, "no replica ever needed its leader's snapshot: {total:?}");
+        assert!(total.leader_compactions > 0, "no leader compacted behind a follower's snapshot: {total:?}");
     }
 }
 

@@ -2,8 +2,9 @@
 //! `kill -9` the leader of shard 0, restart it from its data directory (snapshot + log) later,
 //! then kill the next leader of shard 0 and restart it too, keeping the load running; then
 //! check that nothing answered was lost or applied twice, and report the longest interval
-//! without a commit (the failover pause). Followers snapshot every 2000 records here, so
-//! restarts load snapshots and lagging replicas may be sent one.
+//! without a commit (the failover pause). Followers snapshot every 2000 records here and
+//! offer their snapshots to their leaders, which compact behind them, so restarts load
+//! snapshots and lagging replicas may be sent one.
 //!
 //! Why transfers: every account's final balance is a sum over the committed transfers that
 //! touch it, in any order. A lost answered transfer or one applied twice changes some balance.
@@ -193,6 +194,19 @@ fn killing_a_shard_leader_under_load_loses_and_doubles_nothing() {
     }
     let actual: Vec<i64> = actual.into_iter().map(|b| b.expect("every account read")).collect();
     assert_eq!(actual, expected, "balances differ from the committed transfers: something was lost or doubled");
+
+    // Every replica compacted its log behind a snapshot, leaders included (s1r0 led all along:
+    // it compacts behind the snapshots its followers offer it).
+    for shard in 0..2 {
+        for replica in 0..3 {
+            let dir = data.join(format!("s{shard}r{replica}"));
+            let snapshots = std::fs::read_dir(&dir)
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("snapshot-"))
+                .count();
+            assert!(snapshots > 0, "no snapshot in {}", dir.display());
+        }
+    }
 
     // The failover pause: the longest interval without a commit from the kill to the end,
     // over all transfers and over those touching shard 0 (the one whose leaders die).

@@ -414,6 +414,31 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.pump(now, out);
     }
 
+    /// Shard `shard` has a new leader, which may have missed agreement items sent to the old
+    /// one (lost with its connection): re-send this shard's proposal, and its confirmation
+    /// if its `DECIDE` is committed, of every pending transaction shared with `shard`. The
+    /// recovery of stalled transactions would ask later; this saves the wait.
+    pub fn peer_leader_changed(&mut self, shard: ShardId) {
+        let me = self.config.shard;
+        if shard == me {
+            return;
+        }
+        let mut items = Vec::new();
+        for (id, p) in &self.pending {
+            let shared = p.agreement.as_ref().is_some_and(|a| a.shards().contains(&shard));
+            if !shared || !p.durable {
+                continue;
+            }
+            items.push(PeerItem::Propose { id: *id, ts: p.proposal });
+            if p.confirmed {
+                items.push(PeerItem::Confirm { id: *id, ts: p.ts });
+            }
+        }
+        for item in items {
+            self.queue_peer(shard, item);
+        }
+    }
+
     /// Advances time: renews the floor promise, releases transactions whose time has come,
     /// publishes the watermark, and flushes agreement batches to the other leaders.
     pub fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {

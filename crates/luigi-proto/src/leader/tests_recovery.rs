@@ -260,3 +260,19 @@ fn a_peer_that_refused_answers_recover_with_refuse() {
     assert_eq!((a2.stats().aborted, a2.stats().executed, a2.pending_len()), (1, 0, 0));
     assert!(a2.store().is_empty());
 }
+
+/// A participant's leader changed: its new leader may have missed this shard's proposal
+/// (sent to the old one), so every shared pending transaction is announced again.
+#[test]
+fn a_new_peer_leader_is_sent_every_shared_proposal_again() {
+    let (mut a, _) = leader(0);
+    let shared = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    let mine = txn(2, 1_000, &[(0, 3, Some(7))]);
+    let lost = dispatch(&mut a, 100, &shared); // its Propose went to the old leader of shard 1
+    assert_eq!(items(&to_peer(&lost, 1)), vec![PeerItem::Propose { id: id(1), ts: 1_000 }]);
+    dispatch(&mut a, 100, &mine);
+    a.peer_leader_changed(1);
+    a.peer_leader_changed(0); // itself: nothing to do
+    let again = to_peer(&tick(&mut a, 200), 1);
+    assert_eq!(items(&again), vec![PeerItem::Propose { id: id(1), ts: 1_000 }], "single-shard ones are not sent");
+}
