@@ -9,9 +9,11 @@
 //! Why transfers: every account's final balance is a sum over the committed transfers that
 //! touch it, in any order. A lost answered transfer or one applied twice changes some balance.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,23 +23,11 @@ use luigi_proto::procedures::{account_key, Transfer, TransferArgs};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 
+use common::{free_port, scratch, ServerProc};
+
 const EXE: &str = env!("CARGO_BIN_EXE_luigi");
 const ACCOUNTS: u64 = 16;
 const WORKERS: u64 = 8;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A server process killed on drop.
-struct ServerProc(Child);
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn start(config: &Path, data: &Path, node: &str, port: u16, log: &Path) -> ServerProc {
     let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
@@ -57,13 +47,6 @@ fn start(config: &Path, data: &Path, node: &str, port: u16, log: &Path) -> Serve
         std::thread::sleep(Duration::from_millis(20));
     }
     ServerProc(child)
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("luigi-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// A committed transfer and when its answer came.

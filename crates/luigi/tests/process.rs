@@ -1,10 +1,14 @@
 //! Process-level tests: real `luigi` server processes on loopback.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{free_port, scratch, ServerProc};
 
 use luigi_bench::report::read_json;
 use luigi_proto::procedures::{micro_key, Micro, MicroOp, MicroOutput};
@@ -12,27 +16,6 @@ use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 
 const EXE: &str = env!("CARGO_BIN_EXE_luigi");
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("luigi-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A server process killed on drop.
-struct ServerProc(Child);
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn start_server(config: &Path, node: &str, port: u16) -> ServerProc {
     let child = Command::new(EXE)

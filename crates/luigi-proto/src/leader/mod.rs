@@ -1144,6 +1144,8 @@ mod tests {
 }
 
 #[cfg(test)]
+mod tests_common;
+#[cfg(test)]
 mod tests_cross;
 #[cfg(test)]
 mod tests_recovery;

@@ -4,17 +4,16 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use luigi_store::Store;
 
 use super::follower::Follower;
 use super::tests::replies;
+use super::tests_common::{deliver, dispatch, id, items, tick, to_peer, txn};
 use super::*;
-use crate::log::LocalLog;
-use crate::msg::{PeerBatch, PeerItem};
-use crate::procedures::{micro_key, Micro, MicroOp};
-use crate::types::{KeySet, ShardPiece};
+use crate::log::{LocalLog, LogIndex};
+use crate::msg::PeerItem;
+use crate::procedures::micro_key;
 
 /// A log that commits at once and keeps a copy of every committed entry (the replicas' log).
 #[derive(Default)]
@@ -33,8 +32,6 @@ impl ReplicatedLog for TapLog {
         self.tape.borrow_mut().extend_from_slice(&out[start..]);
     }
 }
-
-use crate::log::LogIndex;
 
 type Leader = ShardLeader<TapLog>;
 
@@ -57,69 +54,8 @@ fn take_over(shard: ShardId, tape: &Rc<RefCell<Vec<LogEntry>>>, now: TimeUs) -> 
     (ShardLeader::recover(LeaderConfig::new(shard), log, f.into_handover(), now), new_tape)
 }
 
-/// Client 9's micro transaction: `ops` are (shard, key, write).
-fn txn(seq: u64, ts: Timestamp, ops: &[(ShardId, u64, Option<u64>)]) -> Arc<Txn> {
-    let mut pieces: Vec<ShardPiece> = Vec::new();
-    for shard in [0, 1] {
-        let mine: Vec<_> = ops.iter().filter(|o| o.0 == shard).collect();
-        if mine.is_empty() {
-            continue;
-        }
-        let reads = mine.iter().filter(|o| o.2.is_none()).map(|o| micro_key(o.1)).collect();
-        let writes = mine.iter().filter(|o| o.2.is_some()).map(|o| micro_key(o.1)).collect();
-        pieces.push(ShardPiece { shard, keys: KeySet::new(reads, writes) });
-    }
-    let micro: Vec<MicroOp> = ops.iter().map(|o| MicroOp { key: o.1, write: o.2 }).collect();
-    Arc::new(Txn {
-        id: TxnId { client: 9, seq },
-        procedure: Micro::NAME.into(),
-        args: postcard::to_stdvec(&micro).unwrap(),
-        pieces,
-        ts,
-    })
-}
-
-fn dispatch(l: &mut Leader, now: TimeUs, t: &Arc<Txn>) -> Vec<LeaderOutput> {
-    let mut out = Vec::new();
-    l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now, acked_below: 1 }, &mut out);
-    l.tick(now, &mut out);
-    out
-}
-
-fn tick(l: &mut Leader, now: TimeUs) -> Vec<LeaderOutput> {
-    let mut out = Vec::new();
-    l.tick(now, &mut out);
-    out
-}
-
-fn deliver(l: &mut Leader, now: TimeUs, batches: Vec<PeerBatch>) -> Vec<LeaderOutput> {
-    let mut out = Vec::new();
-    for b in batches {
-        l.on_peer(now, b, &mut out);
-    }
-    l.tick(now, &mut out);
-    out
-}
-
-fn to_peer(out: &[LeaderOutput], shard: ShardId) -> Vec<PeerBatch> {
-    out.iter()
-        .filter_map(|o| match o {
-            LeaderOutput::ToPeer { shard: s, batch } if *s == shard => Some(batch.clone()),
-            LeaderOutput::ToPeer { .. } | LeaderOutput::ToClient { .. } | LeaderOutput::ToAllClients { .. } => None,
-        })
-        .collect()
-}
-
-fn items(batches: &[PeerBatch]) -> Vec<PeerItem> {
-    batches.iter().flat_map(|b| b.items.clone()).collect()
-}
-
 fn value(l: &Leader, key: u64) -> Option<u64> {
     l.store().get(&micro_key(key)).map(|v| u64::from_le_bytes(v.as_slice().try_into().unwrap()))
-}
-
-fn id(seq: u64) -> TxnId {
-    TxnId { client: 9, seq }
 }
 
 #[test]
