@@ -604,14 +604,25 @@ impl RaftLog {
     /// # Errors
     /// [`RaftError::Invalid`] if `index` is not past the current snapshot or not yet applied.
     pub fn compact(&mut self, index: u64, data: Vec<u8>) -> Result<SnapshotData, RaftError> {
-        let limit = self.handed_out.min(self.raw.raft.raft_log.persisted);
-        if index > limit {
+        if !self.can_compact(index) {
             return Err(RaftError::Invalid(format!(
-                "cannot compact to {index}: only entries up to {limit} are applied and durable"
+                "cannot compact to {index}: the snapshot is at {} and entries up to {} are applied and durable",
+                self.snapshot_index(),
+                self.compact_limit()
             )));
         }
         let snap = self.raw.mut_store().compact(index, data).map_err(RaftError::Invalid)?;
         Ok(SnapshotData::from_raft(&snap))
+    }
+
+    /// Whether [`RaftLog::compact`] to `index` is possible now: past the current snapshot,
+    /// and handed out (applied) and durable here. Shells skip a snapshot until it is.
+    pub fn can_compact(&self, index: u64) -> bool {
+        index > self.snapshot_index() && index <= self.compact_limit()
+    }
+
+    fn compact_limit(&self) -> u64 {
+        self.handed_out.min(self.raw.raft.raft_log.persisted)
     }
 
     /// This replica's id.

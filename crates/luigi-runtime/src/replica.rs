@@ -10,7 +10,7 @@ use anyhow::Context;
 use luigi_proto::msg::WireMsg;
 use luigi_proto::types::ShardId;
 use luigi_raft::disk::DiskStorage;
-use luigi_raft::{OutMessage, RaftConfig, RaftLog, RecoveredState};
+use luigi_raft::{OutMessage, RaftConfig, RaftLog, RecoveredState, SnapshotData};
 use luigi_wal::{Durability, WalOptions};
 use tracing::debug;
 
@@ -153,16 +153,16 @@ impl RaftShell {
     }
 
     /// Saves a snapshot of the state machine at `index` and compacts the log behind it
-    /// (memory and WAL). Skipped (false) while `index` is not durable and applied here yet,
-    /// or not past the last snapshot.
-    pub fn compact(&mut self, log: &mut RaftLog, index: u64, data: Vec<u8>) -> anyhow::Result<bool> {
-        if index > log.persisted_index() || index > log.handed_out() || index <= log.snapshot_index() {
-            return Ok(false);
+    /// (memory and WAL), returning it. Skipped (`None`) until the log can compact there
+    /// ([`RaftLog::can_compact`]).
+    pub fn compact(&mut self, log: &mut RaftLog, index: u64, data: Vec<u8>) -> anyhow::Result<Option<SnapshotData>> {
+        if !log.can_compact(index) {
+            return Ok(None);
         }
         let snap = log.compact(index, data).context("compacting the raft log")?;
         self.disk.save_snapshot(&snap).context("saving a snapshot")?;
         tracing::debug!(shard = self.shard, id = self.my_id, index, bytes = snap.data.len(), "snapshot saved");
-        Ok(true)
+        Ok(Some(snap))
     }
 
     /// Offers a snapshot this follower just took to its leader (see

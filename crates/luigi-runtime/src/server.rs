@@ -416,7 +416,7 @@ impl Role {
         if !r.is_serving() {
             return Ok(()); // it was meant for the leader this replica no longer is
         }
-        if shell.compact(r.log_mut(), index, data)? {
+        if shell.compact(r.log_mut(), index, data)?.is_some() {
             debug!(from, index, "compacted the leader's log behind a follower's snapshot");
         }
         Ok(())
@@ -462,9 +462,9 @@ impl Role {
                 }
                 let transition = r.turn(now, out).context("switching role")?;
                 if let Some((index, data)) = r.snapshot_due(snapshots.next_at) {
-                    if shell.compact(r.log_mut(), index, data.clone())? {
+                    if let Some(snap) = shell.compact(r.log_mut(), index, data)? {
                         snapshots.taken(index);
-                        shell.offer_snapshot(r.log_mut(), index, data);
+                        shell.offer_snapshot(r.log_mut(), index, snap.data);
                     }
                 }
                 // What the turn proposed goes out now.

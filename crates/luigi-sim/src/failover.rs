@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
+use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, LeaderStats};
 use luigi_proto::log::LogRecord;
 use luigi_proto::msg::{ClientMsg, PeerItem, ServerMsg, TxnError, TxnReply};
@@ -51,6 +51,7 @@ use crate::hash::fold;
 use crate::log::Durable;
 use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
 use crate::procedure::{self, ExecLog};
+use crate::replies::ReplyLedger;
 use crate::violation::{Violation, ViolationKind};
 use crate::workload::Workload;
 use crate::world::{local_clock, virtual_deadline};
@@ -397,8 +398,8 @@ struct FailoverWorld<'a> {
     events: u64,
     delivered: u64,
     trace_hash: u64,
-    reply_ts: HashMap<(TxnId, ShardId), Timestamp>,
-    watermark_at_arrival: HashMap<(TxnId, ShardId), Timestamp>,
+    /// Rule 7 checks of every reply and answer.
+    replies: ReplyLedger,
     /// Per shard, the largest watermark any serving leader of it published.
     published: Vec<Timestamp>,
     oracle: Vec<Oracle>,
@@ -492,8 +493,7 @@ impl<'a> FailoverWorld<'a> {
             events: 0,
             delivered: 0,
             trace_hash: fold(0, config.seed ^ 0xfa11),
-            reply_ts: HashMap::new(),
-            watermark_at_arrival: HashMap::new(),
+            replies: ReplyLedger::default(),
             published: vec![0; config.shards as usize],
             oracle: (0..config.shards).map(|_| Oracle::default()).collect(),
             fault_list: Vec::new(),
@@ -769,7 +769,7 @@ impl<'a> FailoverWorld<'a> {
                 if let ClientMsg::Dispatch { txn, .. } = &m {
                     if self.serving(s, i) {
                         let w = self.published[s as usize];
-                        self.watermark_at_arrival.entry((txn.id, s)).or_insert(w);
+                        self.replies.arrived(txn.id, s, w);
                     }
                 }
                 self.call_replica(s, i, false, |r, local, out| {
@@ -792,11 +792,7 @@ impl<'a> FailoverWorld<'a> {
             (Node::Replica(from, _), Node::Replica(to, i), SimMsg::Peer(batch)) if from != to && batch.from == from => {
                 if self.serving(to, i) {
                     let w = self.published[to as usize];
-                    for item in &batch.items {
-                        if let PeerItem::Recover { txn, .. } = item {
-                            self.watermark_at_arrival.entry((txn.id, to)).or_insert(w);
-                        }
-                    }
+                    self.replies.arrived_in_batch(to, w, &batch.items);
                 }
                 self.call_replica(to, i, false, |r, local, out| {
                     r.on_peer(local, batch, out);
@@ -1216,8 +1212,6 @@ impl<'a> FailoverWorld<'a> {
         Ok(())
     }
 
-    /// Folds the entries replica `i` knows committed into the shard's oracle, checking that
-    /// they agree with what other replicas reported committed.
     /// A follower that applied `snapshot_entries` records since its last snapshot takes one
     /// and compacts its log (after the oracle read what it committed).
     fn maybe_compact(&mut self, s: ShardId, i: u32) -> Step {
@@ -1226,23 +1220,20 @@ impl<'a> FailoverWorld<'a> {
         let replica = node.replica.as_mut().expect("up");
         let Some((index, data)) = replica.snapshot_due(node.snapshot_index + every) else { return Ok(()) };
         let log = replica.log_mut();
-        if index > log.persisted_index() || index <= log.snapshot_index() {
+        if !log.can_compact(index) {
             return Ok(()); // not durable here yet: next time
         }
         let leader = log.leader_id().filter(|l| *l != u64::from(i) + 1);
-        match log.compact(index, data.clone()) {
+        match log.compact(index, data) {
             Ok(snap) => {
+                // Offered to the leader, which compacts behind it (as the runtime does).
+                let offer = leader.map(|l| (l, SimMsg::SnapshotOffer { index, data: snap.data.clone() }));
                 node.disk.compact(snap);
                 node.snapshot_index = index;
                 self.report.compactions += 1;
                 self.trace(|| format!("R{s}.{i} snapshots at {index}"));
-                // Offered to the leader, which compacts behind it (as the runtime does).
-                if let Some(l) = leader {
-                    self.send(
-                        Node::Replica(s, i),
-                        Node::Replica(s, (l - 1) as u32),
-                        SimMsg::SnapshotOffer { index, data },
-                    );
+                if let Some((l, msg)) = offer {
+                    self.send(Node::Replica(s, i), Node::Replica(s, (l - 1) as u32), msg);
                 }
                 Ok(())
             }
@@ -1258,7 +1249,7 @@ impl<'a> FailoverWorld<'a> {
         }
         let node = &mut self.replicas[s as usize][i as usize];
         let log = node.replica.as_mut().expect("serving").log_mut();
-        if index > log.persisted_index() || index > log.handed_out() || index <= log.snapshot_index() {
+        if !log.can_compact(index) {
             return Ok(());
         }
         match log.compact(index, data) {
@@ -1273,6 +1264,8 @@ impl<'a> FailoverWorld<'a> {
         }
     }
 
+    /// Folds the entries replica `i` knows committed into the shard's oracle, checking that
+    /// they agree with what other replicas reported committed.
     fn update_oracle(&mut self, s: ShardId, i: u32) -> Step {
         let replica = self.replicas[s as usize][i as usize].replica.as_mut().expect("up");
         let log = replica.log_mut();
@@ -1381,34 +1374,10 @@ impl<'a> FailoverWorld<'a> {
     }
 
     fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Step {
-        if let Err(TxnError::Rejected(_) | TxnError::Forgotten | TxnError::NotLeader { .. }) = &r.outcome {
-            return Ok(());
+        if let Err(TxnError::NotLeader { .. }) = &r.outcome {
+            return Ok(()); // nothing was ordered
         }
-        if r.shard != shard || r.watermark < r.ts {
-            return Err(self.violation(
-                ViolationKind::Invariant,
-                format!("shard {shard} sent {r:?} (wrong shard, or ts above its watermark)"),
-            ));
-        }
-        if let Some(&w) = self.watermark_at_arrival.get(&(r.id, shard)) {
-            if r.ts <= w {
-                return Err(self.violation(
-                    ViolationKind::Invariant,
-                    format!(
-                        "shard {shard} ordered {:?} at ts {} although it had published watermark {w} when the \
-                         dispatch first reached a serving leader (rule 7)",
-                        r.id, r.ts
-                    ),
-                ));
-            }
-        }
-        match self.reply_ts.insert((r.id, shard), r.ts) {
-            Some(old) if old != r.ts => Err(self.violation(
-                ViolationKind::TimestampMismatch,
-                format!("shard {shard} answered {:?} first at ts {old}, then at ts {}", r.id, r.ts),
-            )),
-            _ => Ok(()),
-        }
+        self.replies.check_reply(shard, r).map_err(|(kind, msg)| self.violation(kind, msg))
     }
 
     // ---- clients ----
@@ -1561,19 +1530,7 @@ impl<'a> FailoverWorld<'a> {
         let Some(&k) = self.index.get(&done.id) else {
             return Err(self.violation(ViolationKind::Invariant, format!("client {client} answered {:?}", done.id)));
         };
-        if let TxnOutcome::Ordered { ts, results } = &done.outcome {
-            for (shard, _) in results {
-                match self.reply_ts.get(&(done.id, *shard)) {
-                    Some(t) if t == ts => {}
-                    other => {
-                        return Err(self.violation(
-                            ViolationKind::TimestampMismatch,
-                            format!("{:?} completed at ts {ts} but shard {shard} replied with ts {other:?}", done.id),
-                        ))
-                    }
-                }
-            }
-        }
+        self.replies.check_completion(&done).map_err(|(kind, msg)| self.violation(kind, msg))?;
         let rec = &mut self.history.txns[k];
         let first = rec.answers.is_empty();
         rec.answers.push(AnswerRecord { at, outcome: done.outcome, attempts: done.attempts });

@@ -67,6 +67,7 @@ pub mod hash;
 pub mod log;
 pub mod net;
 pub mod procedure;
+pub mod replies;
 pub mod violation;
 pub mod workload;
 pub mod world;

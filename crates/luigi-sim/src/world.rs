@@ -3,11 +3,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
+use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig};
 use luigi_proto::leader::follower::Follower;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, LeaderStats, ShardLeader};
 use luigi_proto::log::LogEntry;
-use luigi_proto::msg::{ClientMsg, PeerItem, ServerMsg, TxnError, TxnReply};
+use luigi_proto::msg::{ClientMsg, ServerMsg, TxnReply};
 use luigi_proto::types::{Access, ClientId, KeySet, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_store::{Key, Store};
 use rand::{Rng, SeedableRng};
@@ -19,6 +19,7 @@ use crate::hash::fold;
 use crate::log::{Durable, SimLog};
 use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
 use crate::procedure::{self, ExecLog};
+use crate::replies::ReplyLedger;
 use crate::violation::{Violation, ViolationKind};
 use crate::workload::Workload;
 use crate::{Latency, RunReport};
@@ -90,9 +91,8 @@ pub struct World<'a> {
     delivered: u64,
     trace_hash: u64,
     /// Per (transaction, shard): the timestamp of its non-rejected replies.
-    reply_ts: HashMap<(TxnId, ShardId), Timestamp>,
-    /// Per (transaction, shard): the leader's watermark when the dispatch first arrived.
-    watermark_at_arrival: HashMap<(TxnId, ShardId), Timestamp>,
+    /// Rule 7 checks of every reply and answer.
+    replies: ReplyLedger,
     coord_out: Vec<CoordOutput>,
     leader_out: Vec<LeaderOutput>,
     /// Where the leaders' `sim-micro` procedure records each execution as it happens.
@@ -170,8 +170,7 @@ impl<'a> World<'a> {
             events: 0,
             delivered: 0,
             trace_hash: fold(0, config.seed),
-            reply_ts: HashMap::new(),
-            watermark_at_arrival: HashMap::new(),
+            replies: ReplyLedger::default(),
             coord_out: Vec::new(),
             leader_out: Vec::new(),
             exec_sink,
@@ -277,7 +276,7 @@ impl<'a> World<'a> {
             (Node::Client(client), Node::Leader(shard), SimMsg::ToLeader(m)) => {
                 if let ClientMsg::Dispatch { txn, .. } = &m {
                     let w = self.leader(shard)?.leader.watermark();
-                    self.watermark_at_arrival.entry((txn.id, shard)).or_insert(w);
+                    self.replies.arrived(txn.id, shard, w);
                 }
                 self.call_leader(shard, false, |l, local, out| l.on_client(local, client, m, out))
             }
@@ -285,13 +284,8 @@ impl<'a> World<'a> {
                 self.call_client(client, false, |coord, local, _, out| coord.on_message(local, m, out))
             }
             (Node::Leader(from), Node::Leader(to), SimMsg::Peer(batch)) if batch.from == from => {
-                // A `Recover` item admits a transaction it never saw, like a dispatch.
                 let w = self.leader(to)?.leader.watermark();
-                for item in &batch.items {
-                    if let PeerItem::Recover { txn, .. } = item {
-                        self.watermark_at_arrival.entry((txn.id, to)).or_insert(w);
-                    }
-                }
+                self.replies.arrived_in_batch(to, w, &batch.items);
                 self.call_leader(to, false, |l, local, out| l.on_peer(local, batch, out))
             }
             (src, dst, msg) => {
@@ -519,40 +513,7 @@ impl<'a> World<'a> {
 
     /// Checks a reply as the leader sends it.
     fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Step {
-        if matches!(r.outcome, Err(TxnError::Rejected(_) | TxnError::Forgotten)) {
-            return Ok(());
-        }
-        if r.shard != shard {
-            return Err(self.violation(
-                ViolationKind::Invariant,
-                format!("shard {shard} sent a reply for {:?} signed as shard {}", r.id, r.shard),
-            ));
-        }
-        if r.watermark < r.ts {
-            return Err(self.violation(
-                ViolationKind::Invariant,
-                format!("shard {shard} answered {:?} at ts {} with watermark {} below it", r.id, r.ts, r.watermark),
-            ));
-        }
-        if let Some(&w) = self.watermark_at_arrival.get(&(r.id, shard)) {
-            if r.ts <= w {
-                return Err(self.violation(
-                    ViolationKind::Invariant,
-                    format!(
-                        "shard {shard} ordered {:?} at ts {} although its watermark was already \
-                         {w} when the dispatch arrived (rule 7)",
-                        r.id, r.ts
-                    ),
-                ));
-            }
-        }
-        match self.reply_ts.insert((r.id, shard), r.ts) {
-            Some(old) if old != r.ts => Err(self.violation(
-                ViolationKind::TimestampMismatch,
-                format!("shard {shard} answered {:?} first at ts {old}, then at ts {}", r.id, r.ts),
-            )),
-            _ => Ok(()),
-        }
+        self.replies.check_reply(shard, r).map_err(|(kind, msg)| self.violation(kind, msg))
     }
 
     /// Runs `f` on client `id`'s coordinator at its local time, handles its output, tops up
@@ -663,19 +624,7 @@ impl<'a> World<'a> {
                 format!("client {client} answered {:?}, another client's transaction", done.id),
             ));
         }
-        if let TxnOutcome::Ordered { ts, results } = &done.outcome {
-            for (shard, _) in results {
-                match self.reply_ts.get(&(done.id, *shard)) {
-                    Some(t) if t == ts => {}
-                    other => {
-                        return Err(self.violation(
-                            ViolationKind::TimestampMismatch,
-                            format!("{:?} completed at ts {ts} but shard {shard} replied with ts {:?}", done.id, other),
-                        ))
-                    }
-                }
-            }
-        }
+        self.replies.check_completion(&done).map_err(|(kind, msg)| self.violation(kind, msg))?;
         let rec = &mut self.history.txns[i];
         let first = rec.answers.is_empty();
         rec.answers.push(AnswerRecord { at, outcome: done.outcome, attempts: done.attempts });

@@ -194,7 +194,7 @@ impl Follower {
                 );
                 // Everything this follower has answered was executed at or below a marker,
                 // which the leader's watermark had passed: the leader forgot those too.
-                self.answers.forget_acked(txn.id.client, *acked_below, Timestamp::MAX - 1);
+                self.answers.forget_acked(txn.id.client, *acked_below, Timestamp::MAX);
                 if !self.prepared.contains_key(&txn.id) {
                     let p = Prepared {
                         txn: txn.clone(),

@@ -1,0 +1,93 @@
+//! Checks both simulated worlds make of the replies leaders send and the answers clients get
+//! (DESIGN.md rule 7): a reply is signed by its shard, its watermark covers its timestamp, it
+//! is ordered above the watermark its shard had published when the dispatch (or a `Recover`
+//! item) first reached it, one shard never answers a transaction at two timestamps, and a
+//! client's answer carries the timestamp every participant replied with.
+
+use std::collections::HashMap;
+
+use luigi_proto::coordinator::{Completion, TxnOutcome};
+use luigi_proto::msg::{PeerItem, TxnError, TxnReply};
+use luigi_proto::types::{ShardId, Timestamp, TxnId};
+
+use crate::violation::ViolationKind;
+
+/// A violation found by the ledger: its kind and message (the world adds the time).
+pub type Finding = (ViolationKind, String);
+
+/// What the ledger has seen, per (transaction, shard).
+#[derive(Debug, Default)]
+pub struct ReplyLedger {
+    /// The timestamp of the non-rejected replies.
+    reply_ts: HashMap<(TxnId, ShardId), Timestamp>,
+    /// The shard's published watermark when the transaction first reached it.
+    watermark_at_arrival: HashMap<(TxnId, ShardId), Timestamp>,
+}
+
+impl ReplyLedger {
+    /// `id` reached `shard` (a dispatch, or a `Recover` item that admits it) while the shard's
+    /// published watermark was `watermark`; only the first arrival counts.
+    pub fn arrived(&mut self, id: TxnId, shard: ShardId, watermark: Timestamp) {
+        self.watermark_at_arrival.entry((id, shard)).or_insert(watermark);
+    }
+
+    /// `items` reached `shard` while its published watermark was `watermark`: a `Recover`
+    /// item admits a transaction the shard never saw, like a dispatch.
+    pub fn arrived_in_batch(&mut self, shard: ShardId, watermark: Timestamp, items: &[PeerItem]) {
+        for item in items {
+            if let PeerItem::Recover { txn, .. } = item {
+                self.arrived(txn.id, shard, watermark);
+            }
+        }
+    }
+
+    /// Checks a reply as `shard` sends it. Refusals and forgotten answers carry no order.
+    pub fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Result<(), Finding> {
+        if matches!(r.outcome, Err(TxnError::Rejected(_) | TxnError::Forgotten)) {
+            return Ok(());
+        }
+        if r.shard != shard {
+            let msg = format!("shard {shard} sent a reply for {:?} signed as shard {}", r.id, r.shard);
+            return Err((ViolationKind::Invariant, msg));
+        }
+        if r.watermark < r.ts {
+            let msg =
+                format!("shard {shard} answered {:?} at ts {} with watermark {} below it", r.id, r.ts, r.watermark);
+            return Err((ViolationKind::Invariant, msg));
+        }
+        if let Some(&w) = self.watermark_at_arrival.get(&(r.id, shard)) {
+            if r.ts <= w {
+                let msg = format!(
+                    "shard {shard} ordered {:?} at ts {} although its watermark was already {w} when the \
+                     transaction first reached it (rule 7)",
+                    r.id, r.ts
+                );
+                return Err((ViolationKind::Invariant, msg));
+            }
+        }
+        match self.reply_ts.insert((r.id, shard), r.ts) {
+            Some(old) if old != r.ts => Err((
+                ViolationKind::TimestampMismatch,
+                format!("shard {shard} answered {:?} first at ts {old}, then at ts {}", r.id, r.ts),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks a client's answer against the participants' replies.
+    pub fn check_completion(&self, done: &Completion) -> Result<(), Finding> {
+        let TxnOutcome::Ordered { ts, results } = &done.outcome else { return Ok(()) };
+        for (shard, _) in results {
+            match self.reply_ts.get(&(done.id, *shard)) {
+                Some(t) if t == ts => {}
+                other => {
+                    return Err((
+                        ViolationKind::TimestampMismatch,
+                        format!("{:?} completed at ts {ts} but shard {shard} replied with ts {other:?}", done.id),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
