@@ -24,6 +24,11 @@ use luigi_store::Store;
 
 use crate::{RaftError, RaftLog};
 
+/// The replica index (from 0) of the leader `log` knows of; Raft ids are indexes + 1.
+fn hint(log: &RaftLog) -> Option<u32> {
+    log.leader_id().map(|id| (id - 1) as u32)
+}
+
 /// What the replica is now.
 #[allow(clippy::large_enum_variant)] // one per replica, swapped rarely
 enum State {
@@ -163,16 +168,15 @@ impl Replica {
 
     /// Which replica (index from 0) clients should try: the leader this replica knows of.
     pub fn leader_hint(&self) -> Option<u32> {
-        self.log().leader_id().map(|id| (id - 1) as u32)
+        hint(self.log())
     }
 
     /// A client's message. A non-serving replica answers a dispatch with `NotLeader` and a
     /// hint, and a ping with its applied watermark (a valid, if older, promise).
     pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
-        let hint = self.leader_hint();
         match &mut self.state {
             State::Leader(l) => l.on_client(now, client, msg, out),
-            State::Follower(f, _) => match msg {
+            State::Follower(f, log) => match msg {
                 ClientMsg::Hello { .. } => {}
                 ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
                     client,
@@ -188,7 +192,7 @@ impl Replica {
                         id: txn.id,
                         shard: self.config.shard,
                         ts: 0,
-                        outcome: Err(TxnError::NotLeader { hint }),
+                        outcome: Err(TxnError::NotLeader { hint: hint(log) }),
                         watermark: 0,
                         arrival_delta_us: now as i64 - sent_us as i64,
                         rounds: 0,
