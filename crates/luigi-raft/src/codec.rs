@@ -1,7 +1,7 @@
 //! Byte formats: raft messages on the wire and raft entries in the write-ahead log.
 //!
 //! **Messages** are `MAGIC (2 bytes "LR") | VERSION (1 byte, = 1) | protobuf-encoded
-//! eraftpb.Message` (prost). The header lets [`decode_message`] reject bytes that are not ours
+//! eraftpb.Message` (rust-protobuf 2, raft's default `protobuf-codec`). The header lets [`decode_message`] reject bytes that are not ours
 //! with a clear error instead of decoding garbage into a plausible message (protobuf is very
 //! forgiving); the decoded message is also checked for a known type and non-zero peer ids.
 //!
@@ -11,8 +11,8 @@
 //! payload and context. For a normal Luigi entry the payload is the postcard encoding of a
 //! [`luigi_proto::log::LogRecord`].
 
-use prost::Message as _;
-use raft::eraftpb::{Entry, EntryType, HardState as PbHardState, Message, MessageType};
+use protobuf::Message as _;
+use raft::eraftpb::{Entry, HardState as PbHardState, Message, MessageType};
 
 /// First bytes of every encoded message.
 pub const MESSAGE_MAGIC: [u8; 2] = *b"LR";
@@ -38,12 +38,9 @@ pub enum DecodeError {
     /// Unknown format version.
     #[error("unsupported raft message format version {0} (this build speaks {MESSAGE_VERSION})")]
     UnsupportedVersion(u8),
-    /// The protobuf body does not parse.
+    /// The protobuf body does not parse (including an unknown message or entry type number).
     #[error("malformed protobuf body: {0}")]
     Protobuf(String),
-    /// The message type number is not one raft knows.
-    #[error("unknown raft message type {0}")]
-    UnknownMessageType(i32),
     /// A message that must name its sender or receiver has a zero id.
     #[error("raft message {msg_type:?} has no {field} id")]
     MissingPeer {
@@ -52,18 +49,16 @@ pub enum DecodeError {
         /// `"from"` or `"to"`.
         field: &'static str,
     },
-    /// The entry type number is not one raft knows.
-    #[error("unknown raft entry type {0}")]
-    UnknownEntryType(i32),
 }
 
 /// Encodes a raft message for the wire (see the module docs).
 pub fn encode_message(msg: &Message) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_BYTES + msg.encoded_len());
+    let mut out = Vec::with_capacity(HEADER_BYTES + msg.compute_size() as usize);
     out.extend_from_slice(&MESSAGE_MAGIC);
     out.push(MESSAGE_VERSION);
-    // Encoding into a Vec cannot fail: the only error is "buffer too small", and a Vec grows.
-    msg.encode(&mut out).expect("encoding into a Vec cannot run out of space");
+    // Writing into a Vec cannot fail: every field of a raft message is optional (proto3), so
+    // there is no missing required field, and a Vec grows.
+    msg.write_to_vec(&mut out).expect("encoding a raft message into a Vec cannot fail");
     out
 }
 
@@ -78,16 +73,14 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message, DecodeError> {
     if bytes[2] != MESSAGE_VERSION {
         return Err(DecodeError::UnsupportedVersion(bytes[2]));
     }
-    let msg = Message::decode(&bytes[HEADER_BYTES..]).map_err(|e| DecodeError::Protobuf(e.to_string()))?;
-    let msg_type = MessageType::from_i32(msg.msg_type).ok_or(DecodeError::UnknownMessageType(msg.msg_type))?;
+    let msg = Message::parse_from_bytes(&bytes[HEADER_BYTES..]).map_err(|e| DecodeError::Protobuf(e.to_string()))?;
+    // rust-protobuf refuses unknown enum numbers (message or entry type) while parsing.
+    let msg_type = msg.get_msg_type();
     if msg.from == 0 {
         return Err(DecodeError::MissingPeer { msg_type, field: "from" });
     }
     if msg.to == 0 {
         return Err(DecodeError::MissingPeer { msg_type, field: "to" });
-    }
-    for e in &msg.entries {
-        EntryType::from_i32(e.entry_type).ok_or(DecodeError::UnknownEntryType(e.entry_type))?;
     }
     Ok(msg)
 }
@@ -105,20 +98,16 @@ pub struct PersistEntry {
 }
 
 pub(crate) fn encode_entry(e: &Entry) -> PersistEntry {
-    let body = Entry {
-        entry_type: e.entry_type,
-        term: 0,
-        index: 0,
-        data: e.data.clone(),
-        context: e.context.clone(),
-        sync_log: false,
-    };
-    PersistEntry { index: e.index, term: e.term, data: body.encode_to_vec() }
+    let mut body = Entry::default();
+    body.set_entry_type(e.get_entry_type());
+    body.data = e.data.clone();
+    body.context = e.context.clone();
+    let data = body.write_to_bytes().expect("encoding a raft entry into a Vec cannot fail");
+    PersistEntry { index: e.index, term: e.term, data }
 }
 
 pub(crate) fn decode_entry(p: &PersistEntry) -> Result<Entry, DecodeError> {
-    let mut e = Entry::decode(p.data.as_slice()).map_err(|e| DecodeError::Protobuf(e.to_string()))?;
-    EntryType::from_i32(e.entry_type).ok_or(DecodeError::UnknownEntryType(e.entry_type))?;
+    let mut e = Entry::parse_from_bytes(&p.data).map_err(|e| DecodeError::Protobuf(e.to_string()))?;
     e.index = p.index;
     e.term = p.term;
     Ok(e)
@@ -144,7 +133,7 @@ impl From<&PbHardState> for HardState {
 
 impl From<HardState> for PbHardState {
     fn from(hs: HardState) -> Self {
-        PbHardState { term: hs.term, vote: hs.vote, commit: hs.commit }
+        PbHardState { term: hs.term, vote: hs.vote, commit: hs.commit, ..Default::default() }
     }
 }
 
@@ -159,7 +148,7 @@ mod tests {
         m.from = 1;
         m.to = 2;
         m.term = 3;
-        m.entries.push(Entry { index: 4, term: 3, data: vec![1, 2, 3], ..Default::default() });
+        m.entries.push(Entry { index: 4, term: 3, data: vec![1, 2, 3].into(), ..Default::default() });
         let bytes = encode_message(&m);
         assert_eq!(decode_message(&bytes), Ok(m));
 
@@ -168,16 +157,22 @@ mod tests {
         assert_eq!(decode_message(b"LR\x07abc"), Err(DecodeError::UnsupportedVersion(7)));
         assert!(matches!(decode_message(b"LR\x01\xff\xff\xff"), Err(DecodeError::Protobuf(_))));
         // A well-formed body with an unknown type number.
-        let mut bad = Message { msg_type: 99, from: 1, to: 2, ..Default::default() };
-        assert_eq!(decode_message(&encode_message(&bad)), Err(DecodeError::UnknownMessageType(99)));
-        bad.msg_type = MessageType::MsgHeartbeat as i32;
-        bad.from = 0;
+        // A well-formed body with an unknown type number: field 1, varint 99, then from and to.
+        let unknown_type = b"LR\x01\x08\x63\x20\x02\x28\x01";
+        assert_eq!(decode_message(unknown_type), Err(DecodeError::Protobuf("invalid enum value".into())));
+        let bad = Message { msg_type: MessageType::MsgHeartbeat, from: 0, to: 2, ..Default::default() };
         assert!(matches!(decode_message(&encode_message(&bad)), Err(DecodeError::MissingPeer { field: "from", .. })));
     }
 
     #[test]
     fn entry_round_trip() {
-        let e = Entry { index: 9, term: 2, data: b"abc".to_vec(), context: b"x".to_vec(), ..Default::default() };
+        let e = Entry {
+            index: 9,
+            term: 2,
+            data: b"abc".to_vec().into(),
+            context: b"x".to_vec().into(),
+            ..Default::default()
+        };
         let p = encode_entry(&e);
         assert_eq!((p.index, p.term), (9, 2));
         assert_eq!(decode_entry(&p), Ok(e));

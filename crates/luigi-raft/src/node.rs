@@ -82,12 +82,12 @@ impl SnapshotData {
             index: meta.index,
             term: meta.term,
             voters: meta.get_conf_state().voters.clone(),
-            data: s.data.clone(),
+            data: s.data.to_vec(),
         }
     }
 
     fn to_raft(&self) -> Snapshot {
-        let mut snap = Snapshot { data: self.data.clone(), ..Default::default() };
+        let mut snap = Snapshot { data: self.data.clone().into(), ..Default::default() };
         let meta = snap.mut_metadata();
         meta.index = self.index;
         meta.term = self.term;
@@ -705,7 +705,7 @@ impl RaftLog {
     pub fn replay_for_rebuild(&mut self) -> Result<(Option<Vec<u8>>, Vec<LogEntry>), RaftError> {
         let snapshot = self.raw.store().latest_snapshot();
         let snap_index = snapshot.get_metadata().index;
-        let data = (snap_index > 0).then(|| snapshot.data.clone());
+        let data = (snap_index > 0).then(|| snapshot.data.to_vec());
         self.committed.clear();
         let mut out = Vec::new();
         for index in snap_index + 1..=self.handed_out {
@@ -751,14 +751,13 @@ fn out_message(m: &Message) -> OutMessage {
 /// A committed entry as a record; `None` for the entries Luigi does not see (the leaders'
 /// election no-ops, membership changes).
 fn decode_committed(e: &Entry) -> Result<Option<LogEntry>, RaftError> {
-    match EntryType::from_i32(e.entry_type) {
-        Some(EntryType::EntryNormal) if e.data.is_empty() => Ok(None),
-        Some(EntryType::EntryNormal) => match postcard::from_bytes::<LogRecord>(&e.data) {
+    match e.get_entry_type() {
+        EntryType::EntryNormal if e.data.is_empty() => Ok(None),
+        EntryType::EntryNormal => match postcard::from_bytes::<LogRecord>(&e.data) {
             Ok(record) => Ok(Some(LogEntry { index: e.index, record })),
             Err(err) => Err(RaftError::BadEntry { index: e.index, reason: err.to_string() }),
         },
-        Some(EntryType::EntryConfChange | EntryType::EntryConfChangeV2) => Ok(None),
-        None => Err(RaftError::BadEntry { index: e.index, reason: format!("unknown entry type {}", e.entry_type) }),
+        EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => Ok(None),
     }
 }
 

@@ -4,7 +4,7 @@
 //! follower up to date). It mirrors what the shell has persisted or is persisting; it does no
 //! I/O.
 
-use prost::Message as _;
+use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 
@@ -82,7 +82,7 @@ impl LogStore {
             return Err(format!("snapshot at {index} is past the last log index {}", self.last()));
         }
         let term = self.entries[(index - self.first()) as usize].term;
-        let mut snap = Snapshot { data, ..Default::default() };
+        let mut snap = Snapshot { data: data.into(), ..Default::default() };
         let meta = snap.mut_metadata();
         meta.index = index;
         meta.term = term;
@@ -100,7 +100,7 @@ impl LogStore {
     /// Encoded size of the snapshot this store would send.
     #[cfg(test)]
     pub(crate) fn snapshot_bytes(&self) -> usize {
-        self.snapshot.encoded_len()
+        self.snapshot.compute_size() as usize
     }
 }
 
@@ -115,7 +115,7 @@ fn limit_size(ents: &mut Vec<Entry>, max: Option<u64>) {
         .iter()
         .take_while(|e| {
             let first = size == 0;
-            size += e.encoded_len() as u64;
+            size += u64::from(e.compute_size());
             first || size <= max
         })
         .count();
@@ -182,7 +182,7 @@ mod tests {
     use super::*;
 
     fn ent(index: u64, term: u64) -> Entry {
-        Entry { index, term, data: vec![0; 10], ..Default::default() }
+        Entry { index, term, data: vec![0; 10].into(), ..Default::default() }
     }
 
     #[test]

@@ -1290,7 +1290,7 @@ impl<'a> FailoverWorld<'a> {
                 return Err(Violation::new(ViolationKind::Invariant, msg));
             };
             oracle.entries.push((e.term, crate::hash::fnv1a(&e.data) ^ u64::from(e.entry_type as u32)));
-            if e.entry_type != 0 || e.data.is_empty() {
+            if e.entry_type as i32 != 0 || e.data.is_empty() {
                 continue;
             }
             let Ok(record) = postcard::from_bytes::<LogRecord>(&e.data) else {

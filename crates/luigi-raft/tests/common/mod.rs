@@ -347,7 +347,7 @@ impl Cluster {
         let lo = (node.checked_commit + 1).max(node.log.first_index());
         for i in lo..=commit {
             if let Some(e) = node.log.entry(i) {
-                let got = (e.term, e.data.clone());
+                let got = (e.term, e.data.to_vec());
                 match self.committed_at.get(&i) {
                     Some(want) => assert_eq!(&got, want, "replica {id}: committed entry {i} differs"),
                     None => {
@@ -488,7 +488,7 @@ impl Cluster {
             let log = self.log(id);
             for i in log.first_index()..=log.commit_index() {
                 if let (Some(e), Some(want)) = (log.entry(i), self.committed_at.get(&i)) {
-                    assert_eq!(&(e.term, e.data), want, "replica {id}: committed entry {i} changed");
+                    assert_eq!(&(e.term, e.data.to_vec()), want, "replica {id}: committed entry {i} changed");
                 }
             }
         }
