@@ -138,6 +138,22 @@ struct Pending {
     agreement: Option<Agreement>,
     /// Set when a participant refused it and an `ABORT` is being logged.
     aborting: Option<String>,
+    /// When this leader admitted (or took over) it: the age operators see.
+    admitted_us: TimeUs,
+}
+
+/// A transaction pending here for longer than a normal agreement takes (see
+/// [`ShardLeader::stalled`]): what an operator looks at when a shard's watermark stops.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StalledTxn {
+    /// The transaction.
+    pub id: TxnId,
+    /// Its participants.
+    pub shards: Vec<ShardId>,
+    /// How long it has been pending on this leader.
+    pub age_us: u64,
+    /// Its `PREPARE` is committed here (if not, this shard's own log is what it waits for).
+    pub durable: bool,
 }
 
 /// Agreement messages that arrived before the transaction's own dispatch.
@@ -300,6 +316,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 arrival_delta_us: p.arrival_delta_us,
                 agreement,
                 aborting: None,
+                admitted_us: now,
             };
             l.pending.insert(id, pending);
         }
@@ -330,6 +347,28 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// Number of transactions admitted and not yet executed.
     pub fn pending_len(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Transactions pending here for at least `recover_after_us` (a normal agreement takes a
+    /// few one-way delays), oldest first, at most `max` of them. A cross-shard transaction
+    /// stays here while another participant cannot answer (no majority there); each one
+    /// holds this shard's watermark below its timestamp.
+    pub fn stalled(&self, now: TimeUs, max: usize) -> Vec<StalledTxn> {
+        let min_age_us = self.config.recover_after_us;
+        let mut out: Vec<StalledTxn> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now.saturating_sub(p.admitted_us) >= min_age_us)
+            .map(|(id, p)| StalledTxn {
+                id: *id,
+                shards: p.txn.shards().collect(),
+                age_us: now - p.admitted_us,
+                durable: p.durable,
+            })
+            .collect();
+        out.sort_by(|a, b| b.age_us.cmp(&a.age_us).then(a.id.cmp(&b.id)));
+        out.truncate(max);
+        out
     }
 
     /// The log (for shells that drive its I/O).
@@ -567,6 +606,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 arrival_delta_us,
                 agreement,
                 aborting: None,
+                admitted_us: now,
             },
         );
         if let Some(early) = self.early.remove(&id) {
