@@ -138,7 +138,8 @@ async fn thread_load(
                     report.latency.record_duration(answered - sent);
                 }
                 TxnOutcome::Ordered { .. } => c.aborted += 1,
-                TxnOutcome::Rejected(_) | TxnOutcome::Failed(_) => c.errors += 1,
+                TxnOutcome::Rejected(_) => c.rejected += 1,
+                TxnOutcome::Unknown(_) => c.unknown += 1,
             }
         }
         if answered < measure_until {

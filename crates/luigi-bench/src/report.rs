@@ -45,8 +45,13 @@ pub struct BenchResult {
     pub aborted: u64,
     /// Retry attempts during the measured interval.
     pub retries: u64,
-    /// Transactions that failed with an error during the measured interval.
-    pub errors: u64,
+    /// Transactions refused by a participant during the measured interval (executed nowhere).
+    #[serde(alias = "errors")]
+    pub rejected: u64,
+    /// Transactions answered with an unknown outcome during the measured interval (they may
+    /// have executed; the client kept asking).
+    #[serde(default)]
+    pub unknown: u64,
     /// Committed transactions per second.
     pub throughput_tps: f64,
     /// Fraction (0.0 ..= 1.0, not percent) of finished transactions that aborted;
@@ -147,7 +152,7 @@ pub fn format_thousands(n: u64) -> String {
 }
 
 /// Number of table columns.
-const NCOLS: usize = 18;
+const NCOLS: usize = 19;
 
 /// Column headers shared by the text and markdown tables.
 const HEADERS: [&str; NCOLS] = [
@@ -167,13 +172,15 @@ const HEADERS: [&str; NCOLS] = [
     "p99 ms",
     "p99.9 ms",
     "abort %",
-    "errors",
+    "rejected",
+    "unknown",
     "2nd-round %",
 ];
 
 /// Whether each column is numeric (right-aligned) or text (left-aligned).
-const NUMERIC: [bool; NCOLS] =
-    [false, false, true, true, true, true, false, true, true, true, true, true, true, true, true, true, true, true];
+const NUMERIC: [bool; NCOLS] = [
+    false, false, true, true, true, true, false, true, true, true, true, true, true, true, true, true, true, true, true,
+];
 
 fn ms(us: f64) -> String {
     format!("{:.2}", us / 1000.0)
@@ -200,7 +207,8 @@ fn cells(r: &BenchResult) -> [String; NCOLS] {
         ms(l.p99 as f64),
         ms(l.p999 as f64),
         format!("{:.1}", r.abort_rate * 100.0),
-        format_thousands(r.errors),
+        format_thousands(r.rejected),
+        format_thousands(r.unknown),
         format!("{:.1}", r.second_round_rate * 100.0),
     ]
 }
@@ -298,7 +306,8 @@ mod tests {
             committed,
             aborted: 1234,
             retries: 1500,
-            errors: 2,
+            rejected: 2,
+            unknown: 1,
             throughput_tps: tps,
             abort_rate: abort_rate(committed, 1234),
             latency_us: rec.summary(),
@@ -430,7 +439,7 @@ mod tests {
         let lines: Vec<&str> = md.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("| protocol | workload |"));
-        assert!(lines[0].ends_with("| abort % | errors | 2nd-round % |"));
+        assert!(lines[0].ends_with("| abort % | rejected | unknown | 2nd-round % |"));
         assert!(lines[1].starts_with("| --- | --- | ---: |"));
         assert!(lines[2].contains("| 52,314 |"));
         assert!(lines[2].contains("a\\|b"));

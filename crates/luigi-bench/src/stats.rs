@@ -123,8 +123,13 @@ pub struct Counters {
     pub aborted: u64,
     /// Retry attempts (aborts that were retried).
     pub retries: u64,
-    /// Transactions that failed with an error (timeouts, transport failures, ...).
-    pub errors: u64,
+    /// Transactions refused by a participant (executed nowhere).
+    #[serde(alias = "errors")]
+    pub rejected: u64,
+    /// Transactions whose outcome was unknown when answered (no complete answer in time: they
+    /// may have executed).
+    #[serde(default)]
+    pub unknown: u64,
     /// Committed transactions that spanned several shards.
     #[serde(default)]
     pub cross_shard: u64,
@@ -139,7 +144,8 @@ impl Counters {
         self.committed = self.committed.saturating_add(other.committed);
         self.aborted = self.aborted.saturating_add(other.aborted);
         self.retries = self.retries.saturating_add(other.retries);
-        self.errors = self.errors.saturating_add(other.errors);
+        self.rejected = self.rejected.saturating_add(other.rejected);
+        self.unknown = self.unknown.saturating_add(other.unknown);
         self.cross_shard = self.cross_shard.saturating_add(other.cross_shard);
         self.second_round = self.second_round.saturating_add(other.second_round);
     }
@@ -234,12 +240,36 @@ mod tests {
 
     #[test]
     fn counters_merge() {
-        let mut a = Counters { committed: 10, aborted: 2, retries: 3, errors: 1, cross_shard: 4, second_round: 1 };
-        let b = Counters { committed: 5, aborted: 1, retries: 0, errors: u64::MAX, cross_shard: 2, second_round: 2 };
+        let mut a = Counters {
+            committed: 10,
+            aborted: 2,
+            retries: 3,
+            rejected: 1,
+            unknown: 2,
+            cross_shard: 4,
+            second_round: 1,
+        };
+        let b = Counters {
+            committed: 5,
+            aborted: 1,
+            retries: 0,
+            rejected: u64::MAX,
+            unknown: 1,
+            cross_shard: 2,
+            second_round: 2,
+        };
         a.merge(&b);
         assert_eq!(
             a,
-            Counters { committed: 15, aborted: 3, retries: 3, errors: u64::MAX, cross_shard: 6, second_round: 3 }
+            Counters {
+                committed: 15,
+                aborted: 3,
+                retries: 3,
+                rejected: u64::MAX,
+                unknown: 3,
+                cross_shard: 6,
+                second_round: 3
+            }
         );
     }
 

@@ -3,6 +3,18 @@
 //! transaction to every participant leader at once, retries under the same id, and answers
 //! once every participant has answered with a watermark at or above the final timestamp.
 //! It holds no authoritative state: losing it loses only the answers not yet delivered.
+//!
+//! **What a client is told, and what it acknowledges.** Every transaction ends with exactly
+//! one [`CoordOutput::Done`]: [`TxnOutcome::Ordered`] (executed at its final timestamp on every
+//! participant, durable), [`TxnOutcome::Rejected`] (refused by a participant: executed
+//! nowhere, ever), or [`TxnOutcome::Unknown`] (no complete answer in time: it may or may not
+//! execute). An unknown transaction keeps its id: the coordinator goes on asking its silent
+//! participants (every `retry_timeout_us`, without limit) and reports the outcome it learns
+//! with [`CoordOutput::Resolved`]. A transaction is *acknowledged* to the servers
+//! (`acked_below` on later dispatches, which lets them forget its answer) only once every
+//! participant has answered it. So a server that finds a transaction acknowledged knows it
+//! answered it itself (see `PeerItem::Acknowledged`), and no participant is ever told to
+//! forget a transaction another participant still waits for.
 
 use std::collections::BTreeSet;
 
@@ -14,9 +26,15 @@ use crate::owd::OwdEstimator;
 use crate::procedure::ProcError;
 use crate::types::{ClientId, ShardId, ShardPiece, TimeUs, Timestamp, Txn, TxnId};
 
-/// Resends after "not the leader" answers before a transaction is reported failed (with the
-/// default 50 ms delay: about 10 s without a leader).
+/// Resends after "not the leader" (or "busy") answers before a transaction is reported as
+/// unknown (with the default 50 ms delay: about 10 s without a leader).
 pub const NOT_LEADER_RESENDS_MAX: u32 = 200;
+
+/// Transactions reported to the caller (unknown, or rejected by one participant) whose
+/// other participants have not answered yet, at most. They hold `acked_below` down, so the
+/// shell stops submitting while this many are outstanding (see
+/// [`Coordinator::can_submit`]).
+pub const UNRESOLVED_MAX: usize = 1 << 16;
 
 /// Knobs of a coordinator.
 #[derive(Clone, Debug)]
@@ -35,6 +53,16 @@ pub struct CoordinatorConfig {
     pub not_leader_retry_us: u64,
     /// Which watermarks must pass a transaction's timestamp before it is answered.
     pub commit_rule: CommitRule,
+    /// Fault-injection switches for tests only. All off in production.
+    pub mutations: CoordMutations,
+}
+
+/// Deliberate coordinator bugs, used only by tests that prove the checks catch them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoordMutations {
+    /// Forget (and so acknowledge) a transaction as soon as it is reported unknown: the bug
+    /// that let a participant that never saw it take it for answered.
+    pub acknowledge_unknown: bool,
 }
 
 /// Which shards' watermarks must have passed a transaction's timestamp before the client is
@@ -65,6 +93,7 @@ impl CoordinatorConfig {
             max_attempts: 10,
             not_leader_retry_us: 50_000,
             commit_rule: CommitRule::Participants,
+            mutations: CoordMutations::default(),
         }
     }
 }
@@ -79,8 +108,11 @@ pub enum CoordOutput {
         /// Message.
         msg: ClientMsg,
     },
-    /// A transaction finished.
+    /// A transaction finished: its one answer to the caller.
     Done(Completion),
+    /// A transaction reported [`TxnOutcome::Unknown`] earlier has a known outcome now
+    /// ([`TxnOutcome::Ordered`] or [`TxnOutcome::Rejected`]).
+    Resolved(Completion),
 }
 
 /// A finished transaction.
@@ -109,10 +141,13 @@ pub enum TxnOutcome {
         /// Each participant's result, by shard.
         results: Vec<(ShardId, Result<Vec<u8>, TxnError>)>,
     },
-    /// Refused at admission by a participant (never executed there).
+    /// Refused by a participant: executed on no participant, and never will be (the refusal
+    /// is durable in that participant's log before it is sent).
     Rejected(String),
-    /// No complete answer after every attempt.
-    Failed(String),
+    /// No complete answer after every attempt (no leader, unreachable shard): the
+    /// transaction may have executed or may still execute. The coordinator keeps its id and
+    /// keeps asking; the outcome follows as [`CoordOutput::Resolved`] once learned.
+    Unknown(String),
 }
 
 impl TxnOutcome {
@@ -133,7 +168,7 @@ impl TxnOutcome {
                 Err(TxnError::Proc(ProcError::UserAbort(why))) => Some(why.as_str()),
                 _ => None,
             }),
-            TxnOutcome::Rejected(_) | TxnOutcome::Failed(_) => None,
+            TxnOutcome::Rejected(_) | TxnOutcome::Unknown(_) => None,
         }
     }
 }
@@ -151,6 +186,17 @@ struct InFlight {
     attempts: u32,
     /// One slot per participant, in `txn.pieces` order.
     replies: Vec<Option<TxnReply>>,
+    /// Its `Done` went out already (unknown, or rejected by some participant); it stays until
+    /// every participant has answered, then goes without acknowledging anything unanswered.
+    reported: Option<Reported>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reported {
+    /// Reported [`TxnOutcome::Unknown`]: its real outcome goes out as `Resolved`.
+    Unknown,
+    /// Reported [`TxnOutcome::Rejected`]: definite; the rest only waits for the others.
+    Rejected,
 }
 
 /// Counters.
@@ -162,6 +208,10 @@ pub struct CoordStats {
     pub retries: u64,
     /// Transactions whose participants answered with different timestamps (a protocol bug).
     pub ts_mismatch: u64,
+    /// Transactions reported unknown.
+    pub unknown: u64,
+    /// Of those, the ones whose outcome was learned later.
+    pub resolved: u64,
 }
 
 /// The coordinator state machine of one client.
@@ -202,9 +252,21 @@ impl Coordinator {
         self.stats
     }
 
-    /// Transactions submitted and not finished.
+    /// Transactions submitted and not answered yet (no `Done`).
     pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
+        self.in_flight.values().filter(|f| f.reported.is_none()).count()
+    }
+
+    /// Transactions answered (unknown, or rejected by some participant) that still wait for
+    /// a participant's answer before they can be acknowledged.
+    pub fn unresolved(&self) -> usize {
+        self.in_flight.values().filter(|f| f.reported.is_some()).count()
+    }
+
+    /// False while [`UNRESOLVED_MAX`] transactions are unresolved: the shell should hold new
+    /// submissions until some resolve (each holds the acknowledgement of every later one).
+    pub fn can_submit(&self) -> bool {
+        self.unresolved() < UNRESOLVED_MAX
     }
 
     /// The current one-way-delay estimate towards `shard`'s leader.
@@ -248,6 +310,7 @@ impl Coordinator {
             leader_waits: 0,
             attempts: 1,
             replies: vec![None; slots],
+            reported: None,
         };
         self.in_flight_seqs.insert(id.seq);
         self.stats.submitted += 1;
@@ -318,9 +381,9 @@ impl Coordinator {
         let Some(slot) = flight.txn.pieces.iter().position(|p| p.shard == shard) else {
             return; // not a participant: ignore rather than trust it
         };
-        if matches!(reply.outcome, Err(TxnError::NotLeader { .. })) {
-            // Nothing was stored there (an election is under way): ask again soon rather
-            // than after the full retry timeout.
+        if matches!(reply.outcome, Err(TxnError::NotLeader { .. } | TxnError::Busy(_))) {
+            // Nothing was stored there (an election is under way, or its log is full): ask
+            // again soon rather than after the full retry timeout.
             flight.retry_at_us = flight.retry_at_us.min(now + self.config.not_leader_retry_us);
             flight.leader_wait = true;
             return;
@@ -337,14 +400,26 @@ impl Coordinator {
         let Some(flight) = self.in_flight.get(&id) else {
             return;
         };
+        let all_answered = flight.replies.iter().all(Option::is_some);
         if let Some(why) = flight.replies.iter().flatten().find_map(|r| match &r.outcome {
             Err(TxnError::Rejected(why)) => Some(why.clone()),
             _ => None,
         }) {
-            self.finish(id, TxnOutcome::Rejected(why), out);
+            // Definite at once (a refusal is durable and executes nowhere), but acknowledged
+            // only once every participant has answered: a participant that never saw it must
+            // not find it acknowledged (it would take it for one it answered).
+            match flight.reported {
+                None | Some(Reported::Unknown) => self.report(id, TxnOutcome::Rejected(why), out),
+                Some(Reported::Rejected) => {}
+            }
+            if all_answered {
+                self.forget(id);
+            } else if let Some(f) = self.in_flight.get_mut(&id) {
+                f.reported = Some(Reported::Rejected);
+            }
             return;
         }
-        if flight.replies.iter().any(Option::is_none) {
+        if !all_answered {
             return;
         }
         let replies: Vec<&TxnReply> = flight.replies.iter().flatten().collect();
@@ -362,46 +437,70 @@ impl Coordinator {
             return;
         }
         let results = replies.iter().map(|r| (r.shard, r.outcome.clone())).collect();
-        self.finish(id, TxnOutcome::Ordered { ts, results }, out);
+        self.report(id, TxnOutcome::Ordered { ts, results }, out);
+        self.forget(id);
     }
 
-    fn finish(&mut self, id: TxnId, outcome: TxnOutcome, out: &mut Vec<CoordOutput>) {
-        let flight = self.in_flight.remove(&id).expect("finishing an in-flight transaction");
+    /// Tells the caller `outcome` (`Done`, or `Resolved` after an earlier `Unknown`).
+    fn report(&mut self, id: TxnId, outcome: TxnOutcome, out: &mut Vec<CoordOutput>) {
+        let flight = self.in_flight.get_mut(&id).expect("reporting an in-flight transaction");
         let rounds = flight.replies.iter().flatten().map(|r| r.rounds).max().unwrap_or(0);
+        let earlier = flight.reported;
+        flight.reported = Some(match outcome {
+            TxnOutcome::Unknown(_) => Reported::Unknown,
+            TxnOutcome::Ordered { .. } | TxnOutcome::Rejected(_) => Reported::Rejected,
+        });
+        let completion =
+            Completion { id, submitted_us: flight.submitted_us, attempts: flight.attempts, rounds, outcome };
+        match earlier {
+            None => out.push(CoordOutput::Done(completion)),
+            Some(Reported::Unknown) => {
+                self.stats.resolved += 1;
+                out.push(CoordOutput::Resolved(completion));
+            }
+            Some(Reported::Rejected) => unreachable!("a definite outcome is reported once"),
+        }
+    }
+
+    /// Every participant answered `id`: it leaves, and later dispatches acknowledge it.
+    fn forget(&mut self, id: TxnId) {
+        self.in_flight.remove(&id).expect("forgetting an in-flight transaction");
         self.awaiting_watermark.remove(&id);
         self.in_flight_seqs.remove(&id.seq);
-        out.push(CoordOutput::Done(Completion {
-            id,
-            submitted_us: flight.submitted_us,
-            attempts: flight.attempts,
-            rounds,
-            outcome,
-        }));
     }
 
-    /// Retries dispatches that timed out and fails those out of attempts.
+    /// Retries dispatches that timed out and reports as unknown those out of attempts (they
+    /// are still asked, every retry timeout, until every participant answers).
     pub fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
         let timeout = self.config.retry_timeout_us;
         let due: Vec<TxnId> = self.in_flight.iter().filter(|(_, f)| now >= f.retry_at_us).map(|(id, _)| *id).collect();
         for id in due {
             let flight = self.in_flight.get_mut(&id).expect("listed");
+            // Every participant answered and only a watermark is missing: the outcome is
+            // settled, the answer waits for the commit rule (never reported unknown).
+            let silent = flight.replies.iter().any(Option::is_none);
+            let mut gave_up = None;
             if flight.leader_wait {
                 flight.leader_wait = false;
                 flight.leader_waits += 1;
-                if flight.leader_waits > NOT_LEADER_RESENDS_MAX {
-                    let why = format!("no leader after {} resends", flight.leader_waits - 1);
-                    self.finish(id, TxnOutcome::Failed(why), out);
-                    continue;
+                if silent && flight.leader_waits > NOT_LEADER_RESENDS_MAX && flight.reported.is_none() {
+                    gave_up = Some(format!("no leader after {} resends", flight.leader_waits - 1));
                 }
+            } else if silent && flight.attempts >= self.config.max_attempts && flight.reported.is_none() {
+                gave_up = Some(format!("no complete answer after {} attempts", flight.attempts));
             } else {
-                if flight.attempts >= self.config.max_attempts {
-                    let why = format!("no complete answer after {} attempts", flight.attempts);
-                    self.finish(id, TxnOutcome::Failed(why), out);
-                    continue;
-                }
                 flight.attempts += 1;
                 self.stats.retries += 1;
             }
+            if let Some(why) = gave_up {
+                self.stats.unknown += 1;
+                self.report(id, TxnOutcome::Unknown(why), out);
+                if self.config.mutations.acknowledge_unknown {
+                    self.forget(id);
+                    continue;
+                }
+            }
+            let flight = self.in_flight.get_mut(&id).expect("still in flight");
             flight.retry_at_us = now + timeout;
             let flight = &self.in_flight[&id];
             self.send_dispatch(now, flight, out);
@@ -439,7 +538,7 @@ mod tests {
         out.iter()
             .filter_map(|o| match o {
                 CoordOutput::Send { shard, .. } => Some(*shard),
-                CoordOutput::Done(_) => None,
+                CoordOutput::Done(_) | CoordOutput::Resolved(_) => None,
             })
             .collect()
     }
@@ -494,8 +593,139 @@ mod tests {
         assert!(matches!(out.as_slice(), [CoordOutput::Done(d)] if d.outcome.is_committed()));
     }
 
+    fn done(out: &[CoordOutput]) -> Option<&Completion> {
+        out.iter().find_map(|o| match o {
+            CoordOutput::Done(d) => Some(d),
+            CoordOutput::Send { .. } | CoordOutput::Resolved(_) => None,
+        })
+    }
+
+    fn resolved(out: &[CoordOutput]) -> Option<&Completion> {
+        out.iter().find_map(|o| match o {
+            CoordOutput::Resolved(d) => Some(d),
+            CoordOutput::Send { .. } | CoordOutput::Done(_) => None,
+        })
+    }
+
+    fn rejected(id: TxnId, shard: ShardId) -> ServerMsg {
+        ServerMsg::Reply(TxnReply {
+            id,
+            shard,
+            ts: 0,
+            outcome: Err(TxnError::Rejected("no".into())),
+            watermark: 0,
+            arrival_delta_us: 0,
+            rounds: 0,
+        })
+    }
+
+    fn acked_below_of(out: &[CoordOutput]) -> Vec<u64> {
+        out.iter()
+            .filter_map(|o| match o {
+                CoordOutput::Send { msg: ClientMsg::Dispatch { acked_below, .. }, .. } => Some(*acked_below),
+                CoordOutput::Send { .. } | CoordOutput::Done(_) | CoordOutput::Resolved(_) => None,
+            })
+            .collect()
+    }
+
+    /// The bug behind a cluster-wide stall: a client gave up on a cross-shard transaction and
+    /// acknowledged it, so a participant that never saw it took it for answered. An unknown
+    /// outcome is reported, never acknowledged, and still asked for until it is learned.
     #[test]
-    fn retries_resend_only_to_silent_participants_then_fail() {
+    fn an_unknown_outcome_is_never_acknowledged_and_is_resolved_later() {
+        let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..CoordinatorConfig::new(1) };
+        let mut c = Coordinator::new(cfg);
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+        c.on_message(10, reply(id, 0, 50, 60, 5), &mut out);
+        out.clear();
+        c.tick(100, &mut out);
+        c.tick(200, &mut out);
+        let d = done(&out).expect("reported");
+        assert!(matches!(d.outcome, TxnOutcome::Unknown(_)), "{:?}", d.outcome);
+        assert_eq!((c.in_flight(), c.unresolved()), (0, 1));
+        assert_eq!(sends(&out), vec![1, 1], "shard 1 is still asked, also after the report");
+        out.clear();
+        let later = c.submit(250, "p", vec![], vec![piece(0)], &mut out);
+        assert_eq!(acked_below_of(&out), vec![id.seq], "the unknown one is not acknowledged");
+        c.on_message(260, reply(later, 0, 300, 300, 1), &mut out);
+        out.clear();
+        c.tick(300, &mut out);
+        assert_eq!(sends(&out), vec![1], "asked again every retry timeout, without limit");
+        c.on_message(310, reply(id, 1, 50, 60, 5), &mut out);
+        let r = resolved(&out).expect("resolved");
+        assert!(r.outcome.is_committed());
+        assert_eq!((c.unresolved(), c.stats().unknown, c.stats().resolved), (0, 1, 1));
+        out.clear();
+        c.submit(400, "p", vec![], vec![piece(0)], &mut out);
+        assert_eq!(acked_below_of(&out), vec![later.seq + 1], "acknowledged once every participant answered");
+    }
+
+    /// A refusal is definite at once, but the transaction is acknowledged only once every
+    /// participant answered: one that never saw it must not find it acknowledged.
+    #[test]
+    fn a_rejection_is_reported_at_once_and_acknowledged_once_every_participant_answered() {
+        let cfg = CoordinatorConfig { retry_timeout_us: 100, ..CoordinatorConfig::new(1) };
+        let mut c = Coordinator::new(cfg);
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+        out.clear();
+        c.on_message(10, rejected(id, 0), &mut out);
+        assert!(matches!(done(&out).map(|d| &d.outcome), Some(TxnOutcome::Rejected(_))));
+        assert_eq!(c.unresolved(), 1);
+        out.clear();
+        c.tick(100, &mut out);
+        assert_eq!(sends(&out), vec![1], "the silent participant is still asked");
+        out.clear();
+        c.on_message(110, rejected(id, 1), &mut out);
+        assert!(out.is_empty(), "reported once");
+        assert_eq!(c.unresolved(), 0);
+        c.submit(120, "p", vec![], vec![piece(0)], &mut out);
+        assert_eq!(acked_below_of(&out), vec![id.seq + 1]);
+    }
+
+    #[test]
+    fn busy_answers_are_resent_soon_like_not_leader() {
+        let cfg =
+            CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..CoordinatorConfig::new(1) };
+        let mut c = Coordinator::new(cfg);
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+        let busy = TxnReply {
+            id,
+            shard: 0,
+            ts: 0,
+            outcome: Err(TxnError::Busy("log full".into())),
+            watermark: 0,
+            arrival_delta_us: 0,
+            rounds: 0,
+        };
+        out.clear();
+        c.on_message(10, ServerMsg::Reply(busy), &mut out);
+        assert!(out.is_empty());
+        c.tick(60, &mut out);
+        assert_eq!(sends(&out), vec![0]);
+        assert_eq!(c.stats().retries, 0);
+    }
+
+    #[test]
+    fn a_transaction_waiting_only_for_a_watermark_is_never_reported_unknown() {
+        let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..CoordinatorConfig::new(1) };
+        let mut c = Coordinator::new(cfg);
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+        c.on_message(10, reply(id, 0, 500, 400, 5), &mut out);
+        out.clear();
+        for t in 1..10 {
+            c.tick(t * 100, &mut out);
+        }
+        assert!(out.is_empty(), "every participant answered: nothing to resend, nothing unknown");
+        c.on_message(1_000, ServerMsg::Watermark { shard: 0, watermark: 500 }, &mut out);
+        assert!(done(&out).is_some_and(|d| d.outcome.is_committed()));
+    }
+
+    #[test]
+    fn retries_resend_only_to_silent_participants_then_report_unknown() {
         let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 3, ..CoordinatorConfig::new(1) };
         let mut c = Coordinator::new(cfg);
         let mut out = Vec::new();
@@ -509,15 +739,9 @@ mod tests {
         out.clear();
         c.tick(200, &mut out);
         c.tick(300, &mut out);
-        let done = out
-            .iter()
-            .find_map(|o| match o {
-                CoordOutput::Done(d) => Some(d),
-                _ => None,
-            })
-            .expect("failed");
-        assert!(matches!(done.outcome, TxnOutcome::Failed(_)));
-        assert_eq!(done.attempts, 3);
+        let d = done(&out).expect("reported");
+        assert!(matches!(d.outcome, TxnOutcome::Unknown(_)));
+        assert_eq!(d.attempts, 3);
         assert_eq!(c.stats().retries, 2);
     }
 
@@ -546,14 +770,7 @@ mod tests {
         }
         assert_eq!(c.stats().retries, 0, "not-leader resends are not attempts");
         c.on_message(400, reply(id, 0, 5, 5, 1), &mut out);
-        let done = out
-            .iter()
-            .find_map(|o| match o {
-                CoordOutput::Done(d) => Some(d),
-                _ => None,
-            })
-            .expect("answered");
-        assert_eq!(done.attempts, 1);
+        assert_eq!(done(&out).expect("answered").attempts, 1);
     }
 
     #[test]

@@ -39,6 +39,17 @@ pub enum LogRecord {
         /// The transaction.
         id: TxnId,
     },
+    /// The leader refused the transaction (it was never prepared here and never will be).
+    /// Logged before the refusal is told to anyone, so a new leader refuses a retry too
+    /// instead of admitting what a client was told would never run.
+    Refuse {
+        /// The transaction.
+        id: TxnId,
+        /// Why (the client's answer).
+        reason: String,
+        /// Echoed in the answer.
+        arrival_delta_us: i64,
+    },
     /// Every transaction with a final timestamp at or below `ts` is decided and executed on
     /// the leader (its watermark passed `ts`): followers execute the pending ones now, in
     /// (timestamp, id) order, and reach the leader's state.

@@ -95,6 +95,10 @@ pub enum TxnError {
         /// The replica (index from 0) this one believes leads, if it knows one.
         hint: Option<u32>,
     },
+    /// The leader's log is full (its followers are slow or unreachable); nothing was stored,
+    /// try again soon (the coordinator treats it like `NotLeader`).
+    #[error("shard busy: {0}")]
+    Busy(String),
 }
 
 /// Leader to leader: a batch of agreement items for one peer, with the sender's watermark.
@@ -151,6 +155,14 @@ pub enum PeerItem {
         id: TxnId,
         /// Why (passed on to the client).
         reason: String,
+    },
+    /// Answer to `Recover`: I answered `id` and its client has acknowledged that answer, so I
+    /// no longer know what it was (beyond the bounded memory of recent final timestamps). A
+    /// client acknowledges a transaction only once every participant answered it; the
+    /// sender learns that it cannot get the final timestamp from me.
+    Acknowledged {
+        /// Transaction.
+        id: TxnId,
     },
 }
 

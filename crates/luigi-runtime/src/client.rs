@@ -14,7 +14,7 @@ use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError, WireMsg};
 use luigi_proto::partition::{split, HashPartitioner, Partitioner};
 use luigi_proto::types::{ClientId, ShardId, ShardPiece, Timestamp, TxnId};
 use luigi_store::Key;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::clock;
@@ -50,12 +50,25 @@ struct Request {
     done: oneshot::Sender<Completion>,
 }
 
+/// Resolutions kept for slow subscribers (see [`Client::resolutions`]).
+const RESOLUTIONS_BUFFER: usize = 1024;
+
 /// A connection to a Luigi cluster. Cheap to clone; clones share the coordinator.
+///
+/// **Outcomes.** [`Client::execute`] answers each transaction once:
+/// [`TxnOutcome::Ordered`](luigi_proto::coordinator::TxnOutcome::Ordered) (executed on every
+/// participant and durable), `Rejected` (executed nowhere, never will be), or `Unknown` (no
+/// complete answer in time, e.g. a shard without a majority: it may have executed, or may
+/// still). The client keeps asking about an unknown transaction under the same id, so it
+/// executes at most once, and publishes its outcome on [`Client::resolutions`] once learned.
+/// The id of a client must be unique in the cluster for as long as the servers remember
+/// answers (use a fresh one per process).
 #[derive(Clone)]
 pub struct Client {
     requests: mpsc::Sender<Request>,
     partitioner: Arc<dyn Partitioner>,
     id: ClientId,
+    resolutions: broadcast::Sender<Completion>,
 }
 
 impl Client {
@@ -119,15 +132,24 @@ impl Client {
         coord_config.initial_owd_us = config.scenario().delay().mean_us;
         coord_config.commit_rule = CommitRule::AllShards { shards: config.shard_count() };
         let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
+        let (resolutions, _) = broadcast::channel(RESOLUTIONS_BUFFER);
         let driver = Driver {
             coordinator: Coordinator::new(coord_config),
             routes,
             waiting: HashMap::new(),
             out: Vec::new(),
+            resolutions: resolutions.clone(),
             _delay_line: delay_line,
         };
         tokio::spawn(driver.run(req_rx, in_rx));
-        Ok(Self { requests: req_tx, partitioner, id })
+        Ok(Self { requests: req_tx, partitioner, id, resolutions })
+    }
+
+    /// The outcomes learned later of transactions answered `Unknown` (each a
+    /// [`Completion`] with an `Ordered` or `Rejected` outcome), from now on. A receiver that
+    /// falls more than 1024 behind loses the oldest (tokio broadcast semantics).
+    pub fn resolutions(&self) -> broadcast::Receiver<Completion> {
+        self.resolutions.subscribe()
     }
 
     /// This client's id.
@@ -277,6 +299,7 @@ struct Driver {
     routes: Routes,
     waiting: HashMap<TxnId, oneshot::Sender<Completion>>,
     out: Vec<CoordOutput>,
+    resolutions: broadcast::Sender<Completion>,
     _delay_line: Option<Arc<DelayLine>>,
 }
 
@@ -296,7 +319,9 @@ impl Driver {
         retry_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
-                req = requests.recv(), if accepting => match req {
+                // Unresolved transactions hold every later acknowledgement: past the bound, new
+                // requests wait (backpressure) until some resolve.
+                req = requests.recv(), if accepting && self.coordinator.can_submit() => match req {
                     Some(req) => {
                         self.submit(req);
                         while let Ok(req) = requests.try_recv() {
@@ -385,6 +410,10 @@ impl Driver {
                     if let Some(done) = self.waiting.remove(&c.id) {
                         let _ = done.send(c);
                     }
+                }
+                CoordOutput::Resolved(c) => {
+                    debug!(id = ?c.id, outcome = ?c.outcome, "outcome of an unknown transaction learned");
+                    let _ = self.resolutions.send(c); // no subscriber: nobody asked
                 }
             }
         }

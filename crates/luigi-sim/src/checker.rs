@@ -252,10 +252,11 @@ fn answered_exactly_once(
                 ordered.push(i);
             }
             TxnOutcome::Rejected(_) => summary.rejected += 1,
-            TxnOutcome::Failed(why) => {
+            // A shell records only definite answers (an unknown one must be resolved).
+            TxnOutcome::Unknown(why) => {
                 return Err(Violation::new(
                     ViolationKind::Failed,
-                    format!("txn {:?} failed after {} attempts: {why}", rec.id, answer.attempts),
+                    format!("txn {:?} ended unknown after {} attempts: {why}", rec.id, answer.attempts),
                 ))
             }
         }
@@ -293,7 +294,7 @@ fn replay(
         let rec = &history.txns[i];
         let results = match rec.answers.first().map(|a| &a.outcome) {
             Some(TxnOutcome::Ordered { results, .. }) => Some(results),
-            Some(TxnOutcome::Rejected(_) | TxnOutcome::Failed(_)) => {
+            Some(TxnOutcome::Rejected(_) | TxnOutcome::Unknown(_)) => {
                 unreachable!("ordered transactions have an ordered outcome")
             }
             None => None, // an orphan: no answer to compare
@@ -427,7 +428,7 @@ fn explain_reads(
                 let outcome = match w.answers.first().map(|a| &a.outcome) {
                     Some(TxnOutcome::Ordered { ts, .. }) => format!("ordered at ts {ts}"),
                     Some(TxnOutcome::Rejected(why)) => format!("answered Rejected ({why})"),
-                    Some(TxnOutcome::Failed(why)) => format!("answered Failed ({why})"),
+                    Some(TxnOutcome::Unknown(why)) => format!("answered Unknown ({why})"),
                     None => "never answered".to_string(),
                 };
                 format!("{v:#x}, written by {:?} op {op} ({outcome})", w.id)

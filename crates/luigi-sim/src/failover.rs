@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig};
+use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, LeaderStats};
 use luigi_proto::log::LogRecord;
 use luigi_proto::msg::{ClientMsg, PeerItem, ServerMsg, TxnError, TxnReply};
@@ -113,6 +113,23 @@ pub struct FaultConfig {
     /// records (`None`: never). Restarts then load snapshots, and a replica that fell
     /// behind a compaction is sent the leader's snapshot.
     pub snapshot_entries: Option<u64>,
+    /// Majority losses: at each, a majority of one shard's replicas (its serving leader
+    /// first) crash and stay down for a while, so the shard has no quorum.
+    pub outages: Vec<Outage>,
+    /// Liveness: once the last fault has healed, every transaction must be answered (with a
+    /// definite outcome) within this long, virtual µs.
+    pub liveness_us: u64,
+}
+
+/// A shard without a majority for a while (see [`FaultConfig::outages`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outage {
+    /// The shard.
+    pub shard: ShardId,
+    /// When its majority crashes, virtual µs.
+    pub at_us: u64,
+    /// How long they stay down, µs.
+    pub down_us: u64,
 }
 
 impl Default for FaultConfig {
@@ -140,6 +157,8 @@ impl FaultConfig {
             settle_us: 5_000_000,
             ack_before_sync: false,
             snapshot_entries: None,
+            outages: Vec::new(),
+            liveness_us: 10_000_000,
         }
     }
 
@@ -152,7 +171,7 @@ impl FaultConfig {
     pub fn summary(&self) -> String {
         format!(
             "replicas={} raft_tick={}us election_ticks={} sync={}±{}us random_faults={} fault_gap={}±{}us \
-             down={}±{}us faults_until={}us kill={:?}×{} ack_before_sync={} snapshot_entries={:?}",
+             down={}±{}us faults_until={}us kill={:?}×{} ack_before_sync={} snapshot_entries={:?} outages={:?}",
             self.replicas,
             self.raft_tick_us,
             self.election_ticks,
@@ -167,7 +186,8 @@ impl FaultConfig {
             self.kill,
             self.kills,
             self.ack_before_sync,
-            self.snapshot_entries
+            self.snapshot_entries,
+            self.outages
         )
     }
 }
@@ -205,6 +225,14 @@ pub struct FailoverReport {
     pub rejected: u64,
     /// Never answered: their coordinator died.
     pub orphans: u64,
+    /// Reported unknown by a coordinator that gave up (each resolved later: the run ends
+    /// only when every transaction has a definite answer).
+    pub unknown: u64,
+    /// Majority losses applied.
+    pub outages: u64,
+    /// Virtual µs from the last fault's repair to the last answer (the liveness bound
+    /// checks it).
+    pub recovery_us: u64,
     /// Of the orphans, those that were executed (recovered by the participants).
     pub orphans_executed: u64,
     /// Replica crashes (random and kill points).
@@ -369,6 +397,8 @@ enum FaultAction {
     Random,
     Restart(ShardId, u32),
     Heal(ShardId, u32),
+    /// A majority of the shard crashes (see [`Outage`]).
+    LoseMajority(Outage),
 }
 
 type Step = Result<(), Violation>;
@@ -395,6 +425,8 @@ struct FailoverWorld<'a> {
     submitted: u64,
     answered: u64,
     orphans: BTreeMap<TxnId, Option<Timestamp>>,
+    /// When a fault was last repaired (a restart or a heal), virtual µs.
+    last_repair_us: VirtualUs,
     events: u64,
     delivered: u64,
     trace_hash: u64,
@@ -503,6 +535,7 @@ impl<'a> FailoverWorld<'a> {
             sent_with: HashMap::new(),
             quiescing: false,
             answered_at: 0,
+            last_repair_us: 0,
             report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
             coord_out: Vec::new(),
             leader_out: Vec::new(),
@@ -520,6 +553,13 @@ impl<'a> FailoverWorld<'a> {
         if faults.random_faults {
             let at = faults.fault_gap.sample(&mut world.fault_rng);
             world.schedule_fault(at, FaultAction::Random);
+        }
+        for outage in &faults.outages {
+            if outage.shard >= config.shards {
+                let msg = format!("outage of shard {} in a {}-shard run", outage.shard, config.shards);
+                return Err(Violation::new(ViolationKind::Config, msg));
+            }
+            world.schedule_fault(outage.at_us, FaultAction::LoseMajority(*outage));
         }
         Ok(world)
     }
@@ -564,6 +604,14 @@ impl<'a> FailoverWorld<'a> {
         }
         self.answered_at = self.now;
         self.report.end_us = self.now;
+        self.report.recovery_us = self.now.saturating_sub(self.last_repair_us);
+        if self.report.recovery_us > self.faults.liveness_us {
+            let msg = format!(
+                "liveness: the last transaction was answered {} us after the last repair (bound {} us)",
+                self.report.recovery_us, self.faults.liveness_us
+            );
+            return Err(self.violation(ViolationKind::Stuck, msg));
+        }
         self.quiesce()
     }
 
@@ -598,15 +646,18 @@ impl<'a> FailoverWorld<'a> {
     }
 
     fn converged(&self) -> bool {
-        self.replicas.iter().all(|group| {
-            let serving: Vec<&Replica> =
-                group.iter().filter_map(|n| n.replica.as_ref()).filter(|r| r.is_serving()).collect();
-            let [leader] = serving.as_slice() else { return false };
-            let l = leader.leader().expect("serving");
-            let hash = l.store().state_hash();
-            l.pending_len() == 0
-                && group.iter().all(|n| n.replica.as_ref().is_some_and(|r| r.store().state_hash() == hash))
-        })
+        // Every live coordinator has heard every participant of everything it reported.
+        let clients_settled = self.clients.iter().all(|c| c.dead || c.coord.unresolved() == 0);
+        clients_settled
+            && self.replicas.iter().all(|group| {
+                let serving: Vec<&Replica> =
+                    group.iter().filter_map(|n| n.replica.as_ref()).filter(|r| r.is_serving()).collect();
+                let [leader] = serving.as_slice() else { return false };
+                let l = leader.leader().expect("serving");
+                let hash = l.store().state_hash();
+                l.pending_len() == 0
+                    && group.iter().all(|n| n.replica.as_ref().is_some_and(|r| r.store().state_hash() == hash))
+            })
     }
 
     fn not_converged(&mut self) -> Violation {
@@ -863,12 +914,15 @@ impl<'a> FailoverWorld<'a> {
         match action {
             FaultAction::Random => self.random_fault(),
             FaultAction::Restart(s, i) => {
+                self.last_repair_us = self.now;
                 if self.replicas[s as usize][i as usize].replica.is_none() {
                     self.restart(s, i)?;
                 }
                 Ok(())
             }
+            FaultAction::LoseMajority(outage) => self.lose_majority(outage),
             FaultAction::Heal(s, i) => {
+                self.last_repair_us = self.now;
                 self.trace(|| format!("R{s}.{i} healed"));
                 let node = &mut self.replicas[s as usize][i as usize];
                 node.isolated = false;
@@ -914,6 +968,22 @@ impl<'a> FailoverWorld<'a> {
                 Ok(())
             }
         }
+    }
+
+    /// Crashes a majority of `outage.shard` (its serving leader first, then the lowest
+    /// numbered others) for `outage.down_us`: the shard has no quorum, so it elects nobody
+    /// and commits nothing until they restart.
+    fn lose_majority(&mut self, outage: Outage) -> Step {
+        let s = outage.shard;
+        let majority = self.n / 2 + 1;
+        self.trace(|| format!("shard {s} loses its majority for {} us", outage.down_us));
+        self.report.outages += 1;
+        let (mut victims, others): (Vec<u32>, Vec<u32>) = (0..self.n).partition(|&i| self.serving(s, i));
+        victims.extend(others);
+        for i in victims.into_iter().take(majority as usize) {
+            self.crash(s, i, outage.down_us)?;
+        }
+        Ok(())
     }
 
     /// Crashes replica `i` of shard `s` (unsynced writes are lost) and restarts it after `down`.
@@ -1145,7 +1215,10 @@ impl<'a> FailoverWorld<'a> {
                     match item {
                         PeerItem::Propose { id, .. } => first_propose |= self.proposed.insert((s, *id)),
                         PeerItem::Confirm { .. } => confirm = true,
-                        PeerItem::Recover { .. } | PeerItem::Executed { .. } | PeerItem::Refuse { .. } => {}
+                        PeerItem::Recover { .. }
+                        | PeerItem::Executed { .. }
+                        | PeerItem::Refuse { .. }
+                        | PeerItem::Acknowledged { .. } => {}
                     }
                 }
             }
@@ -1310,6 +1383,7 @@ impl<'a> FailoverWorld<'a> {
                     d.decided = d.decided.max(Some(ts));
                 }
                 LogRecord::Abort { id } => oracle.durable.entry(id).or_default().aborted = true,
+                LogRecord::Refuse { id, .. } => oracle.durable.entry(id).or_default().refused = true,
                 LogRecord::Floor { .. } | LogRecord::Applied { .. } => {}
             }
         }
@@ -1443,7 +1517,15 @@ impl<'a> FailoverWorld<'a> {
         for o in out.drain(..) {
             match o {
                 CoordOutput::Send { shard, msg } => self.route(id, shard, msg)?,
-                CoordOutput::Done(done) => self.record_answer(id, done)?,
+                CoordOutput::Done(done) if matches!(done.outcome, TxnOutcome::Unknown(_)) => {
+                    // The client moves on (its window slot frees); the answer that counts is
+                    // the resolution, which must come (liveness).
+                    self.trace(|| format!("c{id} reports {:?} unknown: {:?}", done.id, done.outcome));
+                    self.report.unknown += 1;
+                    self.client(id)?.outstanding -= 1;
+                }
+                CoordOutput::Done(done) => self.record_answer(id, done, true)?,
+                CoordOutput::Resolved(done) => self.record_answer(id, done, false)?,
             }
         }
         Ok(())
@@ -1523,7 +1605,9 @@ impl<'a> FailoverWorld<'a> {
         Ok(())
     }
 
-    fn record_answer(&mut self, client: ClientId, done: Completion) -> Step {
+    /// Records the definite answer of `done.id`; `in_window`: it still holds a slot of the
+    /// client's window (a resolution of an unknown one does not).
+    fn record_answer(&mut self, client: ClientId, done: Completion, in_window: bool) -> Step {
         let at = self.moment();
         self.trace_hash = fold(fold(self.trace_hash, at.us), done.id.seq ^ (done.id.client << 40));
         self.trace(|| format!("c{client} answered {:?} -> {:?}", done.id, done.outcome));
@@ -1538,7 +1622,9 @@ impl<'a> FailoverWorld<'a> {
             return Err(self.violation(ViolationKind::DuplicateAnswer, format!("{:?} answered twice", done.id)));
         }
         self.answered += 1;
-        self.client(client)?.outstanding -= 1;
+        if in_window {
+            self.client(client)?.outstanding -= 1;
+        }
         Ok(())
     }
 
@@ -1573,7 +1659,9 @@ impl<'a> FailoverWorld<'a> {
                 .map(|p| (p, self.oracle[p as usize].durable.get(&rec.id).copied().unwrap_or_default()))
                 .collect();
             let final_ts = durable.iter().filter_map(|(_, d)| d.prepared).max();
-            if let Some((p, d)) = durable.iter().find(|(_, d)| d.prepared.is_none() || d.aborted || d.prepares > 1) {
+            if let Some((p, d)) =
+                durable.iter().find(|(_, d)| d.prepared.is_none() || d.aborted || d.refused || d.prepares > 1)
+            {
                 return Err(self.violation(
                     ViolationKind::NotDurable,
                     format!("{:?} was answered at ts {ts}, but shard {p}'s committed log has {d:?}", rec.id),
@@ -1659,6 +1747,6 @@ fn output_order(o: &CoordOutput) -> TxnId {
     match o {
         CoordOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => txn.id,
         CoordOutput::Send { .. } => TxnId { client: 0, seq: 0 },
-        CoordOutput::Done(done) => done.id,
+        CoordOutput::Done(done) | CoordOutput::Resolved(done) => done.id,
     }
 }

@@ -74,7 +74,7 @@ pub mod world;
 
 pub use checker::{check, CheckOptions, History, Moment, TxnRecord};
 pub use config::{Delay, LinkConfig, SimConfig};
-pub use failover::{failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint};
+pub use failover::{failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint, Outage};
 pub use log::SimLog;
 pub use net::Node;
 pub use violation::{Violation, ViolationKind, SEED_ENV, TRACE_ENV};

@@ -38,6 +38,8 @@ pub enum TxnRecordKind {
     Decide(Timestamp),
     /// `ABORT`.
     Abort,
+    /// `REFUSE`.
+    Refuse,
 }
 
 /// What a shard's log holds, committed, about one transaction at some moment.
@@ -49,6 +51,8 @@ pub struct Durable {
     pub decided: Option<Timestamp>,
     /// A committed `ABORT`.
     pub aborted: bool,
+    /// A committed `REFUSE` (refused at admission, never prepared).
+    pub refused: bool,
     /// Committed `PREPARE` records (more than one is a protocol bug).
     pub prepares: u32,
 }
@@ -93,6 +97,7 @@ impl SimLog {
                 }
                 TxnRecordKind::Decide(ts) => d.decided = d.decided.max(Some(ts)),
                 TxnRecordKind::Abort => d.aborted = true,
+                TxnRecordKind::Refuse => d.refused = true,
             }
         }
         d
@@ -155,6 +160,7 @@ impl ReplicatedLog for SimLog {
             LogRecord::Prepare { txn, ts, .. } => Some((txn.id, TxnRecordKind::Prepare(*ts))),
             LogRecord::Decide { id, ts } => Some((*id, TxnRecordKind::Decide(*ts))),
             LogRecord::Abort { id } => Some((*id, TxnRecordKind::Abort)),
+            LogRecord::Refuse { id, .. } => Some((*id, TxnRecordKind::Refuse)),
             LogRecord::Floor { .. } | LogRecord::Applied { .. } => None,
         };
         if let Some((id, kind)) = kind {

@@ -563,7 +563,9 @@ impl<'a> World<'a> {
                         SimMsg::ToLeader(msg),
                     );
                 }
-                CoordOutput::Done(done) => self.record_answer(id, done)?,
+                // The ideal log never loses a majority: an unknown outcome is recorded, and the
+                // checker reports it.
+                CoordOutput::Done(done) | CoordOutput::Resolved(done) => self.record_answer(id, done)?,
             }
         }
         Ok(())
@@ -906,6 +908,7 @@ fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
         early_overflow: a.early_overflow + b.early_overflow,
         recover_sent: a.recover_sent + b.recover_sent,
         recover_forgotten: a.recover_forgotten + b.recover_forgotten,
+        recover_acknowledged: a.recover_acknowledged + b.recover_acknowledged,
     }
 }
 
@@ -964,7 +967,7 @@ fn output_order(o: &CoordOutput) -> TxnId {
     match o {
         CoordOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => txn.id,
         CoordOutput::Send { .. } => TxnId { client: 0, seq: 0 },
-        CoordOutput::Done(done) => done.id,
+        CoordOutput::Done(done) | CoordOutput::Resolved(done) => done.id,
     }
 }
 

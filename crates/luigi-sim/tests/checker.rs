@@ -167,7 +167,7 @@ fn missing_duplicate_and_failed_answers_are_caught() {
     let mut twice = t.clone();
     twice.answers.push(twice.answers[0].clone());
     let mut failed = t;
-    failed.answers[0].outcome = TxnOutcome::Failed("gave up".into());
+    failed.answers[0].outcome = TxnOutcome::Unknown("gave up".into());
     for (rec, kind) in
         [(none, ViolationKind::Unanswered), (twice, ViolationKind::DuplicateAnswer), (failed, ViolationKind::Failed)]
     {

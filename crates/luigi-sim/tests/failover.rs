@@ -12,7 +12,7 @@ mod common;
 use std::time::Instant;
 
 use luigi_sim::{
-    failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint, SimConfig, SEED_ENV, TRACE_ENV,
+    failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint, Outage, SimConfig, SEED_ENV, TRACE_ENV,
 };
 
 fn must_pass(test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverReport {
@@ -275,4 +275,95 @@ fn regression_real_proposal_after_executed_stand_in() {
     let (config, faults) = harsh(1025);
     let r = must_pass("regression_real_proposal_after_executed_stand_in", config, &faults);
     assert!(r.kills > 0 && r.committed > 0, "{r:?}");
+}
+
+/// Two successive majority losses (the shape of a cluster-wide stall users hit: one shard
+/// without a quorum for many election timeouts, repaired, then another), with random
+/// minority faults on top and coordinators that give up after 3 attempts (about 180 ms), so
+/// transactions whose dispatch crosses an outage are reported unknown. Liveness: once the
+/// last outage is repaired, every transaction must reach a definite answer within the
+/// bound, every unknown one is resolved, and the healed cluster converges with nothing
+/// pending on any participant.
+fn majority_loss(seed: u64) -> (SimConfig, FaultConfig) {
+    let shards = shards(seed);
+    let mut config = failover_config(seed, shards).txns(600).cross_shard(0.8);
+    config.coordinator.max_attempts = 3;
+    let first = (seed % u64::from(shards)) as u32;
+    let second = (first + 1) % shards;
+    let down_us = |k: u64| 300_000 + (seed.wrapping_mul(7919).wrapping_add(k * 104_729) % 500_000);
+    let outages = vec![
+        Outage { shard: first, at_us: 150_000, down_us: down_us(1) },
+        Outage { shard: second, at_us: 1_200_000, down_us: down_us(2) },
+    ];
+    let faults = FaultConfig { outages, faults_until_us: 2_000_000, liveness_us: 5_000_000, ..FaultConfig::new() };
+    (config, faults)
+}
+
+#[test]
+fn majority_loss_sweep() {
+    let started = Instant::now();
+    let mut total = FailoverReport::default();
+    let mut recovery_us_max = 0;
+    for seed in common::seeds(4000..4040) {
+        let (config, faults) = majority_loss(seed);
+        let r = must_pass("majority_loss_sweep", config, &faults);
+        if std::env::var(SEED_ENV).is_ok() {
+            eprintln!("{r:?}");
+        }
+        total.committed += r.committed;
+        total.rejected += r.rejected;
+        total.unknown += r.unknown;
+        total.outages += r.outages;
+        total.crashes += r.crashes;
+        total.promotions += r.promotions;
+        total.orphans += r.orphans;
+        total.recover_sent += r.recover_sent;
+        recovery_us_max = recovery_us_max.max(r.recovery_us);
+    }
+    eprintln!(
+        "majority loss: committed {} rejected {} unknown-then-resolved {} outages {} crashes {} promotions {} \
+         recover_sent {}; slowest recovery {} ms after the last repair; {:?}",
+        total.committed,
+        total.rejected,
+        total.unknown,
+        total.outages,
+        total.crashes,
+        total.promotions,
+        total.recover_sent,
+        recovery_us_max / 1000,
+        started.elapsed()
+    );
+    if std::env::var(SEED_ENV).is_err() {
+        assert_eq!(total.outages, 80, "two outages per seed");
+        assert!(total.unknown > 0, "no coordinator ever gave up: the sweep does not test unknown outcomes");
+    }
+}
+
+/// The rule behind `majority_loss_sweep`: a coordinator never acknowledges a transaction
+/// whose outcome it does not know. Broken on purpose (the client forgets what it gave up
+/// on, as it once did), the same seeds stall: a shard that never saw such a transaction
+/// finds it acknowledged, its peer's recovery gets no useful answer, and no shard commits
+/// again. The checks must catch it on some seed.
+#[test]
+fn acknowledging_unknown_outcomes_is_caught() {
+    let mut caught = 0;
+    let mut ran = 0;
+    for seed in 4000..4012 {
+        let (mut config, mut faults) = majority_loss(seed);
+        config.coordinator.mutations.acknowledge_unknown = true;
+        config.max_virtual_us = 20_000_000;
+        faults.settle_us = 2_000_000;
+        ran += 1;
+        match run_replicated(&config, &faults) {
+            Ok(_) => {}
+            Err(v) => {
+                caught += 1;
+                if caught == 1 {
+                    eprintln!("first catch: {}", v.to_string().chars().take(300).collect::<String>());
+                }
+            }
+        }
+    }
+    eprintln!("acknowledging unknown outcomes: caught on {caught} of {ran} seeds");
+    assert!(caught > 0, "the mutation went unnoticed on every seed");
 }

@@ -59,7 +59,7 @@ fn bench_micro_runs_a_real_cluster_and_writes_results() {
     assert_eq!((r.protocol.as_str(), r.workload.as_str(), r.shards, r.replicas), ("luigi", "micro", 1, 1));
     assert_eq!((r.threads, r.in_flight, r.net.as_str()), (2, 20, "same-region"));
     assert!(r.committed > 100, "committed {}", r.committed);
-    assert_eq!(r.errors, 0);
+    assert_eq!((r.rejected, r.unknown), (0, 0));
     // Every transaction crosses the emulated WAN twice (>= 1.5 ms each way).
     assert!(r.latency_us.p50 >= 3_000, "p50 {} µs is below two one-way delays", r.latency_us.p50);
     assert!(r.latency_us.p50 <= r.latency_us.p99);
@@ -81,7 +81,7 @@ fn cross_shard_bench_runs_two_server_processes() {
     let r = &read_json(&json).unwrap()[0];
     assert_eq!((r.shards, r.replicas), (2, 1));
     assert!(r.committed > 100, "committed {}", r.committed);
-    assert_eq!(r.errors, 0);
+    assert_eq!((r.rejected, r.unknown), (0, 0));
     assert_eq!(
         r.params["cross_shard_committed"],
         serde_json::json!(r.committed),
@@ -106,7 +106,7 @@ fn three_replica_shard_replicates_through_raft() {
     let r = &read_json(&json).unwrap()[0];
     assert_eq!((r.shards, r.replicas, r.durability.as_str()), (1, 3, "fsync"));
     assert!(r.committed > 100, "committed {}", r.committed);
-    assert_eq!(r.errors, 0);
+    assert_eq!((r.rejected, r.unknown), (0, 0));
     // Client to leader, a replication round trip to a follower and back, leader to client.
     assert!(r.latency_us.p50 >= 6_000, "p50 {} µs is below four one-way delays", r.latency_us.p50);
 }

@@ -221,6 +221,11 @@ impl Follower {
                     self.stats.aborted += 1;
                 }
             }
+            LogRecord::Refuse { id, reason, arrival_delta_us } => {
+                // The leader refuses only what it does not hold prepared.
+                debug_assert!(!self.prepared.contains_key(id), "shard {}: refused prepared {id:?}", self.shard);
+                self.answers.insert(*id, Answer::refusal(reason.clone(), *arrival_delta_us));
+            }
             LogRecord::Floor { ts } => self.floor = self.floor.max(*ts),
             LogRecord::Applied { ts } => self.execute_up_to(*ts),
         }

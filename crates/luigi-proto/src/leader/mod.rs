@@ -156,6 +156,15 @@ pub struct StalledTxn {
     pub durable: bool,
 }
 
+/// A refusal whose `Refuse` record is not committed yet: nobody is told before it is.
+#[derive(Debug)]
+struct Refusing {
+    /// The other participants (told to abort it once the record commits).
+    others: Vec<ShardId>,
+    reason: String,
+    arrival_delta_us: i64,
+}
+
 /// Agreement messages that arrived before the transaction's own dispatch.
 #[derive(Debug, Default)]
 struct Early {
@@ -188,8 +197,11 @@ pub struct LeaderStats {
     /// `Recover` requests sent for stalled (or recovered) transactions.
     pub recover_sent: u64,
     /// `Recover` requests about transactions answered and acknowledged so long ago that the
-    /// final timestamp is no longer remembered (the requester keeps asking the others).
+    /// final timestamp is no longer remembered (answered with `Acknowledged`).
     pub recover_forgotten: u64,
+    /// `Acknowledged` answers received for a transaction still undecided here (it stays
+    /// stalled: see `on_acknowledged`).
+    pub recover_acknowledged: u64,
 }
 
 /// The shard leader state machine.
@@ -206,6 +218,8 @@ pub struct ShardLeader<L: ReplicatedLog> {
     /// when their dispatch arrives. Bounded by `max_early` too.
     early_dropped: BTreeSet<TxnId>,
     answers: Answers,
+    /// Refusals waiting for their `Refuse` record to commit.
+    refusing: Map<TxnId, Refusing>,
     /// Executed transactions whose answer waits for the watermark, by (ts, id).
     unanswered: BTreeSet<(Timestamp, TxnId)>,
     /// Agreement items per destination shard, flushed at the next tick.
@@ -251,6 +265,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             early: Map::default(),
             early_dropped: BTreeSet::new(),
             answers: Answers::default(),
+            refusing: Map::default(),
             unanswered: BTreeSet::new(),
             outbox: BTreeMap::new(),
             log_retry: Vec::new(),
@@ -448,6 +463,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 PeerItem::Recover { txn, ts } => self.on_recover(txn, from, ts, out),
                 PeerItem::Executed { id, ts } => self.on_executed(id, from, ts),
                 PeerItem::Refuse { id, reason } => self.on_refuse(id, reason),
+                PeerItem::Acknowledged { id } => self.on_acknowledged(id),
             }
         }
         self.pump(now, out);
@@ -527,7 +543,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         out: &mut Vec<LeaderOutput>,
     ) {
         let id = txn.id;
-        if self.pending.contains_key(&id) {
+        if self.pending.contains_key(&id) || self.refusing.contains_key(&id) {
             // A retry of a transaction still in progress: its answer will follow.
             self.stats.duplicates += 1;
             return;
@@ -563,8 +579,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if let Some(reason) = self.early.get(&id).and_then(|e| e.refused.clone()) {
             // Another participant refused it first; it will never be prepared anywhere.
             self.early.remove(&id);
-            self.store_refusal(id, reason.clone(), arrival_delta_us);
-            self.reply_now(id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
+            self.refuse(&txn, reason, arrival_delta_us, out);
             return;
         }
         if let Err(reason) = self.validate(&txn) {
@@ -583,8 +598,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.reply_now(id, 0, Err(TxnError::NotLeader { hint: None }), arrival_delta_us, 0, out);
                 return;
             }
+            // Not stored either: the coordinator asks again soon.
             Err(e @ LogError::Backlogged(_)) => {
-                self.refuse(&txn, e.to_string(), arrival_delta_us, out);
+                self.reply_now(id, 0, Err(TxnError::Busy(e.to_string())), arrival_delta_us, 0, out);
                 return;
             }
         }
@@ -640,18 +656,41 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         Ok(())
     }
 
-    /// Refuses a dispatch for good: the refusal is stored as the transaction's answer, so a
-    /// retry still on its way (or sent after a lost refusal) gets the same answer instead of
-    /// being admitted after the client was told it never would be. The other participants are
-    /// told, so they abort it rather than wait forever for this shard's proposal.
+    /// Refuses a dispatch for good: a `Refuse` record is logged, and once it commits the
+    /// refusal is stored as the transaction's answer (followers store it too), so a retry
+    /// still on its way, or sent to a later leader, gets the same answer instead of being
+    /// admitted after the client was told it never would be. Then the other participants are
+    /// told, so they abort it rather than wait forever for this shard's proposal, and the
+    /// client is answered. If the log takes nothing now, nothing is stored and the client is
+    /// told to try again.
     fn refuse(&mut self, txn: &Txn, reason: String, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
-        self.stats.rejected += 1;
-        self.store_refusal(txn.id, reason.clone(), arrival_delta_us);
-        let me = self.config.shard;
-        for shard in txn.shards().filter(|s| *s != me) {
-            self.queue_peer(shard, PeerItem::Refuse { id: txn.id, reason: reason.clone() });
+        let id = txn.id;
+        let record = LogRecord::Refuse { id, reason: reason.clone(), arrival_delta_us };
+        match self.log.propose(record) {
+            Ok(_) => {
+                self.stats.rejected += 1;
+                let me = self.config.shard;
+                let others = txn.shards().filter(|s| *s != me).collect();
+                self.refusing.insert(id, Refusing { others, reason, arrival_delta_us });
+            }
+            Err(LogError::NotLeader) => {
+                self.reply_now(id, 0, Err(TxnError::NotLeader { hint: None }), arrival_delta_us, 0, out);
+            }
+            Err(e @ LogError::Backlogged(_)) => {
+                self.reply_now(id, 0, Err(TxnError::Busy(e.to_string())), arrival_delta_us, 0, out);
+            }
         }
-        self.reply_now(txn.id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
+    }
+
+    /// A `Refuse` record committed: store the refusal, tell the others, answer the client.
+    fn on_refuse_logged(&mut self, id: TxnId, reason: String, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
+        self.store_refusal(id, reason.clone(), arrival_delta_us);
+        // Not ours (an earlier leader's, committed before this one took over): stored only.
+        let Some(r) = self.refusing.remove(&id) else { return };
+        for shard in r.others {
+            self.queue_peer(shard, PeerItem::Refuse { id, reason: r.reason.clone() });
+        }
+        self.reply_now(id, 0, Err(TxnError::Rejected(r.reason)), r.arrival_delta_us, 0, out);
     }
 
     fn store_refusal(&mut self, id: TxnId, reason: String, arrival_delta_us: i64) {
@@ -672,8 +711,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         Some(self.early.entry(id).or_default())
     }
 
+    /// Answered here, or refused and waiting for the `Refuse` record: agreement items for it
+    /// are not buffered.
     fn is_answered(&self, id: TxnId) -> bool {
-        self.answers.is_answered(id)
+        self.answers.is_answered(id) || self.refusing.contains_key(&id)
     }
 
     fn on_proposal(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
@@ -705,6 +746,19 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if let Some(agreement) = self.pending.get_mut(&id).and_then(|p| p.agreement.as_mut()) {
             let step = agreement.on_executed(from, ts, skip);
             self.on_step(id, step);
+        }
+    }
+
+    /// Another participant answered `Recover` with `Acknowledged`: it answered this
+    /// transaction and its client acknowledged every participant's answer, so it executed
+    /// everywhere (this shard lost its execution with a leader change), but the final
+    /// timestamp is forgotten there. Nothing is inferred from it (a client that broke its
+    /// promise would make that unsafe); the transaction stays stalled and visible in
+    /// [`ShardLeader::stalled`] while recovery keeps asking the others. See DESIGN.md on why
+    /// the all-shards commit rule keeps this out of reach.
+    fn on_acknowledged(&mut self, id: TxnId) {
+        if self.pending.get(&id).is_some_and(|p| p.agreement.as_ref().is_some_and(|a| !a.is_decided())) {
+            self.stats.recover_acknowledged += 1;
         }
     }
 
@@ -777,6 +831,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// A participant asks what this shard knows of `txn` (it logged proposal `ts`).
     fn on_recover(&mut self, txn: Arc<Txn>, from: ShardId, ts: Timestamp, out: &mut Vec<LeaderOutput>) {
         let id = txn.id;
+        if self.refusing.contains_key(&id) {
+            return; // `Refuse` goes to every participant once its record commits
+        }
         if let Some(p) = self.pending.get(&id) {
             let (durable, confirmed, proposal, current) = (p.durable, p.confirmed, p.proposal, p.ts);
             if durable {
@@ -800,7 +857,11 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             Known::Answered(&Answer { ts: final_ts, .. }) | Known::Acknowledged(Some(final_ts)) => {
                 self.queue_peer(from, PeerItem::Executed { id, ts: final_ts });
             }
-            Known::Acknowledged(None) => self.stats.recover_forgotten += 1,
+            // Answered here and acknowledged: the client had every participant's answer.
+            Known::Acknowledged(None) => {
+                self.stats.recover_forgotten += 1;
+                self.queue_peer(from, PeerItem::Acknowledged { id });
+            }
             Known::Unknown => {
                 // Never dispatched here (its coordinator died, or the dispatch is late):
                 // prepare it now; a late dispatch is then a duplicate.
@@ -881,6 +942,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 LogRecord::Prepare { txn, ts, .. } => self.on_prepared(txn.id, ts),
                 LogRecord::Decide { id, ts } => self.on_decide_logged(id, ts),
                 LogRecord::Abort { id } => self.on_abort_logged(id, out),
+                LogRecord::Refuse { id, reason, arrival_delta_us } => {
+                    self.on_refuse_logged(id, reason, arrival_delta_us, out)
+                }
                 LogRecord::Floor { ts } => self.floor_committed = self.floor_committed.max(ts),
                 LogRecord::Applied { .. } => {} // for followers; the leader executed already
             }

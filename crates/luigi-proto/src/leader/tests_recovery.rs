@@ -2,7 +2,7 @@
 //! log is replayed into a [`Follower`], handed to a new leader, and the new leader must finish
 //! what the old one started without losing or doubling anything.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use luigi_store::Store;
@@ -16,17 +16,26 @@ use crate::msg::PeerItem;
 use crate::procedures::micro_key;
 
 /// A log that commits at once and keeps a copy of every committed entry (the replicas' log).
+/// While `held` is set nothing commits; while `full` is set it takes nothing (backlog).
 #[derive(Default)]
 struct TapLog {
     inner: LocalLog,
     tape: Rc<RefCell<Vec<LogEntry>>>,
+    held: Rc<Cell<bool>>,
+    full: Rc<Cell<bool>>,
 }
 
 impl ReplicatedLog for TapLog {
     fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError> {
+        if self.full.get() {
+            return Err(LogError::Backlogged(1));
+        }
         self.inner.propose(record)
     }
     fn take_committed(&mut self, out: &mut Vec<LogEntry>) {
+        if self.held.get() {
+            return;
+        }
         let start = out.len();
         self.inner.take_committed(out);
         self.tape.borrow_mut().extend_from_slice(&out[start..]);
@@ -211,4 +220,75 @@ fn a_new_peer_leader_is_sent_every_shared_proposal_again() {
     a.peer_leader_changed(0); // itself: nothing to do
     let again = to_peer(&tick(&mut a, 200), 1);
     assert_eq!(items(&again), vec![PeerItem::Propose { id: id(1), ts: 1_000 }], "single-shard ones are not sent");
+}
+
+fn client_replies(out: &[LeaderOutput]) -> Vec<(TxnId, Result<Vec<u8>, TxnError>)> {
+    replies(out).into_iter().map(|r| (r.id, r.outcome)).collect()
+}
+
+/// A refusal is told to nobody (client or peers) before its `Refuse` record commits, and a
+/// leader elected later refuses a retry of it instead of admitting what a client was told
+/// would never run.
+#[test]
+fn a_refusal_is_durable_before_anyone_hears_it_and_a_new_leader_keeps_it() {
+    let (mut b, tape) = leader(1);
+    let held = b.log().held.clone();
+    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    // Shard 0 refused it first; its Refuse reaches B before the dispatch does.
+    let refuse =
+        PeerBatch { from: 0, watermark: 0, items: vec![PeerItem::Refuse { id: id(1), reason: "full".into() }] };
+    deliver(&mut b, 50, vec![refuse]);
+    held.set(true);
+    let out = dispatch(&mut b, 100, &t);
+    assert!(replies(&out).is_empty() && to_peer(&out, 0).is_empty(), "told before durable: {out:?}");
+    assert!(replies(&dispatch(&mut b, 150, &t)).is_empty(), "a retry waits for the same record");
+    held.set(false);
+    let out = tick(&mut b, 200);
+    assert!(matches!(client_replies(&out).as_slice(), [(i, Err(TxnError::Rejected(_)))] if *i == id(1)));
+    assert_eq!(items(&to_peer(&out, 0)), vec![PeerItem::Refuse { id: id(1), reason: "full".into() }]);
+    assert!(tape.borrow().iter().any(|e| matches!(e.record, LogRecord::Refuse { id: i, .. } if i == id(1))));
+    // B's leader dies; its replica takes over and a late retry arrives.
+    let (mut b2, _) = take_over(1, &tape, 300);
+    let out = dispatch(&mut b2, 400, &t);
+    assert!(matches!(client_replies(&out).as_slice(), [(_, Err(TxnError::Rejected(why)))] if why == "full"));
+    assert_eq!((b2.stats().admitted, b2.pending_len()), (0, 0), "never admitted");
+}
+
+/// A leader whose log takes nothing stores nothing and says so: the client asks again soon
+/// (`Busy`), and the retry is admitted once the log has room.
+#[test]
+fn a_full_log_answers_busy_and_stores_nothing() {
+    let (mut a, _) = leader(0);
+    let full = a.log().full.clone();
+    let t = txn(1, 1_000, &[(0, 1, Some(5))]);
+    full.set(true);
+    let out = dispatch(&mut a, 100, &t);
+    assert!(matches!(client_replies(&out).as_slice(), [(_, Err(TxnError::Busy(_)))]), "{out:?}");
+    assert_eq!((a.pending_len(), a.stats().rejected), (0, 0));
+    full.set(false);
+    dispatch(&mut a, 200, &t);
+    let r = replies(&tick(&mut a, 2_000));
+    assert_eq!((r.len(), r[0].ts), (1, 1_000));
+}
+
+/// A participant asked to recover a transaction it answered and whose client acknowledged
+/// that answer says so (it never stays silent); one that never saw it prepares it.
+#[test]
+fn recover_is_always_answered() {
+    let (mut a, _) = leader(0);
+    let (mut b, _) = leader(1);
+    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    let refuse = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Refuse { id: id(1), reason: "no".into() }] };
+    deliver(&mut a, 50, vec![refuse]);
+    dispatch(&mut a, 100, &t); // refused here and answered
+    let mut out = Vec::new();
+    let next = txn(2, 2_000, &[(0, 3, Some(1))]);
+    a.on_client(200, 9, ClientMsg::Dispatch { txn: next, sent_us: 200, acked_below: 2 }, &mut out);
+    let recover = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Recover { txn: t.clone(), ts: 1_000 }] };
+    let out = deliver(&mut a, 300, vec![recover.clone()]);
+    assert_eq!(items(&to_peer(&out, 1)), vec![PeerItem::Acknowledged { id: id(1) }]);
+    // Shard 1 never saw the transaction: it prepares it from the Recover item and proposes.
+    let out = deliver(&mut b, 300, vec![PeerBatch { from: 0, ..recover }]);
+    assert_eq!(b.stats().admitted, 1);
+    assert!(matches!(items(&to_peer(&out, 0)).as_slice(), [PeerItem::Propose { id: i, .. }] if *i == id(1)));
 }
