@@ -4,7 +4,9 @@
 //! world's own checks and the checker (see `luigi_sim::failover`).
 //!
 //! A failing seed prints the command that reruns it alone; `LUIGI_SIM_TRACE=1` prints every
-//! event. `LUIGI_SIM_SWEEP=n` runs `n` seeds of `harsh_faults_sweep` (default 50, from seed `LUIGI_SIM_SWEEP_FROM`, default 1000), e.g.
+//! event. `LUIGI_SIM_SWEEP=n` runs `n` seeds of `harsh_faults_sweep` and of
+//! `majority_loss_sweep` (defaults 50 and 40, from seed `LUIGI_SIM_SWEEP_FROM`, defaults 1000
+//! and 4000), e.g.
 //! `LUIGI_SIM_SWEEP=1000 cargo test -p luigi-sim --test failover harsh -- --nocapture`.
 
 mod common;
@@ -36,6 +38,14 @@ fn must_pass(test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverRep
              -- --nocapture (add {TRACE_ENV}=1 for every event)"
         ),
     }
+}
+
+/// The seeds of a long sweep: `LUIGI_SIM_SWEEP` of them (default `count`) from
+/// `LUIGI_SIM_SWEEP_FROM` (default `from`).
+fn sweep(from: u64, count: u64) -> std::ops::Range<u64> {
+    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default);
+    let from = env("LUIGI_SIM_SWEEP_FROM", from);
+    from..from + env("LUIGI_SIM_SWEEP", count)
 }
 
 /// 2 or 3 shards by seed.
@@ -250,10 +260,8 @@ fn harsh(seed: u64) -> (SimConfig, FaultConfig) {
 #[test]
 fn harsh_faults_sweep() {
     let started = Instant::now();
-    let count: u64 = std::env::var("LUIGI_SIM_SWEEP").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
     let mut total = FailoverReport::default();
-    let from: u64 = std::env::var("LUIGI_SIM_SWEEP_FROM").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000);
-    for seed in common::seeds(from..from + count) {
+    for seed in common::seeds(sweep(1_000, 50)) {
         let (config, faults) = harsh(seed);
         let r = must_pass("harsh_faults_sweep", config, &faults);
         total.committed += r.committed;
@@ -284,9 +292,15 @@ fn regression_real_proposal_after_executed_stand_in() {
 /// last outage is repaired, every transaction must reach a definite answer within the
 /// bound, every unknown one is resolved, and the healed cluster converges with nothing
 /// pending on any participant.
+/// Odd seeds add the harsh network (loss, reordering, skew) and leader kills on top.
 fn majority_loss(seed: u64) -> (SimConfig, FaultConfig) {
     let shards = shards(seed);
-    let mut config = failover_config(seed, shards).txns(600).cross_shard(0.8);
+    let (mut config, base) = if seed % 2 == 1 {
+        harsh(seed)
+    } else {
+        (failover_config(seed, shards).cross_shard(0.8), FaultConfig::new())
+    };
+    config.txns = 600;
     config.coordinator.max_attempts = 3;
     let first = (seed % u64::from(shards)) as u32;
     let second = (first + 1) % shards;
@@ -295,7 +309,7 @@ fn majority_loss(seed: u64) -> (SimConfig, FaultConfig) {
         Outage { shard: first, at_us: 150_000, down_us: down_us(1) },
         Outage { shard: second, at_us: 1_200_000, down_us: down_us(2) },
     ];
-    let faults = FaultConfig { outages, faults_until_us: 2_000_000, liveness_us: 5_000_000, ..FaultConfig::new() };
+    let faults = FaultConfig { outages, faults_until_us: 2_000_000, liveness_us: 5_000_000, ..base };
     (config, faults)
 }
 
@@ -304,7 +318,9 @@ fn majority_loss_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
     let mut recovery_us_max = 0;
-    for seed in common::seeds(4000..4040) {
+    let seeds = common::seeds(sweep(4_000, 40));
+    let runs = seeds.len() as u64;
+    for seed in seeds {
         let (config, faults) = majority_loss(seed);
         let r = must_pass("majority_loss_sweep", config, &faults);
         if std::env::var(SEED_ENV).is_ok() {
@@ -334,7 +350,7 @@ fn majority_loss_sweep() {
         started.elapsed()
     );
     if std::env::var(SEED_ENV).is_err() {
-        assert_eq!(total.outages, 80, "two outages per seed");
+        assert_eq!(total.outages, 2 * runs, "two outages per seed");
         assert!(total.unknown > 0, "no coordinator ever gave up: the sweep does not test unknown outcomes");
     }
 }
