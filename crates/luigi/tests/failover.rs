@@ -11,43 +11,19 @@
 
 mod common;
 
-use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use luigi_proto::coordinator::TxnOutcome;
 use luigi_proto::partition::{HashPartitioner, Partitioner};
-use luigi_proto::procedures::{account_key, Transfer, TransferArgs};
+use luigi_proto::procedures::{account_key, TransferArgs};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 
-use common::{free_port, scratch, ServerProc};
+use common::{latest_leader, scratch, start_durable as start, three_replica_cluster, transfer, ServerProc};
 
-const EXE: &str = env!("CARGO_BIN_EXE_luigi");
 const ACCOUNTS: u64 = 16;
 const WORKERS: u64 = 8;
-
-fn start(config: &Path, data: &Path, node: &str, port: u16, log: &Path) -> ServerProc {
-    let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-    let child = Command::new(EXE)
-        .args(["server", "--exit-on-stdin-eof", "--durability", "fsync", "--node", node, "--config"])
-        .arg(config)
-        .arg("--data-dir")
-        .arg(data)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{node} did not start listening");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    ServerProc(child)
-}
 
 /// A committed transfer and when its answer came.
 #[derive(Clone, Copy)]
@@ -56,27 +32,11 @@ struct Done {
     args: TransferArgs,
 }
 
-async fn transfer(client: &Client, args: TransferArgs) -> TxnOutcome {
-    let keys = vec![account_key(args.from), account_key(args.to)];
-    let done =
-        client.execute(Transfer::NAME, postcard::to_stdvec(&args).unwrap(), vec![], keys).await.expect("client alive");
-    done.outcome
-}
-
 #[test]
 fn killing_a_shard_leader_under_load_loses_and_doubles_nothing() {
     let dir = scratch("failover");
     let data = dir.join("data");
-    let ports: Vec<[u16; 3]> = (0..2).map(|_| [free_port(), free_port(), free_port()]).collect();
-    let mut toml = String::from("net = \"none\"\n[protocol]\nsnapshot_entries = 2000\n");
-    for p in &ports {
-        toml.push_str(&format!(
-            "[[shards]]\nreplicas = [\"127.0.0.1:{}\", \"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n",
-            p[0], p[1], p[2]
-        ));
-    }
-    let config_path = dir.join("cluster.toml");
-    std::fs::write(&config_path, toml).unwrap();
+    let (config_path, ports) = three_replica_cluster(&dir, 2, "none", "snapshot_entries = 2000\n");
     let logs = dir.join("servers.log");
     let mut servers: Vec<Option<ServerProc>> = Vec::new();
     for (shard, p) in ports.iter().enumerate() {
@@ -121,23 +81,15 @@ fn killing_a_shard_leader_under_load_loses_and_doubles_nothing() {
     let before_kill = committed.lock().unwrap().len();
     assert!(before_kill > 0, "no transfer committed before the kill");
     let killed_at = Instant::now();
-    let mut leader = servers[0].take().unwrap();
-    leader.0.kill().unwrap(); // SIGKILL: no shutdown path runs
-    leader.0.wait().unwrap();
+    servers[0].take().unwrap().kill9();
     std::thread::sleep(Duration::from_secs(3));
     let restarted_at = Instant::now();
     servers[0] = Some(start(&config_path, &data, "s0r0", ports[0][0], &logs));
     std::thread::sleep(Duration::from_secs(2));
     // Kill whoever leads shard 0 now, and bring it back a little later.
-    let leader_log = std::fs::read_to_string(&logs).unwrap();
-    let second = (0..3usize)
-        .filter(|r| leader_log.contains(&format!("serving as the shard leader node=s0r{r}")))
-        .max_by_key(|r| leader_log.rfind(&format!("serving as the shard leader node=s0r{r}")))
-        .expect("shard 0 has a leader");
+    let second = latest_leader(&logs, 0).expect("shard 0 has a leader") as usize;
     let second_killed_at = Instant::now();
-    let mut leader = servers[second].take().unwrap();
-    leader.0.kill().unwrap();
-    leader.0.wait().unwrap();
+    servers[second].take().unwrap().kill9();
     std::thread::sleep(Duration::from_secs(2));
     servers[second] = Some(start(&config_path, &data, &format!("s0r{second}"), ports[0][second], &logs));
     std::thread::sleep(Duration::from_secs(2));

@@ -2,9 +2,17 @@
 
 #![allow(dead_code)] // each test file uses a subset
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::Child;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use luigi_proto::coordinator::TxnOutcome;
+use luigi_proto::procedures::{account_key, Transfer, TransferArgs};
+use luigi_runtime::client::Client;
+
+/// The `luigi` binary under test.
+pub const EXE: &str = env!("CARGO_BIN_EXE_luigi");
 
 /// A fresh scratch directory for test `name`, unique to this test process.
 pub fn scratch(name: &str) -> PathBuf {
@@ -27,4 +35,82 @@ impl Drop for ServerProc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+impl ServerProc {
+    /// `kill -9`: no shutdown path runs.
+    pub fn kill9(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+
+    /// Closes the server's stdin (it logs its stats and exits) and waits up to `timeout` for
+    /// it to exit; returns false (and kills it) if it did not.
+    pub fn shut_down(mut self, timeout: Duration) -> bool {
+        drop(self.0.stdin.take());
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false // dropped: killed
+    }
+}
+
+/// A cluster file with `shards` shards of 3 replicas on fresh loopback ports, network scenario
+/// `net` and the `[protocol]` lines `protocol` (may be empty), written to `dir/cluster.toml`.
+pub fn three_replica_cluster(dir: &Path, shards: u32, net: &str, protocol: &str) -> (PathBuf, Vec<[u16; 3]>) {
+    let ports: Vec<[u16; 3]> = (0..shards).map(|_| [free_port(), free_port(), free_port()]).collect();
+    let mut toml = format!("net = \"{net}\"\n[protocol]\n{protocol}");
+    for p in &ports {
+        toml.push_str(&format!(
+            "[[shards]]\nreplicas = [\"127.0.0.1:{}\", \"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n",
+            p[0], p[1], p[2]
+        ));
+    }
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, toml).unwrap();
+    (path, ports)
+}
+
+/// Starts server `node` of cluster file `config` with fsync durability and its data under
+/// `data`, appending its log (`RUST_LOG=info`) to `log`, and waits until it listens on `port`.
+pub fn start_durable(config: &Path, data: &Path, node: &str, port: u16, log: &Path) -> ServerProc {
+    let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let child = Command::new(EXE)
+        .args(["server", "--exit-on-stdin-eof", "--durability", "fsync", "--node", node, "--config"])
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{node} did not start listening");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ServerProc(child)
+}
+
+/// The replica of `shard` that most recently logged that it serves as the shard leader in the
+/// servers' shared log `log`.
+pub fn latest_leader(log: &Path, shard: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(log).unwrap();
+    (0..3u32)
+        .filter_map(|r| text.rfind(&format!("serving as the shard leader node=s{shard}r{r}")).map(|at| (at, r)))
+        .max()
+        .map(|(_, r)| r)
+}
+
+/// Runs one bank transfer (a zero amount reads both balances) and returns its outcome.
+pub async fn transfer(client: &Client, args: TransferArgs) -> TxnOutcome {
+    let keys = vec![account_key(args.from), account_key(args.to)];
+    let done =
+        client.execute(Transfer::NAME, postcard::to_stdvec(&args).unwrap(), vec![], keys).await.expect("client alive");
+    done.outcome
 }
