@@ -116,8 +116,10 @@ pub struct FaultConfig {
     /// Majority losses: at each, a majority of one shard's replicas (its serving leader
     /// first) crash and stay down for a while, so the shard has no quorum.
     pub outages: Vec<Outage>,
-    /// Liveness: once the last fault has healed, every transaction must be answered (with a
-    /// definite outcome) within this long, virtual µs.
+    /// Liveness: once every fault has healed (outages and random faults over), the cluster
+    /// answers a transaction at least this often, virtual µs: no gap between two answers (or
+    /// between the last repair and the first answer) is longer, until every transaction has
+    /// a definite answer.
     pub liveness_us: u64,
 }
 
@@ -230,8 +232,8 @@ pub struct FailoverReport {
     pub unknown: u64,
     /// Majority losses applied.
     pub outages: u64,
-    /// Virtual µs from the last fault's repair to the last answer (the liveness bound
-    /// checks it).
+    /// The longest virtual µs without an answer once every fault had healed (the liveness
+    /// bound checks it).
     pub recovery_us: u64,
     /// Of the orphans, those that were executed (recovered by the participants).
     pub orphans_executed: u64,
@@ -427,6 +429,8 @@ struct FailoverWorld<'a> {
     orphans: BTreeMap<TxnId, Option<Timestamp>>,
     /// When a fault was last repaired (a restart or a heal), virtual µs.
     last_repair_us: VirtualUs,
+    /// When the last definite answer came, virtual µs.
+    last_answer_us: VirtualUs,
     events: u64,
     delivered: u64,
     trace_hash: u64,
@@ -536,6 +540,7 @@ impl<'a> FailoverWorld<'a> {
             quiescing: false,
             answered_at: 0,
             last_repair_us: 0,
+            last_answer_us: 0,
             report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
             coord_out: Vec::new(),
             leader_out: Vec::new(),
@@ -601,18 +606,39 @@ impl<'a> FailoverWorld<'a> {
         }
         while self.answered + (self.orphans.len() as u64) < self.config.txns {
             self.step_event(self.config.max_virtual_us)?;
+            self.check_liveness()?;
         }
         self.answered_at = self.now;
         self.report.end_us = self.now;
-        self.report.recovery_us = self.now.saturating_sub(self.last_repair_us);
-        if self.report.recovery_us > self.faults.liveness_us {
+        self.quiesce()
+    }
+
+    /// Once no fault is left to come or to heal, answers must keep coming (see
+    /// [`FaultConfig::liveness_us`]).
+    fn check_liveness(&mut self) -> Step {
+        let faults_over = self
+            .faults
+            .outages
+            .iter()
+            .map(|o| o.at_us + o.down_us)
+            .max()
+            .unwrap_or(0)
+            .max(self.faults.faults_until_us + self.faults.down.mean_us + self.faults.down.jitter_us);
+        if self.now < faults_over || self.now < self.last_repair_us {
+            return Ok(());
+        }
+        let since = self.last_answer_us.max(self.last_repair_us).max(faults_over);
+        let gap_us = self.now - since;
+        self.report.recovery_us = self.report.recovery_us.max(gap_us);
+        if gap_us > self.faults.liveness_us {
             let msg = format!(
-                "liveness: the last transaction was answered {} us after the last repair (bound {} us)",
-                self.report.recovery_us, self.faults.liveness_us
+                "liveness: no transaction answered for {gap_us} us after every fault healed (bound {} us); \
+                 {} of {} answered",
+                self.faults.liveness_us, self.answered, self.config.txns
             );
             return Err(self.violation(ViolationKind::Stuck, msg));
         }
-        self.quiesce()
+        Ok(())
     }
 
     /// Heals every fault and runs until the cluster converges.
@@ -1622,6 +1648,7 @@ impl<'a> FailoverWorld<'a> {
             return Err(self.violation(ViolationKind::DuplicateAnswer, format!("{:?} answered twice", done.id)));
         }
         self.answered += 1;
+        self.last_answer_us = self.now;
         if in_window {
             self.client(client)?.outstanding -= 1;
         }

@@ -67,14 +67,14 @@ enum Effect {
     Unknown,
 }
 
-/// The one place that reads a client outcome (when `TxnOutcome::Failed` becomes `Unknown`,
+/// The one place that reads a client outcome (`TxnOutcome::Unknown` may have executed;
 /// only its arm here changes).
 fn effect(outcome: &TxnOutcome) -> Effect {
     match outcome {
         o if o.is_committed() => Effect::Committed,
         TxnOutcome::Ordered { .. } => Effect::Aborted,
         TxnOutcome::Rejected(_) => Effect::Rejected,
-        TxnOutcome::Failed(_) => Effect::Unknown,
+        TxnOutcome::Unknown(_) => Effect::Unknown,
     }
 }
 
@@ -555,7 +555,7 @@ fn losing_a_shard_majority_twice_under_cross_shard_load_recovers() {
                 let mut l = ledger.lock().unwrap();
                 l.records[i].answered = Some((Instant::now(), effect(&outcome)));
                 match outcome {
-                    TxnOutcome::Rejected(why) | TxnOutcome::Failed(why) => *l.reasons.entry(why).or_default() += 1,
+                    TxnOutcome::Rejected(why) | TxnOutcome::Unknown(why) => *l.reasons.entry(why).or_default() += 1,
                     TxnOutcome::Ordered { results, .. } => {
                         for (shard, r) in results {
                             if let Err(e) = r {
