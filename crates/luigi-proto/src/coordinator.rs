@@ -364,6 +364,7 @@ impl Coordinator {
                 }
             }
             ServerMsg::Reply(reply) => self.on_reply(now, reply, out),
+            ServerMsg::Status(_) => {} // an operator query's answer; the coordinator sends none
         }
     }
 

@@ -31,6 +31,9 @@ pub enum ClientMsg {
         /// The client's clock at send time.
         sent_us: TimeUs,
     },
+    /// Operator query: the replica answers with [`ServerMsg::Status`] on this connection,
+    /// whatever its role. Needs no `Hello` and makes the sender no client of the shard.
+    Status,
 }
 
 /// Leader to client.
@@ -54,6 +57,67 @@ pub enum ServerMsg {
         /// Its watermark.
         watermark: Timestamp,
     },
+    /// Answer to [`ClientMsg::Status`].
+    Status(ReplicaStatus),
+}
+
+/// One replica's state as an operator sees it (`luigi status`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaStatus {
+    /// Its shard.
+    pub shard: ShardId,
+    /// Its index in the shard's replica list (from 0).
+    pub replica: u32,
+    /// Its Raft role.
+    pub role: ReplicaRole,
+    /// True while it serves as the shard leader: a Raft leader is elected first and serves
+    /// once it has applied everything committed before its term.
+    pub serving: bool,
+    /// Raft term.
+    pub term: u64,
+    /// The replica (index from 0) it believes leads the shard, if it knows one.
+    pub leader: Option<u32>,
+    /// Highest log index known committed.
+    pub commit_index: u64,
+    /// Highest log index applied (handed to the shard leader or follower state).
+    pub applied_index: u64,
+    /// Watermark: the published one on a serving leader, the last applied marker on a
+    /// follower.
+    pub watermark: Timestamp,
+    /// The replica's clock when it answered (the watermark's lag is `clock_us - watermark`).
+    pub clock_us: TimeUs,
+    /// Transactions admitted and not executed yet (a follower: prepared and not executed).
+    pub pending: u64,
+    /// Transactions pending on a serving leader for longer than a normal agreement takes.
+    pub stalled_count: u64,
+    /// The oldest of them, oldest first (a few).
+    pub stalled: Vec<StalledTxnInfo>,
+}
+
+/// A Raft role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicaRole {
+    /// Raft leader (serving, or about to: see [`ReplicaStatus::serving`]).
+    Leader,
+    /// Follows a leader or waits for one.
+    Follower,
+    /// Running an election.
+    Candidate,
+    /// Polling its peers before an election (pre-vote).
+    PreCandidate,
+}
+
+/// A stalled transaction in a [`ReplicaStatus`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StalledTxnInfo {
+    /// The transaction.
+    pub id: TxnId,
+    /// Its participants.
+    pub shards: Vec<ShardId>,
+    /// How long it has been pending on this leader.
+    pub age_us: u64,
+    /// Its `PREPARE` is committed on this shard.
+    pub durable: bool,
 }
 
 /// One participant's answer to a transaction.

@@ -123,7 +123,8 @@ impl Replica {
         }
     }
 
-    fn log(&self) -> &RaftLog {
+    /// The Raft log, read-only (role, term, commit and applied indexes for status reports).
+    pub fn log(&self) -> &RaftLog {
         match &self.state {
             State::Leader(l) => l.log(),
             State::Follower(_, log) => log,
@@ -177,7 +178,7 @@ impl Replica {
         match &mut self.state {
             State::Leader(l) => l.on_client(now, client, msg, out),
             State::Follower(f, log) => match msg {
-                ClientMsg::Hello { .. } => {}
+                ClientMsg::Hello { .. } | ClientMsg::Status => {} // status: answered by the shell
                 ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
                     client,
                     msg: ServerMsg::Pong {
@@ -363,6 +364,8 @@ mod tests {
         assert_eq!(r.turn(300, &mut out).unwrap(), Some(Transition::Promoted));
         assert!(r.is_serving());
         assert_eq!(r.leader_hint(), Some(0));
+        assert_eq!((r.log().role(), r.log().term()), (crate::Role::Leader, 1));
+        assert_eq!(r.log().handed_out(), r.log().commit_index(), "everything committed was applied");
         out.clear();
         r.on_client(400, 4, dispatch(2), &mut out);
         assert!(out.is_empty(), "admitted, not refused: {out:?}");

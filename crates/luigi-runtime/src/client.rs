@@ -380,7 +380,7 @@ impl Driver {
                         }
                     }
                     ServerMsg::Watermark { watermark, .. } => self.routes.watermark(node, *watermark),
-                    ServerMsg::Pong { .. } => {}
+                    ServerMsg::Pong { .. } | ServerMsg::Status(_) => {}
                 }
                 self.coordinator.on_message(clock::now_us(), msg, &mut self.out)
             }

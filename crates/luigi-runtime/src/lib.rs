@@ -1,5 +1,5 @@
 //! The tokio shell around the sans-I/O Luigi cores: TCP transport with WAN emulation, the
-//! server event loop, the client library, the cluster file and the clock.
+//! server event loop, the client library (and its status queries), the cluster file and the clock.
 
 pub mod client;
 pub mod clock;
@@ -7,4 +7,5 @@ pub mod config;
 pub mod net;
 pub mod replica;
 pub mod server;
+pub mod status;
 pub mod timer;

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
-use luigi_proto::log::LocalLog;
-use luigi_proto::msg::{ClientMsg, PeerBatch, WireMsg};
+use luigi_proto::log::{LocalLog, ReplicatedLog};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaRole, ReplicaStatus, ServerMsg, StalledTxnInfo, WireMsg};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId};
 use luigi_proto::Map;
@@ -574,6 +574,12 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
                     ClientMsg::Hello { client } => Some(*client),
                     ClientMsg::Dispatch { txn, .. } => Some(txn.id.client),
                     ClientMsg::Ping { .. } => conns.client_conn.iter().find(|(_, c)| **c == conn).map(|(id, _)| *id),
+                    ClientMsg::Status => {
+                        if let Some(writer) = conns.writers.get(&conn) {
+                            let _ = writer.send(&WireMsg::Server(ServerMsg::Status(status_report(role, conns.node))));
+                        }
+                        return;
+                    }
                 };
                 let Some(client) = client else {
                     warn!(conn, "ping before hello; closing connection");
@@ -606,6 +612,65 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
             }
         },
     }
+}
+
+/// Stalled transactions listed (oldest first) in a status report.
+const STATUS_STALLED_MAX: usize = 5;
+
+/// This replica's state for `luigi status`, in any role.
+fn status_report(role: &Role, node: NodeId) -> ReplicaStatus {
+    let now = clock::now_us();
+    let mut status = ReplicaStatus {
+        shard: node.shard,
+        replica: node.replica,
+        role: ReplicaRole::Follower,
+        serving: false,
+        term: 0,
+        leader: None,
+        commit_index: 0,
+        applied_index: 0,
+        watermark: 0,
+        clock_us: now,
+        pending: 0,
+        stalled_count: 0,
+        stalled: Vec::new(),
+    };
+    match role {
+        Role::Single(l) => {
+            // No Raft log: it always leads, in the one term a lone replica has.
+            (status.role, status.term, status.leader) = (ReplicaRole::Leader, 1, Some(node.replica));
+            leader_status(l, now, &mut status);
+        }
+        Role::Replicated(r, _, _) => {
+            let log = r.log();
+            status.role = match log.role() {
+                luigi_raft::Role::Leader => ReplicaRole::Leader,
+                luigi_raft::Role::Follower => ReplicaRole::Follower,
+                luigi_raft::Role::Candidate => ReplicaRole::Candidate,
+                luigi_raft::Role::PreCandidate => ReplicaRole::PreCandidate,
+            };
+            (status.term, status.leader) = (log.term(), r.leader_hint());
+            (status.commit_index, status.applied_index) = (log.commit_index(), log.handed_out());
+            match (r.leader(), r.follower()) {
+                (Some(l), _) => leader_status(l, now, &mut status),
+                (None, Some(f)) => (status.watermark, status.pending) = (f.applied_ts(), f.queued_len() as u64),
+                (None, None) => {}
+            }
+        }
+    }
+    status
+}
+
+fn leader_status<L: ReplicatedLog>(l: &ShardLeader<L>, now: u64, status: &mut ReplicaStatus) {
+    let stalled = l.stalled(now, usize::MAX);
+    status.serving = true;
+    (status.watermark, status.pending, status.stalled_count) =
+        (l.watermark(), l.pending_len() as u64, stalled.len() as u64);
+    status.stalled = stalled
+        .into_iter()
+        .take(STATUS_STALLED_MAX)
+        .map(|t| StalledTxnInfo { id: t.id, shards: t.shards, age_us: t.age_us, durable: t.durable })
+        .collect();
 }
 
 fn flush(conns: &mut Conns, out: &mut Vec<LeaderOutput>) {

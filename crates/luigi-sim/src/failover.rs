@@ -1521,7 +1521,7 @@ impl<'a> FailoverWorld<'a> {
         let n = self.n;
         let key = match &msg {
             ClientMsg::Dispatch { txn, .. } => Some((txn.id, shard)),
-            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } => None,
+            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } | ClientMsg::Status => None,
         };
         let previous = key.and_then(|k| self.sent_with.get(&k).copied());
         let node = self.client(id)?;

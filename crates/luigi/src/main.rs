@@ -1,12 +1,16 @@
-//! The `luigi` command: run a server node, or run a benchmark against a local cluster of
-//! server processes (started from this same binary) or an existing one.
+//! The `luigi` command: run a server node, run a benchmark against a local cluster of server
+//! processes (started from this same binary) or an existing one, look at a running cluster
+//! (`status`), or read and write it (`get`, `put`, `scan`, `txn`).
+
+mod kv;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use luigi_bench::micro::{run_micro, MicroRun};
 use luigi_bench::report::{render_table, write_json, BenchResult};
 use luigi_bench::workload::micro::MicroConfig;
@@ -35,6 +39,29 @@ enum Command {
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(Bench),
+    /// Show every replica of a running cluster and whether every shard has a leader.
+    ///
+    /// One line per replica: up or down, role, term, log indexes, watermark, queue and stuck
+    /// transactions.
+    #[command(after_help = status::STATUS_HELP)]
+    Status(status::StatusArgs),
+    /// Read one key (prints its value).
+    #[command(after_help = kv::EXIT_HELP)]
+    Get(kv::GetArgs),
+    /// Write one key.
+    #[command(after_help = kv::EXIT_HELP)]
+    Put(kv::PutArgs),
+    /// List the keys starting with a prefix, from every shard (`key<TAB>value` lines).
+    ///
+    /// One transaction over every shard: the entries are a consistent snapshot.
+    #[command(after_help = kv::EXIT_HELP)]
+    Scan(kv::ScanArgs),
+    /// Run reads and writes as one atomic transaction (possibly across shards).
+    ///
+    /// The operations run in the order given, e.g. `luigi txn --put k1=v1 --put k2=v2 --get k3
+    /// --cluster c.toml`; a --get after a --put of the same key reads the new value.
+    #[command(after_help = kv::EXIT_HELP)]
+    Txn(kv::TxnArgs),
 }
 
 #[derive(Args)]
@@ -134,20 +161,38 @@ struct MicroArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // The client commands print results, not logs (RUST_LOG still turns them on).
+    let quiet = !matches!(cli.command, Command::Server(_) | Command::Bench(_));
+    let default_filter = if quiet { "error" } else { "info" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
     // Colours only on a terminal: logs written to files stay greppable.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
     let result = match cli.command {
-        Command::Server(args) => server(args),
-        Command::Bench(Bench::Micro(args)) => micro(args),
+        Command::Server(args) => server(args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(Bench::Micro(args)) => micro(args).map(|()| ExitCode::SUCCESS),
+        Command::Status(args) => status::status(args),
+        Command::Get(args) => kv::get(args),
+        Command::Put(args) => kv::put(args),
+        Command::Scan(args) => kv::scan(args),
+        Command::Txn(args) => {
+            let txn = matches.subcommand_matches("txn").expect("the txn sub-command was parsed");
+            kv::txn(args, txn)
+        }
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("luigi: error: {e:#}");
-            ExitCode::FAILURE
+            if e.is::<kv::OutcomeUnknown>() {
+                ExitCode::from(kv::EXIT_UNKNOWN)
+            } else if quiet {
+                ExitCode::from(kv::EXIT_ERROR) // `get` uses 1 for "not found"
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -448,6 +448,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.forget_acked(txn.id.client, acked_below);
                 self.on_dispatch(now, txn, arrival_delta_us, acked_below, out);
             }
+            ClientMsg::Status => {} // answered by the shell, which sees the whole replica
         }
         self.pump(now, out);
     }

@@ -1,0 +1,197 @@
+//! Operator queries (`luigi status`): ask every replica of a cluster for its
+//! [`ReplicaStatus`] on a client connection, and judge whether the cluster can serve.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use luigi_proto::msg::{ClientMsg, ReplicaStatus, ServerMsg, WireMsg};
+use luigi_proto::types::ShardId;
+
+use crate::config::{ClusterConfig, NodeId};
+use crate::net::peer::{connect, NetConfig};
+
+/// How long `luigi status` waits to connect to a replica, and then for its answer.
+pub const STATUS_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
+
+/// One replica's answer, or why there is none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaReport {
+    /// The replica.
+    pub node: NodeId,
+    /// Its address in the cluster file.
+    pub addr: SocketAddr,
+    /// Its status, or why it could not be had (the replica counts as down).
+    pub status: Result<ReplicaStatus, String>,
+}
+
+/// Asks the replica at `addr` for its status, waiting at most `timeout` to connect and as
+/// long again for the answer. The error is one short phrase (`connection refused`, ...).
+pub async fn replica_status(addr: SocketAddr, timeout: Duration) -> Result<ReplicaStatus, String> {
+    let net = NetConfig::default();
+    let (writer, reader) = match tokio::time::timeout(timeout, connect::<WireMsg, WireMsg>(addr, &net, None)).await {
+        Err(_) => return Err(format!("no connection within {}", secs(timeout))),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err("connection refused".into()),
+        Ok(Err(e)) => return Err(e.to_string()),
+        Ok(Ok(halves)) => halves,
+    };
+    writer.send(&WireMsg::Client(ClientMsg::Status)).map_err(|e| e.to_string())?;
+    let (mut rx, reading) = reader.spawn_channel(16);
+    let answer = tokio::time::timeout(timeout, async {
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                WireMsg::Server(ServerMsg::Status(status)) => return Ok(status),
+                // Nothing else is sent to a connection that said no hello; skip it if it is.
+                WireMsg::Server(ServerMsg::Reply(_) | ServerMsg::Pong { .. } | ServerMsg::Watermark { .. })
+                | WireMsg::Client(_)
+                | WireMsg::Peer(_)
+                | WireMsg::Raft { .. }
+                | WireMsg::SnapshotOffer { .. }
+                | WireMsg::LeaderIs { .. } => {}
+            }
+        }
+        Err("connection closed without an answer (a server without status support?)".to_string())
+    })
+    .await;
+    reading.abort();
+    answer.unwrap_or_else(|_| Err(format!("no answer within {}", secs(timeout))))
+}
+
+fn secs(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
+}
+
+/// Asks every replica of `config` at once; reports in cluster-file order.
+pub async fn cluster_status(config: &ClusterConfig, timeout: Duration) -> Vec<ReplicaReport> {
+    let mut asks = Vec::new();
+    for shard in 0..config.shard_count() {
+        for replica in 0..config.shards[shard as usize].replicas.len() as u32 {
+            let node = NodeId { shard, replica };
+            let addr = config.node_addr(node).expect("nodes come from the validated config");
+            asks.push((node, addr, tokio::spawn(replica_status(addr, timeout))));
+        }
+    }
+    let mut reports = Vec::new();
+    for (node, addr, ask) in asks {
+        let status = ask.await.unwrap_or_else(|e| Err(format!("status query failed: {e}")));
+        reports.push(ReplicaReport { node, addr, status });
+    }
+    reports
+}
+
+/// What the reports say about the cluster as a whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterHealth {
+    /// Each shard's serving leader (the one in the highest term if several claim it).
+    pub leaders: Vec<Option<u32>>,
+    /// Replicas that did not answer.
+    pub down: Vec<NodeId>,
+}
+
+impl ClusterHealth {
+    /// Judges `reports` of a cluster of `shards` shards.
+    pub fn of(shards: u32, reports: &[ReplicaReport]) -> Self {
+        let mut best: Vec<Option<(u64, u32)>> = vec![None; shards as usize];
+        let mut down = Vec::new();
+        for r in reports {
+            match &r.status {
+                Ok(s) if s.serving => {
+                    let slot = &mut best[r.node.shard as usize];
+                    if slot.is_none_or(|(term, _)| s.term > term) {
+                        *slot = Some((s.term, r.node.replica));
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => down.push(r.node),
+            }
+        }
+        Self { leaders: best.into_iter().map(|b| b.map(|(_, replica)| replica)).collect(), down }
+    }
+
+    /// Shards without a serving leader.
+    pub fn leaderless(&self) -> Vec<ShardId> {
+        (0..self.leaders.len() as ShardId).filter(|s| self.leaders[*s as usize].is_none()).collect()
+    }
+
+    /// True when every shard has a leader and every replica answered.
+    pub fn is_healthy(&self) -> bool {
+        self.down.is_empty() && self.leaderless().is_empty()
+    }
+
+    /// One line: what is wrong, or that nothing is.
+    pub fn summary(&self, replicas: usize) -> String {
+        let shards = self.leaders.len();
+        let leaderless = self.leaderless();
+        let mut parts = Vec::new();
+        if leaderless.is_empty() {
+            parts.push(format!("{shards} of {shards} shards with a leader"));
+        } else {
+            let list: Vec<String> = leaderless.iter().map(ShardId::to_string).collect();
+            let noun = if leaderless.len() == 1 { "shard" } else { "shards" };
+            parts.push(format!("{noun} {} without a leader", list.join(", ")));
+        }
+        let up = replicas - self.down.len();
+        if self.down.is_empty() {
+            parts.push(format!("{up} of {replicas} replicas up"));
+        } else {
+            let names: Vec<String> = self.down.iter().map(NodeId::name).collect();
+            parts.push(format!("{up} of {replicas} replicas up ({} down)", names.join(", ")));
+        }
+        parts.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use luigi_proto::msg::ReplicaRole;
+
+    fn report(shard: u32, replica: u32, serving: Option<(bool, u64)>) -> ReplicaReport {
+        let status = serving.map(|(serving, term)| ReplicaStatus {
+            shard,
+            replica,
+            role: if serving { ReplicaRole::Leader } else { ReplicaRole::Follower },
+            serving,
+            term,
+            leader: None,
+            commit_index: 0,
+            applied_index: 0,
+            watermark: 0,
+            clock_us: 0,
+            pending: 0,
+            stalled_count: 0,
+            stalled: Vec::new(),
+        });
+        ReplicaReport {
+            node: NodeId { shard, replica },
+            addr: "127.0.0.1:1".parse().unwrap(),
+            status: status.ok_or_else(|| "connection refused".to_string()),
+        }
+    }
+
+    #[test]
+    fn health_names_leaderless_shards_and_down_replicas() {
+        let reports = vec![
+            report(0, 0, Some((true, 2))),
+            report(0, 1, Some((true, 3))), // a newer leader; the old one has not noticed yet
+            report(0, 2, Some((false, 3))),
+            report(1, 0, None),
+            report(1, 1, None),
+            report(1, 2, Some((false, 4))),
+        ];
+        let h = ClusterHealth::of(2, &reports);
+        assert_eq!(h.leaders, vec![Some(1), None]);
+        assert_eq!(h.leaderless(), vec![1]);
+        assert!(!h.is_healthy());
+        assert_eq!(h.summary(6), "shard 1 without a leader; 4 of 6 replicas up (s1r0, s1r1 down)");
+        let h = ClusterHealth::of(1, &reports[..3]);
+        assert!(h.is_healthy());
+        assert_eq!(h.summary(3), "1 of 1 shards with a leader; 3 of 3 replicas up");
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_reported_as_refused() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        assert_eq!(replica_status(addr, Duration::from_secs(1)).await, Err("connection refused".to_string()));
+    }
+}
