@@ -696,25 +696,41 @@ impl RaftLog {
 
     /// What a replica that drops its state machine (a demoted leader) rebuilds it from: the
     /// latest snapshot's data, if the log was compacted, and every committed record handed
-    /// out after it, decoded again from the in-memory log. Records committed but not taken
+    /// out after it ([`RaftLog::committed_since_snapshot`]). Records committed but not taken
     /// yet are dropped from the queue: they are in the replay.
+    ///
+    /// # Errors
+    /// As [`RaftLog::committed_since_snapshot`].
+    pub fn replay_for_rebuild(&mut self) -> Result<(Option<Vec<u8>>, Vec<LogEntry>), RaftError> {
+        let data = self.snapshot_data().map(<[u8]>::to_vec);
+        self.committed.clear();
+        Ok((data, self.committed_since_snapshot()?))
+    }
+
+    /// Every committed record handed out after the latest snapshot, in log order, decoded
+    /// again from the in-memory log: with [`RaftLog::snapshot_data`], what the state machine
+    /// at [`RaftLog::handed_out`] is a function of. Leaves the log as it is.
     ///
     /// # Errors
     /// [`RaftError::BadEntry`] if an entry does not decode; [`RaftError::Invalid`] if an
     /// entry is missing (a bug).
-    pub fn replay_for_rebuild(&mut self) -> Result<(Option<Vec<u8>>, Vec<LogEntry>), RaftError> {
-        let snapshot = self.raw.store().latest_snapshot();
-        let snap_index = snapshot.get_metadata().index;
-        let data = (snap_index > 0).then(|| snapshot.data.to_vec());
-        self.committed.clear();
-        let mut out = Vec::new();
-        for index in snap_index + 1..=self.handed_out {
-            let e = self.entry(index).ok_or_else(|| RaftError::Invalid(format!("entry {index} not in memory")))?;
-            if let Some(entry) = decode_committed(&e)? {
+    pub fn committed_since_snapshot(&self) -> Result<Vec<LogEntry>, RaftError> {
+        let (lo, hi) = (self.snapshot_index() + 1, self.handed_out + 1);
+        if lo >= hi {
+            return Ok(Vec::new());
+        }
+        let missing = |e| RaftError::Invalid(format!("entries {lo}..{hi} not in memory: {e}"));
+        let entries = self.raw.raft.raft_log.slice(lo, hi, None, GetEntriesContext::empty(false)).map_err(missing)?;
+        if entries.len() as u64 != hi - lo {
+            return Err(RaftError::Invalid(format!("entries {lo}..{hi}: {} in memory", entries.len())));
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        for e in &entries {
+            if let Some(entry) = decode_committed(e)? {
                 out.push(entry);
             }
         }
-        Ok((data, out))
+        Ok(out)
     }
 
     /// The latest snapshot's state-machine data (`None`: the log was never compacted); a

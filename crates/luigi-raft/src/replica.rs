@@ -114,6 +114,48 @@ impl Replica {
         (applied >= next_at).then(|| (applied, f.snapshot()))
     }
 
+    /// This replica's own snapshot, once its applied index reached `next_at`: (index,
+    /// bytes), for the shell to compact behind. A follower serializes its state
+    /// ([`Replica::snapshot_due`]). A leader's state runs ahead of its log (it executes
+    /// before it logs `Applied` markers), so a leader with followers takes none and compacts
+    /// behind the snapshots they offer; the leader of a group of one has no followers, and
+    /// takes the snapshot a follower would: the follower state rebuilt from its latest
+    /// snapshot and the records handed out since (the work of one follower's share of
+    /// applying, done at once).
+    ///
+    /// # Errors
+    /// The rebuild fails (a bad entry or snapshot: the replica cannot go on).
+    pub fn own_snapshot_due(&self, next_at: u64) -> Result<Option<(u64, Vec<u8>)>, RaftError> {
+        match &self.state {
+            State::Follower(..) => Ok(self.snapshot_due(next_at)),
+            State::Leader(l) if l.log().voters().len() == 1 => {
+                let log = l.log();
+                let index = log.handed_out();
+                if index < next_at || !log.can_compact(index) {
+                    return Ok(None);
+                }
+                let follower = self.rebuild(log.snapshot_data(), &log.committed_since_snapshot()?)?;
+                Ok(Some((index, follower.snapshot())))
+            }
+            State::Leader(_) => Ok(None),
+            State::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// The follower state at the end of `entries`, which follow the snapshot `data` (or the
+    /// start of the log).
+    fn rebuild(&self, data: Option<&[u8]>, entries: &[LogEntry]) -> Result<Follower, RaftError> {
+        let mut follower = match data {
+            Some(data) => Follower::from_snapshot(self.config.shard, self.registry.clone(), data)
+                .map_err(|e| RaftError::Invalid(e.to_string()))?,
+            None => Follower::new(self.config.shard, Store::new(), self.registry.clone()),
+        };
+        for e in entries {
+            follower.apply(e);
+        }
+        Ok(follower)
+    }
+
     /// The Raft log (for the shell to step messages into and drive its readies).
     pub fn log_mut(&mut self) -> &mut RaftLog {
         match &mut self.state {
@@ -282,17 +324,7 @@ impl Replica {
         };
         let mut log = l.into_log();
         let empty = Follower::new(self.config.shard, Store::new(), self.registry.clone());
-        let rebuilt = log.replay_for_rebuild().and_then(|(data, entries)| {
-            let mut follower = match data {
-                Some(data) => Follower::from_snapshot(self.config.shard, self.registry.clone(), &data)
-                    .map_err(|e| RaftError::Invalid(e.to_string()))?,
-                None => Follower::new(self.config.shard, Store::new(), self.registry.clone()),
-            };
-            for e in &entries {
-                follower.apply(e);
-            }
-            Ok(follower)
-        });
+        let rebuilt = log.replay_for_rebuild().and_then(|(data, entries)| self.rebuild(data.as_deref(), &entries));
         match rebuilt {
             Ok(follower) => {
                 self.state = State::Follower(follower, log);
@@ -340,6 +372,56 @@ mod tests {
             ts: 1,
         });
         ClientMsg::Dispatch { txn, sent_us: 90, acked_below: 1 }
+    }
+
+    /// Drives `r` and turns it at `now` until nothing is left to do; returns the replies.
+    fn settle(r: &mut Replica, now: TimeUs) -> Vec<LeaderOutput> {
+        let mut out = Vec::new();
+        for _ in 0..8 {
+            drive(r);
+            r.turn(now, &mut out).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn the_leader_of_a_group_of_one_snapshots_what_a_follower_would_hold() {
+        let mut r = lone_replica();
+        r.log_mut().campaign().unwrap();
+        settle(&mut r, 100);
+        assert!(r.is_serving());
+        // The election's no-op and the new leader's floor promise.
+        let elected_at = r.log_mut().handed_out();
+        assert_eq!(r.own_snapshot_due(elected_at + 1).unwrap(), None, "not due yet");
+        for seq in 1..=5 {
+            r.on_client(1_000 * seq, 4, dispatch(seq), &mut Vec::new());
+        }
+        // Long after every timestamp: executed, answered, and covered by an Applied marker.
+        let out = settle(&mut r, 60_000_000);
+        let replies = out.iter().filter(|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(_), .. }));
+        assert_eq!(replies.count(), 5, "{out:?}");
+        let index = r.log_mut().handed_out();
+        assert!(index > elected_at + 5, "the writes and a marker are logged");
+        let (at, data) = r.own_snapshot_due(index).unwrap().expect("due");
+        assert_eq!(at, index);
+        let image = Follower::from_snapshot(0, Registry::with_builtins(), &data).unwrap();
+        assert_eq!(image.store().get(&micro_key(1)), r.store().get(&micro_key(1)));
+        assert_eq!(image.store().get(&micro_key(1)).map(|v| v.as_slice().to_vec()), Some(5u64.to_le_bytes().to_vec()));
+
+        // Compacted behind it, the log restarts from the snapshot alone.
+        let snap = r.log_mut().compact(at, data).unwrap();
+        let recovered = crate::RecoveredState {
+            hard_state: crate::HardState { term: r.log_mut().term(), vote: 1, commit: at },
+            snapshot: Some(snap),
+            entries: Vec::new(),
+            applied: 0,
+        };
+        let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), Some(recovered)).unwrap();
+        let mut restarted = Replica::new(LeaderConfig::new(0), Registry::with_builtins(), log).unwrap();
+        restarted.log_mut().campaign().unwrap();
+        settle(&mut restarted, 60_000_100);
+        assert!(restarted.is_serving());
+        assert_eq!(restarted.store().get(&micro_key(1)), r.store().get(&micro_key(1)));
     }
 
     #[test]
