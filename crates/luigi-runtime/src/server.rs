@@ -18,7 +18,7 @@ use luigi_proto::msg::{ClientMsg, PeerBatch, WireMsg};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId};
 use luigi_proto::Map;
-use luigi_raft::replica::{Replica, Transition};
+use luigi_raft::replica::{Replica, SnapshotJob, Transition};
 use luigi_wal::Durability;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -351,20 +351,43 @@ struct Member {
 }
 
 /// When a replica snapshots its state. The replicas of a group apply the same log, so
-/// without care they would all snapshot at the same index; a snapshot blocks the replica's
+/// without care they would all snapshot at the same index; a follower's snapshot blocks its
 /// event loop while it serializes, and two followers pausing together stall the leader's
 /// commits. Each replica's first snapshot comes at its own fraction of the period instead.
 /// (A leader with followers takes none: it compacts behind theirs. The leader of a group of
-/// one takes its own, see [`Replica::own_snapshot_due`].)
+/// one takes its own, see [`Replica::own_snapshot_due`].) The snapshot job (a follower's
+/// bytes, or that leader's replay of its log) runs on a thread of its own; the log is
+/// compacted behind it at the first turn after it is done.
 struct Snapshots {
     every: u64,
     next_at: u64,
+    making: Option<std::thread::JoinHandle<MadeSnapshot>>,
 }
+
+/// (index, bytes) of a snapshot made by a [`SnapshotJob`].
+type MadeSnapshot = Result<(u64, Vec<u8>), luigi_raft::RaftError>;
 
 impl Snapshots {
     fn new(every: u64, snapshot_index: u64, node: NodeId, replicas: u32) -> Self {
         let phase = every * u64::from(node.replica) / u64::from(replicas.max(1));
-        Snapshots { every, next_at: snapshot_index + every - phase }
+        Snapshots { every, next_at: snapshot_index + every - phase, making: None }
+    }
+
+    /// Starts making `job` on its own thread.
+    fn start(&mut self, job: SnapshotJob) -> anyhow::Result<()> {
+        let thread = std::thread::Builder::new().name("luigi-snapshot".into()).spawn(move || job.run());
+        self.making = Some(thread.context("cannot start a snapshot thread")?);
+        Ok(())
+    }
+
+    /// The snapshot being made, once it is done.
+    fn done(&mut self) -> anyhow::Result<Option<(u64, Vec<u8>)>> {
+        if !self.making.as_ref().is_some_and(|t| t.is_finished()) {
+            return Ok(None);
+        }
+        let thread = self.making.take().expect("checked above");
+        let made = thread.join().map_err(|_| anyhow::anyhow!("the snapshot thread panicked"))?;
+        Ok(Some(made.context("making a snapshot")?))
     }
 
     fn taken(&mut self, index: u64) {
@@ -422,10 +445,16 @@ impl Member {
             snapshots.taken(r.log_mut().snapshot_index());
         }
         let transition = r.turn(now, out).context("switching role")?;
-        if let Some((index, data)) = r.own_snapshot_due(snapshots.next_at).context("taking a snapshot")? {
+        if let Some((index, data)) = snapshots.done()? {
+            // Skipped if the log moved past it meanwhile (a snapshot installed from a leader).
             if let Some(snap) = shell.compact(r.log_mut(), index, data)? {
                 snapshots.taken(index);
                 shell.offer_snapshot(r.log_mut(), index, snap.data);
+            }
+        }
+        if snapshots.making.is_none() {
+            if let Some(job) = r.own_snapshot_due(snapshots.next_at).context("taking a snapshot")? {
+                snapshots.start(job)?;
             }
         }
         // What the turn proposed goes out now.
