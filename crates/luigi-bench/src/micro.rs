@@ -119,8 +119,7 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
         threads: run.threads,
         in_flight: run.in_flight,
         net: config.net.clone(),
-        // One replica runs on the in-memory local log: nothing is written anywhere.
-        durability: if replicas > 1 { run.durability.into() } else { "memory (1 replica)".into() },
+        durability: run.durability.into(),
         duration_s: measured_s,
         warmup_s: run.warmup.as_secs_f64(),
         committed: c.committed,

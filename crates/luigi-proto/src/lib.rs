@@ -7,7 +7,7 @@
 //! - [`types`]: ids, key sets, the transaction.
 //! - [`procedure`], [`procedures`]: stored procedures and the built-in ones.
 //! - [`msg`]: what travels between clients and leaders.
-//! - [`log`]: the replicated-log seam and its single-replica implementation.
+//! - [`log`]: the replicated-log seam and an in-memory implementation for tests.
 //! - [`coordinator`]: the client side (timestamps, dispatch, retries, commit by watermark).
 //! - [`leader`]: the shard leader (admission, hold queue, execution, watermark, answers).
 

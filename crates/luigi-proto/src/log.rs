@@ -94,8 +94,9 @@ pub trait ReplicatedLog {
     fn take_committed(&mut self, out: &mut Vec<LogEntry>);
 }
 
-/// The single-replica log: a record commits as soon as it is appended (durability, when
-/// wanted, is the shell's write-ahead log). Bounded like every queue.
+/// An in-memory log where a record commits as soon as it is appended, for the protocol's
+/// tests and the simulator; servers log every shard, one replica or more, through Raft
+/// (`luigi-raft`). Bounded like every queue.
 #[derive(Debug)]
 pub struct LocalLog {
     next_index: LogIndex,

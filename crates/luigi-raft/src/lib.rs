@@ -57,6 +57,8 @@ mod rng;
 mod store;
 
 pub use codec::{decode_message, encode_message, DecodeError, HardState, PersistEntry};
-pub use node::{OutMessage, RaftConfig, RaftError, RaftLog, Ready, RecoveredState, Role, RoleChange, SnapshotData};
+pub use node::{
+    OutMessage, RaftConfig, RaftError, RaftLog, Ready, RecoveredState, Replay, Role, RoleChange, SnapshotData,
+};
 /// The raft-rs message and entry types, for shells that want them.
 pub use raft::eraftpb;

@@ -113,6 +113,36 @@ pub struct RecoveredState {
     pub applied: u64,
 }
 
+/// A replica's state-machine input up to [`RaftLog::handed_out`], as [`RaftLog::replay`]
+/// returns it: the latest snapshot and the committed entries after it. Owned (`Send`), so
+/// the decoding and replaying can run on another thread.
+#[derive(Clone, Debug)]
+pub struct Replay {
+    snapshot: Option<Snapshot>,
+    entries: Vec<Entry>,
+}
+
+impl Replay {
+    /// The snapshot's state-machine data (`None`: the log was never compacted).
+    pub fn snapshot_data(&self) -> Option<&[u8]> {
+        self.snapshot.as_ref().map(|s| &s.data[..])
+    }
+
+    /// The committed records after the snapshot, in log order (Raft's own entries skipped).
+    ///
+    /// # Errors
+    /// [`RaftError::BadEntry`] if an entry does not decode.
+    pub fn records(&self) -> Result<Vec<LogEntry>, RaftError> {
+        let mut out = Vec::with_capacity(self.entries.len());
+        for e in &self.entries {
+            if let Some(entry) = decode_committed(e)? {
+                out.push(entry);
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Role of a replica in its group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -696,25 +726,38 @@ impl RaftLog {
 
     /// What a replica that drops its state machine (a demoted leader) rebuilds it from: the
     /// latest snapshot's data, if the log was compacted, and every committed record handed
-    /// out after it, decoded again from the in-memory log. Records committed but not taken
-    /// yet are dropped from the queue: they are in the replay.
+    /// out after it ([`RaftLog::replay`]). Records committed but not taken yet are dropped
+    /// from the queue: they are in the replay.
     ///
     /// # Errors
-    /// [`RaftError::BadEntry`] if an entry does not decode; [`RaftError::Invalid`] if an
-    /// entry is missing (a bug).
+    /// As [`RaftLog::replay`] and [`Replay::records`].
     pub fn replay_for_rebuild(&mut self) -> Result<(Option<Vec<u8>>, Vec<LogEntry>), RaftError> {
-        let snapshot = self.raw.store().latest_snapshot();
-        let snap_index = snapshot.get_metadata().index;
-        let data = (snap_index > 0).then(|| snapshot.data.to_vec());
+        let replay = self.replay()?;
         self.committed.clear();
-        let mut out = Vec::new();
-        for index in snap_index + 1..=self.handed_out {
-            let e = self.entry(index).ok_or_else(|| RaftError::Invalid(format!("entry {index} not in memory")))?;
-            if let Some(entry) = decode_committed(&e)? {
-                out.push(entry);
-            }
+        Ok((replay.snapshot_data().map(<[u8]>::to_vec), replay.records()?))
+    }
+
+    /// The latest snapshot and every committed entry handed out after it: what the state
+    /// machine at [`RaftLog::handed_out`] is a function of. Cheap (entry payloads and snapshot
+    /// data are shared, not copied) and independent of the log, so it can be decoded and
+    /// replayed on another thread. Leaves the log as it is.
+    ///
+    /// # Errors
+    /// [`RaftError::Invalid`] if an entry is missing from memory (a bug).
+    pub fn replay(&self) -> Result<Replay, RaftError> {
+        let (lo, hi) = (self.snapshot_index() + 1, self.handed_out + 1);
+        let entries = if lo < hi {
+            let missing = |e| RaftError::Invalid(format!("entries {lo}..{hi} not in memory: {e}"));
+            self.raw.raft.raft_log.slice(lo, hi, None, GetEntriesContext::empty(false)).map_err(missing)?
+        } else {
+            Vec::new()
+        };
+        if entries.len() as u64 != hi.saturating_sub(lo) {
+            return Err(RaftError::Invalid(format!("entries {lo}..{hi}: {} in memory", entries.len())));
         }
-        Ok((data, out))
+        let snapshot = self.raw.store().latest_snapshot();
+        let snapshot = (snapshot.get_metadata().index > 0).then(|| snapshot.clone());
+        Ok(Replay { snapshot, entries })
     }
 
     /// The latest snapshot's state-machine data (`None`: the log was never compacted); a

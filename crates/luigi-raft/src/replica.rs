@@ -19,14 +19,69 @@ use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::{LogEntry, ReplicatedLog};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError, TxnReply};
 use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, TimeUs};
+use luigi_proto::types::{ClientId, ShardId, TimeUs};
 use luigi_store::Store;
 
-use crate::{RaftError, RaftLog};
+use crate::{RaftError, RaftLog, Replay};
 
 /// The replica index (from 0) of the leader `log` knows of; Raft ids are indexes + 1.
 fn hint(log: &RaftLog) -> Option<u32> {
     log.leader_id().map(|id| (id - 1) as u32)
+}
+
+/// A replica's own snapshot in the making ([`Replica::own_snapshot_due`]); `Send`, so the
+/// shell may run it on another thread.
+pub struct SnapshotJob {
+    index: u64,
+    work: Work,
+}
+
+enum Work {
+    /// A follower's state, serialized already.
+    Done(Vec<u8>),
+    /// The follower state to rebuild from a replay of the log, then serialize.
+    Rebuild { shard: ShardId, registry: Registry, replay: Replay },
+}
+
+impl SnapshotJob {
+    /// The log index the snapshot covers.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Makes the snapshot: (index, bytes).
+    ///
+    /// # Errors
+    /// The replay does not decode or its snapshot does not load (the replica cannot go on).
+    pub fn run(self) -> Result<(u64, Vec<u8>), RaftError> {
+        let data = match self.work {
+            Work::Done(data) => data,
+            Work::Rebuild { shard, registry, replay } => {
+                rebuild(shard, &registry, replay.snapshot_data(), &replay.records()?)?.snapshot()
+            }
+        };
+        Ok((self.index, data))
+    }
+}
+
+/// The follower state of `shard` at the end of `entries`, which follow the snapshot `data`
+/// (or the start of the log).
+fn rebuild(
+    shard: ShardId,
+    registry: &Registry,
+    data: Option<&[u8]>,
+    entries: &[LogEntry],
+) -> Result<Follower, RaftError> {
+    let mut follower = match data {
+        Some(data) => {
+            Follower::from_snapshot(shard, registry.clone(), data).map_err(|e| RaftError::Invalid(e.to_string()))?
+        }
+        None => Follower::new(shard, Store::new(), registry.clone()),
+    };
+    for e in entries {
+        follower.apply(e);
+    }
+    Ok(follower)
 }
 
 /// What the replica is now.
@@ -112,6 +167,38 @@ impl Replica {
         let f = self.follower()?;
         let applied = f.stats().applied_index;
         (applied >= next_at).then(|| (applied, f.snapshot()))
+    }
+
+    /// This replica's own snapshot, once its applied index reached `next_at`, as a job that
+    /// yields (index, bytes) for the shell to compact behind. A follower serializes its state
+    /// now ([`Replica::snapshot_due`]). A leader's state runs ahead of its log (it executes
+    /// before it logs `Applied` markers), so a leader with followers takes none and compacts
+    /// behind the snapshots they offer. The leader of a group of one has no followers, and
+    /// takes the snapshot a follower would: the follower state rebuilt from its latest
+    /// snapshot and the records handed out since. That is a whole period of a follower's
+    /// applying at once, so the job does it when run, which the shell does off its event
+    /// loop.
+    ///
+    /// # Errors
+    /// An entry is missing from the log's memory (a bug).
+    pub fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
+        match &self.state {
+            State::Follower(..) => {
+                Ok(self.snapshot_due(next_at).map(|(index, data)| SnapshotJob { index, work: Work::Done(data) }))
+            }
+            State::Leader(l) if l.log().voters().len() == 1 => {
+                let log = l.log();
+                let index = log.handed_out();
+                if index < next_at || !log.can_compact(index) {
+                    return Ok(None);
+                }
+                let work =
+                    Work::Rebuild { shard: self.config.shard, registry: self.registry.clone(), replay: log.replay()? };
+                Ok(Some(SnapshotJob { index, work }))
+            }
+            State::Leader(_) => Ok(None),
+            State::Switching => unreachable!("not observable"),
+        }
     }
 
     /// The Raft log (for the shell to step messages into and drive its readies).
@@ -219,7 +306,7 @@ impl Replica {
 
     /// Another shard has a new leader (see [`ShardLeader::peer_leader_changed`]); nothing to
     /// do unless this replica serves.
-    pub fn peer_leader_changed(&mut self, shard: luigi_proto::types::ShardId) {
+    pub fn peer_leader_changed(&mut self, shard: ShardId) {
         if let State::Leader(l) = &mut self.state {
             l.peer_leader_changed(shard);
         }
@@ -283,17 +370,9 @@ impl Replica {
         };
         let mut log = l.into_log();
         let empty = Follower::new(self.config.shard, Store::new(), self.registry.clone());
-        let rebuilt = log.replay_for_rebuild().and_then(|(data, entries)| {
-            let mut follower = match data {
-                Some(data) => Follower::from_snapshot(self.config.shard, self.registry.clone(), &data)
-                    .map_err(|e| RaftError::Invalid(e.to_string()))?,
-                None => Follower::new(self.config.shard, Store::new(), self.registry.clone()),
-            };
-            for e in &entries {
-                follower.apply(e);
-            }
-            Ok(follower)
-        });
+        let rebuilt = log
+            .replay_for_rebuild()
+            .and_then(|(data, entries)| rebuild(self.config.shard, &self.registry, data.as_deref(), &entries));
         match rebuilt {
             Ok(follower) => {
                 self.state = State::Follower(follower, log);
@@ -341,6 +420,64 @@ mod tests {
             ts: 1,
         });
         ClientMsg::Dispatch { txn, sent_us: 90, acked_below: 1 }
+    }
+
+    /// Drives `r` and turns it at `now` until nothing is left to do; returns the replies.
+    fn settle(r: &mut Replica, now: TimeUs) -> Vec<LeaderOutput> {
+        let mut out = Vec::new();
+        for _ in 0..8 {
+            drive(r);
+            r.turn(now, &mut out).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn the_leader_of_a_group_of_one_snapshots_what_a_follower_would_hold() {
+        let mut r = lone_replica();
+        r.log_mut().campaign().unwrap();
+        settle(&mut r, 100);
+        assert!(r.is_serving());
+        // The election's no-op and the new leader's floor promise.
+        let elected_at = r.log_mut().handed_out();
+        assert!(r.own_snapshot_due(elected_at + 1).unwrap().is_none(), "not due yet");
+        for seq in 1..=5 {
+            r.on_client(1_000 * seq, 4, dispatch(seq), &mut Vec::new());
+        }
+        // Long after every timestamp: executed, answered, and covered by an Applied marker.
+        let out = settle(&mut r, 60_000_000);
+        let replies = out.iter().filter(|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(_), .. }));
+        assert_eq!(replies.count(), 5, "{out:?}");
+        let index = r.log_mut().handed_out();
+        assert!(index > elected_at + 5, "the writes and a marker are logged");
+        let job = r.own_snapshot_due(index).unwrap().expect("due");
+        assert_eq!(job.index(), index);
+        // More writes before the job runs (as while it runs on another thread) change nothing in it.
+        r.on_client(10_000, 4, dispatch(6), &mut Vec::new());
+        settle(&mut r, 70_000_000);
+        let (at, data) = std::thread::spawn(move || job.run()).join().unwrap().unwrap();
+        assert_eq!(at, index);
+        let value = |store: &Store| store.get(&micro_key(1)).map(|v| v.as_slice().to_vec());
+        let image = Follower::from_snapshot(0, Registry::with_builtins(), &data).unwrap();
+        assert_eq!(value(image.store()), Some(5u64.to_le_bytes().to_vec()), "the state at the job's index");
+        assert_eq!(value(r.store()), Some(6u64.to_le_bytes().to_vec()));
+
+        // Compacted behind it, the log restarts from the snapshot and the entries after it.
+        let snap = r.log_mut().compact(at, data).unwrap();
+        let log = r.log_mut();
+        let entries = (at + 1..=log.last_index()).map(|i| crate::codec::encode_entry(&log.entry(i).unwrap())).collect();
+        let recovered = crate::RecoveredState {
+            hard_state: crate::HardState { term: log.term(), vote: 1, commit: at },
+            snapshot: Some(snap),
+            entries,
+            applied: 0,
+        };
+        let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), Some(recovered)).unwrap();
+        let mut restarted = Replica::new(LeaderConfig::new(0), Registry::with_builtins(), log).unwrap();
+        restarted.log_mut().campaign().unwrap();
+        settle(&mut restarted, 60_000_100);
+        assert!(restarted.is_serving());
+        assert_eq!(restarted.store().get(&micro_key(1)), r.store().get(&micro_key(1)));
     }
 
     #[test]

@@ -54,7 +54,9 @@ impl RaftShell {
             .with_context(|| format!("node {}: cannot open its log in {}", node.name(), dir.display()))?;
         // A restarted replica rebuilds its state by replaying the committed log (the log
         // hands every committed entry back: `applied` is 0) and never starts an election of
-        // its own: the group has a leader, or elects one by timeout.
+        // its own: the group has a leader, or elects one by timeout. A group of one has no
+        // other member that could lead it, so its replica starts one at once, as on a fresh
+        // start.
         let restarted = recovered.hard_state.term > 0 || !recovered.entries.is_empty() || recovered.snapshot.is_some();
         if restarted {
             tracing::info!(
@@ -76,7 +78,7 @@ impl RaftShell {
             tick_us,
             next_tick_us: 0,
             replicas,
-            campaigned: restarted,
+            campaigned: restarted && replicas > 1,
         };
         Ok((shell, log))
     }
@@ -89,6 +91,8 @@ impl RaftShell {
     /// On a fresh cluster the first replica starts the first election as soon as it can reach
     /// every other replica (a campaign before that would be lost, and another replica would
     /// win), so that benchmarks start from a known layout. Later elections are Raft's own.
+    /// The replica of a group of one reaches everyone at once: it elects itself on its first
+    /// turn, fresh or restarted (no waiting for an election timeout).
     pub fn campaign_when_connected(&mut self, log: &mut RaftLog) -> anyhow::Result<()> {
         let all_up = self.peers.len() + 1 == self.replicas as usize;
         if self.my_id == 1 && !self.campaigned && all_up && !log.is_leader() {

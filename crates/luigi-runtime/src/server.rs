@@ -14,13 +14,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
-use luigi_proto::log::{LocalLog, ReplicatedLog};
+use luigi_proto::log::ReplicatedLog;
 use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaRole, ReplicaStatus, ServerMsg, StalledTxnInfo, WireMsg};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId};
 use luigi_proto::Map;
-use luigi_raft::replica::{Replica, Transition};
-use luigi_store::Store;
+use luigi_raft::replica::{Replica, SnapshotJob, Transition};
 use luigi_wal::Durability;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -61,10 +60,11 @@ enum PeerTarget {
     Replica(u64),
 }
 
-/// Where a replica keeps its log, and whether it fsyncs it.
+/// Where a replica keeps its log, and whether it fsyncs it. Every shard, one replica or
+/// more, is a Raft group with this storage.
 #[derive(Clone, Debug)]
 pub struct StorageOptions {
-    /// Directory holding one sub-directory per node.
+    /// Directory holding one sub-directory per node (the command's default: `luigi-data`).
     pub data_dir: PathBuf,
     /// `Fsync` (default for servers) or `None` (benchmarks that say so).
     pub durability: Durability,
@@ -126,24 +126,21 @@ impl Server {
         leader_config.floor_lookahead_us = config.floor_lookahead_us();
         // A stalled agreement is recovered after several round trips of the scenario.
         leader_config.recover_after_us = (config.scenario().delay().mean_us * 16).max(1_000_000);
-        let role = if replicas == 1 {
-            Role::Single(ShardLeader::new(leader_config, LocalLog::default(), Store::new(), registry))
-        } else {
-            // Raft ticks: at least 10 ms, and half a one-way delay so that heartbeats and
-            // elections (10-20 ticks) stay well above the emulated round trip.
-            let tick_us = (config.scenario().delay().mean_us / 2).max(10_000);
-            let (shell, log) =
-                RaftShell::open(node, replicas, config.seed, tick_us, &storage.data_dir, storage.durability)?;
-            // Every replica starts as a follower replaying its log (from its snapshot, if it
-            // has one); the elected one serves.
-            let last_index = log.snapshot_index();
-            let replica = Replica::new(leader_config, registry, log)
-                .with_context(|| format!("node {}: loading its snapshot", node.name()))?;
-            let snapshots = Snapshots::new(config.snapshot_entries(), last_index, node, replicas);
-            Role::Replicated(replica, snapshots, shell)
-        };
+        // Every shard is a Raft group, one replica or more. Raft ticks: at least 10 ms, and
+        // half a one-way delay so that heartbeats and elections (10-20 ticks) stay well above
+        // the emulated round trip.
+        let tick_us = (config.scenario().delay().mean_us / 2).max(10_000);
+        let (shell, log) =
+            RaftShell::open(node, replicas, config.seed, tick_us, &storage.data_dir, storage.durability)?;
+        // Every replica starts as a follower replaying its log (from its snapshot, if it has
+        // one); the elected one serves.
+        let last_index = log.snapshot_index();
+        let replica = Replica::new(leader_config, registry, log)
+            .with_context(|| format!("node {}: loading its snapshot", node.name()))?;
+        let snapshots = Snapshots::new(config.snapshot_entries(), last_index, node, replicas);
+        let member = Member { replica, snapshots, shell };
         let leader_of = (0..config.shard_count()).map(|s| (s, (0, 0))).collect();
-        let result = event_loop(role, node, leader_of, rx, shutdown).await;
+        let result = event_loop(member, node, leader_of, rx, shutdown).await;
         for t in tasks {
             t.abort();
         }
@@ -345,28 +342,53 @@ impl Conns {
     }
 }
 
-/// What this node is: a lone leader (one replica), or a replica of a Raft group (serving as
-/// the shard's leader or following). One lives per process for its whole life, so the size
-/// difference between variants does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Role {
-    Single(ShardLeader<LocalLog>),
-    Replicated(Replica, Snapshots, RaftShell),
+/// This node as a member of its shard's Raft group (of one replica or more): the replica
+/// (serving as the shard's leader or following), when it snapshots, and the shell driving its
+/// log.
+struct Member {
+    replica: Replica,
+    snapshots: Snapshots,
+    shell: RaftShell,
 }
 
-/// When a follower snapshots its state. The replicas of a group apply the same log, so
-/// without care they would all snapshot at the same index; a snapshot blocks the replica's
+/// When a replica snapshots its state. The replicas of a group apply the same log, so
+/// without care they would all snapshot at the same index; a follower's snapshot blocks its
 /// event loop while it serializes, and two followers pausing together stall the leader's
 /// commits. Each replica's first snapshot comes at its own fraction of the period instead.
+/// (A leader with followers takes none: it compacts behind theirs. The leader of a group of
+/// one takes its own, see [`Replica::own_snapshot_due`].) The snapshot job (a follower's
+/// bytes, or that leader's replay of its log) runs on a thread of its own; the log is
+/// compacted behind it at the first turn after it is done.
 struct Snapshots {
     every: u64,
     next_at: u64,
+    making: Option<std::thread::JoinHandle<MadeSnapshot>>,
 }
+
+/// (index, bytes) of a snapshot made by a [`SnapshotJob`].
+type MadeSnapshot = Result<(u64, Vec<u8>), luigi_raft::RaftError>;
 
 impl Snapshots {
     fn new(every: u64, snapshot_index: u64, node: NodeId, replicas: u32) -> Self {
         let phase = every * u64::from(node.replica) / u64::from(replicas.max(1));
-        Snapshots { every, next_at: snapshot_index + every - phase }
+        Snapshots { every, next_at: snapshot_index + every - phase, making: None }
+    }
+
+    /// Starts making `job` on its own thread.
+    fn start(&mut self, job: SnapshotJob) -> anyhow::Result<()> {
+        let thread = std::thread::Builder::new().name("luigi-snapshot".into()).spawn(move || job.run());
+        self.making = Some(thread.context("cannot start a snapshot thread")?);
+        Ok(())
+    }
+
+    /// The snapshot being made, once it is done.
+    fn done(&mut self) -> anyhow::Result<Option<(u64, Vec<u8>)>> {
+        if !self.making.as_ref().is_some_and(|t| t.is_finished()) {
+            return Ok(None);
+        }
+        let thread = self.making.take().expect("checked above");
+        let made = thread.join().map_err(|_| anyhow::anyhow!("the snapshot thread panicked"))?;
+        Ok(Some(made.context("making a snapshot")?))
     }
 
     fn taken(&mut self, index: u64) {
@@ -374,123 +396,88 @@ impl Snapshots {
     }
 }
 
-impl Role {
+impl Member {
     fn on_client(&mut self, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
-        match self {
-            Role::Single(l) => l.on_client(clock::now_us(), client, msg, out),
-            Role::Replicated(r, _, _) => r.on_client(clock::now_us(), client, msg, out),
-        }
+        self.replica.on_client(clock::now_us(), client, msg, out);
     }
 
     fn on_peer(&mut self, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
         let from = batch.from;
-        match self {
-            Role::Single(l) => l.on_peer(clock::now_us(), batch, out),
-            Role::Replicated(r, _, _) => {
-                if !r.on_peer(clock::now_us(), batch, out) {
-                    debug!(from, "agreement batch for a replica that is not serving; dropped (recovery asks again)");
-                }
-            }
+        if !self.replica.on_peer(clock::now_us(), batch, out) {
+            debug!(from, "agreement batch for a replica that is not serving; dropped (recovery asks again)");
         }
     }
 
     fn on_raft(&mut self, from: u64, bytes: &[u8]) {
-        let log = match self {
-            Role::Single(_) => {
-                warn!(from, "raft message for a single-replica shard; dropped");
-                return;
-            }
-            Role::Replicated(r, _, _) => r.log_mut(),
-        };
-        if let Err(e) = log.step_bytes(bytes) {
+        if let Err(e) = self.replica.log_mut().step_bytes(bytes) {
             warn!(from, error = %e, "bad raft message; dropped");
         }
     }
 
     /// A follower's snapshot: the serving leader compacts its own log behind it.
     fn on_snapshot_offer(&mut self, from: u64, index: u64, data: Vec<u8>) -> anyhow::Result<()> {
-        let Role::Replicated(r, _, shell) = self else {
-            warn!(from, "snapshot offer for a single-replica shard; dropped");
-            return Ok(());
-        };
-        if !r.is_serving() {
+        if !self.replica.is_serving() {
             return Ok(()); // it was meant for the leader this replica no longer is
         }
-        if shell.compact(r.log_mut(), index, data)?.is_some() {
+        if self.shell.compact(self.replica.log_mut(), index, data)?.is_some() {
             debug!(from, index, "compacted the leader's log behind a follower's snapshot");
         }
         Ok(())
     }
 
     fn peer_leader_changed(&mut self, shard: ShardId) {
-        match self {
-            Role::Single(l) => l.peer_leader_changed(shard),
-            Role::Replicated(r, _, _) => r.peer_leader_changed(shard),
-        }
+        self.replica.peer_leader_changed(shard);
     }
 
-    fn shell(&mut self) -> Option<&mut RaftShell> {
-        match self {
-            Role::Single(_) => None,
-            Role::Replicated(_, _, shell) => Some(shell),
-        }
-    }
-
-    /// The Raft term (1 for a single-replica shard, which never changes leader).
+    /// The Raft term.
     fn term(&mut self) -> u64 {
-        match self {
-            Role::Single(_) => 1,
-            Role::Replicated(r, _, _) => r.log_mut().term(),
-        }
+        self.replica.log_mut().term()
     }
 
     /// Ticks Raft, runs its I/O, lets the replica apply committed records and switch role,
     /// and ticks the leader. Returns the next time something is due and any role change.
     fn turn(&mut self, out: &mut Vec<LeaderOutput>) -> anyhow::Result<(u64, Option<Transition>)> {
         let now = clock::now_us();
-        match self {
-            Role::Single(l) => {
-                l.tick(now, out);
-                Ok((l.next_deadline().unwrap_or(u64::MAX), None))
-            }
-            Role::Replicated(r, snapshots, shell) => {
-                shell.campaign_when_connected(r.log_mut())?;
-                shell.tick(now, r.log_mut());
-                if let Some(data) = shell.drive(r.log_mut())? {
-                    r.install_snapshot(&data).context("loading the leader's snapshot")?;
-                    snapshots.taken(r.log_mut().snapshot_index());
-                }
-                let transition = r.turn(now, out).context("switching role")?;
-                if let Some((index, data)) = r.snapshot_due(snapshots.next_at) {
-                    if let Some(snap) = shell.compact(r.log_mut(), index, data)? {
-                        snapshots.taken(index);
-                        shell.offer_snapshot(r.log_mut(), index, snap.data);
-                    }
-                }
-                // What the turn proposed goes out now.
-                if let Some(data) = shell.drive(r.log_mut())? {
-                    r.install_snapshot(&data).context("loading the leader's snapshot")?;
-                    snapshots.taken(r.log_mut().snapshot_index());
-                }
-                Ok((r.next_deadline().unwrap_or(u64::MAX).min(shell.next_tick_us()), transition))
+        let Member { replica: r, snapshots, shell } = self;
+        shell.campaign_when_connected(r.log_mut())?;
+        shell.tick(now, r.log_mut());
+        if let Some(data) = shell.drive(r.log_mut())? {
+            r.install_snapshot(&data).context("loading the leader's snapshot")?;
+            snapshots.taken(r.log_mut().snapshot_index());
+        }
+        let transition = r.turn(now, out).context("switching role")?;
+        if let Some((index, data)) = snapshots.done()? {
+            // Skipped if the log moved past it meanwhile (a snapshot installed from a leader).
+            if let Some(snap) = shell.compact(r.log_mut(), index, data)? {
+                snapshots.taken(index);
+                shell.offer_snapshot(r.log_mut(), index, snap.data);
             }
         }
+        if snapshots.making.is_none() {
+            if let Some(job) = r.own_snapshot_due(snapshots.next_at).context("taking a snapshot")? {
+                snapshots.start(job)?;
+            }
+        }
+        // What the turn proposed goes out now.
+        if let Some(data) = shell.drive(r.log_mut())? {
+            r.install_snapshot(&data).context("loading the leader's snapshot")?;
+            snapshots.taken(r.log_mut().snapshot_index());
+        }
+        Ok((r.next_deadline().unwrap_or(u64::MAX).min(shell.next_tick_us()), transition))
     }
 
     fn stats(&self) -> String {
-        match self {
-            Role::Single(l) => format!("{:?}", l.stats()),
-            Role::Replicated(r, _, _) => match (r.leader(), r.follower()) {
-                (Some(l), _) => format!("{:?} {:?}", l.stats(), r.stats()),
-                (None, Some(f)) => format!("{:?} {:?}", f.stats(), r.stats()),
-                (None, None) => format!("{:?}", r.stats()),
-            },
+        let r = &self.replica;
+        match (r.leader(), r.follower()) {
+            (Some(l), _) => format!("{:?} {:?}", l.stats(), r.stats()),
+            (None, Some(f)) => format!("{:?} {:?}", f.stats(), r.stats()),
+            (None, None) => format!("{:?}", r.stats()),
         }
     }
 }
 
 async fn event_loop(
-    mut role: Role,
+    mut member: Member,
     node: NodeId,
     leader_of: BTreeMap<ShardId, (u32, u64)>,
     mut rx: mpsc::Receiver<Inbound>,
@@ -508,6 +495,8 @@ async fn event_loop(
     };
     let mut out = Vec::new();
     tokio::pin!(shutdown);
+    // The first turn comes at once, not at the first event: a group of one elects itself in it.
+    timer.set(Some(0));
     loop {
         tokio::select! {
             biased;
@@ -515,10 +504,10 @@ async fn event_loop(
             ev = rx.recv() => match ev {
                 None => break,
                 Some(ev) => {
-                    handle(&mut role, &mut conns, ev, &mut out);
+                    handle(&mut member, &mut conns, ev, &mut out);
                     for _ in 1..EVENTS_PER_BATCH_MAX {
                         match rx.try_recv() {
-                            Ok(ev) => handle(&mut role, &mut conns, ev, &mut out),
+                            Ok(ev) => handle(&mut member, &mut conns, ev, &mut out),
                             Err(_) => break,
                         }
                     }
@@ -526,11 +515,11 @@ async fn event_loop(
             },
             _ = timer.fired() => {}
         }
-        let (next, transition) = role.turn(&mut out)?;
+        let (next, transition) = member.turn(&mut out)?;
         match transition {
             Some(Transition::Promoted) => {
                 info!(node = %node.name(), "serving as the shard leader");
-                conns.announce_leadership(role.term().max(1));
+                conns.announce_leadership(member.term());
             }
             Some(Transition::Demoted) => {
                 warn!(node = %node.name(), "lost leadership; following");
@@ -541,11 +530,11 @@ async fn event_loop(
         flush(&mut conns, &mut out);
         timer.set(Some(next));
     }
-    info!(stats = %role.stats(), "server stopping");
+    info!(stats = %member.stats(), "server stopping");
     Ok(())
 }
 
-fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderOutput>) {
+fn handle(member: &mut Member, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderOutput>) {
     match ev {
         Inbound::Opened { conn, writer } => {
             conns.writers.insert(conn, writer);
@@ -559,14 +548,10 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
             conns.peers.remove(&peer);
         }
         Inbound::PeerUp { target: PeerTarget::Replica(id), writer } => {
-            if let Some(shell) = role.shell() {
-                shell.peer_up(id, writer);
-            }
+            member.shell.peer_up(id, writer);
         }
         Inbound::PeerDown { target: PeerTarget::Replica(id) } => {
-            if let Some(shell) = role.shell() {
-                shell.peer_down(id);
-            }
+            member.shell.peer_down(id);
         }
         Inbound::Msg { conn, msg } => match msg {
             WireMsg::Client(msg) => {
@@ -576,7 +561,7 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
                     ClientMsg::Ping { .. } => conns.client_conn.iter().find(|(_, c)| **c == conn).map(|(id, _)| *id),
                     ClientMsg::Status => {
                         if let Some(writer) = conns.writers.get(&conn) {
-                            let _ = writer.send(&WireMsg::Server(ServerMsg::Status(status_report(role, conns.node))));
+                            let _ = writer.send(&WireMsg::Server(ServerMsg::Status(status_report(member, conns.node))));
                         }
                         return;
                     }
@@ -587,23 +572,23 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
                     return;
                 };
                 conns.client_conn.insert(client, conn);
-                role.on_client(client, msg, out);
+                member.on_client(client, msg, out);
                 flush(conns, out);
             }
             WireMsg::Peer(batch) => {
-                role.on_peer(batch, out);
+                member.on_peer(batch, out);
                 flush(conns, out);
             }
-            WireMsg::Raft { from, bytes, .. } => role.on_raft(from, &bytes),
+            WireMsg::Raft { from, bytes, .. } => member.on_raft(from, &bytes),
             WireMsg::SnapshotOffer { from, index, data, .. } => {
-                if let Err(e) = role.on_snapshot_offer(from, index, data) {
+                if let Err(e) = member.on_snapshot_offer(from, index, data) {
                     // Disk trouble saving it: the log stays as it was; say so and go on.
                     warn!(from, index, error = %e, "could not compact behind a follower's snapshot");
                 }
             }
             WireMsg::LeaderIs { shard, replica, term } => {
                 if conns.leader_is_now(shard, replica, term) {
-                    role.peer_leader_changed(shard);
+                    member.peer_leader_changed(shard);
                 }
             }
             WireMsg::Server(_) => {
@@ -618,7 +603,7 @@ fn handle(role: &mut Role, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderO
 const STATUS_STALLED_MAX: usize = 5;
 
 /// This replica's state for `luigi status`, in any role.
-fn status_report(role: &Role, node: NodeId) -> ReplicaStatus {
+fn status_report(member: &Member, node: NodeId) -> ReplicaStatus {
     let now = clock::now_us();
     let mut status = ReplicaStatus {
         shard: node.shard,
@@ -635,28 +620,20 @@ fn status_report(role: &Role, node: NodeId) -> ReplicaStatus {
         stalled_count: 0,
         stalled: Vec::new(),
     };
-    match role {
-        Role::Single(l) => {
-            // No Raft log: it always leads, in the one term a lone replica has.
-            (status.role, status.term, status.leader) = (ReplicaRole::Leader, 1, Some(node.replica));
-            leader_status(l, now, &mut status);
-        }
-        Role::Replicated(r, _, _) => {
-            let log = r.log();
-            status.role = match log.role() {
-                luigi_raft::Role::Leader => ReplicaRole::Leader,
-                luigi_raft::Role::Follower => ReplicaRole::Follower,
-                luigi_raft::Role::Candidate => ReplicaRole::Candidate,
-                luigi_raft::Role::PreCandidate => ReplicaRole::PreCandidate,
-            };
-            (status.term, status.leader) = (log.term(), r.leader_hint());
-            (status.commit_index, status.applied_index) = (log.commit_index(), log.handed_out());
-            match (r.leader(), r.follower()) {
-                (Some(l), _) => leader_status(l, now, &mut status),
-                (None, Some(f)) => (status.watermark, status.pending) = (f.applied_ts(), f.queued_len() as u64),
-                (None, None) => {}
-            }
-        }
+    let r = &member.replica;
+    let log = r.log();
+    status.role = match log.role() {
+        luigi_raft::Role::Leader => ReplicaRole::Leader,
+        luigi_raft::Role::Follower => ReplicaRole::Follower,
+        luigi_raft::Role::Candidate => ReplicaRole::Candidate,
+        luigi_raft::Role::PreCandidate => ReplicaRole::PreCandidate,
+    };
+    (status.term, status.leader) = (log.term(), r.leader_hint());
+    (status.commit_index, status.applied_index) = (log.commit_index(), log.handed_out());
+    match (r.leader(), r.follower()) {
+        (Some(l), _) => leader_status(l, now, &mut status),
+        (None, Some(f)) => (status.watermark, status.pending) = (f.applied_ts(), f.queued_len() as u64),
+        (None, None) => {}
     }
     status
 }

@@ -72,7 +72,8 @@ struct ServerArgs {
     /// Node to run, e.g. s0r0 (shard 0, replica 0).
     #[arg(long)]
     node: String,
-    /// Directory for the replica's log and snapshots (one sub-directory per node).
+    /// Directory for the replica's Raft log and snapshots (one sub-directory per node), with
+    /// one replica per shard or more; a restart on the same directory recovers from it.
     #[arg(long, default_value = "luigi-data")]
     data_dir: PathBuf,
     /// fsync: every log batch is fdatasync'ed before it counts; none: written, not synced.
@@ -152,7 +153,7 @@ struct MicroArgs {
     /// Use the servers of this cluster file instead of starting a local cluster.
     #[arg(long)]
     cluster: Option<PathBuf>,
-    /// Log durability of the servers started (with more than one replica per shard).
+    /// Log durability of the servers started (every shard logs through Raft, one replica or more).
     #[arg(long, default_value = "fsync")]
     durability: DurabilityArg,
     /// Do not draw a progress bar.

@@ -18,9 +18,13 @@ use luigi_runtime::config::ClusterConfig;
 const EXE: &str = env!("CARGO_BIN_EXE_luigi");
 
 fn start_server(config: &Path, node: &str, port: u16) -> ServerProc {
+    // The log goes next to the cluster file (not to ./luigi-data, the default).
+    let data = config.parent().unwrap().join("data");
     let child = Command::new(EXE)
         .args(["server", "--exit-on-stdin-eof", "--node", node, "--config"])
         .arg(config)
+        .arg("--data-dir")
+        .arg(data)
         .stdin(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -57,6 +61,8 @@ fn bench_micro_runs_a_real_cluster_and_writes_results() {
     assert_eq!(results.len(), 1);
     let r = &results[0];
     assert_eq!((r.protocol.as_str(), r.workload.as_str(), r.shards, r.replicas), ("luigi", "micro", 1, 1));
+    // One replica logs through Raft like several: the default durability applies.
+    assert_eq!(r.durability, "fsync");
     assert_eq!((r.threads, r.in_flight, r.net.as_str()), (2, 20, "same-region"));
     assert!(r.committed > 100, "committed {}", r.committed);
     assert_eq!((r.rejected, r.unknown), (0, 0));
