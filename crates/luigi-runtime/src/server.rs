@@ -497,6 +497,7 @@ async fn event_loop(
     tokio::pin!(shutdown);
     // The first turn comes at once, not at the first event: a group of one elects itself in it.
     timer.set(Some(0));
+    let mut stall_check_at_us = 0;
     loop {
         tokio::select! {
             biased;
@@ -529,6 +530,11 @@ async fn event_loop(
         }
         flush(&mut conns, &mut out);
         timer.set(Some(next));
+        let now = clock::now_us();
+        if now >= stall_check_at_us {
+            stall_check_at_us = now + STALL_CHECK_US;
+            warn_stalled(&member, node, now);
+        }
     }
     info!(stats = %member.stats(), "server stopping");
     Ok(())
@@ -596,6 +602,29 @@ fn handle(member: &mut Member, conns: &mut Conns, ev: Inbound, out: &mut Vec<Lea
                 conns.writers.remove(&conn);
             }
         },
+    }
+}
+
+/// How often a serving leader looks for long-stalled transactions to warn about.
+const STALL_CHECK_US: u64 = 5_000_000;
+/// A transaction pending this long on a leader is worth an operator's attention: it holds the
+/// shard's watermark (and, under the all-shards commit rule, every client's answers).
+const STALL_WARN_AGE_US: u64 = 10_000_000;
+
+/// Logs the transactions pending on this leader for longer than [`STALL_WARN_AGE_US`]
+/// (`luigi status` lists them too).
+fn warn_stalled(member: &Member, node: NodeId, now: u64) {
+    let Some(l) = member.replica.leader() else { return };
+    let stalled: Vec<_> = l.stalled(now, usize::MAX).into_iter().filter(|t| t.age_us >= STALL_WARN_AGE_US).collect();
+    if let Some(oldest) = stalled.first() {
+        warn!(
+            node = %node.name(),
+            count = stalled.len(),
+            oldest = ?oldest.id,
+            oldest_age_s = oldest.age_us / 1_000_000,
+            shards = ?oldest.shards,
+            "transactions stalled: each holds this shard's watermark; recovery keeps asking the other participants (see `luigi status`)"
+        );
     }
 }
 
