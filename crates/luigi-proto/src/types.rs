@@ -33,6 +33,31 @@ pub struct KeySet {
 }
 
 impl KeySet {
+    /// What [`KeySet::new`] guarantees, checked on a key set that arrived from outside:
+    /// non-empty, each list strictly sorted (so unique), reads and writes disjoint, keys
+    /// within [`limits::KEY_BYTES_MAX`], at most [`limits::KEYS_PER_SHARD_MAX`] keys.
+    pub fn check_shape(&self) -> Result<(), String> {
+        let count = self.reads.len() + self.writes.len();
+        if count == 0 {
+            return Err("empty key set".into());
+        }
+        if count > limits::KEYS_PER_SHARD_MAX {
+            return Err(format!("{count} keys (at most {})", limits::KEYS_PER_SHARD_MAX));
+        }
+        for (name, list) in [("reads", &self.reads), ("writes", &self.writes)] {
+            if !list.windows(2).all(|w| w[0] < w[1]) {
+                return Err(format!("{name} are not sorted and unique"));
+            }
+            if let Some(k) = list.iter().find(|k| k.len() > limits::KEY_BYTES_MAX) {
+                return Err(format!("a key of {} bytes (at most {})", k.len(), limits::KEY_BYTES_MAX));
+            }
+        }
+        if self.reads.iter().any(|k| self.writes.binary_search(k).is_ok()) {
+            return Err("a key is both in reads and writes".into());
+        }
+        Ok(())
+    }
+
     /// Builds a normalized key set: sorted, deduplicated, reads minus writes.
     pub fn new(mut reads: Vec<Key>, mut writes: Vec<Key>) -> Self {
         writes.sort_unstable();
@@ -130,7 +155,53 @@ pub struct Txn {
     pub ts: Timestamp,
 }
 
+/// Bounds on what one transaction may carry (checked by [`Txn::check_shape`] before
+/// anything else looks at it).
+pub mod limits {
+    /// Bytes in a procedure name.
+    pub const PROCEDURE_NAME_BYTES_MAX: usize = 128;
+    /// Bytes of procedure arguments.
+    pub const ARGS_BYTES_MAX: usize = 4 << 20;
+    /// Bytes in one key.
+    pub const KEY_BYTES_MAX: usize = 4 << 10;
+    /// Keys declared on one shard (reads plus writes).
+    pub const KEYS_PER_SHARD_MAX: usize = 1 << 16;
+}
+
 impl Txn {
+    /// Checks what every participant can check alike, before admission: participants sorted,
+    /// distinct and below `shards`; every key set non-empty, sorted, unique, reads and writes
+    /// disjoint; sizes within [`limits`]. A transaction that fails is malformed: every
+    /// participant refuses it the same way, so nothing needs to be logged or told to anyone.
+    pub fn check_shape(&self, shards: u32) -> Result<(), String> {
+        use limits::*;
+        if self.pieces.is_empty() {
+            return Err("no participant".into());
+        }
+        if !self.pieces.windows(2).all(|w| w[0].shard < w[1].shard) {
+            return Err("participants must be sorted and distinct".into());
+        }
+        if let Some(p) = self.pieces.iter().find(|p| p.shard >= shards) {
+            return Err(format!("participant shard {} does not exist (the cluster has {shards})", p.shard));
+        }
+        if self.procedure.len() > PROCEDURE_NAME_BYTES_MAX {
+            return Err(format!(
+                "procedure name of {} bytes (at most {PROCEDURE_NAME_BYTES_MAX})",
+                self.procedure.len()
+            ));
+        }
+        if self.args.len() > ARGS_BYTES_MAX {
+            return Err(format!("{} bytes of arguments (at most {ARGS_BYTES_MAX})", self.args.len()));
+        }
+        if self.ts == 0 {
+            return Err("timestamp 0".into());
+        }
+        for p in &self.pieces {
+            p.keys.check_shape().map_err(|why| format!("shard {}: {why}", p.shard))?;
+        }
+        Ok(())
+    }
+
     /// The key set on `shard`, if it participates.
     pub fn piece(&self, shard: ShardId) -> Option<&KeySet> {
         self.pieces.iter().find(|p| p.shard == shard).map(|p| &p.keys)
@@ -150,6 +221,37 @@ impl Txn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn t(pieces: Vec<ShardPiece>) -> Txn {
+        Txn { id: TxnId { client: 1, seq: 1 }, procedure: "p".into(), args: vec![], pieces, ts: 5 }
+    }
+
+    fn piece(shard: ShardId, reads: Vec<Key>, writes: Vec<Key>) -> ShardPiece {
+        ShardPiece { shard, keys: KeySet { reads, writes } }
+    }
+
+    #[test]
+    fn malformed_transactions_are_named() {
+        let k = |s: &str| s.as_bytes().to_vec();
+        let ok = t(vec![piece(0, vec![k("a")], vec![k("b")]), piece(1, vec![], vec![k("c")])]);
+        assert_eq!(ok.check_shape(2), Ok(()));
+        let why = |txn: Txn| txn.check_shape(2).unwrap_err();
+        assert!(why(t(vec![])).contains("no participant"));
+        assert!(why(t(vec![piece(0, vec![], vec![k("a")]), piece(5, vec![], vec![k("a")])]))
+            .contains("shard 5 does not exist"));
+        assert!(why(t(vec![piece(1, vec![], vec![k("a")]), piece(0, vec![], vec![k("a")])])).contains("sorted"));
+        assert!(why(t(vec![piece(0, vec![], vec![])])).contains("empty key set"));
+        assert!(why(t(vec![piece(0, vec![k("b"), k("a")], vec![])])).contains("reads are not sorted"));
+        assert!(why(t(vec![piece(0, vec![], vec![k("a"), k("a")])])).contains("writes are not sorted and unique"));
+        assert!(why(t(vec![piece(0, vec![k("a")], vec![k("a")])])).contains("both in reads and writes"));
+        assert!(why(t(vec![piece(0, vec![], vec![vec![0; limits::KEY_BYTES_MAX + 1]])])).contains("bytes"));
+        let mut big = ok.clone();
+        big.args = vec![0; limits::ARGS_BYTES_MAX + 1];
+        assert!(why(big).contains("arguments"));
+        let mut zero = ok;
+        zero.ts = 0;
+        assert!(why(zero).contains("timestamp 0"));
+    }
 
     #[test]
     fn keyset_normalizes_and_checks_access() {

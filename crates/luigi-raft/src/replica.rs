@@ -401,7 +401,7 @@ mod tests {
     /// A one-voter group: the replica elects itself; readies are "persisted" at once.
     fn lone_replica() -> Replica {
         let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
-        Replica::new(LeaderConfig::new(0), Registry::with_builtins(), log).unwrap()
+        Replica::new(LeaderConfig::new(0, 1), Registry::with_builtins(), log).unwrap()
     }
 
     fn drive(r: &mut Replica) {
@@ -473,7 +473,7 @@ mod tests {
             applied: 0,
         };
         let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), Some(recovered)).unwrap();
-        let mut restarted = Replica::new(LeaderConfig::new(0), Registry::with_builtins(), log).unwrap();
+        let mut restarted = Replica::new(LeaderConfig::new(0, 1), Registry::with_builtins(), log).unwrap();
         restarted.log_mut().campaign().unwrap();
         settle(&mut restarted, 60_000_100);
         assert!(restarted.is_serving());

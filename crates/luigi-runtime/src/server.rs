@@ -122,7 +122,7 @@ impl Server {
         }
         drop(tx);
         info!(node = %node.name(), net = %config.net, replicas, "serving");
-        let mut leader_config = LeaderConfig::new(node.shard);
+        let mut leader_config = LeaderConfig::new(node.shard, config.shard_count());
         leader_config.floor_lookahead_us = config.floor_lookahead_us();
         // A stalled agreement is recovered after several round trips of the scenario.
         leader_config.recover_after_us = (config.scenario().delay().mean_us * 16).max(1_000_000);

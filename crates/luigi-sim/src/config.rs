@@ -175,7 +175,7 @@ impl SimConfig {
             log_commit: Delay::new(500, 250),
             ping_first: true,
             start_spread_us: 5_000,
-            leader: LeaderConfig::new(0),
+            leader: LeaderConfig::new(0, 1),
             coordinator: CoordinatorConfig {
                 commit_rule: CommitRule::AllShards { shards: 1 },
                 ..CoordinatorConfig::new(0)

@@ -1764,7 +1764,7 @@ fn new_replica(
     rc.election_ticks = faults.election_ticks;
     let log = RaftLog::new(rc, recovered)
         .map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i} cannot start its log: {e}")))?;
-    let leader = LeaderConfig { shard: s, ..config.leader.clone() };
+    let leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
     Replica::new(leader, procedure::registry(Some(sink.clone())), log)
         .map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i} cannot load its state: {e:?}")))
 }

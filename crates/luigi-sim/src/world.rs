@@ -142,7 +142,7 @@ impl<'a> World<'a> {
                 let log = SimLog::new(derive(&mut master), config.log_commit, 1 << 20);
                 LeaderNode {
                     leader: ShardLeader::new(
-                        LeaderConfig { shard, ..config.leader.clone() },
+                        LeaderConfig { shard, shards: config.shards, ..config.leader.clone() },
                         log,
                         Store::new(),
                         procedure::registry(Some(exec_sink.clone())),
@@ -901,6 +901,7 @@ fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
         bumped: a.bumped + b.bumped,
         executed: a.executed + b.executed,
         rejected: a.rejected + b.rejected,
+        malformed: a.malformed + b.malformed,
         duplicates: a.duplicates + b.duplicates,
         cross_decided: a.cross_decided + b.cross_decided,
         cross_differed: a.cross_differed + b.cross_differed,

@@ -15,7 +15,7 @@ use luigi_store::Store;
 
 fn leader(shard: u32, max_pending: usize) -> ShardLeader<LocalLog> {
     // The early buffer shares the bound, so one early item fills it.
-    let config = LeaderConfig { max_pending, max_early: max_pending, ..LeaderConfig::new(shard) };
+    let config = LeaderConfig { max_pending, max_early: max_pending, ..LeaderConfig::new(shard, 8) };
     ShardLeader::new(config, LocalLog::default(), Store::new(), procedure::registry(None))
 }
 

@@ -70,7 +70,7 @@ struct Leader {
 impl Leader {
     fn new(shard: ShardId, mutations: Mutations, sink: &ExecLog) -> Self {
         let log = SimLog::new(ChaCha8Rng::seed_from_u64(1), Delay::ZERO, 1 << 10);
-        let config = LeaderConfig { mutations, ..LeaderConfig::new(shard) };
+        let config = LeaderConfig { mutations, ..LeaderConfig::new(shard, 8) };
         let leader = ShardLeader::new(config, log, Store::new(), procedure::registry(Some(sink.clone())));
         Self { shard, leader, replies: Vec::new() }
     }

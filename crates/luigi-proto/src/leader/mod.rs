@@ -43,6 +43,8 @@ const EARLY_DROPPED_MAX: usize = 1 << 16;
 pub struct LeaderConfig {
     /// This shard.
     pub shard: ShardId,
+    /// Shards in the cluster: a dispatch naming another shard is malformed.
+    pub shards: u32,
     /// How far ahead of the clock a `Floor` promise is logged. Must exceed the log's commit
     /// latency or the watermark stalls while a promise is in flight.
     pub floor_lookahead_us: u64,
@@ -70,10 +72,12 @@ pub struct LeaderConfig {
 }
 
 impl LeaderConfig {
-    /// Defaults for `shard`.
-    pub fn new(shard: ShardId) -> Self {
+    /// Defaults for `shard` of a cluster of `shards`.
+    pub fn new(shard: ShardId, shards: u32) -> Self {
+        assert!(shard < shards, "shard {shard} of a {shards}-shard cluster");
         Self {
             shard,
+            shards,
             floor_lookahead_us: 1_000_000,
             max_pending: 1 << 20,
             max_early: 1 << 20,
@@ -184,6 +188,8 @@ pub struct LeaderStats {
     pub executed: u64,
     /// Dispatches rejected at admission.
     pub rejected: u64,
+    /// Of those, malformed ones (answered at once, nothing logged).
+    pub malformed: u64,
     /// Retried dispatches answered from the answer table or already pending.
     pub duplicates: u64,
     /// Cross-shard transactions decided here.
@@ -583,6 +589,13 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.refuse(&txn, reason, arrival_delta_us, out);
             return;
         }
+        if let Err(reason) = self.check_malformed(&txn) {
+            // Every participant refuses it alike: nothing to log, nobody to tell.
+            self.stats.rejected += 1;
+            self.stats.malformed += 1;
+            self.reply_now(id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
+            return;
+        }
         if let Err(reason) = self.validate(&txn) {
             self.refuse(&txn, reason, arrival_delta_us, out);
             return;
@@ -636,21 +649,24 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    /// Checks a dispatch before admission; the error text goes to the client.
-    fn validate(&self, txn: &Txn) -> Result<(), String> {
+    /// What any participant finds wrong with `txn` alike (its shape, this shard not among its
+    /// participants, an unknown procedure: every replica runs the same registry).
+    fn check_malformed(&self, txn: &Txn) -> Result<(), String> {
+        txn.check_shape(self.config.shards)?;
         let shard = self.config.shard;
-        let Some(keys) = txn.piece(shard) else {
+        if txn.piece(shard).is_none() {
             return Err(format!("shard {shard} is not a participant"));
-        };
-        if keys.is_empty() {
-            return Err(format!("empty key set on shard {shard}"));
-        }
-        if !txn.pieces.windows(2).all(|w| w[0].shard < w[1].shard) {
-            return Err("participants must be sorted and distinct".into());
         }
         if !self.registry.contains(&txn.procedure) {
             return Err(format!("unknown procedure '{}'", txn.procedure));
         }
+        Ok(())
+    }
+
+    /// Checks a well-formed dispatch against this shard's state; a refusal here is durable
+    /// (see [`ShardLeader::refuse`]).
+    fn validate(&self, _txn: &Txn) -> Result<(), String> {
+        let shard = self.config.shard;
         if self.pending.len() >= self.config.max_pending {
             return Err(format!("shard {shard} has {} transactions pending", self.pending.len()));
         }
@@ -1075,7 +1091,7 @@ mod tests {
     use crate::types::{KeySet, ShardPiece};
 
     fn leader() -> ShardLeader<LocalLog> {
-        ShardLeader::new(LeaderConfig::new(0), LocalLog::default(), Store::new(), Registry::with_builtins())
+        ShardLeader::new(LeaderConfig::new(0, 8), LocalLog::default(), Store::new(), Registry::with_builtins())
     }
 
     fn txn(seq: u64, ts: Timestamp, ops: &[MicroOp]) -> Arc<Txn> {

@@ -13,7 +13,7 @@ use crate::procedures::MicroOutput;
 type Leader = ShardLeader<LocalLog>;
 
 fn leader(shard: ShardId, mutations: Mutations) -> Leader {
-    let mut config = LeaderConfig::new(shard);
+    let mut config = LeaderConfig::new(shard, 8);
     config.mutations = mutations;
     ShardLeader::new(config, LocalLog::default(), Store::new(), Registry::with_builtins())
 }
@@ -121,7 +121,7 @@ fn agreement_moves_the_transaction_and_smaller_conflicting_ones_go_first() {
 #[test]
 fn a_refusal_aborts_the_transaction_on_the_other_participants() {
     let mut a = leader(0, Mutations::default());
-    let mut cfg = LeaderConfig::new(1);
+    let mut cfg = LeaderConfig::new(1, 8);
     cfg.max_pending = 0; // shard 1 refuses everything
     let mut b = ShardLeader::new(cfg, LocalLog::default(), Store::new(), Registry::with_builtins());
     let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);

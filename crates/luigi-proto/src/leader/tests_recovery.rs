@@ -47,7 +47,7 @@ type Leader = ShardLeader<TapLog>;
 fn leader(shard: ShardId) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
     let log = TapLog::default();
     let tape = log.tape.clone();
-    (ShardLeader::new(LeaderConfig::new(shard), log, Store::new(), Registry::with_builtins()), tape)
+    (ShardLeader::new(LeaderConfig::new(shard, 8), log, Store::new(), Registry::with_builtins()), tape)
 }
 
 /// The old leader is gone: a replica replays its committed log and takes over at `now`.
@@ -60,7 +60,7 @@ fn take_over(shard: ShardId, tape: &Rc<RefCell<Vec<LogEntry>>>, now: TimeUs) -> 
     let new_tape = log.tape.clone();
     // The new leader's log continues the old one's indexes.
     new_tape.borrow_mut().extend(tape.borrow().iter().cloned());
-    (ShardLeader::recover(LeaderConfig::new(shard), log, f.into_handover(), now), new_tape)
+    (ShardLeader::recover(LeaderConfig::new(shard, 8), log, f.into_handover(), now), new_tape)
 }
 
 fn value(l: &Leader, key: u64) -> Option<u64> {
@@ -166,7 +166,7 @@ fn a_stalled_transaction_is_completed_by_its_recovery_coordinator() {
     let out_a = dispatch(&mut a, 100, &t);
     let early = deliver(&mut b, 200, to_peer(&out_a, 1)); // A's proposal: buffered at B
     assert!(to_peer(&early, 0).is_empty());
-    let stall = LeaderConfig::new(0).recover_after_us;
+    let stall = LeaderConfig::new(0, 8).recover_after_us;
     assert!(to_peer(&tick(&mut a, 100 + stall - 1), 1).is_empty(), "not stalled yet");
     let recover = to_peer(&tick(&mut a, 100 + stall), 1);
     assert!(matches!(items(&recover).as_slice(), [PeerItem::Recover { .. }]));
@@ -190,7 +190,7 @@ fn a_stalled_transaction_is_completed_by_its_recovery_coordinator() {
 #[test]
 fn a_peer_that_refused_answers_recover_with_refuse() {
     let (mut a, tape_a) = leader(0);
-    let mut cfg = LeaderConfig::new(1);
+    let mut cfg = LeaderConfig::new(1, 8);
     cfg.max_pending = 0; // shard 1 refuses everything
     let mut b = ShardLeader::new(cfg, TapLog::default(), Store::new(), Registry::with_builtins());
     let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
@@ -291,4 +291,26 @@ fn recover_is_always_answered() {
     let out = deliver(&mut b, 300, vec![PeerBatch { from: 0, ..recover }]);
     assert_eq!(b.stats().admitted, 1);
     assert!(matches!(items(&to_peer(&out, 0)).as_slice(), [PeerItem::Propose { id: i, .. }] if *i == id(1)));
+}
+
+/// A dispatch naming a shard that does not exist once wedged a shard for good (admitted,
+/// logged, waiting forever for a proposal nobody would send, and surviving failover). It is
+/// malformed: answered at once, nothing logged, and the shard keeps committing.
+#[test]
+fn a_transaction_naming_a_missing_shard_is_refused_and_nothing_is_logged() {
+    let (mut l, tape) = leader(0);
+    let mut poison = (*txn(1, 100, &[(0, 1, Some(1))])).clone();
+    poison
+        .pieces
+        .push(crate::types::ShardPiece { shard: 9, keys: crate::types::KeySet::new(vec![], vec![micro_key(2)]) });
+    let out = dispatch(&mut l, 10, &Arc::new(poison));
+    assert!(
+        matches!(client_replies(&out).as_slice(), [(_, Err(TxnError::Rejected(why)))] if why.contains("shard 9 does not exist"))
+    );
+    assert_eq!((l.pending_len(), l.stats().malformed, l.stats().admitted), (0, 1, 0));
+    let logged_txn = |e: &LogEntry| matches!(e.record, LogRecord::Prepare { .. } | LogRecord::Refuse { .. });
+    assert!(!tape.borrow().iter().any(logged_txn), "nothing about it is logged");
+    dispatch(&mut l, 200, &txn(2, 300, &[(0, 1, Some(2))]));
+    let r = replies(&tick(&mut l, 1_000));
+    assert_eq!((r.len(), r[0].ts), (1, 300), "the shard still commits");
 }
