@@ -13,8 +13,12 @@ use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 pub enum ClientMsg {
     /// First message on a client connection: who is talking.
     Hello {
-        /// The client's id.
+        /// The client's id. The connection that says it first (while open) owns it: replies
+        /// for that client go there, and no other connection may dispatch as it.
         client: ClientId,
+        /// HMAC-SHA256 of the connection's challenge under the cluster's client token, when
+        /// the cluster has one (see [`WireMsg::Challenge`]).
+        proof: Option<[u8; 32]>,
     },
     /// A whole transaction. Sent again, unchanged, on retry.
     Dispatch {
@@ -270,5 +274,28 @@ pub enum WireMsg {
         replica: u32,
         /// The Raft term it leads in: an announcement from an older term is stale.
         term: u64,
+    },
+    /// First frame a server sends on every connection it accepts: the nonce a client (with a
+    /// client token) or a peer server proves its key over.
+    Challenge {
+        /// Unique per connection of this server.
+        nonce: [u8; 16],
+    },
+    /// A server's answer to the challenge on its outbound link to another server:
+    /// HMAC-SHA256 under the cluster secret over the nonce, the acceptor's and the sender's
+    /// node. Only after it are server-to-server messages accepted on that connection.
+    PeerHello {
+        /// The sender's shard.
+        shard: ShardId,
+        /// The sender's replica index.
+        replica: u32,
+        /// The proof.
+        proof: [u8; 32],
+    },
+    /// A message was refused (malformed, unauthenticated, not allowed on this connection):
+    /// why, for the sender's log.
+    Refused {
+        /// What was wrong.
+        reason: String,
     },
 }

@@ -17,6 +17,7 @@ use luigi_store::Key;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, warn};
 
+use crate::auth;
 use crate::clock;
 use crate::config::{ClusterConfig, NodeId, CLIENT_NODE};
 use crate::net::peer::{connect, NetConfig, PeerWriter};
@@ -30,6 +31,8 @@ const INBOUND_QUEUE: usize = 1 << 16;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause between attempts to (re)connect to a replica.
 const RECONNECT_DELAY: Duration = Duration::from_millis(100);
+/// How long a new connection waits for the server's challenge.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pings sent to each leader at start to seed the one-way-delay estimate.
 const WARMUP_PINGS: usize = 8;
 /// How often the coordinator checks for dispatches to retry.
@@ -103,7 +106,7 @@ impl Client {
                 let seed = config.seed ^ id.rotate_left(17) ^ u64::from(shard) ^ (u64::from(replica) << 40);
                 let link = delay_line.as_ref().map(|l| l.link(dist, seed));
                 let addr = config.node_addr(node).expect("nodes come from the validated config");
-                tokio::spawn(replica_link(node, addr, id, link, in_tx.clone()));
+                tokio::spawn(replica_link(node, addr, id, config.client_token.clone(), link, in_tx.clone()));
             }
         }
         drop(in_tx);
@@ -196,19 +199,36 @@ enum Event {
     Down { node: NodeId },
 }
 
-/// Keeps a connection to one replica: connects (retrying while it is down), says hello,
-/// forwards what it sends, and reconnects after the connection drops.
+/// Keeps a connection to one replica: connects (retrying while it is down), answers the
+/// server's challenge with its hello (and its token proof, if the cluster has a client
+/// token), forwards what it sends, and reconnects after the connection drops.
 async fn replica_link(
     node: NodeId,
     addr: std::net::SocketAddr,
     client: ClientId,
+    token: Option<String>,
     link: Option<DelayLink>,
     tx: mpsc::Sender<Event>,
 ) {
     loop {
         match connect::<WireMsg, WireMsg>(addr, &NetConfig::default(), link.clone()).await {
             Ok((writer, reader)) => {
-                if writer.send(&WireMsg::Client(ClientMsg::Hello { client })).is_err() {
+                let mut reader = reader.start();
+                let nonce = match reader.next_within(HANDSHAKE_TIMEOUT).await {
+                    Ok(WireMsg::Challenge { nonce }) => nonce,
+                    Ok(other) => {
+                        warn!(node = %node.name(), msg = ?other, "expected a challenge first; reconnecting");
+                        tokio::time::sleep(RECONNECT_DELAY).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        debug!(node = %node.name(), error = %e, "no challenge; reconnecting");
+                        tokio::time::sleep(RECONNECT_DELAY).await;
+                        continue;
+                    }
+                };
+                let proof = token.as_deref().map(|t| auth::client_proof(t, &nonce, client));
+                if writer.send(&WireMsg::Client(ClientMsg::Hello { client, proof })).is_err() {
                     continue;
                 }
                 if tx.send(Event::Up { node, writer }).await.is_err() {
@@ -384,11 +404,14 @@ impl Driver {
                 }
                 self.coordinator.on_message(clock::now_us(), msg, &mut self.out)
             }
+            WireMsg::Refused { reason } => warn!(node = %node.name(), %reason, "the server refused a message"),
             WireMsg::Client(_)
             | WireMsg::Peer(_)
             | WireMsg::Raft { .. }
             | WireMsg::SnapshotOffer { .. }
-            | WireMsg::LeaderIs { .. } => {
+            | WireMsg::LeaderIs { .. }
+            | WireMsg::Challenge { .. }
+            | WireMsg::PeerHello { .. } => {
                 warn!(shard, "leader sent a message meant for a server; ignored")
             }
         }

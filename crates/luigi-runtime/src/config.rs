@@ -51,6 +51,16 @@ pub struct ClusterConfig {
     /// Per-link overrides of the scenario's delay.
     #[serde(default)]
     pub links: Vec<LinkConfig>,
+    /// The cluster secret: servers prove they hold it (HMAC-SHA256 over a per-connection
+    /// challenge) before anything server-to-server (Raft, snapshots, agreement, leader
+    /// announcements) is accepted from them. Without it the handshake uses an empty key:
+    /// any process that speaks the protocol can act as a peer (a warning says so at start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// Optional client token: when set, a client proves it holds it the same way before its
+    /// transactions are accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_token: Option<String>,
 }
 
 fn default_net() -> String {
@@ -217,6 +227,11 @@ impl ClusterConfig {
                 return Err(invalid(format!("links[{i}].jitter_us"), "jitter larger than the mean delay".into()));
             }
         }
+        for (field, value) in [("secret", &self.secret), ("client_token", &self.client_token)] {
+            if value.as_ref().is_some_and(|v| v.len() < 16) {
+                return Err(invalid(field.into(), "must be at least 16 characters (a random string)".into()));
+            }
+        }
         if self.protocol.retry_timeout_us == Some(0) {
             return Err(invalid("protocol.retry_timeout_us".into(), "must be positive".into()));
         }
@@ -289,6 +304,8 @@ impl ClusterConfig {
             protocol: ProtocolConfig::default(),
             shards: ports.iter().map(|p| ShardConfig { replicas: vec![format!("127.0.0.1:{p}")] }).collect(),
             links: Vec::new(),
+            secret: None,
+            client_token: None,
         }
     }
 }

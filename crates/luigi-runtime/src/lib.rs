@@ -1,9 +1,11 @@
 //! The tokio shell around the sans-I/O Luigi cores: TCP transport with WAN emulation, the
 //! server event loop, the client library (and its status queries), the cluster file and the clock.
 
+pub mod auth;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod gate;
 pub mod net;
 pub mod replica;
 pub mod server;

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use luigi_proto::leader::follower::Follower;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::ReplicatedLog;
 use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaRole, ReplicaStatus, ServerMsg, StalledTxnInfo, WireMsg};
@@ -25,8 +26,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::auth;
 use crate::clock;
 use crate::config::{ClusterConfig, NodeId, CLIENT_NODE};
+use crate::gate::{self, ConnAuth, GateConfig};
 use crate::net::peer::{connect, split_stream, NetConfig, PeerWriter};
 use crate::net::wan::{DelayLine, DelayLink};
 use crate::replica::{raft_id, RaftShell};
@@ -40,6 +43,8 @@ const EVENTS_PER_BATCH_MAX: usize = 4096;
 const PEER_BACKLOG_BATCHES_MAX: usize = 1 << 16;
 /// Pause between attempts to (re)connect to a peer leader.
 const PEER_RECONNECT_DELAY: Duration = Duration::from_millis(50);
+/// How long an outbound server link waits for the peer's challenge.
+const PEER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 type ConnId = u64;
 
@@ -122,6 +127,12 @@ impl Server {
         }
         drop(tx);
         info!(node = %node.name(), net = %config.net, replicas, "serving");
+        if config.secret.is_none() && config.shards.iter().map(|s| s.replicas.len()).sum::<usize>() > 1 {
+            warn!(
+                "the cluster file has no `secret`: any process that reaches the servers and speaks the protocol \
+                 can act as a peer (Raft, snapshots, agreement); set one (see the README's trust model)"
+            );
+        }
         let mut leader_config = LeaderConfig::new(node.shard, config.shard_count());
         leader_config.floor_lookahead_us = config.floor_lookahead_us();
         // A stalled agreement is recovered after several round trips of the scenario.
@@ -140,7 +151,13 @@ impl Server {
         let snapshots = Snapshots::new(config.snapshot_entries(), last_index, node, replicas);
         let member = Member { replica, snapshots, shell };
         let leader_of = (0..config.shard_count()).map(|s| (s, (0, 0))).collect();
-        let result = event_loop(member, node, leader_of, rx, shutdown).await;
+        let gate = GateConfig {
+            me: node,
+            replicas: config.shards.iter().map(|s| s.replicas.len() as u32).collect(),
+            secret: config.secret.clone().unwrap_or_default(),
+            client_token: config.client_token.clone(),
+        };
+        let result = event_loop(member, node, gate, leader_of, rx, shutdown).await;
         for t in tasks {
             t.abort();
         }
@@ -222,12 +239,38 @@ async fn peer_link(
         let link = delay_line.as_ref().map(|l| l.link(dist, seed));
         match connect::<WireMsg, WireMsg>(addr, &NetConfig::default(), link).await {
             Ok((writer, reader)) => {
+                // Prove the cluster secret over the peer's challenge before anything else.
+                let mut reader = reader.start();
+                let nonce = match reader.next_within(PEER_HANDSHAKE_TIMEOUT).await {
+                    Ok(WireMsg::Challenge { nonce }) => nonce,
+                    Ok(other) => {
+                        warn!(peer = %peer.name(), msg = ?other, "peer did not send a challenge first; reconnecting");
+                        tokio::time::sleep(PEER_RECONNECT_DELAY).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        debug!(peer = %peer.name(), error = %e, "no challenge from peer; reconnecting");
+                        tokio::time::sleep(PEER_RECONNECT_DELAY).await;
+                        continue;
+                    }
+                };
+                let proof = auth::peer_proof(config.secret.as_deref().unwrap_or(""), &nonce, peer, node);
+                let hello = WireMsg::PeerHello { shard: node.shard, replica: node.replica, proof };
+                if writer.send(&hello).is_err() {
+                    continue;
+                }
                 info!(peer = %peer.name(), %addr, "connected to peer");
                 if tx.send(Inbound::PeerUp { target, writer }).await.is_err() {
                     return;
                 }
-                // The peer never sends on this connection; its end means the link is gone.
-                let end = reader.run(|_| ()).await;
+                // The peer sends only refusals on this connection; its end means the link is
+                // gone.
+                let end = reader
+                    .run(|msg| match msg {
+                        WireMsg::Refused { reason } => warn!(peer = %peer.name(), %reason, "peer refused a message"),
+                        other => debug!(peer = %peer.name(), msg = ?other, "unexpected message from a peer; ignored"),
+                    })
+                    .await;
                 warn!(peer = %peer.name(), ?end, "connection to peer lost; reconnecting");
                 if tx.send(Inbound::PeerDown { target }).await.is_err() {
                     return;
@@ -242,6 +285,11 @@ async fn peer_link(
 struct Conns {
     node: NodeId,
     writers: Map<ConnId, PeerWriter<WireMsg>>,
+    /// Who each accepted connection has shown itself to be (see [`gate`]).
+    auth: Map<ConnId, ConnAuth>,
+    gate: GateConfig,
+    /// Makes each connection's challenge unique across restarts.
+    started_us: u64,
     client_conn: Map<ClientId, ConnId>,
     /// Links to the replicas of other shards.
     peers: BTreeMap<NodeId, PeerWriter<WireMsg>>,
@@ -254,6 +302,20 @@ struct Conns {
 }
 
 impl Conns {
+    /// Tells `conn` why its message was refused, logs it, and closes it if `close`.
+    fn refuse(&mut self, conn: ConnId, reason: String, close: bool) {
+        warn!(conn, %reason, close, "refused a message");
+        if let Some(writer) = self.writers.get(&conn) {
+            let _ = writer.send(&WireMsg::Refused { reason });
+        }
+        if close {
+            // Dropping the writer closes the connection once the refusal is written.
+            self.writers.remove(&conn);
+            self.auth.remove(&conn);
+            self.client_conn.retain(|_, c| *c != conn);
+        }
+    }
+
     fn send_to_client(&self, client: ClientId, msg: WireMsg) {
         let Some(writer) = self.client_conn.get(&client).and_then(|c| self.writers.get(c)) else {
             // Not connected: the answer stays in the leader's table; the client's retry gets it.
@@ -416,9 +478,12 @@ impl Member {
 
     /// A follower's snapshot: the serving leader compacts its own log behind it.
     fn on_snapshot_offer(&mut self, from: u64, index: u64, data: Vec<u8>) -> anyhow::Result<()> {
-        if !self.replica.is_serving() {
+        let Some(shard) = self.replica.leader().map(|l| l.shard()) else {
             return Ok(()); // it was meant for the leader this replica no longer is
-        }
+        };
+        // Only peers send offers (see `gate`), but a snapshot replaces the log: check it loads.
+        Follower::check_snapshot(shard, index, &data)
+            .with_context(|| format!("snapshot offered by raft id {from} at index {index}"))?;
         if self.shell.compact(self.replica.log_mut(), index, data)?.is_some() {
             debug!(from, index, "compacted the leader's log behind a follower's snapshot");
         }
@@ -479,6 +544,7 @@ impl Member {
 async fn event_loop(
     mut member: Member,
     node: NodeId,
+    gate: GateConfig,
     leader_of: BTreeMap<ShardId, (u32, u64)>,
     mut rx: mpsc::Receiver<Inbound>,
     shutdown: impl Future<Output = ()>,
@@ -487,6 +553,9 @@ async fn event_loop(
     let mut conns = Conns {
         node,
         writers: Map::default(),
+        auth: Map::default(),
+        gate,
+        started_us: clock::now_us(),
         client_conn: Map::default(),
         peers: BTreeMap::new(),
         leader_of,
@@ -543,10 +612,15 @@ async fn event_loop(
 fn handle(member: &mut Member, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderOutput>) {
     match ev {
         Inbound::Opened { conn, writer } => {
-            conns.writers.insert(conn, writer);
+            let nonce = auth::nonce(conns.started_us, conn);
+            if writer.send(&WireMsg::Challenge { nonce }).is_ok() {
+                conns.writers.insert(conn, writer);
+                conns.auth.insert(conn, ConnAuth::Pending { nonce });
+            }
         }
         Inbound::Closed { conn } => {
             conns.writers.remove(&conn);
+            conns.auth.remove(&conn);
             conns.client_conn.retain(|_, c| *c != conn);
         }
         Inbound::PeerUp { target: PeerTarget::Shard(peer), writer } => conns.peer_up(peer, writer),
@@ -559,49 +633,59 @@ fn handle(member: &mut Member, conns: &mut Conns, ev: Inbound, out: &mut Vec<Lea
         Inbound::PeerDown { target: PeerTarget::Replica(id) } => {
             member.shell.peer_down(id);
         }
-        Inbound::Msg { conn, msg } => match msg {
-            WireMsg::Client(msg) => {
-                let client = match &msg {
-                    ClientMsg::Hello { client } => Some(*client),
-                    ClientMsg::Dispatch { txn, .. } => Some(txn.id.client),
-                    ClientMsg::Ping { .. } => conns.client_conn.iter().find(|(_, c)| **c == conn).map(|(id, _)| *id),
-                    ClientMsg::Status => {
-                        if let Some(writer) = conns.writers.get(&conn) {
-                            let _ = writer.send(&WireMsg::Server(ServerMsg::Status(status_report(member, conns.node))));
-                        }
-                        return;
-                    }
-                };
-                let Some(client) = client else {
-                    warn!(conn, "ping before hello; closing connection");
-                    conns.writers.remove(&conn);
-                    return;
-                };
-                conns.client_conn.insert(client, conn);
-                member.on_client(client, msg, out);
-                flush(conns, out);
+        Inbound::Msg { conn, msg } => on_msg(member, conns, conn, msg, out),
+    }
+}
+
+/// A message from connection `conn`, once the gate has judged it.
+fn on_msg(member: &mut Member, conns: &mut Conns, conn: ConnId, msg: WireMsg, out: &mut Vec<LeaderOutput>) {
+    let Some(auth) = conns.auth.get_mut(&conn) else { return }; // closed meanwhile
+    let (client_conn, writers) = (&conns.client_conn, &conns.writers);
+    let in_use = |c: ClientId| client_conn.get(&c).is_some_and(|o| *o != conn && writers.contains_key(o));
+    match gate::check(&conns.gate, auth, &msg, in_use) {
+        gate::Verdict::Refuse(reason) => conns.refuse(conn, reason, false),
+        gate::Verdict::Close(reason) => conns.refuse(conn, reason, true),
+        gate::Verdict::Status => {
+            if let Some(writer) = conns.writers.get(&conn) {
+                let _ = writer.send(&WireMsg::Server(ServerMsg::Status(status_report(member, conns.node))));
             }
-            WireMsg::Peer(batch) => {
-                member.on_peer(batch, out);
-                flush(conns, out);
+        }
+        gate::Verdict::PeerAuthenticated(node) => debug!(conn, peer = %node.name(), "peer authenticated"),
+        gate::Verdict::Client(client) => {
+            let WireMsg::Client(msg) = msg else { unreachable!("the gate names a client only for client messages") };
+            conns.client_conn.insert(client, conn);
+            member.on_client(client, msg, out);
+            flush(conns, out);
+        }
+        gate::Verdict::Peer(_) => on_peer_msg(member, conns, msg, out),
+    }
+}
+
+/// A server-to-server message from an authenticated peer, sent as itself.
+fn on_peer_msg(member: &mut Member, conns: &mut Conns, msg: WireMsg, out: &mut Vec<LeaderOutput>) {
+    match msg {
+        WireMsg::Peer(batch) => {
+            member.on_peer(batch, out);
+            flush(conns, out);
+        }
+        WireMsg::Raft { from, bytes, .. } => member.on_raft(from, &bytes),
+        WireMsg::SnapshotOffer { from, index, data, .. } => {
+            if let Err(e) = member.on_snapshot_offer(from, index, data) {
+                // A snapshot that does not load, or disk trouble saving it: the log stays
+                // as it was; say so and go on.
+                warn!(from, index, error = %e, "did not compact behind a follower's snapshot");
             }
-            WireMsg::Raft { from, bytes, .. } => member.on_raft(from, &bytes),
-            WireMsg::SnapshotOffer { from, index, data, .. } => {
-                if let Err(e) = member.on_snapshot_offer(from, index, data) {
-                    // Disk trouble saving it: the log stays as it was; say so and go on.
-                    warn!(from, index, error = %e, "could not compact behind a follower's snapshot");
-                }
+        }
+        WireMsg::LeaderIs { shard, replica, term } => {
+            if conns.leader_is_now(shard, replica, term) {
+                member.peer_leader_changed(shard);
             }
-            WireMsg::LeaderIs { shard, replica, term } => {
-                if conns.leader_is_now(shard, replica, term) {
-                    member.peer_leader_changed(shard);
-                }
-            }
-            WireMsg::Server(_) => {
-                warn!(conn, "a client-bound message arrived at a server; closing connection");
-                conns.writers.remove(&conn);
-            }
-        },
+        }
+        WireMsg::Client(_)
+        | WireMsg::Server(_)
+        | WireMsg::Challenge { .. }
+        | WireMsg::PeerHello { .. }
+        | WireMsg::Refused { .. } => unreachable!("the gate passes only server-to-server messages from peers"),
     }
 }
 

@@ -46,7 +46,10 @@ pub async fn replica_status(addr: SocketAddr, timeout: Duration) -> Result<Repli
                 | WireMsg::Peer(_)
                 | WireMsg::Raft { .. }
                 | WireMsg::SnapshotOffer { .. }
-                | WireMsg::LeaderIs { .. } => {}
+                | WireMsg::LeaderIs { .. }
+                | WireMsg::Challenge { .. }
+                | WireMsg::PeerHello { .. } => {}
+                WireMsg::Refused { reason } => return Err(format!("refused: {reason}")),
             }
         }
         Err("connection closed without an answer (a server without status support?)".to_string())

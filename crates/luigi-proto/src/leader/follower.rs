@@ -153,6 +153,20 @@ impl Follower {
         postcard::to_stdvec(&image).expect("a follower image always serializes")
     }
 
+    /// Checks that `bytes` are a snapshot of `shard` at log index `index` (what a leader
+    /// verifies before it keeps a follower's snapshot and compacts its log behind it).
+    pub fn check_snapshot(shard: ShardId, index: u64, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let image: FollowerImage = postcard::from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        if image.shard != shard {
+            return Err(SnapshotError::WrongShard { found: image.shard, expected: shard });
+        }
+        if image.applied_index != index {
+            let why = format!("it holds the state at index {}, offered as index {index}", image.applied_index);
+            return Err(SnapshotError::Decode(why));
+        }
+        Ok(())
+    }
+
     /// A follower restored from [`Follower::snapshot`] bytes; entries after the snapshot's
     /// index follow with [`Follower::apply`].
     pub fn from_snapshot(shard: ShardId, registry: Registry, bytes: &[u8]) -> Result<Self, SnapshotError> {

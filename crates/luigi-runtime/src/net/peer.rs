@@ -236,15 +236,8 @@ impl<T: DeserializeOwned + Send + 'static> PeerReader<T> {
 
     /// Reads until the connection ends, calling `on_msg` for every message
     /// in order. Runs on the current task.
-    pub async fn run(self, mut on_msg: impl FnMut(T)) -> ReadEnd {
-        let (mut frames, peer, close_tx) = self.into_parts();
-        loop {
-            match frames.next().await {
-                Some(Ok(msg)) => on_msg(msg),
-                Some(Err(e)) => return fail(peer, close_tx, e),
-                None => return eof(peer),
-            }
-        }
+    pub async fn run(self, on_msg: impl FnMut(T)) -> ReadEnd {
+        self.start().run(on_msg).await
     }
 
     /// Spawns [`run`](Self::run) on the current Tokio runtime.
@@ -255,8 +248,51 @@ impl<T: DeserializeOwned + Send + 'static> PeerReader<T> {
     /// Reads messages and sends `map(msg)` into a shared bounded channel, waiting when it is
     /// full (so a slow consumer slows the peer down through TCP instead of growing a queue).
     /// Many connections can fan in to one consumer this way.
+    pub async fn forward<U>(self, tx: &mpsc::Sender<U>, map: impl FnMut(T) -> U) -> ReadEnd {
+        self.start().forward(tx, map).await
+    }
+
+    /// Starts reading: the returned reader hands out messages one at a time (for a
+    /// handshake) and can then forward the rest.
+    pub fn start(self) -> StartedReader<T> {
+        let (frames, peer, close_tx) = self.into_parts();
+        StartedReader { frames, peer, close_tx }
+    }
+
+    /// Spawns a reader that forwards messages into a bounded channel of
+    /// `capacity` messages. When the channel is full the reader stops
+    /// reading, which back-pressures the peer through TCP. If the receiver
+    /// is dropped the reader stops ([`ReadEnd::ConsumerGone`]) without
+    /// closing our write direction.
+    pub fn spawn_channel(self, capacity: usize) -> (mpsc::Receiver<T>, JoinHandle<ReadEnd>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let handle = tokio::spawn(async move { self.forward(&tx, |msg| msg).await });
+        (rx, handle)
+    }
+}
+
+/// A reader that has started: see [`PeerReader::start`].
+pub struct StartedReader<T> {
+    frames: FramedRead<OwnedReadHalf, FrameCodec<T>>,
+    peer: SocketAddr,
+    close_tx: oneshot::Sender<()>,
+}
+
+impl<T: DeserializeOwned + Send + 'static> StartedReader<T> {
+    /// The next message, waiting at most `timeout`; `Err` when the connection ended, failed
+    /// (then it is closed) or stayed silent that long.
+    pub async fn next_within(&mut self, timeout: std::time::Duration) -> Result<T, String> {
+        match tokio::time::timeout(timeout, self.frames.next()).await {
+            Err(_) => Err(format!("nothing received within {timeout:?}")),
+            Ok(Some(Ok(msg))) => Ok(msg),
+            Ok(Some(Err(e))) => Err(e.to_string()),
+            Ok(None) => Err("connection closed".into()),
+        }
+    }
+
+    /// Like [`PeerReader::forward`], for the rest of the connection.
     pub async fn forward<U>(self, tx: &mpsc::Sender<U>, mut map: impl FnMut(T) -> U) -> ReadEnd {
-        let (mut frames, peer, close_tx) = self.into_parts();
+        let StartedReader { mut frames, peer, close_tx } = self;
         loop {
             match frames.next().await {
                 Some(Ok(msg)) => {
@@ -271,15 +307,16 @@ impl<T: DeserializeOwned + Send + 'static> PeerReader<T> {
         }
     }
 
-    /// Spawns a reader that forwards messages into a bounded channel of
-    /// `capacity` messages. When the channel is full the reader stops
-    /// reading, which back-pressures the peer through TCP. If the receiver
-    /// is dropped the reader stops ([`ReadEnd::ConsumerGone`]) without
-    /// closing our write direction.
-    pub fn spawn_channel(self, capacity: usize) -> (mpsc::Receiver<T>, JoinHandle<ReadEnd>) {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
-        let handle = tokio::spawn(async move { self.forward(&tx, |msg| msg).await });
-        (rx, handle)
+    /// Like [`PeerReader::run`], for the rest of the connection.
+    pub async fn run(self, mut on_msg: impl FnMut(T)) -> ReadEnd {
+        let StartedReader { mut frames, peer, close_tx } = self;
+        loop {
+            match frames.next().await {
+                Some(Ok(msg)) => on_msg(msg),
+                Some(Err(e)) => return fail(peer, close_tx, e),
+                None => return eof(peer),
+            }
+        }
     }
 }
 

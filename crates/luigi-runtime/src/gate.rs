@@ -1,0 +1,302 @@
+//! What a server accepts on a connection, before anything reaches the replica: who the
+//! connection is (a client after its hello, a peer server after proving the cluster secret),
+//! and whether this message may come from it. Pure: no sockets, so every rule is tested
+//! here (and fuzzed) without a network.
+//!
+//! Rules:
+//! - every accepted connection starts unauthenticated, with the challenge it was sent;
+//! - `Hello` makes it a client (with a valid token proof when the cluster has a client
+//!   token); a client id belongs to one open connection at a time, and a client dispatches
+//!   only its own transactions;
+//! - `PeerHello` with a valid proof of the cluster secret makes it a peer server; only peers
+//!   send server-to-server messages, and each only as itself: agreement batches from its own
+//!   shard (another shard than ours), Raft traffic and snapshots from a replica of our shard
+//!   with its own Raft id, leader announcements of itself;
+//! - `Status` is answered on any connection (read-only counters);
+//! - anything else (server-bound frames, a second hello) is refused.
+
+use luigi_proto::msg::{ClientMsg, WireMsg};
+use luigi_proto::types::{ClientId, ShardId};
+
+use crate::auth::{self, Nonce};
+use crate::config::NodeId;
+
+/// Who a connection has shown itself to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnAuth {
+    /// Nothing yet; it was sent this challenge.
+    Pending {
+        /// The challenge.
+        nonce: Nonce,
+    },
+    /// A client.
+    Client {
+        /// Its id.
+        client: ClientId,
+    },
+    /// Another server of the cluster.
+    Peer(NodeId),
+}
+
+/// What the gate needs to know of the cluster.
+#[derive(Clone, Debug)]
+pub struct GateConfig {
+    /// This server.
+    pub me: NodeId,
+    /// Replicas per shard.
+    pub replicas: Vec<u32>,
+    /// The cluster secret ("" when the cluster file has none).
+    pub secret: String,
+    /// The client token, if clients must prove one.
+    pub client_token: Option<String>,
+}
+
+impl GateConfig {
+    fn is_member(&self, node: NodeId) -> bool {
+        self.replicas.get(node.shard as usize).is_some_and(|n| node.replica < *n)
+    }
+}
+
+/// What to do with a message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Hand it to the replica as coming from this client.
+    Client(ClientId),
+    /// Hand it to the replica as coming from this peer.
+    Peer(NodeId),
+    /// Answer with this replica's status.
+    Status,
+    /// The connection proved it is a peer; nothing else to do.
+    PeerAuthenticated(NodeId),
+    /// Refuse the message (tell the sender why), keep the connection.
+    Refuse(String),
+    /// Refuse it and close the connection.
+    Close(String),
+}
+
+/// Judges `msg` arriving on a connection in state `auth` (updated on a successful hello);
+/// `client_in_use(c)`: another open connection owns client id `c`.
+pub fn check(
+    cfg: &GateConfig,
+    auth: &mut ConnAuth,
+    msg: &WireMsg,
+    client_in_use: impl Fn(ClientId) -> bool,
+) -> Verdict {
+    match msg {
+        WireMsg::Client(ClientMsg::Status) => Verdict::Status,
+        WireMsg::Client(ClientMsg::Hello { client, proof }) => hello(cfg, auth, *client, proof.as_ref(), client_in_use),
+        WireMsg::Client(ClientMsg::Dispatch { txn, .. }) => match *auth {
+            ConnAuth::Client { client } if client == txn.id.client => Verdict::Client(client),
+            ConnAuth::Client { client } => {
+                Verdict::Refuse(format!("client {client} dispatched a transaction of client {}", txn.id.client))
+            }
+            ConnAuth::Pending { .. } | ConnAuth::Peer(_) => Verdict::Close("dispatch before hello".into()),
+        },
+        WireMsg::Client(ClientMsg::Ping { .. }) => match *auth {
+            ConnAuth::Client { client } => Verdict::Client(client),
+            ConnAuth::Pending { .. } | ConnAuth::Peer(_) => Verdict::Close("ping before hello".into()),
+        },
+        WireMsg::PeerHello { shard, replica, proof } => {
+            let node = NodeId { shard: *shard, replica: *replica };
+            let ConnAuth::Pending { nonce } = *auth else {
+                return Verdict::Close("peer hello on a connection that already said who it is".into());
+            };
+            if !cfg.is_member(node) || node == cfg.me {
+                return Verdict::Close(format!("peer hello from {}, not another member of the cluster", node.name()));
+            }
+            if !auth::peer_proof_ok(&cfg.secret, &nonce, cfg.me, node, proof) {
+                return Verdict::Close(format!("peer {} failed to prove the cluster secret", node.name()));
+            }
+            *auth = ConnAuth::Peer(node);
+            Verdict::PeerAuthenticated(node)
+        }
+        WireMsg::Peer(batch) => from_peer(auth, |node| {
+            (node.shard != cfg.me.shard && batch.from == node.shard)
+                .then_some(())
+                .ok_or_else(|| format!("agreement batch from shard {} sent by {}", batch.from, node.name()))
+        }),
+        WireMsg::Raft { shard, from, .. } | WireMsg::SnapshotOffer { shard, from, .. } => {
+            from_peer(auth, |node| same_group(cfg, node, *shard, *from))
+        }
+        WireMsg::LeaderIs { shard, replica, .. } => from_peer(auth, |node| {
+            (node == NodeId { shard: *shard, replica: *replica })
+                .then_some(())
+                .ok_or_else(|| format!("{} announced s{shard}r{replica} as leader", node.name()))
+        }),
+        WireMsg::Server(_) | WireMsg::Challenge { .. } | WireMsg::Refused { .. } => {
+            Verdict::Close("a message meant for a client arrived at a server".into())
+        }
+    }
+}
+
+fn hello(
+    cfg: &GateConfig,
+    auth: &mut ConnAuth,
+    client: ClientId,
+    proof: Option<&auth::Proof>,
+    client_in_use: impl Fn(ClientId) -> bool,
+) -> Verdict {
+    let ConnAuth::Pending { nonce } = *auth else {
+        return Verdict::Close("a second hello on one connection".into());
+    };
+    if let Some(token) = &cfg.client_token {
+        if !proof.is_some_and(|p| auth::client_proof_ok(token, &nonce, client, p)) {
+            return Verdict::Close(format!("client {client} failed to prove the client token"));
+        }
+    }
+    if client_in_use(client) {
+        return Verdict::Close(format!("client id {client} is in use by another open connection"));
+    }
+    *auth = ConnAuth::Client { client };
+    Verdict::Client(client)
+}
+
+fn from_peer(auth: &ConnAuth, allowed: impl FnOnce(NodeId) -> Result<(), String>) -> Verdict {
+    match *auth {
+        ConnAuth::Peer(node) => match allowed(node) {
+            Ok(()) => Verdict::Peer(node),
+            Err(why) => Verdict::Refuse(why),
+        },
+        ConnAuth::Pending { .. } | ConnAuth::Client { .. } => {
+            Verdict::Close("a server-to-server message from a connection that is not an authenticated peer".into())
+        }
+    }
+}
+
+fn same_group(cfg: &GateConfig, node: NodeId, shard: ShardId, from: u64) -> Result<(), String> {
+    let ok = node.shard == cfg.me.shard && shard == cfg.me.shard && from == u64::from(node.replica) + 1;
+    ok.then_some(())
+        .ok_or_else(|| format!("Raft traffic for shard {shard} from raft id {from} sent by {}", node.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use luigi_proto::msg::PeerBatch;
+    use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+
+    use super::*;
+
+    const ME: NodeId = NodeId { shard: 0, replica: 0 };
+
+    fn cfg(token: Option<&str>) -> GateConfig {
+        GateConfig {
+            me: ME,
+            replicas: vec![3, 3],
+            secret: "cluster secret 0123".into(),
+            client_token: token.map(String::from),
+        }
+    }
+
+    fn pending() -> ConnAuth {
+        ConnAuth::Pending { nonce: auth::nonce(1, 7) }
+    }
+
+    fn nonce() -> Nonce {
+        auth::nonce(1, 7)
+    }
+
+    fn dispatch(client: ClientId) -> WireMsg {
+        let txn = Txn {
+            id: TxnId { client, seq: 1 },
+            procedure: "p".into(),
+            args: vec![],
+            pieces: vec![ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![b"k".to_vec()]) }],
+            ts: 1,
+        };
+        WireMsg::Client(ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: 0, acked_below: 1 })
+    }
+
+    fn peer_hello(from: NodeId, secret: &str) -> WireMsg {
+        WireMsg::PeerHello {
+            shard: from.shard,
+            replica: from.replica,
+            proof: auth::peer_proof(secret, &nonce(), ME, from),
+        }
+    }
+
+    fn no_one(_: ClientId) -> bool {
+        false
+    }
+
+    #[test]
+    fn a_client_says_hello_then_dispatches_only_its_own_transactions() {
+        let c = cfg(None);
+        let mut a = pending();
+        assert!(matches!(check(&c, &mut a, &dispatch(5), no_one), Verdict::Close(_)), "before hello");
+        let hello = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None });
+        assert_eq!(check(&c, &mut a, &hello, no_one), Verdict::Client(5));
+        assert_eq!(check(&c, &mut a, &dispatch(5), no_one), Verdict::Client(5));
+        assert!(matches!(check(&c, &mut a, &dispatch(6), no_one), Verdict::Refuse(_)), "another client's");
+        assert!(matches!(check(&c, &mut a, &hello, no_one), Verdict::Close(_)), "second hello");
+        let mut b = pending();
+        assert!(matches!(check(&c, &mut b, &hello, |id| id == 5), Verdict::Close(why) if why.contains("in use")));
+    }
+
+    #[test]
+    fn a_client_token_must_be_proven() {
+        let c = cfg(Some("client token 012345"));
+        let mut a = pending();
+        let none = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None });
+        assert!(matches!(check(&c, &mut a, &none, no_one), Verdict::Close(_)));
+        let wrong = auth::client_proof("another token 0123", &nonce(), 5);
+        let bad = WireMsg::Client(ClientMsg::Hello { client: 5, proof: Some(wrong) });
+        assert!(matches!(check(&c, &mut a, &bad, no_one), Verdict::Close(_)));
+        let right = auth::client_proof("client token 012345", &nonce(), 5);
+        let good = WireMsg::Client(ClientMsg::Hello { client: 5, proof: Some(right) });
+        assert_eq!(check(&c, &mut a, &good, no_one), Verdict::Client(5));
+    }
+
+    /// The forged frames of the security review: a snapshot offer, a leader announcement and
+    /// Raft traffic from a connection that never proved the secret are refused and the
+    /// connection is closed.
+    #[test]
+    fn server_to_server_messages_need_an_authenticated_peer() {
+        let c = cfg(None);
+        let forged = [
+            WireMsg::SnapshotOffer { shard: 0, from: 2, index: 9, data: vec![0; 94] },
+            WireMsg::LeaderIs { shard: 1, replica: 5, term: u64::MAX },
+            WireMsg::Raft { shard: 0, from: 2, bytes: vec![] },
+            WireMsg::Peer(PeerBatch { from: 1, watermark: 0, items: vec![] }),
+        ];
+        for msg in &forged {
+            let mut a = pending();
+            assert!(matches!(check(&c, &mut a, msg, no_one), Verdict::Close(_)), "{msg:?}");
+            let mut client = ConnAuth::Client { client: 3 };
+            assert!(matches!(check(&c, &mut client, msg, no_one), Verdict::Close(_)), "from a client: {msg:?}");
+        }
+        let mut a = pending();
+        let wrong_secret = peer_hello(NodeId { shard: 1, replica: 0 }, "not the secret 0000");
+        assert!(matches!(check(&c, &mut a, &wrong_secret, no_one), Verdict::Close(_)));
+        let outsider = peer_hello(NodeId { shard: 1, replica: 5 }, "cluster secret 0123");
+        assert!(matches!(check(&c, &mut pending(), &outsider, no_one), Verdict::Close(_)), "not a member");
+    }
+
+    #[test]
+    fn an_authenticated_peer_speaks_only_as_itself() {
+        let c = cfg(None);
+        let other_shard = NodeId { shard: 1, replica: 2 };
+        let mut a = pending();
+        assert_eq!(
+            check(&c, &mut a, &peer_hello(other_shard, "cluster secret 0123"), no_one),
+            Verdict::PeerAuthenticated(other_shard)
+        );
+        let batch = |from| WireMsg::Peer(PeerBatch { from, watermark: 0, items: vec![] });
+        assert_eq!(check(&c, &mut a, &batch(1), no_one), Verdict::Peer(other_shard));
+        assert!(matches!(check(&c, &mut a, &batch(0), no_one), Verdict::Refuse(_)), "as another shard");
+        let me_as_leader = WireMsg::LeaderIs { shard: 1, replica: 2, term: 4 };
+        assert_eq!(check(&c, &mut a, &me_as_leader, no_one), Verdict::Peer(other_shard));
+        let other_as_leader = WireMsg::LeaderIs { shard: 1, replica: 0, term: 4 };
+        assert!(matches!(check(&c, &mut a, &other_as_leader, no_one), Verdict::Refuse(_)));
+        let raft = WireMsg::Raft { shard: 0, from: 3, bytes: vec![] };
+        assert!(matches!(check(&c, &mut a, &raft, no_one), Verdict::Refuse(_)), "not in our group");
+        let same_group = NodeId { shard: 0, replica: 2 };
+        let mut b = pending();
+        check(&c, &mut b, &peer_hello(same_group, "cluster secret 0123"), no_one);
+        assert_eq!(check(&c, &mut b, &raft, no_one), Verdict::Peer(same_group));
+        let as_other = WireMsg::SnapshotOffer { shard: 0, from: 2, index: 1, data: vec![] };
+        assert!(matches!(check(&c, &mut b, &as_other, no_one), Verdict::Refuse(_)), "another raft id");
+        assert!(matches!(check(&c, &mut b, &dispatch(1), no_one), Verdict::Close(_)), "peers do not dispatch");
+    }
+}
