@@ -25,6 +25,17 @@ pub type Nonce = [u8; 16];
 /// A proof of a key.
 pub type Proof = [u8; 32];
 
+/// Waits (at most `timeout`) for the challenge a server sends first on every connection.
+pub async fn read_challenge(
+    reader: &mut crate::net::peer::StartedReader<luigi_proto::msg::WireMsg>,
+    timeout: std::time::Duration,
+) -> Result<Nonce, String> {
+    match reader.next_within(timeout).await? {
+        luigi_proto::msg::WireMsg::Challenge { nonce } => Ok(nonce),
+        other => Err(format!("expected a challenge first, got {other:?}")),
+    }
+}
+
 /// The nonce of connection `conn` of a server that started at `started_us`.
 pub fn nonce(started_us: u64, conn: u64) -> Nonce {
     let mut n = [0u8; 16];

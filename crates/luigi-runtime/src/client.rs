@@ -214,15 +214,10 @@ async fn replica_link(
         match connect::<WireMsg, WireMsg>(addr, &NetConfig::default(), link.clone()).await {
             Ok((writer, reader)) => {
                 let mut reader = reader.start();
-                let nonce = match reader.next_within(HANDSHAKE_TIMEOUT).await {
-                    Ok(WireMsg::Challenge { nonce }) => nonce,
-                    Ok(other) => {
-                        warn!(node = %node.name(), msg = ?other, "expected a challenge first; reconnecting");
-                        tokio::time::sleep(RECONNECT_DELAY).await;
-                        continue;
-                    }
+                let nonce = match auth::read_challenge(&mut reader, HANDSHAKE_TIMEOUT).await {
+                    Ok(nonce) => nonce,
                     Err(e) => {
-                        debug!(node = %node.name(), error = %e, "no challenge; reconnecting");
+                        debug!(node = %node.name(), error = %e, "no challenge from the replica; reconnecting");
                         tokio::time::sleep(RECONNECT_DELAY).await;
                         continue;
                     }

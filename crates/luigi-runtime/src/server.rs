@@ -241,15 +241,10 @@ async fn peer_link(
             Ok((writer, reader)) => {
                 // Prove the cluster secret over the peer's challenge before anything else.
                 let mut reader = reader.start();
-                let nonce = match reader.next_within(PEER_HANDSHAKE_TIMEOUT).await {
-                    Ok(WireMsg::Challenge { nonce }) => nonce,
-                    Ok(other) => {
-                        warn!(peer = %peer.name(), msg = ?other, "peer did not send a challenge first; reconnecting");
-                        tokio::time::sleep(PEER_RECONNECT_DELAY).await;
-                        continue;
-                    }
+                let nonce = match auth::read_challenge(&mut reader, PEER_HANDSHAKE_TIMEOUT).await {
+                    Ok(nonce) => nonce,
                     Err(e) => {
-                        debug!(peer = %peer.name(), error = %e, "no challenge from peer; reconnecting");
+                        debug!(peer = %peer.name(), error = %e, "no challenge from the peer; reconnecting");
                         tokio::time::sleep(PEER_RECONNECT_DELAY).await;
                         continue;
                     }
