@@ -1,0 +1,198 @@
+//! Hostile input against real servers on loopback: the frames of the security review, sent
+//! over raw TCP connections to a 2 x 3 cluster with a cluster secret. Each is refused (a
+//! `Refused` frame, then the connection closes where the sender is not authenticated), and
+//! the cluster keeps committing cross-shard transactions, also after a leader is killed and
+//! restarted from its data directory.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use luigi_proto::coordinator::TxnOutcome;
+use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError, WireMsg};
+use luigi_proto::procedures::{micro_key, Micro, MicroOp, TransferArgs};
+use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_runtime::client::Client;
+use luigi_runtime::config::ClusterConfig;
+use luigi_runtime::net::codec::{decode_payload, encode_frame};
+
+use common::{free_port, latest_leader, scratch, start_durable, transfer, ServerProc};
+
+const SECRET: &str = "a test cluster secret, 32 chars";
+
+/// A raw connection speaking frames.
+struct Raw(TcpStream);
+
+impl Raw {
+    /// Connects and reads the server's challenge.
+    fn connect(port: u16) -> (Raw, [u8; 16]) {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut raw = Raw(stream);
+        let Some(WireMsg::Challenge { nonce }) = raw.recv() else { panic!("no challenge from :{port}") };
+        (raw, nonce)
+    }
+
+    fn send(&mut self, msg: &WireMsg) {
+        let mut buf = BytesMut::new();
+        encode_frame(msg, &mut buf).unwrap();
+        self.0.write_all(&buf).unwrap();
+    }
+
+    /// The next message; `None` once the server closed the connection (or after 5 s).
+    fn recv(&mut self) -> Option<WireMsg> {
+        let mut len = [0u8; 4];
+        self.0.read_exact(&mut len).ok()?;
+        let mut payload = vec![0u8; u32::from_be_bytes(len) as usize];
+        self.0.read_exact(&mut payload).ok()?;
+        Some(decode_payload(&payload).unwrap())
+    }
+
+    /// Reads until a `Refused` frame; returns its reason.
+    fn refusal(&mut self) -> String {
+        for _ in 0..64 {
+            match self.recv() {
+                Some(WireMsg::Refused { reason }) => return reason,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        panic!("no refusal")
+    }
+
+    /// True once the server has closed the connection.
+    fn closed(&mut self) -> bool {
+        (0..64).any(|_| self.recv().is_none())
+    }
+}
+
+/// The frames of the review, each sent on its own raw connection to `port`.
+fn send_forged_frames(port: u16) {
+    let forged = [
+        ("snapshot offer", WireMsg::SnapshotOffer { shard: 0, from: 2, index: 50, data: vec![7; 94] }),
+        ("leader announcement", WireMsg::LeaderIs { shard: 1, replica: 5, term: u64::MAX }),
+        ("raft message", WireMsg::Raft { shard: 0, from: 2, bytes: vec![1, 2, 3] }),
+    ];
+    for (what, msg) in forged {
+        let (mut raw, _) = Raw::connect(port);
+        raw.send(&msg);
+        let why = raw.refusal();
+        assert!(why.contains("not an authenticated peer"), "{what}: {why}");
+        assert!(raw.closed(), "{what}: the connection stays open");
+    }
+    // A peer that does not know the secret.
+    let (mut raw, _) = Raw::connect(port);
+    raw.send(&WireMsg::PeerHello { shard: 1, replica: 0, proof: [0; 32] });
+    assert!(raw.refusal().contains("failed to prove the cluster secret"));
+    assert!(raw.closed());
+}
+
+fn poison(client: u64) -> WireMsg {
+    let ops = vec![MicroOp { key: 1, write: Some(1) }];
+    let txn = Txn {
+        id: TxnId { client, seq: 1 },
+        procedure: Micro::NAME.into(),
+        args: postcard::to_stdvec(&ops).unwrap(),
+        pieces: vec![
+            ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![micro_key(1)]) },
+            ShardPiece { shard: 5, keys: KeySet::new(vec![], vec![micro_key(2)]) },
+        ],
+        ts: 1,
+    };
+    WireMsg::Client(ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: 0, acked_below: 1 })
+}
+
+/// Runs `n` cross-shard transfers and requires them all to commit.
+fn transfers_commit(config: &ClusterConfig, client_id: u64, n: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = Client::connect(config, client_id).await.unwrap();
+        for i in 0..n {
+            let args = TransferArgs { from: i % 7, to: 7 + i % 5, amount: 1 };
+            let outcome = tokio::time::timeout(Duration::from_secs(30), transfer(&client, args)).await.unwrap();
+            assert!(matches!(outcome, TxnOutcome::Ordered { .. }), "transfer {i}: {outcome:?}");
+        }
+    });
+}
+
+#[test]
+fn forged_frames_are_refused_and_the_cluster_keeps_committing() {
+    let dir = scratch("hostile");
+    let data = dir.join("data");
+    let ports: Vec<[u16; 3]> = (0..2).map(|_| [free_port(), free_port(), free_port()]).collect();
+    let mut toml = format!("net = \"none\"\nsecret = \"{SECRET}\"\n");
+    for p in &ports {
+        toml.push_str(&format!(
+            "[[shards]]\nreplicas = [\"127.0.0.1:{}\", \"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n",
+            p[0], p[1], p[2]
+        ));
+    }
+    let config_path = dir.join("cluster.toml");
+    std::fs::write(&config_path, toml).unwrap();
+    let log = dir.join("servers.log");
+    let mut servers: Vec<Vec<Option<ServerProc>>> = (0..2)
+        .map(|s| {
+            (0..3).map(|r| Some(start_durable(&config_path, &data, &format!("s{s}r{r}"), ports[s][r], &log))).collect()
+        })
+        .collect();
+    let config = ClusterConfig::load(&config_path).unwrap();
+    transfers_commit(&config, 1, 5);
+
+    // Forged server-to-server frames, to every replica of shard 0.
+    for port in ports[0] {
+        send_forged_frames(port);
+    }
+    // A poison transaction (a participant shard that does not exist) from a client that said
+    // hello: refused by the leader as malformed, nothing admitted.
+    let mut rejected = 0;
+    for (r, port) in ports[0].iter().enumerate() {
+        let (mut raw, _) = Raw::connect(*port);
+        raw.send(&WireMsg::Client(ClientMsg::Hello { client: 900 + r as u64, proof: None }));
+        raw.send(&poison(900 + r as u64));
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            match raw.recv() {
+                Some(WireMsg::Server(ServerMsg::Reply(reply))) => {
+                    match &reply.outcome {
+                        Err(TxnError::Rejected(why)) => {
+                            assert!(why.contains("shard 5 does not exist"), "{why}");
+                            rejected += 1;
+                        }
+                        Err(TxnError::NotLeader { .. }) => {}
+                        other => panic!("poison transaction answered {other:?}"),
+                    }
+                    break;
+                }
+                Some(_) => {}
+                None => panic!("no answer to the poison transaction"),
+            }
+        }
+    }
+    assert_eq!(rejected, 1, "the leader refuses it; followers say they do not lead");
+    // A second connection cannot take over a connected client's id.
+    let (mut owner, _) = Raw::connect(ports[0][0]);
+    owner.send(&WireMsg::Client(ClientMsg::Hello { client: 950, proof: None }));
+    owner.send(&WireMsg::Client(ClientMsg::Ping { sent_us: 1 }));
+    assert!(matches!(owner.recv(), Some(WireMsg::Server(ServerMsg::Pong { .. }))));
+    let (mut thief, _) = Raw::connect(ports[0][0]);
+    thief.send(&WireMsg::Client(ClientMsg::Hello { client: 950, proof: None }));
+    assert!(thief.refusal().contains("in use"));
+    assert!(thief.closed());
+    // A client cannot dispatch another client's transaction.
+    owner.send(&poison(951));
+    assert!(owner.refusal().contains("dispatched a transaction of client 951"));
+
+    // The cluster still commits, and shard 0's leader restarts from its data after kill -9.
+    transfers_commit(&config, 2, 20);
+    let leader = latest_leader(&log, 0).expect("shard 0 has a leader") as usize;
+    servers[0][leader].take().unwrap().kill9();
+    servers[0][leader] = Some(start_durable(&config_path, &data, &format!("s0r{leader}"), ports[0][leader], &log));
+    transfers_commit(&config, 3, 20);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("panicked"), "a server panicked: see {}", log.display());
+    assert!(text.contains("refused a message"), "refusals are logged");
+}
