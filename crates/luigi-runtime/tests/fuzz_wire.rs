@@ -1,0 +1,87 @@
+//! Property tests of what a server does with bytes from an unauthenticated connection: the
+//! frame decoder never panics on arbitrary input, and the connection gate never lets a
+//! server-to-server message through from a connection that did not prove the cluster secret.
+//! `PROPTEST_CASES=n` runs more cases (default 256).
+
+use bytes::BytesMut;
+use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, WireMsg};
+use luigi_proto::types::TxnId;
+use luigi_runtime::auth;
+use luigi_runtime::config::NodeId;
+use luigi_runtime::gate::{self, ConnAuth, GateConfig, Verdict};
+use luigi_runtime::net::codec::{decode_payload, FrameCodec};
+use proptest::prelude::*;
+use tokio_util::codec::Decoder;
+
+fn gate_config() -> GateConfig {
+    GateConfig {
+        me: NodeId { shard: 0, replica: 0 },
+        replicas: vec![3, 3],
+        secret: "the cluster secret 0123".into(),
+        client_token: None,
+    }
+}
+
+fn arb_wire() -> impl Strategy<Value = WireMsg> {
+    let id = (any::<u64>(), any::<u64>()).prop_map(|(client, seq)| TxnId { client, seq });
+    let item = prop_oneof![
+        (id.clone(), any::<u64>()).prop_map(|(id, ts)| PeerItem::Propose { id, ts }),
+        (id.clone(), any::<u64>()).prop_map(|(id, ts)| PeerItem::Confirm { id, ts }),
+        id.clone().prop_map(|id| PeerItem::Acknowledged { id }),
+    ];
+    prop_oneof![
+        (any::<u32>(), any::<u64>(), proptest::collection::vec(item, 0..4))
+            .prop_map(|(from, watermark, items)| WireMsg::Peer(PeerBatch { from, watermark, items })),
+        (any::<u32>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
+            .prop_map(|(shard, from, bytes)| WireMsg::Raft { shard, from, bytes }),
+        (any::<u32>(), any::<u64>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
+            .prop_map(|(shard, from, index, data)| WireMsg::SnapshotOffer { shard, from, index, data }),
+        (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(shard, replica, term)| WireMsg::LeaderIs {
+            shard,
+            replica,
+            term
+        }),
+        (any::<u32>(), any::<u32>(), any::<[u8; 32]>()).prop_map(|(shard, replica, proof)| WireMsg::PeerHello {
+            shard,
+            replica,
+            proof
+        }),
+        (any::<u64>(), proptest::option::of(any::<[u8; 32]>()))
+            .prop_map(|(client, proof)| WireMsg::Client(ClientMsg::Hello { client, proof })),
+        any::<[u8; 16]>().prop_map(|nonce| WireMsg::Challenge { nonce }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn the_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode_payload::<WireMsg>(&bytes);
+        let mut codec = FrameCodec::<WireMsg>::with_max_frame_bytes(1 << 16);
+        let mut buf = BytesMut::from(&bytes[..]);
+        for _ in 0..8 {
+            match codec.decode(&mut buf) {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+
+    /// Arbitrary messages (and arbitrary bytes that decode) from a connection that is
+    /// unauthenticated or a client never reach the replica as a peer's.
+    #[test]
+    fn unauthenticated_connections_never_speak_as_peers(
+        msgs in proptest::collection::vec(arb_wire(), 1..16),
+        raw in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..8),
+    ) {
+        let cfg = gate_config();
+        let decoded = raw.iter().filter_map(|b| decode_payload::<WireMsg>(b).ok());
+        for start in [ConnAuth::Pending { nonce: auth::nonce(3, 9) }, ConnAuth::Client { client: 4 }] {
+            let mut state = start;
+            for m in msgs.iter().cloned().chain(decoded.clone()) {
+                let verdict = gate::check(&cfg, &mut state, &m, |_| false);
+                prop_assert!(!matches!(verdict, Verdict::Peer(_) | Verdict::PeerAuthenticated(_)), "{:?} let {:?} through", start, m);
+                prop_assert!(!matches!(state, ConnAuth::Peer(_)));
+            }
+        }
+    }
+}
