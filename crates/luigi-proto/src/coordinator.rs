@@ -53,6 +53,9 @@ pub struct CoordinatorConfig {
     pub not_leader_retry_us: u64,
     /// Which watermarks must pass a transaction's timestamp before it is answered.
     pub commit_rule: CommitRule,
+    /// While anything is in flight, every shard the commit rule waits on is pinged this
+    /// often: servers broadcast watermarks only to clients they heard from recently.
+    pub keepalive_us: u64,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: CoordMutations,
 }
@@ -93,6 +96,7 @@ impl CoordinatorConfig {
             max_attempts: 10,
             not_leader_retry_us: 50_000,
             commit_rule: CommitRule::Participants,
+            keepalive_us: 250_000,
             mutations: CoordMutations::default(),
         }
     }
@@ -224,6 +228,8 @@ pub struct Coordinator {
     in_flight_seqs: BTreeSet<u64>,
     /// Answered by every participant, waiting for a watermark to pass the timestamp.
     awaiting_watermark: BTreeSet<TxnId>,
+    /// When the shards are next pinged to stay among the clients they send watermarks to.
+    keepalive_at_us: TimeUs,
     stats: CoordStats,
 }
 
@@ -238,6 +244,7 @@ impl Coordinator {
             in_flight: Map::default(),
             in_flight_seqs: BTreeSet::new(),
             awaiting_watermark: BTreeSet::new(),
+            keepalive_at_us: 0,
             stats: CoordStats::default(),
         }
     }
@@ -312,6 +319,10 @@ impl Coordinator {
             replies: vec![None; slots],
             reported: None,
         };
+        if self.in_flight.is_empty() {
+            // Dispatches keep this client known to the participants for now.
+            self.keepalive_at_us = now.saturating_add(self.config.keepalive_us);
+        }
         self.in_flight_seqs.insert(id.seq);
         self.stats.submitted += 1;
         self.send_dispatch(now, &flight, out);
@@ -470,9 +481,24 @@ impl Coordinator {
         self.in_flight_seqs.remove(&id.seq);
     }
 
+    /// The shards whose watermarks the commit rule waits on for what is in flight.
+    fn watched_shards(&self) -> BTreeSet<ShardId> {
+        match self.config.commit_rule {
+            CommitRule::AllShards { shards } => (0..shards).collect(),
+            CommitRule::Participants => self.in_flight.values().flat_map(|f| f.txn.shards()).collect(),
+        }
+    }
+
     /// Retries dispatches that timed out and reports as unknown those out of attempts (they
-    /// are still asked, every retry timeout, until every participant answers).
+    /// are still asked, every retry timeout, until every participant answers); pings the
+    /// watched shards while anything is in flight.
     pub fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
+        if !self.in_flight.is_empty() && now >= self.keepalive_at_us {
+            self.keepalive_at_us = now + self.config.keepalive_us;
+            for shard in self.watched_shards() {
+                out.push(CoordOutput::Send { shard, msg: ClientMsg::Ping { sent_us: now } });
+            }
+        }
         let timeout = self.config.retry_timeout_us;
         let due: Vec<TxnId> = self.in_flight.iter().filter(|(_, f)| now >= f.retry_at_us).map(|(id, _)| *id).collect();
         for id in due {
@@ -510,7 +536,8 @@ impl Coordinator {
 
     /// The earliest time [`Coordinator::tick`] has work to do.
     pub fn next_deadline(&self) -> Option<TimeUs> {
-        self.in_flight.values().map(|f| f.retry_at_us).min()
+        let retry = self.in_flight.values().map(|f| f.retry_at_us).min()?;
+        Some(retry.min(self.keepalive_at_us))
     }
 }
 
@@ -518,6 +545,50 @@ impl Coordinator {
 mod tests {
     use super::*;
     use crate::types::KeySet;
+
+    /// A config without keepalive pings (tested on their own), so transcripts show only
+    /// dispatches.
+    fn quiet(client: ClientId) -> CoordinatorConfig {
+        CoordinatorConfig { keepalive_us: TimeUs::MAX / 2, ..CoordinatorConfig::new(client) }
+    }
+
+    #[test]
+    fn the_watched_shards_are_pinged_while_anything_is_in_flight() {
+        let cfg = CoordinatorConfig {
+            keepalive_us: 100,
+            commit_rule: CommitRule::AllShards { shards: 3 },
+            ..CoordinatorConfig::new(1)
+        };
+        let mut c = Coordinator::new(cfg);
+        let mut out = Vec::new();
+        c.tick(0, &mut out);
+        assert!(out.is_empty(), "nothing in flight: no pings");
+        let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+        out.clear();
+        c.tick(99, &mut out);
+        assert!(out.is_empty(), "the dispatch itself keeps the client known for a period");
+        c.tick(100, &mut out);
+        let pings = |out: &[CoordOutput]| {
+            out.iter()
+                .filter_map(|o| match o {
+                    CoordOutput::Send { shard, msg: ClientMsg::Ping { .. } } => Some(*shard),
+                    CoordOutput::Send { .. } | CoordOutput::Done(_) | CoordOutput::Resolved(_) => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(pings(&out), vec![0, 1, 2], "every shard the commit rule waits on");
+        out.clear();
+        c.tick(150, &mut out);
+        assert!(pings(&out).is_empty(), "not before the period");
+        assert_eq!(c.next_deadline(), Some(200));
+        c.on_message(60, reply(id, 0, 5, 5, 1), &mut out);
+        for s in 1..3 {
+            c.on_message(60, ServerMsg::Watermark { shard: s, watermark: 5 }, &mut out);
+        }
+        out.clear();
+        c.tick(300, &mut out);
+        assert!(pings(&out).is_empty(), "nothing in flight any more");
+    }
 
     fn piece(shard: ShardId) -> ShardPiece {
         ShardPiece { shard, keys: KeySet::new(vec![], vec![vec![shard as u8]]) }
@@ -546,7 +617,7 @@ mod tests {
 
     #[test]
     fn stamps_with_max_owd_plus_headroom_and_dispatches_to_all() {
-        let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 100, ..CoordinatorConfig::new(7) });
+        let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 100, ..quiet(7) });
         let mut out = Vec::new();
         c.on_message(0, ServerMsg::Pong { shard: 0, arrival_delta_us: 1_000, watermark: 0 }, &mut out);
         c.on_message(0, ServerMsg::Pong { shard: 1, arrival_delta_us: 5_000, watermark: 0 }, &mut out);
@@ -562,7 +633,7 @@ mod tests {
 
     #[test]
     fn answers_only_when_every_participant_watermark_passed() {
-        let mut c = Coordinator::new(CoordinatorConfig::new(1));
+        let mut c = Coordinator::new(quiet(1));
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
         out.clear();
@@ -580,7 +651,7 @@ mod tests {
 
     #[test]
     fn all_shards_rule_waits_for_non_participants() {
-        let cfg = CoordinatorConfig { commit_rule: CommitRule::AllShards { shards: 3 }, ..CoordinatorConfig::new(1) };
+        let cfg = CoordinatorConfig { commit_rule: CommitRule::AllShards { shards: 3 }, ..quiet(1) };
         let mut c = Coordinator::new(cfg);
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
@@ -634,7 +705,7 @@ mod tests {
     /// outcome is reported, never acknowledged, and still asked for until it is learned.
     #[test]
     fn an_unknown_outcome_is_never_acknowledged_and_is_resolved_later() {
-        let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..CoordinatorConfig::new(1) };
+        let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..quiet(1) };
         let mut c = Coordinator::new(cfg);
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
@@ -666,7 +737,7 @@ mod tests {
     /// participant answered: one that never saw it must not find it acknowledged.
     #[test]
     fn a_rejection_is_reported_at_once_and_acknowledged_once_every_participant_answered() {
-        let cfg = CoordinatorConfig { retry_timeout_us: 100, ..CoordinatorConfig::new(1) };
+        let cfg = CoordinatorConfig { retry_timeout_us: 100, ..quiet(1) };
         let mut c = Coordinator::new(cfg);
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
@@ -687,8 +758,7 @@ mod tests {
 
     #[test]
     fn busy_answers_are_resent_soon_like_not_leader() {
-        let cfg =
-            CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..CoordinatorConfig::new(1) };
+        let cfg = CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..quiet(1) };
         let mut c = Coordinator::new(cfg);
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
@@ -711,7 +781,7 @@ mod tests {
 
     #[test]
     fn a_transaction_waiting_only_for_a_watermark_is_never_reported_unknown() {
-        let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..CoordinatorConfig::new(1) };
+        let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..quiet(1) };
         let mut c = Coordinator::new(cfg);
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
@@ -727,7 +797,7 @@ mod tests {
 
     #[test]
     fn retries_resend_only_to_silent_participants_then_report_unknown() {
-        let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 3, ..CoordinatorConfig::new(1) };
+        let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 3, ..quiet(1) };
         let mut c = Coordinator::new(cfg);
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
@@ -748,8 +818,7 @@ mod tests {
 
     #[test]
     fn not_leader_answers_are_resent_soon_without_using_attempts() {
-        let cfg =
-            CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..CoordinatorConfig::new(1) };
+        let cfg = CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..quiet(1) };
         let mut c = Coordinator::new(cfg);
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
@@ -776,8 +845,7 @@ mod tests {
 
     #[test]
     fn a_lost_leader_connection_resends_soon_to_the_shards_still_silent() {
-        let cfg =
-            CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..CoordinatorConfig::new(1) };
+        let cfg = CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..quiet(1) };
         let mut c = Coordinator::new(cfg);
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
@@ -797,7 +865,7 @@ mod tests {
 
     #[test]
     fn acked_below_tracks_the_oldest_unfinished() {
-        let mut c = Coordinator::new(CoordinatorConfig::new(1));
+        let mut c = Coordinator::new(quiet(1));
         let mut out = Vec::new();
         let a = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
         let b = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
@@ -809,7 +877,7 @@ mod tests {
 
     #[test]
     fn owd_learned_from_replies() {
-        let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 0, ..CoordinatorConfig::new(1) });
+        let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 0, ..quiet(1) });
         let mut out = Vec::new();
         let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
         c.on_message(1, reply(id, 0, 5, 5, 2_500), &mut out);

@@ -43,13 +43,18 @@ const EVENTS_PER_BATCH_MAX: usize = 4096;
 const PEER_BACKLOG_BATCHES_MAX: usize = 1 << 16;
 /// Pause between attempts to (re)connect to a peer leader.
 const PEER_RECONNECT_DELAY: Duration = Duration::from_millis(50);
+/// Clients heard from within this long get watermark broadcasts (coordinators ping every
+/// shard they wait on every 250 ms while anything is in flight).
+const ACTIVE_CLIENT_US: u64 = 2_000_000;
+/// Connections a server keeps open at once (clients and peers); more are closed at accept.
+const CONNECTIONS_MAX: usize = 4096;
 /// How long an outbound server link waits for the peer's challenge.
 const PEER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 type ConnId = u64;
 
 enum Inbound {
-    Opened { conn: ConnId, writer: PeerWriter<WireMsg> },
+    Opened { conn: ConnId, writer: PeerWriter<WireMsg>, reader: tokio::task::AbortHandle },
     Msg { conn: ConnId, msg: WireMsg },
     Closed { conn: ConnId },
     PeerUp { target: PeerTarget, writer: PeerWriter<WireMsg> },
@@ -175,6 +180,8 @@ async fn accept_loop(
     let net = NetConfig::default();
     let model = config.delay_model();
     let mut next_conn: ConnId = 1;
+    let open_conns = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut refused_since_warning: u64 = 0;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -184,13 +191,22 @@ async fn accept_loop(
                 continue;
             }
         };
+        if open_conns.load(std::sync::atomic::Ordering::Relaxed) >= CONNECTIONS_MAX {
+            // Closed at once (dropping the stream); said once per thousand refusals.
+            if refused_since_warning.is_multiple_of(1000) {
+                warn!(%peer, open = CONNECTIONS_MAX, "connection limit reached; refusing new connections");
+            }
+            refused_since_warning += 1;
+            continue;
+        }
+        refused_since_warning = 0;
         let conn = next_conn;
         next_conn += 1;
         // Replies on an accepted connection go to a client (peer leaders send on their own
         // outbound connections, so nothing is sent back to them here).
         let dist = model.dist(&node.name(), CLIENT_NODE);
         let link = delay_line.as_ref().map(|l| l.link(dist, config.seed ^ conn.wrapping_mul(0x9e37_79b9)));
-        if let Err(e) = open(stream, conn, &net, link, &tx).await {
+        if let Err(e) = open(stream, conn, &net, link, &tx, open_conns.clone()).await {
             warn!(peer = %peer, error = %e, "could not set up connection");
         }
     }
@@ -202,18 +218,39 @@ async fn open(
     net: &NetConfig,
     link: Option<DelayLink>,
     tx: &mpsc::Sender<Inbound>,
+    open_conns: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> std::io::Result<()> {
     let (writer, reader) = split_stream::<WireMsg, WireMsg>(stream, net, link)?;
-    if tx.send(Inbound::Opened { conn, writer }).await.is_err() {
-        return Ok(()); // shutting down
-    }
-    let tx = tx.clone();
-    tokio::spawn(async move {
-        let end = reader.forward(&tx, |msg| Inbound::Msg { conn, msg }).await;
+    let counted = OpenConn::new(open_conns);
+    let reader_tx = tx.clone();
+    // Whatever arrives before the event loop has sent this connection its challenge is
+    // dropped there (a well-behaved peer waits for the challenge).
+    let task = tokio::spawn(async move {
+        let _counted = counted;
+        let end = reader.forward(&reader_tx, |msg| Inbound::Msg { conn, msg }).await;
         debug!(conn, ?end, "connection reader ended");
-        let _ = tx.send(Inbound::Closed { conn }).await;
+        let _ = reader_tx.send(Inbound::Closed { conn }).await;
     });
+    if tx.send(Inbound::Opened { conn, writer, reader: task.abort_handle() }).await.is_err() {
+        task.abort(); // shutting down
+    }
     Ok(())
+}
+
+/// Counts an open accepted connection until dropped (also when its reader is aborted).
+struct OpenConn(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl OpenConn {
+    fn new(count: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        OpenConn(count)
+    }
+}
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Keeps an outbound connection to another server (a shard leader or a replica of this
@@ -282,6 +319,10 @@ struct Conns {
     writers: Map<ConnId, PeerWriter<WireMsg>>,
     /// Who each accepted connection has shown itself to be (see [`gate`]).
     auth: Map<ConnId, ConnAuth>,
+    /// Each accepted connection's reader task (stopped when the connection is refused).
+    readers: Map<ConnId, tokio::task::AbortHandle>,
+    /// When each connected client last sent anything (watermarks go to recent ones only).
+    last_heard: Map<ClientId, u64>,
     gate: GateConfig,
     /// Makes each connection's challenge unique across restarts.
     started_us: u64,
@@ -304,11 +345,28 @@ impl Conns {
             let _ = writer.send(&WireMsg::Refused { reason });
         }
         if close {
-            // Dropping the writer closes the connection once the refusal is written.
-            self.writers.remove(&conn);
-            self.auth.remove(&conn);
-            self.client_conn.retain(|_, c| *c != conn);
+            // Dropping the writer closes our side once the refusal is written; stopping the
+            // reader drops the rest of the socket (and its buffer) at once.
+            if let Some(reader) = self.readers.get(&conn) {
+                reader.abort();
+            }
+            self.forget(conn);
         }
+    }
+
+    /// Drops everything kept about connection `conn`.
+    fn forget(&mut self, conn: ConnId) {
+        self.writers.remove(&conn);
+        self.readers.remove(&conn);
+        self.auth.remove(&conn);
+        let last_heard = &mut self.last_heard;
+        self.client_conn.retain(|client, c| {
+            let keep = *c != conn;
+            if !keep {
+                last_heard.remove(client);
+            }
+            keep
+        });
     }
 
     fn send_to_client(&self, client: ClientId, msg: WireMsg) {
@@ -323,9 +381,14 @@ impl Conns {
         }
     }
 
+    /// Sends `msg` (a watermark) to the clients heard from in the last
+    /// [`ACTIVE_CLIENT_US`]: a client with something in flight pings every shard it waits on
+    /// more often than that, and an idle one costs nothing.
     fn send_to_all_clients(&self, msg: &WireMsg) {
-        for conn in self.client_conn.values() {
-            if let Some(w) = self.writers.get(conn) {
+        let now = clock::now_us();
+        for (client, conn) in &self.client_conn {
+            let active = self.last_heard.get(client).is_some_and(|at| now.saturating_sub(*at) <= ACTIVE_CLIENT_US);
+            if let (true, Some(w)) = (active, self.writers.get(conn)) {
                 let _ = w.send(msg); // watermarks are periodic; a lost one is superseded
             }
         }
@@ -549,6 +612,8 @@ async fn event_loop(
         node,
         writers: Map::default(),
         auth: Map::default(),
+        readers: Map::default(),
+        last_heard: Map::default(),
         gate,
         started_us: clock::now_us(),
         client_conn: Map::default(),
@@ -606,18 +671,17 @@ async fn event_loop(
 
 fn handle(member: &mut Member, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderOutput>) {
     match ev {
-        Inbound::Opened { conn, writer } => {
+        Inbound::Opened { conn, writer, reader } => {
             let nonce = auth::nonce(conns.started_us, conn);
             if writer.send(&WireMsg::Challenge { nonce }).is_ok() {
                 conns.writers.insert(conn, writer);
+                conns.readers.insert(conn, reader);
                 conns.auth.insert(conn, ConnAuth::Pending { nonce });
+            } else {
+                reader.abort();
             }
         }
-        Inbound::Closed { conn } => {
-            conns.writers.remove(&conn);
-            conns.auth.remove(&conn);
-            conns.client_conn.retain(|_, c| *c != conn);
-        }
+        Inbound::Closed { conn } => conns.forget(conn),
         Inbound::PeerUp { target: PeerTarget::Shard(peer), writer } => conns.peer_up(peer, writer),
         Inbound::PeerDown { target: PeerTarget::Shard(peer) } => {
             conns.peers.remove(&peer);
@@ -649,6 +713,7 @@ fn on_msg(member: &mut Member, conns: &mut Conns, conn: ConnId, msg: WireMsg, ou
         gate::Verdict::Client(client) => {
             let WireMsg::Client(msg) = msg else { unreachable!("the gate names a client only for client messages") };
             conns.client_conn.insert(client, conn);
+            conns.last_heard.insert(client, clock::now_us());
             member.on_client(client, msg, out);
             flush(conns, out);
         }

@@ -293,8 +293,9 @@ impl<T: DeserializeOwned + Send + 'static> StartedReader<T> {
     /// Like [`PeerReader::forward`], for the rest of the connection.
     pub async fn forward<U>(self, tx: &mpsc::Sender<U>, mut map: impl FnMut(T) -> U) -> ReadEnd {
         let StartedReader { mut frames, peer, close_tx } = self;
+        let mut watch = PartialFrameWatch::new();
         loop {
-            match frames.next().await {
+            match watch.next(&mut frames).await {
                 Some(Ok(msg)) => {
                     if tx.send(map(msg)).await.is_err() {
                         debug!(peer = %peer, "reader stopped: consumer dropped");
@@ -310,11 +311,59 @@ impl<T: DeserializeOwned + Send + 'static> StartedReader<T> {
     /// Like [`PeerReader::run`], for the rest of the connection.
     pub async fn run(self, mut on_msg: impl FnMut(T)) -> ReadEnd {
         let StartedReader { mut frames, peer, close_tx } = self;
+        let mut watch = PartialFrameWatch::new();
         loop {
-            match frames.next().await {
+            match watch.next(&mut frames).await {
                 Some(Ok(msg)) => on_msg(msg),
                 Some(Err(e)) => return fail(peer, close_tx, e),
                 None => return eof(peer),
+            }
+        }
+    }
+}
+
+/// A frame begun and not completed within about this long closes the connection (a peer that
+/// sends half a frame and stalls holds a buffer otherwise).
+pub const PARTIAL_FRAME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+const PARTIAL_FRAME_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads frames, and every few seconds checks whether a frame has been left half-read.
+/// Idle connections (nothing buffered) may stay open as long as they like.
+struct PartialFrameWatch {
+    check: tokio::time::Interval,
+    /// When a check first found a partial frame buffered (and no frame completed since).
+    partial_since: Option<std::time::Instant>,
+}
+
+impl PartialFrameWatch {
+    fn new() -> Self {
+        let start = tokio::time::Instant::now() + PARTIAL_FRAME_CHECK;
+        let mut check = tokio::time::interval_at(start, PARTIAL_FRAME_CHECK);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self { check, partial_since: None }
+    }
+
+    async fn next<T: DeserializeOwned>(
+        &mut self,
+        frames: &mut FramedRead<OwnedReadHalf, FrameCodec<T>>,
+    ) -> Option<Result<T, FrameError>> {
+        loop {
+            tokio::select! {
+                next = frames.next() => {
+                    self.partial_since = None;
+                    return next;
+                }
+                _ = self.check.tick() => {
+                    if frames.read_buffer().is_empty() {
+                        self.partial_since = None;
+                        continue;
+                    }
+                    let since = *self.partial_since.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() + PARTIAL_FRAME_CHECK >= PARTIAL_FRAME_TIMEOUT {
+                        let why = format!("a frame was left incomplete for {PARTIAL_FRAME_TIMEOUT:?}");
+                        return Some(Err(FrameError::Io(io::Error::new(io::ErrorKind::TimedOut, why))));
+                    }
+                }
             }
         }
     }
