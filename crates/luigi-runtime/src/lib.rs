@@ -4,6 +4,7 @@
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod datadir;
 pub mod net;
 pub mod replica;
 pub mod server;
