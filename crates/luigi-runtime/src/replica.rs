@@ -22,6 +22,16 @@ use crate::server::StorageOptions;
 const REBUILD_HINT: &str =
     "rebuild it from its peers: restart it with `luigi server --rejoin` (README: Rebuilding a replica)";
 
+/// [`REBUILD_HINT`], or what is left when the shard has no other replica.
+fn rebuild_hint(replicas: u32) -> &'static str {
+    if replicas > 1 {
+        REBUILD_HINT
+    } else {
+        "its shard has no other replica to rebuild it from: restore the directory from a backup, or move it away \
+         to start the shard empty"
+    }
+}
+
 /// Raft id of a replica: its index in the shard's replica list, from 1.
 pub fn raft_id(node: NodeId) -> u64 {
     u64::from(node.replica) + 1
@@ -63,7 +73,7 @@ impl RaftShell {
         let (disk, recovered): (DiskStorage, RecoveredState) = match DiskStorage::open(&dir, options) {
             Ok(x) => x,
             Err(e) if e.needs_rebuild() => {
-                anyhow::bail!("node {name}: cannot restart from {}: {e}; {REBUILD_HINT}", dir.display())
+                anyhow::bail!("node {name}: cannot restart from {}: {e}; {}", dir.display(), rebuild_hint(replicas))
             }
             Err(e) => return Err(e).with_context(|| format!("node {name}: cannot open its log in {}", dir.display())),
         };
@@ -94,7 +104,7 @@ impl RaftShell {
         let log = match RaftLog::new(config, Some(recovered)) {
             Ok(log) => log,
             Err(e @ RaftError::Recovered(_)) => {
-                anyhow::bail!("node {name}: cannot restart from {}: {e}; {REBUILD_HINT}", dir.display())
+                anyhow::bail!("node {name}: cannot restart from {}: {e}; {}", dir.display(), rebuild_hint(replicas))
             }
             Err(e) => return Err(e).with_context(|| format!("node {name}: raft")),
         };
