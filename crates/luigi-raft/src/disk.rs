@@ -19,8 +19,20 @@
 //!   committed at its last term/vote change, and the rest as soon as it hears from a leader.
 //!   The log is always synced before the hard state is written, so the stored commit index
 //!   never points past the durable log.
+//!   The file is written (all zero) when the directory is created, before any log entry, so a
+//!   log or snapshot without it means it was lost: [`DiskStorage::open`] refuses such a
+//!   directory ([`DiskError::MissingHardState`]) rather than restart at term 0 with no vote
+//!   (which could vote twice in a term).
 //! - **snapshots** (`snapshot-<index>.snap`, `luigi-wal`'s format) with the membership as the
 //!   metadata's extra bytes (voter ids as u64 LE).
+//! - `raft-rejoin`, while the replica is being rebuilt from its peers ([`prepare_rejoin`],
+//!   [`RecoveredState::rejoining`]): it lost its vote and its log, and must not vote or
+//!   campaign before it has caught up with a leader (see [`crate::RaftLog`], "Rejoining").
+//!   Removed, after the hard state that records the end of the rebuild, by the
+//!   [`DiskStorage::sync`] of the ready that says so ([`Ready::rejoined`]).
+//! - `raft-damaged`, once the replica found it lost acknowledged entries at run time
+//!   ([`DiskStorage::mark_damaged`]): every later [`DiskStorage::open`] refuses the directory
+//!   ([`DiskError::Damaged`]) until it is rebuilt, instead of restarting into the same error.
 //!
 //! Installing a snapshot from the leader at index `S` runs: (1) truncate the log after `S`
 //! (entries there cannot be committed: had this replica held a committed entry past `S`, its
@@ -44,6 +56,10 @@ use crate::node::{Ready, RecoveredState, SnapshotData};
 
 /// File name of the hard state.
 pub const HARD_STATE_FILE: &str = "raft-hardstate";
+/// File name of the marker of a replica being rebuilt from its peers.
+pub const REJOIN_FILE: &str = "raft-rejoin";
+/// File name of the marker of a replica that lost acknowledged log entries.
+pub const DAMAGED_FILE: &str = "raft-damaged";
 const HARD_STATE_TMP: &str = "raft-hardstate.tmp";
 const HS_MAGIC: &[u8; 4] = b"LRHS";
 const HS_VERSION: u32 = 1;
@@ -78,6 +94,56 @@ pub enum DiskError {
     /// must be persisted in order, each exactly once).
     #[error("ready entries do not continue the stored log: {0}")]
     Sequence(String),
+    /// The hard state file is missing beside a log or a snapshot: the replica's term and vote
+    /// are lost.
+    #[error(
+        "the raft hard state {path} is missing beside a log holding entries up to index {last_index}: \
+         this replica's term and vote are lost (it could vote twice in a term)"
+    )]
+    MissingHardState {
+        /// The missing file.
+        path: PathBuf,
+        /// Last index of the log (or the snapshot) found beside it.
+        last_index: u64,
+    },
+    /// The hard state says entries are committed that the log does not hold: entries this
+    /// replica acknowledged were lost (a truncated log, deleted segments).
+    #[error(
+        "the raft log in {dir} ends at index {last_index} but its hard state says entries up to {commit} \
+         are committed: this replica lost acknowledged log entries"
+    )]
+    LostEntries {
+        /// The replica directory.
+        dir: PathBuf,
+        /// The stored commit index.
+        commit: u64,
+        /// The last index the log holds.
+        last_index: u64,
+    },
+    /// The replica found earlier that it lost acknowledged entries
+    /// ([`DiskStorage::mark_damaged`]).
+    #[error("marked damaged in {path}: {reason}")]
+    Damaged {
+        /// The marker file.
+        path: PathBuf,
+        /// What was found, as recorded.
+        reason: String,
+    },
+}
+
+impl DiskError {
+    /// Whether the directory's raft state is lost or damaged (as opposed to an I/O failure or
+    /// a caller's bug): the replica cannot restart from it and must be rebuilt from its peers.
+    pub fn needs_rebuild(&self) -> bool {
+        matches!(
+            self,
+            DiskError::Corrupt { .. }
+                | DiskError::MissingHardState { .. }
+                | DiskError::LostEntries { .. }
+                | DiskError::Damaged { .. }
+                | DiskError::Wal(WalError::Corrupt { .. } | WalError::Gap { .. })
+        )
+    }
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DiskError + 'a {
@@ -162,6 +228,10 @@ pub struct DiskStorage {
     /// The file must be rewritten at the next [`DiskStorage::sync`].
     hs_dirty: bool,
     snapshot_index: u64,
+    /// The rejoin marker is there.
+    rejoining: bool,
+    /// A ready written since the last sync ended the rejoin: remove the marker after syncing.
+    rejoin_done: bool,
 }
 
 impl DiskStorage {
@@ -175,6 +245,13 @@ impl DiskStorage {
     pub fn open(dir: impl AsRef<Path>, options: WalOptions) -> Result<(DiskStorage, RecoveredState), DiskError> {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
+        let damaged = dir.join(DAMAGED_FILE);
+        match fs::read_to_string(&damaged) {
+            Ok(reason) => return Err(DiskError::Damaged { path: damaged, reason: reason.trim().to_string() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("read", &damaged)(e)),
+        }
+        let rejoining = dir.join(REJOIN_FILE).exists();
         let fsync = options.durability == Durability::Fsync;
         let snapshot = match load_latest_snapshot(&dir)? {
             Some((meta, data)) => {
@@ -186,6 +263,11 @@ impl DiskStorage {
         };
         let (mut wal, _report) = Wal::open(&dir, options)?;
         let hard_state = read_hard_state(&dir)?;
+        let fresh = hard_state.is_none();
+        if fresh && (wal.last_index().is_some() || snapshot.is_some()) {
+            let last_index = wal.last_index().into_iter().chain(snapshot.as_ref().map(|s| s.index)).max().unwrap_or(0);
+            return Err(DiskError::MissingHardState { path: dir.join(HARD_STATE_FILE), last_index });
+        }
 
         let (snap_index, snap_term) = snapshot.as_ref().map_or((0, 0), |s| (s.index, s.term));
         if let Some(first) = wal.first_index() {
@@ -215,17 +297,27 @@ impl DiskStorage {
         let mut hs = hard_state.unwrap_or_default();
         if hs.commit > last_index {
             if fsync {
-                return Err(DiskError::Corrupt {
-                    path: dir.join(HARD_STATE_FILE),
-                    reason: format!("commit index {} is past the last durable log index {last_index}", hs.commit),
-                });
+                return Err(DiskError::LostEntries { dir, commit: hs.commit, last_index });
             }
             // Without fsync a power loss can lose a log tail the hard state covers.
             hs.commit = last_index;
         }
-        let storage =
-            DiskStorage { dir, wal, fsync, written_hs: hs, latest_hs: hs, hs_dirty: false, snapshot_index: snap_index };
-        Ok((storage, RecoveredState { hard_state: hs, snapshot, entries, applied: 0 }))
+        let mut storage = DiskStorage {
+            dir,
+            wal,
+            fsync,
+            written_hs: hs,
+            latest_hs: hs,
+            hs_dirty: false,
+            snapshot_index: snap_index,
+            rejoining,
+            rejoin_done: false,
+        };
+        if fresh {
+            // Before any entry: from now on a log without a hard state means a lost file.
+            storage.write_hard_state(hs)?;
+        }
+        Ok((storage, RecoveredState { hard_state: hs, snapshot, entries, applied: 0, rejoining }))
     }
 
     /// The replica directory.
@@ -246,6 +338,22 @@ impl DiskStorage {
     /// Index of the newest snapshot saved (0: none).
     pub fn snapshot_index(&self) -> u64 {
         self.snapshot_index
+    }
+
+    /// Whether the replica is being rebuilt from its peers (the rejoin marker is there).
+    pub fn is_rejoining(&self) -> bool {
+        self.rejoining
+    }
+
+    /// Records durably that this replica lost acknowledged log entries (found at run time,
+    /// e.g. [`crate::RaftError::LostEntries`]): every later [`DiskStorage::open`] of the
+    /// directory fails with [`DiskError::Damaged`] and `reason`, so the replica is not
+    /// restarted into the same failure over and over; it must be rebuilt from its peers.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn mark_damaged(&mut self, reason: &str) -> Result<(), DiskError> {
+        write_file_durably(&self.dir, DAMAGED_FILE, format!("{}\n", reason.replace('\n', " ")).as_bytes())
     }
 
     /// [`DiskStorage::write`] then [`DiskStorage::sync`]: after it returns, the ready's
@@ -295,6 +403,10 @@ impl DiskStorage {
             }
             self.latest_hs = hs;
         }
+        if rd.rejoined && self.rejoining {
+            self.rejoin_done = true;
+            self.hs_dirty = true;
+        }
         Ok(())
     }
 
@@ -307,6 +419,14 @@ impl DiskStorage {
         self.wal.sync()?;
         if self.hs_dirty {
             self.write_hard_state(self.latest_hs)?;
+        }
+        if self.rejoin_done {
+            // After the hard state that ends the rebuild (see `RaftLog`, "Rejoining").
+            let marker = self.dir.join(REJOIN_FILE);
+            fs::remove_file(&marker).map_err(io_err("remove", &marker))?;
+            fsync_dir(&self.dir)?;
+            self.rejoining = false;
+            self.rejoin_done = false;
         }
         Ok(())
     }
@@ -364,6 +484,50 @@ impl DiskStorage {
         self.hs_dirty = false;
         Ok(())
     }
+}
+
+/// Writes `name` in `dir` atomically and durably (temp file, fsync, rename, fsync directory),
+/// whatever the log's durability: markers are rare and must survive.
+fn write_file_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), DiskError> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let path = dir.join(name);
+    let mut file =
+        OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).map_err(io_err("create", &tmp))?;
+    file.write_all(bytes).map_err(io_err("write", &tmp))?;
+    file.sync_all().map_err(io_err("fsync", &tmp))?;
+    drop(file);
+    fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
+    fsync_dir(dir)
+}
+
+/// Prepares `dir` for a replica to be rebuilt from its peers: moves whatever is there aside to
+/// `<dir>.discarded-<unix seconds>` (never deleted: an operator may still want it), creates an
+/// empty `dir` holding only the rejoin marker ([`REJOIN_FILE`]), and returns where the old
+/// directory went (`None` if there was none). The next [`DiskStorage::open`] recovers an empty
+/// state with [`RecoveredState::rejoining`] set, which [`crate::RaftLog`] honours.
+///
+/// # Errors
+/// I/O errors (the old directory is either where it was or moved aside, never half-moved).
+pub fn prepare_rejoin(dir: &Path) -> Result<Option<PathBuf>, DiskError> {
+    let mut discarded = None;
+    if dir.exists() {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let name = dir.file_name().map_or_else(|| "replica".into(), |n| n.to_string_lossy().into_owned());
+        let mut to = dir.with_file_name(format!("{name}.discarded-{secs}"));
+        let mut n = 1;
+        while to.exists() {
+            n += 1;
+            to = dir.with_file_name(format!("{name}.discarded-{secs}-{n}"));
+        }
+        fs::rename(dir, &to).map_err(io_err("move aside", dir))?;
+        discarded = Some(to);
+    }
+    fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fsync_dir(parent)?;
+    }
+    write_file_durably(dir, REJOIN_FILE, b"rebuilding from the replica's peers: no vote before caught up\n")?;
+    Ok(discarded)
 }
 
 fn snapshot_meta(snap: &SnapshotData) -> SnapshotMeta {

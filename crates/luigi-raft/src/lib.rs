@@ -59,6 +59,7 @@ mod store;
 pub use codec::{decode_message, encode_message, DecodeError, HardState, PersistEntry};
 pub use node::{
     OutMessage, RaftConfig, RaftError, RaftLog, Ready, RecoveredState, Replay, Role, RoleChange, SnapshotData,
+    REJOIN_CONTEXT,
 };
 /// The raft-rs message and entry types, for shells that want them.
 pub use raft::eraftpb;

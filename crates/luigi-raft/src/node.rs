@@ -111,6 +111,10 @@ pub struct RecoveredState {
     /// back every committed entry after the snapshot, which is what a replica that rebuilds its
     /// state from snapshot + log wants. Clamped to the recovered commit index.
     pub applied: u64,
+    /// The replica is being rebuilt from its peers (`--rejoin`): it lost its log and its vote,
+    /// so it must not vote or campaign before it has caught up with a leader (see
+    /// [`RaftLog`], "Rejoining").
+    pub rejoining: bool,
 }
 
 /// A replica's state-machine input up to [`RaftLog::handed_out`], as [`RaftLog::replay`]
@@ -221,6 +225,10 @@ pub struct Ready {
     pub persisted_messages: Vec<OutMessage>,
     /// How many records became available to [`ReplicatedLog::take_committed`].
     pub committed: usize,
+    /// A rejoining replica caught up: `hard_state` records its vote in the current term as
+    /// given to itself (see [`RaftLog`], "Rejoining"); once that is durable, the storage
+    /// forgets that the replica was rejoining.
+    pub rejoined: bool,
 }
 
 impl Ready {
@@ -271,6 +279,23 @@ pub enum RaftError {
     /// A request that does not fit the log (e.g. compacting past what was applied).
     #[error("{0}")]
     Invalid(String),
+    /// The leader says entries are committed on this replica that its log does not hold:
+    /// it acknowledged them once and lost them since (a truncated log, deleted files). Fatal:
+    /// every later call fails the same way; the replica must be rebuilt from its peers.
+    #[error(
+        "this replica lost acknowledged log entries: the leader (replica {leader}, term {term}) counts \
+         entries up to index {commit} as held here, but the log ends at index {last_index}"
+    )]
+    LostEntries {
+        /// The leader that said so.
+        leader: u64,
+        /// Its term.
+        term: u64,
+        /// The commit index it sent, at most what this replica acknowledged to it.
+        commit: u64,
+        /// This replica's last log index.
+        last_index: u64,
+    },
 }
 
 /// One replica of a shard's replicated log: Raft (Multi-Paxos with a strong leader) via raft-rs
@@ -304,6 +329,39 @@ pub enum RaftError {
 /// `[t, t + 1)` per replica (`min_election_tick = t`, `max_election_tick = t + 1`) would also
 /// be deterministic, but the same replica would then time out first in every term, even when
 /// it cannot win.
+///
+/// # Lost entries
+///
+/// A leader's heartbeat carries `min(commit, what the follower acknowledged)`; raft-rs's
+/// follower commits to it without a check and panics ("to_commit ... out of range") if its log
+/// is shorter. That happens only if the follower lost entries it acknowledged (a truncated WAL,
+/// deleted segments, a wiped directory). [`RaftLog::step`] checks the heartbeat before raft-rs
+/// sees it and returns [`RaftError::LostEntries`] instead, from then on.
+///
+/// # Rejoining
+///
+/// A replica rebuilt from its peers ([`RecoveredState::rejoining`]) starts empty: it lost its
+/// log and also its term and vote. Raft is safe only if no replica votes twice in a term, and
+/// the rebuilt one cannot know in which terms it already voted. Until it has caught up once, it
+/// therefore does not vote (vote and pre-vote requests, and a leader's `TimeoutNow`, are dropped
+/// unanswered) and does not campaign (ticks do not reach raft-rs's election clock). It has
+/// caught up when it follows a leader of term `T`, and holds durably and committed everything
+/// that leader said in its appends of `T` was committed (its commit index when it sent them).
+/// It then records in its hard state a vote for itself
+/// in `T`, so it will never grant a vote in `T` (nor, as ever in Raft, in an earlier term),
+/// even after another restart, and goes back to plain Raft ([`Ready::rejoined`]). It will vote
+/// again only in terms above `T`. Remaining assumption: no term above `T` had started when the
+/// replica lost its state (then it may have voted in it); rebuild a replica while the rest of
+/// its group has a stable leader (`luigi status`), and a newer term cannot have been hidden
+/// from the leader the rebuilt replica catches up with.
+///
+/// The leader still counts the rebuilt replica as holding what it acknowledged before (raft-rs
+/// never lowers a follower's `matched`) and would keep sending from there, which the empty
+/// replica rejects forever. So a rejoining replica marks its append rejections (message
+/// context [`REJOIN_CONTEXT`]), and answers a heartbeat whose commit index is past its log with
+/// such a rejection (committing nothing it does not hold). A leader that gets one whose hint is
+/// below the replica's `matched` resets that replica's progress (`matched` 0, conservative for
+/// commits; probe from the hint), which brings it up to date by log entries or by snapshot.
 pub struct RaftLog {
     raw: RawNode<LogStore>,
     id: u64,
@@ -320,6 +378,41 @@ pub struct RaftLog {
     /// covered by an installed snapshot.
     handed_out: u64,
     max_pending: usize,
+    /// While rebuilding from the peers (see "Rejoining").
+    rejoin: Option<Rejoin>,
+    /// The rejoin ended; the next ready says so.
+    rejoin_done: bool,
+    /// Fatal: the replica lost acknowledged entries (see "Lost entries"): leader, term,
+    /// commit, last index.
+    lost: Option<(u64, u64, u64, u64)>,
+}
+
+/// Message context a rejoining replica puts on its append rejections (see [`RaftLog`],
+/// "Rejoining").
+pub const REJOIN_CONTEXT: &[u8] = b"luigi-rejoin";
+
+/// What a rejoining replica heard from the leader of the newest term it knows.
+#[derive(Clone, Copy, Debug, Default)]
+struct Rejoin {
+    term: u64,
+    /// Highest commit index the leader of `term` announced in its appends (its own commit
+    /// index when it sent them) or covered by its snapshot. Heartbeats do not count: they
+    /// carry at most what the leader believes this replica holds.
+    leader_commit: u64,
+    /// An append of `term` arrived (a snapshot alone does not show the leader's commit index).
+    heard_append: bool,
+}
+
+impl Rejoin {
+    fn note(&mut self, term: u64, commit: u64, append: bool) {
+        if term > self.term {
+            *self = Rejoin { term, ..Rejoin::default() };
+        }
+        if term == self.term {
+            self.leader_commit = self.leader_commit.max(commit);
+            self.heard_append |= append;
+        }
+    }
 }
 
 impl std::fmt::Debug for RaftLog {
@@ -332,6 +425,7 @@ impl std::fmt::Debug for RaftLog {
             .field("commit", &self.commit_index())
             .field("last_index", &self.last_index())
             .field("untaken", &self.committed.len())
+            .field("rejoining", &self.rejoin.is_some())
             .finish()
     }
 }
@@ -381,7 +475,9 @@ impl RaftLog {
         let voters: Vec<u64> = voters.into_iter().collect();
         let mut store = LogStore::new(ConfState { voters: voters.clone(), ..Default::default() });
         let mut applied = 0;
+        let mut rejoining = false;
         if let Some(rec) = recovered {
+            rejoining = rec.rejoining;
             applied = Self::load(&mut store, &voters, rec)?;
         }
         let base = config.election_ticks;
@@ -415,6 +511,9 @@ impl RaftLog {
             committed: VecDeque::new(),
             handed_out: applied,
             max_pending: config.max_pending,
+            rejoin: rejoining.then(Rejoin::default),
+            rejoin_done: false,
+            lost: None,
         };
         log.redraw_election_timeout();
         Ok(log)
@@ -489,9 +588,63 @@ impl RaftLog {
     }
 
     /// Advances the logical clock by one tick (heartbeats, election timeouts, check-quorum).
+    /// A rejoining replica's clock stands still: it does not campaign (see "Rejoining").
     pub fn tick(&mut self) {
+        if self.rejoin.is_some() || self.lost.is_some() {
+            return;
+        }
         self.raw.tick();
         self.after_call();
+    }
+
+    /// Whether this replica is being rebuilt from its peers and has not caught up yet (see
+    /// "Rejoining").
+    pub fn is_rejoining(&self) -> bool {
+        self.rejoin.is_some()
+    }
+
+    fn lost_error(&self) -> Option<RaftError> {
+        self.lost.map(|(leader, term, commit, last_index)| RaftError::LostEntries { leader, term, commit, last_index })
+    }
+
+    /// A rejoining replica that caught up with the leader of its term records its vote in
+    /// that term as given to itself and leaves the rejoin (see "Rejoining").
+    fn check_rejoined(&mut self) {
+        let Some(r) = self.rejoin else { return };
+        let raft = &self.raw.raft;
+        let log = &raft.raft_log;
+        let caught_up = raft.state == StateRole::Follower
+            && raft.leader_id != 0
+            && raft.term == r.term
+            && r.heard_append
+            && r.leader_commit > 0
+            && log.committed >= r.leader_commit
+            && log.persisted >= r.leader_commit;
+        if caught_up {
+            self.raw.raft.vote = self.id;
+            self.rejoin = None;
+            self.rejoin_done = true;
+        }
+    }
+
+    /// For a leader: a rejoining follower's rejection that shows it holds less than raft-rs
+    /// believes (`matched`). Resets its progress and probes from its hint; true if handled.
+    fn reset_rejoining_follower(&mut self, msg: &Message) -> bool {
+        let raft = &mut self.raw.raft;
+        if raft.state != StateRole::Leader || msg.term != raft.term {
+            return false;
+        }
+        let Some(pr) = raft.mut_prs().get_mut(msg.from) else { return false };
+        if msg.reject_hint >= pr.matched {
+            return false; // plain probing finds the match
+        }
+        // Lowering `matched` only makes commits more conservative; the probe finds the real one.
+        pr.matched = 0;
+        pr.become_probe();
+        pr.next_idx = msg.reject_hint + 1;
+        pr.recent_active = true;
+        raft.send_append(msg.from);
+        true
     }
 
     /// Feeds a message received from a peer.
@@ -512,8 +665,59 @@ impl RaftLog {
         if t == MessageType::MsgPropose || raft::raw_node::is_local_msg(t) {
             return Err(RaftError::Forbidden(t));
         }
+        if let Some(e) = self.lost_error() {
+            return Err(e);
+        }
+        let mut msg = msg;
+        if t == MessageType::MsgAppendResponse
+            && msg.reject
+            && msg.context.as_ref() == REJOIN_CONTEXT
+            && self.reset_rejoining_follower(&msg)
+        {
+            self.after_call();
+            return Ok(());
+        }
+        let current = msg.term >= self.raw.raft.term;
+        if let Some(rejoin) = &mut self.rejoin {
+            if matches!(t, MessageType::MsgRequestVote | MessageType::MsgRequestPreVote | MessageType::MsgTimeoutNow) {
+                return Ok(()); // no vote, no campaign before caught up (see "Rejoining")
+            }
+            if current && t == MessageType::MsgAppend {
+                rejoin.note(msg.term, msg.commit, true);
+            }
+            if current && t == MessageType::MsgSnapshot {
+                rejoin.note(msg.term, msg.get_snapshot().get_metadata().index, false);
+            }
+        }
+        let last_index = self.last_index();
+        let mut claimed = None;
+        if t == MessageType::MsgHeartbeat && current && msg.commit > last_index {
+            if self.rejoin.is_none() {
+                self.lost = Some((msg.from, msg.term, msg.commit, last_index));
+                return Err(self.lost_error().expect("just set"));
+            }
+            // Commit nothing we do not hold; tell the leader where our log ends.
+            claimed = Some(msg.commit);
+            msg.commit = self.raw.raft.raft_log.committed;
+        }
+        let (from, term) = (msg.from, msg.term);
         let result = self.raw.step(msg);
+        if let Some(claimed) = claimed {
+            let raft = &mut self.raw.raft;
+            if raft.term == term && raft.leader_id == from {
+                let last = raft.raft_log.last_index();
+                let mut m = Message::default();
+                m.set_msg_type(MessageType::MsgAppendResponse);
+                (m.to, m.from, m.term) = (from, self.id, term);
+                (m.reject, m.index, m.reject_hint) = (true, claimed, last);
+                m.log_term = raft.raft_log.term(last).unwrap_or(0);
+                m.commit = raft.raft_log.committed;
+                m.context = REJOIN_CONTEXT.to_vec().into();
+                raft.msgs.push(m);
+            }
+        }
         self.after_call();
+        self.check_rejoined();
         result.map_err(RaftError::from)
     }
 
@@ -526,11 +730,14 @@ impl RaftLog {
     }
 
     /// Starts an election now (pre-vote first), e.g. to force a failover in tests. A no-op on
-    /// a leader.
+    /// a leader, and on a rejoining replica (see "Rejoining").
     ///
     /// # Errors
     /// raft-rs's error, if any.
     pub fn campaign(&mut self) -> Result<(), RaftError> {
+        if self.rejoin.is_some() {
+            return Ok(());
+        }
         let result = self.raw.campaign();
         self.after_call();
         result.map_err(RaftError::from)
@@ -567,6 +774,9 @@ impl RaftLog {
     /// # Errors
     /// [`RaftError::BadEntry`] if a committed entry does not decode; fatal for the replica.
     pub fn ready(&mut self) -> Result<Option<Ready>, RaftError> {
+        if let Some(e) = self.lost_error() {
+            return Err(e);
+        }
         if !self.raw.has_ready() {
             return Ok(None);
         }
@@ -590,9 +800,22 @@ impl RaftLog {
         if let Some(hs) = rd.hs() {
             self.raw.mut_store().set_hard_state(hs.clone());
             out.hard_state = Some(hs.into());
+            if self.rejoin_done && hs.vote == self.id {
+                self.rejoin_done = false;
+                out.rejoined = true;
+            }
         }
-        out.messages = rd.take_messages().iter().map(out_message).collect();
-        out.persisted_messages = rd.take_persisted_messages().iter().map(out_message).collect();
+        let mut messages = rd.take_messages();
+        let mut persisted_messages = rd.take_persisted_messages();
+        if self.rejoin.is_some() {
+            for m in messages.iter_mut().chain(persisted_messages.iter_mut()) {
+                if m.get_msg_type() == MessageType::MsgAppendResponse && m.reject {
+                    m.context = REJOIN_CONTEXT.to_vec().into();
+                }
+            }
+        }
+        out.messages = messages.iter().map(out_message).collect();
+        out.persisted_messages = persisted_messages.iter().map(out_message).collect();
         let committed = rd.take_committed_entries();
         self.raw.advance_append_async(rd);
         for m in out.messages.iter().chain(&out.persisted_messages) {
@@ -623,6 +846,7 @@ impl RaftLog {
             self.raw.advance_apply_to(applied);
         }
         self.after_call();
+        self.check_rejoined();
     }
 
     /// Records a snapshot of the state machine covering everything up to `index` and drops

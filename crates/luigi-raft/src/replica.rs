@@ -471,6 +471,7 @@ mod tests {
             snapshot: Some(snap),
             entries,
             applied: 0,
+            rejoining: false,
         };
         let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), Some(recovered)).unwrap();
         let mut restarted = Replica::new(LeaderConfig::new(0, 1), Registry::with_builtins(), log).unwrap();

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod datadir;
 pub mod gate;
 pub mod net;
 pub mod replica;

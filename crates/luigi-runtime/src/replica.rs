@@ -4,18 +4,33 @@
 //! votes and acknowledgements only after it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::PathBuf;
 
 use anyhow::Context;
 use luigi_proto::msg::WireMsg;
 use luigi_proto::types::ShardId;
 use luigi_raft::disk::DiskStorage;
-use luigi_raft::{OutMessage, RaftConfig, RaftLog, RecoveredState, SnapshotData};
-use luigi_wal::{Durability, WalOptions};
+use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, RecoveredState, SnapshotData};
+use luigi_wal::WalOptions;
 use tracing::debug;
 
-use crate::config::NodeId;
+use crate::config::{ClusterConfig, NodeId};
 use crate::net::peer::PeerWriter;
+use crate::server::StorageOptions;
+
+/// What an operator does about a replica whose Raft state is lost or damaged.
+const REBUILD_HINT: &str =
+    "rebuild it from its peers: restart it with `luigi server --rejoin` (README: Rebuilding a replica)";
+
+/// [`REBUILD_HINT`], or what is left when the shard has no other replica.
+fn rebuild_hint(replicas: u32) -> &'static str {
+    if replicas > 1 {
+        REBUILD_HINT
+    } else {
+        "its shard has no other replica to rebuild it from: restore the directory from a backup, or move it away \
+         to start the shard empty"
+    }
+}
 
 /// Raft id of a replica: its index in the shard's replica list, from 1.
 pub fn raft_id(node: NodeId) -> u64 {
@@ -25,6 +40,9 @@ pub fn raft_id(node: NodeId) -> u64 {
 /// Drives one replica's [`RaftLog`].
 pub struct RaftShell {
     shard: ShardId,
+    /// The node's name and data directory, for messages.
+    name: String,
+    dir: PathBuf,
     my_id: u64,
     peers: BTreeMap<u64, PeerWriter<WireMsg>>,
     disk: DiskStorage,
@@ -36,22 +54,36 @@ pub struct RaftShell {
 }
 
 impl RaftShell {
-    /// Opens the replica's storage (a WAL under `data_dir` with `durability`) and builds its
-    /// Raft log; `replicas` is the group size, `tick_us` the Raft tick.
+    /// Opens the replica's storage (a WAL in its directory under `storage.data_dir`, checked
+    /// against the cluster shape, see [`crate::datadir`]; moved aside first with
+    /// `storage.rejoin`) and builds its Raft log; `tick_us` is the Raft tick. Lost or damaged
+    /// Raft state is refused with one line naming it and the way out.
     pub fn open(
         node: NodeId,
-        replicas: u32,
-        seed: u64,
+        cluster: &ClusterConfig,
         tick_us: u64,
-        data_dir: &Path,
-        durability: Durability,
+        storage: &StorageOptions,
     ) -> anyhow::Result<(RaftShell, RaftLog)> {
+        let replicas = cluster.shards[node.shard as usize].replicas.len() as u32;
         let voters: Vec<u64> = (1..=u64::from(replicas)).collect();
-        let config = RaftConfig::new(raft_id(node), voters, seed ^ u64::from(node.shard).rotate_left(40));
-        let options = WalOptions { durability, ..WalOptions::default() };
-        let dir = data_dir.join(node.name());
-        let (disk, recovered): (DiskStorage, RecoveredState) = DiskStorage::open(&dir, options)
-            .with_context(|| format!("node {}: cannot open its log in {}", node.name(), dir.display()))?;
+        let config = RaftConfig::new(raft_id(node), voters, cluster.seed ^ u64::from(node.shard).rotate_left(40));
+        let options = WalOptions { durability: storage.durability, ..WalOptions::default() };
+        let dir = crate::datadir::prepare(cluster, node, &storage.data_dir, storage.rejoin)?;
+        let name = node.name();
+        let (disk, recovered): (DiskStorage, RecoveredState) = match DiskStorage::open(&dir, options) {
+            Ok(x) => x,
+            Err(e) if e.needs_rebuild() => {
+                anyhow::bail!("node {name}: cannot restart from {}: {e}; {}", dir.display(), rebuild_hint(replicas))
+            }
+            Err(e) => return Err(e).with_context(|| format!("node {name}: cannot open its log in {}", dir.display())),
+        };
+        let rejoining = recovered.rejoining;
+        if rejoining {
+            tracing::warn!(
+                node = %name,
+                "rejoining: catching up from the shard's leader; this replica neither votes nor campaigns until it has"
+            );
+        }
         // A restarted replica rebuilds its state by replaying the committed log (the log
         // hands every committed entry back: `applied` is 0) and never starts an election of
         // its own: the group has a leader, or elects one by timeout. A group of one has no
@@ -69,16 +101,25 @@ impl RaftShell {
                 dir.display()
             );
         }
-        let log = RaftLog::new(config, Some(recovered)).with_context(|| format!("node {}: raft", node.name()))?;
+        let log = match RaftLog::new(config, Some(recovered)) {
+            Ok(log) => log,
+            Err(e @ RaftError::Recovered(_)) => {
+                anyhow::bail!("node {name}: cannot restart from {}: {e}; {}", dir.display(), rebuild_hint(replicas))
+            }
+            Err(e) => return Err(e).with_context(|| format!("node {name}: raft")),
+        };
         let shell = RaftShell {
             shard: node.shard,
+            name,
+            dir,
             my_id: raft_id(node),
             peers: BTreeMap::new(),
             disk,
             tick_us,
             next_tick_us: 0,
             replicas,
-            campaigned: restarted && replicas > 1,
+            // A rejoining replica never starts an election (its log does not campaign anyway).
+            campaigned: (restarted && replicas > 1) || rejoining,
         };
         Ok((shell, log))
     }
@@ -135,7 +176,13 @@ impl RaftShell {
     /// installed from the leader, which the state machine must load before applying more.
     pub fn drive(&mut self, log: &mut RaftLog) -> anyhow::Result<Option<Vec<u8>>> {
         let mut installed = None;
-        while let Some(rd) = log.ready().context("raft ready")? {
+        loop {
+            let rd = match log.ready() {
+                Ok(Some(rd)) => rd,
+                Ok(None) => break,
+                Err(e @ RaftError::LostEntries { .. }) => return Err(self.lost_entries(&e)),
+                Err(e) => return Err(e).context("raft ready"),
+            };
             if let Some(change) = &rd.role_change {
                 tracing::info!(shard = self.shard, id = self.my_id, ?change, term = log.term(), "raft role change");
             }
@@ -150,10 +197,39 @@ impl RaftShell {
             }
             self.send(rd.messages.iter());
             self.disk.persist(&rd).context("persisting the raft log")?;
+            if rd.rejoined {
+                tracing::info!(
+                    node = %self.name,
+                    term = log.term(),
+                    commit = log.commit_index(),
+                    "rejoined: caught up with the leader; votes again from the next term on"
+                );
+            }
             self.send(rd.persisted_messages.iter());
             log.advance(rd.number);
         }
         Ok(installed)
+    }
+
+    /// The log found that this replica lost entries it had acknowledged: marks the directory
+    /// damaged (so that a restart refuses it at once instead of running into this again) and
+    /// returns the one-line error the server stops with.
+    fn lost_entries(&mut self, e: &RaftError) -> anyhow::Error {
+        // In node names (raft ids are replica indexes + 1).
+        let what = match *e {
+            RaftError::LostEntries { leader, term, commit, last_index } => format!(
+                "this replica lost acknowledged log entries: its leader s{}r{} (term {term}) counts entries up to \
+                 index {commit} as held here, but its log ends at index {last_index}",
+                self.shard,
+                leader.saturating_sub(1)
+            ),
+            _ => e.to_string(),
+        };
+        let marked = match self.disk.mark_damaged(&what) {
+            Ok(()) => format!("marked its data directory {} damaged", self.dir.display()),
+            Err(m) => format!("could not mark its data directory {} damaged ({m})", self.dir.display()),
+        };
+        anyhow::anyhow!("node {}: {what}; {marked}; {REBUILD_HINT}", self.name)
     }
 
     /// Saves a snapshot of the state machine at `index` and compacts the log behind it

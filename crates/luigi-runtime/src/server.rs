@@ -78,6 +78,9 @@ pub struct StorageOptions {
     pub data_dir: PathBuf,
     /// `Fsync` (default for servers) or `None` (benchmarks that say so).
     pub durability: Durability,
+    /// Discard this node's Raft state (moved aside) and rebuild it from its peers
+    /// (`luigi server --rejoin`, see [`crate::datadir::prepare`]).
+    pub rejoin: bool,
 }
 
 /// A bound listener, ready to serve.
@@ -146,8 +149,7 @@ impl Server {
         // half a one-way delay so that heartbeats and elections (10-20 ticks) stay well above
         // the emulated round trip.
         let tick_us = (config.scenario().delay().mean_us / 2).max(10_000);
-        let (shell, log) =
-            RaftShell::open(node, replicas, config.seed, tick_us, &storage.data_dir, storage.durability)?;
+        let (shell, log) = RaftShell::open(node, &config, tick_us, &storage)?;
         // Every replica starts as a follower replaying its log (from its snapshot, if it has
         // one); the elected one serves.
         let last_index = log.snapshot_index();
@@ -529,8 +531,11 @@ impl Member {
     }
 
     fn on_raft(&mut self, from: u64, bytes: &[u8]) {
-        if let Err(e) = self.replica.log_mut().step_bytes(bytes) {
-            warn!(from, error = %e, "bad raft message; dropped");
+        match self.replica.log_mut().step_bytes(bytes) {
+            Ok(()) => {}
+            // Fatal, and reported as such by the next turn (which stops the server).
+            Err(luigi_raft::RaftError::LostEntries { .. }) => {}
+            Err(e) => warn!(from, error = %e, "bad raft message; dropped"),
         }
     }
 

@@ -79,6 +79,12 @@ struct ServerArgs {
     /// fsync: every log batch is fdatasync'ed before it counts; none: written, not synced.
     #[arg(long, default_value = "fsync")]
     durability: DurabilityArg,
+    /// Rebuild this replica from its peers: move its data directory aside (to
+    /// `<dir>.discarded-<unix time>`) and start it empty; it catches up from the shard's
+    /// leader and neither votes nor campaigns until it has. For a replica refused at start
+    /// (lost or damaged Raft state). The rest of its shard must have a leader.
+    #[arg(long)]
+    rejoin: bool,
     /// Exit when standard input closes (used by `bench` so servers never outlive it).
     #[arg(long, hide = true)]
     exit_on_stdin_eof: bool,
@@ -206,8 +212,9 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    rt.block_on(async move {
-        let storage = StorageOptions { data_dir: args.data_dir.clone(), durability: args.durability.wal() };
+    let result = rt.block_on(async move {
+        let storage =
+            StorageOptions { data_dir: args.data_dir.clone(), durability: args.durability.wal(), rejoin: args.rejoin };
         let server = Server::bind(config, node, Registry::with_builtins(), storage).await?;
         let exit_on_eof = args.exit_on_stdin_eof;
         let shutdown = async move {
@@ -237,7 +244,11 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
             }
         };
         server.run(shutdown).await
-    })
+    });
+    // A server stopping on an error may have a blocking read of stdin in flight: do not wait
+    // for it.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result
 }
 
 fn micro(args: MicroArgs) -> anyhow::Result<()> {

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::eraftpb::MessageType;
-use luigi_raft::{OutMessage, RaftConfig, RaftLog, Ready, RecoveredState, Role, SnapshotData};
+use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, Ready, RecoveredState, Role, SnapshotData};
 use luigi_wal::{Durability, WalOptions};
 
 /// Time units per tick.
@@ -138,6 +138,8 @@ pub struct Cluster {
     pub snapshots_installed: u64,
     /// Restarts from durable state.
     pub restarts: u64,
+    /// Replicas stopped by [`RaftError::LostEntries`], with the error.
+    pub lost_entries: Vec<(u64, String)>,
     next_ts: u64,
 }
 
@@ -190,6 +192,7 @@ impl Cluster {
             unsynced: Vec::new(),
             snapshots_installed: 0,
             restarts: 0,
+            lost_entries: Vec::new(),
             next_ts: 1,
         };
         for id in 1..=n {
@@ -381,6 +384,12 @@ impl Cluster {
             let node = self.node_mut(to);
             match node.log.step_bytes(&bytes) {
                 Ok(()) => {}
+                Err(e @ RaftError::LostEntries { .. }) => {
+                    // Fatal for the replica, as in the server: it stops.
+                    self.lost_entries.push((to, e.to_string()));
+                    self.crash(to);
+                    continue;
+                }
                 Err(e) => panic!("replica {to} rejected a message from {from}: {e}"),
             }
             self.process(to);
