@@ -196,3 +196,94 @@ fn forged_frames_are_refused_and_the_cluster_keeps_committing() {
     assert!(!text.contains("panicked"), "a server panicked: see {}", log.display());
     assert!(text.contains("refused a message"), "refusals are logged");
 }
+
+/// The server process's resident memory (KiB) and CPU time (clock ticks) from /proc.
+fn rss_kib_and_cpu_ticks(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    (rss, ticks)
+}
+
+/// Figures for the review (not an assertion of speed): a 1 x 1 server's memory and CPU with
+/// 200 idle clients, 2000 idle connections, and 20 connections that each send 15 MiB of a
+/// 16 MiB frame and stall. Run with
+/// `cargo test --release -p luigi --test hostile -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints resource figures; run by hand"]
+fn idle_and_stalled_connections_cost_little() {
+    let dir = scratch("hostile-resources");
+    let port = free_port();
+    let config_path = dir.join("cluster.toml");
+    std::fs::write(&config_path, format!("net = \"none\"\n[[shards]]\nreplicas = [\"127.0.0.1:{port}\"]\n")).unwrap();
+    let server = start_durable(&config_path, &dir.join("data"), "s0r0", port, &dir.join("server.log"));
+    let pid = server.0.id();
+    let config = ClusterConfig::load(&config_path).unwrap();
+    transfers_commit(&config, 1, 5);
+    let tick_ms = 10; // USER_HZ = 100 on Linux
+    let window = Duration::from_secs(10);
+    let (rss0, cpu0) = rss_kib_and_cpu_ticks(pid);
+    eprintln!("baseline: rss {} MiB", rss0 / 1024);
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let clients: Vec<Client> = rt.block_on(async {
+        let mut v = Vec::new();
+        for id in 0..200 {
+            v.push(Client::connect(&config, 10_000 + id).await.unwrap());
+        }
+        v
+    });
+    let (_, cpu1) = rss_kib_and_cpu_ticks(pid);
+    std::thread::sleep(window);
+    let (rss2, cpu2) = rss_kib_and_cpu_ticks(pid);
+    eprintln!(
+        "200 idle clients: server CPU {} ms over {window:?} ({:.1} % of a core), rss {} MiB (connecting took {} ms of CPU)",
+        (cpu2 - cpu1) * tick_ms,
+        (cpu2 - cpu1) as f64 * tick_ms as f64 / window.as_millis() as f64 * 100.0,
+        rss2 / 1024,
+        (cpu1 - cpu0) * tick_ms
+    );
+    drop(clients);
+
+    let idle: Vec<(Raw, [u8; 16])> = (0..2000).map(|_| Raw::connect(port)).collect();
+    let (_, cpu3) = rss_kib_and_cpu_ticks(pid);
+    std::thread::sleep(window);
+    let (rss4, cpu4) = rss_kib_and_cpu_ticks(pid);
+    eprintln!(
+        "2000 idle connections: server CPU {} ms over {window:?}, rss {} MiB",
+        (cpu4 - cpu3) * tick_ms,
+        rss4 / 1024
+    );
+    drop(idle);
+
+    let chunk = vec![0u8; 15 << 20];
+    let mut stalled: Vec<TcpStream> = Vec::new();
+    for _ in 0..20 {
+        let (raw, _) = Raw::connect(port);
+        let mut stream = raw.0;
+        stream.write_all(&(16u32 << 20).to_be_bytes()).unwrap();
+        stream.write_all(&chunk).unwrap();
+        stalled.push(stream);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let (rss5, _) = rss_kib_and_cpu_ticks(pid);
+    eprintln!("20 stalled 15 MiB partial frames: rss {} MiB", rss5 / 1024);
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    for s in &mut stalled {
+        s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+        while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+    }
+    let closed_after = started.elapsed() + Duration::from_secs(2);
+    std::thread::sleep(Duration::from_secs(2));
+    let (rss6, _) = rss_kib_and_cpu_ticks(pid);
+    eprintln!("the server closed them after {closed_after:?}; rss then {} MiB", rss6 / 1024);
+    transfers_commit(&config, 2, 5);
+}
