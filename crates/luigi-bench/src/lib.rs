@@ -1,6 +1,7 @@
 //! The Luigi benchmark suite: workloads, the load driver, local clusters, statistics and
 //! reports. Every figure it prints is measured by the run that prints it.
 
+pub mod cleanup;
 pub mod cluster;
 pub mod driver;
 pub mod micro;
