@@ -115,7 +115,7 @@ async fn thread_load(
         }
     };
     for _ in 0..in_flight {
-        running.push(launch(workload.next_txn()));
+        running.push(launch(workload.next_txn()?));
     }
     while let Some((sent, answered, done)) = running.next().await {
         let done = done.context("client stopped")?;
@@ -143,7 +143,7 @@ async fn thread_load(
             }
         }
         if answered < measure_until {
-            running.push(launch(workload.next_txn()));
+            running.push(launch(workload.next_txn()?));
         }
         // Past the interval: let the outstanding ones drain instead of abandoning them, so
         // the servers are not left with unanswered work at shutdown; stop after a grace.

@@ -5,6 +5,7 @@ pub mod cleanup;
 pub mod cluster;
 pub mod driver;
 pub mod micro;
+pub mod options;
 pub mod report;
 pub mod stats;
 pub mod workload;
