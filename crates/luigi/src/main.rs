@@ -176,6 +176,12 @@ struct MicroArgs {
 
 /// `luigi bench micro --help` epilogue: the bounds of a run and what it leaves behind.
 const MICRO_HELP: &str = "\
+Bounds: a run fails (non-zero exit) if its local servers do not listen within 20 s, if a shard
+commits no first transaction within 60 s, if the load does not end within warm-up + duration +
+a grace (15 s + the client's give-up time), if it commits nothing in its measured interval, or
+if transactions are left unknown (no complete answer within the client's give-up time: the
+cluster stalled or lost servers).
+
 The local cluster's servers, logs and data live in $TMPDIR/luigi-bench-XXXXXX; the servers are
 stopped and the directory removed on exit, error, panic, SIGINT, SIGTERM or SIGHUP. After a
 SIGKILL the servers still exit (their standard input closes) but the directory stays.";
