@@ -2,6 +2,15 @@
 //! connections) keeping `in_flight` transactions outstanding with no think time. A fixed
 //! warm-up is not counted; then completions inside the measured interval are counted and
 //! their latency (dispatch to answer, as the client sees it) recorded.
+//!
+//! After the measured interval no transaction is sent and the outstanding ones are drained
+//! (not counted, except those answered `Rejected` or `Unknown`: sent during the run, their
+//! failure belongs to it), so the servers are not left with unanswered work at shutdown.
+//!
+//! The load has a deadline: warm-up + measured interval + [`LoadOptions::grace`] after it
+//! starts. A load thread still waiting for answers then (a stuck or unreachable cluster, a
+//! client that no longer answers) stops, and the run fails with an error saying so instead
+//! of hanging.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,6 +38,11 @@ pub struct LoadOptions {
     pub duration: Duration,
     /// Client ids are `client_id_base + thread index` (unique per cluster run).
     pub client_id_base: u64,
+    /// How long after the measured interval the load may take to end (connect, drain the
+    /// outstanding transactions) before it is abandoned with an error. It must exceed the
+    /// time the client takes to answer a transaction `Unknown` (its attempts times its retry
+    /// timeout), so that a slow answer is not taken for a stuck cluster.
+    pub grace: Duration,
 }
 
 /// What the load measured.
@@ -36,7 +50,8 @@ pub struct LoadOptions {
 pub struct LoadReport {
     /// Latency of transactions answered in the measured interval.
     pub latency: LatencyRecorder,
-    /// Outcome counts in the measured interval.
+    /// Outcome counts in the measured interval, plus the `Rejected` and `Unknown` answers
+    /// drained after it.
     pub counters: Counters,
     /// Length of the measured interval actually observed.
     pub measured: Duration,
@@ -61,6 +76,7 @@ pub fn run_load(
     let start = Instant::now();
     let measure_from = start + opts.warmup;
     let measure_until = measure_from + opts.duration;
+    let deadline = measure_until + opts.grace;
     let reports = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..opts.threads)
             .map(|t| {
@@ -69,15 +85,9 @@ pub fn run_load(
                 let client_id = opts.client_id_base + u64::from(t);
                 scope.spawn(move || {
                     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                    rt.block_on(thread_load(
-                        cluster,
-                        client_id,
-                        opts.in_flight,
-                        workload,
-                        measure_from,
-                        measure_until,
-                        &progress,
-                    ))
+                    let window = Window { measure_from, measure_until, deadline };
+                    rt.block_on(thread_load(cluster, client_id, opts.in_flight, workload, window, &progress))
+                        .with_context(|| format!("load thread {t}"))
                 })
             })
             .collect();
@@ -94,16 +104,34 @@ pub fn run_load(
     Ok(total)
 }
 
+/// When a load thread counts answers, and when it must have finished.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    measure_from: Instant,
+    measure_until: Instant,
+    deadline: Instant,
+}
+
 async fn thread_load(
     cluster: &ClusterConfig,
     client_id: u64,
     in_flight: u32,
     mut workload: Box<dyn Workload>,
-    measure_from: Instant,
-    measure_until: Instant,
+    window: Window,
     progress: &Progress,
 ) -> anyhow::Result<LoadReport> {
-    let client = Client::connect(cluster, client_id).await.context("load client")?;
+    let Window { measure_from, measure_until, deadline } = window;
+    let overdue = |outstanding: usize| {
+        anyhow::anyhow!(
+            "the load did not finish {:.0?} after the measured interval ({outstanding} transaction(s) unanswered): \
+             the cluster is stuck or unreachable",
+            deadline - measure_until
+        )
+    };
+    let client = match tokio::time::timeout_at(deadline.into(), Client::connect(cluster, client_id)).await {
+        Ok(client) => client.context("load client")?,
+        Err(_) => return Err(overdue(0)),
+    };
     let mut report = LoadReport::default();
     let mut running = FuturesUnordered::new();
     let launch = |spec: crate::workload::TxnSpec| {
@@ -115,9 +143,14 @@ async fn thread_load(
         }
     };
     for _ in 0..in_flight {
-        running.push(launch(workload.next_txn()));
+        running.push(launch(workload.next_txn()?));
     }
-    while let Some((sent, answered, done)) = running.next().await {
+    loop {
+        let next = match tokio::time::timeout_at(deadline.into(), running.next()).await {
+            Ok(next) => next,
+            Err(_) => return Err(overdue(running.len())),
+        };
+        let Some((sent, answered, done)) = next else { break }; // drained
         let done = done.context("client stopped")?;
         let counted = answered >= measure_from && answered < measure_until;
         if answered >= measure_from {
@@ -141,15 +174,48 @@ async fn thread_load(
                 TxnOutcome::Rejected(_) => c.rejected += 1,
                 TxnOutcome::Unknown(_) => c.unknown += 1,
             }
+        } else if answered >= measure_until {
+            // Drained: a stalled cluster shows here (its transactions come back unknown).
+            match &done.outcome {
+                TxnOutcome::Rejected(_) => report.counters.rejected += 1,
+                TxnOutcome::Unknown(_) => report.counters.unknown += 1,
+                TxnOutcome::Ordered { .. } => {}
+            }
         }
         if answered < measure_until {
-            running.push(launch(workload.next_txn()));
-        }
-        // Past the interval: let the outstanding ones drain instead of abandoning them, so
-        // the servers are not left with unanswered work at shutdown; stop after a grace.
-        if answered >= measure_until + Duration::from_secs(5) {
-            break;
+            running.push(launch(workload.next_txn()?));
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::micro::{MicroConfig, MicroWorkload};
+    use luigi_proto::partition::HashPartitioner;
+    use luigi_runtime::net::wan::Scenario;
+
+    #[test]
+    fn a_cluster_that_never_answers_fails_the_load_at_its_deadline() {
+        // Connections succeed (the kernel accepts them) but nothing is ever answered.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let config = ClusterConfig::local(1, Scenario::None, &[silent.local_addr().unwrap().port()]);
+        let opts = LoadOptions {
+            threads: 2,
+            in_flight: 4,
+            warmup: Duration::ZERO,
+            duration: Duration::from_millis(200),
+            client_id_base: 1 << 8,
+            grace: Duration::from_millis(500),
+        };
+        let make = |t: u32| -> Box<dyn Workload> {
+            Box::new(MicroWorkload::new(MicroConfig::default(), Box::new(HashPartitioner::new(1)), u64::from(t)))
+        };
+        let started = Instant::now();
+        let err = run_load(&config, &opts, &make, &Arc::new(Progress::default())).expect_err("cannot finish");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("did not finish") && msg.contains("4 transaction(s) unanswered"), "{msg}");
+        assert!(started.elapsed() < Duration::from_secs(5), "stopped at its deadline: {:?}", started.elapsed());
+    }
 }

@@ -1,9 +1,11 @@
 //! The Luigi benchmark suite: workloads, the load driver, local clusters, statistics and
 //! reports. Every figure it prints is measured by the run that prints it.
 
+pub mod cleanup;
 pub mod cluster;
 pub mod driver;
 pub mod micro;
+pub mod options;
 pub mod report;
 pub mod stats;
 pub mod workload;

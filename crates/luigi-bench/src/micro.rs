@@ -1,4 +1,12 @@
 //! `luigi bench micro`: start (or reuse) a cluster, drive the micro workload, report.
+//!
+//! A run is bounded: the local cluster gets [`READY_TIMEOUT`] to listen, every shard
+//! [`PROBE_DEADLINE`] to commit a first transaction, and the load warm-up + duration + a grace
+//! (see [`load_grace`]); a [`Watchdog`] ends the process past the sum of these plus
+//! [`WATCHDOG_MARGIN`], should anything block beyond them. A run that commits nothing in its
+//! measured interval is an error, not a row of zeros, and so is a run with transactions left
+//! `Unknown` (the client got no complete answer within its give-up time: the cluster stalled
+//! or lost servers, and the figures would average a working and a stuck cluster).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,7 +23,8 @@ use luigi_runtime::config::ClusterConfig;
 use luigi_runtime::net::wan::Scenario;
 use serde_json::json;
 
-use crate::cluster::LocalCluster;
+use crate::cleanup::Watchdog;
+use crate::cluster::{LocalCluster, READY_TIMEOUT};
 use crate::driver::{run_load, LoadOptions, Progress};
 use crate::report::{abort_rate, BenchResult};
 use crate::workload::micro::{MicroConfig, MicroWorkload};
@@ -40,7 +49,8 @@ pub struct MicroRun {
     pub warmup: Duration,
     /// Workload parameters.
     pub micro: MicroConfig,
-    /// Coordinator headroom override.
+    /// Coordinator headroom override (also over a cluster file's: the headroom is applied by
+    /// the client's coordinator, the servers do not use it).
     pub headroom_us: Option<u64>,
     /// Run against the servers of this cluster file instead of starting a local cluster.
     pub cluster_file: Option<PathBuf>,
@@ -52,17 +62,71 @@ pub struct MicroRun {
     pub progress: bool,
 }
 
+/// How long every shard gets to commit a first transaction (leaders of replicated shards are
+/// elected first).
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(60);
+/// Least time the load may take past its measured interval (see [`load_grace`]).
+pub const LOAD_GRACE_MIN: Duration = Duration::from_secs(15);
+/// Time the watchdog adds to the sum of the run's own bounds.
+pub const WATCHDOG_MARGIN: Duration = Duration::from_secs(30);
+
+/// How long the load may take past its measured interval on `config` before the run fails:
+/// [`LOAD_GRACE_MIN`] plus the time the client takes to give up on a transaction (its
+/// attempts times its retry timeout), after which an unanswered transaction is answered
+/// `Unknown` rather than left waiting.
+pub fn load_grace(config: &ClusterConfig) -> Duration {
+    LOAD_GRACE_MIN + client_give_up(config)
+}
+
+/// How long the client asks about a transaction before answering it `Unknown`: its attempts
+/// times its retry timeout on `config`.
+pub fn client_give_up(config: &ClusterConfig) -> Duration {
+    let attempts = luigi_proto::coordinator::CoordinatorConfig::new(0).max_attempts;
+    Duration::from_micros(config.retry_timeout_us().saturating_mul(u64::from(attempts)))
+}
+
 /// Runs one micro benchmark configuration and returns its measured result.
+///
+/// Fails if the run does not finish within its bounds (see the module documentation), if no
+/// transaction commits in the measured interval, or if transactions are left `Unknown`.
 pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
     let started_at_unix_s = luigi_runtime::clock::now_us() / 1_000_000;
-    let (mut local, config) = match &run.cluster_file {
-        Some(path) => (None, ClusterConfig::load(path)?),
+    // The cluster file, or that of the local cluster to start (its addresses are set then).
+    let config = match &run.cluster_file {
+        Some(path) => {
+            let mut config = ClusterConfig::load(path)?;
+            if run.headroom_us.is_some() {
+                config.protocol.headroom_us = run.headroom_us;
+            }
+            config
+        }
         None => {
             let mut config = ClusterConfig::local(run.shards, run.net, &vec![0; run.shards as usize]);
             config.protocol.headroom_us = run.headroom_us;
             for shard in &mut config.shards {
                 shard.replicas = vec!["127.0.0.1:0".into(); run.replicas as usize];
             }
+            config
+        }
+    };
+    // The watchdog: every bound of the run, plus a margin.
+    let grace = load_grace(&config);
+    let start_up = if run.cluster_file.is_some() { Duration::ZERO } else { READY_TIMEOUT };
+    let bound = start_up + PROBE_DEADLINE + run.warmup + run.duration + grace + WATCHDOG_MARGIN;
+    let _watchdog = Watchdog::arm(
+        bound,
+        format!(
+            "the micro run did not finish within {}s (start-up, first commits, warm-up {}s, duration {}s, grace {}s): \
+             the cluster is stuck or unreachable; stopped",
+            bound.as_secs(),
+            run.warmup.as_secs_f64(),
+            run.duration.as_secs_f64(),
+            grace.as_secs()
+        ),
+    );
+    let (mut local, config) = match &run.cluster_file {
+        Some(_) => (None, config),
+        None => {
             let cluster =
                 LocalCluster::start(&run.exe, config, run.durability).context("starting the local cluster")?;
             let config = cluster.config().clone();
@@ -78,6 +142,7 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
         warmup: run.warmup,
         duration: run.duration,
         client_id_base: luigi_runtime::clock::now_us() << 8,
+        grace,
     };
     let micro = run.micro.clone();
     let make = move |t: u32| -> Box<dyn Workload> {
@@ -102,6 +167,22 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
     let report = report?;
     let c = report.counters;
     let measured_s = report.measured.as_secs_f64();
+    anyhow::ensure!(
+        c.committed > 0,
+        "no transaction committed in the {measured_s}s measured interval ({} aborted, {} rejected, {} unknown): \
+         the cluster is not serving, or the interval is shorter than a transaction's latency",
+        c.aborted,
+        c.rejected,
+        c.unknown
+    );
+    anyhow::ensure!(
+        c.unknown == 0,
+        "{} transaction(s) got no complete answer within the client's give-up time ({}s): the cluster stalled or \
+         lost servers during the run, its figures are not a measurement ({} committed)",
+        c.unknown,
+        client_give_up(&config).as_secs_f64(),
+        c.committed
+    );
     let mut params = BTreeMap::new();
     params.insert("keys".into(), json!(run.micro.keys));
     params.insert("ops".into(), json!(run.micro.ops));
@@ -140,9 +221,8 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
 /// must be answered (leaders of replicated shards are elected first). Without this, the
 /// transactions sent while elections run would be counted with their election wait.
 fn wait_until_serving(config: &ClusterConfig) -> anyhow::Result<()> {
-    const PROBE_DEADLINE: Duration = Duration::from_secs(60);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
+    let probe = async {
         let client = Client::connect(config, luigi_runtime::clock::now_us() << 8 | 0xff).await?;
         let partitioner = HashPartitioner::new(config.shard_count());
         for shard in 0..config.shard_count() {
@@ -158,6 +238,12 @@ fn wait_until_serving(config: &ClusterConfig) -> anyhow::Result<()> {
             }
         }
         Ok(())
+    };
+    rt.block_on(async {
+        match tokio::time::timeout(PROBE_DEADLINE, probe).await {
+            Ok(probed) => probed,
+            Err(_) => anyhow::bail!("no answer within {PROBE_DEADLINE:?}: the cluster is stuck or unreachable"),
+        }
     })
 }
 

@@ -7,11 +7,11 @@ mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use luigi_bench::micro::{run_micro, MicroRun};
+use luigi_bench::options::{BenchOptions, Target};
 use luigi_bench::report::{render_table, write_json, BenchResult};
 use luigi_bench::workload::micro::MicroConfig;
 use luigi_proto::procedure::Registry;
@@ -112,60 +112,85 @@ enum Bench {
     Micro(MicroArgs),
 }
 
+/// `luigi bench micro` options. Every value is checked before anything starts (no server,
+/// no directory): see `BenchOptions::validate` and `MicroConfig::validate` in luigi-bench.
 #[derive(Args)]
+#[command(after_help = MICRO_HELP)]
 struct MicroArgs {
-    /// Shards in the local cluster.
-    #[arg(long, default_value_t = 1)]
-    shards: u32,
-    /// Replicas per shard.
-    #[arg(long, default_value_t = 1)]
-    replicas: u32,
-    /// Client threads; a comma-separated list runs each in turn (e.g. 1,2,4,8).
+    /// Shards in the local cluster, 1 to 64 [default: 1]. Not with --cluster.
+    #[arg(long)]
+    shards: Option<u32>,
+    /// Replicas per shard of the local cluster, 1 to 7 [default: 1]. Not with --cluster.
+    #[arg(long)]
+    replicas: Option<u32>,
+    /// Client threads, 1 to 1024; a comma-separated list runs each in turn (e.g. 1,2,4,8).
     #[arg(long, default_value = "1", value_delimiter = ',')]
     threads: Vec<u32>,
-    /// Transactions each thread keeps outstanding.
+    /// Transactions each thread keeps outstanding, 1 to 100000 (and at most 1000000 over all
+    /// threads): each holds client memory until answered, and past the cluster's capacity more
+    /// only queue up.
     #[arg(long, default_value_t = 200)]
     in_flight: u32,
-    /// Network scenario(s): none, same-region, same-continent, cross-continent, geo.
-    #[arg(long, default_value = "same-region", value_delimiter = ',')]
-    net: Vec<Scenario>,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 10.0)]
+    /// Network scenario(s) of the local cluster: none, same-region, same-continent,
+    /// cross-continent, geo [default: same-region]. Not with --cluster.
+    #[arg(long, value_delimiter = ',')]
+    net: Option<Vec<Scenario>>,
+    /// Measured seconds, 0.1 to 86400 (a day).
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
     duration: f64,
-    /// Warm-up seconds (not counted).
-    #[arg(long, default_value_t = 2.0)]
+    /// Warm-up seconds (not counted), 0 to 86400 (a day).
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     warmup: f64,
-    /// Key space size.
+    /// Key space size, from twice --ops to 2^53.
     #[arg(long, default_value_t = 100_000)]
     keys: u64,
-    /// Operations per transaction.
+    /// Operations per transaction, 1 to 1000.
     #[arg(long, default_value_t = 10)]
     ops: u32,
-    /// Share of operations that are reads.
-    #[arg(long, default_value_t = 0.5)]
+    /// Share of operations that are reads, 0 to 1.
+    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
     read_ratio: f64,
-    /// Percentage of transactions touching every shard (default 100 with several shards).
+    /// Percentage of transactions touching every shard (with several shards), 0 to 100.
     #[arg(long, default_value_t = 100)]
     cross_shard: u32,
-    /// Zipfian skew of key choice (e.g. 0.99); uniform when absent.
-    #[arg(long)]
+    /// Zipfian skew of key choice, a finite exponent from 0 (uniform) to 3 (e.g. 0.99);
+    /// uniform when absent. Past 3 nearly every draw is one of the hottest few keys and a
+    /// transaction cannot find its distinct keys.
+    #[arg(long, allow_negative_numbers = true)]
     zipf: Option<f64>,
-    /// Coordinator headroom in µs (default: per scenario).
+    /// Coordinator headroom in µs, at most 60000000 (60 s) (default: per scenario). Also with
+    /// --cluster: it overrides the cluster file's, for this client only (the headroom is
+    /// applied by the client's coordinator; the servers do not use it).
     #[arg(long)]
     headroom_us: Option<u64>,
-    /// Results file (JSON array, one object per run).
+    /// Results file (JSON array, one object per run); checked writable before the first run.
     #[arg(long, default_value = "results/micro.json")]
     json: PathBuf,
-    /// Use the servers of this cluster file instead of starting a local cluster.
+    /// Use the servers of this cluster file instead of starting a local cluster: the file
+    /// and its servers decide the shards, replicas, network scenario and durability, so
+    /// --shards, --replicas, --net and --durability are refused with it.
     #[arg(long)]
     cluster: Option<PathBuf>,
-    /// Log durability of the servers started (every shard logs through Raft, one replica or more).
-    #[arg(long, default_value = "fsync")]
-    durability: DurabilityArg,
+    /// Log durability of the servers started (every shard logs through Raft, one replica or
+    /// more) [default: fsync]. Not with --cluster.
+    #[arg(long)]
+    durability: Option<DurabilityArg>,
     /// Do not draw a progress bar.
     #[arg(long)]
     no_progress: bool,
 }
+
+/// `luigi bench micro --help` epilogue: the bounds of a run and what it leaves behind.
+const MICRO_HELP: &str = "\
+Bounds: a run fails (non-zero exit) if its local servers do not listen within 20 s, if a shard
+commits no first transaction within 60 s, if the load does not end within warm-up + duration +
+a grace (15 s + the client's give-up time), if it commits nothing in its measured interval, or
+if transactions are left unknown (no complete answer within the client's give-up time: the
+cluster stalled or lost servers).
+
+The local cluster's servers, logs and data live in $TMPDIR/luigi-bench-XXXXXX; the servers are
+stopped and the directory removed on exit, error, panic, SIGINT, SIGTERM or SIGHUP. After a
+SIGKILL the servers still exit (their standard input closes) but the directory stays.";
 
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
@@ -252,39 +277,55 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
 }
 
 fn micro(args: MicroArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.shards > 0, "--shards must be at least 1");
-    anyhow::ensure!(args.replicas > 0, "--replicas must be at least 1");
-    anyhow::ensure!(args.in_flight > 0, "--in-flight must be at least 1");
-    anyhow::ensure!((0.0..=1.0).contains(&args.read_ratio), "--read-ratio must be between 0 and 1");
-    anyhow::ensure!(args.cross_shard <= 100, "--cross-shard is a percentage (0-100)");
-    anyhow::ensure!(args.duration > 0.0 && args.warmup >= 0.0, "--duration must be positive, --warmup not negative");
-    anyhow::ensure!(args.keys >= 2 * u64::from(args.ops), "--keys must be at least twice --ops");
+    // Everything is checked before the first run starts anything.
+    let options = BenchOptions {
+        shards: args.shards,
+        replicas: args.replicas,
+        net: args.net,
+        durability: args.durability.map(|d| match d {
+            DurabilityArg::Fsync => "fsync",
+            DurabilityArg::None => "none",
+        }),
+        threads: args.threads,
+        in_flight: args.in_flight,
+        duration_s: args.duration,
+        warmup_s: args.warmup,
+        headroom_us: args.headroom_us,
+        json: args.json,
+        cluster: args.cluster,
+    };
+    let workload = MicroConfig {
+        keys: args.keys,
+        ops: args.ops,
+        read_ratio: args.read_ratio,
+        cross_shard_pct: args.cross_shard,
+        zipf: args.zipf,
+    };
+    let plan = options.validate()?;
+    workload.validate(plan.shards())?;
     let exe = std::env::current_exe().context("cannot locate the luigi binary")?;
+    let (nets, replicas, durability, cluster_file) = match &plan.target {
+        Target::Local { replicas, nets, durability, .. } => (nets.clone(), *replicas, *durability, None),
+        // The servers' durability is their own --durability, which the client cannot see.
+        Target::File { path, config } => {
+            (vec![config.scenario()], config.shards[0].replicas.len() as u32, "unknown", Some(path.clone()))
+        }
+    };
     let mut results: Vec<BenchResult> = Vec::new();
-    for &net in &args.net {
-        for &threads in &args.threads {
-            anyhow::ensure!(threads > 0, "--threads must be at least 1");
+    for &net in &nets {
+        for &threads in &plan.threads {
             let run = MicroRun {
-                shards: args.shards,
-                replicas: args.replicas,
+                shards: plan.shards(),
+                replicas,
                 threads,
-                in_flight: args.in_flight,
+                in_flight: plan.in_flight,
                 net,
-                duration: Duration::from_secs_f64(args.duration),
-                warmup: Duration::from_secs_f64(args.warmup),
-                micro: MicroConfig {
-                    keys: args.keys,
-                    ops: args.ops,
-                    read_ratio: args.read_ratio,
-                    cross_shard_pct: args.cross_shard,
-                    zipf: args.zipf,
-                },
-                headroom_us: args.headroom_us,
-                cluster_file: args.cluster.clone(),
-                durability: match args.durability {
-                    DurabilityArg::Fsync => "fsync",
-                    DurabilityArg::None => "none",
-                },
+                duration: plan.duration,
+                warmup: plan.warmup,
+                micro: workload.clone(),
+                headroom_us: plan.headroom_us,
+                cluster_file: cluster_file.clone(),
+                durability,
                 exe: exe.clone(),
                 progress: !args.no_progress,
             };
@@ -300,10 +341,10 @@ fn micro(args: MicroArgs) -> anyhow::Result<()> {
                 result.latency_us.p99 as f64 / 1000.0
             );
             results.push(result);
-            write_json(&args.json, &results)?;
+            write_json(&plan.json, &results)?;
         }
     }
     println!("{}", render_table(&results));
-    println!("results written to {}", args.json.display());
+    println!("results written to {}", plan.json.display());
     Ok(())
 }

@@ -19,6 +19,7 @@ pub struct TxnSpec {
 
 /// A transaction generator; one per load thread, seeded per thread.
 pub trait Workload: Send {
-    /// The next transaction.
-    fn next_txn(&mut self) -> TxnSpec;
+    /// The next transaction, or why none can be drawn (e.g. the key space is too small or too
+    /// skewed to find the keys it needs): the run stops with that error.
+    fn next_txn(&mut self) -> anyhow::Result<TxnSpec>;
 }
