@@ -52,6 +52,9 @@ pub struct LeaderConfig {
     /// dispatches are rejected with an error reply rather than queued without bound. Also
     /// bounds the agreement messages buffered for transactions not yet dispatched here.
     pub max_pending: usize,
+    /// Transactions one client may have pending here at once; beyond it its dispatches are
+    /// answered `Busy` (nothing stored), so one client cannot fill the shard's queue.
+    pub max_pending_per_client: usize,
     /// Agreement items buffered for transactions whose dispatch has not arrived yet. Beyond
     /// it an item is dropped and its transaction is refused when the dispatch comes (never
     /// left waiting for an item that will not come again).
@@ -80,6 +83,7 @@ impl LeaderConfig {
             shards,
             floor_lookahead_us: 1_000_000,
             max_pending: 1 << 20,
+            max_pending_per_client: 1 << 17,
             max_early: 1 << 20,
             peer_batch_max: 256,
             watermark_broadcast_us: 1_000,
@@ -219,6 +223,8 @@ pub struct ShardLeader<L: ReplicatedLog> {
     floors: Floors,
     queue: HoldQueue,
     pending: Map<TxnId, Pending>,
+    /// Pending transactions per client (entries at zero are removed).
+    pending_per_client: Map<ClientId, usize>,
     early: Map<TxnId, Early>,
     /// Transactions one of whose early agreement items was dropped (buffer full): refused
     /// when their dispatch arrives. Bounded by `max_early` too.
@@ -268,6 +274,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             floors: Floors::default(),
             queue: HoldQueue::default(),
             pending: Map::default(),
+            pending_per_client: Map::default(),
             early: Map::default(),
             early_dropped: BTreeSet::new(),
             answers: Answers::default(),
@@ -339,7 +346,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 aborting: None,
                 admitted_us: now,
             };
-            l.pending.insert(id, pending);
+            l.insert_pending(id, pending);
         }
         l
     }
@@ -596,6 +603,16 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.reply_now(id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
             return;
         }
+        let client_pending = self.pending_per_client.get(&id.client).copied().unwrap_or(0);
+        if client_pending >= self.config.max_pending_per_client {
+            // Transient: not stored, the client asks again soon.
+            let why = format!(
+                "client {} has {client_pending} transactions pending on shard {}",
+                id.client, self.config.shard
+            );
+            self.reply_now(id, 0, Err(TxnError::Busy(why)), arrival_delta_us, 0, out);
+            return;
+        }
         if let Err(reason) = self.validate(&txn) {
             self.refuse(&txn, reason, arrival_delta_us, out);
             return;
@@ -624,7 +641,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
         self.queue.insert(id, proposal, keys);
         let agreement = txn.is_cross_shard().then(|| Agreement::new(txn.shards().collect()));
-        self.pending.insert(
+        self.insert_pending(
             id,
             Pending {
                 txn,
@@ -730,6 +747,22 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     /// Answered here, or refused and waiting for the `Refuse` record: agreement items for it
     /// are not buffered.
+    fn insert_pending(&mut self, id: TxnId, p: Pending) {
+        *self.pending_per_client.entry(id.client).or_default() += 1;
+        let old = self.pending.insert(id, p);
+        assert!(old.is_none(), "{id:?} pending twice");
+    }
+
+    fn remove_pending(&mut self, id: TxnId) -> Option<Pending> {
+        let p = self.pending.remove(&id)?;
+        let count = self.pending_per_client.get_mut(&id.client).expect("counted when inserted");
+        *count -= 1;
+        if *count == 0 {
+            self.pending_per_client.remove(&id.client);
+        }
+        Some(p)
+    }
+
     fn is_answered(&self, id: TxnId) -> bool {
         self.answers.is_answered(id) || self.refusing.contains_key(&id)
     }
@@ -1007,7 +1040,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     fn on_abort_logged(&mut self, id: TxnId, out: &mut Vec<LeaderOutput>) {
         self.cancel_recovery(id);
-        let Some(p) = self.pending.remove(&id) else { return };
+        let Some(p) = self.remove_pending(id) else { return };
         self.queue.remove(id);
         self.undecided_moves.retain(|(_, moved)| *moved != id);
         self.stats.aborted += 1;
@@ -1017,7 +1050,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     fn execute(&mut self, id: TxnId) {
-        let p = self.pending.remove(&id).expect("released transactions are pending");
+        let p = self.remove_pending(id).expect("released transactions are pending");
         assert!(p.durable, "executing a transaction whose PREPARE is not committed");
         assert!(
             p.agreement.as_ref().is_none_or(Agreement::is_decided),

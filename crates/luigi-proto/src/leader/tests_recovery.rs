@@ -314,3 +314,21 @@ fn a_transaction_naming_a_missing_shard_is_refused_and_nothing_is_logged() {
     let r = replies(&tick(&mut l, 1_000));
     assert_eq!((r.len(), r[0].ts), (1, 300), "the shard still commits");
 }
+
+/// One client cannot fill a shard's queue: past its cap it is told `Busy` (nothing stored),
+/// and it is admitted again once some of its transactions ran.
+#[test]
+fn a_client_over_its_pending_cap_is_told_busy() {
+    let config = LeaderConfig { max_pending_per_client: 2, ..LeaderConfig::new(0, 8) };
+    let mut l = ShardLeader::new(config, TapLog::default(), Store::new(), Registry::with_builtins());
+    dispatch(&mut l, 100, &txn(1, 5_000, &[(0, 1, Some(1))]));
+    dispatch(&mut l, 100, &txn(2, 5_000, &[(0, 2, Some(1))]));
+    let out = dispatch(&mut l, 100, &txn(3, 5_000, &[(0, 3, Some(1))]));
+    assert!(
+        matches!(client_replies(&out).as_slice(), [(_, Err(TxnError::Busy(why)))] if why.contains("2 transactions pending"))
+    );
+    assert_eq!((l.pending_len(), l.stats().admitted, l.stats().rejected), (2, 2, 0));
+    assert_eq!(replies(&tick(&mut l, 6_000)).len(), 2);
+    dispatch(&mut l, 6_100, &txn(3, 7_000, &[(0, 3, Some(1))]));
+    assert_eq!(l.stats().admitted, 3, "admitted once the others ran");
+}
