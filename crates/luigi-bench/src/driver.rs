@@ -198,7 +198,8 @@ mod tests {
 
     #[test]
     fn a_cluster_that_never_answers_fails_the_load_at_its_deadline() {
-        // Connections succeed (the kernel accepts them) but nothing is ever answered.
+        // Connections succeed (the kernel accepts them) but nothing is ever answered, not
+        // even the challenge a server sends first: the client never gets to dispatch.
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let config = ClusterConfig::local(1, Scenario::None, &[silent.local_addr().unwrap().port()]);
         let opts = LoadOptions {
@@ -215,7 +216,7 @@ mod tests {
         let started = Instant::now();
         let err = run_load(&config, &opts, &make, &Arc::new(Progress::default())).expect_err("cannot finish");
         let msg = format!("{err:#}");
-        assert!(msg.contains("did not finish") && msg.contains("4 transaction(s) unanswered"), "{msg}");
+        assert!(msg.contains("did not finish"), "{msg}");
         assert!(started.elapsed() < Duration::from_secs(5), "stopped at its deadline: {:?}", started.elapsed());
     }
 }
