@@ -30,6 +30,7 @@ use crate::auth;
 use crate::clock;
 use crate::config::{ClusterConfig, NodeId, CLIENT_NODE};
 use crate::gate::{self, ConnAuth, GateConfig};
+use crate::net::codec::MAX_FRAME_BYTES_DEFAULT;
 use crate::net::peer::{connect, split_stream, NetConfig, PeerWriter};
 use crate::net::wan::{DelayLine, DelayLink};
 use crate::replica::{raft_id, RaftShell};
@@ -46,6 +47,11 @@ const PEER_RECONNECT_DELAY: Duration = Duration::from_millis(50);
 /// Clients heard from within this long get watermark broadcasts (coordinators ping every
 /// shard they wait on every 250 ms while anything is in flight).
 const ACTIVE_CLIENT_US: u64 = 2_000_000;
+/// The largest frame a connection may send before it authenticates (a hello, a status
+/// query): a stranger cannot make the server buffer megabytes.
+const PRE_AUTH_FRAME_BYTES: usize = 64 << 10;
+/// The largest frame from a client (a transaction: arguments up to 4 MiB plus its key sets).
+const CLIENT_FRAME_BYTES: usize = 8 << 20;
 /// Connections a server keeps open at once (clients and peers); more are closed at accept.
 const CONNECTIONS_MAX: usize = 4096;
 /// How long an outbound server link waits for the peer's challenge.
@@ -223,13 +229,31 @@ async fn open(
     open_conns: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> std::io::Result<()> {
     let (writer, reader) = split_stream::<WireMsg, WireMsg>(stream, net, link)?;
+    let frame_limit = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(PRE_AUTH_FRAME_BYTES));
+    let reader = reader.with_frame_limit(frame_limit.clone());
+    let reader_limit = frame_limit;
     let counted = OpenConn::new(open_conns);
     let reader_tx = tx.clone();
     // Whatever arrives before the event loop has sent this connection its challenge is
     // dropped there (a well-behaved peer waits for the challenge).
     let task = tokio::spawn(async move {
         let _counted = counted;
-        let end = reader.forward(&reader_tx, |msg| Inbound::Msg { conn, msg }).await;
+        // A hello raises the frame limit at once, before the next frame is read (the event
+        // loop closes the connection if the hello's proof fails): a client sends its first
+        // transaction right behind its hello.
+        let end = reader
+            .forward(&reader_tx, |msg| {
+                let raised = match &msg {
+                    WireMsg::Client(ClientMsg::Hello { .. }) => Some(CLIENT_FRAME_BYTES),
+                    WireMsg::PeerHello { .. } => Some(MAX_FRAME_BYTES_DEFAULT),
+                    _ => None,
+                };
+                if let Some(bytes) = raised {
+                    reader_limit.store(bytes, std::sync::atomic::Ordering::Relaxed);
+                }
+                Inbound::Msg { conn, msg }
+            })
+            .await;
         debug!(conn, ?end, "connection reader ended");
         let _ = reader_tx.send(Inbound::Closed { conn }).await;
     });

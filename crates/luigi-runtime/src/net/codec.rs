@@ -185,6 +185,9 @@ pub fn decode_payload<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError
 /// directions.
 pub struct FrameCodec<T> {
     max_frame_bytes: usize,
+    /// When set, the decoding limit is read from here at every frame (raised by the server
+    /// once a connection has authenticated).
+    shared_limit: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
     _msg: PhantomData<fn() -> T>,
 }
 
@@ -196,7 +199,18 @@ impl<T> FrameCodec<T> {
 
     /// Codec with a custom payload limit in bytes (clamped to `u32::MAX`).
     pub fn with_max_frame_bytes(max_frame_bytes: usize) -> Self {
-        FrameCodec { max_frame_bytes: max_frame_bytes.min(u32::MAX as usize), _msg: PhantomData }
+        FrameCodec { max_frame_bytes: max_frame_bytes.min(u32::MAX as usize), shared_limit: None, _msg: PhantomData }
+    }
+
+    /// Decodes frames up to the smaller of the codec's limit and `limit` as it is now.
+    pub fn with_shared_limit(mut self, limit: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        self.shared_limit = Some(limit);
+        self
+    }
+
+    fn decode_limit(&self) -> usize {
+        let shared = self.shared_limit.as_ref().map_or(usize::MAX, |l| l.load(std::sync::atomic::Ordering::Relaxed));
+        self.max_frame_bytes.min(shared)
     }
 
     /// The payload limit in bytes.
@@ -213,7 +227,7 @@ impl<T> Default for FrameCodec<T> {
 
 impl<T> Clone for FrameCodec<T> {
     fn clone(&self) -> Self {
-        Self::with_max_frame_bytes(self.max_frame_bytes)
+        FrameCodec { shared_limit: self.shared_limit.clone(), ..Self::with_max_frame_bytes(self.max_frame_bytes) }
     }
 }
 
@@ -234,8 +248,9 @@ impl<T: DeserializeOwned> Decoder for FrameCodec<T> {
         let mut len_be = [0u8; LEN_PREFIX_BYTES];
         len_be.copy_from_slice(prefix);
         let len = u32::from_be_bytes(len_be) as usize;
-        if len > self.max_frame_bytes {
-            return Err(FrameError::TooLarge { len, max: self.max_frame_bytes });
+        let max = self.decode_limit();
+        if len > max {
+            return Err(FrameError::TooLarge { len, max });
         }
         let frame_bytes = LEN_PREFIX_BYTES + len;
         if src.len() < frame_bytes {

@@ -46,8 +46,9 @@ use super::wan::{DelayError, DelayLink};
 /// Default capacity of a writer's queue, in frames.
 pub const SEND_QUEUE_FRAMES_DEFAULT: usize = 1 << 16;
 
-/// Initial capacity of a reader's receive buffer.
-const READ_BUFFER_BYTES: usize = 64 << 10;
+/// Initial capacity of a reader's receive buffer (it grows for larger frames; an idle
+/// connection holds only this).
+const READ_BUFFER_BYTES: usize = 16 << 10;
 
 /// The writer stops gathering more frames into a batch beyond this size.
 const MAX_BATCH_BYTES: usize = 256 << 10;
@@ -207,6 +208,7 @@ pub struct PeerReader<T> {
     read: OwnedReadHalf,
     peer: SocketAddr,
     max_frame_bytes: usize,
+    shared_limit: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
     /// Sending `()` tells the writer task to close the connection; dropping
     /// it means "reader done, keep writing".
     close_tx: oneshot::Sender<()>,
@@ -226,11 +228,11 @@ impl<T: DeserializeOwned + Send + 'static> PeerReader<T> {
     }
 
     fn into_parts(self) -> (FramedRead<OwnedReadHalf, FrameCodec<T>>, SocketAddr, oneshot::Sender<()>) {
-        let frames = FramedRead::with_capacity(
-            self.read,
-            FrameCodec::with_max_frame_bytes(self.max_frame_bytes),
-            READ_BUFFER_BYTES,
-        );
+        let mut codec = FrameCodec::with_max_frame_bytes(self.max_frame_bytes);
+        if let Some(limit) = self.shared_limit {
+            codec = codec.with_shared_limit(limit);
+        }
+        let frames = FramedRead::with_capacity(self.read, codec, READ_BUFFER_BYTES);
         (frames, self.peer, self.close_tx)
     }
 
@@ -250,6 +252,13 @@ impl<T: DeserializeOwned + Send + 'static> PeerReader<T> {
     /// Many connections can fan in to one consumer this way.
     pub async fn forward<U>(self, tx: &mpsc::Sender<U>, map: impl FnMut(T) -> U) -> ReadEnd {
         self.start().forward(tx, map).await
+    }
+
+    /// Limits the frames this reader takes to `limit` as it is when each frame starts (a
+    /// server lowers it for connections that have not authenticated yet).
+    pub fn with_frame_limit(mut self, limit: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        self.shared_limit = Some(limit);
+        self
     }
 
     /// Starts reading: the returned reader hands out messages one at a time (for a
@@ -434,7 +443,14 @@ where
         max_frame_bytes: cfg.max_frame_bytes,
         _msg: PhantomData,
     };
-    let reader = PeerReader { read, peer, max_frame_bytes: cfg.max_frame_bytes, close_tx, _msg: PhantomData };
+    let reader = PeerReader {
+        read,
+        peer,
+        max_frame_bytes: cfg.max_frame_bytes,
+        shared_limit: None,
+        close_tx,
+        _msg: PhantomData,
+    };
     Ok((writer, reader))
 }
 
