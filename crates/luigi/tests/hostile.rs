@@ -303,5 +303,8 @@ fn idle_and_stalled_connections_cost_little() {
     std::thread::sleep(Duration::from_secs(2));
     let (rss6, _) = rss_kib_and_cpu_ticks(pid);
     eprintln!("the server closed them after {closed_after:?}; rss then {} MiB", rss6 / 1024);
-    transfers_commit(&config, 2, 5);
+    transfers_commit(&config, 2, 200);
+    std::thread::sleep(Duration::from_secs(2));
+    let (rss7, _) = rss_kib_and_cpu_ticks(pid);
+    eprintln!("after 200 more transactions: rss {} MiB", rss7 / 1024);
 }
