@@ -598,6 +598,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
         if let Err(reason) = self.check_malformed(&txn) {
             // Every participant refuses it alike: nothing to log, nobody to tell.
+            tracing::warn!(shard = self.config.shard, txn = ?id, %reason, "refused a malformed transaction");
             self.stats.rejected += 1;
             self.stats.malformed += 1;
             self.reply_now(id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
