@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -18,22 +17,7 @@ use serde_json::Value;
 const EXE: &str = env!("CARGO_BIN_EXE_luigi");
 
 fn start(config: &Path, data: &Path, node: &str, port: u16, log: &Path) -> ServerProc {
-    let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-    let child = Command::new(EXE)
-        .args(["server", "--exit-on-stdin-eof", "--durability", "none", "--node", node, "--config"])
-        .arg(config)
-        .arg("--data-dir")
-        .arg(data)
-        .stdin(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{node} did not start listening");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    ServerProc(child)
+    common::start_server(config, data, node, port, log, "none")
 }
 
 fn luigi(config: &Path, args: &[&str]) -> Output {

@@ -20,7 +20,7 @@ use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 use luigi_runtime::net::codec::{decode_payload, encode_frame};
 
-use common::{free_port, latest_leader, scratch, start_durable, transfer, ServerProc};
+use common::{free_port, latest_leader, scratch, start_durable, three_replica_cluster_with, transfer, ServerProc};
 
 const SECRET: &str = "a test cluster secret, 32 chars";
 
@@ -123,16 +123,8 @@ fn transfers_commit(config: &ClusterConfig, client_id: u64, n: u64) {
 fn forged_frames_are_refused_and_the_cluster_keeps_committing() {
     let dir = scratch("hostile");
     let data = dir.join("data");
-    let ports: Vec<[u16; 3]> = (0..2).map(|_| [free_port(), free_port(), free_port()]).collect();
-    let mut toml = format!("net = \"none\"\nsecret = \"{SECRET}\"\n");
-    for p in &ports {
-        toml.push_str(&format!(
-            "[[shards]]\nreplicas = [\"127.0.0.1:{}\", \"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n",
-            p[0], p[1], p[2]
-        ));
-    }
-    let config_path = dir.join("cluster.toml");
-    std::fs::write(&config_path, toml).unwrap();
+    let (config_path, ports) =
+        three_replica_cluster_with(&dir, 2, &format!("net = \"none\"\nsecret = \"{SECRET}\""), "");
     let log = dir.join("servers.log");
     let mut servers: Vec<Vec<Option<ServerProc>>> = (0..2)
         .map(|s| {

@@ -62,8 +62,18 @@ impl ServerProc {
 /// A cluster file with `shards` shards of 3 replicas on fresh loopback ports, network scenario
 /// `net` and the `[protocol]` lines `protocol` (may be empty), written to `dir/cluster.toml`.
 pub fn three_replica_cluster(dir: &Path, shards: u32, net: &str, protocol: &str) -> (PathBuf, Vec<[u16; 3]>) {
+    three_replica_cluster_with(dir, shards, &format!("net = \"{net}\""), protocol)
+}
+
+/// Like [`three_replica_cluster`] with the file's top-level lines given whole (`net`, `secret`).
+pub fn three_replica_cluster_with(
+    dir: &Path,
+    shards: u32,
+    top_level: &str,
+    protocol: &str,
+) -> (PathBuf, Vec<[u16; 3]>) {
     let ports: Vec<[u16; 3]> = (0..shards).map(|_| [free_port(), free_port(), free_port()]).collect();
-    let mut toml = format!("net = \"{net}\"\n[protocol]\n{protocol}");
+    let mut toml = format!("{top_level}\n[protocol]\n{protocol}");
     for p in &ports {
         toml.push_str(&format!(
             "[[shards]]\nreplicas = [\"127.0.0.1:{}\", \"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n",
@@ -78,9 +88,14 @@ pub fn three_replica_cluster(dir: &Path, shards: u32, net: &str, protocol: &str)
 /// Starts server `node` of cluster file `config` with fsync durability and its data under
 /// `data`, appending its log (`RUST_LOG=info`) to `log`, and waits until it listens on `port`.
 pub fn start_durable(config: &Path, data: &Path, node: &str, port: u16, log: &Path) -> ServerProc {
+    start_server(config, data, node, port, log, "fsync")
+}
+
+/// Like [`start_durable`] with the given `--durability`.
+pub fn start_server(config: &Path, data: &Path, node: &str, port: u16, log: &Path, durability: &str) -> ServerProc {
     let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
     let child = Command::new(EXE)
-        .args(["server", "--exit-on-stdin-eof", "--durability", "fsync", "--node", node, "--config"])
+        .args(["server", "--exit-on-stdin-eof", "--durability", durability, "--node", node, "--config"])
         .arg(config)
         .arg("--data-dir")
         .arg(data)
