@@ -168,9 +168,12 @@ impl TxnOutcome {
     /// The user-abort reason, if a procedure aborted on purpose.
     pub fn user_abort(&self) -> Option<&str> {
         match self {
-            TxnOutcome::Ordered { results, .. } => results.iter().find_map(|(_, r)| match r {
-                Err(TxnError::Proc(ProcError::UserAbort(why))) => Some(why.as_str()),
-                _ => None,
+            TxnOutcome::Ordered { results, .. } => results.iter().find_map(|(_, r)| {
+                if let Err(TxnError::Proc(ProcError::UserAbort(why))) = r {
+                    Some(why.as_str())
+                } else {
+                    None
+                }
             }),
             TxnOutcome::Rejected(_) | TxnOutcome::Unknown(_) => None,
         }
@@ -413,10 +416,9 @@ impl Coordinator {
             return;
         };
         let all_answered = flight.replies.iter().all(Option::is_some);
-        if let Some(why) = flight.replies.iter().flatten().find_map(|r| match &r.outcome {
-            Err(TxnError::Rejected(why)) => Some(why.clone()),
-            _ => None,
-        }) {
+        let rejection =
+            |r: &TxnReply| if let Err(TxnError::Rejected(why)) = &r.outcome { Some(why.clone()) } else { None };
+        if let Some(why) = flight.replies.iter().flatten().find_map(rejection) {
             // Definite at once (a refusal is durable and executes nowhere), but acknowledged
             // only once every participant has answered: a participant that never saw it must
             // not find it acknowledged (it would take it for one it answered).

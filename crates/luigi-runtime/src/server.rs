@@ -243,10 +243,12 @@ async fn open(
         // transaction right behind its hello.
         let end = reader
             .forward(&reader_tx, |msg| {
-                let raised = match &msg {
-                    WireMsg::Client(ClientMsg::Hello { .. }) => Some(CLIENT_FRAME_BYTES),
-                    WireMsg::PeerHello { .. } => Some(MAX_FRAME_BYTES_DEFAULT),
-                    _ => None,
+                let raised = if matches!(msg, WireMsg::Client(ClientMsg::Hello { .. })) {
+                    Some(CLIENT_FRAME_BYTES)
+                } else if matches!(msg, WireMsg::PeerHello { .. }) {
+                    Some(MAX_FRAME_BYTES_DEFAULT)
+                } else {
+                    None
                 };
                 if let Some(bytes) = raised {
                     reader_limit.store(bytes, std::sync::atomic::Ordering::Relaxed);
