@@ -108,6 +108,11 @@ impl LocalCluster {
             }
         }
         drop(held);
+        if config.secret.is_none() {
+            // The servers authenticate each other as in production; the file is private to
+            // this run's directory.
+            config.secret = Some(random_secret());
+        }
         let path = dir.join("cluster.toml");
         std::fs::write(&path, config.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
         let mut cluster = LocalCluster { config, procs, durability: durability.to_string() };
@@ -218,6 +223,17 @@ impl LocalCluster {
 
 fn free_loopback_listener() -> anyhow::Result<TcpListener> {
     TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")
+}
+
+/// 128 random bits as hex, from the standard library's per-process random hash keys.
+fn random_secret() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let half = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(std::process::id().into());
+        h.finish()
+    };
+    format!("{:016x}{:016x}", half(), half())
 }
 
 #[cfg(test)]
