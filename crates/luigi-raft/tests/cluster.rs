@@ -29,11 +29,6 @@ fn propose_many(c: &mut Cluster, count: usize) -> Vec<(u64, LogRecord)> {
     out
 }
 
-fn wait_all_applied(c: &mut Cluster, len: usize, max_units: u64) {
-    c.run_until(max_units, |c| c.reference.len() >= len && c.all_applied_equal())
-        .unwrap_or_else(|| panic!("not every replica applied {len} records (reference has {})", c.reference.len()));
-}
-
 #[test]
 fn a_leader_elected_and_proposals_commit_in_order_everywhere() {
     for n in [3, 5] {
@@ -41,7 +36,7 @@ fn a_leader_elected_and_proposals_commit_in_order_everywhere() {
         let leader = c.elect(100 * TICK);
         assert!(c.log(leader).is_leader());
         let proposed = propose_many(&mut c, 60);
-        wait_all_applied(&mut c, 60, 100 * TICK);
+        c.wait_all_applied(60, 100 * TICK);
         // Every replica took the same records, in proposal order, at the indexes `propose` returned.
         assert_eq!(c.reference, proposed, "n = {n}");
         for id in 1..=n {
@@ -81,7 +76,7 @@ fn c_leader_failover_and_rejoin() {
     for n in [3, 5] {
         let mut c = Cluster::new(n, 21 + n);
         let before = propose_many(&mut c, 20);
-        wait_all_applied(&mut c, 20, 100 * TICK);
+        c.wait_all_applied(20, 100 * TICK);
         let old = c.live_leader().expect("leader");
         let old_term = c.log(old).term();
 
@@ -110,7 +105,7 @@ fn c_leader_failover_and_rejoin() {
 
         // The old leader rejoins and catches up; its doomed proposal is overwritten.
         c.isolated.clear();
-        wait_all_applied(&mut c, 40, 100 * TICK);
+        c.wait_all_applied(40, 100 * TICK);
         assert_eq!(c.node(old).applied.len(), 40);
         assert!(c.reference.iter().all(|(_, r)| *r != doomed));
         assert_eq!(c.log(old).role(), Role::Follower);
@@ -191,7 +186,7 @@ fn f_partitioned_minority_cannot_commit_and_its_leader_steps_down() {
     for n in [3u64, 5] {
         let mut c = Cluster::new(n, 40 + n);
         let before = propose_many(&mut c, 10);
-        wait_all_applied(&mut c, 10, 100 * TICK);
+        c.wait_all_applied(10, 100 * TICK);
         let old = c.live_leader().expect("leader");
         // Minority: the leader plus (n - 1) / 2 - 1 followers.
         let mut minority: BTreeSet<u64> = BTreeSet::from([old]);
@@ -229,7 +224,7 @@ fn f_partitioned_minority_cannot_commit_and_its_leader_steps_down() {
         }
         // Heal: the minority's uncommitted entries are overwritten, everyone converges.
         c.partition = None;
-        wait_all_applied(&mut c, 20, 100 * TICK);
+        c.wait_all_applied(20, 100 * TICK);
         assert_eq!(&c.reference[..10], &before[..]);
         assert_eq!(&c.reference[10..20], &after[..]);
         assert!(c.reference.iter().all(|(_, r)| !doomed.contains(r)));
@@ -243,7 +238,7 @@ fn transfer_leader_and_campaign() {
     let mut c = Cluster::new(3, 3);
     let leader = c.elect(100 * TICK);
     propose_many(&mut c, 5);
-    wait_all_applied(&mut c, 5, 100 * TICK);
+    c.wait_all_applied(5, 100 * TICK);
     let target = if leader == 1 { 2 } else { 1 };
     c.node_mut(leader).log.transfer_leader(target);
     c.process(leader);
@@ -270,7 +265,7 @@ fn transfer_leader_and_campaign() {
     c.isolated.clear();
     c.elect(50 * TICK);
     propose_many(&mut c, 5);
-    wait_all_applied(&mut c, 10, 100 * TICK);
+    c.wait_all_applied(10, 100 * TICK);
 }
 
 #[test]

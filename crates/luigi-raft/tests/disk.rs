@@ -4,27 +4,10 @@
 mod common;
 
 use common::{Cluster, TICK};
-use luigi_proto::log::{LogRecord, ReplicatedLog};
+use luigi_proto::log::ReplicatedLog;
 use luigi_raft::disk::{DiskError, DiskStorage, HARD_STATE_FILE};
 use luigi_raft::{HardState, RaftConfig, RaftError, RaftLog, RecoveredState};
 use luigi_wal::{Durability, WalOptions};
-
-fn propose_n(c: &mut Cluster, n: usize) -> Vec<(u64, LogRecord)> {
-    let mut out = Vec::new();
-    while out.len() < n {
-        let leader = c.elect(100 * TICK);
-        if let Ok(p) = c.propose(leader) {
-            out.push(p);
-        }
-        c.step();
-    }
-    out
-}
-
-fn converge(c: &mut Cluster, len: usize) {
-    c.run_until(200 * TICK, |c| c.reference.len() >= len && c.all_applied_equal())
-        .unwrap_or_else(|| panic!("no convergence on {len} records (have {})", c.reference.len()));
-}
 
 /// The entries a replica's disk holds, as `(index, term)`.
 fn disk_log(dir: &std::path::Path) -> (RecoveredState, Vec<(u64, u64)>) {
@@ -37,8 +20,8 @@ fn disk_log(dir: &std::path::Path) -> (RecoveredState, Vec<(u64, u64)>) {
 fn e_restart_from_disk_rejoins_and_log_matches() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = Cluster::with_disk(3, 17, tmp.path(), Durability::Fsync);
-    let first = propose_n(&mut c, 15);
-    converge(&mut c, 15);
+    let first = c.propose_n(15);
+    c.wait_all_applied(15, 200 * TICK);
     let leader = c.live_leader().unwrap();
     let follower = if leader == 1 { 2 } else { 1 };
     let persisted = c.log(follower).persisted_index();
@@ -46,7 +29,7 @@ fn e_restart_from_disk_rejoins_and_log_matches() {
 
     // Drop the follower (its process dies); the others go on.
     c.crash(follower);
-    let second = propose_n(&mut c, 15);
+    let second = c.propose_n(15);
     c.run_until(100 * TICK, |c| c.reference.len() >= 30).expect("the other two commit");
 
     // What is on disk is what it acknowledged.
@@ -60,15 +43,15 @@ fn e_restart_from_disk_rejoins_and_log_matches() {
     assert_eq!(c.log(follower).last_index(), persisted);
     assert_eq!(c.log(follower).term(), term);
     c.check_log_matching();
-    converge(&mut c, 30);
+    c.wait_all_applied(30, 200 * TICK);
     assert_eq!(c.node(follower).applied, [first, second].concat());
 
     // Now the leader dies and comes back from its disk.
     let leader = c.live_leader().unwrap();
     c.crash(leader);
-    let third = propose_n(&mut c, 5);
+    let third = c.propose_n(5);
     c.restart(leader);
-    converge(&mut c, 35);
+    c.wait_all_applied(35, 200 * TICK);
     assert_eq!(&c.reference[30..], &third[..]);
     c.check_log_matching();
     c.check_committed_stable();
@@ -78,8 +61,8 @@ fn e_restart_from_disk_rejoins_and_log_matches() {
 fn e_entries_never_synced_are_not_there_after_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = Cluster::with_disk(3, 23, tmp.path(), Durability::Fsync);
-    propose_n(&mut c, 5);
-    converge(&mut c, 5);
+    c.propose_n(5);
+    c.wait_all_applied(5, 200 * TICK);
     let leader = c.live_leader().unwrap();
     let victim = if leader == 3 { 2 } else { 3 };
     let synced_last = c.log(victim).persisted_index();
@@ -98,7 +81,7 @@ fn e_entries_never_synced_are_not_there_after_restart() {
     assert!(c.unsynced.iter().all(|&i| i > last), "unsynced {:?} vs last durable {last}", c.unsynced);
     // The other two committed them regardless; the victim catches up after restarting.
     c.restart(victim);
-    converge(&mut c, 8);
+    c.wait_all_applied(8, 200 * TICK);
     c.check_log_matching();
 }
 
@@ -106,8 +89,8 @@ fn e_entries_never_synced_are_not_there_after_restart() {
 fn e_conflicting_suffix_is_truncated_on_disk() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = Cluster::with_disk(3, 31, tmp.path(), Durability::None);
-    propose_n(&mut c, 5);
-    converge(&mut c, 5);
+    c.propose_n(5);
+    c.wait_all_applied(5, 200 * TICK);
     let old = c.live_leader().unwrap();
     let old_commit = c.log(old).commit_index();
     // The isolated leader appends (and persists) entries nobody else will ever have.
@@ -121,10 +104,10 @@ fn e_conflicting_suffix_is_truncated_on_disk() {
     let doomed_term = c.log(old).term();
     // The majority moves on with more entries than the doomed suffix.
     c.run_until(40 * TICK, |c| c.live_leader().is_some_and(|l| l != old)).unwrap();
-    propose_n(&mut c, 8);
+    c.propose_n(8);
     c.run_until(100 * TICK, |c| c.reference.len() >= 13).unwrap();
     c.isolated.clear();
-    converge(&mut c, 13);
+    c.wait_all_applied(13, 200 * TICK);
     // The doomed entries were overwritten on disk too: after a restart, the old leader's log
     // holds no entry of its doomed term past the old commit, and matches the others.
     c.crash(old);
@@ -137,19 +120,19 @@ fn e_conflicting_suffix_is_truncated_on_disk() {
     for &(i, t) in &terms {
         assert_eq!(c.log(other).term_at(i), Some(t), "index {i}");
     }
-    converge(&mut c, 13);
+    c.wait_all_applied(13, 200 * TICK);
 }
 
 #[test]
 fn snapshots_catch_up_a_lagging_replica_and_survive_restarts() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = Cluster::with_disk(3, 41, tmp.path(), Durability::None);
-    propose_n(&mut c, 5);
-    converge(&mut c, 5);
+    c.propose_n(5);
+    c.wait_all_applied(5, 200 * TICK);
     let leader = c.live_leader().unwrap();
     let lagging = if leader == 1 { 2 } else { 1 };
     c.crash(lagging);
-    propose_n(&mut c, 20);
+    c.propose_n(20);
     c.run_until(100 * TICK, |c| c.reference.len() >= 25).unwrap();
     // Everyone up compacts: the entries the lagging replica misses are gone from every log.
     for id in c.up_ids() {
@@ -158,9 +141,9 @@ fn snapshots_catch_up_a_lagging_replica_and_survive_restarts() {
     }
     let leader = c.live_leader().unwrap();
     assert!(c.log(leader).first_index() > 20);
-    propose_n(&mut c, 5);
+    c.propose_n(5);
     c.restart(lagging);
-    converge(&mut c, 30);
+    c.wait_all_applied(30, 200 * TICK);
     assert_eq!(c.snapshots_installed, 1, "the lagging replica was brought up by a snapshot");
     assert!(c.log(lagging).snapshot_index() > 20);
     c.check_log_matching();
@@ -170,8 +153,8 @@ fn snapshots_catch_up_a_lagging_replica_and_survive_restarts() {
         c.restart(id);
         assert!(c.log(id).snapshot_index() > 20, "replica {id} recovered its snapshot");
     }
-    propose_n(&mut c, 5);
-    converge(&mut c, 35);
+    c.propose_n(5);
+    c.wait_all_applied(35, 200 * TICK);
     c.check_log_matching();
     c.check_committed_stable();
 }
@@ -219,8 +202,8 @@ fn recovery_rejects_inconsistent_state_with_clear_errors() {
 fn damaged_hard_state_file_is_reported() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = Cluster::with_disk(3, 5, tmp.path(), Durability::None);
-    propose_n(&mut c, 2);
-    converge(&mut c, 2);
+    c.propose_n(2);
+    c.wait_all_applied(2, 200 * TICK);
     c.crash(1);
     let path = tmp.path().join("r1").join(HARD_STATE_FILE);
     let mut bytes = std::fs::read(&path).unwrap();

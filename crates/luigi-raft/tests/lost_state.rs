@@ -8,28 +8,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{Cluster, Durable, TICK};
-use luigi_proto::log::LogRecord;
 use luigi_raft::disk::{prepare_rejoin, DiskError, DiskStorage, DAMAGED_FILE, HARD_STATE_FILE, REJOIN_FILE};
 use luigi_raft::eraftpb::{Message, MessageType};
 use luigi_raft::{encode_message, HardState, PersistEntry, RaftConfig, RaftError, RaftLog, RecoveredState};
 use luigi_wal::{Durability, WalOptions};
-
-fn propose_n(c: &mut Cluster, n: usize) -> Vec<(u64, LogRecord)> {
-    let mut out = Vec::new();
-    while out.len() < n {
-        let leader = c.elect(100 * TICK);
-        if let Ok(p) = c.propose(leader) {
-            out.push(p);
-        }
-        c.step();
-    }
-    out
-}
-
-fn converge(c: &mut Cluster, len: usize) {
-    c.run_until(300 * TICK, |c| c.reference.len() >= len && c.all_applied_equal())
-        .unwrap_or_else(|| panic!("no convergence on {len} records (have {})", c.reference.len()));
-}
 
 fn dir_of(root: &Path, id: u64) -> PathBuf {
     root.join(format!("r{id}"))
@@ -49,8 +31,8 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
 /// A 3-replica cluster on disk with `n` records committed everywhere; returns it and a follower.
 fn cluster_with(root: &Path, seed: u64, n: usize) -> (Cluster, u64) {
     let mut c = Cluster::with_disk(3, seed, root, Durability::Fsync);
-    propose_n(&mut c, n);
-    converge(&mut c, n);
+    c.propose_n(n);
+    c.wait_all_applied(n, 300 * TICK);
     let leader = c.live_leader().unwrap();
     (c, if leader == 3 { 2 } else { 3 })
 }
@@ -169,8 +151,8 @@ fn a_follower_whose_log_lost_its_tail_stops_with_an_error() {
     assert_eq!(*who, f);
     assert!(msg.contains("lost acknowledged log entries") && msg.contains(&format!("ends at index {last}")), "{msg}");
     // The others go on.
-    propose_n(&mut c, 5);
-    converge(&mut c, 35);
+    c.propose_n(5);
+    c.wait_all_applied(35, 300 * TICK);
 }
 
 #[test]
@@ -221,7 +203,7 @@ fn a_rebuilt_replica_catches_up_by_log_from_an_idle_leader() {
     c.crash(f);
     rejoin(&mut c, tmp.path(), f);
     // No proposals: the heartbeats alone bring it back (the leader believes it holds 25+).
-    converge(&mut c, 25);
+    c.wait_all_applied(25, 300 * TICK);
     c.run_until(50 * TICK, |c| !c.log(f).is_rejoining()).expect("rejoin completes");
     assert_eq!(c.node(f).applied, c.reference);
     assert_eq!(c.snapshots_installed, 0, "by log entries");
@@ -231,13 +213,13 @@ fn a_rebuilt_replica_catches_up_by_log_from_an_idle_leader() {
     c.crash(f);
     c.restart(f);
     assert!(!c.log(f).is_rejoining());
-    propose_n(&mut c, 5);
-    converge(&mut c, 30);
+    c.propose_n(5);
+    c.wait_all_applied(30, 300 * TICK);
     c.crash(leader);
     c.run_until(200 * TICK, |c| c.live_leader().is_some()).expect("a new leader");
-    propose_n(&mut c, 5);
+    c.propose_n(5);
     c.restart(leader);
-    converge(&mut c, 35);
+    c.wait_all_applied(35, 300 * TICK);
     c.check_log_matching();
 }
 
@@ -250,21 +232,21 @@ fn a_rebuilt_replica_catches_up_by_snapshot_under_load() {
         c.compact(id).expect("something to compact");
     }
     c.crash(f);
-    propose_n(&mut c, 5);
+    c.propose_n(5);
     rejoin(&mut c, tmp.path(), f);
     // Keep proposing while it catches up.
     for _ in 0..10 {
-        propose_n(&mut c, 2);
+        c.propose_n(2);
         c.run(3);
     }
-    converge(&mut c, 45);
+    c.wait_all_applied(45, 300 * TICK);
     c.run_until(50 * TICK, |c| !c.log(f).is_rejoining()).expect("rejoin completes");
     assert_eq!(c.snapshots_installed, 1, "by snapshot");
     assert!(c.log(f).snapshot_index() >= 20);
     assert_eq!(c.node(f).applied, c.reference);
     check_rejoined(&c, tmp.path(), f);
-    propose_n(&mut c, 3);
-    converge(&mut c, 48);
+    c.propose_n(3);
+    c.wait_all_applied(48, 300 * TICK);
 }
 
 #[test]
@@ -283,11 +265,11 @@ fn a_rebuilt_replica_does_not_vote_before_it_caught_up() {
     assert_eq!(c.log(f).term(), 0, "it did not even learn the candidates' terms");
     // With the old leader back there is a majority without it; it then catches up.
     c.restart(leader);
-    converge(&mut c, 10);
+    c.wait_all_applied(10, 300 * TICK);
     c.run_until(100 * TICK, |c| !c.log(f).is_rejoining()).expect("rejoin completes");
     check_rejoined(&c, tmp.path(), f);
-    propose_n(&mut c, 5);
-    converge(&mut c, 15);
+    c.propose_n(5);
+    c.wait_all_applied(15, 300 * TICK);
 }
 
 #[test]

@@ -419,6 +419,28 @@ impl Cluster {
         pred(self).then_some(max_units)
     }
 
+    /// Proposes `n` records, one per time unit, on whichever replica leads (electing one
+    /// first when needed; proposals a replica refuses are retried); returns them.
+    pub fn propose_n(&mut self, n: usize) -> Vec<(LogIndex, LogRecord)> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let leader = self.elect(100 * TICK);
+            if let Ok(p) = self.propose(leader) {
+                out.push(p);
+            }
+            self.step();
+        }
+        out
+    }
+
+    /// Runs until the reference log holds `len` records and every replica applied the same
+    /// ones, within `max_units`; panics otherwise.
+    pub fn wait_all_applied(&mut self, len: usize, max_units: u64) {
+        self.run_until(max_units, |c| c.reference.len() >= len && c.all_applied_equal()).unwrap_or_else(|| {
+            panic!("not every replica applied {len} records (reference has {})", self.reference.len())
+        });
+    }
+
     /// A fresh record (unique timestamp).
     pub fn record(&mut self) -> LogRecord {
         let ts = self.next_ts;
