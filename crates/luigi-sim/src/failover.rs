@@ -270,6 +270,34 @@ pub struct FailoverReport {
     pub trace_hash: u64,
 }
 
+impl FailoverReport {
+    /// Adds `r`'s counts to this sweep total; the longest `recovery_us` and `end_us` are kept
+    /// (per-run fields, `seed`, `shard_hashes` and `trace_hash`, are left as they are).
+    pub fn absorb(&mut self, r: &FailoverReport) {
+        self.txns += r.txns;
+        self.committed += r.committed;
+        self.rejected += r.rejected;
+        self.orphans += r.orphans;
+        self.unknown += r.unknown;
+        self.outages += r.outages;
+        self.recovery_us = self.recovery_us.max(r.recovery_us);
+        self.orphans_executed += r.orphans_executed;
+        self.crashes += r.crashes;
+        self.kills += r.kills;
+        self.cuts += r.cuts;
+        self.promotions += r.promotions;
+        self.demotions += r.demotions;
+        self.compactions += r.compactions;
+        self.leader_compactions += r.leader_compactions;
+        self.snapshots_installed += r.snapshots_installed;
+        self.retries += r.retries;
+        self.recover_sent += r.recover_sent;
+        self.end_us = self.end_us.max(r.end_us);
+        self.events += r.events;
+        self.messages += r.messages;
+    }
+}
+
 /// Runs a replicated simulation with faults and checks it.
 pub fn run_replicated(config: &SimConfig, faults: &FaultConfig) -> Result<FailoverReport, Violation> {
     let summary = format!("{} {}", config.summary(), faults.summary());

@@ -59,15 +59,7 @@ fn random_faults_sweep() {
     let mut total = FailoverReport::default();
     for seed in common::seeds(1..81) {
         let r = must_pass("random_faults_sweep", failover_config(seed, shards(seed)), &FaultConfig::new());
-        total.committed += r.committed;
-        total.crashes += r.crashes;
-        total.cuts += r.cuts;
-        total.promotions += r.promotions;
-        total.demotions += r.demotions;
-        total.events += r.events;
-        total.retries += r.retries;
-        total.orphans += r.orphans;
-        total.end_us = total.end_us.max(r.end_us);
+        total.absorb(&r);
         if std::env::var(SEED_ENV).is_ok() {
             eprintln!("{r:?}");
         }
@@ -89,11 +81,7 @@ fn random_faults_with_snapshots_sweep() {
     let faults = FaultConfig { snapshot_entries: Some(15), replicas: 5, ..FaultConfig::new() };
     for seed in common::seeds(2001..2061) {
         let r = must_pass("random_faults_with_snapshots_sweep", failover_config(seed, shards(seed)), &faults);
-        total.committed += r.committed;
-        total.crashes += r.crashes;
-        total.compactions += r.compactions;
-        total.leader_compactions += r.leader_compactions;
-        total.snapshots_installed += r.snapshots_installed;
+        total.absorb(&r);
         if std::env::var(SEED_ENV).is_ok() {
             eprintln!("{r:?}");
         }
@@ -117,14 +105,7 @@ fn kill_sweep(test: &str, point: KillPoint, seeds: std::ops::Range<u64>) -> Fail
         if std::env::var(SEED_ENV).is_ok() {
             eprintln!("{r:?}");
         }
-        total.committed += r.committed;
-        total.kills += r.kills;
-        total.crashes += r.crashes;
-        total.promotions += r.promotions;
-        total.orphans += r.orphans;
-        total.orphans_executed += r.orphans_executed;
-        total.recover_sent += r.recover_sent;
-        total.retries += r.retries;
+        total.absorb(&r);
     }
     eprintln!("{test}: {total:?}");
     total
@@ -264,11 +245,7 @@ fn harsh_faults_sweep() {
     for seed in common::seeds(sweep(1_000, 50)) {
         let (config, faults) = harsh(seed);
         let r = must_pass("harsh_faults_sweep", config, &faults);
-        total.committed += r.committed;
-        total.crashes += r.crashes;
-        total.kills += r.kills;
-        total.orphans += r.orphans;
-        total.promotions += r.promotions;
+        total.absorb(&r);
     }
     eprintln!("harsh faults: {total:?} in {:?}", started.elapsed());
     assert!(total.committed > 0 && total.crashes > 0 && total.kills > 0, "{total:?}");
@@ -314,7 +291,6 @@ fn majority_loss(seed: u64) -> (SimConfig, FaultConfig) {
 fn majority_loss_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
-    let mut recovery_us_max = 0;
     let seeds = common::seeds(sweep(4_000, 40));
     let runs = seeds.len() as u64;
     for seed in seeds {
@@ -323,15 +299,7 @@ fn majority_loss_sweep() {
         if std::env::var(SEED_ENV).is_ok() {
             eprintln!("{r:?}");
         }
-        total.committed += r.committed;
-        total.rejected += r.rejected;
-        total.unknown += r.unknown;
-        total.outages += r.outages;
-        total.crashes += r.crashes;
-        total.promotions += r.promotions;
-        total.orphans += r.orphans;
-        total.recover_sent += r.recover_sent;
-        recovery_us_max = recovery_us_max.max(r.recovery_us);
+        total.absorb(&r);
     }
     eprintln!(
         "majority loss: committed {} rejected {} unknown-then-resolved {} outages {} crashes {} promotions {} \
@@ -343,7 +311,7 @@ fn majority_loss_sweep() {
         total.crashes,
         total.promotions,
         total.recover_sent,
-        recovery_us_max / 1000,
+        total.recovery_us / 1000,
         started.elapsed()
     );
     if std::env::var(SEED_ENV).is_err() {
