@@ -44,9 +44,6 @@ const EVENTS_PER_BATCH_MAX: usize = 4096;
 const PEER_BACKLOG_BATCHES_MAX: usize = 1 << 16;
 /// Pause between attempts to (re)connect to a peer leader.
 const PEER_RECONNECT_DELAY: Duration = Duration::from_millis(50);
-/// Clients heard from within this long get watermark broadcasts (coordinators ping every
-/// shard they wait on every 250 ms while anything is in flight).
-const ACTIVE_CLIENT_US: u64 = 2_000_000;
 /// The largest frame a connection may send before it authenticates (a hello, a status
 /// query): a stranger cannot make the server buffer megabytes.
 const PRE_AUTH_FRAME_BYTES: usize = 64 << 10;
@@ -349,8 +346,6 @@ struct Conns {
     auth: Map<ConnId, ConnAuth>,
     /// Each accepted connection's reader task (stopped when the connection is refused).
     readers: Map<ConnId, tokio::task::AbortHandle>,
-    /// When each connected client last sent anything (watermarks go to recent ones only).
-    last_heard: Map<ClientId, u64>,
     gate: GateConfig,
     /// Makes each connection's challenge unique across restarts.
     started_us: u64,
@@ -387,14 +382,7 @@ impl Conns {
         self.writers.remove(&conn);
         self.readers.remove(&conn);
         self.auth.remove(&conn);
-        let last_heard = &mut self.last_heard;
-        self.client_conn.retain(|client, c| {
-            let keep = *c != conn;
-            if !keep {
-                last_heard.remove(client);
-            }
-            keep
-        });
+        self.client_conn.retain(|_, c| *c != conn);
     }
 
     fn send_to_client(&self, client: ClientId, msg: WireMsg) {
@@ -409,15 +397,21 @@ impl Conns {
         }
     }
 
-    /// Sends `msg` (a watermark) to the clients heard from in the last
-    /// [`ACTIVE_CLIENT_US`]: a client with something in flight pings every shard it waits on
-    /// more often than that, and an idle one costs nothing.
+    /// Sends `msg` (a watermark) to `clients` (the leader picks those heard from recently);
+    /// a lost one is superseded by the next.
+    fn send_to_clients(&self, clients: &[ClientId], msg: &WireMsg) {
+        self.send_to_conns(clients.iter().filter_map(|c| self.client_conn.get(c)), msg);
+    }
+
+    /// Sends `msg` (a watermark) to every connected client.
     fn send_to_all_clients(&self, msg: &WireMsg) {
-        let now = clock::now_us();
-        for (client, conn) in &self.client_conn {
-            let active = self.last_heard.get(client).is_some_and(|at| now.saturating_sub(*at) <= ACTIVE_CLIENT_US);
-            if let (true, Some(w)) = (active, self.writers.get(conn)) {
-                let _ = w.send(msg); // watermarks are periodic; a lost one is superseded
+        self.send_to_conns(self.client_conn.values(), msg);
+    }
+
+    fn send_to_conns<'a>(&self, conns: impl Iterator<Item = &'a ConnId>, msg: &WireMsg) {
+        for conn in conns {
+            if let Some(w) = self.writers.get(conn) {
+                let _ = w.send(msg);
             }
         }
     }
@@ -644,7 +638,6 @@ async fn event_loop(
         writers: Map::default(),
         auth: Map::default(),
         readers: Map::default(),
-        last_heard: Map::default(),
         gate,
         started_us: clock::now_us(),
         client_conn: Map::default(),
@@ -744,7 +737,6 @@ fn on_msg(member: &mut Member, conns: &mut Conns, conn: ConnId, msg: WireMsg, ou
         gate::Verdict::Client(client) => {
             let WireMsg::Client(msg) = msg else { unreachable!("the gate names a client only for client messages") };
             conns.client_conn.insert(client, conn);
-            conns.last_heard.insert(client, clock::now_us());
             member.on_client(client, msg, out);
             flush(conns, out);
         }
@@ -858,6 +850,7 @@ fn flush(conns: &mut Conns, out: &mut Vec<LeaderOutput>) {
     for o in out.drain(..) {
         match o {
             LeaderOutput::ToClient { client, msg } => conns.send_to_client(client, WireMsg::Server(msg)),
+            LeaderOutput::ToClients { clients, msg } => conns.send_to_clients(&clients, &WireMsg::Server(msg)),
             LeaderOutput::ToAllClients { msg } => conns.send_to_all_clients(&WireMsg::Server(msg)),
             LeaderOutput::ToPeer { shard, batch } => conns.send_to_peer(shard, batch),
         }

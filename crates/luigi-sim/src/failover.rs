@@ -1323,6 +1323,11 @@ impl<'a> FailoverWorld<'a> {
                         self.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
                     }
                 }
+                LeaderOutput::ToClients { clients, msg } => {
+                    for client in clients {
+                        self.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
+                    }
+                }
                 LeaderOutput::ToPeer { shard: to, batch } => {
                     if to == s || to >= self.config.shards || batch.from != s {
                         return Err(self.violation(

@@ -414,6 +414,12 @@ impl<'a> World<'a> {
                         self.net.send(self.config, &mut self.queue, now, me, Node::Client(client), m);
                     }
                 }
+                LeaderOutput::ToClients { clients, msg } => {
+                    for client in clients {
+                        let m = SimMsg::ToClient(msg.clone());
+                        self.net.send(self.config, &mut self.queue, now, me, Node::Client(client), m);
+                    }
+                }
                 LeaderOutput::ToPeer { shard: to, batch } => {
                     if to == shard || to >= self.config.shards || batch.from != shard {
                         return Err(self.violation(

@@ -89,7 +89,7 @@ impl Leader {
             match o {
                 LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => self.replies.push(r),
                 LeaderOutput::ToPeer { batch, .. } => batches.push(batch),
-                LeaderOutput::ToClient { .. } | LeaderOutput::ToAllClients { .. } => {}
+                LeaderOutput::ToClient { .. } | LeaderOutput::ToClients { .. } | LeaderOutput::ToAllClients { .. } => {}
             }
         }
         batches

@@ -61,8 +61,15 @@ pub struct LeaderConfig {
     pub max_early: usize,
     /// A peer's outgoing batch is flushed at the next tick, or at once when it holds this many.
     pub peer_batch_max: usize,
-    /// How often the watermark is sent to every connected client.
+    /// How often the watermark is sent to the clients heard from recently.
     pub watermark_broadcast_us: u64,
+    /// Clients heard from (any message) within this long get watermark broadcasts; idle
+    /// ones cost nothing. Coordinators ping every shard they wait on more often than this
+    /// while anything is in flight (`CoordinatorConfig::keepalive_us`).
+    pub active_client_us: u64,
+    /// Every this long a watermark broadcast goes to every connected client instead: a client
+    /// whose pings go to a replica that no longer leads learns the new leader from it.
+    pub all_clients_broadcast_us: u64,
     /// How often an `Applied` marker (the watermark) is logged for followers, when it moved.
     pub applied_marker_us: u64,
     /// A cross-shard transaction prepared here and still undecided this long after its
@@ -87,6 +94,8 @@ impl LeaderConfig {
             max_early: 1 << 20,
             peer_batch_max: 256,
             watermark_broadcast_us: 1_000,
+            active_client_us: 2_000_000,
+            all_clients_broadcast_us: 100_000,
             applied_marker_us: 1_000,
             recover_after_us: 2_000_000,
             mutations: Mutations::default(),
@@ -115,6 +124,13 @@ pub enum LeaderOutput {
     },
     /// Send `msg` to every connected client.
     ToAllClients {
+        /// Message.
+        msg: ServerMsg,
+    },
+    /// Send `msg` to each of `clients`.
+    ToClients {
+        /// Destinations.
+        clients: Vec<ClientId>,
         /// Message.
         msg: ServerMsg,
     },
@@ -234,6 +250,10 @@ pub struct ShardLeader<L: ReplicatedLog> {
     refusing: Map<TxnId, Refusing>,
     /// Executed transactions whose answer waits for the watermark, by (ts, id).
     unanswered: BTreeSet<(Timestamp, TxnId)>,
+    /// When each client was last heard from (pruned at every broadcast).
+    clients_heard: Map<ClientId, TimeUs>,
+    /// When the watermark last went to every connected client.
+    all_clients_at: TimeUs,
     /// Agreement items per destination shard, flushed at the next tick.
     outbox: BTreeMap<ShardId, Vec<PeerItem>>,
     /// Records the log refused (backlog); proposed again at the next pump.
@@ -279,6 +299,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             early_dropped: BTreeSet::new(),
             answers: Answers::default(),
             refusing: Map::default(),
+            clients_heard: Map::default(),
+            all_clients_at: 0,
             unanswered: BTreeSet::new(),
             outbox: BTreeMap::new(),
             log_retry: Vec::new(),
@@ -446,6 +468,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// Handles a message from client `client`.
     pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
         self.now = now;
+        self.clients_heard.insert(client, now);
         match msg {
             ClientMsg::Hello { .. } => {}
             ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
@@ -518,7 +541,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if now >= at + self.config.watermark_broadcast_us && self.watermark > w {
             self.broadcast_at = (now, self.watermark);
             let msg = ServerMsg::Watermark { shard: self.config.shard, watermark: self.watermark };
-            out.push(LeaderOutput::ToAllClients { msg });
+            let since = now.saturating_sub(self.config.active_client_us);
+            self.clients_heard.retain(|_, heard| *heard >= since);
+            if now >= self.all_clients_at + self.config.all_clients_broadcast_us {
+                self.all_clients_at = now;
+                out.push(LeaderOutput::ToAllClients { msg });
+            } else if !self.clients_heard.is_empty() {
+                let clients = self.clients_heard.keys().copied().collect();
+                out.push(LeaderOutput::ToClients { clients, msg });
+            }
         }
         if now >= self.applied_at.0 + self.config.applied_marker_us {
             self.log_applied_marker(now);
@@ -1150,7 +1181,10 @@ mod tests {
         out.iter()
             .filter_map(|o| match o {
                 LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => Some(r.clone()),
-                LeaderOutput::ToClient { .. } | LeaderOutput::ToAllClients { .. } | LeaderOutput::ToPeer { .. } => None,
+                LeaderOutput::ToClient { .. }
+                | LeaderOutput::ToClients { .. }
+                | LeaderOutput::ToAllClients { .. }
+                | LeaderOutput::ToPeer { .. } => None,
             })
             .collect()
     }
@@ -1286,6 +1320,53 @@ mod tests {
             out.as_slice(),
             [LeaderOutput::ToClient { client: 9, msg: ServerMsg::Pong { shard: 0, arrival_delta_us: 600, .. } }]
         ));
+    }
+
+    /// Watermarks go to the clients heard from within `active_client_us`, not to every
+    /// client ever connected (200 idle clients once cost 60 % of a core).
+    #[test]
+    fn watermarks_go_only_to_recently_heard_clients() {
+        let mut l = leader();
+        let broadcasts = |out: &[LeaderOutput]| {
+            out.iter()
+                .filter_map(|o| match o {
+                    LeaderOutput::ToClients { clients, msg: ServerMsg::Watermark { .. } } => {
+                        let mut clients = clients.clone();
+                        clients.sort_unstable();
+                        Some(clients)
+                    }
+                    LeaderOutput::ToClients { .. }
+                    | LeaderOutput::ToAllClients { .. }
+                    | LeaderOutput::ToClient { .. }
+                    | LeaderOutput::ToPeer { .. } => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut out = Vec::new();
+        l.tick(100_000, &mut out);
+        assert!(
+            out.iter().any(|o| matches!(o, LeaderOutput::ToAllClients { msg: ServerMsg::Watermark { .. } })),
+            "now and then every connected client is told (a client may be pinging a replica that no longer leads)"
+        );
+        out.clear();
+        l.tick(101_100, &mut out);
+        assert!(broadcasts(&out).is_empty(), "nobody heard from: nobody to tell until the next broadcast to all");
+        l.on_client(101_000, 3, ClientMsg::Ping { sent_us: 101_000 }, &mut out);
+        l.on_client(1_500_000, 4, ClientMsg::Ping { sent_us: 1_500_000 }, &mut out);
+        // Every client is told at 1_500_000, 2_500_000 and 4_000_000 (at most every 100 ms),
+        // the recent ones at the ticks in between.
+        l.tick(1_500_000, &mut out);
+        out.clear();
+        l.tick(1_501_600, &mut out);
+        assert_eq!(broadcasts(&out), vec![vec![3, 4]]);
+        l.tick(2_500_000, &mut out);
+        out.clear();
+        l.tick(2_501_100, &mut out);
+        assert_eq!(broadcasts(&out), vec![vec![4]], "client 3 has been silent for over 2 s");
+        l.tick(4_000_000, &mut out);
+        out.clear();
+        l.tick(4_001_100, &mut out);
+        assert!(broadcasts(&out).is_empty());
     }
 
     #[test]

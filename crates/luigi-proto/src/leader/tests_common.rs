@@ -64,7 +64,10 @@ pub(super) fn to_peer(out: &[LeaderOutput], shard: ShardId) -> Vec<PeerBatch> {
     out.iter()
         .filter_map(|o| match o {
             LeaderOutput::ToPeer { shard: s, batch } if *s == shard => Some(batch.clone()),
-            LeaderOutput::ToPeer { .. } | LeaderOutput::ToClient { .. } | LeaderOutput::ToAllClients { .. } => None,
+            LeaderOutput::ToPeer { .. }
+            | LeaderOutput::ToClient { .. }
+            | LeaderOutput::ToClients { .. }
+            | LeaderOutput::ToAllClients { .. } => None,
         })
         .collect()
 }
