@@ -243,6 +243,38 @@ pub enum WireMsg {
     Server(ServerMsg),
     /// Between shard leaders.
     Peer(PeerBatch),
+    /// Replication and routing between servers: Raft within a shard, snapshots offered to
+    /// the leader, and leader announcements across shards. Kept apart from Luigi's own
+    /// messages: any protocol replicated the same way uses them unchanged.
+    Replication(ReplicationMsg),
+    /// First frame a server sends on every connection it accepts: the nonce a client (with a
+    /// client token) or a peer server proves its key over.
+    Challenge {
+        /// Unique per connection of this server.
+        nonce: [u8; 16],
+    },
+    /// A server's answer to the challenge on its outbound link to another server:
+    /// HMAC-SHA256 under the cluster secret over the nonce, the acceptor's and the sender's
+    /// node. Only after it are server-to-server messages accepted on that connection.
+    PeerHello {
+        /// The sender's shard.
+        shard: ShardId,
+        /// The sender's replica index.
+        replica: u32,
+        /// The proof.
+        proof: [u8; 32],
+    },
+    /// A message was refused (malformed, unauthenticated, not allowed on this connection):
+    /// why, for the sender's log.
+    Refused {
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+/// Server-to-server messages of the replication layer (see [`WireMsg::Replication`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicationMsg {
     /// Between the replicas of one shard: an encoded Raft message.
     Raft {
         /// The shard whose group this is.
@@ -274,28 +306,5 @@ pub enum WireMsg {
         replica: u32,
         /// The Raft term it leads in: an announcement from an older term is stale.
         term: u64,
-    },
-    /// First frame a server sends on every connection it accepts: the nonce a client (with a
-    /// client token) or a peer server proves its key over.
-    Challenge {
-        /// Unique per connection of this server.
-        nonce: [u8; 16],
-    },
-    /// A server's answer to the challenge on its outbound link to another server:
-    /// HMAC-SHA256 under the cluster secret over the nonce, the acceptor's and the sender's
-    /// node. Only after it are server-to-server messages accepted on that connection.
-    PeerHello {
-        /// The sender's shard.
-        shard: ShardId,
-        /// The sender's replica index.
-        replica: u32,
-        /// The proof.
-        proof: [u8; 32],
-    },
-    /// A message was refused (malformed, unauthenticated, not allowed on this connection):
-    /// why, for the sender's log.
-    Refused {
-        /// What was wrong.
-        reason: String,
     },
 }

@@ -9,10 +9,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig};
-use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError, WireMsg};
+use luigi_node::ClientRoutes;
+use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
+use luigi_proto::msg::{ClientMsg, WireMsg};
 use luigi_proto::partition::{split, HashPartitioner, Partitioner};
-use luigi_proto::types::{ClientId, ShardId, ShardPiece, Timestamp, TxnId};
+use luigi_proto::types::{ClientId, ShardId, ShardPiece, TxnId};
 use luigi_store::Key;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, warn};
@@ -118,7 +119,7 @@ impl Client {
             match ev {
                 Some(ev) => routes.on_event_before_start(ev),
                 None => {
-                    let addrs: Vec<String> = (0..routes.replicas[shard as usize])
+                    let addrs: Vec<String> = (0..routes.guess.replicas(shard))
                         .filter_map(|replica| config.node_addr(NodeId { shard, replica }))
                         .map(|a| a.to_string())
                         .collect();
@@ -245,22 +246,20 @@ async fn replica_link(
 }
 
 /// Where each shard's messages go: the replica believed to lead it, and the connections.
+/// The client's links, and its guess of each shard's leader (the routing rules are
+/// [`ClientRoutes`]'s, shared with the simulator).
 struct Routes {
-    replicas: Vec<u32>,
     writers: HashMap<NodeId, PeerWriter<WireMsg>>,
-    target: Vec<u32>,
-    /// Highest watermark heard from any replica of each shard.
-    best_watermark: Vec<Timestamp>,
+    guess: ClientRoutes,
 }
 
 impl Routes {
     fn new(replicas: Vec<u32>) -> Self {
-        let n = replicas.len();
-        Self { replicas, writers: HashMap::new(), target: vec![0; n], best_watermark: vec![0; n] }
+        Self { writers: HashMap::new(), guess: ClientRoutes::new(replicas) }
     }
 
     fn unreachable_shard(&self) -> Option<ShardId> {
-        (0..self.replicas.len() as ShardId).find(|&shard| !self.writers.keys().any(|n| n.shard == shard))
+        (0..self.guess.shards()).find(|&shard| !self.writers.keys().any(|n| n.shard == shard))
     }
 
     fn on_event_before_start(&mut self, ev: Event) {
@@ -275,37 +274,11 @@ impl Routes {
         }
     }
 
-    /// The writer for `shard`'s leader, falling back to any connected replica (which answers
-    /// with a hint if it does not lead).
-    fn writer(&mut self, shard: ShardId) -> Option<&PeerWriter<WireMsg>> {
-        let s = shard as usize;
-        let n = *self.replicas.get(s)?;
-        for step in 0..n {
-            let replica = (self.target[s] + step) % n;
-            if self.writers.contains_key(&NodeId { shard, replica }) {
-                self.target[s] = replica;
-                return self.writers.get(&NodeId { shard, replica });
-            }
-        }
-        None
-    }
-
-    fn not_leader(&mut self, node: NodeId, hint: Option<u32>) {
-        let s = node.shard as usize;
-        if self.target[s] == node.replica {
-            let next = (node.replica + 1) % self.replicas[s];
-            self.target[s] = hint.filter(|h| *h != node.replica && *h < self.replicas[s]).unwrap_or(next);
-            debug!(shard = node.shard, to = self.target[s], "following the leader hint");
-        }
-    }
-
-    fn watermark(&mut self, node: NodeId, watermark: Timestamp) {
-        let s = node.shard as usize;
-        if watermark > self.best_watermark[s] {
-            self.best_watermark[s] = watermark;
-            // Only a serving leader broadcasts, and the newest watermark is the current one's.
-            self.target[s] = node.replica;
-        }
+    /// The writer for `msg` to `shard` (see [`ClientRoutes::route`]).
+    fn writer(&mut self, shard: ShardId, msg: &ClientMsg) -> Option<&PeerWriter<WireMsg>> {
+        let writers = &self.writers;
+        let replica = self.guess.route(shard, msg, |replica| writers.contains_key(&NodeId { shard, replica }))?;
+        self.writers.get(&NodeId { shard, replica })
     }
 }
 
@@ -321,7 +294,7 @@ struct Driver {
 impl Driver {
     async fn run(mut self, mut requests: mpsc::Receiver<Request>, mut inbound: mpsc::Receiver<Event>) {
         let now = clock::now_us();
-        for shard in 0..self.routes.replicas.len() as ShardId {
+        for shard in 0..self.routes.guess.shards() {
             for _ in 0..WARMUP_PINGS {
                 self.coordinator.ping(now, shard, &mut self.out);
             }
@@ -376,7 +349,7 @@ impl Driver {
             Event::Down { node } => {
                 warn!(node = %node.name(), "connection to replica lost; reconnecting");
                 self.routes.writers.remove(&node);
-                if self.routes.target[node.shard as usize] == node.replica {
+                if self.routes.guess.guess(node.shard) == node.replica {
                     self.coordinator.shard_unreachable(clock::now_us(), node.shard);
                 }
             }
@@ -388,23 +361,13 @@ impl Driver {
         let shard = node.shard;
         match msg {
             WireMsg::Server(msg) => {
-                match &msg {
-                    ServerMsg::Reply(r) => {
-                        if let Err(TxnError::NotLeader { hint }) = &r.outcome {
-                            self.routes.not_leader(node, *hint);
-                        }
-                    }
-                    ServerMsg::Watermark { watermark, .. } => self.routes.watermark(node, *watermark),
-                    ServerMsg::Pong { .. } | ServerMsg::Status(_) => {}
-                }
+                self.routes.guess.on_server_msg(node, &msg);
                 self.coordinator.on_message(clock::now_us(), msg, &mut self.out)
             }
             WireMsg::Refused { reason } => warn!(node = %node.name(), %reason, "the server refused a message"),
             WireMsg::Client(_)
             | WireMsg::Peer(_)
-            | WireMsg::Raft { .. }
-            | WireMsg::SnapshotOffer { .. }
-            | WireMsg::LeaderIs { .. }
+            | WireMsg::Replication(_)
             | WireMsg::Challenge { .. }
             | WireMsg::PeerHello { .. } => {
                 warn!(shard, "leader sent a message meant for a server; ignored")
@@ -415,7 +378,7 @@ impl Driver {
     fn flush(&mut self) {
         for o in self.out.drain(..) {
             match o {
-                CoordOutput::Send { shard, msg } => match self.routes.writer(shard) {
+                CoordOutput::Send { shard, msg } => match self.routes.writer(shard, &msg) {
                     // A failed send is retried by the coordinator's timeout under the same id.
                     Some(w) => {
                         if let Err(e) = w.send(&WireMsg::Client(msg)) {
@@ -425,11 +388,15 @@ impl Driver {
                     None => debug!(shard, "no replica of the shard connected; will retry"),
                 },
                 CoordOutput::Done(c) => {
+                    if !matches!(c.outcome, TxnOutcome::Unknown(_)) {
+                        self.routes.guess.forget(c.id);
+                    }
                     if let Some(done) = self.waiting.remove(&c.id) {
                         let _ = done.send(c);
                     }
                 }
                 CoordOutput::Resolved(c) => {
+                    self.routes.guess.forget(c.id);
                     debug!(id = ?c.id, outcome = ?c.outcome, "outcome of an unknown transaction learned");
                     let _ = self.resolutions.send(c); // no subscriber: nobody asked
                 }

@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use luigi_node::Tuning;
 use luigi_proto::types::ShardId;
 use serde::{Deserialize, Serialize};
 
@@ -139,31 +140,7 @@ pub enum ConfigError {
     },
 }
 
-/// Identity of a server node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId {
-    /// Shard.
-    pub shard: ShardId,
-    /// Replica index within the shard.
-    pub replica: u32,
-}
-
-impl NodeId {
-    /// The node's name, `s{shard}r{replica}`.
-    pub fn name(&self) -> String {
-        format!("s{}r{}", self.shard, self.replica)
-    }
-}
-
-impl FromStr for NodeId {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("node name '{s}' is not of the form s<shard>r<replica>, e.g. s0r0");
-        let rest = s.strip_prefix('s').ok_or_else(bad)?;
-        let (shard, replica) = rest.split_once('r').ok_or_else(bad)?;
-        Ok(NodeId { shard: shard.parse().map_err(|_| bad())?, replica: replica.parse().map_err(|_| bad())? })
-    }
-}
+pub use luigi_node::NodeId;
 
 impl ClusterConfig {
     /// Reads and validates `path`.
@@ -274,12 +251,12 @@ impl ClusterConfig {
 
     /// Coordinator headroom: configured, or half the scenario's jitter plus 200 µs.
     pub fn headroom_us(&self) -> u64 {
-        self.protocol.headroom_us.unwrap_or_else(|| self.scenario().delay().jitter_us / 2 + 200)
+        self.tuning().headroom_us
     }
 
     /// Coordinator retry timeout: configured, or 4 round trips plus one second.
     pub fn retry_timeout_us(&self) -> u64 {
-        self.protocol.retry_timeout_us.unwrap_or_else(|| 8 * self.scenario().delay().mean_us + 1_000_000)
+        self.tuning().retry_timeout_us
     }
 
     /// Leader floor lookahead: configured, or 300 ms plus 4 one-way delays. A promise is
@@ -287,12 +264,25 @@ impl ClusterConfig {
     /// one-way delays with replicas, much more on a saturated CPU); a new leader admits only
     /// above the last promise, so what is left of it at a failover adds to the pause.
     pub fn floor_lookahead_us(&self) -> u64 {
-        self.protocol.floor_lookahead_us.unwrap_or_else(|| 300_000 + 4 * self.scenario().delay().mean_us)
+        self.tuning().floor_lookahead_us
     }
 
     /// Records a follower applies between snapshots: configured, or 100 000.
     pub fn snapshot_entries(&self) -> u64 {
-        self.protocol.snapshot_entries.unwrap_or(100_000).max(1)
+        self.tuning().snapshot_entries
+    }
+
+    /// Every timeout, derived from the scenario's one-way delay ([`Tuning::for_delay`]) with
+    /// the file's `[protocol]` overrides applied.
+    pub fn tuning(&self) -> Tuning {
+        let d = self.scenario().delay();
+        let mut t = Tuning::for_delay(d.mean_us, d.jitter_us);
+        let p = &self.protocol;
+        t.headroom_us = p.headroom_us.unwrap_or(t.headroom_us);
+        t.retry_timeout_us = p.retry_timeout_us.unwrap_or(t.retry_timeout_us);
+        t.floor_lookahead_us = p.floor_lookahead_us.unwrap_or(t.floor_lookahead_us);
+        t.snapshot_entries = p.snapshot_entries.unwrap_or(t.snapshot_entries).max(1);
+        t
     }
 
     /// A local cluster of `shards` single-replica shards on loopback ports from `ports`.

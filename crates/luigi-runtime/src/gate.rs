@@ -15,7 +15,7 @@
 //! - `Status` is answered on any connection (read-only counters);
 //! - anything else (server-bound frames, a second hello) is refused.
 
-use luigi_proto::msg::{ClientMsg, WireMsg};
+use luigi_proto::msg::{ClientMsg, ReplicationMsg, WireMsg};
 use luigi_proto::types::{ClientId, ShardId};
 
 use crate::auth::{self, Nonce};
@@ -115,10 +115,10 @@ pub fn check(
                 .then_some(())
                 .ok_or_else(|| format!("agreement batch from shard {} sent by {}", batch.from, node.name()))
         }),
-        WireMsg::Raft { shard, from, .. } | WireMsg::SnapshotOffer { shard, from, .. } => {
-            from_peer(auth, |node| same_group(cfg, node, *shard, *from))
-        }
-        WireMsg::LeaderIs { shard, replica, .. } => from_peer(auth, |node| {
+        WireMsg::Replication(
+            ReplicationMsg::Raft { shard, from, .. } | ReplicationMsg::SnapshotOffer { shard, from, .. },
+        ) => from_peer(auth, |node| same_group(cfg, node, *shard, *from)),
+        WireMsg::Replication(ReplicationMsg::LeaderIs { shard, replica, .. }) => from_peer(auth, |node| {
             (node == NodeId { shard: *shard, replica: *replica })
                 .then_some(())
                 .ok_or_else(|| format!("{} announced s{shard}r{replica} as leader", node.name()))
@@ -255,9 +255,9 @@ mod tests {
     fn server_to_server_messages_need_an_authenticated_peer() {
         let c = cfg(None);
         let forged = [
-            WireMsg::SnapshotOffer { shard: 0, from: 2, index: 9, data: vec![0; 94] },
-            WireMsg::LeaderIs { shard: 1, replica: 5, term: u64::MAX },
-            WireMsg::Raft { shard: 0, from: 2, bytes: vec![] },
+            WireMsg::Replication(ReplicationMsg::SnapshotOffer { shard: 0, from: 2, index: 9, data: vec![0; 94] }),
+            WireMsg::Replication(ReplicationMsg::LeaderIs { shard: 1, replica: 5, term: u64::MAX }),
+            WireMsg::Replication(ReplicationMsg::Raft { shard: 0, from: 2, bytes: vec![] }),
             WireMsg::Peer(PeerBatch { from: 1, watermark: 0, items: vec![] }),
         ];
         for msg in &forged {
@@ -285,17 +285,18 @@ mod tests {
         let batch = |from| WireMsg::Peer(PeerBatch { from, watermark: 0, items: vec![] });
         assert_eq!(check(&c, &mut a, &batch(1), no_one), Verdict::Peer(other_shard));
         assert!(matches!(check(&c, &mut a, &batch(0), no_one), Verdict::Refuse(_)), "as another shard");
-        let me_as_leader = WireMsg::LeaderIs { shard: 1, replica: 2, term: 4 };
+        let me_as_leader = WireMsg::Replication(ReplicationMsg::LeaderIs { shard: 1, replica: 2, term: 4 });
         assert_eq!(check(&c, &mut a, &me_as_leader, no_one), Verdict::Peer(other_shard));
-        let other_as_leader = WireMsg::LeaderIs { shard: 1, replica: 0, term: 4 };
+        let other_as_leader = WireMsg::Replication(ReplicationMsg::LeaderIs { shard: 1, replica: 0, term: 4 });
         assert!(matches!(check(&c, &mut a, &other_as_leader, no_one), Verdict::Refuse(_)));
-        let raft = WireMsg::Raft { shard: 0, from: 3, bytes: vec![] };
+        let raft = WireMsg::Replication(ReplicationMsg::Raft { shard: 0, from: 3, bytes: vec![] });
         assert!(matches!(check(&c, &mut a, &raft, no_one), Verdict::Refuse(_)), "not in our group");
         let same_group = NodeId { shard: 0, replica: 2 };
         let mut b = pending();
         check(&c, &mut b, &peer_hello(same_group, "cluster secret 0123"), no_one);
         assert_eq!(check(&c, &mut b, &raft, no_one), Verdict::Peer(same_group));
-        let as_other = WireMsg::SnapshotOffer { shard: 0, from: 2, index: 1, data: vec![] };
+        let as_other =
+            WireMsg::Replication(ReplicationMsg::SnapshotOffer { shard: 0, from: 2, index: 1, data: vec![] });
         assert!(matches!(check(&c, &mut b, &as_other, no_one), Verdict::Refuse(_)), "another raft id");
         assert!(matches!(check(&c, &mut b, &dispatch(1), no_one), Verdict::Close(_)), "peers do not dispatch");
     }

@@ -8,7 +8,7 @@ pub mod config;
 pub mod datadir;
 pub mod gate;
 pub mod net;
-pub mod replica;
 pub mod server;
 pub mod status;
+pub mod storage;
 pub mod timer;

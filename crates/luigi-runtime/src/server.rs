@@ -6,21 +6,19 @@
 //! timestamp comes. Each leader keeps one outbound connection to every other shard's leader for
 //! agreement batches and receives theirs on its listener.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use luigi_proto::leader::follower::Follower;
-use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
-use luigi_proto::log::ReplicatedLog;
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaRole, ReplicaStatus, ServerMsg, StalledTxnInfo, WireMsg};
+use luigi_node::{Effect, NodeConfig, NodeError, ReplicaNode};
+use luigi_proto::msg::{ClientMsg, ServerMsg, WireMsg};
 use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, ShardId};
+use luigi_proto::types::ClientId;
 use luigi_proto::Map;
-use luigi_raft::replica::{Replica, SnapshotJob, Transition};
+use luigi_raft::replica::SnapshotJob;
 use luigi_wal::Durability;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -33,15 +31,13 @@ use crate::gate::{self, ConnAuth, GateConfig};
 use crate::net::codec::MAX_FRAME_BYTES_DEFAULT;
 use crate::net::peer::{connect, split_stream, NetConfig, PeerWriter};
 use crate::net::wan::{DelayLine, DelayLink};
-use crate::replica::{raft_id, RaftShell};
+use crate::storage::{rebuild_hint, Storage, StorageOp, StorageReport};
 use crate::timer::PreciseTimer;
 
 /// Capacity of the channel from connection readers to the event loop.
 const INBOUND_QUEUE_EVENTS: usize = 1 << 16;
-/// Events handled before the loop ticks the leader again.
+/// Events handled before the loop turns the node again.
 const EVENTS_PER_BATCH_MAX: usize = 4096;
-/// Agreement batches kept for a shard whose leader is not connected (yet or any more).
-const PEER_BACKLOG_BATCHES_MAX: usize = 1 << 16;
 /// Pause between attempts to (re)connect to a peer leader.
 const PEER_RECONNECT_DELAY: Duration = Duration::from_millis(50);
 /// The largest frame a connection may send before it authenticates (a hello, a status
@@ -57,21 +53,34 @@ const PEER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 type ConnId = u64;
 
 enum Inbound {
-    Opened { conn: ConnId, writer: PeerWriter<WireMsg>, reader: tokio::task::AbortHandle },
-    Msg { conn: ConnId, msg: WireMsg },
-    Closed { conn: ConnId },
-    PeerUp { target: PeerTarget, writer: PeerWriter<WireMsg> },
-    PeerDown { target: PeerTarget },
+    Opened {
+        conn: ConnId,
+        writer: PeerWriter<WireMsg>,
+        reader: tokio::task::AbortHandle,
+    },
+    Msg {
+        conn: ConnId,
+        msg: WireMsg,
+    },
+    Closed {
+        conn: ConnId,
+    },
+    /// The outbound link to another server (a replica of this shard or of another) is up.
+    PeerUp {
+        peer: NodeId,
+        writer: PeerWriter<WireMsg>,
+    },
+    PeerDown {
+        peer: NodeId,
+    },
+    /// From the storage thread.
+    Storage(StorageReport),
+    /// A snapshot job finished (index, bytes).
+    SnapshotMade(MadeSnapshot),
 }
 
-/// Who an outbound server-to-server connection goes to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PeerTarget {
-    /// A replica of another shard (agreement batches go to the one serving as its leader).
-    Shard(NodeId),
-    /// Another replica of this shard, by Raft id (Raft messages).
-    Replica(u64),
-}
+/// (index, bytes) of a snapshot made by a [`SnapshotJob`].
+type MadeSnapshot = Result<(u64, Vec<u8>), luigi_raft::RaftError>;
 
 /// Where a replica keeps its log, and whether it fsyncs it. Every shard, one replica or
 /// more, is a Raft group with this storage.
@@ -124,19 +133,16 @@ impl Server {
         let replicas = config.shards[node.shard as usize].replicas.len() as u32;
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE_EVENTS);
         let mut tasks = vec![tokio::spawn(accept_loop(listener, tx.clone(), config.clone(), node, delay_line.clone()))];
-        // Any replica may come to lead its shard: each keeps links to every replica of every
-        // other shard.
-        for shard in (0..config.shard_count()).filter(|s| *s != node.shard) {
+        // Links to every other replica: of this shard (Raft), and of every other shard (any
+        // replica may come to lead its shard and send agreement batches to theirs).
+        for shard in 0..config.shard_count() {
             for replica in 0..config.shards[shard as usize].replicas.len() as u32 {
-                let target = PeerTarget::Shard(NodeId { shard, replica });
-                tasks.push(tokio::spawn(peer_link(config.clone(), node, target, delay_line.clone(), tx.clone())));
+                let peer = NodeId { shard, replica };
+                if peer != node {
+                    tasks.push(tokio::spawn(peer_link(config.clone(), node, peer, delay_line.clone(), tx.clone())));
+                }
             }
         }
-        for replica in (0..replicas).filter(|r| *r != node.replica) {
-            let target = PeerTarget::Replica(raft_id(NodeId { shard: node.shard, replica }));
-            tasks.push(tokio::spawn(peer_link(config.clone(), node, target, delay_line.clone(), tx.clone())));
-        }
-        drop(tx);
         info!(node = %node.name(), net = %config.net, replicas, "serving");
         if config.secret.is_none() && config.shards.iter().map(|s| s.replicas.len()).sum::<usize>() > 1 {
             warn!(
@@ -144,30 +150,26 @@ impl Server {
                  can act as a peer (Raft, snapshots, agreement); set one (see the README's trust model)"
             );
         }
-        let mut leader_config = LeaderConfig::new(node.shard, config.shard_count());
-        leader_config.floor_lookahead_us = config.floor_lookahead_us();
-        // A stalled agreement is recovered after several round trips of the scenario.
-        leader_config.recover_after_us = (config.scenario().delay().mean_us * 16).max(1_000_000);
-        // Every shard is a Raft group, one replica or more. Raft ticks: at least 10 ms, and
-        // half a one-way delay so that heartbeats and elections (10-20 ticks) stay well above
-        // the emulated round trip.
-        let tick_us = (config.scenario().delay().mean_us / 2).max(10_000);
-        let (shell, log) = RaftShell::open(node, &config, tick_us, &storage)?;
-        // Every replica starts as a follower replaying its log (from its snapshot, if it has
-        // one); the elected one serves.
-        let last_index = log.snapshot_index();
-        let replica = Replica::new(leader_config, registry, log)
-            .with_context(|| format!("node {}: loading its snapshot", node.name()))?;
-        let snapshots = Snapshots::new(config.snapshot_entries(), last_index, node, replicas);
-        let member = Member { replica, snapshots, shell };
-        let leader_of = (0..config.shard_count()).map(|s| (s, (0, 0))).collect();
+        // Every shard is a Raft group, one replica or more, with its disk on a thread.
+        let reports = tx.clone();
+        let (disk, recovered) =
+            Storage::open(node, &config, &storage, move |r| reports.blocking_send(Inbound::Storage(r)).is_ok())?;
+        let shape = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
+        let node_config = NodeConfig::new(node, shape, config.seed, config.tuning(), registry);
+        let replica = ReplicaNode::new(node_config, recovered).map_err(|e| match e {
+            NodeError::Raft { source: luigi_raft::RaftError::Recovered(_), .. } => {
+                anyhow::anyhow!("{e}; cannot restart from {}; {}", disk.dir().display(), rebuild_hint(replicas))
+            }
+            e => anyhow::Error::new(e),
+        })?;
         let gate = GateConfig {
             me: node,
             replicas: config.shards.iter().map(|s| s.replicas.len() as u32).collect(),
             secret: config.secret.clone().unwrap_or_default(),
             client_token: config.client_token.clone(),
         };
-        let result = event_loop(member, node, gate, leader_of, rx, shutdown).await;
+        let shell = Shell { node: replica, disk, links: BTreeMap::new(), inbound: tx, fatal: None };
+        let result = event_loop(shell, gate, rx, shutdown).await;
         for t in tasks {
             t.abort();
         }
@@ -284,14 +286,10 @@ impl Drop for OpenConn {
 async fn peer_link(
     config: ClusterConfig,
     node: NodeId,
-    target: PeerTarget,
+    peer: NodeId,
     delay_line: Option<std::sync::Arc<DelayLine>>,
     tx: mpsc::Sender<Inbound>,
 ) {
-    let peer = match target {
-        PeerTarget::Shard(peer) => peer,
-        PeerTarget::Replica(id) => NodeId { shard: node.shard, replica: (id - 1) as u32 },
-    };
     let addr = config.node_addr(peer).expect("peer targets come from the validated config");
     let dist = config.delay_model().dist(&node.name(), &peer.name());
     let mut attempt: u64 = 0;
@@ -317,7 +315,7 @@ async fn peer_link(
                     continue;
                 }
                 info!(peer = %peer.name(), %addr, "connected to peer");
-                if tx.send(Inbound::PeerUp { target, writer }).await.is_err() {
+                if tx.send(Inbound::PeerUp { peer, writer }).await.is_err() {
                     return;
                 }
                 // The peer sends only refusals on this connection; its end means the link is
@@ -329,7 +327,7 @@ async fn peer_link(
                     })
                     .await;
                 warn!(peer = %peer.name(), ?end, "connection to peer lost; reconnecting");
-                if tx.send(Inbound::PeerDown { target }).await.is_err() {
+                if tx.send(Inbound::PeerDown { peer }).await.is_err() {
                     return;
                 }
             }
@@ -340,7 +338,6 @@ async fn peer_link(
 }
 
 struct Conns {
-    node: NodeId,
     writers: Map<ConnId, PeerWriter<WireMsg>>,
     /// Who each accepted connection has shown itself to be (see [`gate`]).
     auth: Map<ConnId, ConnAuth>,
@@ -350,14 +347,6 @@ struct Conns {
     /// Makes each connection's challenge unique across restarts.
     started_us: u64,
     client_conn: Map<ClientId, ConnId>,
-    /// Links to the replicas of other shards.
-    peers: BTreeMap<NodeId, PeerWriter<WireMsg>>,
-    /// The replica believed to serve each shard, and its term (announced with `LeaderIs`).
-    leader_of: BTreeMap<ShardId, (u32, u64)>,
-    /// The term this replica serves in (0: not serving).
-    serving_term: u64,
-    /// Batches for shards whose leader is not connected, sent in order once it is.
-    peer_backlog: BTreeMap<ShardId, VecDeque<PeerBatch>>,
 }
 
 impl Conns {
@@ -415,238 +404,113 @@ impl Conns {
             }
         }
     }
+}
 
-    /// Queues `batch` for `shard`'s leader and sends everything queued that the connection
-    /// accepts, in order. A batch is only dropped from the queue once its writer took it.
-    fn send_to_peer(&mut self, shard: ShardId, batch: PeerBatch) {
-        let backlog = self.peer_backlog.entry(shard).or_default();
-        if backlog.len() >= PEER_BACKLOG_BATCHES_MAX {
-            // The shard has been unreachable for long: drop the oldest batch. Its items are
-            // not lost for good: stalled transactions are recovered with `Recover` items.
-            backlog.pop_front();
-            warn!(shard, queued = backlog.len(), "shard unreachable; dropping its oldest agreement batch");
-        }
-        backlog.push_back(batch);
-        self.drain_peer_backlog(shard);
-    }
+/// The node and what executes its effects: the links to the other servers, the disk thread,
+/// and snapshot threads reporting back through `inbound`.
+struct Shell {
+    node: ReplicaNode,
+    disk: Storage,
+    /// Outbound links to the other replicas, of this shard and of the others.
+    links: BTreeMap<NodeId, PeerWriter<WireMsg>>,
+    inbound: mpsc::Sender<Inbound>,
+    /// Why the node must stop (a disk failure reported by its thread).
+    fatal: Option<String>,
+}
 
-    fn drain_peer_backlog(&mut self, shard: ShardId) {
-        let replica = self.leader_of.get(&shard).map_or(0, |(replica, _)| *replica);
-        let writer = self.peers.get(&NodeId { shard, replica });
-        let (Some(writer), Some(backlog)) = (writer, self.peer_backlog.get_mut(&shard)) else {
-            return; // not connected: kept until the link is up
-        };
-        while let Some(batch) = backlog.pop_front() {
-            let msg = WireMsg::Peer(batch);
-            if let Err(e) = writer.send(&msg) {
-                warn!(shard, error = %e, queued = backlog.len() + 1, "peer leader not taking batches; keeping them");
-                let WireMsg::Peer(batch) = msg else { unreachable!("built above") };
-                backlog.push_front(batch);
-                return;
+impl Shell {
+    /// Executes the node's effects, in order.
+    fn execute(&mut self, conns: &Conns, fx: &mut Vec<Effect>) {
+        for e in fx.drain(..) {
+            match e {
+                Effect::ToClient { client, msg } => conns.send_to_client(client, WireMsg::Server(msg)),
+                Effect::ToClients { clients, msg } => conns.send_to_clients(&clients, &WireMsg::Server(msg)),
+                Effect::ToAllClients { msg } => conns.send_to_all_clients(&WireMsg::Server(msg)),
+                Effect::ToPeer { to, batch } => {
+                    let Some(w) = self.links.get(&to) else {
+                        self.node.batch_refused(to, batch);
+                        continue;
+                    };
+                    let msg = WireMsg::Peer(batch);
+                    if let Err(e) = w.send(&msg) {
+                        warn!(to = %to, error = %e, "peer leader not taking batches; keeping them");
+                        let WireMsg::Peer(batch) = msg else { unreachable!("built above") };
+                        self.node.batch_refused(to, batch);
+                    }
+                }
+                Effect::Replicate { to, msg } => match self.links.get(&to) {
+                    Some(w) => {
+                        if let Err(e) = w.send(&WireMsg::Replication(msg)) {
+                            debug!(to = %to, error = %e, "replication message not sent; it is repeated");
+                        }
+                    }
+                    None => debug!(to = %to, "replica not connected; replication message dropped (it is repeated)"),
+                },
+                Effect::Persist(p) => self.submit_to_disk(StorageOp::Persist(p)),
+                Effect::SaveSnapshot(snap) => self.submit_to_disk(StorageOp::SaveSnapshot(snap)),
+                Effect::MarkDamaged { reason } => self.submit_to_disk(StorageOp::MarkDamaged(reason)),
+                Effect::MakeSnapshot(job) => self.make_snapshot(job),
+                Effect::Transition(_) => {} // logged by the node
             }
         }
     }
 
-    fn peer_up(&mut self, peer: NodeId, writer: PeerWriter<WireMsg>) {
-        if self.serving_term > 0 {
-            let _ = writer.send(&self.leader_is()); // lost: announced again on reconnect
-        }
-        self.peers.insert(peer, writer);
-        self.drain_peer_backlog(peer.shard);
-    }
-
-    fn leader_is(&self) -> WireMsg {
-        WireMsg::LeaderIs { shard: self.node.shard, replica: self.node.replica, term: self.serving_term }
-    }
-
-    /// This replica now serves its shard in `term`: tell every replica of every other shard.
-    fn announce_leadership(&mut self, term: u64) {
-        self.serving_term = term;
-        let msg = self.leader_is();
-        for w in self.peers.values() {
-            let _ = w.send(&msg); // a replica not connected now hears it when it connects
+    fn submit_to_disk(&mut self, op: StorageOp) {
+        if !self.disk.submit(op) && self.fatal.is_none() {
+            self.fatal = Some("the storage thread stopped".into());
         }
     }
 
-    /// Returns true if `shard`'s leader changed (a stale announcement changes nothing).
-    fn leader_is_now(&mut self, shard: ShardId, replica: u32, term: u64) -> bool {
-        let known = self.leader_of.get(&shard).copied().unwrap_or((0, 0));
-        if term < known.1 || (replica, term) == known {
-            return false;
+    /// Runs `job` on a thread of its own; its result comes back as an event.
+    fn make_snapshot(&mut self, job: SnapshotJob) {
+        let tx = self.inbound.clone();
+        let spawned = std::thread::Builder::new().name("luigi-snapshot".into()).spawn(move || {
+            let _ = tx.blocking_send(Inbound::SnapshotMade(job.run()));
+        });
+        if let Err(e) = spawned {
+            self.fatal = Some(format!("cannot start a snapshot thread: {e}"));
         }
-        self.leader_of.insert(shard, (replica, term));
-        let changed = replica != known.0;
-        if changed {
-            info!(shard, replica, term, "shard has a new leader");
-        }
-        self.drain_peer_backlog(shard);
-        changed
-    }
-}
-
-/// This node as a member of its shard's Raft group (of one replica or more): the replica
-/// (serving as the shard's leader or following), when it snapshots, and the shell driving its
-/// log.
-struct Member {
-    replica: Replica,
-    snapshots: Snapshots,
-    shell: RaftShell,
-}
-
-/// When a replica snapshots its state. The replicas of a group apply the same log, so
-/// without care they would all snapshot at the same index; a follower's snapshot blocks its
-/// event loop while it serializes, and two followers pausing together stall the leader's
-/// commits. Each replica's first snapshot comes at its own fraction of the period instead.
-/// (A leader with followers takes none: it compacts behind theirs. The leader of a group of
-/// one takes its own, see [`Replica::own_snapshot_due`].) The snapshot job (a follower's
-/// bytes, or that leader's replay of its log) runs on a thread of its own; the log is
-/// compacted behind it at the first turn after it is done.
-struct Snapshots {
-    every: u64,
-    next_at: u64,
-    making: Option<std::thread::JoinHandle<MadeSnapshot>>,
-}
-
-/// (index, bytes) of a snapshot made by a [`SnapshotJob`].
-type MadeSnapshot = Result<(u64, Vec<u8>), luigi_raft::RaftError>;
-
-impl Snapshots {
-    fn new(every: u64, snapshot_index: u64, node: NodeId, replicas: u32) -> Self {
-        let phase = every * u64::from(node.replica) / u64::from(replicas.max(1));
-        Snapshots { every, next_at: snapshot_index + every - phase, making: None }
-    }
-
-    /// Starts making `job` on its own thread.
-    fn start(&mut self, job: SnapshotJob) -> anyhow::Result<()> {
-        let thread = std::thread::Builder::new().name("luigi-snapshot".into()).spawn(move || job.run());
-        self.making = Some(thread.context("cannot start a snapshot thread")?);
-        Ok(())
-    }
-
-    /// The snapshot being made, once it is done.
-    fn done(&mut self) -> anyhow::Result<Option<(u64, Vec<u8>)>> {
-        if !self.making.as_ref().is_some_and(|t| t.is_finished()) {
-            return Ok(None);
-        }
-        let thread = self.making.take().expect("checked above");
-        let made = thread.join().map_err(|_| anyhow::anyhow!("the snapshot thread panicked"))?;
-        Ok(Some(made.context("making a snapshot")?))
-    }
-
-    fn taken(&mut self, index: u64) {
-        self.next_at = index + self.every;
-    }
-}
-
-impl Member {
-    fn on_client(&mut self, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
-        self.replica.on_client(clock::now_us(), client, msg, out);
-    }
-
-    fn on_peer(&mut self, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
-        let from = batch.from;
-        if !self.replica.on_peer(clock::now_us(), batch, out) {
-            debug!(from, "agreement batch for a replica that is not serving; dropped (recovery asks again)");
-        }
-    }
-
-    fn on_raft(&mut self, from: u64, bytes: &[u8]) {
-        match self.replica.log_mut().step_bytes(bytes) {
-            Ok(()) => {}
-            // Fatal, and reported as such by the next turn (which stops the server).
-            Err(luigi_raft::RaftError::LostEntries { .. }) => {}
-            Err(e) => warn!(from, error = %e, "bad raft message; dropped"),
-        }
-    }
-
-    /// A follower's snapshot: the serving leader compacts its own log behind it.
-    fn on_snapshot_offer(&mut self, from: u64, index: u64, data: Vec<u8>) -> anyhow::Result<()> {
-        let Some(shard) = self.replica.leader().map(|l| l.shard()) else {
-            return Ok(()); // it was meant for the leader this replica no longer is
-        };
-        // Only peers send offers (see `gate`), but a snapshot replaces the log: check it loads.
-        Follower::check_snapshot(shard, index, &data)
-            .with_context(|| format!("snapshot offered by raft id {from} at index {index}"))?;
-        if self.shell.compact(self.replica.log_mut(), index, data)?.is_some() {
-            debug!(from, index, "compacted the leader's log behind a follower's snapshot");
-        }
-        Ok(())
-    }
-
-    fn peer_leader_changed(&mut self, shard: ShardId) {
-        self.replica.peer_leader_changed(shard);
-    }
-
-    /// The Raft term.
-    fn term(&mut self) -> u64 {
-        self.replica.log_mut().term()
-    }
-
-    /// Ticks Raft, runs its I/O, lets the replica apply committed records and switch role,
-    /// and ticks the leader. Returns the next time something is due and any role change.
-    fn turn(&mut self, out: &mut Vec<LeaderOutput>) -> anyhow::Result<(u64, Option<Transition>)> {
-        let now = clock::now_us();
-        let Member { replica: r, snapshots, shell } = self;
-        shell.campaign_when_connected(r.log_mut())?;
-        shell.tick(now, r.log_mut());
-        if let Some(data) = shell.drive(r.log_mut())? {
-            r.install_snapshot(&data).context("loading the leader's snapshot")?;
-            snapshots.taken(r.log_mut().snapshot_index());
-        }
-        let transition = r.turn(now, out).context("switching role")?;
-        if let Some((index, data)) = snapshots.done()? {
-            // Skipped if the log moved past it meanwhile (a snapshot installed from a leader).
-            if let Some(snap) = shell.compact(r.log_mut(), index, data)? {
-                snapshots.taken(index);
-                shell.offer_snapshot(r.log_mut(), index, snap.data);
-            }
-        }
-        if snapshots.making.is_none() {
-            if let Some(job) = r.own_snapshot_due(snapshots.next_at).context("taking a snapshot")? {
-                snapshots.start(job)?;
-            }
-        }
-        // What the turn proposed goes out now.
-        if let Some(data) = shell.drive(r.log_mut())? {
-            r.install_snapshot(&data).context("loading the leader's snapshot")?;
-            snapshots.taken(r.log_mut().snapshot_index());
-        }
-        Ok((r.next_deadline().unwrap_or(u64::MAX).min(shell.next_tick_us()), transition))
     }
 
     fn stats(&self) -> String {
-        let r = &self.replica;
+        let r = self.node.replica();
         match (r.leader(), r.follower()) {
-            (Some(l), _) => format!("{:?} {:?}", l.stats(), r.stats()),
-            (None, Some(f)) => format!("{:?} {:?}", f.stats(), r.stats()),
+            (Some(l), _) => format!("{:?} {:?} {:?}", l.stats(), r.stats(), self.node.stats()),
+            (None, Some(f)) => format!("{:?} {:?} {:?}", f.stats(), r.stats(), self.node.stats()),
             (None, None) => format!("{:?}", r.stats()),
+        }
+    }
+
+    /// The error the server stops with: the node's, after its disk thread finished what was
+    /// queued (e.g. marking the directory damaged).
+    fn stop(&mut self, e: impl std::fmt::Display) -> anyhow::Error {
+        let me = self.node.id();
+        let dir = self.disk.dir().display().to_string();
+        let replicas = self.node.config().group_size();
+        match self.disk.finish() {
+            Ok(()) => anyhow::anyhow!("{e}; data directory {dir}; {}", rebuild_hint(replicas)),
+            Err(d) => anyhow::anyhow!("node {me}: {e}; its disk: {d}; {}", rebuild_hint(replicas)),
         }
     }
 }
 
 async fn event_loop(
-    mut member: Member,
-    node: NodeId,
+    mut shell: Shell,
     gate: GateConfig,
-    leader_of: BTreeMap<ShardId, (u32, u64)>,
     mut rx: mpsc::Receiver<Inbound>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let timer = PreciseTimer::start().context("cannot start timer thread")?;
+    let node = shell.node.id();
     let mut conns = Conns {
-        node,
         writers: Map::default(),
         auth: Map::default(),
         readers: Map::default(),
         gate,
         started_us: clock::now_us(),
         client_conn: Map::default(),
-        peers: BTreeMap::new(),
-        leader_of,
-        serving_term: 0,
-        peer_backlog: BTreeMap::new(),
     };
-    let mut out = Vec::new();
+    let mut fx = Vec::new();
     tokio::pin!(shutdown);
     // The first turn comes at once, not at the first event: a group of one elects itself in it.
     timer.set(Some(0));
@@ -658,10 +522,10 @@ async fn event_loop(
             ev = rx.recv() => match ev {
                 None => break,
                 Some(ev) => {
-                    handle(&mut member, &mut conns, ev, &mut out);
+                    handle(&mut shell, &mut conns, ev, &mut fx);
                     for _ in 1..EVENTS_PER_BATCH_MAX {
                         match rx.try_recv() {
-                            Ok(ev) => handle(&mut member, &mut conns, ev, &mut out),
+                            Ok(ev) => handle(&mut shell, &mut conns, ev, &mut fx),
                             Err(_) => break,
                         }
                     }
@@ -669,31 +533,27 @@ async fn event_loop(
             },
             _ = timer.fired() => {}
         }
-        let (next, transition) = member.turn(&mut out)?;
-        match transition {
-            Some(Transition::Promoted) => {
-                info!(node = %node.name(), "serving as the shard leader");
-                conns.announce_leadership(member.term());
-            }
-            Some(Transition::Demoted) => {
-                warn!(node = %node.name(), "lost leadership; following");
-                conns.serving_term = 0;
-            }
-            None => {}
+        if let Some(e) = shell.fatal.take() {
+            shell.execute(&conns, &mut fx);
+            return Err(shell.stop(format_args!("node {node}: {e}")));
         }
-        flush(&mut conns, &mut out);
-        timer.set(Some(next));
+        let turned = shell.node.turn(clock::now_us(), &mut fx);
+        shell.execute(&conns, &mut fx);
+        if let Err(e) = turned {
+            return Err(shell.stop(e));
+        }
+        timer.set(Some(shell.node.next_deadline()));
         let now = clock::now_us();
         if now >= stall_check_at_us {
             stall_check_at_us = now + STALL_CHECK_US;
-            warn_stalled(&member, node, now);
+            warn_stalled(&shell.node, node, now);
         }
     }
-    info!(stats = %member.stats(), "server stopping");
-    Ok(())
+    info!(stats = %shell.stats(), "server stopping");
+    shell.disk.finish().map_err(|e| anyhow::anyhow!("node {node}: {e}"))
 }
 
-fn handle(member: &mut Member, conns: &mut Conns, ev: Inbound, out: &mut Vec<LeaderOutput>) {
+fn handle(shell: &mut Shell, conns: &mut Conns, ev: Inbound, fx: &mut Vec<Effect>) {
     match ev {
         Inbound::Opened { conn, writer, reader } => {
             let nonce = auth::nonce(conns.started_us, conn);
@@ -706,22 +566,36 @@ fn handle(member: &mut Member, conns: &mut Conns, ev: Inbound, out: &mut Vec<Lea
             }
         }
         Inbound::Closed { conn } => conns.forget(conn),
-        Inbound::PeerUp { target: PeerTarget::Shard(peer), writer } => conns.peer_up(peer, writer),
-        Inbound::PeerDown { target: PeerTarget::Shard(peer) } => {
-            conns.peers.remove(&peer);
+        Inbound::PeerUp { peer, writer } => {
+            shell.links.insert(peer, writer);
+            link(&mut shell.node, peer, true, fx);
         }
-        Inbound::PeerUp { target: PeerTarget::Replica(id), writer } => {
-            member.shell.peer_up(id, writer);
+        Inbound::PeerDown { peer } => {
+            shell.links.remove(&peer);
+            link(&mut shell.node, peer, false, fx);
         }
-        Inbound::PeerDown { target: PeerTarget::Replica(id) } => {
-            member.shell.peer_down(id);
+        Inbound::Storage(StorageReport::Persisted(number)) => shell.node.persisted(number, fx),
+        Inbound::Storage(StorageReport::Failed(e)) => shell.fatal = Some(e),
+        Inbound::SnapshotMade(made) => {
+            if let Err(e) = shell.node.snapshot_made(made, fx) {
+                shell.fatal = Some(e.to_string());
+            }
         }
-        Inbound::Msg { conn, msg } => on_msg(member, conns, conn, msg, out),
+        Inbound::Msg { conn, msg } => on_msg(shell, conns, conn, msg, fx),
+    }
+}
+
+/// A link to `peer` came up or went down: a replica of this shard (Raft) or of another.
+fn link(node: &mut ReplicaNode, peer: NodeId, up: bool, fx: &mut Vec<Effect>) {
+    if peer.shard == node.id().shard {
+        node.replica_link(peer.replica, up);
+    } else {
+        node.shard_link(peer, up, fx);
     }
 }
 
 /// A message from connection `conn`, once the gate has judged it.
-fn on_msg(member: &mut Member, conns: &mut Conns, conn: ConnId, msg: WireMsg, out: &mut Vec<LeaderOutput>) {
+fn on_msg(shell: &mut Shell, conns: &mut Conns, conn: ConnId, msg: WireMsg, fx: &mut Vec<Effect>) {
     let Some(auth) = conns.auth.get_mut(&conn) else { return }; // closed meanwhile
     let (client_conn, writers) = (&conns.client_conn, &conns.writers);
     let in_use = |c: ClientId| client_conn.get(&c).is_some_and(|o| *o != conn && writers.contains_key(o));
@@ -730,45 +604,33 @@ fn on_msg(member: &mut Member, conns: &mut Conns, conn: ConnId, msg: WireMsg, ou
         gate::Verdict::Close(reason) => conns.refuse(conn, reason, true),
         gate::Verdict::Status => {
             if let Some(writer) = conns.writers.get(&conn) {
-                let _ = writer.send(&WireMsg::Server(ServerMsg::Status(status_report(member, conns.node))));
+                let _ = writer.send(&WireMsg::Server(ServerMsg::Status(shell.node.status(clock::now_us()))));
             }
         }
         gate::Verdict::PeerAuthenticated(node) => debug!(conn, peer = %node.name(), "peer authenticated"),
         gate::Verdict::Client(client) => {
             let WireMsg::Client(msg) = msg else { unreachable!("the gate names a client only for client messages") };
             conns.client_conn.insert(client, conn);
-            member.on_client(client, msg, out);
-            flush(conns, out);
+            shell.node.on_client(clock::now_us(), client, msg, fx);
+            shell.execute(conns, fx);
         }
-        gate::Verdict::Peer(_) => on_peer_msg(member, conns, msg, out),
-    }
-}
-
-/// A server-to-server message from an authenticated peer, sent as itself.
-fn on_peer_msg(member: &mut Member, conns: &mut Conns, msg: WireMsg, out: &mut Vec<LeaderOutput>) {
-    match msg {
-        WireMsg::Peer(batch) => {
-            member.on_peer(batch, out);
-            flush(conns, out);
-        }
-        WireMsg::Raft { from, bytes, .. } => member.on_raft(from, &bytes),
-        WireMsg::SnapshotOffer { from, index, data, .. } => {
-            if let Err(e) = member.on_snapshot_offer(from, index, data) {
-                // A snapshot that does not load, or disk trouble saving it: the log stays
-                // as it was; say so and go on.
-                warn!(from, index, error = %e, "did not compact behind a follower's snapshot");
+        gate::Verdict::Peer(from) => match msg {
+            WireMsg::Peer(batch) => {
+                shell.node.on_peer_batch(clock::now_us(), batch, fx);
+                shell.execute(conns, fx);
             }
-        }
-        WireMsg::LeaderIs { shard, replica, term } => {
-            if conns.leader_is_now(shard, replica, term) {
-                member.peer_leader_changed(shard);
+            WireMsg::Replication(msg) => {
+                if let Err(e) = shell.node.on_replication(from, msg, fx) {
+                    // A snapshot that does not load, a misaddressed message: say so, go on.
+                    warn!(from = %from, error = %e, "replication message not taken");
+                }
             }
-        }
-        WireMsg::Client(_)
-        | WireMsg::Server(_)
-        | WireMsg::Challenge { .. }
-        | WireMsg::PeerHello { .. }
-        | WireMsg::Refused { .. } => unreachable!("the gate passes only server-to-server messages from peers"),
+            WireMsg::Client(_)
+            | WireMsg::Server(_)
+            | WireMsg::Challenge { .. }
+            | WireMsg::PeerHello { .. }
+            | WireMsg::Refused { .. } => unreachable!("the gate passes only server-to-server messages from peers"),
+        },
     }
 }
 
@@ -780,8 +642,8 @@ const STALL_WARN_AGE_US: u64 = 10_000_000;
 
 /// Logs the transactions pending on this leader for longer than [`STALL_WARN_AGE_US`]
 /// (`luigi status` lists them too).
-fn warn_stalled(member: &Member, node: NodeId, now: u64) {
-    let Some(l) = member.replica.leader() else { return };
+fn warn_stalled(replica: &ReplicaNode, node: NodeId, now: u64) {
+    let Some(l) = replica.replica().leader() else { return };
     let stalled: Vec<_> = l.stalled(now, usize::MAX).into_iter().filter(|t| t.age_us >= STALL_WARN_AGE_US).collect();
     if let Some(oldest) = stalled.first() {
         warn!(
@@ -792,67 +654,5 @@ fn warn_stalled(member: &Member, node: NodeId, now: u64) {
             shards = ?oldest.shards,
             "transactions stalled: each holds this shard's watermark; recovery keeps asking the other participants (see `luigi status`)"
         );
-    }
-}
-
-/// Stalled transactions listed (oldest first) in a status report.
-const STATUS_STALLED_MAX: usize = 5;
-
-/// This replica's state for `luigi status`, in any role.
-fn status_report(member: &Member, node: NodeId) -> ReplicaStatus {
-    let now = clock::now_us();
-    let mut status = ReplicaStatus {
-        shard: node.shard,
-        replica: node.replica,
-        role: ReplicaRole::Follower,
-        serving: false,
-        term: 0,
-        leader: None,
-        commit_index: 0,
-        applied_index: 0,
-        watermark: 0,
-        clock_us: now,
-        pending: 0,
-        stalled_count: 0,
-        stalled: Vec::new(),
-    };
-    let r = &member.replica;
-    let log = r.log();
-    status.role = match log.role() {
-        luigi_raft::Role::Leader => ReplicaRole::Leader,
-        luigi_raft::Role::Follower => ReplicaRole::Follower,
-        luigi_raft::Role::Candidate => ReplicaRole::Candidate,
-        luigi_raft::Role::PreCandidate => ReplicaRole::PreCandidate,
-    };
-    (status.term, status.leader) = (log.term(), r.leader_hint());
-    (status.commit_index, status.applied_index) = (log.commit_index(), log.handed_out());
-    match (r.leader(), r.follower()) {
-        (Some(l), _) => leader_status(l, now, &mut status),
-        (None, Some(f)) => (status.watermark, status.pending) = (f.applied_ts(), f.queued_len() as u64),
-        (None, None) => {}
-    }
-    status
-}
-
-fn leader_status<L: ReplicatedLog>(l: &ShardLeader<L>, now: u64, status: &mut ReplicaStatus) {
-    let stalled = l.stalled(now, usize::MAX);
-    status.serving = true;
-    (status.watermark, status.pending, status.stalled_count) =
-        (l.watermark(), l.pending_len() as u64, stalled.len() as u64);
-    status.stalled = stalled
-        .into_iter()
-        .take(STATUS_STALLED_MAX)
-        .map(|t| StalledTxnInfo { id: t.id, shards: t.shards, age_us: t.age_us, durable: t.durable })
-        .collect();
-}
-
-fn flush(conns: &mut Conns, out: &mut Vec<LeaderOutput>) {
-    for o in out.drain(..) {
-        match o {
-            LeaderOutput::ToClient { client, msg } => conns.send_to_client(client, WireMsg::Server(msg)),
-            LeaderOutput::ToClients { clients, msg } => conns.send_to_clients(&clients, &WireMsg::Server(msg)),
-            LeaderOutput::ToAllClients { msg } => conns.send_to_all_clients(&WireMsg::Server(msg)),
-            LeaderOutput::ToPeer { shard, batch } => conns.send_to_peer(shard, batch),
-        }
     }
 }

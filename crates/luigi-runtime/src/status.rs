@@ -44,9 +44,7 @@ pub async fn replica_status(addr: SocketAddr, timeout: Duration) -> Result<Repli
                 WireMsg::Server(ServerMsg::Reply(_) | ServerMsg::Pong { .. } | ServerMsg::Watermark { .. })
                 | WireMsg::Client(_)
                 | WireMsg::Peer(_)
-                | WireMsg::Raft { .. }
-                | WireMsg::SnapshotOffer { .. }
-                | WireMsg::LeaderIs { .. }
+                | WireMsg::Replication(_)
                 | WireMsg::Challenge { .. }
                 | WireMsg::PeerHello { .. } => {}
                 WireMsg::Refused { reason } => return Err(format!("refused: {reason}")),

@@ -4,7 +4,7 @@
 //! `PROPTEST_CASES=n` runs more cases (default 256).
 
 use bytes::BytesMut;
-use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, WireMsg};
+use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ReplicationMsg, WireMsg};
 use luigi_proto::types::TxnId;
 use luigi_runtime::auth;
 use luigi_runtime::config::NodeId;
@@ -33,14 +33,17 @@ fn arb_wire() -> impl Strategy<Value = WireMsg> {
         (any::<u32>(), any::<u64>(), proptest::collection::vec(item, 0..4))
             .prop_map(|(from, watermark, items)| WireMsg::Peer(PeerBatch { from, watermark, items })),
         (any::<u32>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
-            .prop_map(|(shard, from, bytes)| WireMsg::Raft { shard, from, bytes }),
-        (any::<u32>(), any::<u64>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
-            .prop_map(|(shard, from, index, data)| WireMsg::SnapshotOffer { shard, from, index, data }),
-        (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(shard, replica, term)| WireMsg::LeaderIs {
-            shard,
-            replica,
-            term
-        }),
+            .prop_map(|(shard, from, bytes)| WireMsg::Replication(ReplicationMsg::Raft { shard, from, bytes })),
+        (any::<u32>(), any::<u64>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64)).prop_map(
+            |(shard, from, index, data)| WireMsg::Replication(ReplicationMsg::SnapshotOffer {
+                shard,
+                from,
+                index,
+                data
+            })
+        ),
+        (any::<u32>(), any::<u32>(), any::<u64>())
+            .prop_map(|(shard, replica, term)| WireMsg::Replication(ReplicationMsg::LeaderIs { shard, replica, term })),
         (any::<u32>(), any::<u32>(), any::<[u8; 32]>()).prop_map(|(shard, replica, proof)| WireMsg::PeerHello {
             shard,
             replica,

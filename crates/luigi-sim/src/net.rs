@@ -4,7 +4,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 
-use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg, ServerMsg};
 use luigi_proto::types::{ClientId, ShardId};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -58,15 +58,9 @@ pub enum SimMsg {
     ToClient(ServerMsg),
     /// Leader to leader: agreement items (never lost, see [`Network::send`]).
     Peer(PeerBatch),
-    /// Replica to replica of one shard: an encoded Raft message.
-    Raft(Vec<u8>),
-    /// Follower to its leader: a state snapshot at `index` to compact behind.
-    SnapshotOffer {
-        /// Last log index it covers.
-        index: u64,
-        /// The follower's state image.
-        data: Vec<u8>,
-    },
+    /// Replica to replica: Raft and snapshot offers within a shard, leader announcements
+    /// across shards.
+    Replication(ReplicationMsg),
 }
 
 impl SimMsg {
@@ -76,8 +70,11 @@ impl SimMsg {
             SimMsg::ToLeader(m) => postcard::to_stdvec(m).map(|b| (1u8, b)),
             SimMsg::ToClient(m) => postcard::to_stdvec(m).map(|b| (2u8, b)),
             SimMsg::Peer(m) => postcard::to_stdvec(m).map(|b| (3u8, b)),
-            SimMsg::Raft(bytes) => return fnv1a(bytes) ^ 4,
-            SimMsg::SnapshotOffer { index, data } => return fnv1a(data) ^ index.rotate_left(8) ^ 5,
+            SimMsg::Replication(ReplicationMsg::Raft { bytes, .. }) => return fnv1a(bytes) ^ 4,
+            SimMsg::Replication(ReplicationMsg::SnapshotOffer { index, data, .. }) => {
+                return fnv1a(data) ^ index.rotate_left(8) ^ 5
+            }
+            SimMsg::Replication(m @ ReplicationMsg::LeaderIs { .. }) => postcard::to_stdvec(m).map(|b| (6u8, b)),
         };
         match encoded {
             Ok((tag, bytes)) => fnv1a(&bytes) ^ u64::from(tag),
@@ -111,14 +108,6 @@ pub enum EventKind {
     Start {
         /// The client.
         client: ClientId,
-    },
-    /// A replica's periodic Raft tick; stale if `gen` is not the replica's current
-    /// incarnation.
-    RaftTick {
-        /// The replica.
-        node: Node,
-        /// Incarnation of the replica.
-        gen: u64,
     },
     /// A replica's disk finishes syncing what was written before; stale if `gen` is not the
     /// replica's current incarnation (a crash loses the sync).

@@ -257,7 +257,7 @@ impl<'a> World<'a> {
                 self.client(client)?.started = true;
                 self.call_client(client, false, |_, _, _, _| {})?;
             }
-            kind @ (EventKind::RaftTick { .. } | EventKind::Sync { .. } | EventKind::Fault { .. }) => {
+            kind @ (EventKind::Sync { .. } | EventKind::Fault { .. }) => {
                 return Err(self.violation(
                     ViolationKind::Invariant,
                     format!("replica event {kind:?} in the single-leader world"),

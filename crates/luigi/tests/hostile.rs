@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError, WireMsg};
+use luigi_proto::msg::{ClientMsg, ReplicationMsg, ServerMsg, TxnError, WireMsg};
 use luigi_proto::procedures::{micro_key, Micro, MicroOp, TransferArgs};
 use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
 use luigi_runtime::client::Client;
@@ -73,9 +73,15 @@ impl Raw {
 /// The frames of the review, each sent on its own raw connection to `port`.
 fn send_forged_frames(port: u16) {
     let forged = [
-        ("snapshot offer", WireMsg::SnapshotOffer { shard: 0, from: 2, index: 50, data: vec![7; 94] }),
-        ("leader announcement", WireMsg::LeaderIs { shard: 1, replica: 5, term: u64::MAX }),
-        ("raft message", WireMsg::Raft { shard: 0, from: 2, bytes: vec![1, 2, 3] }),
+        (
+            "snapshot offer",
+            WireMsg::Replication(ReplicationMsg::SnapshotOffer { shard: 0, from: 2, index: 50, data: vec![7; 94] }),
+        ),
+        (
+            "leader announcement",
+            WireMsg::Replication(ReplicationMsg::LeaderIs { shard: 1, replica: 5, term: u64::MAX }),
+        ),
+        ("raft message", WireMsg::Replication(ReplicationMsg::Raft { shard: 0, from: 2, bytes: vec![1, 2, 3] })),
     ];
     for (what, msg) in forged {
         let (mut raw, _) = Raw::connect(port);

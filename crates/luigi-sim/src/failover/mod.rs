@@ -1,23 +1,28 @@
-//! The replicated world: every shard is a Raft group of [`Replica`]s (each a follower or the
-//! serving [`ShardLeader`](luigi_proto::leader::ShardLeader) over its own [`RaftLog`]), and
-//! the run injects faults: replica crashes and restarts, isolations and Raft-only partitions,
-//! leader kills at named points of a cross-shard transaction, and coordinators that die after
-//! dispatching to only some participants (DESIGN.md, "Failure handling").
+//! The replicated world: every shard is a Raft group of [`ReplicaNode`]s, the node the
+//! server runs (a follower or the serving [`ShardLeader`](luigi_proto::leader::ShardLeader)
+//! over its own Raft log, with its ticks, elections, snapshots and routing), and the run
+//! injects faults: replica crashes and restarts, isolations and Raft-only partitions, leader
+//! kills at named points of a cross-shard transaction, and coordinators that die after
+//! dispatching to only some participants (DESIGN.md, "Failure handling"). This world only
+//! executes each node's effects (`replicas.rs`); every decision about what to call on the
+//! cores and when is the node's, as in the server.
 //!
-//! - Raft messages travel on the simulated network between the replicas of a shard (seeded
-//!   delays, the default link's loss rate, reordering if [`SimConfig::reorder`]). Raft ticks
-//!   every [`FaultConfig::raft_tick_us`] of virtual time.
-//! - Each replica has a simulated disk: what a `Ready` asks to persist is written at once and
-//!   becomes durable only when the disk syncs ([`FaultConfig::sync`] after the first write
-//!   that must be synced); `persisted_messages` leave and `advance` is called only then. A
-//!   crash loses everything not synced. A restart rebuilds `RaftLog::new(config,
-//!   Some(durable))` and a new `Replica`, which replays the committed log.
-//! - Clients send to the replica they believe leads their shard, follow `NotLeader { hint }`
-//!   answers, and move to the next replica when a dispatch times out. Agreement batches go to
-//!   every replica of the destination shard; only the serving one takes them.
+//! - Messages travel on the simulated network (seeded delays, the default link's loss rate
+//!   for client and Raft traffic, reordering if [`SimConfig::reorder`]); links between
+//!   servers go down when either end crashes or is cut off and come back when it heals, and
+//!   each node hears of it as a server hears of its connections (a serving leader announces
+//!   itself with `LeaderIs` on every new link).
+//! - Each replica has a simulated disk: what a `Persist` effect asks to write is written at
+//!   once and becomes durable only when the disk syncs ([`FaultConfig::sync`] after the first
+//!   write that must be synced); the node hears `persisted` only then. A crash loses
+//!   everything not synced. A restart builds a new node from what is durable, which replays
+//!   the committed log.
+//! - Clients route with the runtime client's rules ([`ClientRoutes`]): `NotLeader` hints,
+//!   newer watermarks, and the next replica when a dispatch is resent with no news.
+//!   Agreement batches go to the replica the sending node believes leads the shard.
 //! - Faults: a seeded schedule of random faults (at most one faulty replica per shard at a
 //!   time, healed after [`FaultConfig::down`]), and/or kills at a [`KillPoint`], detected by
-//!   watching a serving leader's outputs and counters around each call.
+//!   watching a serving leader's effects and counters around each call.
 //!
 //! Checks during the run: each state machine (a replica between restarts and demotions)
 //! executes a transaction at most once, and only once every participant's `PREPARE` (and, if
@@ -34,13 +39,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use luigi_node::{ClientRoutes, NodeId, ReplicaNode};
 use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
-use luigi_proto::leader::{LeaderConfig, LeaderOutput, LeaderStats};
 use luigi_proto::log::LogRecord;
-use luigi_proto::msg::{ClientMsg, PeerItem, ServerMsg, TxnError, TxnReply};
+use luigi_proto::msg::{ClientMsg, ReplicationMsg, TxnError, TxnReply};
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
-use luigi_raft::replica::{Replica, Transition};
-use luigi_raft::{HardState, OutMessage, PersistEntry, RaftConfig, RaftLog, Ready, RecoveredState, SnapshotData};
+use luigi_raft::replica::Replica;
+use luigi_raft::RecoveredState;
 use luigi_store::Store;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -50,11 +55,15 @@ use crate::config::{Delay, SimConfig};
 use crate::hash::fold;
 use crate::log::Durable;
 use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
-use crate::procedure::{self, ExecLog};
+use crate::procedure;
 use crate::replies::ReplyLedger;
 use crate::violation::{Violation, ViolationKind};
 use crate::workload::Workload;
 use crate::world::{local_clock, virtual_deadline};
+
+mod replicas;
+
+use replicas::{new_node, SimReplica, WakeSlot};
 
 /// A named point in the life of a cross-shard transaction at which the serving leader of a
 /// participant (or the coordinator) is killed.
@@ -311,96 +320,6 @@ pub fn run_replicated(config: &SimConfig, faults: &FaultConfig) -> Result<Failov
     world.finish().map_err(tag)
 }
 
-/// One write the disk holds but has not synced.
-enum DiskOp {
-    /// The leader's snapshot replaces the whole log.
-    Install(SnapshotData),
-    Entries(Vec<PersistEntry>),
-    Hard(HardState),
-}
-
-/// A replica's disk: durable state plus writes waiting for a sync.
-#[derive(Default)]
-struct SimDisk {
-    durable: RecoveredState,
-    written: Vec<DiskOp>,
-}
-
-impl SimDisk {
-    fn write(&mut self, rd: &Ready) {
-        if let Some(snap) = &rd.snapshot {
-            self.written.push(DiskOp::Install(snap.clone()));
-        }
-        if !rd.entries.is_empty() {
-            self.written.push(DiskOp::Entries(rd.entries.clone()));
-        }
-        if let Some(hs) = rd.hard_state {
-            self.written.push(DiskOp::Hard(hs));
-        }
-    }
-
-    fn sync(&mut self) {
-        for op in self.written.drain(..) {
-            match op {
-                DiskOp::Entries(es) => {
-                    let first = es[0].index;
-                    let keep = self.durable.entries.partition_point(|e| e.index < first);
-                    self.durable.entries.truncate(keep);
-                    self.durable.entries.extend(es);
-                }
-                DiskOp::Hard(hs) => self.durable.hard_state = hs,
-                DiskOp::Install(snap) => {
-                    self.durable.entries.clear();
-                    self.durable.snapshot = Some(snap);
-                }
-            }
-        }
-    }
-
-    /// A snapshot of this replica's own state, written and synced at once (like the
-    /// runtime's `save_snapshot`), and the log prefix it covers dropped.
-    fn compact(&mut self, snap: SnapshotData) {
-        self.durable.entries.retain(|e| e.index > snap.index);
-        self.durable.snapshot = Some(snap);
-    }
-}
-
-#[derive(Debug, Default)]
-struct WakeSlot {
-    at: Option<VirtualUs>,
-    gen: u64,
-}
-
-struct ReplicaNode {
-    replica: Option<Replica>,
-    disk: SimDisk,
-    offset_us: i64,
-    /// Incarnation: bumped at every crash and restart (stale ticks and syncs are ignored).
-    gen: u64,
-    wake: WakeSlot,
-    sync_scheduled: bool,
-    /// Readies written and waiting for the sync: (number, persisted messages).
-    awaiting: Vec<(u64, Vec<OutMessage>)>,
-    /// Cut off from every node.
-    isolated: bool,
-    /// Cut off from the other replicas of its shard only (still talks to clients and peers).
-    raft_cut: bool,
-    sink: ExecLog,
-    /// Transactions the current state machine executed.
-    exec_seen: HashSet<TxnId>,
-    /// Last watermark of the current serving incarnation.
-    watermark: Timestamp,
-    /// Index of this replica's latest snapshot.
-    snapshot_index: u64,
-    busy_streak: u32,
-}
-
-impl ReplicaNode {
-    fn faulty(&self) -> bool {
-        self.replica.is_none() || self.isolated || self.raft_cut
-    }
-}
-
 struct ClientNode {
     coord: Coordinator,
     offset_us: i64,
@@ -409,8 +328,8 @@ struct ClientNode {
     dead: bool,
     outstanding: usize,
     next_seq: u64,
-    /// Per shard: the replica believed to lead, and a counter bumped when the belief changes.
-    guess: Vec<(u32, u64)>,
+    /// Where it sends each shard's transactions (the runtime client's rules).
+    routes: ClientRoutes,
 }
 
 /// What each shard's group has committed, from the highest commit index any replica reports.
@@ -434,8 +353,6 @@ enum FaultAction {
 type Step = Result<(), Violation>;
 
 const BUSY_BACKOFF_MAX_US: u64 = 64;
-/// Ready/turn rounds per call before a replica counts as livelocked.
-const DRIVE_ROUNDS_MAX: usize = 256;
 
 struct FailoverWorld<'a> {
     config: &'a SimConfig,
@@ -448,7 +365,7 @@ struct FailoverWorld<'a> {
     disk_rng: ChaCha8Rng,
     fault_rng: ChaCha8Rng,
     clients: Vec<ClientNode>,
-    replicas: Vec<Vec<ReplicaNode>>,
+    replicas: Vec<Vec<SimReplica>>,
     workload: Workload,
     history: History,
     index: HashMap<TxnId, usize>,
@@ -472,13 +389,10 @@ struct FailoverWorld<'a> {
     next_kill_ok_at: VirtualUs,
     /// (shard, transaction) pairs whose first `Propose` was seen.
     proposed: HashSet<(ShardId, TxnId)>,
-    /// Per (transaction, shard): the client's guess counter when the dispatch was last sent.
-    sent_with: HashMap<(TxnId, ShardId), u64>,
     quiescing: bool,
     answered_at: VirtualUs,
     report: FailoverReport,
     coord_out: Vec<CoordOutput>,
-    leader_out: Vec<LeaderOutput>,
 }
 
 impl<'a> FailoverWorld<'a> {
@@ -508,30 +422,15 @@ impl<'a> FailoverWorld<'a> {
                 dead: false,
                 outstanding: 0,
                 next_seq: 1,
-                guess: vec![(0, 0); config.shards as usize],
+                routes: ClientRoutes::new(vec![faults.replicas; config.shards as usize]),
             })
             .collect();
         let mut replicas = Vec::new();
         for s in 0..config.shards {
             let mut group = Vec::new();
             for i in 0..n {
-                let mut node = ReplicaNode {
-                    replica: None,
-                    disk: SimDisk::default(),
-                    offset_us: offset(Node::Replica(s, i)),
-                    gen: 0,
-                    wake: WakeSlot::default(),
-                    sync_scheduled: false,
-                    awaiting: Vec::new(),
-                    isolated: false,
-                    raft_cut: false,
-                    sink: ExecLog::default(),
-                    exec_seen: HashSet::new(),
-                    watermark: 0,
-                    snapshot_index: 0,
-                    busy_streak: 0,
-                };
-                node.replica = Some(new_replica(config, faults, s, i, &node.sink, None)?);
+                let mut node = SimReplica::new(offset(Node::Replica(s, i)));
+                node.node = Some(new_node(config, faults, s, i, &node.sink, RecoveredState::default())?);
                 group.push(node);
             }
             replicas.push(group);
@@ -564,24 +463,16 @@ impl<'a> FailoverWorld<'a> {
             kills_left: faults.kills,
             next_kill_ok_at: 0,
             proposed: HashSet::new(),
-            sent_with: HashMap::new(),
             quiescing: false,
             answered_at: 0,
             last_repair_us: 0,
             last_answer_us: 0,
             report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
             coord_out: Vec::new(),
-            leader_out: Vec::new(),
         };
         for client in 1..=u64::from(config.clients) {
             let at = master.gen_range(0..=config.start_spread_us);
             world.queue.push(at, EventKind::Start { client });
-        }
-        for s in 0..config.shards {
-            for i in 0..n {
-                let phase = master.gen_range(1..=faults.raft_tick_us);
-                world.queue.push(phase, EventKind::RaftTick { node: Node::Replica(s, i), gen: 0 });
-            }
         }
         if faults.random_faults {
             let at = faults.fault_gap.sample(&mut world.fault_rng);
@@ -619,9 +510,12 @@ impl<'a> FailoverWorld<'a> {
     }
 
     fn run(&mut self) -> Step {
-        // Start with a leader in every group (elections still happen on every fault).
+        // Every replica starts with its links up; replica 0 of each group starts the first
+        // election in its first turn (the node's rule, as in the server).
         for s in 0..self.config.shards {
-            self.call_replica(s, 0, false, |r, _, _| r.log_mut().campaign())?;
+            for i in 0..self.n {
+                self.links_up(s, i)?;
+            }
         }
         if self.config.ping_first {
             for c in 1..=u64::from(self.config.clients) {
@@ -676,10 +570,13 @@ impl<'a> FailoverWorld<'a> {
         for s in 0..self.config.shards {
             for i in 0..self.n {
                 let node = &mut self.replicas[s as usize][i as usize];
+                let cut = node.isolated || node.raft_cut;
                 node.isolated = false;
                 node.raft_cut = false;
-                if node.replica.is_none() {
+                if node.node.is_none() {
                     self.restart(s, i)?;
+                } else if cut {
+                    self.links_up(s, i)?;
                 }
             }
         }
@@ -704,13 +601,18 @@ impl<'a> FailoverWorld<'a> {
         let clients_settled = self.clients.iter().all(|c| c.dead || c.coord.unresolved() == 0);
         clients_settled
             && self.replicas.iter().all(|group| {
-                let serving: Vec<&Replica> =
-                    group.iter().filter_map(|n| n.replica.as_ref()).filter(|r| r.is_serving()).collect();
+                let serving: Vec<&Replica> = group
+                    .iter()
+                    .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
+                    .filter(|r| r.is_serving())
+                    .collect();
                 let [leader] = serving.as_slice() else { return false };
                 let l = leader.leader().expect("serving");
                 let hash = l.store().state_hash();
                 l.pending_len() == 0
-                    && group.iter().all(|n| n.replica.as_ref().is_some_and(|r| r.store().state_hash() == hash))
+                    && group.iter().all(|n| {
+                        n.node.as_ref().map(ReplicaNode::replica).is_some_and(|r| r.store().state_hash() == hash)
+                    })
             })
     }
 
@@ -722,7 +624,7 @@ impl<'a> FailoverWorld<'a> {
         );
         for (s, group) in self.replicas.iter_mut().enumerate() {
             for (i, node) in group.iter_mut().enumerate() {
-                match &mut node.replica {
+                match node.node.as_ref().map(ReplicaNode::replica) {
                     None => msg.push_str(&format!("; R{s}.{i}: down")),
                     Some(r) => msg.push_str(&format!(
                         "; R{s}.{i}: serving={} pending={} store={:#x} keys={} log={:?}",
@@ -730,7 +632,7 @@ impl<'a> FailoverWorld<'a> {
                         r.leader().map_or(0, |l| l.pending_len()),
                         r.store().state_hash(),
                         r.store().len(),
-                        r.log_mut()
+                        r.log()
                     )),
                 }
             }
@@ -758,20 +660,6 @@ impl<'a> FailoverWorld<'a> {
                 self.trace(|| format!("c{client} starts"));
                 self.client(client)?.started = true;
                 self.call_client(client, false, |_, _, _, _| {})
-            }
-            EventKind::RaftTick { node, gen } => {
-                let Node::Replica(s, i) = node else {
-                    return Err(self.violation(ViolationKind::Invariant, format!("Raft tick for {node}")));
-                };
-                if self.replicas[s as usize][i as usize].gen != gen {
-                    return Ok(()); // a crashed incarnation's tick
-                }
-                let next = self.now + self.faults.raft_tick_us;
-                self.queue.push(next, EventKind::RaftTick { node, gen });
-                self.call_replica(s, i, false, |r, _, _| {
-                    r.log_mut().tick();
-                    Ok(())
-                })
             }
             EventKind::Sync { node, gen } => {
                 let Node::Replica(s, i) = node else {
@@ -808,14 +696,14 @@ impl<'a> FailoverWorld<'a> {
         msg.push_str(&format!("; unanswered (first 5): {}", waiting.join(", ")));
         for (s, group) in self.replicas.iter_mut().enumerate() {
             for (i, node) in group.iter_mut().enumerate() {
-                let state = match &mut node.replica {
+                let state = match node.node.as_ref().map(ReplicaNode::replica) {
                     None => "down".to_string(),
                     Some(r) => format!(
                         "serving={} watermark={:?} pending={:?} {:?}",
                         r.is_serving(),
                         r.leader().map(|l| l.watermark()),
                         r.leader().map(|l| l.pending_len()),
-                        r.log_mut()
+                        r.log()
                     ),
                 };
                 msg.push_str(&format!(
@@ -840,7 +728,7 @@ impl<'a> FailoverWorld<'a> {
         let blocked = |node: Node, other: Node| match node {
             Node::Replica(s, i) => {
                 let r = &self.replicas[s as usize][i as usize];
-                r.replica.is_none() || r.isolated || (r.raft_cut && matches!(other, Node::Replica(t, _) if t == s))
+                r.node.is_none() || r.isolated || (r.raft_cut && matches!(other, Node::Replica(t, _) if t == s))
             }
             Node::Client(c) => self.clients[(c - 1) as usize].dead,
             Node::Leader(_) => true,
@@ -863,8 +751,10 @@ impl<'a> FailoverWorld<'a> {
         let h = [self.now, src.code(), dst.code(), msg.hash()];
         self.trace_hash = h.iter().fold(self.trace_hash, |acc, x| fold(acc, *x));
         self.trace(|| match &msg {
-            SimMsg::Raft(b) => format!("{src} -> {dst}: raft ({} bytes)", b.len()),
-            SimMsg::SnapshotOffer { index, data } => {
+            SimMsg::Replication(ReplicationMsg::Raft { bytes, .. }) => {
+                format!("{src} -> {dst}: raft ({} bytes)", bytes.len())
+            }
+            SimMsg::Replication(ReplicationMsg::SnapshotOffer { index, data, .. }) => {
                 format!("{src} -> {dst}: snapshot at {index} ({} bytes)", data.len())
             }
             other => format!("{src} -> {dst}: {other:?}"),
@@ -877,21 +767,13 @@ impl<'a> FailoverWorld<'a> {
                         self.replies.arrived(txn.id, s, w);
                     }
                 }
-                self.call_replica(s, i, false, |r, local, out| {
-                    r.on_client(local, client, m, out);
+                self.call_replica(s, i, false, |r, local, fx| {
+                    r.on_client(local, client, m, fx);
                     Ok(())
                 })
             }
             (Node::Replica(s, i), Node::Client(client), SimMsg::ToClient(m)) => {
-                if let ServerMsg::Reply(TxnReply { outcome: Err(TxnError::NotLeader { hint }), .. }) = &m {
-                    let n = self.n;
-                    let node = self.client(client)?;
-                    let g = &mut node.guess[s as usize];
-                    if g.0 == i {
-                        g.0 = hint.filter(|h| *h != i && *h < n).unwrap_or((i + 1) % n);
-                        g.1 += 1;
-                    }
-                }
+                self.client(client)?.routes.on_server_msg(NodeId { shard: s, replica: i }, &m);
                 self.call_client(client, false, |coord, local, _, out| coord.on_message(local, m, out))
             }
             (Node::Replica(from, _), Node::Replica(to, i), SimMsg::Peer(batch)) if from != to && batch.from == from => {
@@ -899,21 +781,19 @@ impl<'a> FailoverWorld<'a> {
                     let w = self.published[to as usize];
                     self.replies.arrived_in_batch(to, w, &batch.items);
                 }
-                self.call_replica(to, i, false, |r, local, out| {
-                    r.on_peer(local, batch, out);
+                self.call_replica(to, i, false, |r, local, fx| {
+                    r.on_peer_batch(local, batch, fx);
                     Ok(())
                 })
             }
-            (Node::Replica(from, _), Node::Replica(to, i), SimMsg::Raft(bytes)) if from == to => {
-                self.call_replica(to, i, false, |r, _, _| {
+            (Node::Replica(fs, fi), Node::Replica(to, i), SimMsg::Replication(m)) => {
+                let from = NodeId { shard: fs, replica: fi };
+                self.call_replica(to, i, false, |r, _, fx| {
                     // A message from an earlier incarnation of a peer may be refused; Raft
                     // copes with any loss.
-                    let _ = r.log_mut().step_bytes(&bytes);
+                    let _ = r.on_replication(from, m, fx);
                     Ok(())
                 })
-            }
-            (Node::Replica(from, _), Node::Replica(to, i), SimMsg::SnapshotOffer { index, data }) if from == to => {
-                self.compact_leader(to, i, index, data)
             }
             (src, dst, msg) => {
                 Err(self
@@ -923,7 +803,7 @@ impl<'a> FailoverWorld<'a> {
     }
 
     fn serving(&self, s: ShardId, i: u32) -> bool {
-        self.replicas[s as usize][i as usize].replica.as_ref().is_some_and(Replica::is_serving)
+        self.replicas[s as usize][i as usize].node.as_ref().is_some_and(|n| n.replica().is_serving())
     }
 
     fn wake(&mut self, node: Node, gen: u64) -> Step {
@@ -969,7 +849,7 @@ impl<'a> FailoverWorld<'a> {
             FaultAction::Random => self.random_fault(),
             FaultAction::Restart(s, i) => {
                 self.last_repair_us = self.now;
-                if self.replicas[s as usize][i as usize].replica.is_none() {
+                if self.replicas[s as usize][i as usize].node.is_none() {
                     self.restart(s, i)?;
                 }
                 Ok(())
@@ -981,7 +861,7 @@ impl<'a> FailoverWorld<'a> {
                 let node = &mut self.replicas[s as usize][i as usize];
                 node.isolated = false;
                 node.raft_cut = false;
-                Ok(())
+                self.links_up(s, i)
             }
         }
     }
@@ -1010,6 +890,7 @@ impl<'a> FailoverWorld<'a> {
                 let target = if kind == 2 { leader } else { random };
                 self.trace(|| format!("R{s}.{target} isolated for {down} us"));
                 self.replicas[s as usize][target as usize].isolated = true;
+                self.links_down(s, target, false)?;
                 self.report.cuts += 1;
                 self.schedule_fault(self.now + down, FaultAction::Heal(s, target));
                 Ok(())
@@ -1017,6 +898,7 @@ impl<'a> FailoverWorld<'a> {
             _ => {
                 self.trace(|| format!("R{s}.{leader} cut from its group for {down} us"));
                 self.replicas[s as usize][leader as usize].raft_cut = true;
+                self.links_down(s, leader, true)?;
                 self.report.cuts += 1;
                 self.schedule_fault(self.now + down, FaultAction::Heal(s, leader));
                 Ok(())
@@ -1040,367 +922,10 @@ impl<'a> FailoverWorld<'a> {
         Ok(())
     }
 
-    /// Crashes replica `i` of shard `s` (unsynced writes are lost) and restarts it after `down`.
-    fn crash(&mut self, s: ShardId, i: u32, down: u64) -> Step {
-        self.trace(|| format!("R{s}.{i} crashes (restarts in {down} us)"));
-        self.trace_hash = fold(fold(self.trace_hash, 0xdead), Node::Replica(s, i).code());
-        let node = &mut self.replicas[s as usize][i as usize];
-        if node.replica.is_none() {
-            return Ok(());
-        }
-        node.replica = None;
-        node.disk.written.clear();
-        node.awaiting.clear();
-        node.sync_scheduled = false;
-        node.gen += 1;
-        node.exec_seen.clear();
-        node.watermark = 0;
-        node.busy_streak = 0;
-        node.sink.lock().expect("single-threaded").clear();
-        self.report.crashes += 1;
-        self.schedule_wake(Node::Replica(s, i), None);
-        self.schedule_fault(self.now + down, FaultAction::Restart(s, i));
-        Ok(())
-    }
-
-    fn restart(&mut self, s: ShardId, i: u32) -> Step {
-        self.trace(|| format!("R{s}.{i} restarts from its disk"));
-        let node = &mut self.replicas[s as usize][i as usize];
-        let recovered = node.disk.durable.clone();
-        node.snapshot_index = recovered.snapshot.as_ref().map_or(0, |snap| snap.index);
-        let replica =
-            new_replica(self.config, self.faults, s, i, &node.sink, Some(recovered)).map_err(|v| v.at(self.now))?;
-        node.replica = Some(replica);
-        node.gen += 1;
-        let gen = node.gen;
-        self.queue.push(self.now + self.faults.raft_tick_us, EventKind::RaftTick { node: Node::Replica(s, i), gen });
-        self.call_replica(s, i, false, |_, _, _| Ok(()))
-    }
-
-    fn sync(&mut self, s: ShardId, i: u32, gen: u64) -> Step {
-        let node = &mut self.replicas[s as usize][i as usize];
-        if node.gen != gen || node.replica.is_none() {
-            return Ok(());
-        }
-        node.disk.sync();
-        node.sync_scheduled = false;
-        let awaiting = std::mem::take(&mut node.awaiting);
-        let Some(last) = awaiting.last().map(|(n, _)| *n) else { return Ok(()) };
-        let replica = node.replica.as_mut().expect("checked");
-        replica.log_mut().advance(last);
-        let me = Node::Replica(s, i);
-        for (_, msgs) in awaiting {
-            for m in msgs {
-                self.send(me, Node::Replica(s, (m.to - 1) as u32), SimMsg::Raft(m.bytes));
-            }
-        }
-        self.call_replica(s, i, false, |_, _, _| Ok(()))
-    }
-
-    // ---- replicas ----
-
-    /// Drains the replica's readies: sends messages, writes the disk, and either advances
-    /// (nothing to sync) or waits for a sync.
-    fn drive_readies(&mut self, s: ShardId, i: u32, raft_out: &mut Vec<OutMessage>) -> Step {
-        for _ in 0..DRIVE_ROUNDS_MAX {
-            let node = &mut self.replicas[s as usize][i as usize];
-            let replica = node.replica.as_mut().expect("driven replicas are up");
-            let rd = match replica.log_mut().ready() {
-                Ok(Some(rd)) => rd,
-                Ok(None) => return Ok(()),
-                Err(e) => return Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i}: raft: {e}"))),
-            };
-            let Ready { number, must_sync, messages, persisted_messages, .. } = &rd;
-            raft_out.extend(messages.iter().cloned());
-            node.disk.write(&rd);
-            if let Some(snap) = &rd.snapshot {
-                // The state machine is replaced before it applies anything after the snapshot.
-                if let Err(e) = replica.install_snapshot(&snap.data) {
-                    let msg = format!("R{s}.{i} cannot load its leader's snapshot: {e}");
-                    return Err(Violation::new(ViolationKind::Invariant, msg).at(self.now));
-                }
-                node.snapshot_index = snap.index;
-                node.exec_seen.clear(); // a new state machine
-                self.report.snapshots_installed += 1;
-            }
-            if self.faults.ack_before_sync && *must_sync && !node.sync_scheduled {
-                node.sync_scheduled = true;
-                let at = self.now + self.faults.sync.sample(&mut self.disk_rng);
-                let gen = node.gen;
-                self.queue.push(at, EventKind::Sync { node: Node::Replica(s, i), gen });
-            }
-            if !self.faults.ack_before_sync && (*must_sync || !node.awaiting.is_empty()) {
-                node.awaiting.push((*number, persisted_messages.clone()));
-                if !node.sync_scheduled {
-                    node.sync_scheduled = true;
-                    let at = self.now + self.faults.sync.sample(&mut self.disk_rng);
-                    let gen = node.gen;
-                    self.queue.push(at, EventKind::Sync { node: Node::Replica(s, i), gen });
-                }
-            } else {
-                raft_out.extend(persisted_messages.iter().cloned());
-                replica.log_mut().advance(*number);
-            }
-        }
-        Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i} keeps producing readies")))
-    }
-
-    /// Runs `f` on replica `i` of shard `s` at its local time, drives its log and role, checks
-    /// what it did, applies the kill point, and sends its output. A crashed replica ignores it.
-    fn call_replica(
-        &mut self,
-        s: ShardId,
-        i: u32,
-        woken: bool,
-        f: impl FnOnce(&mut Replica, TimeUs, &mut Vec<LeaderOutput>) -> Result<(), luigi_raft::RaftError>,
-    ) -> Step {
-        let now = self.now;
-        let me = Node::Replica(s, i);
-        let node = &mut self.replicas[s as usize][i as usize];
-        let Some(replica) = node.replica.as_mut() else { return Ok(()) };
-        let local = local_clock(now, node.offset_us);
-        let was_serving = replica.is_serving();
-        let before = replica.leader().map(|l| l.stats()).unwrap_or_default();
-        let mut out = std::mem::take(&mut self.leader_out);
-        out.clear();
-        if let Err(e) = f(replica, local, &mut out) {
-            return Err(self.violation(ViolationKind::Invariant, format!("{me}: raft: {e}")));
-        }
-        let mut raft_out = Vec::new();
-        let mut rounds = 0;
-        loop {
-            self.drive_readies(s, i, &mut raft_out)?;
-            let node = &mut self.replicas[s as usize][i as usize];
-            let replica = node.replica.as_mut().expect("up");
-            match replica.turn(local, &mut out) {
-                Ok(None) => {}
-                Ok(Some(Transition::Promoted)) => {
-                    self.report.promotions += 1;
-                    node.watermark = 0;
-                    self.trace(|| format!("{me} serves as the leader"));
-                }
-                Ok(Some(Transition::Demoted)) => {
-                    self.report.demotions += 1;
-                    // A new state machine replayed the log: it starts its executions afresh.
-                    node.exec_seen.clear();
-                    node.watermark = 0;
-                    self.trace(|| format!("{me} stepped down and rebuilt its state"));
-                }
-                Err(e) => return Err(self.violation(ViolationKind::Invariant, format!("{me}: {e}"))),
-            }
-            let replica = self.replicas[s as usize][i as usize].replica.as_mut().expect("up");
-            if !replica.log_mut().has_ready() {
-                break;
-            }
-            rounds += 1;
-            if rounds > DRIVE_ROUNDS_MAX {
-                return Err(self.violation(ViolationKind::Invariant, format!("{me} never settles")));
-            }
-        }
-        self.update_oracle(s, i)?;
-        self.maybe_compact(s, i)?;
-        let executed: Vec<(ShardId, TxnId)> =
-            std::mem::take(&mut *self.replicas[s as usize][i as usize].sink.lock().expect("single-threaded"));
-        for &(shard, id) in &executed {
-            self.on_executed(s, i, shard, id)?;
-        }
-        let node = &mut self.replicas[s as usize][i as usize];
-        let replica = node.replica.as_ref().expect("up");
-        let serving = replica.is_serving();
-        let after = replica.leader().map(|l| l.stats()).unwrap_or_default();
-        if serving {
-            let w = replica.leader().expect("serving").watermark();
-            if w < node.watermark {
-                let msg = format!("{me}'s watermark went back from {} to {w}", node.watermark);
-                return Err(Violation::new(ViolationKind::Invariant, msg).at(now));
-            }
-            node.watermark = w;
-            self.published[s as usize] = self.published[s as usize].max(w);
-        }
-        // Kill points.
-        let kill = if was_serving && serving { self.kill_point(s, &out, &executed, before, after) } else { None };
-        // Raft messages leave whatever happens to the call's other outputs (they were sent by
-        // the log as it went), unless the replica dies in this call.
-        let dies = matches!(kill, Some(Kill::DropOutputs));
-        if !dies {
-            for m in raft_out {
-                self.send(me, Node::Replica(s, (m.to - 1) as u32), SimMsg::Raft(m.bytes));
-            }
-            self.send_outputs(s, i, &mut out)?;
-        }
-        self.leader_out = out;
-        if kill.is_some() {
-            self.kills_left -= 1;
-            self.report.kills += 1;
-            self.next_kill_ok_at = now + self.faults.kill_gap_us;
-            let down = self.faults.down.sample(&mut self.fault_rng).max(1);
-            return self.crash(s, i, down);
-        }
-        // Wake-ups for the leader's deadlines.
-        let node = &mut self.replicas[s as usize][i as usize];
-        let replica = node.replica.as_ref().expect("up");
-        let mut deadline = replica.next_deadline().map(|d| virtual_deadline(d, node.offset_us));
-        match deadline {
-            Some(d) if woken && d <= now => {
-                node.busy_streak += 1;
-                deadline = Some(now + (1u64 << node.busy_streak.min(6)).min(BUSY_BACKOFF_MAX_US));
-            }
-            _ => node.busy_streak = 0,
-        }
-        let earliest = if woken { now + 1 } else { now };
-        self.schedule_wake(me, deadline.map(|t| t.max(earliest)));
-        Ok(())
-    }
-
-    /// Whether the serving leader of `s` dies at the configured kill point in this call.
-    fn kill_point(
-        &mut self,
-        s: ShardId,
-        out: &[LeaderOutput],
-        executed: &[(ShardId, TxnId)],
-        before: LeaderStats,
-        after: LeaderStats,
-    ) -> Option<Kill> {
-        let mut first_propose = false;
-        let mut confirm = false;
-        for o in out {
-            if let LeaderOutput::ToPeer { batch, .. } = o {
-                for item in &batch.items {
-                    match item {
-                        PeerItem::Propose { id, .. } => first_propose |= self.proposed.insert((s, *id)),
-                        PeerItem::Confirm { .. } => confirm = true,
-                        PeerItem::Recover { .. }
-                        | PeerItem::Executed { .. }
-                        | PeerItem::Refuse { .. }
-                        | PeerItem::Acknowledged { .. } => {}
-                    }
-                }
-            }
-        }
-        let point = self.faults.kill?;
-        let eligible = self.kills_left > 0
-            && self.now >= self.next_kill_ok_at
-            && !self.quiescing
-            && !self.replicas[s as usize].iter().any(ReplicaNode::faulty);
-        if !eligible {
-            return None;
-        }
-        let replied = |id: &TxnId| {
-            out.iter().any(|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } if r.id == *id))
-        };
-        let cross = |id: &TxnId| self.index.get(id).is_some_and(|&k| self.history.txns[k].pieces.len() > 1);
-        match point {
-            KillPoint::PrepareCommitted if first_propose => Some(Kill::DropOutputs),
-            KillPoint::ProposeSent if first_propose => Some(Kill::AfterOutputs),
-            KillPoint::Decided if after.cross_decided > before.cross_decided || confirm => Some(Kill::DropOutputs),
-            KillPoint::Executed if executed.iter().any(|(_, id)| cross(id) && !replied(id)) => Some(Kill::DropOutputs),
-            KillPoint::PrepareCommitted
-            | KillPoint::ProposeSent
-            | KillPoint::Decided
-            | KillPoint::Executed
-            | KillPoint::CoordinatorPartial => None,
-        }
-    }
-
-    fn send_outputs(&mut self, s: ShardId, i: u32, out: &mut Vec<LeaderOutput>) -> Step {
-        let me = Node::Replica(s, i);
-        for o in out.drain(..) {
-            match o {
-                LeaderOutput::ToClient { client, msg } => {
-                    if let ServerMsg::Reply(r) = &msg {
-                        self.check_reply(s, r)?;
-                    }
-                    if client == 0 || client > u64::from(self.config.clients) {
-                        return Err(self.violation(
-                            ViolationKind::Invariant,
-                            format!("{me} sent {msg:?} to nonexistent client {client}"),
-                        ));
-                    }
-                    self.send(me, Node::Client(client), SimMsg::ToClient(msg));
-                }
-                LeaderOutput::ToAllClients { msg } => {
-                    for client in 1..=u64::from(self.config.clients) {
-                        self.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
-                    }
-                }
-                LeaderOutput::ToClients { clients, msg } => {
-                    for client in clients {
-                        self.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
-                    }
-                }
-                LeaderOutput::ToPeer { shard: to, batch } => {
-                    if to == s || to >= self.config.shards || batch.from != s {
-                        return Err(self.violation(
-                            ViolationKind::Invariant,
-                            format!("{me} sent a batch from shard {} to shard {to}: {batch:?}", batch.from),
-                        ));
-                    }
-                    for j in 0..self.n {
-                        self.send(me, Node::Replica(to, j), SimMsg::Peer(batch.clone()));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// A follower that applied `snapshot_entries` records since its last snapshot takes one
-    /// and compacts its log (after the oracle read what it committed).
-    fn maybe_compact(&mut self, s: ShardId, i: u32) -> Step {
-        let Some(every) = self.faults.snapshot_entries else { return Ok(()) };
-        let node = &mut self.replicas[s as usize][i as usize];
-        let replica = node.replica.as_mut().expect("up");
-        let Some((index, data)) = replica.snapshot_due(node.snapshot_index + every) else { return Ok(()) };
-        let log = replica.log_mut();
-        if !log.can_compact(index) {
-            return Ok(()); // not durable here yet: next time
-        }
-        let leader = log.leader_id().filter(|l| *l != u64::from(i) + 1);
-        match log.compact(index, data) {
-            Ok(snap) => {
-                // Offered to the leader, which compacts behind it (as the runtime does).
-                let offer = leader.map(|l| (l, SimMsg::SnapshotOffer { index, data: snap.data.clone() }));
-                node.disk.compact(snap);
-                node.snapshot_index = index;
-                self.report.compactions += 1;
-                self.trace(|| format!("R{s}.{i} snapshots at {index}"));
-                if let Some((l, msg)) = offer {
-                    self.send(Node::Replica(s, i), Node::Replica(s, (l - 1) as u32), msg);
-                }
-                Ok(())
-            }
-            Err(e) => Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i} cannot compact: {e}"))),
-        }
-    }
-
-    /// A serving leader compacts its log behind a follower's snapshot (if applied and durable
-    /// here); anyone else ignores the offer.
-    fn compact_leader(&mut self, s: ShardId, i: u32, index: u64, data: Vec<u8>) -> Step {
-        if !self.serving(s, i) {
-            return Ok(());
-        }
-        let node = &mut self.replicas[s as usize][i as usize];
-        let log = node.replica.as_mut().expect("serving").log_mut();
-        if !log.can_compact(index) {
-            return Ok(());
-        }
-        match log.compact(index, data) {
-            Ok(snap) => {
-                node.disk.compact(snap);
-                node.snapshot_index = index;
-                self.report.leader_compactions += 1;
-                self.trace(|| format!("R{s}.{i} (leader) compacts behind a follower's snapshot at {index}"));
-                Ok(())
-            }
-            Err(e) => Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i} cannot compact: {e}"))),
-        }
-    }
-
     /// Folds the entries replica `i` knows committed into the shard's oracle, checking that
     /// they agree with what other replicas reported committed.
     fn update_oracle(&mut self, s: ShardId, i: u32) -> Step {
-        let replica = self.replicas[s as usize][i as usize].replica.as_mut().expect("up");
-        let log = replica.log_mut();
+        let log = self.replicas[s as usize][i as usize].node.as_ref().expect("up").replica().log();
         let commit = log.commit_index();
         let oracle = &mut self.oracle[s as usize];
         let known = oracle.entries.len() as u64;
@@ -1551,23 +1076,10 @@ impl<'a> FailoverWorld<'a> {
         if shard >= self.config.shards {
             return Err(self.violation(ViolationKind::Invariant, format!("client {id} sent to shard {shard}")));
         }
-        let n = self.n;
-        let key = match &msg {
-            ClientMsg::Dispatch { txn, .. } => Some((txn.id, shard)),
-            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } | ClientMsg::Status => None,
+        // Every replica is reachable as far as the client knows (faults lose messages).
+        let Some(target) = self.client(id)?.routes.route(shard, &msg, |_| true) else {
+            return Err(self.violation(ViolationKind::Invariant, format!("client {id} has no route to shard {shard}")));
         };
-        let previous = key.and_then(|k| self.sent_with.get(&k).copied());
-        let node = self.client(id)?;
-        let g = &mut node.guess[shard as usize];
-        if previous == Some(g.1) {
-            // A resend after a timeout with no news about the leader: try the next replica.
-            g.0 = (g.0 + 1) % n;
-            g.1 += 1;
-        }
-        let (target, epoch) = *g;
-        if let Some(k) = key {
-            self.sent_with.insert(k, epoch);
-        }
         self.send(Node::Client(id), Node::Replica(shard, target), SimMsg::ToLeader(msg));
         Ok(())
     }
@@ -1583,8 +1095,14 @@ impl<'a> FailoverWorld<'a> {
                     self.report.unknown += 1;
                     self.client(id)?.outstanding -= 1;
                 }
-                CoordOutput::Done(done) => self.record_answer(id, done, true)?,
-                CoordOutput::Resolved(done) => self.record_answer(id, done, false)?,
+                CoordOutput::Done(done) => {
+                    self.client(id)?.routes.forget(done.id);
+                    self.record_answer(id, done, true)?
+                }
+                CoordOutput::Resolved(done) => {
+                    self.client(id)?.routes.forget(done.id);
+                    self.record_answer(id, done, false)?
+                }
             }
         }
         Ok(())
@@ -1696,7 +1214,7 @@ impl<'a> FailoverWorld<'a> {
         for (s, group) in self.replicas.iter_mut().enumerate() {
             let oracle = &self.oracle[s];
             for (i, node) in group.iter_mut().enumerate() {
-                let log = node.replica.as_mut().expect("healed").log_mut();
+                let log = node.node.as_ref().expect("healed").replica().log();
                 let commit = log.commit_index();
                 for index in log.snapshot_index().max(1)..=commit.min(oracle.entries.len() as u64) {
                     let term = log.term_at(index);
@@ -1751,7 +1269,11 @@ impl<'a> FailoverWorld<'a> {
         }
         let mut stores: Vec<&Store> = Vec::new();
         for group in &self.replicas {
-            let leader = group.iter().filter_map(|n| n.replica.as_ref()).find(|r| r.is_serving()).expect("converged");
+            let leader = group
+                .iter()
+                .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
+                .find(|r| r.is_serving())
+                .expect("converged");
             stores.push(leader.store());
             self.report.recover_sent += leader.leader().map_or(0, |l| l.stats().recover_sent);
         }
@@ -1781,25 +1303,6 @@ enum Kill {
 
 fn shards_of(rec: &TxnRecord) -> Vec<ShardId> {
     rec.pieces.iter().map(|p| p.shard).collect()
-}
-
-/// A replica of shard `s` number `i`, fresh or restarted from `recovered`.
-fn new_replica(
-    config: &SimConfig,
-    faults: &FaultConfig,
-    s: ShardId,
-    i: u32,
-    sink: &ExecLog,
-    recovered: Option<RecoveredState>,
-) -> Result<Replica, Violation> {
-    let voters: Vec<u64> = (1..=u64::from(faults.replicas)).collect();
-    let mut rc = RaftConfig::new(u64::from(i) + 1, voters, config.seed ^ (u64::from(s) << 32) ^ 0x4af7);
-    rc.election_ticks = faults.election_ticks;
-    let log = RaftLog::new(rc, recovered)
-        .map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i} cannot start its log: {e}")))?;
-    let leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
-    Replica::new(leader, procedure::registry(Some(sink.clone())), log)
-        .map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i} cannot load its state: {e:?}")))
 }
 
 /// Sort key that puts a coordinator's output in transaction-id order.

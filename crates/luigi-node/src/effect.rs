@@ -1,0 +1,76 @@
+//! What a [`crate::ReplicaNode`] asks its shell to do.
+
+use luigi_proto::msg::{PeerBatch, ReplicationMsg, ServerMsg};
+use luigi_proto::types::ClientId;
+use luigi_raft::replica::{SnapshotJob, Transition};
+use luigi_raft::{Ready, SnapshotData};
+
+use crate::routing::NodeId;
+
+/// One thing to do, in the order the node produced it.
+pub enum Effect {
+    /// Send `msg` to client `client` (if it is not connected, drop it: the answer stays in
+    /// the leader's table for the client's retry).
+    ToClient {
+        /// Destination.
+        client: ClientId,
+        /// Message.
+        msg: ServerMsg,
+    },
+    /// Send `msg` (a watermark) to each of `clients`.
+    ToClients {
+        /// Destinations.
+        clients: Vec<ClientId>,
+        /// Message.
+        msg: ServerMsg,
+    },
+    /// Send `msg` (a watermark) to every connected client.
+    ToAllClients {
+        /// Message.
+        msg: ServerMsg,
+    },
+    /// Send agreement items to another shard's leader. If the link cannot take it, hand it
+    /// back with [`crate::ReplicaNode::batch_refused`].
+    ToPeer {
+        /// The node believed to lead the shard.
+        to: NodeId,
+        /// The items.
+        batch: PeerBatch,
+    },
+    /// Send a replication message (Raft, a snapshot offer, a leader announcement). Best
+    /// effort: Raft retransmits, offers recur, announcements are repeated on reconnect.
+    Replicate {
+        /// Destination.
+        to: NodeId,
+        /// Message.
+        msg: ReplicationMsg,
+    },
+    /// Write a ready's snapshot, entries and hard state (see [`Persist`]).
+    Persist(Persist),
+    /// Save this snapshot durably and drop the log prefix it covers from the disk.
+    SaveSnapshot(SnapshotData),
+    /// Make a snapshot of the replica's state (possibly slow: the server runs it off its
+    /// event loop), then hand the result to [`crate::ReplicaNode::snapshot_made`].
+    MakeSnapshot(SnapshotJob),
+    /// The replica's disk lost what it promised: mark its data directory damaged, so that a
+    /// restart refuses it instead of running into the same error. The node stops.
+    MarkDamaged {
+        /// What happened.
+        reason: String,
+    },
+    /// The replica started or stopped serving as its shard's leader (for logs and counters).
+    Transition(Transition),
+}
+
+/// A write of one Raft ready (its messages already taken out). Write `ready`'s snapshot,
+/// entries and hard state in the order the effects came. If `sync`, make it durable and then
+/// call [`crate::ReplicaNode::persisted`] with `number` (several may be synced together and
+/// reported with the last number).
+pub struct Persist {
+    /// The ready's number.
+    pub number: u64,
+    /// Whether the node waits for it to be durable.
+    pub sync: bool,
+    /// What to write.
+    pub ready: Ready,
+}

@@ -1,0 +1,23 @@
+//! One replica of a Luigi shard as a sans-I/O state machine: [`ReplicaNode`].
+//!
+//! The protocol cores (`luigi-proto`: the shard leader, its follower state, the coordinator)
+//! and the Raft log (`luigi-raft`) say what happens on each message. This crate holds the
+//! layer above them that both shells need and that must not be written twice: driving the
+//! log's readies, ticks, the first election, role switches, snapshot cadence and compaction,
+//! where agreement batches go (`LeaderIs` routing), where a client sends a shard's
+//! transactions, and every timeout ([`tuning`]). The server (`luigi-runtime`) and the
+//! simulator (`luigi-sim`) both run a [`ReplicaNode`] per replica and only execute its
+//! [`Effect`]s: sockets and files in one, a seeded network and a faulty in-memory disk in the
+//! other.
+
+pub mod effect;
+pub mod node;
+pub mod routing;
+pub mod snapshots;
+pub mod status;
+pub mod tuning;
+
+pub use effect::{Effect, Persist};
+pub use node::{NodeConfig, NodeError, NodeStats, ReplicaNode};
+pub use routing::{ClientRoutes, NodeId, ShardRoutes};
+pub use tuning::Tuning;

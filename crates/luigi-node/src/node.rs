@@ -1,0 +1,594 @@
+//! [`ReplicaNode`]: one replica of a shard, everything above the protocol core that decides
+//! what to call and when: the Raft log's readies, ticks, the first election, role switches,
+//! snapshots and compaction, and where agreement batches go. Event and time in, [`Effect`]s
+//! out. The server shell and the simulator execute the effects; neither makes any of these
+//! decisions itself.
+//!
+//! The calling contract (both shells follow it):
+//!
+//! ```text
+//! on an input:   node.on_client / on_peer_batch / on_replication / persisted / snapshot_made
+//!                / replica_link / shard_link        (any number of them, then)
+//! always:        node.turn(now, effects)            (drives the log and the role)
+//! then:          execute the effects in order; wake again at node.next_deadline()
+//! ```
+//!
+//! Persistence is asynchronous: a [`Persist`] effect is written by the shell in the order the
+//! effects come, and when its `sync` is set the shell calls [`ReplicaNode::persisted`] once it
+//! is durable (fsynced; without durability, once written). Raft messages that promise what it
+//! wrote (votes, acknowledgements) leave only then.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use luigi_proto::leader::follower::Follower;
+use luigi_proto::leader::{LeaderConfig, LeaderOutput};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg};
+use luigi_proto::procedure::Registry;
+use luigi_proto::types::{ClientId, TimeUs};
+use luigi_raft::replica::{Replica, Transition};
+use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, RecoveredState};
+
+use crate::effect::{Effect, Persist};
+use crate::routing::{NodeId, ShardRoutes};
+use crate::snapshots::Cadence;
+use crate::tuning::{Tuning, TICK_CATCH_UP_MAX};
+
+/// Ready-and-turn rounds in one [`ReplicaNode::turn`] before the node counts as livelocked
+/// (each round must make progress; a few are normal).
+pub const DRIVE_ROUNDS_MAX: usize = 256;
+
+/// What a node is and how it is tuned.
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// This node.
+    pub node: NodeId,
+    /// Replicas of each shard, by shard.
+    pub replicas: Vec<u32>,
+    /// The cluster's seed (Raft's election timeouts are drawn from it).
+    pub seed: u64,
+    /// Every timeout.
+    pub tuning: Tuning,
+    /// The shard leader's configuration (its shard, shard count and timeouts are set from
+    /// the fields above by [`NodeConfig::new`]).
+    pub leader: LeaderConfig,
+    /// The stored procedures.
+    pub registry: Registry,
+}
+
+impl NodeConfig {
+    /// The configuration of `node` in a cluster with `replicas[s]` replicas in shard `s`.
+    pub fn new(node: NodeId, replicas: Vec<u32>, seed: u64, tuning: Tuning, registry: Registry) -> Self {
+        let mut leader = LeaderConfig::new(node.shard, replicas.len() as u32);
+        leader.floor_lookahead_us = tuning.floor_lookahead_us;
+        leader.recover_after_us = tuning.recover_after_us;
+        NodeConfig { node, replicas, seed, tuning, leader, registry }
+    }
+
+    /// Replicas in this node's group.
+    pub fn group_size(&self) -> u32 {
+        self.replicas[self.node.shard as usize]
+    }
+
+    /// The Raft configuration: every replica of a group draws from the same seed (see
+    /// [`RaftLog`], "Determinism").
+    pub fn raft(&self) -> RaftConfig {
+        let voters: Vec<u64> = (1..=u64::from(self.group_size())).collect();
+        let mut rc =
+            RaftConfig::new(self.node.raft_id(), voters, self.seed ^ u64::from(self.node.shard).rotate_left(40));
+        rc.election_ticks = self.tuning.election_ticks;
+        rc
+    }
+}
+
+/// Why a node cannot go on. The shell stops it (the server exits with the message; the
+/// simulator reports a violation).
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Its configuration is wrong.
+    #[error("node {node}: {reason}")]
+    Config {
+        /// The node.
+        node: NodeId,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The log or the state machine failed (a lost entry, a snapshot that does not load, a
+    /// bad record).
+    #[error("node {node}: {what}: {source}")]
+    Raft {
+        /// The node.
+        node: NodeId,
+        /// What it was doing.
+        what: &'static str,
+        /// The error.
+        source: RaftError,
+    },
+    /// The node keeps producing work without settling (a bug).
+    #[error("node {node}: the log never settles ({rounds} rounds in one turn)")]
+    Livelock {
+        /// The node.
+        node: NodeId,
+        /// Rounds run.
+        rounds: usize,
+    },
+}
+
+/// One replica of a shard (see the module docs).
+pub struct ReplicaNode {
+    config: NodeConfig,
+    replica: Replica,
+    next_tick_us: Option<TimeUs>,
+    /// The first election is still this replica's to start (see [`ReplicaNode::turn`]).
+    may_campaign: bool,
+    /// Replicas of this group with a link up.
+    linked: BTreeSet<u32>,
+    /// Readies written and waiting for their sync: (number, messages to send after it).
+    awaiting: VecDeque<(u64, Vec<OutMessage>)>,
+    snapshots: Cadence,
+    routes: ShardRoutes,
+    /// The Raft term this replica serves in (0: not serving).
+    serving_term: u64,
+    /// Scratch for the core's outputs.
+    out: Vec<LeaderOutput>,
+    /// Scratch for routed batches.
+    batches: Vec<(NodeId, PeerBatch)>,
+    stats: NodeStats,
+}
+
+/// Counters of what a node did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Snapshots of its own it compacted behind.
+    pub snapshots_taken: u64,
+    /// Snapshots its leader sent it that it installed.
+    pub snapshots_installed: u64,
+    /// Times it compacted behind a follower's offered snapshot (as the leader).
+    pub compactions_behind_offers: u64,
+    /// Agreement batches received while not serving (dropped: recovery asks again).
+    pub batches_dropped: u64,
+}
+
+impl ReplicaNode {
+    /// The node, restarted from `recovered` (what its disk holds; default: fresh). It starts
+    /// as a follower replaying its log (from its snapshot, if any); the elected one serves.
+    ///
+    /// # Errors
+    /// The recovered state is inconsistent or its snapshot does not load.
+    pub fn new(config: NodeConfig, recovered: RecoveredState) -> Result<Self, NodeError> {
+        let node = config.node;
+        if node.shard as usize >= config.replicas.len() || node.replica >= config.group_size() {
+            let reason = format!("not in a cluster of {:?} replicas per shard", config.replicas);
+            return Err(NodeError::Config { node, reason });
+        }
+        // A fresh group's first election is started by its replica 0 once it reaches every
+        // other replica (a campaign before that would be lost, and another replica would win),
+        // so that benchmarks start from a known layout; later elections are Raft's own. A
+        // restarted replica never starts one: the group has a leader or elects one by timeout.
+        // A group of one has nobody else to lead it: its replica elects itself at once, fresh
+        // or restarted. A rejoining replica never campaigns (its log refuses anyway).
+        let restarted = recovered.hard_state.term > 0 || !recovered.entries.is_empty() || recovered.snapshot.is_some();
+        let single = config.group_size() == 1;
+        let may_campaign = node.replica == 0 && (!restarted || single) && !recovered.rejoining;
+        let log = RaftLog::new(config.raft(), Some(recovered)).map_err(|source| NodeError::Raft {
+            node,
+            what: "opening the log",
+            source,
+        })?;
+        let snapshot_index = log.snapshot_index();
+        let replica = Replica::new(config.leader.clone(), config.registry.clone(), log).map_err(|e| {
+            NodeError::Raft { node, what: "loading its snapshot", source: RaftError::Invalid(e.to_string()) }
+        })?;
+        let snapshots = Cadence::new(config.tuning.snapshot_entries, snapshot_index, node.replica, config.group_size());
+        let routes = ShardRoutes::new(config.replicas.len() as u32);
+        Ok(ReplicaNode {
+            config,
+            replica,
+            next_tick_us: None,
+            may_campaign,
+            linked: BTreeSet::new(),
+            awaiting: VecDeque::new(),
+            snapshots,
+            routes,
+            serving_term: 0,
+            out: Vec::new(),
+            batches: Vec::new(),
+            stats: NodeStats::default(),
+        })
+    }
+
+    /// This node.
+    pub fn id(&self) -> NodeId {
+        self.config.node
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The replica (leader or follower state over the Raft log), for reports and checks.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> NodeStats {
+        self.stats
+    }
+
+    /// The routes to the other shards' leaders.
+    pub fn routes(&self) -> &ShardRoutes {
+        &self.routes
+    }
+
+    /// When [`ReplicaNode::turn`] next has timed work: the next Raft tick or the leader's
+    /// next deadline.
+    pub fn next_deadline(&self) -> TimeUs {
+        let tick = self.next_tick_us.unwrap_or(0);
+        self.replica.next_deadline().map_or(tick, |d| d.min(tick))
+    }
+
+    // ---- inputs ----
+
+    /// A client's message.
+    pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, fx: &mut Vec<Effect>) {
+        self.replica.on_client(now, client, msg, &mut self.out);
+        self.emit(fx);
+    }
+
+    /// Agreement items from another shard's leader; dropped unless this replica serves (the
+    /// sender's recovery asks again).
+    pub fn on_peer_batch(&mut self, now: TimeUs, batch: PeerBatch, fx: &mut Vec<Effect>) {
+        if batch.from == self.config.node.shard || batch.from as usize >= self.config.replicas.len() {
+            tracing::debug!(from = batch.from, "agreement batch from no other shard; dropped");
+            return;
+        }
+        if !self.replica.on_peer(now, batch, &mut self.out) {
+            self.stats.batches_dropped += 1;
+        }
+        self.emit(fx);
+    }
+
+    /// A replication message from `from`. Misaddressed ones (another shard's Raft traffic,
+    /// a snapshot for a leader this replica is not) are dropped.
+    ///
+    /// # Errors
+    /// The message is malformed (the shell logs it and goes on), or an offered snapshot does
+    /// not load (it is not compacted behind).
+    pub fn on_replication(&mut self, from: NodeId, msg: ReplicationMsg, fx: &mut Vec<Effect>) -> Result<(), String> {
+        let me = self.config.node;
+        match msg {
+            ReplicationMsg::Raft { shard, bytes, .. } => {
+                if shard != me.shard || from.shard != me.shard {
+                    return Err(format!("raft message for shard {shard} from {from}"));
+                }
+                match self.replica.log_mut().step_bytes(&bytes) {
+                    // Fatal, and reported as such by the next turn's ready.
+                    Ok(()) | Err(RaftError::LostEntries { .. }) => Ok(()),
+                    Err(e) => Err(format!("bad raft message from {from}: {e}")),
+                }
+            }
+            ReplicationMsg::SnapshotOffer { shard, index, data, .. } => {
+                if shard != me.shard || from.shard != me.shard {
+                    return Err(format!("snapshot offer for shard {shard} from {from}"));
+                }
+                self.compact_behind_offer(from, index, data, fx)
+            }
+            ReplicationMsg::LeaderIs { shard, replica, term } => {
+                if shard == me.shard || from != (NodeId { shard, replica }) {
+                    return Err(format!("leader announcement of s{shard}r{replica} from {from}"));
+                }
+                if self.routes.leader_is(shard, replica, term) {
+                    tracing::info!(shard, replica, term, "shard has a new leader");
+                    self.replica.peer_leader_changed(shard);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The shell made every [`Persist`] up to `number` durable (see the module docs).
+    pub fn persisted(&mut self, number: u64, fx: &mut Vec<Effect>) {
+        let mut advanced = None;
+        while self.awaiting.front().is_some_and(|(n, _)| *n <= number) {
+            let (n, msgs) = self.awaiting.pop_front().expect("checked");
+            self.send_raft(msgs, fx);
+            advanced = Some(n);
+        }
+        if let Some(n) = advanced {
+            self.replica.log_mut().advance(n);
+        }
+    }
+
+    /// A snapshot job ([`Effect::MakeSnapshot`]) finished: the log is compacted behind it
+    /// (unless it moved past meanwhile, e.g. by installing the leader's snapshot), and a
+    /// follower offers it to its leader.
+    ///
+    /// # Errors
+    /// The job failed: the replica cannot make snapshots of its state.
+    pub fn snapshot_made(
+        &mut self,
+        made: Result<(u64, Vec<u8>), RaftError>,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), NodeError> {
+        let node = self.config.node;
+        self.snapshots.making = false;
+        let (index, data) = made.map_err(|source| NodeError::Raft { node, what: "making a snapshot", source })?;
+        let log = self.replica.log_mut();
+        if !log.can_compact(index) {
+            return Ok(());
+        }
+        let leader = log.leader_id().filter(|l| *l != node.raft_id());
+        let snap = log.compact(index, data).map_err(|source| NodeError::Raft { node, what: "compacting", source })?;
+        self.snapshots.taken(index);
+        self.stats.snapshots_taken += 1;
+        if let Some(leader) = leader {
+            let to = NodeId { shard: node.shard, replica: (leader - 1) as u32 };
+            let offer = ReplicationMsg::SnapshotOffer {
+                shard: node.shard,
+                from: node.raft_id(),
+                index,
+                data: snap.data.clone(),
+            };
+            fx.push(Effect::SaveSnapshot(snap));
+            fx.push(Effect::Replicate { to, msg: offer });
+        } else {
+            fx.push(Effect::SaveSnapshot(snap));
+        }
+        Ok(())
+    }
+
+    /// A link to `replica` of this shard is up (`true`) or gone.
+    pub fn replica_link(&mut self, replica: u32, up: bool) {
+        if up {
+            self.linked.insert(replica);
+        } else {
+            self.linked.remove(&replica);
+        }
+    }
+
+    /// A link to `node` of another shard is up (`true`) or gone. A serving leader announces
+    /// itself on every new link (an announcement lost with a link is made again).
+    pub fn shard_link(&mut self, node: NodeId, up: bool, fx: &mut Vec<Effect>) {
+        self.routes.set_reachable(node, up);
+        if up && self.serving_term > 0 {
+            fx.push(Effect::Replicate { to: node, msg: self.leader_is() });
+        }
+    }
+
+    /// The shell could not hand `batch` to the link to `to` (its queue is full): it is sent
+    /// again, first, at the next turn.
+    pub fn batch_refused(&mut self, to: NodeId, batch: PeerBatch) {
+        self.routes.refused(to.shard, batch);
+    }
+
+    // ---- the driver ----
+
+    /// Drives the node at `now`: the first election, Raft ticks, the log's readies, applying
+    /// and role switches, the leader's timers, snapshots, and queued agreement batches.
+    ///
+    /// # Errors
+    /// The node cannot go on (see [`NodeError`]); effects already pushed (e.g. marking the
+    /// data directory damaged) are still to be executed.
+    pub fn turn(&mut self, now: TimeUs, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
+        let node = self.config.node;
+        self.campaign_when_linked().map_err(|source| NodeError::Raft {
+            node,
+            what: "starting the first election",
+            source,
+        })?;
+        self.tick(now);
+        let mut rounds = 0;
+        loop {
+            self.drive(fx)?;
+            let transition = self.replica.turn(now, &mut self.out).map_err(|source| NodeError::Raft {
+                node,
+                what: "switching role",
+                source,
+            })?;
+            self.emit(fx);
+            if let Some(t) = transition {
+                self.on_transition(t, fx);
+            }
+            if !self.replica.log().has_ready() {
+                break;
+            }
+            rounds += 1;
+            if rounds > DRIVE_ROUNDS_MAX {
+                return Err(NodeError::Livelock { node, rounds });
+            }
+        }
+        self.snapshot_if_due(fx)?;
+        self.drive(fx)?;
+        self.send_batches(fx);
+        Ok(())
+    }
+
+    fn campaign_when_linked(&mut self) -> Result<(), RaftError> {
+        let all_linked = self.linked.len() + 1 >= self.config.group_size() as usize;
+        if self.may_campaign && all_linked {
+            self.may_campaign = false;
+            if !self.replica.log().is_leader() {
+                self.replica.log_mut().campaign()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ticks the log for every tick period elapsed by `now` (a bounded catch-up after a
+    /// stall).
+    fn tick(&mut self, now: TimeUs) {
+        let tick_us = self.config.tuning.raft_tick_us.max(1);
+        let next = self.next_tick_us.get_or_insert(now + tick_us);
+        let mut ticks = 0;
+        while now >= *next && ticks < TICK_CATCH_UP_MAX {
+            self.replica.log_mut().tick();
+            *next += tick_us;
+            ticks += 1;
+        }
+        if now >= *next {
+            *next = now + tick_us;
+        }
+    }
+
+    /// Takes every ready the log has: its messages leave, its writes go to the shell, and it
+    /// is advanced at once unless something must be synced first.
+    fn drive(&mut self, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
+        let node = self.config.node;
+        for _ in 0..DRIVE_ROUNDS_MAX {
+            let mut rd = match self.replica.log_mut().ready() {
+                Ok(Some(rd)) => rd,
+                Ok(None) => return Ok(()),
+                Err(e @ RaftError::LostEntries { .. }) => {
+                    let reason = lost_entries(node, &e);
+                    fx.push(Effect::MarkDamaged { reason });
+                    return Err(NodeError::Raft { node, what: "reading its log", source: e });
+                }
+                Err(source) => return Err(NodeError::Raft { node, what: "reading its log", source }),
+            };
+            if let Some(change) = &rd.role_change {
+                tracing::info!(node = %node, ?change, term = self.replica.log().term(), "raft role change");
+            }
+            self.send_raft(std::mem::take(&mut rd.messages), fx);
+            if let Some(snap) = &rd.snapshot {
+                // The state machine is replaced before it applies anything after the snapshot.
+                tracing::info!(node = %node, index = snap.index, "installing the leader's snapshot");
+                self.replica.install_snapshot(&snap.data).map_err(|e| NodeError::Raft {
+                    node,
+                    what: "loading the leader's snapshot",
+                    source: RaftError::Invalid(e.to_string()),
+                })?;
+                self.snapshots.taken(snap.index);
+                self.stats.snapshots_installed += 1;
+            }
+            if rd.rejoined {
+                tracing::info!(node = %node, "rejoined: caught up with the leader; votes again from the next term on");
+            }
+            let number = rd.number;
+            let persisted_messages = std::mem::take(&mut rd.persisted_messages);
+            let wait = rd.must_sync || !self.awaiting.is_empty();
+            if rd.has_persist_work() || wait {
+                fx.push(Effect::Persist(Persist { number, sync: wait, ready: rd }));
+            }
+            if wait {
+                self.awaiting.push_back((number, persisted_messages));
+            } else {
+                self.send_raft(persisted_messages, fx);
+                self.replica.log_mut().advance(number);
+            }
+        }
+        Err(NodeError::Livelock { node, rounds: DRIVE_ROUNDS_MAX })
+    }
+
+    fn on_transition(&mut self, t: Transition, fx: &mut Vec<Effect>) {
+        match t {
+            Transition::Promoted => {
+                tracing::info!(node = %self.config.node, term = self.replica.log().term(), "serving as the shard leader");
+                self.serving_term = self.replica.log().term();
+                // Every replica of every other shard hears it (one not linked now hears it when
+                // its link comes up, see `shard_link`).
+                let msg = self.leader_is();
+                for to in self.routes.reachable() {
+                    fx.push(Effect::Replicate { to, msg: msg.clone() });
+                }
+            }
+            Transition::Demoted => {
+                tracing::warn!(node = %self.config.node, "lost leadership; following");
+                self.serving_term = 0;
+            }
+        }
+        fx.push(Effect::Transition(t));
+    }
+
+    /// Starts this replica's own snapshot when its cadence says so (one at a time).
+    fn snapshot_if_due(&mut self, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
+        if self.snapshots.making {
+            return Ok(());
+        }
+        let node = self.config.node;
+        let job = self.replica.own_snapshot_due(self.snapshots.next_at).map_err(|source| NodeError::Raft {
+            node,
+            what: "taking a snapshot",
+            source,
+        })?;
+        if let Some(job) = job {
+            self.snapshots.making = true;
+            fx.push(Effect::MakeSnapshot(job));
+        }
+        Ok(())
+    }
+
+    /// A follower's snapshot: the serving leader compacts its own log behind it.
+    fn compact_behind_offer(
+        &mut self,
+        from: NodeId,
+        index: u64,
+        data: Vec<u8>,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), String> {
+        let Some(shard) = self.replica.leader().map(|l| l.shard()) else {
+            return Ok(()); // meant for the leader this replica no longer is
+        };
+        // Only peers send offers, but a snapshot replaces the log: check that it loads.
+        Follower::check_snapshot(shard, index, &data)
+            .map_err(|e| format!("snapshot offered by {from} at {index}: {e}"))?;
+        let log = self.replica.log_mut();
+        if !log.can_compact(index) {
+            return Ok(());
+        }
+        let snap = log.compact(index, data).map_err(|e| format!("compacting behind {from}'s snapshot: {e}"))?;
+        self.stats.compactions_behind_offers += 1;
+        fx.push(Effect::SaveSnapshot(snap));
+        Ok(())
+    }
+
+    fn leader_is(&self) -> ReplicationMsg {
+        let me = self.config.node;
+        ReplicationMsg::LeaderIs { shard: me.shard, replica: me.replica, term: self.serving_term }
+    }
+
+    fn send_raft(&self, msgs: Vec<OutMessage>, fx: &mut Vec<Effect>) {
+        let me = self.config.node;
+        for m in msgs {
+            let to = NodeId { shard: me.shard, replica: (m.to - 1) as u32 };
+            fx.push(Effect::Replicate {
+                to,
+                msg: ReplicationMsg::Raft { shard: me.shard, from: me.raft_id(), bytes: m.bytes },
+            });
+        }
+    }
+
+    /// Turns the core's outputs into effects; agreement batches wait in the routes until
+    /// [`ReplicaNode::send_batches`].
+    fn emit(&mut self, fx: &mut Vec<Effect>) {
+        for o in self.out.drain(..) {
+            match o {
+                LeaderOutput::ToClient { client, msg } => fx.push(Effect::ToClient { client, msg }),
+                LeaderOutput::ToClients { clients, msg } => fx.push(Effect::ToClients { clients, msg }),
+                LeaderOutput::ToAllClients { msg } => fx.push(Effect::ToAllClients { msg }),
+                LeaderOutput::ToPeer { shard, batch } => self.routes.push(shard, batch),
+            }
+        }
+        self.send_batches(fx);
+    }
+
+    fn send_batches(&mut self, fx: &mut Vec<Effect>) {
+        self.routes.drain(&mut self.batches);
+        for (to, batch) in self.batches.drain(..) {
+            fx.push(Effect::ToPeer { to, batch });
+        }
+    }
+}
+
+/// The one-line description of lost entries, in node names.
+fn lost_entries(node: NodeId, e: &RaftError) -> String {
+    match *e {
+        RaftError::LostEntries { leader, term, commit, last_index } => format!(
+            "this replica lost acknowledged log entries: its leader s{}r{} (term {term}) counts entries up to \
+             index {commit} as held here, but its log ends at index {last_index}",
+            node.shard,
+            leader.saturating_sub(1)
+        ),
+        _ => e.to_string(),
+    }
+}

@@ -1,0 +1,48 @@
+//! When a replica takes a snapshot of its own.
+//!
+//! The replicas of a group apply the same log, so without care they would all snapshot at
+//! the same index; a follower pauses while it serializes, and two followers pausing together
+//! stall the leader's commits. Each replica's first snapshot comes at its own fraction of the
+//! period instead. (A leader with followers takes none: it compacts behind theirs. The leader
+//! of a group of one takes its own, see `Replica::own_snapshot_due`.)
+
+/// A replica's snapshot cadence.
+#[derive(Debug)]
+pub struct Cadence {
+    every: u64,
+    /// The applied index at which the next snapshot is due.
+    pub next_at: u64,
+    /// A snapshot job is out with the shell.
+    pub making: bool,
+}
+
+impl Cadence {
+    /// Every `every` records (`u64::MAX`: never), replica `replica` of `replicas` offset by
+    /// its share of the period, counted from the snapshot at `snapshot_index`.
+    pub fn new(every: u64, snapshot_index: u64, replica: u32, replicas: u32) -> Self {
+        let every = every.max(1);
+        let phase = if every == u64::MAX { 0 } else { every / u64::from(replicas.max(1)) * u64::from(replica) };
+        Cadence { every, next_at: snapshot_index.saturating_add(every - phase), making: false }
+    }
+
+    /// A snapshot at `index` was taken or installed: the next is a period later.
+    pub fn taken(&mut self, index: u64) {
+        self.next_at = index.saturating_add(self.every);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_of_a_group_start_at_different_fractions() {
+        let at: Vec<u64> = (0..3).map(|r| Cadence::new(300, 0, r, 3).next_at).collect();
+        assert_eq!(at, vec![300, 200, 100]);
+        let mut c = Cadence::new(300, 1000, 2, 3);
+        assert_eq!(c.next_at, 1100);
+        c.taken(1100);
+        assert_eq!(c.next_at, 1400);
+        assert_eq!(Cadence::new(u64::MAX, 5, 1, 3).next_at, u64::MAX);
+    }
+}

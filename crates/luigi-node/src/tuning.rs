@@ -1,0 +1,74 @@
+//! Every timeout of a node and its clients, derived from one figure: the expected one-way
+//! delay between nodes (and its jitter). The server reads them from its cluster file (where
+//! each may be overridden) and the simulator from its network model, through this one
+//! derivation.
+
+/// The floor of a Raft tick, µs. Below it, a loaded 2-core machine's scheduling noise is
+/// of the order of the tick itself and elections fire spuriously.
+pub const RAFT_TICK_MIN_US: u64 = 10_000;
+/// The floor of the leaders' stall recovery and the clients' resend timeout, µs.
+pub const RECOVERY_MIN_US: u64 = 1_000_000;
+/// Raft ticks at most caught up at once after the event loop stalled: a few ticks are
+/// enough for Raft, and a burst of them would start an election for no reason.
+pub const TICK_CATCH_UP_MAX: u32 = 16;
+
+/// The derived timeouts. Build with [`Tuning::for_delay`], then override fields if needed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// Raft tick, µs: half a one-way delay (at least [`RAFT_TICK_MIN_US`]), so heartbeats
+    /// (every tick) and elections (`election_ticks` to twice that) stay well above the round
+    /// trip.
+    pub raft_tick_us: u64,
+    /// Raft election timeout base, in ticks.
+    pub election_ticks: usize,
+    /// A leader asks the other participants about a transaction stalled this long, µs: 16
+    /// one-way delays, at least [`RECOVERY_MIN_US`].
+    pub recover_after_us: u64,
+    /// How far ahead of its clock a leader promises its floor, µs (rule 5's lookahead): 4
+    /// one-way delays plus 300 ms.
+    pub floor_lookahead_us: u64,
+    /// A client resends a dispatch unanswered this long, µs: 8 one-way delays plus
+    /// [`RECOVERY_MIN_US`].
+    pub retry_timeout_us: u64,
+    /// The coordinator's timestamp headroom, µs: half the jitter plus 200 µs.
+    pub headroom_us: u64,
+    /// Records a replica applies between two snapshots of its own.
+    pub snapshot_entries: u64,
+}
+
+impl Tuning {
+    /// The timeouts for links of `one_way_us` ± `jitter_us`.
+    pub fn for_delay(one_way_us: u64, jitter_us: u64) -> Self {
+        Tuning {
+            raft_tick_us: (one_way_us / 2).max(RAFT_TICK_MIN_US),
+            election_ticks: 10,
+            recover_after_us: (one_way_us * 16).max(RECOVERY_MIN_US),
+            floor_lookahead_us: 300_000 + 4 * one_way_us,
+            retry_timeout_us: 8 * one_way_us + RECOVERY_MIN_US,
+            headroom_us: jitter_us / 2 + 200,
+            snapshot_entries: 100_000,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_follow_the_delay_above_the_floor() {
+        let lan = Tuning::for_delay(100, 10);
+        assert_eq!(lan.raft_tick_us, RAFT_TICK_MIN_US);
+        assert_eq!(lan.recover_after_us, RECOVERY_MIN_US);
+        let geo = Tuning::for_delay(150_000, 20_000);
+        assert_eq!(geo.raft_tick_us, 75_000);
+        assert_eq!(geo.recover_after_us, 2_400_000);
+        assert_eq!(geo.headroom_us, 10_200);
+        assert_eq!(geo.retry_timeout_us, 2_200_000);
+        // An election always outlasts a round trip.
+        for d in [0, 1_000, 30_000, 150_000, 400_000] {
+            let t = Tuning::for_delay(d, d / 10);
+            assert!(t.raft_tick_us * t.election_ticks as u64 > 2 * d);
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! The replicas of the replicated world: each is a [`ReplicaNode`] (the node the server
+//! runs), and this file only executes its effects on the simulated network and disk, and
+//! crashes, restarts and cuts it.
+
+use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
+use luigi_proto::leader::{LeaderConfig, LeaderStats};
+use luigi_proto::msg::{PeerItem, ServerMsg};
+use luigi_proto::types::{ShardId, TimeUs, Timestamp, TxnId};
+use luigi_raft::replica::Transition;
+use luigi_raft::{HardState, PersistEntry, Ready, RecoveredState, SnapshotData};
+use std::collections::HashSet;
+
+use super::{FailoverWorld, FaultAction, FaultConfig, Kill, KillPoint, Step, BUSY_BACKOFF_MAX_US};
+use crate::config::SimConfig;
+use crate::hash::fold;
+use crate::net::{Node, SimMsg};
+use crate::procedure::{self, ExecLog};
+use crate::violation::{Violation, ViolationKind};
+use crate::world::{local_clock, virtual_deadline};
+
+/// Rounds of executing effects and turning the node again in one call before the replica
+/// counts as livelocked.
+const EFFECT_ROUNDS_MAX: usize = 64;
+
+/// One write the disk holds but has not synced.
+enum DiskOp {
+    /// The leader's snapshot replaces the whole log.
+    Install(SnapshotData),
+    Entries(Vec<PersistEntry>),
+    Hard(HardState),
+}
+
+/// A replica's disk: durable state plus writes waiting for a sync.
+#[derive(Default)]
+pub(super) struct SimDisk {
+    pub(super) durable: RecoveredState,
+    written: Vec<DiskOp>,
+}
+
+impl SimDisk {
+    fn write(&mut self, rd: &Ready) {
+        if let Some(snap) = &rd.snapshot {
+            self.written.push(DiskOp::Install(snap.clone()));
+        }
+        if !rd.entries.is_empty() {
+            self.written.push(DiskOp::Entries(rd.entries.clone()));
+        }
+        if let Some(hs) = rd.hard_state {
+            self.written.push(DiskOp::Hard(hs));
+        }
+    }
+
+    fn sync(&mut self) {
+        for op in self.written.drain(..) {
+            match op {
+                DiskOp::Entries(es) => {
+                    let first = es[0].index;
+                    let keep = self.durable.entries.partition_point(|e| e.index < first);
+                    self.durable.entries.truncate(keep);
+                    self.durable.entries.extend(es);
+                }
+                DiskOp::Hard(hs) => self.durable.hard_state = hs,
+                DiskOp::Install(snap) => {
+                    self.durable.entries.clear();
+                    self.durable.snapshot = Some(snap);
+                }
+            }
+        }
+    }
+
+    /// A snapshot saved durably at once (like the server's `save_snapshot`), and the log
+    /// prefix it covers dropped.
+    fn compact(&mut self, snap: SnapshotData) {
+        self.durable.entries.retain(|e| e.index > snap.index);
+        self.durable.snapshot = Some(snap);
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct WakeSlot {
+    pub(super) at: Option<u64>,
+    pub(super) gen: u64,
+}
+
+/// A replica's place in the world: its node while up, its disk, and what the checks track.
+pub(super) struct SimReplica {
+    pub(super) node: Option<ReplicaNode>,
+    pub(super) disk: SimDisk,
+    pub(super) offset_us: i64,
+    /// Incarnation: bumped at every crash and restart (stale wake-ups and syncs are ignored).
+    pub(super) gen: u64,
+    pub(super) wake: WakeSlot,
+    sync_scheduled: bool,
+    /// The last ready written that the node waits to hear is durable.
+    unsynced: Option<u64>,
+    /// Cut off from every node.
+    pub(super) isolated: bool,
+    /// Cut off from the other replicas of its shard only (still talks to clients and peers).
+    pub(super) raft_cut: bool,
+    pub(super) sink: ExecLog,
+    /// Transactions the current state machine executed.
+    pub(super) exec_seen: HashSet<TxnId>,
+    /// Last watermark of the current serving incarnation.
+    pub(super) watermark: Timestamp,
+    busy_streak: u32,
+}
+
+impl SimReplica {
+    pub(super) fn new(offset_us: i64) -> Self {
+        SimReplica {
+            node: None,
+            disk: SimDisk::default(),
+            offset_us,
+            gen: 0,
+            wake: WakeSlot::default(),
+            sync_scheduled: false,
+            unsynced: None,
+            isolated: false,
+            raft_cut: false,
+            sink: ExecLog::default(),
+            exec_seen: HashSet::new(),
+            watermark: 0,
+            busy_streak: 0,
+        }
+    }
+
+    pub(super) fn faulty(&self) -> bool {
+        self.node.is_none() || self.isolated || self.raft_cut
+    }
+}
+
+/// The node of replica `i` of shard `s`, fresh or restarted from `recovered`. Its timeouts
+/// come from [`Tuning::for_delay`] over the simulated links, with the run's Raft tick,
+/// election and snapshot settings and its leader configuration over them (as a cluster file
+/// overrides them for a server).
+pub(super) fn new_node(
+    config: &SimConfig,
+    faults: &FaultConfig,
+    s: ShardId,
+    i: u32,
+    sink: &ExecLog,
+    recovered: RecoveredState,
+) -> Result<ReplicaNode, Violation> {
+    let mut tuning = Tuning::for_delay(config.link.delay.mean_us, config.link.delay.jitter_us);
+    tuning.raft_tick_us = faults.raft_tick_us;
+    tuning.election_ticks = faults.election_ticks;
+    tuning.snapshot_entries = faults.snapshot_entries.unwrap_or(u64::MAX);
+    let node = NodeId { shard: s, replica: i };
+    let shape = vec![faults.replicas; config.shards as usize];
+    let mut nc = NodeConfig::new(node, shape, config.seed, tuning, procedure::registry(Some(sink.clone())));
+    nc.leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
+    ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
+}
+
+impl FailoverWorld<'_> {
+    /// Runs `f` on replica `i` of shard `s` at its local time, turns its node, checks what it
+    /// did, applies the kill point, and executes its effects. A crashed replica ignores it.
+    pub(super) fn call_replica(
+        &mut self,
+        s: ShardId,
+        i: u32,
+        woken: bool,
+        f: impl FnOnce(&mut ReplicaNode, TimeUs, &mut Vec<Effect>) -> Result<(), String>,
+    ) -> Step {
+        let now = self.now;
+        let me = Node::Replica(s, i);
+        let r = &mut self.replicas[s as usize][i as usize];
+        let Some(node) = r.node.as_mut() else { return Ok(()) };
+        let local = local_clock(now, r.offset_us);
+        let was_serving = node.replica().is_serving();
+        let before = node.replica().leader().map(|l| l.stats()).unwrap_or_default();
+        let stats_before = node.stats();
+        let mut fx = Vec::new();
+        if let Err(e) = f(node, local, &mut fx) {
+            return Err(self.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+        }
+        if let Err(e) = node.turn(local, &mut fx) {
+            return Err(self.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+        }
+        let executed = self.after_turn(s, i, &fx, stats_before)?;
+        let r = &mut self.replicas[s as usize][i as usize];
+        let node = r.node.as_ref().expect("up");
+        let serving = node.replica().is_serving();
+        let after = node.replica().leader().map(|l| l.stats()).unwrap_or_default();
+        if fx.iter().any(|e| matches!(e, Effect::Transition(_))) {
+            r.watermark = 0; // a new serving incarnation, or none
+        }
+        if let Some(l) = node.replica().leader() {
+            let w = l.watermark();
+            if w < r.watermark {
+                let msg = format!("{me}'s watermark went back from {} to {w}", r.watermark);
+                return Err(Violation::new(ViolationKind::Invariant, msg).at(now));
+            }
+        }
+        let kill = if was_serving && serving { self.kill_point(s, &fx, &executed, before, after) } else { None };
+        if matches!(kill, Some(Kill::DropOutputs)) {
+            // Dies before anything of this call leaves or is synced.
+            return self.kill(s, i);
+        }
+        self.execute(s, i, fx)?;
+        if kill.is_some() {
+            return self.kill(s, i);
+        }
+        self.schedule_replica_wake(s, i, woken);
+        Ok(())
+    }
+
+    /// Checks what a turn of replica `i` of shard `s` did: folds its commits into the oracle,
+    /// starts a new execution record for a new state machine (a demotion or an installed
+    /// snapshot replays the log), and checks every execution. Returns the executions.
+    fn after_turn(
+        &mut self,
+        s: ShardId,
+        i: u32,
+        fx: &[Effect],
+        stats_before: luigi_node::NodeStats,
+    ) -> Result<Vec<(ShardId, TxnId)>, Violation> {
+        self.update_oracle(s, i)?;
+        let r = &mut self.replicas[s as usize][i as usize];
+        let stats = r.node.as_ref().expect("up").stats();
+        let demoted = fx.iter().any(|e| matches!(e, Effect::Transition(Transition::Demoted)));
+        if demoted || stats.snapshots_installed > stats_before.snapshots_installed {
+            r.exec_seen.clear();
+        }
+        self.report.snapshots_installed += stats.snapshots_installed - stats_before.snapshots_installed;
+        self.report.leader_compactions += stats.compactions_behind_offers - stats_before.compactions_behind_offers;
+        let executed: Vec<(ShardId, TxnId)> =
+            std::mem::take(&mut *self.replicas[s as usize][i as usize].sink.lock().expect("single-threaded"));
+        for &(shard, id) in &executed {
+            self.on_executed(s, i, shard, id)?;
+        }
+        Ok(executed)
+    }
+
+    /// Executes `fx` for replica `i` of shard `s`; effects that call back into the node (an
+    /// acknowledged write on a broken disk, a snapshot made inline) are followed by another
+    /// turn, until nothing is left.
+    fn execute(&mut self, s: ShardId, i: u32, mut fx: Vec<Effect>) -> Step {
+        let me = Node::Replica(s, i);
+        for _ in 0..EFFECT_ROUNDS_MAX {
+            let mut again = Vec::new();
+            for e in fx.drain(..) {
+                self.execute_one(s, i, e, &mut again)?;
+            }
+            if again.is_empty() {
+                return Ok(());
+            }
+            let r = &mut self.replicas[s as usize][i as usize];
+            let local = local_clock(self.now, r.offset_us);
+            let node = r.node.as_mut().expect("up");
+            let stats_before = node.stats();
+            if let Err(e) = node.turn(local, &mut again) {
+                return Err(self.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+            }
+            self.after_turn(s, i, &again, stats_before)?;
+            fx = again;
+        }
+        Err(self.violation(ViolationKind::Invariant, format!("{me} never settles")))
+    }
+
+    fn execute_one(&mut self, s: ShardId, i: u32, e: Effect, again: &mut Vec<Effect>) -> Step {
+        let me = Node::Replica(s, i);
+        match e {
+            Effect::ToClient { client, msg } => {
+                if let ServerMsg::Reply(r) = &msg {
+                    self.check_reply(s, r)?;
+                }
+                if client == 0 || client > u64::from(self.config.clients) {
+                    let msg = format!("{me} sent {msg:?} to nonexistent client {client}");
+                    return Err(self.violation(ViolationKind::Invariant, msg));
+                }
+                self.send(me, Node::Client(client), SimMsg::ToClient(msg));
+            }
+            Effect::ToAllClients { msg } => {
+                for client in 1..=u64::from(self.config.clients) {
+                    self.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
+                }
+            }
+            Effect::ToClients { clients, msg } => {
+                for client in clients {
+                    self.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
+                }
+            }
+            Effect::ToPeer { to, batch } => {
+                if to.shard == s || to.shard >= self.config.shards || to.replica >= self.n || batch.from != s {
+                    let msg = format!("{me} sent a batch from shard {} to {to}: {batch:?}", batch.from);
+                    return Err(self.violation(ViolationKind::Invariant, msg));
+                }
+                self.send(me, Node::Replica(to.shard, to.replica), SimMsg::Peer(batch));
+            }
+            Effect::Replicate { to, msg } => {
+                self.send(me, Node::Replica(to.shard, to.replica), SimMsg::Replication(msg))
+            }
+            Effect::Persist(p) => {
+                let r = &mut self.replicas[s as usize][i as usize];
+                r.disk.write(&p.ready);
+                if p.sync && self.faults.ack_before_sync {
+                    // The broken disk: says durable before it is.
+                    r.node.as_mut().expect("up").persisted(p.number, again);
+                } else if p.sync {
+                    r.unsynced = Some(p.number);
+                }
+                if p.sync && !r.sync_scheduled {
+                    r.sync_scheduled = true;
+                    let at = self.now + self.faults.sync.sample(&mut self.disk_rng);
+                    let gen = r.gen;
+                    self.queue.push(at, crate::net::EventKind::Sync { node: me, gen });
+                }
+            }
+            Effect::SaveSnapshot(snap) => {
+                let index = snap.index;
+                self.replicas[s as usize][i as usize].disk.compact(snap);
+                self.trace(|| format!("{me} saves a snapshot at {index}"));
+            }
+            Effect::MakeSnapshot(job) => {
+                let made = job.run();
+                let node = self.replicas[s as usize][i as usize].node.as_mut().expect("up");
+                let taken = node.stats().snapshots_taken;
+                if let Err(e) = node.snapshot_made(made, again) {
+                    return Err(self.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+                }
+                self.report.compactions += node.stats().snapshots_taken - taken;
+            }
+            Effect::MarkDamaged { reason } => {
+                return Err(self.violation(ViolationKind::Invariant, format!("{me} lost its disk: {reason}")));
+            }
+            Effect::Transition(t) => {
+                let r = &mut self.replicas[s as usize][i as usize];
+                r.watermark = 0;
+                match t {
+                    Transition::Promoted => {
+                        self.report.promotions += 1;
+                        self.trace(|| format!("{me} serves as the leader"));
+                    }
+                    Transition::Demoted => {
+                        self.report.demotions += 1;
+                        self.trace(|| format!("{me} stepped down and rebuilt its state"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes a serving leader's watermark and schedules the next wake-up at its node's
+    /// deadline.
+    fn schedule_replica_wake(&mut self, s: ShardId, i: u32, woken: bool) {
+        let now = self.now;
+        let r = &mut self.replicas[s as usize][i as usize];
+        let node = r.node.as_ref().expect("up");
+        if let Some(l) = node.replica().leader() {
+            r.watermark = l.watermark();
+            self.published[s as usize] = self.published[s as usize].max(r.watermark);
+        }
+        let mut deadline = virtual_deadline(node.next_deadline(), r.offset_us);
+        if woken && deadline <= now {
+            r.busy_streak += 1;
+            deadline = now + (1u64 << r.busy_streak.min(6)).min(BUSY_BACKOFF_MAX_US);
+        } else {
+            r.busy_streak = 0;
+        }
+        let earliest = if woken { now + 1 } else { now };
+        self.schedule_wake(Node::Replica(s, i), Some(deadline.max(earliest)));
+    }
+
+    /// Whether the serving leader of `s` dies at the configured kill point in this call.
+    fn kill_point(
+        &mut self,
+        s: ShardId,
+        fx: &[Effect],
+        executed: &[(ShardId, TxnId)],
+        before: LeaderStats,
+        after: LeaderStats,
+    ) -> Option<Kill> {
+        let mut first_propose = false;
+        let mut confirm = false;
+        for e in fx {
+            if let Effect::ToPeer { batch, .. } = e {
+                for item in &batch.items {
+                    match item {
+                        PeerItem::Propose { id, .. } => first_propose |= self.proposed.insert((s, *id)),
+                        PeerItem::Confirm { .. } => confirm = true,
+                        PeerItem::Recover { .. }
+                        | PeerItem::Executed { .. }
+                        | PeerItem::Refuse { .. }
+                        | PeerItem::Acknowledged { .. } => {}
+                    }
+                }
+            }
+        }
+        let point = self.faults.kill?;
+        let eligible = self.kills_left > 0
+            && self.now >= self.next_kill_ok_at
+            && !self.quiescing
+            && !self.replicas[s as usize].iter().any(SimReplica::faulty);
+        if !eligible {
+            return None;
+        }
+        let replied = |id: &TxnId| {
+            fx.iter().any(|e| matches!(e, Effect::ToClient { msg: ServerMsg::Reply(r), .. } if r.id == *id))
+        };
+        let cross = |id: &TxnId| self.index.get(id).is_some_and(|&k| self.history.txns[k].pieces.len() > 1);
+        match point {
+            KillPoint::PrepareCommitted if first_propose => Some(Kill::DropOutputs),
+            KillPoint::ProposeSent if first_propose => Some(Kill::AfterOutputs),
+            KillPoint::Decided if after.cross_decided > before.cross_decided || confirm => Some(Kill::DropOutputs),
+            KillPoint::Executed if executed.iter().any(|(_, id)| cross(id) && !replied(id)) => Some(Kill::DropOutputs),
+            KillPoint::PrepareCommitted
+            | KillPoint::ProposeSent
+            | KillPoint::Decided
+            | KillPoint::Executed
+            | KillPoint::CoordinatorPartial => None,
+        }
+    }
+
+    fn kill(&mut self, s: ShardId, i: u32) -> Step {
+        self.kills_left -= 1;
+        self.report.kills += 1;
+        self.next_kill_ok_at = self.now + self.faults.kill_gap_us;
+        let down = self.faults.down.sample(&mut self.fault_rng).max(1);
+        self.crash(s, i, down)
+    }
+
+    /// The disk of replica `i` of shard `s` finished syncing: what was written is durable.
+    pub(super) fn sync(&mut self, s: ShardId, i: u32, gen: u64) -> Step {
+        let r = &mut self.replicas[s as usize][i as usize];
+        if r.gen != gen || r.node.is_none() {
+            return Ok(());
+        }
+        r.disk.sync();
+        r.sync_scheduled = false;
+        let Some(number) = r.unsynced.take() else { return Ok(()) };
+        self.call_replica(s, i, false, |n, _, fx| {
+            n.persisted(number, fx);
+            Ok(())
+        })
+    }
+
+    /// Crashes replica `i` of shard `s` (unsynced writes are lost) and restarts it after `down`.
+    pub(super) fn crash(&mut self, s: ShardId, i: u32, down: u64) -> Step {
+        self.trace(|| format!("R{s}.{i} crashes (restarts in {down} us)"));
+        self.trace_hash = fold(fold(self.trace_hash, 0xdead), Node::Replica(s, i).code());
+        let r = &mut self.replicas[s as usize][i as usize];
+        if r.node.is_none() {
+            return Ok(());
+        }
+        r.node = None;
+        r.disk.written.clear();
+        r.unsynced = None;
+        r.sync_scheduled = false;
+        r.gen += 1;
+        r.exec_seen.clear();
+        r.watermark = 0;
+        r.busy_streak = 0;
+        r.sink.lock().expect("single-threaded").clear();
+        self.report.crashes += 1;
+        self.schedule_wake(Node::Replica(s, i), None);
+        self.schedule_fault(self.now + down, FaultAction::Restart(s, i));
+        self.links_down(s, i, false)
+    }
+
+    /// Restarts replica `i` of shard `s` from what its disk holds.
+    pub(super) fn restart(&mut self, s: ShardId, i: u32) -> Step {
+        self.trace(|| format!("R{s}.{i} restarts from its disk"));
+        let r = &mut self.replicas[s as usize][i as usize];
+        let recovered = r.disk.durable.clone();
+        let node = new_node(self.config, self.faults, s, i, &r.sink, recovered).map_err(|v| v.at(self.now))?;
+        r.node = Some(node);
+        r.gen += 1;
+        self.links_up(s, i)
+    }
+
+    /// Replica `i` of shard `s` reaches (again) every replica that is up and not cut off:
+    /// both ends hear of the links, as a server hears of its connections.
+    pub(super) fn links_up(&mut self, s: ShardId, i: u32) -> Step {
+        for t in 0..self.config.shards {
+            for j in 0..self.n {
+                if (t, j) == (s, i) || self.cut(Node::Replica(s, i), Node::Replica(t, j)) {
+                    continue;
+                }
+                self.link(s, i, t, j, true)?;
+                self.link(t, j, s, i, true)?;
+            }
+        }
+        self.call_replica(s, i, false, |_, _, _| Ok(()))
+    }
+
+    /// Replica `i` of shard `s` lost its links (crashed, or cut off: from its own group
+    /// only if `raft_only`).
+    pub(super) fn links_down(&mut self, s: ShardId, i: u32, raft_only: bool) -> Step {
+        for t in 0..self.config.shards {
+            for j in 0..self.n {
+                if (t, j) == (s, i) || (raft_only && t != s) {
+                    continue;
+                }
+                self.link(s, i, t, j, false)?;
+                self.link(t, j, s, i, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells the node of replica `i` of shard `s` (if up) that its link to `(t, j)` is up
+    /// or down.
+    fn link(&mut self, s: ShardId, i: u32, t: ShardId, j: u32, up: bool) -> Step {
+        if self.replicas[s as usize][i as usize].node.is_none() {
+            return Ok(());
+        }
+        let other = NodeId { shard: t, replica: j };
+        self.call_replica(s, i, false, |n, _, fx| {
+            if t == s {
+                n.replica_link(j, up);
+            } else {
+                n.shard_link(other, up, fx);
+            }
+            Ok(())
+        })
+    }
+}
