@@ -1,0 +1,298 @@
+//! Each input of a [`ReplicaNode`] and the exact effects it answers with: the first election,
+//! the persistence contract (promises leave only after `persisted`), promotion and the
+//! leader announcement, routing of agreement batches by `LeaderIs`, snapshot offers, and the
+//! client's routing rules.
+
+use luigi_node::{ClientRoutes, Effect, NodeConfig, NodeId, ReplicaNode, ShardRoutes, Tuning};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg, ServerMsg, TxnError, TxnReply};
+use luigi_proto::procedure::Registry;
+use luigi_proto::types::{Txn, TxnId};
+use luigi_raft::replica::Transition;
+use luigi_raft::{decode_message, HardState, RecoveredState};
+
+const TICK_US: u64 = 10_000;
+
+fn config(node: NodeId, replicas: Vec<u32>) -> NodeConfig {
+    let mut tuning = Tuning::for_delay(1_000, 100);
+    tuning.raft_tick_us = TICK_US;
+    NodeConfig::new(node, replicas, 42, tuning, Registry::with_builtins())
+}
+
+fn node(shard: u32, replica: u32, replicas: Vec<u32>) -> ReplicaNode {
+    ReplicaNode::new(config(NodeId { shard, replica }, replicas), RecoveredState::default()).unwrap()
+}
+
+/// The Raft message types of `fx`'s replication effects, by destination.
+fn raft_types(fx: &[Effect]) -> Vec<(NodeId, String)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Replicate { to, msg: ReplicationMsg::Raft { bytes, .. } } => {
+                Some((*to, format!("{:?}", decode_message(bytes).unwrap().msg_type)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn persists(fx: &[Effect]) -> Vec<(u64, bool)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Persist(p) => Some((p.number, p.sync)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs a group of one until it serves; returns its effects.
+fn serve_alone(n: &mut ReplicaNode, mut now: u64) -> (Vec<Effect>, u64) {
+    let mut all = Vec::new();
+    for _ in 0..20 {
+        let mut fx = Vec::new();
+        n.turn(now, &mut fx).unwrap();
+        let synced: Vec<u64> = persists(&fx).into_iter().filter(|(_, s)| *s).map(|(n, _)| n).collect();
+        all.extend(fx);
+        if let Some(last) = synced.last() {
+            let mut fx = Vec::new();
+            n.persisted(*last, &mut fx);
+            all.extend(fx);
+        }
+        if n.replica().is_serving() {
+            return (all, now);
+        }
+        now += 1_000;
+    }
+    panic!("a group of one did not elect itself");
+}
+
+#[test]
+fn a_group_of_one_elects_itself_in_its_first_turns_and_waits_for_its_disk() {
+    let mut n = node(0, 0, vec![1]);
+    let mut fx = Vec::new();
+    n.turn(0, &mut fx).unwrap();
+    // It campaigned at once (no election timeout): its vote for itself must be written and
+    // synced before it counts, so the first effect is a synced write of the hard state.
+    let p = persists(&fx);
+    assert!(!p.is_empty() && p[0].1, "a synced write first: {p:?}");
+    assert!(!n.replica().is_serving(), "nothing is durable yet");
+    n.persisted(p.iter().filter(|(_, s)| *s).map(|(n, _)| *n).max().unwrap(), &mut fx);
+    let (all, _) = serve_alone(&mut n, 1_000);
+    assert!(all.iter().any(|e| matches!(e, Effect::Transition(Transition::Promoted))));
+    assert!(n.replica().log().is_leader());
+}
+
+#[test]
+fn a_restarted_member_of_a_group_never_starts_an_election_itself() {
+    let recovered = RecoveredState { hard_state: HardState { term: 3, vote: 2, commit: 0 }, ..Default::default() };
+    let mut n = ReplicaNode::new(config(NodeId { shard: 0, replica: 0 }, vec![3]), recovered).unwrap();
+    n.replica_link(1, true);
+    n.replica_link(2, true);
+    let mut fx = Vec::new();
+    n.turn(0, &mut fx).unwrap();
+    assert!(raft_types(&fx).is_empty(), "no campaign at restart: {:?}", raft_types(&fx));
+}
+
+#[test]
+fn replica_zero_of_a_fresh_group_campaigns_once_it_reaches_everyone() {
+    let mut n = node(0, 0, vec![3]);
+    n.replica_link(1, true);
+    let mut fx = Vec::new();
+    n.turn(0, &mut fx).unwrap();
+    assert!(raft_types(&fx).is_empty(), "one replica still unreachable: no campaign");
+    n.replica_link(2, true);
+    n.turn(1, &mut fx).unwrap();
+    // Pre-vote requests go out before anything is written (they promise nothing).
+    let types = raft_types(&fx);
+    assert_eq!(types.len(), 2, "{types:?}");
+    assert!(types.iter().all(|(_, t)| t == "MsgRequestPreVote"), "{types:?}");
+    let to: Vec<u32> = types.iter().map(|(to, _)| to.replica).collect();
+    assert_eq!(to, vec![1, 2]);
+    // Replica 1 never starts the first election.
+    let mut other = node(0, 1, vec![3]);
+    other.replica_link(0, true);
+    other.replica_link(2, true);
+    let mut fx = Vec::new();
+    other.turn(0, &mut fx).unwrap();
+    assert!(raft_types(&fx).is_empty());
+}
+
+#[test]
+fn promises_leave_only_after_the_write_is_durable() {
+    // Replica 1 of a fresh group answers replica 0's pre-vote and vote; the vote is a promise
+    // about its hard state, so it leaves only after `persisted`.
+    let mut a = node(0, 0, vec![3]);
+    let mut b = node(0, 1, vec![3]);
+    for r in [1, 2] {
+        a.replica_link(r, true);
+    }
+    let a_id = NodeId { shard: 0, replica: 0 };
+    let mut now = 0;
+    let mut to_b = Vec::new();
+    let mut fx = Vec::new();
+    a.turn(now, &mut fx).unwrap();
+    to_b.extend(fx.drain(..).filter(|e| matches!(e, Effect::Replicate { to, .. } if to.replica == 1)));
+    // Deliver a's messages to b until b must vote.
+    for _ in 0..4 {
+        let mut b_fx = Vec::new();
+        for e in to_b.drain(..) {
+            if let Effect::Replicate { msg, .. } = e {
+                b.on_replication(a_id, msg, &mut b_fx).unwrap();
+            }
+        }
+        b.turn(now, &mut b_fx).unwrap();
+        let waits: Vec<u64> = persists(&b_fx).into_iter().filter(|(_, s)| *s).map(|(n, _)| n).collect();
+        let types = raft_types(&b_fx);
+        if let Some(number) = waits.last() {
+            assert!(!types.iter().any(|(_, t)| t == "MsgRequestVoteResponse"), "vote before its write: {types:?}");
+            let mut after = Vec::new();
+            b.persisted(*number, &mut after);
+            let types = raft_types(&after);
+            assert!(types.iter().any(|(_, t)| t == "MsgRequestVoteResponse"), "vote after the write: {types:?}");
+            return;
+        }
+        // b answered the pre-vote (no write needed); a counts it and campaigns for real.
+        let mut a_fx = Vec::new();
+        for e in b_fx {
+            if let Effect::Replicate { msg, .. } = e {
+                a.on_replication(NodeId { shard: 0, replica: 1 }, msg, &mut a_fx).unwrap();
+            }
+        }
+        now += 1;
+        a.turn(now, &mut a_fx).unwrap();
+        let synced: Vec<u64> = persists(&a_fx).into_iter().filter(|(_, s)| *s).map(|(n, _)| n).collect();
+        to_b.extend(a_fx.into_iter().filter(|e| matches!(e, Effect::Replicate { to, .. } if to.replica == 1)));
+        if let Some(n) = synced.last() {
+            let mut more = Vec::new();
+            a.persisted(*n, &mut more);
+            to_b.extend(more.into_iter().filter(|e| matches!(e, Effect::Replicate { to, .. } if to.replica == 1)));
+        }
+    }
+    panic!("replica 1 was never asked for its vote");
+}
+
+#[test]
+fn a_new_leader_announces_itself_on_every_link_and_on_links_that_come_up_later() {
+    let mut n = node(0, 0, vec![1, 1, 1]);
+    let mut fx = Vec::new();
+    n.shard_link(NodeId { shard: 1, replica: 0 }, true, &mut fx);
+    assert!(fx.is_empty(), "not serving: nothing to announce");
+    let (all, now) = serve_alone(&mut n, 0);
+    let announced: Vec<NodeId> = all
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Replicate { to, msg: ReplicationMsg::LeaderIs { shard: 0, replica: 0, term } } if *term > 0 => {
+                Some(*to)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(announced, vec![NodeId { shard: 1, replica: 0 }]);
+    let mut fx = Vec::new();
+    n.shard_link(NodeId { shard: 2, replica: 0 }, true, &mut fx);
+    assert!(matches!(
+        fx.as_slice(),
+        [Effect::Replicate { to: NodeId { shard: 2, replica: 0 }, msg: ReplicationMsg::LeaderIs { .. } }]
+    ));
+    let _ = now;
+}
+
+#[test]
+fn a_follower_answers_a_dispatch_with_not_leader_and_its_hint() {
+    let mut n = node(0, 1, vec![3]);
+    let txn = std::sync::Arc::new(Txn {
+        id: TxnId { client: 7, seq: 1 },
+        procedure: "kv".into(),
+        args: Vec::new(),
+        pieces: Vec::new(),
+        ts: 5,
+    });
+    let mut fx = Vec::new();
+    n.on_client(100, 7, ClientMsg::Dispatch { txn, sent_us: 90, acked_below: 0 }, &mut fx);
+    match fx.as_slice() {
+        [Effect::ToClient { client: 7, msg: ServerMsg::Reply(r) }] => {
+            assert_eq!(r.outcome, Err(TxnError::NotLeader { hint: None }));
+        }
+        other => panic!("{} effects", other.len()),
+    }
+}
+
+#[test]
+fn leader_announcements_from_older_terms_and_wrong_senders_change_nothing() {
+    let mut n = node(0, 0, vec![3, 3]);
+    let mut fx = Vec::new();
+    let s1r2 = NodeId { shard: 1, replica: 2 };
+    n.on_replication(s1r2, ReplicationMsg::LeaderIs { shard: 1, replica: 2, term: 5 }, &mut fx).unwrap();
+    assert_eq!(n.routes().leader_of(1), 2);
+    let s1r1 = NodeId { shard: 1, replica: 1 };
+    n.on_replication(s1r1, ReplicationMsg::LeaderIs { shard: 1, replica: 1, term: 4 }, &mut fx).unwrap();
+    assert_eq!(n.routes().leader_of(1), 2, "a stale term");
+    let err = n.on_replication(s1r1, ReplicationMsg::LeaderIs { shard: 1, replica: 0, term: 9 }, &mut fx);
+    assert!(err.is_err(), "announcing another replica");
+    assert_eq!(n.routes().leader_of(1), 2);
+    // Raft traffic of another shard is refused.
+    let err = n.on_replication(s1r1, ReplicationMsg::Raft { shard: 1, from: 2, bytes: vec![] }, &mut fx);
+    assert!(err.is_err());
+    assert!(fx.is_empty());
+}
+
+#[test]
+fn batches_wait_for_a_reachable_leader_and_go_out_in_order() {
+    let mut routes = ShardRoutes::new(2);
+    let batch = |w| PeerBatch { from: 0, watermark: w, items: Vec::new() };
+    routes.push(1, batch(1));
+    routes.push(1, batch(2));
+    let mut out = Vec::new();
+    routes.drain(&mut out);
+    assert!(out.is_empty(), "replica 0 of shard 1 is not reachable");
+    assert!(routes.leader_is(1, 2, 3));
+    routes.set_reachable(NodeId { shard: 1, replica: 2 }, true);
+    routes.drain(&mut out);
+    let sent: Vec<(u32, u64)> = out.iter().map(|(to, b)| (to.replica, b.watermark)).collect();
+    assert_eq!(sent, vec![(2, 1), (2, 2)]);
+    // A refused batch goes back first.
+    routes.refused(1, batch(2));
+    routes.push(1, batch(3));
+    out.clear();
+    routes.drain(&mut out);
+    assert_eq!(out.iter().map(|(_, b)| b.watermark).collect::<Vec<_>>(), vec![2, 3]);
+    assert_eq!(routes.queued(), 0);
+}
+
+#[test]
+fn clients_follow_hints_newer_watermarks_and_move_on_after_a_resend_without_news() {
+    let mut routes = ClientRoutes::new(vec![3]);
+    let txn = std::sync::Arc::new(Txn {
+        id: TxnId { client: 1, seq: 1 },
+        procedure: "kv".into(),
+        args: Vec::new(),
+        pieces: Vec::new(),
+        ts: 5,
+    });
+    let dispatch = ClientMsg::Dispatch { txn, sent_us: 0, acked_below: 0 };
+    assert_eq!(routes.route(0, &dispatch, |_| true), Some(0));
+    // Resent with no news: the guessed leader may be cut off; try the next.
+    assert_eq!(routes.route(0, &dispatch, |_| true), Some(1));
+    let not_leader = |hint| {
+        ServerMsg::Reply(TxnReply {
+            id: TxnId { client: 1, seq: 1 },
+            shard: 0,
+            ts: 0,
+            outcome: Err(TxnError::NotLeader { hint }),
+            watermark: 0,
+            arrival_delta_us: 0,
+            rounds: 0,
+        })
+    };
+    routes.on_server_msg(NodeId { shard: 0, replica: 1 }, &not_leader(Some(2)));
+    assert_eq!(routes.guess(0), 2);
+    // A hint from a replica that is not the guess changes nothing.
+    routes.on_server_msg(NodeId { shard: 0, replica: 0 }, &not_leader(Some(0)));
+    assert_eq!(routes.guess(0), 2);
+    routes.on_server_msg(NodeId { shard: 0, replica: 0 }, &ServerMsg::Watermark { shard: 0, watermark: 10 });
+    assert_eq!(routes.guess(0), 0, "only a leader broadcasts a newer watermark");
+    routes.on_server_msg(NodeId { shard: 0, replica: 1 }, &ServerMsg::Watermark { shard: 0, watermark: 9 });
+    assert_eq!(routes.guess(0), 0, "an older one changes nothing");
+    // An unreachable guess falls to the next reachable replica.
+    assert_eq!(routes.route(0, &ClientMsg::Ping { sent_us: 0 }, |r| r != 0), Some(1));
+    routes.forget(TxnId { client: 1, seq: 1 });
+    assert_eq!(routes.remembered(), 0);
+}
