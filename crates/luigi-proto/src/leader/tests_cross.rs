@@ -7,7 +7,7 @@ use super::tests::replies;
 use super::tests_common::{deliver, dispatch, id, items, tick, to_peer, txn};
 use super::*;
 use crate::log::LocalLog;
-use crate::msg::{PeerBatch, PeerItem};
+use crate::msg::{PeerBatch, PeerItem, TxnError};
 use crate::procedures::MicroOutput;
 
 type Leader = ShardLeader<LocalLog>;

@@ -11,8 +11,8 @@ use super::follower::Follower;
 use super::tests::replies;
 use super::tests_common::{deliver, dispatch, id, items, tick, to_peer, txn};
 use super::*;
-use crate::log::{LocalLog, LogIndex};
-use crate::msg::PeerItem;
+use crate::log::{LocalLog, LogError, LogIndex};
+use crate::msg::{PeerItem, TxnError};
 use crate::procedures::micro_key;
 
 /// A log that commits at once and keeps a copy of every committed entry (the replicas' log).
