@@ -1339,6 +1339,8 @@ impl<'a> FailoverWorld<'a> {
                         self.send(me, Node::Replica(to, j), SimMsg::Peer(batch.clone()));
                     }
                 }
+                // Executions are still learned through the `sim-micro` sink here.
+                LeaderOutput::Executed { .. } => {}
             }
         }
         Ok(())

@@ -429,6 +429,8 @@ impl<'a> World<'a> {
                     }
                     self.net.send(self.config, &mut self.queue, now, me, Node::Leader(to), SimMsg::Peer(batch));
                 }
+                // Executions are still learned through the `sim-micro` sink here.
+                LeaderOutput::Executed { .. } => {}
             }
         }
         self.leader_out = out;

@@ -9,7 +9,7 @@
 //! earlier in the log, and nothing new can land at or below `ts`: conflicting transactions run
 //! in the leader's order and non-conflicting ones commute, so the stores are equal.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use luigi_store::{Key, Store, Value};
@@ -21,6 +21,10 @@ use crate::msg::TxnError;
 use crate::procedure::Registry;
 use crate::types::{ShardId, Timestamp, Txn, TxnId};
 use crate::Map;
+
+/// Executions a follower remembers for [`Follower::take_executed`]; past it the oldest are
+/// dropped (and counted), so a replica whose shell never drains the journal stays bounded.
+pub const EXECUTED_JOURNAL_MAX: usize = 1 << 16;
 
 /// Counters of a follower.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,6 +120,11 @@ pub struct Follower {
     max_ts_seen: Timestamp,
     floor: Timestamp,
     stats: FollowerStats,
+    /// Executions not yet taken by [`Follower::take_executed`], oldest first (not part of
+    /// the replicated state: a snapshot does not carry it).
+    executed: VecDeque<(TxnId, Timestamp)>,
+    /// Executions dropped from a full journal.
+    executed_dropped: u64,
 }
 
 impl Follower {
@@ -132,6 +141,8 @@ impl Follower {
             max_ts_seen: 0,
             floor: 0,
             stats: FollowerStats::default(),
+            executed: VecDeque::new(),
+            executed_dropped: 0,
         }
     }
 
@@ -266,8 +277,27 @@ impl Follower {
             };
             self.answers.insert(id, Answer { ts: at, outcome, arrival_delta_us: p.arrival_delta_us, rounds });
             self.stats.executed += 1;
+            if self.executed.len() >= EXECUTED_JOURNAL_MAX {
+                self.executed.pop_front();
+                self.executed_dropped += 1;
+            }
+            self.executed.push_back((id, at));
         }
         self.applied_ts = self.applied_ts.max(ts);
+    }
+
+    /// The transactions executed since the last call, in execution order, each with the
+    /// timestamp it ran at: the follower's counterpart of the leader's
+    /// [`LeaderOutput::Executed`](super::LeaderOutput::Executed) effect (a follower applies
+    /// records without an output vector). At most [`EXECUTED_JOURNAL_MAX`] are kept between
+    /// calls; see [`Follower::executed_dropped`].
+    pub fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
+        self.executed.drain(..).collect()
+    }
+
+    /// Executions dropped from the journal because it was full (nobody took them in time).
+    pub fn executed_dropped(&self) -> u64 {
+        self.executed_dropped
     }
 
     /// The last `Applied` marker: everything at or below it is executed here.
@@ -360,6 +390,8 @@ mod tests {
         assert_eq!(value(&f, 8), None, "the aborted transaction left no trace");
         assert_eq!((f.stats().executed, f.stats().aborted), (2, 1));
         assert_eq!(f.recovered_floor(), 70);
+        assert_eq!(f.take_executed(), vec![(b.id, 60), (a.id, 65)], "the journal, in execution order");
+        assert!(f.take_executed().is_empty(), "taken once");
     }
 
     #[test]

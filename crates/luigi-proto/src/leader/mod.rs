@@ -153,6 +153,20 @@ pub enum LeaderOutput {
         /// Agreement items.
         batch: PeerBatch,
     },
+    /// This leader just executed transaction `id`'s piece on `shard` at its final timestamp
+    /// `ts` (its answer goes out later, once the watermark passes `ts`). Nothing to send: an
+    /// observation for checkers and metrics (the simulator compares execution orders with
+    /// it); a shell that only moves messages ignores it. Emitted once per execution, in
+    /// execution order; a transaction re-executed by a later leader after a failover (its
+    /// `Applied` marker was not committed) is reported again by that leader.
+    Executed {
+        /// The shard whose piece ran.
+        shard: ShardId,
+        /// The transaction.
+        id: TxnId,
+        /// Its final timestamp.
+        ts: Timestamp,
+    },
 }
 
 /// A transaction admitted here and not yet executed.
@@ -469,7 +483,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
         self.renew_floor(now);
         self.apply_committed(out);
-        self.release_and_execute(now);
+        self.release_and_execute(now, out);
         self.advance_watermark(now, out);
         if self.outbox.values().any(|items| items.len() >= self.config.peer_batch_max) {
             self.flush_outbox(out);

@@ -36,6 +36,20 @@ pub(super) fn replies(out: &[LeaderOutput]) -> Vec<TxnReply> {
             LeaderOutput::ToClient { .. }
             | LeaderOutput::ToClients { .. }
             | LeaderOutput::ToAllClients { .. }
+            | LeaderOutput::ToPeer { .. }
+            | LeaderOutput::Executed { .. } => None,
+        })
+        .collect()
+}
+
+/// The `Executed` effects in `out`, in order: (shard, transaction, timestamp).
+pub(super) fn executed(out: &[LeaderOutput]) -> Vec<(ShardId, TxnId, Timestamp)> {
+    out.iter()
+        .filter_map(|o| match o {
+            LeaderOutput::Executed { shard, id, ts } => Some((*shard, *id, *ts)),
+            LeaderOutput::ToClient { .. }
+            | LeaderOutput::ToClients { .. }
+            | LeaderOutput::ToAllClients { .. }
             | LeaderOutput::ToPeer { .. } => None,
         })
         .collect()
@@ -93,6 +107,38 @@ fn reads_see_writes_in_timestamp_order_not_arrival_order() {
     assert_eq!(r.iter().map(|r| r.id.seq).collect::<Vec<_>>(), vec![2, 1]);
     let out: crate::procedures::MicroOutput = postcard::from_bytes(r[1].outcome.as_ref().unwrap()).unwrap();
     assert_eq!(out, vec![(7, Some(42))]);
+}
+
+/// Every execution is reported once, when it happens and in execution order (timestamp
+/// order, not arrival order), before its answer; refusals and answered retries report none.
+#[test]
+fn each_execution_is_reported_once_as_an_effect() {
+    let mut l = leader();
+    let read = txn(1, 2_000, &[MicroOp { key: 7, write: R }]);
+    let write = txn(2, 1_500, &[MicroOp { key: 7, write: Some(42) }]);
+    let mut out = dispatch(&mut l, 100, &read);
+    out.extend(dispatch(&mut l, 200, &write));
+    let mut unknown = (*txn(3, 300, &[MicroOp { key: 8, write: W }])).clone();
+    unknown.procedure = "nope".into();
+    out.extend(dispatch(&mut l, 300, &Arc::new(unknown)));
+    assert_eq!(replies(&out).len(), 1, "the unknown procedure is refused");
+    assert!(executed(&out).is_empty(), "nothing has run yet, and the refusal never will");
+    out.clear();
+    l.tick(1_600, &mut out);
+    let id = |seq| TxnId { client: 9, seq };
+    assert_eq!(executed(&out), vec![(0, id(2), 1_500)]);
+    let at = |want: &dyn Fn(&LeaderOutput) -> bool| out.iter().position(want).expect("present");
+    let effect = at(&|o| matches!(o, LeaderOutput::Executed { .. }));
+    let reply = at(&|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(_), .. }));
+    assert!(effect < reply, "the execution is reported before its answer");
+    out.clear();
+    l.tick(5_000, &mut out);
+    assert_eq!(executed(&out), vec![(0, id(1), 2_000)]);
+    out.clear();
+    l.tick(6_000, &mut out);
+    out.extend(dispatch(&mut l, 6_100, &write));
+    assert_eq!(replies(&out).len(), 1, "the retry is answered from the table");
+    assert!(executed(&out).is_empty(), "and not executed again");
 }
 
 #[test]
@@ -190,7 +236,8 @@ fn watermarks_go_only_to_recently_heard_clients() {
                 LeaderOutput::ToClients { .. }
                 | LeaderOutput::ToAllClients { .. }
                 | LeaderOutput::ToClient { .. }
-                | LeaderOutput::ToPeer { .. } => None,
+                | LeaderOutput::ToPeer { .. }
+                | LeaderOutput::Executed { .. } => None,
             })
             .collect::<Vec<_>>()
     };

@@ -67,7 +67,8 @@ pub(super) fn to_peer(out: &[LeaderOutput], shard: ShardId) -> Vec<PeerBatch> {
             LeaderOutput::ToPeer { .. }
             | LeaderOutput::ToClient { .. }
             | LeaderOutput::ToClients { .. }
-            | LeaderOutput::ToAllClients { .. } => None,
+            | LeaderOutput::ToAllClients { .. }
+            | LeaderOutput::Executed { .. } => None,
         })
         .collect()
 }

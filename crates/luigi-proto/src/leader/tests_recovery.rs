@@ -98,7 +98,11 @@ fn a_new_leader_keeps_answers_finishes_prepared_transactions_and_admits_above_it
         .iter()
         .filter_map(|e| match e.record {
             LogRecord::Floor { ts } => Some(ts),
-            _ => None,
+            LogRecord::Prepare { .. }
+            | LogRecord::Decide { .. }
+            | LogRecord::Abort { .. }
+            | LogRecord::Refuse { .. }
+            | LogRecord::Applied { .. } => None,
         })
         .collect();
     let floor = floors.into_iter().max().expect("the old leader logged a floor promise");
