@@ -300,6 +300,35 @@ impl Follower {
         self.executed_dropped
     }
 
+    /// Checks what holds after every applied entry, and describes the first thing broken:
+    /// the execution order and the prepared transactions agree (each queued once, at its
+    /// decided timestamp or else its proposal); everything still queued is above the last
+    /// `Applied` marker (rule 6: a marker executes everything at or below it, and nothing is
+    /// prepared below one) and at most the highest timestamp seen (what a new leader's
+    /// floor rests on, rule 8); the execution journal is within its bound.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let broken = |what: String| format!("shard {} follower: {what}", self.shard);
+        if self.order.len() != self.prepared.len() {
+            return Err(broken(format!("{} queued, {} prepared", self.order.len(), self.prepared.len())));
+        }
+        for &(ts, id) in &self.order {
+            let Some(p) = self.prepared.get(&id) else {
+                return Err(broken(format!("{id:?} queued at {ts} but not prepared")));
+            };
+            if p.ts() != ts {
+                return Err(broken(format!("{id:?} queued at {ts} but prepared at {}", p.ts())));
+            }
+            if ts <= self.applied_ts || ts > self.max_ts_seen {
+                let (applied, seen) = (self.applied_ts, self.max_ts_seen);
+                return Err(broken(format!("{id:?} queued at {ts}, outside (marker {applied}, highest seen {seen}]")));
+            }
+        }
+        if self.executed.len() > EXECUTED_JOURNAL_MAX {
+            return Err(broken(format!("{} executions journaled", self.executed.len())));
+        }
+        Ok(())
+    }
+
     /// The last `Applied` marker: everything at or below it is executed here.
     pub fn applied_ts(&self) -> Timestamp {
         self.applied_ts
@@ -381,9 +410,11 @@ mod tests {
         let mut f = Follower::new(0, Store::new(), Registry::with_builtins());
         for e in &log[..5] {
             f.apply(e);
+            f.check_invariants().unwrap();
         }
         assert!(f.store().is_empty(), "nothing executes before a marker");
         f.apply(&log[5]);
+        f.check_invariants().unwrap();
         assert_eq!((value(&f, 7), f.queued_len()), (Some(200), 1), "b (60) ran; a (65) waits");
         f.apply(&LogEntry { index: 7, record: LogRecord::Applied { ts: 65 } });
         assert_eq!(value(&f, 7), Some(100), "a ran after b, as on the leader");
@@ -416,8 +447,10 @@ mod tests {
         let mut restored = Follower::from_snapshot(0, Registry::with_builtins(), &bytes).unwrap();
         assert_eq!(restored.snapshot(), bytes, "a restored follower snapshots to the same bytes");
         assert_eq!((restored.queued_len(), restored.stats().applied_index), (1, 3));
+        restored.check_invariants().unwrap();
         for e in &log[3..] {
             restored.apply(e);
+            restored.check_invariants().unwrap();
         }
         assert_eq!(restored.snapshot(), whole.snapshot(), "snapshot + the rest of the log = the whole log");
         assert_eq!(restored.answers().get(a.id).map(|x| x.arrival_delta_us), Some(3));
@@ -429,6 +462,24 @@ mod tests {
             Follower::from_snapshot(0, Registry::with_builtins(), &bytes[..bytes.len() / 2]),
             Err(SnapshotError::Decode(_))
         ));
+    }
+
+    #[test]
+    fn a_transaction_queued_at_a_stale_position_is_reported() {
+        let a = write(1, 7, 100);
+        let mut f = Follower::new(0, Store::new(), Registry::with_builtins());
+        for e in entries(vec![
+            LogRecord::Prepare { txn: a.clone(), ts: 50, arrival_delta_us: 0, acked_below: 0 },
+            LogRecord::Decide { id: a.id, ts: 65 },
+        ]) {
+            f.apply(&e);
+        }
+        f.check_invariants().unwrap();
+        // The DECIDE's move forgotten in the execution order: a marker at 60 would run it.
+        f.order.remove(&(65, a.id));
+        f.order.insert((50, a.id));
+        let err = f.check_invariants().unwrap_err();
+        assert!(err.contains("queued at 50 but prepared at 65"), "{err}");
     }
 
     #[test]

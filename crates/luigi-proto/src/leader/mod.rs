@@ -27,6 +27,7 @@ pub mod queue;
 // `ShardLeader`'s methods, by concern (each file adds an `impl ShardLeader` block).
 mod dispatch;
 mod execute;
+mod invariants;
 mod peer;
 mod recovery;
 mod watermark;
@@ -307,6 +308,9 @@ pub struct ShardLeader<L: ReplicatedLog> {
     /// The time of the event being handled.
     now: TimeUs,
     stats: LeaderStats,
+    /// Prepared transactions taken over from earlier leaders (see [`ShardLeader::recover`]):
+    /// with `admitted` they are every transaction this leader made pending.
+    taken_over: u64,
 }
 
 impl<L: ReplicatedLog> ShardLeader<L> {
@@ -342,6 +346,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             recover_queue: BTreeSet::new(),
             now: 0,
             stats: LeaderStats::default(),
+            taken_over: 0,
         }
     }
 

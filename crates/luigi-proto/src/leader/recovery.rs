@@ -63,6 +63,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 admitted_us: now,
             };
             l.insert_pending(id, pending);
+            l.taken_over += 1;
         }
         l
     }

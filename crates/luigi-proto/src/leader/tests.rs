@@ -26,6 +26,7 @@ fn txn(seq: u64, ts: Timestamp, ops: &[MicroOp]) -> Arc<Txn> {
 fn dispatch(l: &mut ShardLeader<LocalLog>, now: TimeUs, t: &Arc<Txn>) -> Vec<LeaderOutput> {
     let mut out = Vec::new();
     l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now - 1, acked_below: 1 }, &mut out);
+    l.check_invariants().unwrap();
     out
 }
 
@@ -58,6 +59,7 @@ pub(super) fn executed(out: &[LeaderOutput]) -> Vec<(ShardId, TxnId, Timestamp)>
 fn tick(l: &mut ShardLeader<LocalLog>, now: TimeUs) -> Vec<TxnReply> {
     let mut out = Vec::new();
     l.tick(now, &mut out);
+    l.check_invariants().unwrap();
     replies(&out)
 }
 
@@ -275,4 +277,54 @@ fn idle_watermark_follows_the_clock() {
     assert_eq!(l.watermark(), 5_000);
     tick(&mut l, 9_000);
     assert_eq!(l.watermark(), 9_000);
+}
+
+/// The invariant checks see a broken state: each corruption below is reported (and each test
+/// fails if its check is removed).
+mod broken_invariants {
+    use super::super::invariants::Corruption;
+    use super::*;
+
+    /// One pending single-shard write at 10_000 and, held behind a cross-shard transaction at
+    /// 3_000 that never gets shard 1's proposal, one executed write at 3_500 whose answer
+    /// waits for the watermark (2_999).
+    fn busy_leader() -> ShardLeader<LocalLog> {
+        let mut l = leader();
+        let mut cross = (*txn(1, 3_000, &[MicroOp { key: 1, write: W }])).clone();
+        cross.pieces.push(ShardPiece { shard: 1, keys: KeySet::new(vec![], vec![micro_key(2)]) });
+        dispatch(&mut l, 100, &Arc::new(cross));
+        dispatch(&mut l, 100, &txn(2, 3_500, &[MicroOp { key: 3, write: W }]));
+        dispatch(&mut l, 100, &txn(3, 10_000, &[MicroOp { key: 4, write: W }]));
+        assert!(tick(&mut l, 4_000).is_empty());
+        assert_eq!((l.stats().executed, l.pending_len(), l.watermark()), (1, 2, 2_999));
+        l
+    }
+
+    fn reported(c: Corruption, expected: &str) {
+        let mut l = busy_leader();
+        l.check_invariants().unwrap();
+        l.corrupt(c);
+        let err = l.check_invariants().expect_err("the corruption goes unnoticed");
+        assert!(err.contains(expected), "{c:?}: expected '{expected}' in: {err}");
+    }
+
+    #[test]
+    fn a_watermark_past_a_pending_transaction() {
+        reported(Corruption::Watermark(10_000), "watermark 10000 passed pending");
+    }
+
+    #[test]
+    fn a_pending_count_that_does_not_match() {
+        reported(Corruption::ClientCount(9), "pending count per client");
+    }
+
+    #[test]
+    fn a_pending_transaction_missing_from_the_hold_queue() {
+        reported(Corruption::DropFromQueue, "2 pending");
+    }
+
+    #[test]
+    fn an_executed_transaction_without_its_answer() {
+        reported(Corruption::LoseAnswer, "has answer None");
+    }
 }

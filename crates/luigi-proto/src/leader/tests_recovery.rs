@@ -60,7 +60,10 @@ fn take_over(shard: ShardId, tape: &Rc<RefCell<Vec<LogEntry>>>, now: TimeUs) -> 
     let new_tape = log.tape.clone();
     // The new leader's log continues the old one's indexes.
     new_tape.borrow_mut().extend(tape.borrow().iter().cloned());
-    (ShardLeader::recover(LeaderConfig::new(shard, 8), log, f.into_handover(), now), new_tape)
+    f.check_invariants().unwrap();
+    let new = ShardLeader::recover(LeaderConfig::new(shard, 8), log, f.into_handover(), now);
+    new.check_invariants().unwrap();
+    (new, new_tape)
 }
 
 fn value(l: &Leader, key: u64) -> Option<u64> {
