@@ -31,6 +31,7 @@ use crate::procedure::ProcError;
 use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 // `Coordinator`'s methods, by concern (each file adds an `impl Coordinator` block).
+mod invariants;
 mod replies;
 mod retry;
 mod submit;

@@ -47,6 +47,7 @@ fn the_watched_shards_are_pinged_while_anything_is_in_flight() {
     out.clear();
     c.tick(300, &mut out);
     assert!(pings(&out).is_empty(), "nothing in flight any more");
+    c.check_invariants().unwrap();
 }
 
 fn piece(shard: ShardId) -> ShardPiece {
@@ -88,6 +89,7 @@ fn stamps_with_max_owd_plus_headroom_and_dispatches_to_all() {
     };
     assert_eq!(txn.ts, 10_000 + 5_000 + 100);
     assert_eq!((*sent_us, *acked_below), (10_000, 1));
+    c.check_invariants().unwrap();
 }
 
 #[test]
@@ -106,6 +108,7 @@ fn answers_only_when_every_participant_watermark_passed() {
     let [CoordOutput::Done(done)] = out.as_slice() else { panic!("expected completion, got {out:?}") };
     assert!(done.outcome.is_committed());
     assert_eq!(c.in_flight(), 0);
+    c.check_invariants().unwrap();
 }
 
 #[test]
@@ -122,6 +125,7 @@ fn all_shards_rule_waits_for_non_participants() {
     assert!(out.is_empty(), "shard 2's watermark is below the timestamp");
     c.on_message(5, ServerMsg::Watermark { shard: 2, watermark: 100 }, &mut out);
     assert!(matches!(out.as_slice(), [CoordOutput::Done(d)] if d.outcome.is_committed()));
+    c.check_invariants().unwrap();
 }
 
 fn done(out: &[CoordOutput]) -> Option<&Completion> {
@@ -190,6 +194,7 @@ fn an_unknown_outcome_is_never_acknowledged_and_is_resolved_later() {
     out.clear();
     c.submit(400, "p", vec![], vec![piece(0)], &mut out);
     assert_eq!(acked_below_of(&out), vec![later.seq + 1], "acknowledged once every participant answered");
+    c.check_invariants().unwrap();
 }
 
 /// A refusal is definite at once, but the transaction is acknowledged only once every
@@ -213,6 +218,7 @@ fn a_rejection_is_reported_at_once_and_acknowledged_once_every_participant_answe
     assert_eq!(c.unresolved(), 0);
     c.submit(120, "p", vec![], vec![piece(0)], &mut out);
     assert_eq!(acked_below_of(&out), vec![id.seq + 1]);
+    c.check_invariants().unwrap();
 }
 
 #[test]
@@ -236,6 +242,7 @@ fn busy_answers_are_resent_soon_like_not_leader() {
     c.tick(60, &mut out);
     assert_eq!(sends(&out), vec![0]);
     assert_eq!(c.stats().retries, 0);
+    c.check_invariants().unwrap();
 }
 
 #[test]
@@ -252,6 +259,7 @@ fn a_transaction_waiting_only_for_a_watermark_is_never_reported_unknown() {
     assert!(out.is_empty(), "every participant answered: nothing to resend, nothing unknown");
     c.on_message(1_000, ServerMsg::Watermark { shard: 0, watermark: 500 }, &mut out);
     assert!(done(&out).is_some_and(|d| d.outcome.is_committed()));
+    c.check_invariants().unwrap();
 }
 
 #[test]
@@ -273,6 +281,7 @@ fn retries_resend_only_to_silent_participants_then_report_unknown() {
     assert!(matches!(d.outcome, TxnOutcome::Unknown(_)));
     assert_eq!(d.attempts, 3);
     assert_eq!(c.stats().retries, 2);
+    c.check_invariants().unwrap();
 }
 
 #[test]
@@ -300,6 +309,7 @@ fn not_leader_answers_are_resent_soon_without_using_attempts() {
     assert_eq!(c.stats().retries, 0, "not-leader resends are not attempts");
     c.on_message(400, reply(id, 0, 5, 5, 1), &mut out);
     assert_eq!(done(&out).expect("answered").attempts, 1);
+    c.check_invariants().unwrap();
 }
 
 #[test]
@@ -320,6 +330,7 @@ fn a_lost_leader_connection_resends_soon_to_the_shards_still_silent() {
     c.tick(150, &mut out);
     assert_eq!(sends(&out), vec![1, 1], "both transactions waiting for shard 1 are resent");
     assert_eq!(c.stats().retries, 0, "not counted as attempts");
+    c.check_invariants().unwrap();
 }
 
 #[test]
@@ -332,6 +343,7 @@ fn acked_below_tracks_the_oldest_unfinished() {
     assert_eq!(c.acked_below(), a.seq);
     c.on_message(1, reply(a, 0, 5, 5, 1), &mut out);
     assert_eq!(c.acked_below(), 3);
+    c.check_invariants().unwrap();
 }
 
 #[test]
@@ -342,4 +354,35 @@ fn owd_learned_from_replies() {
     c.on_message(1, reply(id, 0, 5, 5, 2_500), &mut out);
     assert_eq!(c.owd_estimate_us(0), 2_500);
     assert_eq!(c.stamp(1_000, [0].into_iter()), 3_500);
+    c.check_invariants().unwrap();
+}
+
+/// Checked after every step of a transcript with a retry, an unknown outcome, a refusal and
+/// a watermark wait; and a broken state is reported.
+#[test]
+fn invariants_hold_after_every_step_and_a_lost_watermark_wait_is_reported() {
+    let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let mut step = |c: &mut Coordinator, f: &mut dyn FnMut(&mut Coordinator, &mut Vec<CoordOutput>)| {
+        f(c, &mut out);
+        c.check_invariants().unwrap();
+    };
+    let mut ids = Vec::new();
+    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(0), piece(1)], out)));
+    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(0)], out)));
+    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(1)], out)));
+    let (cross, single, refused) = (ids[0], ids[1], ids[2]);
+    step(&mut c, &mut |c, out| c.on_message(10, reply(cross, 0, 50, 40, 5), out));
+    step(&mut c, &mut |c, out| c.on_message(10, reply(single, 0, 60, 40, 5), out));
+    step(&mut c, &mut |c, out| c.on_message(10, rejected(refused, 1), out));
+    for t in [100, 200, 300] {
+        step(&mut c, &mut |c, out| c.tick(t, out));
+    }
+    assert_eq!(c.stats().unknown, 1, "the cross-shard one is reported unknown");
+    step(&mut c, &mut |c, out| c.on_message(310, reply(cross, 1, 50, 40, 5), out));
+    assert_eq!(c.unresolved(), 1, "answered everywhere, waiting for shard 1's watermark");
+    c.corrupt_drop_awaiting(single);
+    let err = c.check_invariants().unwrap_err();
+    assert!(err.contains("waiting for a watermark: false"), "{err}");
 }
