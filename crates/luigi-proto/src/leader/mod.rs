@@ -16,7 +16,8 @@
 //! `on_peer`, `tick` and the `pump` they share). The handlers live by concern in `dispatch`
 //! (admission and refusals), `peer` (agreement items and the records they log), `recovery`
 //! (failover and stalled transactions), `execute` (release and execution) and `watermark`
-//! (the watermark, answers, broadcasts, floor promises and `Applied` markers).
+//! (the watermark, answers, broadcasts, floor promises and `Applied` markers);
+//! `invariants` checks the state between steps ([`ShardLeader::check_invariants`]).
 
 pub mod admission;
 pub mod agreement;
