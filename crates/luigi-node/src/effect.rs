@@ -1,7 +1,7 @@
 //! What a [`crate::ReplicaNode`] asks its shell to do.
 
 use luigi_proto::msg::{PeerBatch, ReplicationMsg, ServerMsg};
-use luigi_proto::types::ClientId;
+use luigi_proto::types::{ClientId, ShardId, Timestamp, TxnId};
 use luigi_raft::replica::{SnapshotJob, Transition};
 use luigi_raft::{Ready, SnapshotData};
 
@@ -60,6 +60,17 @@ pub enum Effect {
     },
     /// The replica started or stopped serving as its shard's leader (for logs and counters).
     Transition(Transition),
+    /// The replica's state machine executed `id`'s piece at `ts` (as the leader, or as a
+    /// follower applying the log). For observers (the simulator's checks, metrics); a new
+    /// state machine (after a demotion or an installed snapshot) reports its replay again.
+    Executed {
+        /// The shard.
+        shard: ShardId,
+        /// The transaction.
+        id: TxnId,
+        /// Its timestamp.
+        ts: Timestamp,
+    },
 }
 
 /// A write of one Raft ready (its messages already taken out). Write `ready`'s snapshot,

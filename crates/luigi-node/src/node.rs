@@ -567,7 +567,12 @@ impl ReplicaNode {
                 LeaderOutput::ToClients { clients, msg } => fx.push(Effect::ToClients { clients, msg }),
                 LeaderOutput::ToAllClients { msg } => fx.push(Effect::ToAllClients { msg }),
                 LeaderOutput::ToPeer { shard, batch } => self.routes.push(shard, batch),
+                LeaderOutput::Executed { shard, id, ts } => fx.push(Effect::Executed { shard, id, ts }),
             }
+        }
+        let shard = self.config.node.shard;
+        for (id, ts) in self.replica.take_executed() {
+            fx.push(Effect::Executed { shard, id, ts });
         }
         self.send_batches(fx);
     }

@@ -1,6 +1,7 @@
 //! Property tests of the shard leader against arbitrary client input (what any client
 //! connection may send after its hello): no panic, a malformed or refused transaction
-//! changes nothing, and the shard still commits afterwards.
+//! changes nothing, the leader's invariants hold after every step, and the shard still
+//! commits afterwards.
 //! `PROPTEST_CASES=n` runs more cases (default 256).
 
 use std::sync::Arc;
@@ -92,7 +93,9 @@ proptest! {
         for m in msgs {
             now += 100;
             l.on_client(now, 7, m, &mut out);
+            prop_assert_eq!(l.check_invariants(), Ok(()));
             l.tick(now, &mut out);
+            prop_assert_eq!(l.check_invariants(), Ok(()));
         }
         // Whatever was admitted is single-shard (anything else is malformed here) and runs.
         now += 2_000_000;
@@ -114,6 +117,7 @@ proptest! {
             let malformed = t.check_shape(2).is_err() || t.piece(0).is_none() || t.procedure != Micro::NAME;
             let before = l.stats().admitted;
             l.on_client(1_000 + i as u64, 7, ClientMsg::Dispatch { txn: Arc::new(t), sent_us: 0, acked_below: 0 }, &mut out);
+            prop_assert_eq!(l.check_invariants(), Ok(()));
             if malformed {
                 prop_assert_eq!(l.stats().admitted, before);
             }

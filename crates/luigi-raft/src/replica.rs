@@ -19,7 +19,7 @@ use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::{LogEntry, ReplicatedLog};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError, TxnReply};
 use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, ShardId, TimeUs};
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_store::Store;
 
 use crate::{RaftError, RaftLog, Replay};
@@ -117,6 +117,8 @@ pub struct Replica {
     registry: Registry,
     state: State,
     committed: Vec<LogEntry>,
+    /// Executions of the follower state not yet taken (see [`Replica::take_executed`]).
+    executed: Vec<(TxnId, Timestamp)>,
     stats: ReplicaStats,
 }
 
@@ -137,6 +139,7 @@ impl Replica {
             registry,
             state: State::Follower(follower, log),
             committed: Vec::new(),
+            executed: Vec::new(),
             stats: ReplicaStats::default(),
         })
     }
@@ -150,7 +153,10 @@ impl Replica {
     pub fn install_snapshot(&mut self, data: &[u8]) -> Result<(), SnapshotError> {
         let restored = Follower::from_snapshot(self.config.shard, self.registry.clone(), data)?;
         let log = match std::mem::replace(&mut self.state, State::Switching) {
-            State::Follower(_, log) => log,
+            State::Follower(mut f, log) => {
+                self.executed.extend(f.take_executed());
+                log
+            }
             State::Leader(l) => {
                 self.stats.demotions += 1;
                 l.into_log()
@@ -326,6 +332,7 @@ impl Replica {
                 for e in self.committed.drain(..) {
                     f.apply(&e);
                 }
+                self.executed.extend(f.take_executed());
                 // Everything committed must be applied before serving: the no-op of this
                 // term is committed and every committed entry has been handed out.
                 if log.is_leader() && log.has_committed_in_term() && log.handed_out() >= log.commit_index() {
@@ -345,6 +352,16 @@ impl Replica {
             l.tick(now, out);
         }
         Ok(transition)
+    }
+
+    /// The transactions the follower state executed (applying `Applied` markers) since the
+    /// last call, in execution order. A serving leader reports its own executions as
+    /// [`LeaderOutput::Executed`] outputs instead.
+    pub fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
+        if let State::Follower(f, _) = &mut self.state {
+            self.executed.extend(f.take_executed());
+        }
+        std::mem::take(&mut self.executed)
     }
 
     /// When [`Replica::turn`] has timed work (a leader's next deadline).

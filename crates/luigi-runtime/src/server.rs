@@ -450,7 +450,8 @@ impl Shell {
                 Effect::SaveSnapshot(snap) => self.submit_to_disk(StorageOp::SaveSnapshot(snap)),
                 Effect::MarkDamaged { reason } => self.submit_to_disk(StorageOp::MarkDamaged(reason)),
                 Effect::MakeSnapshot(job) => self.make_snapshot(job),
-                Effect::Transition(_) => {} // logged by the node
+                // Logged by the node; executions are for observers (the simulator's checks).
+                Effect::Transition(_) | Effect::Executed { .. } => {}
             }
         }
     }

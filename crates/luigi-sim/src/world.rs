@@ -18,7 +18,7 @@ use crate::config::SimConfig;
 use crate::hash::fold;
 use crate::log::{Durable, SimLog};
 use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
-use crate::procedure::{self, ExecLog};
+use crate::procedure;
 use crate::replies::ReplyLedger;
 use crate::violation::{Violation, ViolationKind};
 use crate::workload::Workload;
@@ -96,7 +96,6 @@ pub struct World<'a> {
     coord_out: Vec<CoordOutput>,
     leader_out: Vec<LeaderOutput>,
     /// Where the leaders' `sim-micro` procedure records each execution as it happens.
-    exec_sink: ExecLog,
     /// Per shard, the transactions it executed, in execution order.
     executions: Vec<Vec<TxnId>>,
     /// (transaction, shard) pairs executed.
@@ -124,7 +123,6 @@ impl<'a> World<'a> {
             CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
             rule @ CommitRule::Participants => rule,
         };
-        let exec_sink = ExecLog::default();
         let clients = (1..=u64::from(config.clients))
             .map(|id| ClientNode {
                 id,
@@ -145,7 +143,7 @@ impl<'a> World<'a> {
                         LeaderConfig { shard, shards: config.shards, ..config.leader.clone() },
                         log,
                         Store::new(),
-                        procedure::registry(Some(exec_sink.clone())),
+                        procedure::registry(None),
                     ),
                     offset_us,
                     wake: WakeSlot::default(),
@@ -173,7 +171,6 @@ impl<'a> World<'a> {
             replies: ReplyLedger::default(),
             coord_out: Vec::new(),
             leader_out: Vec::new(),
-            exec_sink,
             executions: vec![Vec::new(); config.shards as usize],
             executed: HashSet::new(),
             answered_at: 0,
@@ -389,7 +386,14 @@ impl<'a> World<'a> {
                 format!("shard {shard}'s watermark went back from {previous} to {watermark}"),
             ));
         }
-        let executed = std::mem::take(&mut *self.exec_sink.lock().expect("single-threaded"));
+        // Executions are observed through the leader's effects (before its replies go out).
+        let executed: Vec<(ShardId, TxnId)> = out
+            .iter()
+            .filter_map(|o| match o {
+                LeaderOutput::Executed { shard, id, .. } => Some((*shard, *id)),
+                _ => None,
+            })
+            .collect();
         for (s, id) in executed {
             self.on_executed(s, id)?;
         }
@@ -429,6 +433,7 @@ impl<'a> World<'a> {
                     }
                     self.net.send(self.config, &mut self.queue, now, me, Node::Leader(to), SimMsg::Peer(batch));
                 }
+                LeaderOutput::Executed { .. } => {} // checked above
             }
         }
         self.leader_out = out;

@@ -89,7 +89,10 @@ impl Leader {
             match o {
                 LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => self.replies.push(r),
                 LeaderOutput::ToPeer { batch, .. } => batches.push(batch),
-                LeaderOutput::ToClient { .. } | LeaderOutput::ToClients { .. } | LeaderOutput::ToAllClients { .. } => {}
+                LeaderOutput::ToClient { .. }
+                | LeaderOutput::ToClients { .. }
+                | LeaderOutput::ToAllClients { .. }
+                | LeaderOutput::Executed { .. } => {}
             }
         }
         batches

@@ -9,7 +9,7 @@
 //! earlier in the log, and nothing new can land at or below `ts`: conflicting transactions run
 //! in the leader's order and non-conflicting ones commute, so the stores are equal.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use luigi_store::{Key, Store, Value};
@@ -21,6 +21,10 @@ use crate::msg::TxnError;
 use crate::procedure::Registry;
 use crate::types::{ShardId, Timestamp, Txn, TxnId};
 use crate::Map;
+
+/// Executions a follower remembers for [`Follower::take_executed`]; past it the oldest are
+/// dropped (and counted), so a replica whose shell never drains the journal stays bounded.
+pub const EXECUTED_JOURNAL_MAX: usize = 1 << 16;
 
 /// Counters of a follower.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,6 +120,11 @@ pub struct Follower {
     max_ts_seen: Timestamp,
     floor: Timestamp,
     stats: FollowerStats,
+    /// Executions not yet taken by [`Follower::take_executed`], oldest first (not part of
+    /// the replicated state: a snapshot does not carry it).
+    executed: VecDeque<(TxnId, Timestamp)>,
+    /// Executions dropped from a full journal.
+    executed_dropped: u64,
 }
 
 impl Follower {
@@ -132,6 +141,8 @@ impl Follower {
             max_ts_seen: 0,
             floor: 0,
             stats: FollowerStats::default(),
+            executed: VecDeque::new(),
+            executed_dropped: 0,
         }
     }
 
@@ -266,8 +277,56 @@ impl Follower {
             };
             self.answers.insert(id, Answer { ts: at, outcome, arrival_delta_us: p.arrival_delta_us, rounds });
             self.stats.executed += 1;
+            if self.executed.len() >= EXECUTED_JOURNAL_MAX {
+                self.executed.pop_front();
+                self.executed_dropped += 1;
+            }
+            self.executed.push_back((id, at));
         }
         self.applied_ts = self.applied_ts.max(ts);
+    }
+
+    /// The transactions executed since the last call, in execution order, each with the
+    /// timestamp it ran at: the follower's counterpart of the leader's
+    /// [`LeaderOutput::Executed`](super::LeaderOutput::Executed) effect (a follower applies
+    /// records without an output vector). At most [`EXECUTED_JOURNAL_MAX`] are kept between
+    /// calls; see [`Follower::executed_dropped`].
+    pub fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
+        self.executed.drain(..).collect()
+    }
+
+    /// Executions dropped from the journal because it was full (nobody took them in time).
+    pub fn executed_dropped(&self) -> u64 {
+        self.executed_dropped
+    }
+
+    /// Checks what holds after every applied entry, and describes the first thing broken:
+    /// the execution order and the prepared transactions agree (each queued once, at its
+    /// decided timestamp or else its proposal); everything still queued is above the last
+    /// `Applied` marker (rule 6: a marker executes everything at or below it, and nothing is
+    /// prepared below one) and at most the highest timestamp seen (what a new leader's
+    /// floor rests on, rule 8); the execution journal is within its bound.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let broken = |what: String| format!("shard {} follower: {what}", self.shard);
+        if self.order.len() != self.prepared.len() {
+            return Err(broken(format!("{} queued, {} prepared", self.order.len(), self.prepared.len())));
+        }
+        for &(ts, id) in &self.order {
+            let Some(p) = self.prepared.get(&id) else {
+                return Err(broken(format!("{id:?} queued at {ts} but not prepared")));
+            };
+            if p.ts() != ts {
+                return Err(broken(format!("{id:?} queued at {ts} but prepared at {}", p.ts())));
+            }
+            if ts <= self.applied_ts || ts > self.max_ts_seen {
+                let (applied, seen) = (self.applied_ts, self.max_ts_seen);
+                return Err(broken(format!("{id:?} queued at {ts}, outside (marker {applied}, highest seen {seen}]")));
+            }
+        }
+        if self.executed.len() > EXECUTED_JOURNAL_MAX {
+            return Err(broken(format!("{} executions journaled", self.executed.len())));
+        }
+        Ok(())
     }
 
     /// The last `Applied` marker: everything at or below it is executed here.
@@ -351,15 +410,19 @@ mod tests {
         let mut f = Follower::new(0, Store::new(), Registry::with_builtins());
         for e in &log[..5] {
             f.apply(e);
+            f.check_invariants().unwrap();
         }
         assert!(f.store().is_empty(), "nothing executes before a marker");
         f.apply(&log[5]);
+        f.check_invariants().unwrap();
         assert_eq!((value(&f, 7), f.queued_len()), (Some(200), 1), "b (60) ran; a (65) waits");
         f.apply(&LogEntry { index: 7, record: LogRecord::Applied { ts: 65 } });
         assert_eq!(value(&f, 7), Some(100), "a ran after b, as on the leader");
         assert_eq!(value(&f, 8), None, "the aborted transaction left no trace");
         assert_eq!((f.stats().executed, f.stats().aborted), (2, 1));
         assert_eq!(f.recovered_floor(), 70);
+        assert_eq!(f.take_executed(), vec![(b.id, 60), (a.id, 65)], "the journal, in execution order");
+        assert!(f.take_executed().is_empty(), "taken once");
     }
 
     #[test]
@@ -384,8 +447,10 @@ mod tests {
         let mut restored = Follower::from_snapshot(0, Registry::with_builtins(), &bytes).unwrap();
         assert_eq!(restored.snapshot(), bytes, "a restored follower snapshots to the same bytes");
         assert_eq!((restored.queued_len(), restored.stats().applied_index), (1, 3));
+        restored.check_invariants().unwrap();
         for e in &log[3..] {
             restored.apply(e);
+            restored.check_invariants().unwrap();
         }
         assert_eq!(restored.snapshot(), whole.snapshot(), "snapshot + the rest of the log = the whole log");
         assert_eq!(restored.answers().get(a.id).map(|x| x.arrival_delta_us), Some(3));
@@ -397,6 +462,24 @@ mod tests {
             Follower::from_snapshot(0, Registry::with_builtins(), &bytes[..bytes.len() / 2]),
             Err(SnapshotError::Decode(_))
         ));
+    }
+
+    #[test]
+    fn a_transaction_queued_at_a_stale_position_is_reported() {
+        let a = write(1, 7, 100);
+        let mut f = Follower::new(0, Store::new(), Registry::with_builtins());
+        for e in entries(vec![
+            LogRecord::Prepare { txn: a.clone(), ts: 50, arrival_delta_us: 0, acked_below: 0 },
+            LogRecord::Decide { id: a.id, ts: 65 },
+        ]) {
+            f.apply(&e);
+        }
+        f.check_invariants().unwrap();
+        // The DECIDE's move forgotten in the execution order: a marker at 60 would run it.
+        f.order.remove(&(65, a.id));
+        f.order.insert((50, a.id));
+        let err = f.check_invariants().unwrap_err();
+        assert!(err.contains("queued at 50 but prepared at 65"), "{err}");
     }
 
     #[test]

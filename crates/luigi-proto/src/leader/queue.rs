@@ -148,6 +148,51 @@ impl HoldQueue {
         self.entries.is_empty()
     }
 
+    /// Where `id` is queued and whether it is ready, if it is queued.
+    pub fn position(&self, id: TxnId) -> Option<(Timestamp, bool)> {
+        self.entries.get(&id).map(|e| (e.ts, e.ready))
+    }
+
+    /// Checks that the indexes agree with the entries: every entry is in the timestamp order
+    /// and on the wait list of each of its keys, at its current position and nowhere else;
+    /// wait lists are sorted; transactions waiting for the clock are ready and queued where
+    /// they are. Linear in the queued keys (for tests and the simulator).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.by_ts.len() != self.entries.len() {
+            return Err(format!("{} entries but {} in timestamp order", self.entries.len(), self.by_ts.len()));
+        }
+        let mut on_lists = 0;
+        for (id, e) in &self.entries {
+            let pos = (e.ts, *id);
+            if !self.by_ts.contains(&pos) {
+                return Err(format!("{id:?} at {} is missing from the timestamp order", e.ts));
+            }
+            let mut hashes: Vec<u64> = e.keys.iter().map(|(k, _)| *k).collect();
+            hashes.sort_unstable();
+            hashes.dedup();
+            on_lists += hashes.len();
+            for k in hashes {
+                let listed = self.per_key.get(&k).is_some_and(|q| q.0.binary_search_by(|(p, _)| p.cmp(&pos)).is_ok());
+                if !listed {
+                    return Err(format!("{id:?} at {} is missing from the wait list of key hash {k:#x}", e.ts));
+                }
+            }
+        }
+        let listed: usize = self.per_key.values().map(|q| q.0.len()).sum();
+        if listed != on_lists {
+            return Err(format!("{listed} wait-list entries for {on_lists} queued keys"));
+        }
+        if let Some(k) = self.per_key.iter().find(|(_, q)| q.0.windows(2).any(|w| w[0].0 >= w[1].0)).map(|(k, _)| k) {
+            return Err(format!("the wait list of key hash {k:#x} is out of order"));
+        }
+        for &(ts, id) in &self.clock_wait {
+            if self.entries.get(&id).is_none_or(|e| e.ts != ts || !e.ready) {
+                return Err(format!("{id:?} waits for the clock at {ts} but is not ready and queued there"));
+            }
+        }
+        Ok(())
+    }
+
     /// Releases, in (timestamp, id) order, every transaction that may execute at `now`, and
     /// pushes their ids into `out`. `ignore_conflicts` is a test-only mutation.
     pub fn release(&mut self, now: TimeUs, out: &mut Vec<TxnId>, ignore_conflicts: bool) {

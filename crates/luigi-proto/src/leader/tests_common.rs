@@ -1,6 +1,7 @@
 //! Helpers shared by the two-leader transcript tests (`tests_cross`, `tests_recovery`):
 //! client 9's micro transactions over shards 0 and 1, and calls that return what a leader
-//! emitted. Generic over the log, so a test can use any `ReplicatedLog`.
+//! emitted. Generic over the log, so a test can use any `ReplicatedLog`. Each call checks the
+//! leader's invariants afterwards.
 
 use std::sync::Arc;
 
@@ -36,12 +37,14 @@ pub(super) fn dispatch<L: ReplicatedLog>(l: &mut ShardLeader<L>, now: TimeUs, t:
     let mut out = Vec::new();
     l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now, acked_below: 1 }, &mut out);
     l.tick(now, &mut out);
+    l.check_invariants().unwrap();
     out
 }
 
 pub(super) fn tick<L: ReplicatedLog>(l: &mut ShardLeader<L>, now: TimeUs) -> Vec<LeaderOutput> {
     let mut out = Vec::new();
     l.tick(now, &mut out);
+    l.check_invariants().unwrap();
     out
 }
 
@@ -56,6 +59,7 @@ pub(super) fn deliver<L: ReplicatedLog>(
         l.on_peer(now, b, &mut out);
     }
     l.tick(now, &mut out);
+    l.check_invariants().unwrap();
     out
 }
 
@@ -67,7 +71,8 @@ pub(super) fn to_peer(out: &[LeaderOutput], shard: ShardId) -> Vec<PeerBatch> {
             LeaderOutput::ToPeer { .. }
             | LeaderOutput::ToClient { .. }
             | LeaderOutput::ToClients { .. }
-            | LeaderOutput::ToAllClients { .. } => None,
+            | LeaderOutput::ToAllClients { .. }
+            | LeaderOutput::Executed { .. } => None,
         })
         .collect()
 }

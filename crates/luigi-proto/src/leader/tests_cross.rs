@@ -3,11 +3,11 @@
 
 use luigi_store::Store;
 
-use super::tests::replies;
+use super::tests::{executed, replies};
 use super::tests_common::{deliver, dispatch, id, items, tick, to_peer, txn};
 use super::*;
 use crate::log::LocalLog;
-use crate::msg::{PeerBatch, PeerItem};
+use crate::msg::{PeerBatch, PeerItem, TxnError};
 use crate::procedures::MicroOutput;
 
 type Leader = ShardLeader<LocalLog>;
@@ -79,9 +79,11 @@ fn differing_proposals_release_only_after_every_confirm() {
     let out = deliver(&mut b, 1_700, to_peer(&out_a, 1));
     let confirm_b = to_peer(&out, 0);
     assert_eq!(items(&confirm_b), vec![PeerItem::Confirm { id: id(1), ts: 1_500 }]);
-    let rb = replies(&deliver(&mut b, 1_800, confirm_a));
-    let ra = replies(&deliver(&mut a, 1_800, confirm_b));
+    let (out_b, out_a) = (deliver(&mut b, 1_800, confirm_a), deliver(&mut a, 1_800, confirm_b));
+    let (ra, rb) = (replies(&out_a), replies(&out_b));
     assert_eq!((ra[0].ts, rb[0].ts), (1_500, 1_500));
+    assert_eq!(executed(&out_a), vec![(0, id(1), 1_500)], "each participant reports its own piece");
+    assert_eq!(executed(&out_b), vec![(1, id(1), 1_500)]);
     assert_eq!((ra[0].rounds, rb[0].rounds), (2, 2));
     assert_eq!(a.stats().cross_differed, 1);
 }

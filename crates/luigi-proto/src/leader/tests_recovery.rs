@@ -11,8 +11,8 @@ use super::follower::Follower;
 use super::tests::replies;
 use super::tests_common::{deliver, dispatch, id, items, tick, to_peer, txn};
 use super::*;
-use crate::log::{LocalLog, LogIndex};
-use crate::msg::PeerItem;
+use crate::log::{LocalLog, LogError, LogIndex};
+use crate::msg::{PeerItem, TxnError};
 use crate::procedures::micro_key;
 
 /// A log that commits at once and keeps a copy of every committed entry (the replicas' log).
@@ -60,7 +60,10 @@ fn take_over(shard: ShardId, tape: &Rc<RefCell<Vec<LogEntry>>>, now: TimeUs) -> 
     let new_tape = log.tape.clone();
     // The new leader's log continues the old one's indexes.
     new_tape.borrow_mut().extend(tape.borrow().iter().cloned());
-    (ShardLeader::recover(LeaderConfig::new(shard, 8), log, f.into_handover(), now), new_tape)
+    f.check_invariants().unwrap();
+    let new = ShardLeader::recover(LeaderConfig::new(shard, 8), log, f.into_handover(), now);
+    new.check_invariants().unwrap();
+    (new, new_tape)
 }
 
 fn value(l: &Leader, key: u64) -> Option<u64> {
@@ -98,7 +101,11 @@ fn a_new_leader_keeps_answers_finishes_prepared_transactions_and_admits_above_it
         .iter()
         .filter_map(|e| match e.record {
             LogRecord::Floor { ts } => Some(ts),
-            _ => None,
+            LogRecord::Prepare { .. }
+            | LogRecord::Decide { .. }
+            | LogRecord::Abort { .. }
+            | LogRecord::Refuse { .. }
+            | LogRecord::Applied { .. } => None,
         })
         .collect();
     let floor = floors.into_iter().max().expect("the old leader logged a floor promise");

@@ -430,7 +430,7 @@ impl<'a> FailoverWorld<'a> {
             let mut group = Vec::new();
             for i in 0..n {
                 let mut node = SimReplica::new(offset(Node::Replica(s, i)));
-                node.node = Some(new_node(config, faults, s, i, &node.sink, RecoveredState::default())?);
+                node.node = Some(new_node(config, faults, s, i, RecoveredState::default())?);
                 group.push(node);
             }
             replicas.push(group);

@@ -14,7 +14,7 @@ use super::{FailoverWorld, FaultAction, FaultConfig, Kill, KillPoint, Step, BUSY
 use crate::config::SimConfig;
 use crate::hash::fold;
 use crate::net::{Node, SimMsg};
-use crate::procedure::{self, ExecLog};
+use crate::procedure;
 use crate::violation::{Violation, ViolationKind};
 use crate::world::{local_clock, virtual_deadline};
 
@@ -97,7 +97,6 @@ pub(super) struct SimReplica {
     pub(super) isolated: bool,
     /// Cut off from the other replicas of its shard only (still talks to clients and peers).
     pub(super) raft_cut: bool,
-    pub(super) sink: ExecLog,
     /// Transactions the current state machine executed.
     pub(super) exec_seen: HashSet<TxnId>,
     /// Last watermark of the current serving incarnation.
@@ -117,7 +116,6 @@ impl SimReplica {
             unsynced: None,
             isolated: false,
             raft_cut: false,
-            sink: ExecLog::default(),
             exec_seen: HashSet::new(),
             watermark: 0,
             busy_streak: 0,
@@ -138,7 +136,6 @@ pub(super) fn new_node(
     faults: &FaultConfig,
     s: ShardId,
     i: u32,
-    sink: &ExecLog,
     recovered: RecoveredState,
 ) -> Result<ReplicaNode, Violation> {
     let mut tuning = Tuning::for_delay(config.link.delay.mean_us, config.link.delay.jitter_us);
@@ -147,7 +144,7 @@ pub(super) fn new_node(
     tuning.snapshot_entries = faults.snapshot_entries.unwrap_or(u64::MAX);
     let node = NodeId { shard: s, replica: i };
     let shape = vec![faults.replicas; config.shards as usize];
-    let mut nc = NodeConfig::new(node, shape, config.seed, tuning, procedure::registry(Some(sink.clone())));
+    let mut nc = NodeConfig::new(node, shape, config.seed, tuning, procedure::registry(None));
     nc.leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
     ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
 }
@@ -224,8 +221,14 @@ impl FailoverWorld<'_> {
         }
         self.report.snapshots_installed += stats.snapshots_installed - stats_before.snapshots_installed;
         self.report.leader_compactions += stats.compactions_behind_offers - stats_before.compactions_behind_offers;
-        let executed: Vec<(ShardId, TxnId)> =
-            std::mem::take(&mut *self.replicas[s as usize][i as usize].sink.lock().expect("single-threaded"));
+        // Executions are observed through the node's effects, as any shell would see them.
+        let executed: Vec<(ShardId, TxnId)> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Executed { shard, id, .. } => Some((*shard, *id)),
+                _ => None,
+            })
+            .collect();
         for &(shard, id) in &executed {
             self.on_executed(s, i, shard, id)?;
         }
@@ -324,6 +327,7 @@ impl FailoverWorld<'_> {
             Effect::MarkDamaged { reason } => {
                 return Err(self.violation(ViolationKind::Invariant, format!("{me} lost its disk: {reason}")));
             }
+            Effect::Executed { .. } => {} // checked in `after_turn`
             Effect::Transition(t) => {
                 let r = &mut self.replicas[s as usize][i as usize];
                 r.watermark = 0;
@@ -452,7 +456,6 @@ impl FailoverWorld<'_> {
         r.exec_seen.clear();
         r.watermark = 0;
         r.busy_streak = 0;
-        r.sink.lock().expect("single-threaded").clear();
         self.report.crashes += 1;
         self.schedule_wake(Node::Replica(s, i), None);
         self.schedule_fault(self.now + down, FaultAction::Restart(s, i));
@@ -464,7 +467,7 @@ impl FailoverWorld<'_> {
         self.trace(|| format!("R{s}.{i} restarts from its disk"));
         let r = &mut self.replicas[s as usize][i as usize];
         let recovered = r.disk.durable.clone();
-        let node = new_node(self.config, self.faults, s, i, &r.sink, recovered).map_err(|v| v.at(self.now))?;
+        let node = new_node(self.config, self.faults, s, i, recovered).map_err(|v| v.at(self.now))?;
         r.node = Some(node);
         r.gen += 1;
         self.links_up(s, i)

@@ -1,0 +1,310 @@
+//! The coordinator: the client-side state machine (DESIGN.md rules 1, 2 and 7). It stamps each
+//! transaction with `now + max one-way delay to the participants + headroom`, sends the whole
+//! transaction to every participant leader at once, retries under the same id, and answers
+//! once every participant has answered with a watermark at or above the final timestamp.
+//! It holds no authoritative state: losing it loses only the answers not yet delivered.
+//!
+//! **What a client is told, and what it acknowledges.** Every transaction ends with exactly
+//! one [`CoordOutput::Done`]: [`TxnOutcome::Ordered`] (executed at its final timestamp on every
+//! participant, durable), [`TxnOutcome::Rejected`] (refused by a participant: executed
+//! nowhere, ever), or [`TxnOutcome::Unknown`] (no complete answer in time: it may or may not
+//! execute). An unknown transaction keeps its id: the coordinator goes on asking its silent
+//! participants (every `retry_timeout_us`, without limit) and reports the outcome it learns
+//! with [`CoordOutput::Resolved`]. A transaction is *acknowledged* to the servers
+//! (`acked_below` on later dispatches, which lets them forget its answer) only once every
+//! participant has answered it. So a server that finds a transaction acknowledged knows it
+//! answered it itself (see `PeerItem::Acknowledged`), and no participant is ever told to
+//! forget a transaction another participant still waits for.
+//!
+//! This file holds the types, the state and the accessors; the methods live by concern in
+//! `submit` (stamping and dispatch), `replies` (answers and the commit rule) and `retry`
+//! (resends, unknown outcomes and keepalive pings).
+
+use std::collections::BTreeSet;
+
+use crate::Map;
+use std::sync::Arc;
+
+use crate::msg::{ClientMsg, TxnError, TxnReply};
+use crate::owd::OwdEstimator;
+use crate::procedure::ProcError;
+use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+
+// `Coordinator`'s methods, by concern (each file adds an `impl Coordinator` block).
+mod invariants;
+mod replies;
+mod retry;
+mod submit;
+
+/// Resends after "not the leader" (or "busy") answers before a transaction is reported as
+/// unknown (with the default 50 ms delay: about 10 s without a leader).
+pub const NOT_LEADER_RESENDS_MAX: u32 = 200;
+
+/// Transactions reported to the caller (unknown, or rejected by one participant) whose
+/// other participants have not answered yet, at most. They hold `acked_below` down, so the
+/// shell stops submitting while this many are outstanding (see
+/// [`Coordinator::can_submit`]).
+pub const UNRESOLVED_MAX: usize = 1 << 16;
+
+/// Knobs of a coordinator.
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    /// This client's id (unique in the cluster).
+    pub client: ClientId,
+    /// Added to the one-way-delay estimate so that most dispatches arrive before their time.
+    pub headroom_us: u64,
+    /// One-way delay assumed for a shard before any sample was seen.
+    pub initial_owd_us: u64,
+    /// A participant that has not answered within this long gets the dispatch again.
+    pub retry_timeout_us: u64,
+    /// Attempts (first send included) before a transaction is reported failed.
+    pub max_attempts: u32,
+    /// Resend delay after a "not the leader" answer (an election is under way).
+    pub not_leader_retry_us: u64,
+    /// Which watermarks must pass a transaction's timestamp before it is answered.
+    pub commit_rule: CommitRule,
+    /// While anything is in flight, every shard the commit rule waits on is pinged this
+    /// often: servers broadcast watermarks only to clients they heard from recently.
+    pub keepalive_us: u64,
+    /// Fault-injection switches for tests only. All off in production.
+    pub mutations: CoordMutations,
+}
+
+/// Deliberate coordinator bugs, used only by tests that prove the checks catch them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoordMutations {
+    /// Forget (and so acknowledge) a transaction as soon as it is reported unknown: the bug
+    /// that let a participant that never saw it take it for answered.
+    pub acknowledge_unknown: bool,
+}
+
+/// Which shards' watermarks must have passed a transaction's timestamp before the client is
+/// answered (DESIGN.md rule 7, and the deviation documented in the README).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitRule {
+    /// Every participant's (DESIGN.md rule 7 as written). Serializable, and real-time ordered
+    /// per shard; across shards real-time order then depends on clock skew.
+    Participants,
+    /// Every shard of the cluster (`shards` of them): a transaction dispatched after the answer
+    /// lands above every one of those watermarks, so it gets a larger timestamp on whatever
+    /// shard it runs. Strictly serializable whatever the clocks do; costs at most one
+    /// watermark broadcast interval when the other shards are idle.
+    AllShards {
+        /// Number of shards in the cluster.
+        shards: u32,
+    },
+}
+
+impl CoordinatorConfig {
+    /// Defaults for client `client`.
+    pub fn new(client: ClientId) -> Self {
+        Self {
+            client,
+            headroom_us: 200,
+            initial_owd_us: 0,
+            retry_timeout_us: 2_000_000,
+            max_attempts: 10,
+            not_leader_retry_us: 50_000,
+            commit_rule: CommitRule::Participants,
+            keepalive_us: 250_000,
+            mutations: CoordMutations::default(),
+        }
+    }
+}
+
+/// An effect of the coordinator.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CoordOutput {
+    /// Send `msg` to the leader of `shard`.
+    Send {
+        /// Destination shard (its current leader).
+        shard: ShardId,
+        /// Message.
+        msg: ClientMsg,
+    },
+    /// A transaction finished: its one answer to the caller.
+    Done(Completion),
+    /// A transaction reported [`TxnOutcome::Unknown`] earlier has a known outcome now
+    /// ([`TxnOutcome::Ordered`] or [`TxnOutcome::Rejected`]).
+    Resolved(Completion),
+}
+
+/// A finished transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    /// Its id.
+    pub id: TxnId,
+    /// When it was submitted (coordinator clock).
+    pub submitted_us: TimeUs,
+    /// Dispatch attempts made (1 = no retry).
+    pub attempts: u32,
+    /// Agreement rounds the participants needed (0 single shard, 1 equal proposals, 2 differed).
+    pub rounds: u8,
+    /// What happened.
+    pub outcome: TxnOutcome,
+}
+
+/// The answer to a transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TxnOutcome {
+    /// Ordered at `ts` and answered by every participant (committed, even if the procedure
+    /// itself failed or aborted on some shard: see the per-shard results).
+    Ordered {
+        /// Final timestamp.
+        ts: Timestamp,
+        /// Each participant's result, by shard.
+        results: Vec<(ShardId, Result<Vec<u8>, TxnError>)>,
+    },
+    /// Refused by a participant: executed on no participant, and never will be (the refusal
+    /// is durable in that participant's log before it is sent).
+    Rejected(String),
+    /// No complete answer after every attempt (no leader, unreachable shard): the
+    /// transaction may have executed or may still execute. The coordinator keeps its id and
+    /// keeps asking; the outcome follows as [`CoordOutput::Resolved`] once learned.
+    Unknown(String),
+}
+
+impl TxnOutcome {
+    /// True when ordered and every participant's procedure succeeded.
+    pub fn is_committed(&self) -> bool {
+        matches!(self, TxnOutcome::Ordered { results, .. } if results.iter().all(|(_, r)| r.is_ok()))
+    }
+
+    /// True when ordered but some participant's procedure aborted or failed.
+    pub fn is_aborted(&self) -> bool {
+        matches!(self, TxnOutcome::Ordered { results, .. } if results.iter().any(|(_, r)| r.is_err()))
+    }
+
+    /// The user-abort reason, if a procedure aborted on purpose.
+    pub fn user_abort(&self) -> Option<&str> {
+        match self {
+            TxnOutcome::Ordered { results, .. } => results.iter().find_map(|(_, r)| {
+                if let Err(TxnError::Proc(ProcError::UserAbort(why))) = r {
+                    Some(why.as_str())
+                } else {
+                    None
+                }
+            }),
+            TxnOutcome::Rejected(_) | TxnOutcome::Unknown(_) => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct InFlight {
+    txn: Arc<Txn>,
+    submitted_us: TimeUs,
+    /// When the silent participants get the dispatch again.
+    retry_at_us: TimeUs,
+    /// The next resend answers a "not the leader" (not counted as an attempt).
+    leader_wait: bool,
+    /// Resends caused by "not the leader" answers so far (bounded separately).
+    leader_waits: u32,
+    attempts: u32,
+    /// One slot per participant, in `txn.pieces` order.
+    replies: Vec<Option<TxnReply>>,
+    /// Its `Done` went out already (unknown, or rejected by some participant); it stays until
+    /// every participant has answered, then goes without acknowledging anything unanswered.
+    reported: Option<Reported>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reported {
+    /// Reported [`TxnOutcome::Unknown`]: its real outcome goes out as `Resolved`.
+    Unknown,
+    /// Reported [`TxnOutcome::Rejected`]: definite; the rest only waits for the others.
+    Rejected,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoordStats {
+    /// Transactions submitted.
+    pub submitted: u64,
+    /// Dispatches sent again after a timeout.
+    pub retries: u64,
+    /// Transactions whose participants answered with different timestamps (a protocol bug).
+    pub ts_mismatch: u64,
+    /// Transactions reported unknown.
+    pub unknown: u64,
+    /// Of those, the ones whose outcome was learned later.
+    pub resolved: u64,
+}
+
+/// The coordinator state machine of one client.
+pub struct Coordinator {
+    config: CoordinatorConfig,
+    next_seq: u64,
+    owd: Map<ShardId, OwdEstimator>,
+    watermarks: Map<ShardId, Timestamp>,
+    in_flight: Map<TxnId, InFlight>,
+    in_flight_seqs: BTreeSet<u64>,
+    /// Answered by every participant, waiting for a watermark to pass the timestamp.
+    awaiting_watermark: BTreeSet<TxnId>,
+    /// When the shards are next pinged to stay among the clients they send watermarks to.
+    keepalive_at_us: TimeUs,
+    stats: CoordStats,
+}
+
+impl Coordinator {
+    /// A coordinator with `config`.
+    pub fn new(config: CoordinatorConfig) -> Self {
+        Self {
+            config,
+            next_seq: 1,
+            owd: Map::default(),
+            watermarks: Map::default(),
+            in_flight: Map::default(),
+            in_flight_seqs: BTreeSet::new(),
+            awaiting_watermark: BTreeSet::new(),
+            keepalive_at_us: 0,
+            stats: CoordStats::default(),
+        }
+    }
+
+    /// This client's id.
+    pub fn client(&self) -> ClientId {
+        self.config.client
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CoordStats {
+        self.stats
+    }
+
+    /// Transactions submitted and not answered yet (no `Done`).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.values().filter(|f| f.reported.is_none()).count()
+    }
+
+    /// Transactions answered (unknown, or rejected by some participant) that still wait for
+    /// a participant's answer before they can be acknowledged.
+    pub fn unresolved(&self) -> usize {
+        self.in_flight.values().filter(|f| f.reported.is_some()).count()
+    }
+
+    /// False while [`UNRESOLVED_MAX`] transactions are unresolved: the shell should hold new
+    /// submissions until some resolve (each holds the acknowledgement of every later one).
+    pub fn can_submit(&self) -> bool {
+        self.unresolved() < UNRESOLVED_MAX
+    }
+
+    /// The current one-way-delay estimate towards `shard`'s leader.
+    pub fn owd_estimate_us(&self, shard: ShardId) -> i64 {
+        self.owd.get(&shard).and_then(OwdEstimator::estimate_us).unwrap_or(self.config.initial_owd_us as i64)
+    }
+
+    /// The timestamp a transaction over `shards` submitted at `now` gets.
+    pub fn stamp(&self, now: TimeUs, shards: impl Iterator<Item = ShardId>) -> Timestamp {
+        let owd = shards.map(|s| self.owd_estimate_us(s)).max().unwrap_or(0);
+        (now as i64 + owd + self.config.headroom_us as i64).max(1) as Timestamp
+    }
+
+    /// A ping for `shard`'s leader, to seed the delay estimate before the first transaction.
+    pub fn ping(&self, now: TimeUs, shard: ShardId, out: &mut Vec<CoordOutput>) {
+        out.push(CoordOutput::Send { shard, msg: ClientMsg::Ping { sent_us: now } });
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+//! Answers from the leaders and the commit rule (DESIGN.md rule 7): a transaction is told
+//! to the caller once every participant answered and the watched watermarks passed its
+//! timestamp, or at once when a participant refused it; it is forgotten (acknowledged) only
+//! once every participant answered.
+
+use super::{CommitRule, Completion, CoordOutput, Coordinator, Reported, TxnOutcome};
+use crate::msg::{ServerMsg, TxnError, TxnReply};
+use crate::types::{ShardId, TimeUs, Timestamp, TxnId};
+
+impl Coordinator {
+    /// Handles a message from a leader.
+    pub fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
+        match msg {
+            ServerMsg::Pong { shard, arrival_delta_us, watermark } => {
+                self.owd.entry(shard).or_default().record(arrival_delta_us);
+                self.note_watermark(shard, watermark);
+            }
+            ServerMsg::Watermark { shard, watermark } => {
+                self.note_watermark(shard, watermark);
+                let waiting: Vec<TxnId> = self.awaiting_watermark.iter().copied().collect();
+                for id in waiting {
+                    self.try_complete_txn(id, out);
+                }
+            }
+            ServerMsg::Reply(reply) => self.on_reply(now, reply, out),
+            ServerMsg::Status(_) => {} // an operator query's answer; the coordinator sends none
+        }
+    }
+
+    pub(super) fn note_watermark(&mut self, shard: ShardId, watermark: Timestamp) {
+        let w = self.watermarks.entry(shard).or_default();
+        *w = (*w).max(watermark);
+    }
+
+    pub(super) fn on_reply(&mut self, now: TimeUs, reply: TxnReply, out: &mut Vec<CoordOutput>) {
+        let shard = reply.shard;
+        self.note_watermark(shard, reply.watermark);
+        let Some(flight) = self.in_flight.get_mut(&reply.id) else {
+            return; // a duplicate answer to a finished transaction
+        };
+        let Some(slot) = flight.txn.pieces.iter().position(|p| p.shard == shard) else {
+            return; // not a participant: ignore rather than trust it
+        };
+        if matches!(reply.outcome, Err(TxnError::NotLeader { .. } | TxnError::Busy(_))) {
+            // Nothing was stored there (an election is under way, or its log is full): ask
+            // again soon rather than after the full retry timeout.
+            flight.retry_at_us = flight.retry_at_us.min(now + self.config.not_leader_retry_us);
+            flight.leader_wait = true;
+            return;
+        }
+        if flight.attempts == 1 && !matches!(reply.outcome, Err(TxnError::Rejected(_))) {
+            self.owd.entry(shard).or_default().record(reply.arrival_delta_us);
+        }
+        let id = reply.id;
+        flight.replies[slot] = Some(reply);
+        self.try_complete_txn(id, out);
+    }
+
+    pub(super) fn try_complete_txn(&mut self, id: TxnId, out: &mut Vec<CoordOutput>) {
+        let Some(flight) = self.in_flight.get(&id) else {
+            return;
+        };
+        let all_answered = flight.replies.iter().all(Option::is_some);
+        let rejection =
+            |r: &TxnReply| if let Err(TxnError::Rejected(why)) = &r.outcome { Some(why.clone()) } else { None };
+        if let Some(why) = flight.replies.iter().flatten().find_map(rejection) {
+            // Definite at once (a refusal is durable and executes nowhere), but acknowledged
+            // only once every participant has answered: a participant that never saw it must
+            // not find it acknowledged (it would take it for one it answered).
+            match flight.reported {
+                None | Some(Reported::Unknown) => self.report(id, TxnOutcome::Rejected(why), out),
+                Some(Reported::Rejected) => {}
+            }
+            if all_answered {
+                self.forget(id);
+            } else if let Some(f) = self.in_flight.get_mut(&id) {
+                f.reported = Some(Reported::Rejected);
+            }
+            return;
+        }
+        if !all_answered {
+            return;
+        }
+        let replies: Vec<&TxnReply> = flight.replies.iter().flatten().collect();
+        let ts = replies.iter().map(|r| r.ts).max().expect("at least one participant");
+        if replies.iter().any(|r| r.ts != ts) {
+            self.stats.ts_mismatch += 1;
+        }
+        let passed = |shard: &ShardId| self.watermarks.get(shard).is_some_and(|w| *w >= ts);
+        let covered = match self.config.commit_rule {
+            CommitRule::Participants => replies.iter().all(|r| passed(&r.shard)),
+            CommitRule::AllShards { shards } => (0..shards).all(|s| passed(&s)),
+        };
+        if !covered {
+            self.awaiting_watermark.insert(id); // a later watermark completes it
+            return;
+        }
+        let results = replies.iter().map(|r| (r.shard, r.outcome.clone())).collect();
+        self.report(id, TxnOutcome::Ordered { ts, results }, out);
+        self.forget(id);
+    }
+
+    /// Tells the caller `outcome` (`Done`, or `Resolved` after an earlier `Unknown`).
+    pub(super) fn report(&mut self, id: TxnId, outcome: TxnOutcome, out: &mut Vec<CoordOutput>) {
+        let flight = self.in_flight.get_mut(&id).expect("reporting an in-flight transaction");
+        let rounds = flight.replies.iter().flatten().map(|r| r.rounds).max().unwrap_or(0);
+        let earlier = flight.reported;
+        flight.reported = Some(match outcome {
+            TxnOutcome::Unknown(_) => Reported::Unknown,
+            TxnOutcome::Ordered { .. } | TxnOutcome::Rejected(_) => Reported::Rejected,
+        });
+        let completion =
+            Completion { id, submitted_us: flight.submitted_us, attempts: flight.attempts, rounds, outcome };
+        match earlier {
+            None => out.push(CoordOutput::Done(completion)),
+            Some(Reported::Unknown) => {
+                self.stats.resolved += 1;
+                out.push(CoordOutput::Resolved(completion));
+            }
+            Some(Reported::Rejected) => unreachable!("a definite outcome is reported once"),
+        }
+    }
+
+    /// Every participant answered `id`: it leaves, and later dispatches acknowledge it.
+    pub(super) fn forget(&mut self, id: TxnId) {
+        self.in_flight.remove(&id).expect("forgetting an in-flight transaction");
+        self.awaiting_watermark.remove(&id);
+        self.in_flight_seqs.remove(&id.seq);
+    }
+}

@@ -1,0 +1,388 @@
+//! Transcript tests of the coordinator: stamping, the commit rules, retries, unknown and
+//! rejected outcomes, and acknowledgement.
+
+use super::*;
+use crate::msg::ServerMsg;
+use crate::types::{KeySet, ShardPiece};
+
+/// A config without keepalive pings (tested on their own), so transcripts show only
+/// dispatches.
+fn quiet(client: ClientId) -> CoordinatorConfig {
+    CoordinatorConfig { keepalive_us: TimeUs::MAX / 2, ..CoordinatorConfig::new(client) }
+}
+
+#[test]
+fn the_watched_shards_are_pinged_while_anything_is_in_flight() {
+    let cfg = CoordinatorConfig {
+        keepalive_us: 100,
+        commit_rule: CommitRule::AllShards { shards: 3 },
+        ..CoordinatorConfig::new(1)
+    };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    c.tick(0, &mut out);
+    assert!(out.is_empty(), "nothing in flight: no pings");
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    out.clear();
+    c.tick(99, &mut out);
+    assert!(out.is_empty(), "the dispatch itself keeps the client known for a period");
+    c.tick(100, &mut out);
+    let pings = |out: &[CoordOutput]| {
+        out.iter()
+            .filter_map(|o| match o {
+                CoordOutput::Send { shard, msg: ClientMsg::Ping { .. } } => Some(*shard),
+                CoordOutput::Send { .. } | CoordOutput::Done(_) | CoordOutput::Resolved(_) => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pings(&out), vec![0, 1, 2], "every shard the commit rule waits on");
+    out.clear();
+    c.tick(150, &mut out);
+    assert!(pings(&out).is_empty(), "not before the period");
+    assert_eq!(c.next_deadline(), Some(200));
+    c.on_message(60, reply(id, 0, 5, 5, 1), &mut out);
+    for s in 1..3 {
+        c.on_message(60, ServerMsg::Watermark { shard: s, watermark: 5 }, &mut out);
+    }
+    out.clear();
+    c.tick(300, &mut out);
+    assert!(pings(&out).is_empty(), "nothing in flight any more");
+    c.check_invariants().unwrap();
+}
+
+fn piece(shard: ShardId) -> ShardPiece {
+    ShardPiece { shard, keys: KeySet::new(vec![], vec![vec![shard as u8]]) }
+}
+
+fn reply(id: TxnId, shard: ShardId, ts: Timestamp, watermark: Timestamp, delta: i64) -> ServerMsg {
+    ServerMsg::Reply(TxnReply {
+        id,
+        shard,
+        ts,
+        outcome: Ok(vec![shard as u8]),
+        watermark,
+        arrival_delta_us: delta,
+        rounds: 0,
+    })
+}
+
+fn sends(out: &[CoordOutput]) -> Vec<ShardId> {
+    out.iter()
+        .filter_map(|o| match o {
+            CoordOutput::Send { shard, .. } => Some(*shard),
+            CoordOutput::Done(_) | CoordOutput::Resolved(_) => None,
+        })
+        .collect()
+}
+
+#[test]
+fn stamps_with_max_owd_plus_headroom_and_dispatches_to_all() {
+    let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 100, ..quiet(7) });
+    let mut out = Vec::new();
+    c.on_message(0, ServerMsg::Pong { shard: 0, arrival_delta_us: 1_000, watermark: 0 }, &mut out);
+    c.on_message(0, ServerMsg::Pong { shard: 1, arrival_delta_us: 5_000, watermark: 0 }, &mut out);
+    let id = c.submit(10_000, "p", vec![], vec![piece(1), piece(0)], &mut out);
+    assert_eq!(id, TxnId { client: 7, seq: 1 });
+    assert_eq!(sends(&out), vec![0, 1]);
+    let CoordOutput::Send { msg: ClientMsg::Dispatch { txn, sent_us, acked_below }, .. } = &out[0] else {
+        panic!("expected a dispatch")
+    };
+    assert_eq!(txn.ts, 10_000 + 5_000 + 100);
+    assert_eq!((*sent_us, *acked_below), (10_000, 1));
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn answers_only_when_every_participant_watermark_passed() {
+    let mut c = Coordinator::new(quiet(1));
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    out.clear();
+    c.on_message(10, reply(id, 0, 500, 600, 5), &mut out);
+    assert!(out.is_empty(), "shard 1 has not answered");
+    c.on_message(10, reply(id, 1, 500, 400, 5), &mut out);
+    assert!(out.is_empty(), "shard 1's watermark is below the timestamp");
+    c.on_message(10, ServerMsg::Watermark { shard: 1, watermark: 499 }, &mut out);
+    assert!(out.is_empty(), "still below");
+    c.on_message(10, ServerMsg::Watermark { shard: 1, watermark: 500 }, &mut out);
+    let [CoordOutput::Done(done)] = out.as_slice() else { panic!("expected completion, got {out:?}") };
+    assert!(done.outcome.is_committed());
+    assert_eq!(c.in_flight(), 0);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn all_shards_rule_waits_for_non_participants() {
+    let cfg = CoordinatorConfig { commit_rule: CommitRule::AllShards { shards: 3 }, ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    out.clear();
+    c.on_message(5, reply(id, 0, 100, 100, 1), &mut out);
+    c.on_message(5, ServerMsg::Watermark { shard: 1, watermark: 150 }, &mut out);
+    assert!(out.is_empty(), "shard 2's watermark is unknown");
+    c.on_message(5, ServerMsg::Watermark { shard: 2, watermark: 99 }, &mut out);
+    assert!(out.is_empty(), "shard 2's watermark is below the timestamp");
+    c.on_message(5, ServerMsg::Watermark { shard: 2, watermark: 100 }, &mut out);
+    assert!(matches!(out.as_slice(), [CoordOutput::Done(d)] if d.outcome.is_committed()));
+    c.check_invariants().unwrap();
+}
+
+fn done(out: &[CoordOutput]) -> Option<&Completion> {
+    out.iter().find_map(|o| match o {
+        CoordOutput::Done(d) => Some(d),
+        CoordOutput::Send { .. } | CoordOutput::Resolved(_) => None,
+    })
+}
+
+fn resolved(out: &[CoordOutput]) -> Option<&Completion> {
+    out.iter().find_map(|o| match o {
+        CoordOutput::Resolved(d) => Some(d),
+        CoordOutput::Send { .. } | CoordOutput::Done(_) => None,
+    })
+}
+
+fn rejected(id: TxnId, shard: ShardId) -> ServerMsg {
+    ServerMsg::Reply(TxnReply {
+        id,
+        shard,
+        ts: 0,
+        outcome: Err(TxnError::Rejected("no".into())),
+        watermark: 0,
+        arrival_delta_us: 0,
+        rounds: 0,
+    })
+}
+
+fn acked_below_of(out: &[CoordOutput]) -> Vec<u64> {
+    out.iter()
+        .filter_map(|o| match o {
+            CoordOutput::Send { msg: ClientMsg::Dispatch { acked_below, .. }, .. } => Some(*acked_below),
+            CoordOutput::Send { .. } | CoordOutput::Done(_) | CoordOutput::Resolved(_) => None,
+        })
+        .collect()
+}
+
+/// The bug behind a cluster-wide stall: a client gave up on a cross-shard transaction and
+/// acknowledged it, so a participant that never saw it took it for answered. An unknown
+/// outcome is reported, never acknowledged, and still asked for until it is learned.
+#[test]
+fn an_unknown_outcome_is_never_acknowledged_and_is_resolved_later() {
+    let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    c.on_message(10, reply(id, 0, 50, 60, 5), &mut out);
+    out.clear();
+    c.tick(100, &mut out);
+    c.tick(200, &mut out);
+    let d = done(&out).expect("reported");
+    assert!(matches!(d.outcome, TxnOutcome::Unknown(_)), "{:?}", d.outcome);
+    assert_eq!((c.in_flight(), c.unresolved()), (0, 1));
+    assert_eq!(sends(&out), vec![1, 1], "shard 1 is still asked, also after the report");
+    out.clear();
+    let later = c.submit(250, "p", vec![], vec![piece(0)], &mut out);
+    assert_eq!(acked_below_of(&out), vec![id.seq], "the unknown one is not acknowledged");
+    c.on_message(260, reply(later, 0, 300, 300, 1), &mut out);
+    out.clear();
+    c.tick(300, &mut out);
+    assert_eq!(sends(&out), vec![1], "asked again every retry timeout, without limit");
+    c.on_message(310, reply(id, 1, 50, 60, 5), &mut out);
+    let r = resolved(&out).expect("resolved");
+    assert!(r.outcome.is_committed());
+    assert_eq!((c.unresolved(), c.stats().unknown, c.stats().resolved), (0, 1, 1));
+    out.clear();
+    c.submit(400, "p", vec![], vec![piece(0)], &mut out);
+    assert_eq!(acked_below_of(&out), vec![later.seq + 1], "acknowledged once every participant answered");
+    c.check_invariants().unwrap();
+}
+
+/// A refusal is definite at once, but the transaction is acknowledged only once every
+/// participant answered: one that never saw it must not find it acknowledged.
+#[test]
+fn a_rejection_is_reported_at_once_and_acknowledged_once_every_participant_answered() {
+    let cfg = CoordinatorConfig { retry_timeout_us: 100, ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    out.clear();
+    c.on_message(10, rejected(id, 0), &mut out);
+    assert!(matches!(done(&out).map(|d| &d.outcome), Some(TxnOutcome::Rejected(_))));
+    assert_eq!(c.unresolved(), 1);
+    out.clear();
+    c.tick(100, &mut out);
+    assert_eq!(sends(&out), vec![1], "the silent participant is still asked");
+    out.clear();
+    c.on_message(110, rejected(id, 1), &mut out);
+    assert!(out.is_empty(), "reported once");
+    assert_eq!(c.unresolved(), 0);
+    c.submit(120, "p", vec![], vec![piece(0)], &mut out);
+    assert_eq!(acked_below_of(&out), vec![id.seq + 1]);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn busy_answers_are_resent_soon_like_not_leader() {
+    let cfg = CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let busy = TxnReply {
+        id,
+        shard: 0,
+        ts: 0,
+        outcome: Err(TxnError::Busy("log full".into())),
+        watermark: 0,
+        arrival_delta_us: 0,
+        rounds: 0,
+    };
+    out.clear();
+    c.on_message(10, ServerMsg::Reply(busy), &mut out);
+    assert!(out.is_empty());
+    c.tick(60, &mut out);
+    assert_eq!(sends(&out), vec![0]);
+    assert_eq!(c.stats().retries, 0);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn a_transaction_waiting_only_for_a_watermark_is_never_reported_unknown() {
+    let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    c.on_message(10, reply(id, 0, 500, 400, 5), &mut out);
+    out.clear();
+    for t in 1..10 {
+        c.tick(t * 100, &mut out);
+    }
+    assert!(out.is_empty(), "every participant answered: nothing to resend, nothing unknown");
+    c.on_message(1_000, ServerMsg::Watermark { shard: 0, watermark: 500 }, &mut out);
+    assert!(done(&out).is_some_and(|d| d.outcome.is_committed()));
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn retries_resend_only_to_silent_participants_then_report_unknown() {
+    let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 3, ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    c.on_message(10, reply(id, 0, 50, 60, 5), &mut out);
+    out.clear();
+    c.tick(99, &mut out);
+    assert!(out.is_empty());
+    c.tick(100, &mut out);
+    assert_eq!(sends(&out), vec![1], "only the silent shard is asked again");
+    out.clear();
+    c.tick(200, &mut out);
+    c.tick(300, &mut out);
+    let d = done(&out).expect("reported");
+    assert!(matches!(d.outcome, TxnOutcome::Unknown(_)));
+    assert_eq!(d.attempts, 3);
+    assert_eq!(c.stats().retries, 2);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn not_leader_answers_are_resent_soon_without_using_attempts() {
+    let cfg = CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let not_leader = ServerMsg::Reply(TxnReply {
+        id,
+        shard: 0,
+        ts: 0,
+        outcome: Err(TxnError::NotLeader { hint: None }),
+        watermark: 0,
+        arrival_delta_us: 0,
+        rounds: 0,
+    });
+    for round in 0..3u64 {
+        out.clear();
+        c.on_message(10 + round * 100, not_leader.clone(), &mut out);
+        assert!(out.is_empty(), "no completion for a not-leader answer");
+        c.tick(10 + round * 100 + 50, &mut out);
+        assert_eq!(sends(&out), vec![0], "resent after 50 µs, not after the retry timeout");
+    }
+    assert_eq!(c.stats().retries, 0, "not-leader resends are not attempts");
+    c.on_message(400, reply(id, 0, 5, 5, 1), &mut out);
+    assert_eq!(done(&out).expect("answered").attempts, 1);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn a_lost_leader_connection_resends_soon_to_the_shards_still_silent() {
+    let cfg = CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    c.submit(0, "p", vec![], vec![piece(1)], &mut out);
+    c.on_message(10, reply(id, 0, 50, 60, 5), &mut out);
+    out.clear();
+    c.shard_unreachable(20, 0);
+    c.tick(70, &mut out);
+    assert!(out.is_empty(), "shard 0 already answered; nothing waits for it");
+    c.shard_unreachable(100, 1);
+    c.tick(149, &mut out);
+    assert!(out.is_empty());
+    c.tick(150, &mut out);
+    assert_eq!(sends(&out), vec![1, 1], "both transactions waiting for shard 1 are resent");
+    assert_eq!(c.stats().retries, 0, "not counted as attempts");
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn acked_below_tracks_the_oldest_unfinished() {
+    let mut c = Coordinator::new(quiet(1));
+    let mut out = Vec::new();
+    let a = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let b = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    c.on_message(1, reply(b, 0, 5, 5, 1), &mut out);
+    assert_eq!(c.acked_below(), a.seq);
+    c.on_message(1, reply(a, 0, 5, 5, 1), &mut out);
+    assert_eq!(c.acked_below(), 3);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn owd_learned_from_replies() {
+    let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 0, ..quiet(1) });
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    c.on_message(1, reply(id, 0, 5, 5, 2_500), &mut out);
+    assert_eq!(c.owd_estimate_us(0), 2_500);
+    assert_eq!(c.stamp(1_000, [0].into_iter()), 3_500);
+    c.check_invariants().unwrap();
+}
+
+/// Checked after every step of a transcript with a retry, an unknown outcome, a refusal and
+/// a watermark wait; and a broken state is reported.
+#[test]
+fn invariants_hold_after_every_step_and_a_lost_watermark_wait_is_reported() {
+    let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let mut step = |c: &mut Coordinator, f: &mut dyn FnMut(&mut Coordinator, &mut Vec<CoordOutput>)| {
+        f(c, &mut out);
+        c.check_invariants().unwrap();
+    };
+    let mut ids = Vec::new();
+    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(0), piece(1)], out)));
+    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(0)], out)));
+    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(1)], out)));
+    let (cross, single, refused) = (ids[0], ids[1], ids[2]);
+    step(&mut c, &mut |c, out| c.on_message(10, reply(cross, 0, 50, 40, 5), out));
+    step(&mut c, &mut |c, out| c.on_message(10, reply(single, 0, 60, 40, 5), out));
+    step(&mut c, &mut |c, out| c.on_message(10, rejected(refused, 1), out));
+    for t in [100, 200, 300] {
+        step(&mut c, &mut |c, out| c.tick(t, out));
+    }
+    assert_eq!(c.stats().unknown, 1, "the cross-shard one is reported unknown");
+    step(&mut c, &mut |c, out| c.on_message(310, reply(cross, 1, 50, 40, 5), out));
+    assert_eq!(c.unresolved(), 1, "answered everywhere, waiting for shard 1's watermark");
+    c.corrupt_drop_awaiting(single);
+    let err = c.check_invariants().unwrap_err();
+    assert!(err.contains("waiting for a watermark: false"), "{err}");
+}

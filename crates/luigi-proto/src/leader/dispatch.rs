@@ -1,0 +1,228 @@
+//! Client admission on the leader (DESIGN.md rule 3): a dispatch is answered from the answer
+//! table, refused (durably, with a `Refuse` record) or admitted with a proposal and a
+//! `PREPARE`; the per-client and per-shard pending bounds are enforced here.
+
+use std::sync::Arc;
+
+use super::admission;
+use super::agreement::Agreement;
+use super::answers::{Answer, Known};
+use super::{LeaderOutput, Pending, Refusing, ShardLeader};
+use crate::log::{LogError, LogRecord, ReplicatedLog};
+use crate::msg::{PeerItem, TxnError};
+use crate::types::{ClientId, TimeUs, Txn, TxnId};
+
+impl<L: ReplicatedLog> ShardLeader<L> {
+    pub(super) fn on_dispatch(
+        &mut self,
+        now: TimeUs,
+        txn: Arc<Txn>,
+        arrival_delta_us: i64,
+        acked_below: u64,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        let id = txn.id;
+        if self.pending.contains_key(&id) || self.refusing.contains_key(&id) {
+            // A retry of a transaction still in progress: its answer will follow.
+            self.stats.duplicates += 1;
+            return;
+        }
+        match self.answers.known(id) {
+            Known::Unknown => {}
+            Known::Acknowledged(_) => {
+                self.stats.duplicates += 1;
+                self.reply_now(id, 0, Err(TxnError::Forgotten), arrival_delta_us, 0, out);
+                return;
+            }
+            Known::Answered(answer) => {
+                self.stats.duplicates += 1;
+                if answer.ts <= self.watermark {
+                    let a = answer.clone();
+                    self.reply_now(id, a.ts, a.outcome, a.arrival_delta_us, a.rounds, out);
+                } // else: still in `unanswered`, the reply goes out when the watermark passes.
+                return;
+            }
+        }
+        if self.early_dropped.remove(&id) {
+            // An agreement item for it was dropped: refuse it (and tell the others) rather
+            // than prepare a transaction that would wait forever for that item.
+            self.early.remove(&id);
+            self.refuse(
+                &txn,
+                format!("shard {} dropped its agreement messages (buffer full)", self.config.shard),
+                arrival_delta_us,
+                out,
+            );
+            return;
+        }
+        if let Some(reason) = self.early.get(&id).and_then(|e| e.refused.clone()) {
+            // Another participant refused it first; it will never be prepared anywhere.
+            self.early.remove(&id);
+            self.refuse(&txn, reason, arrival_delta_us, out);
+            return;
+        }
+        if let Err(reason) = self.check_malformed(&txn) {
+            // Every participant refuses it alike: nothing to log, nobody to tell.
+            tracing::warn!(shard = self.config.shard, txn = ?id, %reason, "refused a malformed transaction");
+            self.stats.rejected += 1;
+            self.stats.malformed += 1;
+            self.reply_now(id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
+            return;
+        }
+        let client_pending = self.pending_per_client.get(&id.client).copied().unwrap_or(0);
+        if client_pending >= self.config.max_pending_per_client {
+            // Transient: not stored, the client asks again soon.
+            let why = format!(
+                "client {} has {client_pending} transactions pending on shard {}",
+                id.client, self.config.shard
+            );
+            self.reply_now(id, 0, Err(TxnError::Busy(why)), arrival_delta_us, 0, out);
+            return;
+        }
+        if let Err(reason) = self.validate(&txn) {
+            self.refuse(&txn, reason, arrival_delta_us, out);
+            return;
+        }
+        let keys = txn.piece(self.config.shard).expect("validated");
+        let floor = self.watermark.max(self.admission_floor);
+        let proposal = admission::propose(txn.ts, now, floor, &self.floors, keys);
+        let record = LogRecord::Prepare { txn: txn.clone(), ts: proposal, arrival_delta_us, acked_below };
+        match self.log.propose(record) {
+            Ok(_) => {}
+            // Not stored: this replica may lead soon (election) or another one does; the
+            // coordinator retries under the same id.
+            Err(LogError::NotLeader) => {
+                self.reply_now(id, 0, Err(TxnError::NotLeader { hint: None }), arrival_delta_us, 0, out);
+                return;
+            }
+            // Not stored either: the coordinator asks again soon.
+            Err(e @ LogError::Backlogged(_)) => {
+                self.reply_now(id, 0, Err(TxnError::Busy(e.to_string())), arrival_delta_us, 0, out);
+                return;
+            }
+        }
+        self.stats.admitted += 1;
+        if proposal != txn.ts {
+            self.stats.bumped += 1;
+        }
+        self.queue.insert(id, proposal, keys);
+        let agreement = txn.is_cross_shard().then(|| Agreement::new(txn.shards().collect()));
+        self.insert_pending(
+            id,
+            Pending {
+                txn,
+                ts: proposal,
+                proposal,
+                confirmed: false,
+                recover_at: None,
+                durable: false,
+                arrival_delta_us,
+                agreement,
+                aborting: None,
+                admitted_us: now,
+            },
+        );
+        if let Some(early) = self.early.remove(&id) {
+            for (shard, ts) in early.proposals {
+                self.on_proposal(id, shard, ts);
+            }
+            for (shard, ts) in early.confirms {
+                self.on_confirm(id, shard, ts);
+            }
+        }
+    }
+
+    /// What any participant finds wrong with `txn` alike (its shape, this shard not among its
+    /// participants, an unknown procedure: every replica runs the same registry).
+    pub(super) fn check_malformed(&self, txn: &Txn) -> Result<(), String> {
+        txn.check_shape(self.config.shards)?;
+        let shard = self.config.shard;
+        if txn.piece(shard).is_none() {
+            return Err(format!("shard {shard} is not a participant"));
+        }
+        if !self.registry.contains(&txn.procedure) {
+            return Err(format!("unknown procedure '{}'", txn.procedure));
+        }
+        Ok(())
+    }
+
+    /// Checks a well-formed dispatch against this shard's state; a refusal here is durable
+    /// (see [`ShardLeader::refuse`]).
+    pub(super) fn validate(&self, _txn: &Txn) -> Result<(), String> {
+        let shard = self.config.shard;
+        if self.pending.len() >= self.config.max_pending {
+            return Err(format!("shard {shard} has {} transactions pending", self.pending.len()));
+        }
+        Ok(())
+    }
+
+    /// Refuses a dispatch for good: a `Refuse` record is logged, and once it commits the
+    /// refusal is stored as the transaction's answer (followers store it too), so a retry
+    /// still on its way, or sent to a later leader, gets the same answer instead of being
+    /// admitted after the client was told it never would be. Then the other participants are
+    /// told, so they abort it rather than wait forever for this shard's proposal, and the
+    /// client is answered. If the log takes nothing now, nothing is stored and the client is
+    /// told to try again.
+    pub(super) fn refuse(&mut self, txn: &Txn, reason: String, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
+        let id = txn.id;
+        let record = LogRecord::Refuse { id, reason: reason.clone(), arrival_delta_us };
+        match self.log.propose(record) {
+            Ok(_) => {
+                self.stats.rejected += 1;
+                let me = self.config.shard;
+                let others = txn.shards().filter(|s| *s != me).collect();
+                self.refusing.insert(id, Refusing { others, reason, arrival_delta_us });
+            }
+            Err(LogError::NotLeader) => {
+                self.reply_now(id, 0, Err(TxnError::NotLeader { hint: None }), arrival_delta_us, 0, out);
+            }
+            Err(e @ LogError::Backlogged(_)) => {
+                self.reply_now(id, 0, Err(TxnError::Busy(e.to_string())), arrival_delta_us, 0, out);
+            }
+        }
+    }
+
+    /// A `Refuse` record committed: store the refusal, tell the others, answer the client.
+    pub(super) fn on_refuse_logged(
+        &mut self,
+        id: TxnId,
+        reason: String,
+        arrival_delta_us: i64,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        self.store_refusal(id, reason.clone(), arrival_delta_us);
+        // Not ours (an earlier leader's, committed before this one took over): stored only.
+        let Some(r) = self.refusing.remove(&id) else { return };
+        for shard in r.others {
+            self.queue_peer(shard, PeerItem::Refuse { id, reason: r.reason.clone() });
+        }
+        self.reply_now(id, 0, Err(TxnError::Rejected(r.reason)), r.arrival_delta_us, 0, out);
+    }
+
+    pub(super) fn store_refusal(&mut self, id: TxnId, reason: String, arrival_delta_us: i64) {
+        self.answers.insert(id, Answer::refusal(reason, arrival_delta_us));
+    }
+
+    /// Answered here, or refused and waiting for the `Refuse` record: agreement items for it
+    /// are not buffered.
+    pub(super) fn insert_pending(&mut self, id: TxnId, p: Pending) {
+        *self.pending_per_client.entry(id.client).or_default() += 1;
+        let old = self.pending.insert(id, p);
+        assert!(old.is_none(), "{id:?} pending twice");
+    }
+
+    pub(super) fn remove_pending(&mut self, id: TxnId) -> Option<Pending> {
+        let p = self.pending.remove(&id)?;
+        let count = self.pending_per_client.get_mut(&id.client).expect("counted when inserted");
+        *count -= 1;
+        if *count == 0 {
+            self.pending_per_client.remove(&id.client);
+        }
+        Some(p)
+    }
+
+    pub(super) fn forget_acked(&mut self, client: ClientId, acked_below: u64) {
+        // Answers not yet sent stay (they cannot have been received).
+        self.answers.forget_acked(client, acked_below, self.watermark);
+    }
+}

@@ -1,0 +1,193 @@
+//! Cross-shard agreement with the other participant leaders (DESIGN.md rule 4): the
+//! `Propose`, `Confirm`, `Executed` and `Refuse` items, the `PREPARE`, `DECIDE` and `ABORT`
+//! records as they commit, agreement items that arrive before their dispatch, and the
+//! outgoing batches.
+
+use super::agreement::{Agreement, Step};
+use super::{Early, LeaderOutput, ShardLeader, EARLY_DROPPED_MAX};
+use crate::log::{LogRecord, ReplicatedLog};
+use crate::msg::{PeerBatch, PeerItem, TxnError};
+use crate::types::{ShardId, Timestamp, TxnId};
+
+impl<L: ReplicatedLog> ShardLeader<L> {
+    /// Shard `shard` has a new leader, which may have missed agreement items sent to the old
+    /// one (lost with its connection): re-send this shard's proposal, and its confirmation
+    /// if its `DECIDE` is committed, of every pending transaction shared with `shard`. The
+    /// recovery of stalled transactions would ask later; this saves the wait.
+    pub fn peer_leader_changed(&mut self, shard: ShardId) {
+        let me = self.config.shard;
+        if shard == me {
+            return;
+        }
+        let mut items = Vec::new();
+        for (id, p) in &self.pending {
+            let shared = p.agreement.as_ref().is_some_and(|a| a.shards().contains(&shard));
+            if !shared || !p.durable {
+                continue;
+            }
+            items.push(PeerItem::Propose { id: *id, ts: p.proposal });
+            if p.confirmed {
+                items.push(PeerItem::Confirm { id: *id, ts: p.ts });
+            }
+        }
+        for item in items {
+            self.queue_peer(shard, item);
+        }
+    }
+
+    pub(super) fn on_prepared(&mut self, id: TxnId, proposal: Timestamp) {
+        let shard = self.config.shard;
+        let Some(p) = self.pending.get_mut(&id) else { return };
+        p.durable = true;
+        let Some(agreement) = p.agreement.as_ref() else {
+            self.queue.mark_ready(id); // single shard: decided once durable
+            return;
+        };
+        let others: Vec<ShardId> = agreement.shards().iter().copied().filter(|s| *s != shard).collect();
+        let at = self.now + self.config.recover_after_us;
+        p.recover_at = Some(at);
+        self.recover_queue.insert((at, id));
+        for s in others {
+            self.queue_peer(s, PeerItem::Propose { id, ts: proposal });
+        }
+        self.on_proposal(id, shard, proposal);
+    }
+
+    pub(super) fn on_decide_logged(&mut self, id: TxnId, ts: Timestamp) {
+        let shard = self.config.shard;
+        if !self.pending.contains_key(&id) {
+            return;
+        }
+        self.undecided_moves.retain(|(_, moved)| *moved != id);
+        self.reposition(id, ts);
+        let p = self.pending.get_mut(&id).expect("checked above");
+        p.confirmed = true;
+        let Some(agreement) = p.agreement.as_ref() else { return };
+        self.stats.cross_differed += 1;
+        let others: Vec<ShardId> = agreement.shards().iter().copied().filter(|s| *s != shard).collect();
+        for s in others {
+            self.queue_peer(s, PeerItem::Confirm { id, ts });
+        }
+        self.on_confirm(id, shard, ts);
+    }
+
+    pub(super) fn on_abort_logged(&mut self, id: TxnId, out: &mut Vec<LeaderOutput>) {
+        self.cancel_recovery(id);
+        let Some(p) = self.remove_pending(id) else { return };
+        self.queue.remove(id);
+        self.undecided_moves.retain(|(_, moved)| *moved != id);
+        self.stats.aborted += 1;
+        let reason = p.aborting.unwrap_or_else(|| "aborted by recovery".into());
+        self.store_refusal(id, reason.clone(), p.arrival_delta_us);
+        self.reply_now(id, 0, Err(TxnError::Rejected(reason)), p.arrival_delta_us, 0, out);
+    }
+
+    pub(super) fn is_answered(&self, id: TxnId) -> bool {
+        self.answers.is_answered(id) || self.refusing.contains_key(&id)
+    }
+
+    pub(super) fn early_entry(&mut self, id: TxnId) -> Option<&mut Early> {
+        if !self.early.contains_key(&id) && self.early.len() >= self.config.max_early {
+            self.stats.early_overflow += 1;
+            // Remembering dropped transactions is bounded too; past that the oldest marker
+            // goes (its transaction then waits for the recovery of stalled transactions).
+            if self.early_dropped.len() >= EARLY_DROPPED_MAX {
+                self.early_dropped.pop_first();
+            }
+            self.early_dropped.insert(id);
+            return None;
+        }
+        Some(self.early.entry(id).or_default())
+    }
+
+    pub(super) fn on_proposal(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
+        let skip = self.config.mutations.skip_second_round;
+        if let Some(agreement) = self.pending.get_mut(&id).and_then(|p| p.agreement.as_mut()) {
+            let step = agreement.on_proposal(from, ts, skip);
+            self.on_step(id, step);
+        } else if !self.pending.contains_key(&id) && !self.is_answered(id) {
+            if let Some(e) = self.early_entry(id) {
+                e.proposals.push((from, ts));
+            }
+        }
+    }
+
+    pub(super) fn on_confirm(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
+        if let Some(agreement) = self.pending.get_mut(&id).and_then(|p| p.agreement.as_mut()) {
+            let step = agreement.on_confirm(from, ts);
+            self.on_step(id, step);
+        } else if !self.pending.contains_key(&id) && !self.is_answered(id) {
+            if let Some(e) = self.early_entry(id) {
+                e.confirms.push((from, ts));
+            }
+        }
+    }
+
+    pub(super) fn on_executed(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
+        let skip = self.config.mutations.skip_second_round;
+        // Not pending: executed (or aborted) here too; nothing to learn.
+        if let Some(agreement) = self.pending.get_mut(&id).and_then(|p| p.agreement.as_mut()) {
+            let step = agreement.on_executed(from, ts, skip);
+            self.on_step(id, step);
+        }
+    }
+
+    pub(super) fn on_refuse(&mut self, id: TxnId, reason: String) {
+        if let Some(p) = self.pending.get_mut(&id) {
+            // The refusing shard never proposed, so nobody can have decided it.
+            assert!(!p.agreement.as_ref().is_some_and(Agreement::is_decided), "refused after decision");
+            if p.aborting.is_none() {
+                p.aborting = Some(reason);
+                self.propose_record(LogRecord::Abort { id });
+            }
+        } else if !self.is_answered(id) {
+            if let Some(e) = self.early_entry(id) {
+                e.refused = Some(reason);
+            }
+        }
+    }
+
+    pub(super) fn on_step(&mut self, id: TxnId, step: Step) {
+        match step {
+            Step::Wait => {}
+            Step::LogDecide { final_ts } => {
+                // Moved at once, so that smaller transactions pass it and the watermark is not
+                // held by the DECIDE round (a new leader re-derives the same final timestamp:
+                // it is the maximum of durable proposals). Followers apply in log order and the
+                // DECIDE is appended now, before any later `Applied` marker; the marker is also
+                // kept below the old proposal until DECIDE commits, in case the DECIDE had to
+                // wait for a backlogged log while a marker went through.
+                let old = self.pending[&id].ts;
+                self.undecided_moves.insert((old, id));
+                self.reposition(id, final_ts);
+                self.propose_record(LogRecord::Decide { id, ts: final_ts });
+            }
+            Step::Decided { final_ts } => {
+                self.cancel_recovery(id);
+                self.reposition(id, final_ts);
+                self.stats.cross_decided += 1;
+                self.queue.mark_ready(id);
+            }
+        }
+    }
+
+    pub(super) fn reposition(&mut self, id: TxnId, ts: Timestamp) {
+        let p = self.pending.get_mut(&id).expect("agreement of a pending transaction");
+        assert!(ts >= p.ts, "agreement only raises timestamps");
+        if ts != p.ts {
+            p.ts = ts;
+            self.queue.reposition(id, ts);
+        }
+    }
+
+    pub(super) fn queue_peer(&mut self, shard: ShardId, item: PeerItem) {
+        self.outbox.entry(shard).or_default().push(item);
+    }
+
+    pub(super) fn flush_outbox(&mut self, out: &mut Vec<LeaderOutput>) {
+        for (shard, items) in std::mem::take(&mut self.outbox) {
+            let batch = PeerBatch { from: self.config.shard, watermark: self.watermark, items };
+            out.push(LeaderOutput::ToPeer { shard, batch });
+        }
+    }
+}

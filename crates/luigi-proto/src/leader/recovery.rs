@@ -1,0 +1,175 @@
+//! Failover and stalled transactions (DESIGN.md rules 8 and 9): a new leader built from the
+//! replicated state, `Recover` for cross-shard transactions undecided for too long, and the
+//! answers to other participants' `Recover` requests.
+
+use std::sync::Arc;
+
+use super::agreement::{Agreement, Step};
+use super::answers::{Answer, Known};
+use super::follower::Handover;
+use super::{LeaderConfig, LeaderOutput, Pending, ShardLeader, StalledTxn};
+use crate::log::ReplicatedLog;
+use crate::msg::{PeerItem, TxnError};
+use crate::types::{ShardId, TimeUs, Timestamp, Txn, TxnId};
+
+impl<L: ReplicatedLog> ShardLeader<L> {
+    /// A new leader over the state its replica rebuilt from the committed log (DESIGN.md,
+    /// failure handling). The caller has applied every committed record, including one of
+    /// the new term (the election no-op), so the handover holds everything any earlier
+    /// leader made durable. The new leader admits nothing at or below the recovered floor,
+    /// re-queues every prepared transaction at its logged proposal, and asks the other
+    /// participants of each undecided cross-shard transaction for their state at once.
+    pub fn recover(config: LeaderConfig, log: L, handover: Handover, now: TimeUs) -> Self {
+        let Handover { store, registry, answers, prepared, applied_ts, floor, recovered_floor } = handover;
+        let mut l = Self::new(config, log, store, registry);
+        l.now = now;
+        l.answers = answers;
+        l.admission_floor = recovered_floor;
+        l.floor_committed = floor;
+        l.floor_proposed = floor;
+        l.watermark = applied_ts;
+        l.applied_at = (now, applied_ts);
+        l.max_executed_ts = applied_ts;
+        l.broadcast_at = (now, 0);
+        let me = l.config.shard;
+        for p in prepared {
+            let id = p.txn.id;
+            let keys = p.txn.piece(me).expect("prepared here, so a participant");
+            l.queue.insert(id, p.proposal, keys);
+            let mut agreement = p.txn.is_cross_shard().then(|| Agreement::new(p.txn.shards().collect()));
+            let recover_at = match agreement.as_mut() {
+                None => {
+                    l.queue.mark_ready(id);
+                    None
+                }
+                Some(a) => {
+                    // Agreement starts again from the logged proposals (a logged DECIDE is
+                    // re-derived: the final timestamp is the maximum of durable proposals).
+                    assert_eq!(a.on_proposal(me, p.proposal, false), Step::Wait, "others unknown yet");
+                    l.recover_queue.insert((now, id));
+                    Some(now)
+                }
+            };
+            let pending = Pending {
+                txn: p.txn,
+                ts: p.proposal,
+                proposal: p.proposal,
+                confirmed: false,
+                recover_at,
+                durable: true,
+                arrival_delta_us: p.arrival_delta_us,
+                agreement,
+                aborting: None,
+                admitted_us: now,
+            };
+            l.insert_pending(id, pending);
+            l.taken_over += 1;
+        }
+        l
+    }
+
+    /// Transactions pending here for at least `recover_after_us` (a normal agreement takes a
+    /// few one-way delays), oldest first, at most `max` of them. A cross-shard transaction
+    /// stays here while another participant cannot answer (no majority there); each one
+    /// holds this shard's watermark below its timestamp.
+    pub fn stalled(&self, now: TimeUs, max: usize) -> Vec<StalledTxn> {
+        let min_age_us = self.config.recover_after_us;
+        let mut out: Vec<StalledTxn> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now.saturating_sub(p.admitted_us) >= min_age_us)
+            .map(|(id, p)| StalledTxn {
+                id: *id,
+                shards: p.txn.shards().collect(),
+                age_us: now - p.admitted_us,
+                durable: p.durable,
+            })
+            .collect();
+        out.sort_by(|a, b| b.age_us.cmp(&a.age_us).then(a.id.cmp(&b.id)));
+        out.truncate(max);
+        out
+    }
+
+    /// Sends `Recover` for every stalled transaction and asks again one period later.
+    pub(super) fn recover_stalled(&mut self, now: TimeUs) {
+        let me = self.config.shard;
+        while let Some(&(at, id)) = self.recover_queue.first() {
+            if at > now {
+                break;
+            }
+            self.recover_queue.pop_first();
+            let next = now + self.config.recover_after_us;
+            let p = self.pending.get_mut(&id).expect("recovery deadlines belong to pending transactions");
+            debug_assert!(p.durable && p.agreement.as_ref().is_some_and(|a| !a.is_decided()));
+            p.recover_at = Some(next);
+            let (txn, ts) = (p.txn.clone(), p.proposal);
+            self.recover_queue.insert((next, id));
+            for shard in txn.shards().filter(|s| *s != me) {
+                self.stats.recover_sent += 1;
+                self.queue_peer(shard, PeerItem::Recover { txn: txn.clone(), ts });
+            }
+        }
+    }
+
+    pub(super) fn cancel_recovery(&mut self, id: TxnId) {
+        if let Some(at) = self.pending.get_mut(&id).and_then(|p| p.recover_at.take()) {
+            self.recover_queue.remove(&(at, id));
+        }
+    }
+
+    /// A participant asks what this shard knows of `txn` (it logged proposal `ts`).
+    pub(super) fn on_recover(&mut self, txn: Arc<Txn>, from: ShardId, ts: Timestamp, out: &mut Vec<LeaderOutput>) {
+        let id = txn.id;
+        if self.refusing.contains_key(&id) {
+            return; // `Refuse` goes to every participant once its record commits
+        }
+        if let Some(p) = self.pending.get(&id) {
+            let (durable, confirmed, proposal, current) = (p.durable, p.confirmed, p.proposal, p.ts);
+            if durable {
+                self.queue_peer(from, PeerItem::Propose { id, ts: proposal });
+            } // else: the Propose goes out when the PREPARE commits
+            if confirmed {
+                self.queue_peer(from, PeerItem::Confirm { id, ts: current });
+            }
+            self.on_proposal(id, from, ts);
+            return;
+        }
+        match self.answers.known(id) {
+            Known::Answered(a) if a.is_refusal() => {
+                let reason = match &a.outcome {
+                    Err(TxnError::Rejected(reason)) => reason.clone(),
+                    other => unreachable!("a refusal is Rejected, not {other:?}"),
+                };
+                self.queue_peer(from, PeerItem::Refuse { id, reason });
+            }
+            // Executed here at its final timestamp: the maximum of every proposal, confirmed.
+            Known::Answered(&Answer { ts: final_ts, .. }) | Known::Acknowledged(Some(final_ts)) => {
+                self.queue_peer(from, PeerItem::Executed { id, ts: final_ts });
+            }
+            // Answered here and acknowledged: the client had every participant's answer.
+            Known::Acknowledged(None) => {
+                self.stats.recover_forgotten += 1;
+                self.queue_peer(from, PeerItem::Acknowledged { id });
+            }
+            Known::Unknown => {
+                // Never dispatched here (its coordinator died, or the dispatch is late):
+                // prepare it now; a late dispatch is then a duplicate.
+                self.on_dispatch(self.now, txn, 0, 0, out);
+                self.on_proposal(id, from, ts);
+            }
+        }
+    }
+
+    /// Another participant answered `Recover` with `Acknowledged`: it answered this
+    /// transaction and its client acknowledged every participant's answer, so it executed
+    /// everywhere (this shard lost its execution with a leader change), but the final
+    /// timestamp is forgotten there. Nothing is inferred from it (a client that broke its
+    /// promise would make that unsafe); the transaction stays stalled and visible in
+    /// [`ShardLeader::stalled`] while recovery keeps asking the others. See DESIGN.md on why
+    /// the all-shards commit rule keeps this out of reach.
+    pub(super) fn on_acknowledged(&mut self, id: TxnId) {
+        if self.pending.get(&id).is_some_and(|p| p.agreement.as_ref().is_some_and(|a| !a.is_decided())) {
+            self.stats.recover_acknowledged += 1;
+        }
+    }
+}

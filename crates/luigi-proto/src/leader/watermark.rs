@@ -1,0 +1,111 @@
+//! The watermark and what hangs on it (DESIGN.md rules 6 and 7): its advance, the answers it
+//! releases, its broadcast to the client audience, the `Floor` promises that let it follow
+//! the clock, and the `Applied` markers followers execute by.
+
+use super::{LeaderOutput, ShardLeader};
+use crate::log::{LogRecord, ReplicatedLog};
+use crate::msg::{ServerMsg, TxnError, TxnReply};
+use crate::types::{TimeUs, Timestamp, TxnId};
+
+impl<L: ReplicatedLog> ShardLeader<L> {
+    pub(super) fn advance_watermark(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        let below_pending = self.queue.min_ts().map_or(Timestamp::MAX, |ts| ts - 1);
+        let w = now.min(below_pending).min(self.floor_committed);
+        if w > self.watermark {
+            self.watermark = w;
+            self.floors.prune_at_or_below(w);
+        }
+        while let Some(&(ts, id)) = self.unanswered.first() {
+            if ts > self.watermark {
+                break;
+            }
+            self.unanswered.pop_first();
+            let Some(answer) = self.answers.get(id).cloned() else {
+                continue;
+            };
+            self.reply_now(id, answer.ts, answer.outcome, answer.arrival_delta_us, answer.rounds, out);
+        }
+    }
+
+    pub(super) fn reply_now(
+        &self,
+        id: TxnId,
+        ts: Timestamp,
+        outcome: Result<Vec<u8>, TxnError>,
+        arrival_delta_us: i64,
+        rounds: u8,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        out.push(LeaderOutput::ToClient {
+            client: id.client,
+            msg: ServerMsg::Reply(TxnReply {
+                id,
+                shard: self.config.shard,
+                ts,
+                outcome,
+                watermark: self.watermark,
+                arrival_delta_us,
+                rounds,
+            }),
+        });
+    }
+
+    /// Sends the watermark, if it moved since the last broadcast and a period has passed, to
+    /// the clients heard from within `active_client_us`, and now and then to every connected
+    /// client (one pinging a replica that no longer leads learns the new leader from it).
+    pub(super) fn broadcast_watermark(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        let (at, w) = self.broadcast_at;
+        if now >= at + self.config.watermark_broadcast_us && self.watermark > w {
+            self.broadcast_at = (now, self.watermark);
+            let msg = ServerMsg::Watermark { shard: self.config.shard, watermark: self.watermark };
+            let since = now.saturating_sub(self.config.active_client_us);
+            self.clients_heard.retain(|_, heard| *heard >= since);
+            if now >= self.all_clients_at + self.config.all_clients_broadcast_us {
+                self.all_clients_at = now;
+                out.push(LeaderOutput::ToAllClients { msg });
+            } else if !self.clients_heard.is_empty() {
+                let clients = self.clients_heard.keys().copied().collect();
+                out.push(LeaderOutput::ToClients { clients, msg });
+            }
+        }
+    }
+
+    /// Logs an `Applied` marker for the current watermark now if it moved since the last one
+    /// (periodic markers come from `tick`; this is for shutdown, snapshots and tests).
+    pub fn mark_applied(&mut self) {
+        self.log_applied_marker(self.applied_at.0);
+    }
+
+    /// Logs a marker if the watermark moved and something executed since the last one.
+    pub(super) fn log_applied_marker(&mut self, now: TimeUs) {
+        let marker = self.applied_marker();
+        if marker > self.applied_at.1 && self.max_executed_ts > self.applied_at.1 {
+            self.applied_at = (now, marker);
+            self.propose_record(LogRecord::Applied { ts: marker });
+        }
+    }
+
+    /// The watermark as followers may use it: below the old proposal of any transaction
+    /// moved by agreement whose DECIDE is not committed (the log still has it there).
+    pub(super) fn applied_marker(&self) -> Timestamp {
+        let below_moved = self.undecided_moves.first().map_or(Timestamp::MAX, |(old, _)| old - 1);
+        self.watermark.min(below_moved)
+    }
+
+    /// A floor promise is renewed once less than this is left (7/8 of the lookahead): a
+    /// renewal every lookahead/8 keeps a long margin for the log commit while the promise a
+    /// new leader must wait out after a failover stays short.
+    pub(super) fn floor_margin_us(&self) -> u64 {
+        self.config.floor_lookahead_us - self.config.floor_lookahead_us / 8
+    }
+
+    pub(super) fn renew_floor(&mut self, now: TimeUs) {
+        let lookahead = self.config.floor_lookahead_us;
+        if self.floor_proposed < now + self.floor_margin_us() {
+            let ts = now + lookahead;
+            if self.log.propose(LogRecord::Floor { ts }).is_ok() {
+                self.floor_proposed = ts;
+            }
+        }
+    }
+}
