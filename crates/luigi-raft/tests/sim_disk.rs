@@ -22,8 +22,10 @@ fn open(fs: &SimFs) -> (DiskStorage, RecoveredState) {
 /// A normal raft entry (as `luigi_raft::codec` stores it) whose payload names its index and term.
 fn data(index: u64, term: u64) -> Vec<u8> {
     use protobuf::Message as _;
-    let mut e = luigi_raft::eraftpb::Entry::default();
-    e.data = format!("entry {index} of term {term}").into_bytes().into();
+    let e = luigi_raft::eraftpb::Entry {
+        data: format!("entry {index} of term {term}").into_bytes().into(),
+        ..Default::default()
+    };
     e.write_to_bytes().expect("encodes")
 }
 
