@@ -53,7 +53,7 @@ use std::sync::Arc;
 use luigi_wal::fs::{ensure_dir, Fs, OpenMode, RealFs};
 use luigi_wal::{load_latest_snapshot_in, save_snapshot_in, Durability, SnapshotMeta, Wal, WalError, WalOptions};
 
-use crate::codec::{HardState, PersistEntry};
+use crate::codec::{decode_hard_state, encode_hard_state, HardState, PersistEntry};
 use crate::node::{Ready, RecoveredState, SnapshotData};
 
 /// File name of the hard state.
@@ -63,9 +63,6 @@ pub const REJOIN_FILE: &str = "raft-rejoin";
 /// File name of the marker of a replica that lost acknowledged log entries.
 pub const DAMAGED_FILE: &str = "raft-damaged";
 const HARD_STATE_TMP: &str = "raft-hardstate.tmp";
-const HS_MAGIC: &[u8; 4] = b"LRHS";
-const HS_VERSION: u32 = 1;
-const HS_BYTES: usize = 36;
 
 /// Errors of [`DiskStorage`].
 #[derive(Debug, thiserror::Error)]
@@ -182,43 +179,6 @@ fn decode_voters(path: &Path, extra: &[u8]) -> Result<Vec<u64>, DiskError> {
             })
         })
         .collect())
-}
-
-fn encode_hard_state(hs: &HardState) -> [u8; HS_BYTES] {
-    let mut b = [0u8; HS_BYTES];
-    b[..4].copy_from_slice(HS_MAGIC);
-    b[4..8].copy_from_slice(&HS_VERSION.to_le_bytes());
-    b[8..16].copy_from_slice(&hs.term.to_le_bytes());
-    b[16..24].copy_from_slice(&hs.vote.to_le_bytes());
-    b[24..32].copy_from_slice(&hs.commit.to_le_bytes());
-    let crc = crc32fast::hash(&b[..32]);
-    b[32..].copy_from_slice(&crc.to_le_bytes());
-    b
-}
-
-fn decode_hard_state(path: &Path, b: &[u8]) -> Result<HardState, DiskError> {
-    let corrupt = |reason: String| DiskError::Corrupt { path: path.to_path_buf(), reason };
-    if b.len() != HS_BYTES {
-        return Err(corrupt(format!("{} bytes, expected {HS_BYTES}", b.len())));
-    }
-    if &b[..4] != HS_MAGIC {
-        return Err(corrupt("bad magic (not a Luigi raft hard state)".into()));
-    }
-    let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    let u64_at = |at: usize| {
-        let mut x = [0u8; 8];
-        x.copy_from_slice(&b[at..at + 8]);
-        u64::from_le_bytes(x)
-    };
-    let (stored, computed) = (u32_at(32), crc32fast::hash(&b[..32]));
-    if stored != computed {
-        return Err(corrupt(format!("CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")));
-    }
-    let version = u32_at(4);
-    if version != HS_VERSION {
-        return Err(corrupt(format!("unsupported version {version}")));
-    }
-    Ok(HardState { term: u64_at(8), vote: u64_at(16), commit: u64_at(24) })
 }
 
 /// The durable half of a replica: a [`Wal`] for the log, an atomically replaced file for the
@@ -583,22 +543,5 @@ fn read_hard_state(fs: &dyn Fs, dir: &Path) -> Result<Option<HardState>, DiskErr
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err("read", &path)(e)),
     };
-    decode_hard_state(&path, &bytes).map(Some)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hard_state_round_trip_and_damage() {
-        let hs = HardState { term: 7, vote: 2, commit: 41 };
-        let b = encode_hard_state(&hs);
-        let p = Path::new("x");
-        assert_eq!(decode_hard_state(p, &b).unwrap(), hs);
-        let mut bad = b;
-        bad[10] ^= 1;
-        assert!(matches!(decode_hard_state(p, &bad), Err(DiskError::Corrupt { .. })));
-        assert!(matches!(decode_hard_state(p, &b[..20]), Err(DiskError::Corrupt { .. })));
-    }
+    decode_hard_state(&bytes).map(Some).map_err(|reason| DiskError::Corrupt { path, reason })
 }
