@@ -137,9 +137,63 @@ impl From<HardState> for PbHardState {
     }
 }
 
+const HS_MAGIC: &[u8; 4] = b"LRHS";
+const HS_VERSION: u32 = 1;
+const HS_BYTES: usize = 36;
+
+/// The hard-state file's contents (see [`crate::disk`]): `"LRHS" | version u32 LE (=1) | term
+/// u64 LE | vote u64 LE | commit u64 LE | CRC-32 u32 LE` of the first 32 bytes.
+pub(crate) fn encode_hard_state(hs: &HardState) -> [u8; HS_BYTES] {
+    let mut b = [0u8; HS_BYTES];
+    b[..4].copy_from_slice(HS_MAGIC);
+    b[4..8].copy_from_slice(&HS_VERSION.to_le_bytes());
+    b[8..16].copy_from_slice(&hs.term.to_le_bytes());
+    b[16..24].copy_from_slice(&hs.vote.to_le_bytes());
+    b[24..32].copy_from_slice(&hs.commit.to_le_bytes());
+    let crc = crc32fast::hash(&b[..32]);
+    b[32..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Parses [`encode_hard_state`]'s bytes; `Err` says what is wrong with them.
+pub(crate) fn decode_hard_state(b: &[u8]) -> Result<HardState, String> {
+    if b.len() != HS_BYTES {
+        return Err(format!("{} bytes, expected {HS_BYTES}", b.len()));
+    }
+    if &b[..4] != HS_MAGIC {
+        return Err("bad magic (not a Luigi raft hard state)".into());
+    }
+    let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let u64_at = |at: usize| {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(x)
+    };
+    let (stored, computed) = (u32_at(32), crc32fast::hash(&b[..32]));
+    if stored != computed {
+        return Err(format!("CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"));
+    }
+    let version = u32_at(4);
+    if version != HS_VERSION {
+        return Err(format!("unsupported version {version}"));
+    }
+    Ok(HardState { term: u64_at(8), vote: u64_at(16), commit: u64_at(24) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hard_state_round_trip_and_damage() {
+        let hs = HardState { term: 7, vote: 2, commit: 41 };
+        let b = encode_hard_state(&hs);
+        assert_eq!(decode_hard_state(&b).unwrap(), hs);
+        let mut bad = b;
+        bad[10] ^= 1;
+        assert!(decode_hard_state(&bad).unwrap_err().contains("CRC mismatch"));
+        assert!(decode_hard_state(&b[..20]).unwrap_err().contains("20 bytes"));
+    }
 
     #[test]
     fn message_round_trip_and_garbage() {

@@ -1,6 +1,8 @@
 //! Durable storage for one replica: persists what [`crate::Ready`] asks for, and reads it back
 //! at restart as the [`RecoveredState`] that [`crate::RaftLog::new`] takes. Plain blocking
-//! `std::fs` code (call it from a blocking thread in an async shell).
+//! code (call it from a blocking thread in an async shell) over a [`luigi_wal::fs::Fs`]: the
+//! real file system ([`DiskStorage::open`]) or, in tests and simulations, a
+//! [`luigi_wal::fs::SimFs`] whose crashes keep only what was synced ([`DiskStorage::open_with`]).
 //!
 //! One directory per replica holds:
 //!
@@ -45,13 +47,13 @@
 //! With [`Durability::None`] nothing is fsynced (benchmarks only: a power loss may lose
 //! acknowledged entries and votes, which breaks Raft's guarantees).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use luigi_wal::{load_latest_snapshot, save_snapshot, Durability, SnapshotMeta, Wal, WalError, WalOptions};
+use luigi_wal::fs::{ensure_dir, Fs, OpenMode, RealFs};
+use luigi_wal::{load_latest_snapshot_in, save_snapshot_in, Durability, SnapshotMeta, Wal, WalError, WalOptions};
 
-use crate::codec::{HardState, PersistEntry};
+use crate::codec::{decode_hard_state, encode_hard_state, HardState, PersistEntry};
 use crate::node::{Ready, RecoveredState, SnapshotData};
 
 /// File name of the hard state.
@@ -61,9 +63,6 @@ pub const REJOIN_FILE: &str = "raft-rejoin";
 /// File name of the marker of a replica that lost acknowledged log entries.
 pub const DAMAGED_FILE: &str = "raft-damaged";
 const HARD_STATE_TMP: &str = "raft-hardstate.tmp";
-const HS_MAGIC: &[u8; 4] = b"LRHS";
-const HS_VERSION: u32 = 1;
-const HS_BYTES: usize = 36;
 
 /// Errors of [`DiskStorage`].
 #[derive(Debug, thiserror::Error)]
@@ -150,8 +149,13 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     move |source| DiskError::Io { op, path: path.to_path_buf(), source }
 }
 
-fn fsync_dir(dir: &Path) -> Result<(), DiskError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err("fsync directory", dir))
+fn fsync_dir(fs: &dyn Fs, dir: &Path) -> Result<(), DiskError> {
+    fs.sync_dir(dir).map_err(io_err("fsync directory", dir))
+}
+
+/// Creates `dir` if missing, durably (its parents are synced).
+fn ensure_dir_durably(fs: &dyn Fs, dir: &Path) -> Result<(), DiskError> {
+    ensure_dir(fs, dir).map_err(|(path, op, source)| DiskError::Io { op, path, source })
 }
 
 fn encode_voters(voters: &[u64]) -> Vec<u8> {
@@ -177,47 +181,11 @@ fn decode_voters(path: &Path, extra: &[u8]) -> Result<Vec<u64>, DiskError> {
         .collect())
 }
 
-fn encode_hard_state(hs: &HardState) -> [u8; HS_BYTES] {
-    let mut b = [0u8; HS_BYTES];
-    b[..4].copy_from_slice(HS_MAGIC);
-    b[4..8].copy_from_slice(&HS_VERSION.to_le_bytes());
-    b[8..16].copy_from_slice(&hs.term.to_le_bytes());
-    b[16..24].copy_from_slice(&hs.vote.to_le_bytes());
-    b[24..32].copy_from_slice(&hs.commit.to_le_bytes());
-    let crc = crc32fast::hash(&b[..32]);
-    b[32..].copy_from_slice(&crc.to_le_bytes());
-    b
-}
-
-fn decode_hard_state(path: &Path, b: &[u8]) -> Result<HardState, DiskError> {
-    let corrupt = |reason: String| DiskError::Corrupt { path: path.to_path_buf(), reason };
-    if b.len() != HS_BYTES {
-        return Err(corrupt(format!("{} bytes, expected {HS_BYTES}", b.len())));
-    }
-    if &b[..4] != HS_MAGIC {
-        return Err(corrupt("bad magic (not a Luigi raft hard state)".into()));
-    }
-    let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    let u64_at = |at: usize| {
-        let mut x = [0u8; 8];
-        x.copy_from_slice(&b[at..at + 8]);
-        u64::from_le_bytes(x)
-    };
-    let (stored, computed) = (u32_at(32), crc32fast::hash(&b[..32]));
-    if stored != computed {
-        return Err(corrupt(format!("CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")));
-    }
-    let version = u32_at(4);
-    if version != HS_VERSION {
-        return Err(corrupt(format!("unsupported version {version}")));
-    }
-    Ok(HardState { term: u64_at(8), vote: u64_at(16), commit: u64_at(24) })
-}
-
 /// The durable half of a replica: a [`Wal`] for the log, an atomically replaced file for the
 /// hard state, snapshot files. See the module docs for the layout and the rules.
 #[derive(Debug)]
 pub struct DiskStorage {
+    fs: Arc<dyn Fs>,
     dir: PathBuf,
     wal: Wal,
     fsync: bool,
@@ -243,17 +211,35 @@ impl DiskStorage {
     /// [`DiskError::Corrupt`] / [`DiskError::Wal`] for damaged or inconsistent files (naming
     /// the file), [`DiskError::Io`] for I/O failures.
     pub fn open(dir: impl AsRef<Path>, options: WalOptions) -> Result<(DiskStorage, RecoveredState), DiskError> {
+        DiskStorage::open_with(Arc::new(RealFs), dir, options)
+    }
+
+    /// [`DiskStorage::open`] on the file system `fs`: every file operation of the storage (log,
+    /// hard state, snapshots, markers) goes through it. A simulator keeps a clone of its
+    /// [`luigi_wal::fs::SimFs`], drops the storage at a crash, calls `SimFs::crash`, and opens
+    /// the same directory again with this.
+    ///
+    /// # Errors
+    /// As [`DiskStorage::open`].
+    pub fn open_with(
+        fs: Arc<dyn Fs>,
+        dir: impl AsRef<Path>,
+        options: WalOptions,
+    ) -> Result<(DiskStorage, RecoveredState), DiskError> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
+        ensure_dir_durably(&*fs, &dir)?;
         let damaged = dir.join(DAMAGED_FILE);
-        match fs::read_to_string(&damaged) {
-            Ok(reason) => return Err(DiskError::Damaged { path: damaged, reason: reason.trim().to_string() }),
+        match fs.read(&damaged) {
+            Ok(reason) => {
+                let reason = String::from_utf8_lossy(&reason).trim().to_string();
+                return Err(DiskError::Damaged { path: damaged, reason });
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err("read", &damaged)(e)),
         }
-        let rejoining = dir.join(REJOIN_FILE).exists();
+        let rejoining = fs.exists(&dir.join(REJOIN_FILE));
         let fsync = options.durability == Durability::Fsync;
-        let snapshot = match load_latest_snapshot(&dir)? {
+        let snapshot = match load_latest_snapshot_in(&*fs, &dir)? {
             Some((meta, data)) => {
                 let path = luigi_wal::snapshot::snapshot_path(&dir, meta.index);
                 let voters = decode_voters(&path, &meta.extra)?;
@@ -261,8 +247,8 @@ impl DiskStorage {
             }
             None => None,
         };
-        let (mut wal, _report) = Wal::open(&dir, options)?;
-        let hard_state = read_hard_state(&dir)?;
+        let (mut wal, _report) = Wal::open_in(Arc::clone(&fs), &dir, options)?;
+        let hard_state = read_hard_state(&*fs, &dir)?;
         let fresh = hard_state.is_none();
         if fresh && (wal.last_index().is_some() || snapshot.is_some()) {
             let last_index = wal.last_index().into_iter().chain(snapshot.as_ref().map(|s| s.index)).max().unwrap_or(0);
@@ -303,6 +289,7 @@ impl DiskStorage {
             hs.commit = last_index;
         }
         let mut storage = DiskStorage {
+            fs,
             dir,
             wal,
             fsync,
@@ -318,6 +305,11 @@ impl DiskStorage {
             storage.write_hard_state(hs)?;
         }
         Ok((storage, RecoveredState { hard_state: hs, snapshot, entries, applied: 0, rejoining }))
+    }
+
+    /// The file system it lives on.
+    pub fn fs(&self) -> &Arc<dyn Fs> {
+        &self.fs
     }
 
     /// The replica directory.
@@ -353,7 +345,7 @@ impl DiskStorage {
     /// # Errors
     /// I/O errors.
     pub fn mark_damaged(&mut self, reason: &str) -> Result<(), DiskError> {
-        write_file_durably(&self.dir, DAMAGED_FILE, format!("{}\n", reason.replace('\n', " ")).as_bytes())
+        write_file_durably(&*self.fs, &self.dir, DAMAGED_FILE, format!("{}\n", reason.replace('\n', " ")).as_bytes())
     }
 
     /// [`DiskStorage::write`] then [`DiskStorage::sync`]: after it returns, the ready's
@@ -423,8 +415,8 @@ impl DiskStorage {
         if self.rejoin_done {
             // After the hard state that ends the rebuild (see `RaftLog`, "Rejoining").
             let marker = self.dir.join(REJOIN_FILE);
-            fs::remove_file(&marker).map_err(io_err("remove", &marker))?;
-            fsync_dir(&self.dir)?;
+            self.fs.remove_file(&marker).map_err(io_err("remove", &marker))?;
+            fsync_dir(&*self.fs, &self.dir)?;
             self.rejoining = false;
             self.rejoin_done = false;
         }
@@ -448,7 +440,7 @@ impl DiskStorage {
     /// I/O errors.
     pub fn save_snapshot(&mut self, snap: &SnapshotData) -> Result<(), DiskError> {
         self.wal.sync()?;
-        save_snapshot(&self.dir, &snapshot_meta(snap), &snap.data)?;
+        save_snapshot_in(&*self.fs, &self.dir, &snapshot_meta(snap), &snap.data)?;
         self.snapshot_index = snap.index;
         self.wal.compact_prefix(snap.index)?;
         Ok(())
@@ -457,7 +449,7 @@ impl DiskStorage {
     /// A snapshot from the leader replaces the whole log (order explained in the module docs).
     fn install_snapshot(&mut self, snap: &SnapshotData) -> Result<(), DiskError> {
         self.wal.truncate_suffix(snap.index + 1)?;
-        save_snapshot(&self.dir, &snapshot_meta(snap), &snap.data)?;
+        save_snapshot_in(&*self.fs, &self.dir, &snapshot_meta(snap), &snap.data)?;
         if let Some(first) = self.wal.first_index() {
             self.wal.truncate_suffix(first)?;
         }
@@ -469,16 +461,15 @@ impl DiskStorage {
     fn write_hard_state(&mut self, hs: HardState) -> Result<(), DiskError> {
         let tmp = self.dir.join(HARD_STATE_TMP);
         let path = self.dir.join(HARD_STATE_FILE);
-        let mut file =
-            OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).map_err(io_err("create", &tmp))?;
-        file.write_all(&encode_hard_state(&hs)).map_err(io_err("write", &tmp))?;
+        let file = self.fs.open(&tmp, OpenMode::CreateTruncate).map_err(io_err("create", &tmp))?;
+        file.write_all_at(&encode_hard_state(&hs), 0).map_err(io_err("write", &tmp))?;
         if self.fsync {
             file.sync_all().map_err(io_err("fsync", &tmp))?;
         }
         drop(file);
-        fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
+        self.fs.rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
         if self.fsync {
-            fsync_dir(&self.dir)?;
+            fsync_dir(&*self.fs, &self.dir)?;
         }
         self.written_hs = hs;
         self.hs_dirty = false;
@@ -488,16 +479,15 @@ impl DiskStorage {
 
 /// Writes `name` in `dir` atomically and durably (temp file, fsync, rename, fsync directory),
 /// whatever the log's durability: markers are rare and must survive.
-fn write_file_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), DiskError> {
+fn write_file_durably(fs: &dyn Fs, dir: &Path, name: &str, bytes: &[u8]) -> Result<(), DiskError> {
     let tmp = dir.join(format!("{name}.tmp"));
     let path = dir.join(name);
-    let mut file =
-        OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).map_err(io_err("create", &tmp))?;
-    file.write_all(bytes).map_err(io_err("write", &tmp))?;
+    let file = fs.open(&tmp, OpenMode::CreateTruncate).map_err(io_err("create", &tmp))?;
+    file.write_all_at(bytes, 0).map_err(io_err("write", &tmp))?;
     file.sync_all().map_err(io_err("fsync", &tmp))?;
     drop(file);
-    fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
-    fsync_dir(dir)
+    fs.rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
+    fsync_dir(fs, dir)
 }
 
 /// Prepares `dir` for a replica to be rebuilt from its peers: moves whatever is there aside to
@@ -509,24 +499,30 @@ fn write_file_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), DiskEr
 /// # Errors
 /// I/O errors (the old directory is either where it was or moved aside, never half-moved).
 pub fn prepare_rejoin(dir: &Path) -> Result<Option<PathBuf>, DiskError> {
+    prepare_rejoin_in(&RealFs, dir)
+}
+
+/// [`prepare_rejoin`] on the file system `fs`.
+///
+/// # Errors
+/// As [`prepare_rejoin`].
+pub fn prepare_rejoin_in(fs: &dyn Fs, dir: &Path) -> Result<Option<PathBuf>, DiskError> {
     let mut discarded = None;
-    if dir.exists() {
+    if fs.exists(dir) {
         let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let name = dir.file_name().map_or_else(|| "replica".into(), |n| n.to_string_lossy().into_owned());
         let mut to = dir.with_file_name(format!("{name}.discarded-{secs}"));
         let mut n = 1;
-        while to.exists() {
+        while fs.exists(&to) {
             n += 1;
             to = dir.with_file_name(format!("{name}.discarded-{secs}-{n}"));
         }
-        fs::rename(dir, &to).map_err(io_err("move aside", dir))?;
+        fs.rename(dir, &to).map_err(io_err("move aside", dir))?;
         discarded = Some(to);
     }
-    fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fsync_dir(parent)?;
-    }
-    write_file_durably(dir, REJOIN_FILE, b"rebuilding from the replica's peers: no vote before caught up\n")?;
+    fs.create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    fsync_dir(fs, &luigi_wal::fs::parent_dir(dir))?;
+    write_file_durably(fs, dir, REJOIN_FILE, b"rebuilding from the replica's peers: no vote before caught up\n")?;
     Ok(discarded)
 }
 
@@ -535,36 +531,17 @@ fn snapshot_meta(snap: &SnapshotData) -> SnapshotMeta {
 }
 
 /// Removes a leftover temp file, then reads the hard state (`None`: never written).
-fn read_hard_state(dir: &Path) -> Result<Option<HardState>, DiskError> {
+fn read_hard_state(fs: &dyn Fs, dir: &Path) -> Result<Option<HardState>, DiskError> {
     let tmp = dir.join(HARD_STATE_TMP);
-    if tmp.exists() {
-        fs::remove_file(&tmp).map_err(io_err("remove leftover", &tmp))?;
-        fsync_dir(dir)?;
+    if fs.exists(&tmp) {
+        fs.remove_file(&tmp).map_err(io_err("remove leftover", &tmp))?;
+        fsync_dir(fs, dir)?;
     }
     let path = dir.join(HARD_STATE_FILE);
-    let mut file = match File::open(&path) {
-        Ok(f) => f,
+    let bytes = match fs.read(&path) {
+        Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err("open", &path)(e)),
+        Err(e) => return Err(io_err("read", &path)(e)),
     };
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(io_err("read", &path))?;
-    decode_hard_state(&path, &bytes).map(Some)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hard_state_round_trip_and_damage() {
-        let hs = HardState { term: 7, vote: 2, commit: 41 };
-        let b = encode_hard_state(&hs);
-        let p = Path::new("x");
-        assert_eq!(decode_hard_state(p, &b).unwrap(), hs);
-        let mut bad = b;
-        bad[10] ^= 1;
-        assert!(matches!(decode_hard_state(p, &bad), Err(DiskError::Corrupt { .. })));
-        assert!(matches!(decode_hard_state(p, &b[..20]), Err(DiskError::Corrupt { .. })));
-    }
+    decode_hard_state(&bytes).map(Some).map_err(|reason| DiskError::Corrupt { path, reason })
 }

@@ -1,5 +1,7 @@
 //! (g) Many seeds of random faults: drops, reordering, partitions, isolated leaders, crashes and
-//! restarts from durable state, log compaction with snapshot catch-up. After every step the
+//! restarts from durable state (on a `SimFs`: power losses, some in the middle of persisting a
+//! ready, so the WAL's torn-tail repair and the hard state's rename run for real), log
+//! compaction with snapshot catch-up. After every step the
 //! harness checks that committed records are identical and identically ordered everywhere;
 //! periodically it checks Raft's log matching property and that committed entries never
 //! change. At the end the faults heal and the group must converge and make progress.
@@ -18,6 +20,7 @@ struct Stats {
     max_term: u64,
     snapshots_installed: u64,
     restarts: u64,
+    persist_crashes: u64,
 }
 
 fn chaos(seed: u64, disk: Option<&std::path::Path>) -> Stats {
@@ -52,15 +55,19 @@ fn chaos(seed: u64, disk: Option<&std::path::Path>) -> Stats {
                     }
                 }
                 4 => c.isolated.clear(),
-                5 => {
+                5 | 8 => {
                     let up = c.up_ids();
-                    if (n as usize - up.len()) < max_down as usize {
+                    if (n as usize - up.len()) < max_down as usize && c.crash_in_persist.is_none() {
                         let victim = up[rng.range(0, up.len() as u64 - 1) as usize];
-                        c.crash(victim);
+                        if unit % 100 == 0 {
+                            c.crash(victim);
+                        } else {
+                            c.crash_in_persist = Some(victim);
+                        }
                     }
                 }
                 6 => {
-                    if let Some(&id) = c.crashed.keys().next() {
+                    if let Some(&id) = c.crashed.iter().next() {
                         c.restart(id);
                     }
                 }
@@ -82,7 +89,8 @@ fn chaos(seed: u64, disk: Option<&std::path::Path>) -> Stats {
     c.partition = None;
     c.isolated.clear();
     c.drop_per_mille = 0;
-    let crashed: Vec<u64> = c.crashed.keys().copied().collect();
+    c.crash_in_persist = None;
+    let crashed: Vec<u64> = c.crashed.iter().copied().collect();
     for id in crashed {
         c.restart(id);
     }
@@ -102,6 +110,7 @@ fn chaos(seed: u64, disk: Option<&std::path::Path>) -> Stats {
         max_term: c.up_ids().iter().map(|&id| c.log(id).term()).max().unwrap_or(0),
         snapshots_installed: c.snapshots_installed,
         restarts: c.restarts,
+        persist_crashes: c.persist_crashes,
     }
 }
 
@@ -116,6 +125,7 @@ fn g_fifty_seeds_of_faults_keep_the_log_consistent() {
         total.max_term = total.max_term.max(s.max_term);
         total.snapshots_installed += s.snapshots_installed;
         total.restarts += s.restarts;
+        total.persist_crashes += s.persist_crashes;
     }
     eprintln!("chaos over 50 seeds: {total:?}");
     // The faults really happened.
@@ -123,6 +133,7 @@ fn g_fifty_seeds_of_faults_keep_the_log_consistent() {
     assert!(total.elections > 50 * 3, "{total:?}");
     assert!(total.snapshots_installed > 10, "{total:?}");
     assert!(total.restarts > 50, "{total:?}");
+    assert!(total.persist_crashes > 20, "{total:?}");
 }
 
 #[test]

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Cluster, Durable, TICK};
+use common::{Cluster, TICK};
 use luigi_raft::disk::{prepare_rejoin, DiskError, DiskStorage, DAMAGED_FILE, HARD_STATE_FILE, REJOIN_FILE};
 use luigi_raft::eraftpb::{Message, MessageType};
 use luigi_raft::{encode_message, HardState, PersistEntry, RaftConfig, RaftError, RaftLog, RecoveredState};
@@ -186,8 +186,7 @@ fn check_rejoined(c: &Cluster, root: &Path, f: u64) {
     assert!(!log.is_rejoining());
     let dir = dir_of(root, f);
     assert!(!dir.join(REJOIN_FILE).exists(), "the marker is gone");
-    let Durable::Disk(d) = &c.node(f).durable else { panic!("on disk") };
-    let hs = d.hard_state();
+    let hs = c.node(f).disk.hard_state();
     assert_eq!(hs.vote, f, "its vote in term {} is used up", hs.term);
     assert_eq!(hs.term, log.term());
     c.check_log_matching();

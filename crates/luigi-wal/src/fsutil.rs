@@ -1,26 +1,19 @@
-//! Small file-system helpers.
+//! Small file-system helpers over [`Fs`].
 
-use std::fs::File;
 use std::path::Path;
 
-use crate::error::{IoContext, Result};
+use crate::error::{IoContext, Result, WalError};
+use crate::fs::Fs;
 
 /// Makes creations, renames and removals of entries of `dir` durable.
-pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).ctx("open directory", dir)?.sync_all().ctx("fsync directory", dir)
+pub(crate) fn fsync_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
+    fs.sync_dir(dir).ctx("fsync directory", dir)
 }
 
-/// Creates `dir` (and parents) if missing; when it had to be created, fsyncs its parent so the
-/// new directory entry is durable.
-pub(crate) fn ensure_dir(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    std::fs::create_dir_all(dir).ctx("create directory", dir)?;
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fsync_dir(parent)?;
-    }
-    Ok(())
+/// Creates `dir` (and parents) if missing and makes the new directory entries durable (see
+/// [`crate::fs::ensure_dir`]).
+pub(crate) fn ensure_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
+    crate::fs::ensure_dir(fs, dir).map_err(|(path, op, e)| WalError::io(op, &path, e))
 }
 
 /// Parses `<prefix><20 digits><suffix>` into the number; `None` if the name has another shape.

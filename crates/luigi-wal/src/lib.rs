@@ -1,14 +1,19 @@
 //! Durable write-ahead log and snapshot files for a Luigi shard replica.
 //!
-//! Two pieces, both plain blocking `std::fs` code with no async runtime, so the sans-I/O replica
-//! core can sit on top through a small trait and the runtime shell can call them from a blocking
-//! thread:
+//! Two pieces, both plain blocking code with no async runtime, so the sans-I/O replica core can
+//! sit on top through a small trait and the runtime shell can call them from a blocking thread:
 //!
 //! - [`Wal`]: a segmented log of `(index, term, bytes)` entries with group commit (everything
 //!   buffered since the last [`Wal::sync`] goes out in one `write` and one `fdatasync`), torn-tail
 //!   repair at open, suffix truncation (Raft conflicts) and prefix compaction (after a snapshot).
 //! - [`save_snapshot`] / [`load_latest_snapshot`]: whole-state snapshot files written with the
 //!   temp-file, fsync, rename, fsync-directory dance, each protected by a checksum.
+//!
+//! Every file operation goes through the [`fs::Fs`] seam: [`fs::RealFs`] (`std::fs`, what
+//! [`Wal::open`], [`save_snapshot`] and [`load_latest_snapshot`] use) or [`fs::SimFs`], an
+//! in-memory file system with a seeded power-loss model ([`fs::SimFs::crash`]) and fault knobs,
+//! on which tests and simulators run the same code ([`Wal::open_in`], [`save_snapshot_in`],
+//! [`load_latest_snapshot_in`]).
 //!
 //! # On-disk format of the log
 //!
@@ -55,15 +60,17 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod fs;
 mod fsutil;
 mod log;
 mod record;
 pub mod snapshot;
 
 pub use error::{Result, WalError};
+pub use fs::{Fs, FsFile, OpenMode, RealFs, SimFs, SimFsStats};
 pub use log::{Entry, Recovered, TornTail, Wal};
 pub use record::{DATA_BYTES_MAX, RECORD_OVERHEAD_BYTES};
-pub use snapshot::{load_latest_snapshot, save_snapshot, SnapshotMeta};
+pub use snapshot::{load_latest_snapshot, load_latest_snapshot_in, save_snapshot, save_snapshot_in, SnapshotMeta};
 
 /// Whether writes are forced to stable storage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

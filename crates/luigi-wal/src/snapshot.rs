@@ -21,11 +21,10 @@
 //! error, not a silent fall-back to an older one, because the log may already be compacted past
 //! the older one.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, Result, WalError};
+use crate::fs::{Fs, OpenMode, RealFs};
 use crate::fsutil::{ensure_dir, fsync_dir, parse_numbered_name};
 
 const MAGIC: &[u8; 8] = b"LUIGISNP";
@@ -85,51 +84,57 @@ fn encode_header(meta: &SnapshotMeta, data: &[u8]) -> Result<Vec<u8>> {
 /// smaller index, fsync the directory again. A crash at any point leaves either the old or the
 /// new snapshot loadable.
 pub fn save_snapshot(dir: impl AsRef<Path>, meta: &SnapshotMeta, data: &[u8]) -> Result<PathBuf> {
-    let dir = dir.as_ref();
-    ensure_dir(dir)?;
+    save_snapshot_in(&RealFs, dir.as_ref(), meta, data)
+}
+
+/// [`save_snapshot`] on the file system `fs`.
+///
+/// # Errors
+/// As [`save_snapshot`]: I/O errors naming the file and the operation. If the error comes from
+/// a step after the rename (syncing the directory, removing older snapshots), the new snapshot
+/// may or may not survive a crash; the older one is still there until its removal is durable.
+pub fn save_snapshot_in(fs: &dyn Fs, dir: &Path, meta: &SnapshotMeta, data: &[u8]) -> Result<PathBuf> {
+    ensure_dir(fs, dir)?;
     let header = encode_header(meta, data)?;
     let tmp = dir.join(format!("{PREFIX}{:020}{TMP_SUFFIX}", meta.index));
     let path = snapshot_path(dir, meta.index);
     let written = (|| {
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).ctx("create", &tmp)?;
-        file.write_all(&header).ctx("write", &tmp)?;
-        file.write_all(data).ctx("write", &tmp)?;
+        let file = fs.open(&tmp, OpenMode::CreateTruncate).ctx("create", &tmp)?;
+        file.write_all_at(&header, 0).ctx("write", &tmp)?;
+        file.write_all_at(data, header.len() as u64).ctx("write", &tmp)?;
         file.sync_all().ctx("fsync", &tmp)
     })();
     if let Err(e) = written {
-        let _ = fs::remove_file(&tmp); // best effort; load_latest_snapshot removes it otherwise
+        let _ = fs.remove_file(&tmp); // best effort; load_latest_snapshot removes it otherwise
         return Err(e);
     }
-    fs::rename(&tmp, &path).ctx("rename", &tmp)?;
-    fsync_dir(dir)?;
+    fs.rename(&tmp, &path).ctx("rename", &tmp)?;
+    fsync_dir(fs, dir)?;
     let mut removed = false;
-    for (index, old) in list_snapshots(dir)? {
+    for (index, old) in list_snapshots(fs, dir)? {
         if index < meta.index {
-            fs::remove_file(&old).ctx("remove old snapshot", &old)?;
+            fs.remove_file(&old).ctx("remove old snapshot", &old)?;
             removed = true;
         }
     }
     if removed {
-        fsync_dir(dir)?;
+        fsync_dir(fs, dir)?;
     }
     Ok(path)
 }
 
 /// Snapshot files of `dir` (`snapshot-<20 digits>.snap`), sorted by index.
-fn list_snapshots(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+fn list_snapshots(fs: &dyn Fs, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut out = Vec::new();
-    for dirent in fs::read_dir(dir).ctx("list directory", dir)? {
-        let dirent = dirent.ctx("list directory", dir)?;
-        let name = dirent.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in fs.list_dir(dir).ctx("list directory", dir)? {
         if !(name.starts_with(PREFIX) && name.ends_with(SUFFIX)) {
             continue;
         }
-        match parse_numbered_name(name, PREFIX, SUFFIX) {
-            Some(index) => out.push((index, dirent.path())),
+        match parse_numbered_name(&name, PREFIX, SUFFIX) {
+            Some(index) => out.push((index, dir.join(&name))),
             None => {
                 return Err(WalError::Corrupt {
-                    path: dirent.path(),
+                    path: dir.join(&name),
                     offset: 0,
                     reason: "snapshot file name is not snapshot-<20-digit index>.snap".into(),
                 })
@@ -148,26 +153,30 @@ fn list_snapshots(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 /// header or body CRC, wrong length, index not matching the name). Older snapshots are not
 /// tried: see the module docs.
 pub fn load_latest_snapshot(dir: impl AsRef<Path>) -> Result<Option<(SnapshotMeta, Vec<u8>)>> {
-    let dir = dir.as_ref();
-    if !dir.is_dir() {
+    load_latest_snapshot_in(&RealFs, dir.as_ref())
+}
+
+/// [`load_latest_snapshot`] on the file system `fs`.
+///
+/// # Errors
+/// As [`load_latest_snapshot`].
+pub fn load_latest_snapshot_in(fs: &dyn Fs, dir: &Path) -> Result<Option<(SnapshotMeta, Vec<u8>)>> {
+    if !fs.is_dir(dir) {
         return Ok(None);
     }
     let mut removed = false;
-    for dirent in fs::read_dir(dir).ctx("list directory", dir)? {
-        let dirent = dirent.ctx("list directory", dir)?;
-        let name = dirent.file_name();
-        if name.to_str().is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(TMP_SUFFIX)) {
-            let path = dirent.path();
-            fs::remove_file(&path).ctx("remove leftover temp snapshot", &path)?;
+    for name in fs.list_dir(dir).ctx("list directory", dir)? {
+        if name.starts_with(PREFIX) && name.ends_with(TMP_SUFFIX) {
+            let path = dir.join(&name);
+            fs.remove_file(&path).ctx("remove leftover temp snapshot", &path)?;
             removed = true;
         }
     }
     if removed {
-        fsync_dir(dir)?;
+        fsync_dir(fs, dir)?;
     }
-    let Some((index, path)) = list_snapshots(dir)?.pop() else { return Ok(None) };
-    let mut bytes = Vec::new();
-    File::open(&path).ctx("open", &path)?.read_to_end(&mut bytes).ctx("read", &path)?;
+    let Some((index, path)) = list_snapshots(fs, dir)?.pop() else { return Ok(None) };
+    let bytes = fs.read(&path).ctx("read", &path)?;
     decode(&path, index, &bytes).map(Some)
 }
 

@@ -1,5 +1,10 @@
-//! In-memory cluster harness: n `RaftLog`s driven by a seeded message scheduler (delays, drops,
+//! Cluster harness: n `RaftLog`s driven by a seeded message scheduler (delays, drops,
 //! partitions, isolated and crashed replicas), with the invariant checks the tests share.
+//!
+//! Every replica persists through a real `DiskStorage`: by default on its own seeded `SimFs`
+//! (in memory, fsync on), where a crash is a power loss (`SimFs::crash`: only what was synced
+//! is sure to survive) followed by a reopen; with [`Cluster::with_disk`] on the real file system
+//! in a directory per replica, where a crash is a process crash.
 //!
 //! Time is in abstract units; every replica ticks every [`TICK`] units; a message sent at `t`
 //! arrives at `t + delay`, the delay drawn uniformly from `Cluster::delay` (inclusive), so
@@ -11,11 +16,13 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::eraftpb::MessageType;
-use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, Ready, RecoveredState, Role, SnapshotData};
+use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, RecoveredState, Role, SnapshotData};
+use luigi_wal::fs::{Fs, RealFs, SimFs};
 use luigi_wal::{Durability, WalOptions};
 
 /// Time units per tick.
@@ -46,39 +53,10 @@ impl Rng {
     }
 }
 
-/// In-memory stand-in for the disk: applies readies exactly as `DiskStorage::persist` would,
-/// keeping the commit index always (no lazy commit).
-#[derive(Clone, Debug, Default)]
-pub struct MemDurable {
-    pub state: RecoveredState,
-}
-
-impl MemDurable {
-    fn persist(&mut self, rd: &Ready) {
-        if let Some(s) = &rd.snapshot {
-            self.state.snapshot = Some(s.clone());
-            self.state.entries.clear();
-            self.state.hard_state.commit = self.state.hard_state.commit.max(s.index);
-        }
-        if let Some(first) = rd.entries.first() {
-            self.state.entries.retain(|e| e.index < first.index);
-            self.state.entries.extend(rd.entries.iter().cloned());
-        }
-        if let Some(hs) = rd.hard_state {
-            self.state.hard_state = hs;
-        }
-    }
-}
-
-pub enum Durable {
-    Mem(MemDurable),
-    Disk(DiskStorage),
-}
-
 /// A replica and what its state machine applied.
 pub struct Node {
     pub log: RaftLog,
-    pub durable: Durable,
+    pub disk: DiskStorage,
     /// Every record applied since the (re)start, in order, including those restored from a
     /// snapshot: the replica's state machine.
     pub applied: Vec<(LogIndex, LogRecord)>,
@@ -110,8 +88,12 @@ pub struct Cluster {
     pub rng: Rng,
     pub configs: Vec<RaftConfig>,
     pub nodes: Vec<Option<Node>>,
-    /// Crashed replicas keep their durable state here until restarted.
-    pub crashed: BTreeMap<u64, Durable>,
+    /// Replicas down (crashed, not restarted yet).
+    pub crashed: BTreeSet<u64>,
+    /// The file system of each replica (index `id - 1`).
+    pub fs: Vec<Arc<dyn Fs>>,
+    /// The same, when simulated: a crash is then a power loss of it.
+    pub sim: Vec<Option<SimFs>>,
     queue: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
     /// Replicas cut off from everyone (they keep running).
@@ -128,36 +110,67 @@ pub struct Cluster {
     pub reference: Vec<(LogIndex, LogRecord)>,
     /// Term and data of every committed index any replica reported.
     pub committed_at: HashMap<LogIndex, (u64, Vec<u8>)>,
-    pub dirs: Option<Vec<PathBuf>>,
+    /// The directory of each replica (on its own file system).
+    pub dirs: Vec<PathBuf>,
     pub wal_options: WalOptions,
     /// Crash replica `id` right after it wrote (without syncing) the next ready with entries;
     /// the indexes it wrote are recorded in `unsynced`.
     pub crash_before_sync: Option<u64>,
+    /// Crash replica `id` while it persists the next ready with entries: on a simulated file
+    /// system its next fsync fails (the WAL batch reached the file, unsynced), then the power
+    /// goes; on the real one, as `crash_before_sync`. The ready is never acknowledged.
+    pub crash_in_persist: Option<u64>,
     pub unsynced: Vec<LogIndex>,
     /// Snapshots installed from a leader.
     pub snapshots_installed: u64,
     /// Restarts from durable state.
     pub restarts: u64,
+    /// Crashes in the middle of persisting a ready (`crash_in_persist`).
+    pub persist_crashes: u64,
     /// Replicas stopped by [`RaftError::LostEntries`], with the error.
     pub lost_entries: Vec<(u64, String)>,
     next_ts: u64,
 }
 
 impl Cluster {
-    /// `n` replicas with in-memory durability.
+    /// `n` replicas, each on its own simulated file system (fsync on; crashes are power losses).
     pub fn new(n: u64, seed: u64) -> Self {
         Self::build(n, seed, None, |_| {})
     }
 
-    /// `n` replicas, each persisting through a `DiskStorage` in its own subdirectory of `root`.
+    /// `n` replicas, each persisting through a `DiskStorage` in its own subdirectory of `root`
+    /// on the real file system (crashes are process crashes).
     pub fn with_disk(n: u64, seed: u64, root: &std::path::Path, durability: Durability) -> Self {
         let dirs: Vec<PathBuf> = (1..=n).map(|id| root.join(format!("r{id}"))).collect();
-        let mut c = Self::build(n, seed, Some(dirs), |_| {});
-        c.wal_options = WalOptions { durability, ..WalOptions::default() };
-        c
+        Self::build_with(n, seed, Some(dirs), durability, |_| {})
     }
 
+    /// `n` replicas on the real file system in `dirs`, or each on its own `SimFs` if `None`.
     pub fn build(n: u64, seed: u64, dirs: Option<Vec<PathBuf>>, tweak: impl Fn(&mut RaftConfig)) -> Self {
+        Self::build_with(n, seed, dirs, Durability::Fsync, tweak)
+    }
+
+    fn build_with(
+        n: u64,
+        seed: u64,
+        dirs: Option<Vec<PathBuf>>,
+        durability: Durability,
+        tweak: impl Fn(&mut RaftConfig),
+    ) -> Self {
+        let (sim, dirs): (Vec<Option<SimFs>>, Vec<PathBuf>) = match dirs {
+            Some(dirs) => (vec![None; n as usize], dirs),
+            None => (
+                (1..=n).map(|id| Some(SimFs::new(seed.wrapping_mul(1000).wrapping_add(id)))).collect(),
+                (1..=n).map(|id| PathBuf::from(format!("/r{id}"))).collect(),
+            ),
+        };
+        let fs: Vec<Arc<dyn Fs>> = sim
+            .iter()
+            .map(|s| match s {
+                Some(s) => Arc::new(s.clone()) as Arc<dyn Fs>,
+                None => Arc::new(RealFs),
+            })
+            .collect();
         let voters: Vec<u64> = (1..=n).collect();
         let configs: Vec<RaftConfig> = voters
             .iter()
@@ -173,7 +186,9 @@ impl Cluster {
             rng: Rng::new(seed),
             configs,
             nodes: Vec::new(),
-            crashed: BTreeMap::new(),
+            crashed: BTreeSet::new(),
+            fs,
+            sim,
             queue: BinaryHeap::new(),
             seq: 0,
             isolated: BTreeSet::new(),
@@ -187,55 +202,55 @@ impl Cluster {
             reference: Vec::new(),
             committed_at: HashMap::new(),
             dirs,
-            wal_options: WalOptions::default(),
+            wal_options: WalOptions { durability, ..WalOptions::default() },
             crash_before_sync: None,
+            crash_in_persist: None,
             unsynced: Vec::new(),
             snapshots_installed: 0,
             restarts: 0,
+            persist_crashes: 0,
             lost_entries: Vec::new(),
             next_ts: 1,
         };
         for id in 1..=n {
-            let durable = c.open_durable(id, true);
-            let node = c.start(id, durable);
+            if c.sim[(id - 1) as usize].is_none() {
+                let dir = &c.dirs[(id - 1) as usize];
+                assert!(!dir.exists(), "fresh replica directory {dir:?} already exists");
+            }
+            let node = c.start(id);
             c.nodes.push(Some(node));
         }
         c
     }
 
-    /// Opens the durable state of `id` (fresh: a new directory / empty memory).
-    fn open_durable(&self, id: u64, fresh: bool) -> Durable {
-        match &self.dirs {
-            Some(dirs) => {
-                let dir = &dirs[(id - 1) as usize];
-                if fresh {
-                    assert!(!dir.exists(), "fresh replica directory {dir:?} already exists");
-                }
-                let (disk, _) = DiskStorage::open(dir, self.wal_options.clone()).expect("open disk storage");
-                Durable::Disk(disk)
-            }
-            None => Durable::Mem(MemDurable::default()),
-        }
+    /// The file system of replica `id`.
+    pub fn fs_of(&self, id: u64) -> &Arc<dyn Fs> {
+        &self.fs[(id - 1) as usize]
     }
 
-    /// Builds a replica from durable state.
-    fn start(&self, id: u64, durable: Durable) -> Node {
+    /// The simulated file system of replica `id` (panics on the real one).
+    pub fn sim_of(&self, id: u64) -> &SimFs {
+        self.sim[(id - 1) as usize].as_ref().expect("a simulated file system")
+    }
+
+    /// The directory of replica `id` on its file system.
+    pub fn dir_of(&self, id: u64) -> &std::path::Path {
+        &self.dirs[(id - 1) as usize]
+    }
+
+    /// Opens the storage of `id` as it is on its file system.
+    pub fn open_disk(&self, id: u64) -> (DiskStorage, RecoveredState) {
+        DiskStorage::open_with(Arc::clone(self.fs_of(id)), self.dir_of(id), self.wal_options.clone())
+            .unwrap_or_else(|e| panic!("replica {id}: open disk storage: {e}"))
+    }
+
+    /// Builds a replica from its durable state.
+    fn start(&self, id: u64) -> Node {
         let config = self.configs[(id - 1) as usize].clone();
-        let (durable, recovered) = match durable {
-            Durable::Mem(m) => {
-                let rec = m.state.clone();
-                (Durable::Mem(m), rec)
-            }
-            Durable::Disk(d) => {
-                let dir = d.dir().to_path_buf();
-                drop(d);
-                let (d, rec) = DiskStorage::open(&dir, self.wal_options.clone()).expect("reopen disk storage");
-                (Durable::Disk(d), rec)
-            }
-        };
+        let (disk, recovered) = self.open_disk(id);
         let applied = recovered.snapshot.as_ref().map(|s| decode_state(&s.data)).unwrap_or_default();
         let log = RaftLog::new(config, Some(recovered)).expect("RaftLog::new");
-        Node { log, durable, applied, checked_commit: 0 }
+        Node { log, disk, applied, checked_commit: 0 }
     }
 
     pub fn node(&self, id: u64) -> &Node {
@@ -309,18 +324,25 @@ impl Cluster {
             let node = self.nodes[(id - 1) as usize].as_mut().expect("up");
             if self.crash_before_sync == Some(id) && !rd.entries.is_empty() {
                 // Crash after the write reached the WAL buffer but before any sync.
-                if let Durable::Disk(d) = &mut node.durable {
-                    d.write(&rd).expect("write");
-                }
+                node.disk.write(&rd).expect("write");
                 self.unsynced = rd.entries.iter().map(|e| e.index).collect();
                 self.crash_before_sync = None;
                 self.crash(id);
                 return;
             }
-            match &mut node.durable {
-                Durable::Mem(m) => m.persist(&rd),
-                Durable::Disk(d) => d.persist(&rd).expect("persist"),
+            if self.crash_in_persist == Some(id) && !rd.entries.is_empty() {
+                // The power goes while the ready is being persisted: whatever reached the
+                // files unsynced may or may not survive; nothing of it was acknowledged.
+                if let Some(sim) = &self.sim[(id - 1) as usize] {
+                    sim.fail_syncs(1);
+                }
+                let _ = node.disk.persist(&rd);
+                self.crash_in_persist = None;
+                self.persist_crashes += 1;
+                self.crash(id);
+                return;
             }
+            node.disk.persist(&rd).unwrap_or_else(|e| panic!("replica {id}: persist: {e}"));
             if let Some(s) = &rd.snapshot {
                 node.applied = decode_state(&s.data);
                 self.snapshots_installed += 1;
@@ -475,16 +497,23 @@ impl Cluster {
         self.live_leader().expect("leader")
     }
 
-    /// Stops replica `id`, keeping only what it made durable.
+    /// Stops replica `id`, keeping only what it made durable: its process dies (buffered
+    /// writes are lost) and, on a simulated file system with fsync on, the power goes too.
     pub fn crash(&mut self, id: u64) {
         let node = self.nodes[(id - 1) as usize].take().expect("replica is up");
-        self.crashed.insert(id, node.durable);
+        drop(node);
+        if let Some(sim) = &self.sim[(id - 1) as usize] {
+            if self.wal_options.durability == Durability::Fsync {
+                sim.crash();
+            }
+        }
+        self.crashed.insert(id);
     }
 
     /// Restarts a crashed replica from its durable state.
     pub fn restart(&mut self, id: u64) {
-        let durable = self.crashed.remove(&id).expect("replica is crashed");
-        let node = self.start(id, durable);
+        assert!(self.crashed.remove(&id), "replica is crashed");
+        let node = self.start(id);
         self.nodes[(id - 1) as usize] = Some(node);
         self.restarts += 1;
         self.process(id);
@@ -540,13 +569,7 @@ impl Cluster {
         }
         let data = encode_state(&node.applied);
         let snap = node.log.compact(index, data).expect("compact");
-        match &mut node.durable {
-            Durable::Disk(d) => d.save_snapshot(&snap).expect("save snapshot"),
-            Durable::Mem(m) => {
-                m.state.entries.retain(|e| e.index > snap.index);
-                m.state.snapshot = Some(snap.clone());
-            }
-        }
+        node.disk.save_snapshot(&snap).expect("save snapshot");
         Some(snap)
     }
 }
