@@ -45,7 +45,6 @@ use luigi_proto::log::LogRecord;
 use luigi_proto::msg::{ClientMsg, ReplicationMsg, TxnError, TxnReply};
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_raft::replica::Replica;
-use luigi_raft::RecoveredState;
 use luigi_store::Store;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -401,7 +400,7 @@ impl<'a> FailoverWorld<'a> {
         let derive = |rng: &mut ChaCha8Rng| ChaCha8Rng::seed_from_u64(rng.gen());
         let net = Network::new(derive(&mut master));
         let workload = Workload::new(config, derive(&mut master));
-        let disk_rng = derive(&mut master);
+        let mut disk_rng = derive(&mut master);
         let fault_rng = derive(&mut master);
         let max = config.clock_offset_max_us as i64;
         let mut offset = |node: Node| {
@@ -429,8 +428,9 @@ impl<'a> FailoverWorld<'a> {
         for s in 0..config.shards {
             let mut group = Vec::new();
             for i in 0..n {
-                let mut node = SimReplica::new(offset(Node::Replica(s, i)));
-                node.node = Some(new_node(config, faults, s, i, RecoveredState::default())?);
+                let offset_us = offset(Node::Replica(s, i));
+                let mut node = SimReplica::new(offset_us, disk_rng.gen());
+                node.node = Some(new_node(config, faults, s, i, &mut node.disk)?);
                 group.push(node);
             }
             replicas.push(group);

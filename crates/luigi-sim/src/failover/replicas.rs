@@ -6,9 +6,12 @@ use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
 use luigi_proto::leader::{LeaderConfig, LeaderStats};
 use luigi_proto::msg::{PeerItem, ServerMsg};
 use luigi_proto::types::{ShardId, TimeUs, Timestamp, TxnId};
+use luigi_raft::disk::DiskStorage;
 use luigi_raft::replica::Transition;
-use luigi_raft::{HardState, PersistEntry, Ready, RecoveredState, SnapshotData};
+use luigi_raft::RecoveredState;
+use luigi_wal::{Durability, SimFs, WalOptions};
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use super::{FailoverWorld, FaultAction, FaultConfig, Kill, KillPoint, Step, BUSY_BACKOFF_MAX_US};
 use crate::config::SimConfig;
@@ -22,57 +25,39 @@ use crate::world::{local_clock, virtual_deadline};
 /// counts as livelocked.
 const EFFECT_ROUNDS_MAX: usize = 64;
 
-/// One write the disk holds but has not synced.
-enum DiskOp {
-    /// The leader's snapshot replaces the whole log.
-    Install(SnapshotData),
-    Entries(Vec<PersistEntry>),
-    Hard(HardState),
-}
+/// Where a replica's storage lives on its file system.
+const DATA_DIR: &str = "/luigi/data";
 
-/// A replica's disk: durable state plus writes waiting for a sync.
-#[derive(Default)]
+/// A replica's disk: the server's own storage code ([`DiskStorage`], the WAL and snapshot
+/// files) over a simulated file system that loses what was not synced when the replica
+/// crashes (a power loss: unsynced tails dropped or torn, unsynced renames undone).
 pub(super) struct SimDisk {
-    pub(super) durable: RecoveredState,
-    written: Vec<DiskOp>,
+    fs: SimFs,
+    storage: Option<DiskStorage>,
 }
 
 impl SimDisk {
-    fn write(&mut self, rd: &Ready) {
-        if let Some(snap) = &rd.snapshot {
-            self.written.push(DiskOp::Install(snap.clone()));
-        }
-        if !rd.entries.is_empty() {
-            self.written.push(DiskOp::Entries(rd.entries.clone()));
-        }
-        if let Some(hs) = rd.hard_state {
-            self.written.push(DiskOp::Hard(hs));
-        }
+    pub(super) fn new(seed: u64) -> Self {
+        SimDisk { fs: SimFs::new(seed), storage: None }
     }
 
-    fn sync(&mut self) {
-        for op in self.written.drain(..) {
-            match op {
-                DiskOp::Entries(es) => {
-                    let first = es[0].index;
-                    let keep = self.durable.entries.partition_point(|e| e.index < first);
-                    self.durable.entries.truncate(keep);
-                    self.durable.entries.extend(es);
-                }
-                DiskOp::Hard(hs) => self.durable.hard_state = hs,
-                DiskOp::Install(snap) => {
-                    self.durable.entries.clear();
-                    self.durable.snapshot = Some(snap);
-                }
-            }
-        }
+    /// Opens the storage as a restarting server does; returns what it recovered.
+    fn open(&mut self) -> Result<RecoveredState, String> {
+        let options = WalOptions { durability: Durability::Fsync, ..WalOptions::default() };
+        let (storage, recovered) =
+            DiskStorage::open_with(Arc::new(self.fs.clone()), DATA_DIR, options).map_err(|e| e.to_string())?;
+        self.storage = Some(storage);
+        Ok(recovered)
     }
 
-    /// A snapshot saved durably at once (like the server's `save_snapshot`), and the log
-    /// prefix it covers dropped.
-    fn compact(&mut self, snap: SnapshotData) {
-        self.durable.entries.retain(|e| e.index > snap.index);
-        self.durable.snapshot = Some(snap);
+    fn storage(&mut self) -> &mut DiskStorage {
+        self.storage.as_mut().expect("a running replica has its storage open")
+    }
+
+    /// A power loss.
+    fn crash(&mut self) {
+        self.storage = None;
+        self.fs.crash();
     }
 }
 
@@ -105,10 +90,10 @@ pub(super) struct SimReplica {
 }
 
 impl SimReplica {
-    pub(super) fn new(offset_us: i64) -> Self {
+    pub(super) fn new(offset_us: i64, disk_seed: u64) -> Self {
         SimReplica {
             node: None,
-            disk: SimDisk::default(),
+            disk: SimDisk::new(disk_seed),
             offset_us,
             gen: 0,
             wake: WakeSlot::default(),
@@ -136,8 +121,11 @@ pub(super) fn new_node(
     faults: &FaultConfig,
     s: ShardId,
     i: u32,
-    recovered: RecoveredState,
+    disk: &mut SimDisk,
 ) -> Result<ReplicaNode, Violation> {
+    let recovered = disk
+        .open()
+        .map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i} cannot open its disk: {e}")))?;
     let mut tuning = Tuning::for_delay(config.link.delay.mean_us, config.link.delay.jitter_us);
     tuning.raft_tick_us = faults.raft_tick_us;
     tuning.election_ticks = faults.election_ticks;
@@ -296,7 +284,9 @@ impl FailoverWorld<'_> {
             }
             Effect::Persist(p) => {
                 let r = &mut self.replicas[s as usize][i as usize];
-                r.disk.write(&p.ready);
+                if let Err(e) = r.disk.storage().write(&p.ready) {
+                    return Err(self.violation(ViolationKind::Invariant, format!("{me} cannot write its log: {e}")));
+                }
                 if p.sync && self.faults.ack_before_sync {
                     // The broken disk: says durable before it is.
                     r.node.as_mut().expect("up").persisted(p.number, again);
@@ -312,7 +302,10 @@ impl FailoverWorld<'_> {
             }
             Effect::SaveSnapshot(snap) => {
                 let index = snap.index;
-                self.replicas[s as usize][i as usize].disk.compact(snap);
+                if let Err(e) = self.replicas[s as usize][i as usize].disk.storage().save_snapshot(&snap) {
+                    let msg = format!("{me} cannot save its snapshot: {e}");
+                    return Err(self.violation(ViolationKind::Invariant, msg));
+                }
                 self.trace(|| format!("{me} saves a snapshot at {index}"));
             }
             Effect::MakeSnapshot(job) => {
@@ -325,6 +318,7 @@ impl FailoverWorld<'_> {
                 self.report.compactions += node.stats().snapshots_taken - taken;
             }
             Effect::MarkDamaged { reason } => {
+                let _ = self.replicas[s as usize][i as usize].disk.storage().mark_damaged(&reason);
                 return Err(self.violation(ViolationKind::Invariant, format!("{me} lost its disk: {reason}")));
             }
             Effect::Executed { .. } => {} // checked in `after_turn`
@@ -431,8 +425,10 @@ impl FailoverWorld<'_> {
         if r.gen != gen || r.node.is_none() {
             return Ok(());
         }
-        r.disk.sync();
         r.sync_scheduled = false;
+        if let Err(e) = r.disk.storage().sync() {
+            return Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i} cannot sync its log: {e}")));
+        }
         let Some(number) = r.unsynced.take() else { return Ok(()) };
         self.call_replica(s, i, false, |n, _, fx| {
             n.persisted(number, fx);
@@ -449,7 +445,7 @@ impl FailoverWorld<'_> {
             return Ok(());
         }
         r.node = None;
-        r.disk.written.clear();
+        r.disk.crash();
         r.unsynced = None;
         r.sync_scheduled = false;
         r.gen += 1;
@@ -466,8 +462,7 @@ impl FailoverWorld<'_> {
     pub(super) fn restart(&mut self, s: ShardId, i: u32) -> Step {
         self.trace(|| format!("R{s}.{i} restarts from its disk"));
         let r = &mut self.replicas[s as usize][i as usize];
-        let recovered = r.disk.durable.clone();
-        let node = new_node(self.config, self.faults, s, i, recovered).map_err(|v| v.at(self.now))?;
+        let node = new_node(self.config, self.faults, s, i, &mut r.disk).map_err(|v| v.at(self.now))?;
         r.node = Some(node);
         r.gen += 1;
         self.links_up(s, i)
