@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use luigi_proto::procedure::{ProcError, Procedure, Registry, TxnCtx};
+use luigi_proto::procedure::{ProcCtx, ProcError, Procedure, Registry};
 use luigi_proto::procedures::{Micro, MicroOp};
 use luigi_proto::types::{ShardId, TxnId};
 
@@ -62,7 +62,7 @@ pub struct SimMicro {
 }
 
 impl Procedure for SimMicro {
-    fn execute(&self, ctx: &mut TxnCtx<'_>, args: &[u8]) -> Result<Vec<u8>, ProcError> {
+    fn execute(&self, ctx: &mut dyn ProcCtx, args: &[u8]) -> Result<Vec<u8>, ProcError> {
         let (id, ops) = split(args).ok_or_else(|| ProcError::BadArgs("sim-micro: no transaction id".into()))?;
         if let Some(sink) = &self.sink {
             sink.lock().expect("single-threaded").push((ctx.shard(), id));
