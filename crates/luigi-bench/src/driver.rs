@@ -1,5 +1,6 @@
-//! The load driver: `threads` OS threads, each with its own client (coordinator and
-//! connections) keeping `in_flight` transactions outstanding with no think time. A fixed
+//! The load driver: `threads` OS threads, each with its own client (any protocol's, through
+//! [`TxnConnector`] and [`TxnClient`]) keeping `in_flight` transactions outstanding with no
+//! think time. A fixed
 //! warm-up is not counted; then completions inside the measured interval are counted and
 //! their latency (dispatch to answer, as the client sees it) recorded.
 //!
@@ -18,12 +19,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::stream::{FuturesUnordered, StreamExt};
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_runtime::client::Client;
-use luigi_runtime::config::ClusterConfig;
+use luigi_workloads::{TxnGenerator, TxnSpec};
 
+use crate::client::{TxnClient, TxnConnector, TxnStatus};
 use crate::stats::{Counters, LatencyRecorder};
-use crate::workload::Workload;
 
 /// How to drive the load.
 #[derive(Clone, Debug)]
@@ -66,11 +65,12 @@ pub struct Progress {
     pub measuring: AtomicBool,
 }
 
-/// Runs the load against `cluster`, with one workload per thread from `make_workload`.
+/// Runs the load through the clients `connector` makes, with one transaction generator per
+/// thread from `make_workload`.
 pub fn run_load(
-    cluster: &ClusterConfig,
+    connector: &dyn TxnConnector,
     opts: &LoadOptions,
-    make_workload: &(dyn Fn(u32) -> Box<dyn Workload> + Sync),
+    make_workload: &(dyn Fn(u32) -> Box<dyn TxnGenerator> + Sync),
     progress: &Arc<Progress>,
 ) -> anyhow::Result<LoadReport> {
     let start = Instant::now();
@@ -86,7 +86,7 @@ pub fn run_load(
                 scope.spawn(move || {
                     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                     let window = Window { measure_from, measure_until, deadline };
-                    rt.block_on(thread_load(cluster, client_id, opts.in_flight, workload, window, &progress))
+                    rt.block_on(thread_load(connector, client_id, opts.in_flight, workload, window, &progress))
                         .with_context(|| format!("load thread {t}"))
                 })
             })
@@ -113,10 +113,10 @@ struct Window {
 }
 
 async fn thread_load(
-    cluster: &ClusterConfig,
+    connector: &dyn TxnConnector,
     client_id: u64,
     in_flight: u32,
-    mut workload: Box<dyn Workload>,
+    mut workload: Box<dyn TxnGenerator>,
     window: Window,
     progress: &Progress,
 ) -> anyhow::Result<LoadReport> {
@@ -128,17 +128,18 @@ async fn thread_load(
             deadline - measure_until
         )
     };
-    let client = match tokio::time::timeout_at(deadline.into(), Client::connect(cluster, client_id)).await {
+    let client: Arc<dyn TxnClient> = match tokio::time::timeout_at(deadline.into(), connector.connect(client_id)).await
+    {
         Ok(client) => client.context("load client")?,
         Err(_) => return Err(overdue(0)),
     };
     let mut report = LoadReport::default();
     let mut running = FuturesUnordered::new();
-    let launch = |spec: crate::workload::TxnSpec| {
-        let client = client.clone();
+    let launch = |spec: TxnSpec| {
+        let answer = client.submit(spec);
         async move {
             let sent = Instant::now();
-            let done = client.execute(spec.procedure, spec.args, spec.reads, spec.writes).await;
+            let done = answer.await;
             (sent, Instant::now(), done)
         }
     };
@@ -151,35 +152,34 @@ async fn thread_load(
             Err(_) => return Err(overdue(running.len())),
         };
         let Some((sent, answered, done)) = next else { break }; // drained
-        let done = done.context("client stopped")?;
+        let done = done?;
         let counted = answered >= measure_from && answered < measure_until;
         if answered >= measure_from {
             progress.measuring.store(true, Ordering::Relaxed);
         }
-        let committed = done.outcome.is_committed();
-        if committed {
+        if done.status == TxnStatus::Committed {
             progress.committed.fetch_add(1, Ordering::Relaxed);
         }
         if counted {
             let c = &mut report.counters;
-            c.retries += u64::from(done.attempts - 1);
-            match &done.outcome {
-                TxnOutcome::Ordered { .. } if committed => {
+            c.retries += u64::from(done.attempts.saturating_sub(1));
+            match done.status {
+                TxnStatus::Committed => {
                     c.committed += 1;
                     c.cross_shard += u64::from(done.rounds > 0);
                     c.second_round += u64::from(done.rounds > 1);
                     report.latency.record_duration(answered - sent);
                 }
-                TxnOutcome::Ordered { .. } => c.aborted += 1,
-                TxnOutcome::Rejected(_) => c.rejected += 1,
-                TxnOutcome::Unknown(_) => c.unknown += 1,
+                TxnStatus::Aborted => c.aborted += 1,
+                TxnStatus::Rejected => c.rejected += 1,
+                TxnStatus::Unknown => c.unknown += 1,
             }
         } else if answered >= measure_until {
             // Drained: a stalled cluster shows here (its transactions come back unknown).
-            match &done.outcome {
-                TxnOutcome::Rejected(_) => report.counters.rejected += 1,
-                TxnOutcome::Unknown(_) => report.counters.unknown += 1,
-                TxnOutcome::Ordered { .. } => {}
+            match done.status {
+                TxnStatus::Rejected => report.counters.rejected += 1,
+                TxnStatus::Unknown => report.counters.unknown += 1,
+                TxnStatus::Committed | TxnStatus::Aborted => {}
             }
         }
         if answered < measure_until {
@@ -192,9 +192,10 @@ async fn thread_load(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::micro::{MicroConfig, MicroWorkload};
-    use luigi_proto::partition::HashPartitioner;
+    use crate::client::LuigiConnector;
+    use luigi_runtime::config::ClusterConfig;
     use luigi_runtime::net::wan::Scenario;
+    use luigi_workloads::micro::{MicroConfig, MicroGenerator};
 
     #[test]
     fn a_cluster_that_never_answers_fails_the_load_at_its_deadline() {
@@ -210,11 +211,12 @@ mod tests {
             client_id_base: 1 << 8,
             grace: Duration::from_millis(500),
         };
-        let make = |t: u32| -> Box<dyn Workload> {
-            Box::new(MicroWorkload::new(MicroConfig::default(), Box::new(HashPartitioner::new(1)), u64::from(t)))
+        let make = |t: u32| -> Box<dyn TxnGenerator> {
+            Box::new(MicroGenerator::new(MicroConfig::default(), 1, u64::from(t)))
         };
         let started = Instant::now();
-        let err = run_load(&config, &opts, &make, &Arc::new(Progress::default())).expect_err("cannot finish");
+        let err = run_load(&LuigiConnector { cluster: &config }, &opts, &make, &Arc::new(Progress::default()))
+            .expect_err("cannot finish");
         let msg = format!("{err:#}");
         assert!(msg.contains("did not finish"), "{msg}");
         assert!(started.elapsed() < Duration::from_secs(5), "stopped at its deadline: {:?}", started.elapsed());

@@ -2,6 +2,7 @@
 //! reports. Every figure it prints is measured by the run that prints it.
 
 pub mod cleanup;
+pub mod client;
 pub mod cluster;
 pub mod driver;
 pub mod micro;

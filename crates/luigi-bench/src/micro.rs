@@ -17,18 +17,19 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use luigi_proto::partition::{HashPartitioner, Partitioner};
-use luigi_proto::procedures::{micro_key, Micro, MicroOp};
-use luigi_runtime::client::Client;
+use luigi_proto::types::{KeySet, ShardPiece};
 use luigi_runtime::config::ClusterConfig;
 use luigi_runtime::net::wan::Scenario;
+use luigi_workloads::micro::{micro_key, Micro, MicroOp};
+use luigi_workloads::{TxnGenerator, TxnSpec, Workload};
 use serde_json::json;
 
 use crate::cleanup::Watchdog;
+use crate::client::{LuigiConnector, TxnConnector, TxnStatus};
 use crate::cluster::{LocalCluster, READY_TIMEOUT};
 use crate::driver::{run_load, LoadOptions, Progress};
 use crate::report::{abort_rate, BenchResult};
-use crate::workload::micro::{MicroConfig, MicroWorkload};
-use crate::workload::Workload;
+use crate::workload::micro::MicroOptions;
 
 /// Everything one micro run needs.
 #[derive(Clone, Debug)]
@@ -48,7 +49,7 @@ pub struct MicroRun {
     /// Warm-up, not counted.
     pub warmup: Duration,
     /// Workload parameters.
-    pub micro: MicroConfig,
+    pub micro: MicroOptions,
     /// Coordinator headroom override (also over a cluster file's: the headroom is applied by
     /// the client's coordinator, the servers do not use it).
     pub headroom_us: Option<u64>,
@@ -135,7 +136,8 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
     };
     let shards = config.shard_count();
     let replicas = config.shards[0].replicas.len() as u32;
-    wait_until_serving(&config).context("waiting for every shard to commit a first transaction")?;
+    let connector = LuigiConnector { cluster: &config };
+    wait_until_serving(&connector, shards).context("waiting for every shard to commit a first transaction")?;
     let opts = LoadOptions {
         threads: run.threads,
         in_flight: run.in_flight,
@@ -144,14 +146,12 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
         client_id_base: luigi_runtime::clock::now_us() << 8,
         grace,
     };
-    let micro = run.micro.clone();
-    let make = move |t: u32| -> Box<dyn Workload> {
-        Box::new(MicroWorkload::new(micro.clone(), Box::new(HashPartitioner::new(shards)), 0x5eed + u64::from(t)))
-    };
+    let workload = run.micro.workload(shards)?;
+    let make = move |t: u32| -> Box<dyn TxnGenerator> { workload.generator(0x5eed + u64::from(t)) };
     let progress = Arc::new(Progress::default());
     let bar = run.progress.then(|| progress_bar(run));
     let report = std::thread::scope(|scope| {
-        let load = scope.spawn(|| run_load(&config, &opts, &make, &progress));
+        let load = scope.spawn(|| run_load(&connector, &opts, &make, &progress));
         if let Some(bar) = &bar {
             watch(bar, &progress, &load, run.warmup + run.duration);
         }
@@ -220,21 +220,23 @@ pub fn run_micro(run: &MicroRun) -> anyhow::Result<BenchResult> {
 /// Waits until every shard has a leader that commits: one read-only transaction per shard
 /// must be answered (leaders of replicated shards are elected first). Without this, the
 /// transactions sent while elections run would be counted with their election wait.
-fn wait_until_serving(config: &ClusterConfig) -> anyhow::Result<()> {
+fn wait_until_serving(connector: &dyn TxnConnector, shards: u32) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let probe = async {
-        let client = Client::connect(config, luigi_runtime::clock::now_us() << 8 | 0xff).await?;
-        let partitioner = HashPartitioner::new(config.shard_count());
-        for shard in 0..config.shard_count() {
+        let client = connector.connect(luigi_runtime::clock::now_us() << 8 | 0xff).await?;
+        let partitioner = HashPartitioner::new(shards);
+        for shard in 0..shards {
             let key = (0..).find(|k| partitioner.shard_of(&micro_key(*k)) == shard).expect("every shard owns keys");
-            let ops = postcard::to_stdvec(&vec![MicroOp { key, write: None }])?;
+            let args = postcard::to_stdvec(&vec![MicroOp { key, write: None }])?;
+            let pieces = vec![ShardPiece { shard, keys: KeySet::new(vec![micro_key(key)], vec![]) }];
             let started = Instant::now();
             loop {
-                let done = client.execute(Micro::NAME, ops.clone(), vec![micro_key(key)], vec![]).await?;
-                if done.outcome.is_committed() {
+                let probe = TxnSpec { procedure: Micro::NAME.to_string(), args: args.clone(), pieces: pieces.clone() };
+                let done = client.submit(probe).await?;
+                if done.status == TxnStatus::Committed {
                     break;
                 }
-                anyhow::ensure!(started.elapsed() < PROBE_DEADLINE, "shard {shard} answered {:?}", done.outcome);
+                anyhow::ensure!(started.elapsed() < PROBE_DEADLINE, "shard {shard} answered {:?}", done.status);
             }
         }
         Ok(())

@@ -3,7 +3,7 @@
 //! spawned and no directory made for options that [`BenchOptions::validate`] refuses. Each
 //! refusal is one line naming the `luigi bench` option and the value refused. The workload's
 //! own parameters are checked by the workload (e.g.
-//! [`MicroConfig::validate`](crate::workload::micro::MicroConfig::validate)).
+//! [`MicroOptions::validate`](crate::workload::micro::MicroOptions::validate)).
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};

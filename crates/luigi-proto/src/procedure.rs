@@ -1,10 +1,13 @@
 //! Stored procedures: the server-side code a transaction runs on each participant shard.
 //!
-//! A procedure sees one shard's store through a [`TxnCtx`] that only lets it touch the keys the
-//! transaction declared for that shard (a declared key may be a prefix that stands for a range).
-//! Every write is undone if the procedure returns an error, so a failed or user-aborted
-//! procedure leaves no trace. Execution must be a deterministic function of the store and the
-//! arguments: followers and new leaders replay it.
+//! A procedure is written against [`ProcCtx`], the operations a transaction may perform on
+//! one shard. Luigi runs it over a [`TxnCtx`]: that shard's store, restricted to the keys the
+//! transaction declared for the shard (a declared key may be a prefix that stands for a
+//! range), with every write undone if the procedure returns an error, so a failed or
+//! user-aborted procedure leaves no trace. Another protocol can run the same body over its
+//! own context (e.g. an optimistic one that fetches remote reads and buffers writes).
+//! Execution must be a deterministic function of the state read and the arguments: followers
+//! and new leaders replay it.
 //!
 //! Granularity rule: conflicts are detected on declared keys, so for any given table every
 //! procedure must declare either whole rows or the same prefix level (e.g. "district d's
@@ -51,7 +54,106 @@ pub enum ProcError {
 /// A stored procedure. Implementations must be deterministic.
 pub trait Procedure: Send + Sync {
     /// Runs the procedure's part on the shard behind `ctx`; the returned bytes go to the client.
-    fn execute(&self, ctx: &mut TxnCtx<'_>, args: &[u8]) -> Result<Vec<u8>, ProcError>;
+    fn execute(&self, ctx: &mut dyn ProcCtx, args: &[u8]) -> Result<Vec<u8>, ProcError>;
+}
+
+/// What a procedure may do on one shard: the operations of [`TxnCtx`], as a trait so that the
+/// same procedure body runs over any protocol's context.
+///
+/// Contract for implementations: only declared keys are accessible ([`ProcError::KeyNotDeclared`]
+/// otherwise: a read needs the key declared, a write needs it declared as a write), a
+/// procedure reads its own earlier writes, and writes take effect only if the whole procedure
+/// succeeds (the caller undoes or discards them on error). Reads take `&mut self` so that a
+/// context may fetch or record them.
+pub trait ProcCtx {
+    /// The shard this part runs on.
+    fn shard(&self) -> ShardId;
+
+    /// The keys declared on this shard.
+    fn keys(&self) -> &KeySet;
+
+    /// How `key` may be accessed here (`None`: not declared on this shard).
+    fn access(&self, key: &[u8]) -> Option<Access> {
+        self.keys().access(key)
+    }
+
+    /// Reads `key`.
+    fn get(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError>;
+
+    /// Writes `value` under `key`.
+    fn put(&mut self, key: Key, value: Value) -> Result<(), ProcError>;
+
+    /// Writes `value` under a key that must not exist yet ([`ProcError::DuplicateKey`]).
+    fn insert(&mut self, key: Key, value: Value) -> Result<(), ProcError>;
+
+    /// Deletes `key`, returning its old value.
+    fn delete(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError>;
+
+    /// Up to `limit` entries with `start <= key < end` in `order`. The whole range must lie
+    /// under one declared prefix (so concurrent inserts into it conflict with this scan).
+    fn scan(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        order: ScanOrder,
+    ) -> Result<Vec<(Key, Value)>, ProcError>;
+
+    /// Reads `key` as a little-endian i64 (absent = 0).
+    fn get_i64(&mut self, key: &[u8]) -> Result<i64, ProcError> {
+        match self.get(key)? {
+            None => Ok(0),
+            Some(v) => decode_i64(key, &v),
+        }
+    }
+
+    /// Adds `delta` to the integer under `key` (absent = 0) and returns the new value.
+    fn add_i64(&mut self, key: &[u8], delta: i64) -> Result<i64, ProcError> {
+        require_write(self.keys(), key, self.shard())?;
+        let new = self.get_i64(key)?.wrapping_add(delta);
+        self.put(key.to_vec(), new.to_le_bytes().to_vec())?;
+        Ok(new)
+    }
+
+    /// Replaces the value under `key` with `new` only if it currently equals `expected`
+    /// (`None`: absent). Returns whether it did.
+    fn update_if(&mut self, key: &[u8], expected: Option<&[u8]>, new: Value) -> Result<bool, ProcError> {
+        require_write(self.keys(), key, self.shard())?;
+        if self.get(key)?.as_deref() != expected {
+            return Ok(false);
+        }
+        self.put(key.to_vec(), new)?;
+        Ok(true)
+    }
+}
+
+/// Checks that `keys` lets a procedure access `key` as `needed` on `shard`: a read needs the
+/// key (or a prefix of it) declared, a write needs it declared as a write. Every [`ProcCtx`]
+/// implementation applies this rule.
+pub fn check_access(keys: &KeySet, key: &[u8], needed: Access, shard: ShardId) -> Result<(), ProcError> {
+    match (keys.access(key), needed) {
+        (Some(Access::Write), _) | (Some(Access::Read), Access::Read) => Ok(()),
+        (Some(Access::Read), Access::Write) | (None, _) => {
+            Err(ProcError::KeyNotDeclared { key: key.to_vec(), access: needed, shard })
+        }
+    }
+}
+
+fn require_write(keys: &KeySet, key: &[u8], shard: ShardId) -> Result<(), ProcError> {
+    check_access(keys, key, Access::Write, shard)
+}
+
+/// Checks that the scan range `start..end` lies under one prefix declared in `keys` (see
+/// [`ProcCtx::scan`]).
+pub fn check_scan(keys: &KeySet, start: &[u8], end: &[u8], shard: ShardId) -> Result<(), ProcError> {
+    let covered = keys.entries().any(|(prefix, _)| {
+        start.starts_with(prefix) && (end.starts_with(prefix) || prefix_successor(prefix).as_deref() == Some(end))
+    });
+    if covered {
+        Ok(())
+    } else {
+        Err(ProcError::KeyNotDeclared { key: start.to_vec(), access: Access::Read, shard })
+    }
 }
 
 /// Procedures by name, shared by every shard of a server.
@@ -102,7 +204,8 @@ impl Registry {
     }
 }
 
-/// One transaction's view of one shard's store.
+/// One transaction's view of one shard's store: Luigi's [`ProcCtx`], which reads and writes
+/// the store in place and keeps an undo log.
 pub struct TxnCtx<'a> {
     store: &'a mut Store,
     keys: &'a KeySet,
@@ -127,12 +230,7 @@ impl TxnCtx<'_> {
     }
 
     fn check(&self, key: &[u8], needed: Access) -> Result<(), ProcError> {
-        match (self.keys.access(key), needed) {
-            (Some(Access::Write), _) | (Some(Access::Read), Access::Read) => Ok(()),
-            (Some(Access::Read), Access::Write) | (None, _) => {
-                Err(ProcError::KeyNotDeclared { key: key.to_vec(), access: needed, shard: self.shard })
-            }
-        }
+        check_access(self.keys, key, needed, self.shard)
     }
 
     /// Reads `key`.
@@ -168,33 +266,6 @@ impl TxnCtx<'_> {
         Ok(old)
     }
 
-    /// Reads `key` as a little-endian i64 (absent = 0).
-    pub fn get_i64(&self, key: &[u8]) -> Result<i64, ProcError> {
-        match self.get(key)? {
-            None => Ok(0),
-            Some(v) => decode_i64(key, &v),
-        }
-    }
-
-    /// Adds `delta` to the integer under `key` (absent = 0) and returns the new value.
-    pub fn add_i64(&mut self, key: &[u8], delta: i64) -> Result<i64, ProcError> {
-        self.check(key, Access::Write)?;
-        let new = self.get_i64(key)?.wrapping_add(delta);
-        self.put(key.to_vec(), new.to_le_bytes().to_vec())?;
-        Ok(new)
-    }
-
-    /// Replaces the value under `key` with `new` only if it currently equals `expected`
-    /// (`None`: absent). Returns whether it did.
-    pub fn update_if(&mut self, key: &[u8], expected: Option<&[u8]>, new: Value) -> Result<bool, ProcError> {
-        self.check(key, Access::Write)?;
-        if self.store.get(key).map(Vec::as_slice) != expected {
-            return Ok(false);
-        }
-        self.put(key.to_vec(), new)?;
-        Ok(true)
-    }
-
     /// Up to `limit` entries with `start <= key < end` in `order`. The whole range must lie
     /// under one declared prefix (so concurrent inserts into it conflict with this scan).
     pub fn scan(
@@ -204,12 +275,7 @@ impl TxnCtx<'_> {
         limit: usize,
         order: ScanOrder,
     ) -> Result<Vec<(Key, Value)>, ProcError> {
-        let covered = self.keys.entries().any(|(prefix, _)| {
-            start.starts_with(prefix) && (end.starts_with(prefix) || prefix_successor(prefix).as_deref() == Some(end))
-        });
-        if !covered {
-            return Err(ProcError::KeyNotDeclared { key: start.to_vec(), access: Access::Read, shard: self.shard });
-        }
+        check_scan(self.keys, start, end, self.shard)?;
         Ok(self.store.scan(start, end, limit, order))
     }
 
@@ -220,6 +286,42 @@ impl TxnCtx<'_> {
                 None => self.store.delete(&key),
             };
         }
+    }
+}
+
+impl ProcCtx for TxnCtx<'_> {
+    fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    fn keys(&self) -> &KeySet {
+        self.keys
+    }
+
+    fn get(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError> {
+        TxnCtx::get(self, key)
+    }
+
+    fn put(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
+        TxnCtx::put(self, key, value)
+    }
+
+    fn insert(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
+        TxnCtx::insert(self, key, value)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError> {
+        TxnCtx::delete(self, key)
+    }
+
+    fn scan(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        order: ScanOrder,
+    ) -> Result<Vec<(Key, Value)>, ProcError> {
+        TxnCtx::scan(self, start, end, limit, order)
     }
 }
 
@@ -245,14 +347,14 @@ mod tests {
     use super::*;
     use luigi_store::table_key;
 
-    struct Scripted(fn(&mut TxnCtx<'_>) -> Result<Vec<u8>, ProcError>);
+    struct Scripted(fn(&mut dyn ProcCtx) -> Result<Vec<u8>, ProcError>);
     impl Procedure for Scripted {
-        fn execute(&self, ctx: &mut TxnCtx<'_>, _args: &[u8]) -> Result<Vec<u8>, ProcError> {
+        fn execute(&self, ctx: &mut dyn ProcCtx, _args: &[u8]) -> Result<Vec<u8>, ProcError> {
             (self.0)(ctx)
         }
     }
 
-    fn registry(f: fn(&mut TxnCtx<'_>) -> Result<Vec<u8>, ProcError>) -> Registry {
+    fn registry(f: fn(&mut dyn ProcCtx) -> Result<Vec<u8>, ProcError>) -> Registry {
         let mut r = Registry::new();
         r.register("p", Arc::new(Scripted(f)));
         r

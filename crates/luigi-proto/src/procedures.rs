@@ -9,7 +9,7 @@ use luigi_store::{table_key, Key, ScanOrder, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::partition::Partitioner;
-use crate::procedure::{prefix_successor, ProcError, Procedure, Registry, TxnCtx};
+use crate::procedure::{prefix_successor, ProcCtx, ProcError, Procedure, Registry};
 use crate::types::{KeySet, ShardId, ShardPiece};
 
 /// Table id of the micro benchmark's keys.
@@ -53,7 +53,7 @@ impl Micro {
 }
 
 impl Procedure for Micro {
-    fn execute(&self, ctx: &mut TxnCtx<'_>, args: &[u8]) -> Result<Vec<u8>, ProcError> {
+    fn execute(&self, ctx: &mut dyn ProcCtx, args: &[u8]) -> Result<Vec<u8>, ProcError> {
         let ops: Vec<MicroOp> = postcard::from_bytes(args).map_err(|e| ProcError::BadArgs(format!("micro: {e}")))?;
         let mut out: MicroOutput = Vec::new();
         for op in ops {
@@ -103,7 +103,7 @@ impl Transfer {
 }
 
 impl Procedure for Transfer {
-    fn execute(&self, ctx: &mut TxnCtx<'_>, args: &[u8]) -> Result<Vec<u8>, ProcError> {
+    fn execute(&self, ctx: &mut dyn ProcCtx, args: &[u8]) -> Result<Vec<u8>, ProcError> {
         let a: TransferArgs = postcard::from_bytes(args).map_err(|e| ProcError::BadArgs(format!("transfer: {e}")))?;
         let mut balances = Vec::new();
         for (account, delta) in [(a.from, -a.amount), (a.to, a.amount)] {
@@ -305,7 +305,7 @@ fn declared_exactly(keys: &KeySet, key: &[u8]) -> bool {
 }
 
 impl Procedure for Kv {
-    fn execute(&self, ctx: &mut TxnCtx<'_>, args: &[u8]) -> Result<Vec<u8>, ProcError> {
+    fn execute(&self, ctx: &mut dyn ProcCtx, args: &[u8]) -> Result<Vec<u8>, ProcError> {
         let ops: Vec<KvOp> = postcard::from_bytes(args).map_err(|e| ProcError::BadArgs(format!("kv: {e}")))?;
         check_kv_ops(&ops).map_err(|e| ProcError::BadArgs(format!("kv: {e}")))?;
         let prefix = kv_table_prefix();

@@ -22,8 +22,8 @@ use luigi_proto::procedures::MicroOutput;
 use luigi_proto::types::{Access, ShardId, ShardPiece, Timestamp, TxnId};
 use luigi_store::{Key, Store, Value};
 
-use crate::procedure::{is_micro, micro_ops};
 use crate::violation::{Violation, ViolationKind};
+use luigi_workloads::micro::{is_micro, micro_ops};
 
 /// A point of the run: virtual time, and the simulator's step counter that orders events at
 /// the same virtual time. "A before B" means `A < B` in (us, step) order.

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use luigi_proto::coordinator::{CommitRule, CoordinatorConfig};
 use luigi_proto::leader::{LeaderConfig, Mutations};
+use luigi_workloads::micro::{MicroConfig, Placement, Spread};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -327,6 +328,24 @@ impl SimConfig {
         self.links.get(&(from, to)).copied().unwrap_or(self.link)
     }
 
+    /// The micro workload this run draws from: `keys`, `1..=max_ops` operations whose keys may
+    /// repeat, `read_ratio`, and `cross_shard_ratio` of transactions over 2 to all shards;
+    /// key `k` lives on shard `k % shards`.
+    pub fn micro(&self) -> MicroConfig {
+        MicroConfig {
+            keys: self.keys,
+            ops: u32::try_from(self.max_ops).unwrap_or(u32::MAX),
+            vary_ops: true,
+            read_ratio: self.read_ratio,
+            cross_shard: self.cross_shard_ratio,
+            spread: Spread::Random,
+            zipf: None,
+            distinct_keys: false,
+            placement: Placement::Modulo,
+            populate: false,
+        }
+    }
+
     /// Checks the configuration for values the simulator cannot run.
     pub fn validate(&self) -> Result<(), String> {
         let mut problems = Vec::new();
@@ -352,6 +371,11 @@ impl SimConfig {
         for (name, p) in [("read_ratio", self.read_ratio), ("cross_shard_ratio", self.cross_shard_ratio)] {
             if !(0.0..=1.0).contains(&p) {
                 problems.push(format!("{name} must lie in [0, 1], got {p}"));
+            }
+        }
+        if problems.is_empty() {
+            if let Err(why) = self.micro().check(self.shards) {
+                problems.push(format!("workload: {why}"));
             }
         }
         let links = std::iter::once(&self.link).chain(self.links.values());

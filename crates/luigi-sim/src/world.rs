@@ -143,7 +143,7 @@ impl<'a> World<'a> {
                         LeaderConfig { shard, shards: config.shards, ..config.leader.clone() },
                         log,
                         Store::new(),
-                        procedure::registry(None),
+                        procedure::registry(),
                     ),
                     offset_us,
                     wake: WakeSlot::default(),
@@ -840,7 +840,7 @@ impl<'a> World<'a> {
         let stores: Vec<&Store> = self.leaders.iter().map(|l| l.leader.store()).collect();
         let options = CheckOptions { realtime_across_shards: self.config.check_realtime_across_shards };
         let summary =
-            checker::check(&self.history, &procedure::registry(None), &stores, options).map_err(|v| v.at(self.now))?;
+            checker::check(&self.history, &procedure::registry(), &stores, options).map_err(|v| v.at(self.now))?;
         let mut latencies: Vec<u64> = self.history.txns.iter().map(|t| t.answers[0].at.us - t.dispatched.us).collect();
         latencies.sort_unstable();
         let leaders = self.leaders.iter().map(|l| l.leader.stats()).fold(LeaderStats::default(), add_stats);
@@ -880,7 +880,7 @@ impl World<'_> {
         for s in 0..self.leaders.len() {
             self.leaders[s].leader.mark_applied();
             let shard = s as u32;
-            let mut follower = Follower::new(shard, Store::new(), procedure::registry(None));
+            let mut follower = Follower::new(shard, Store::new(), procedure::registry());
             let entries: Vec<LogEntry> = self.leaders[s].leader.log_mut().all_entries().cloned().collect();
             for entry in &entries {
                 follower.apply(entry);

@@ -16,7 +16,7 @@ use luigi_store::Store;
 fn leader(shard: u32, max_pending: usize) -> ShardLeader<LocalLog> {
     // The early buffer shares the bound, so one early item fills it.
     let config = LeaderConfig { max_pending, max_early: max_pending, ..LeaderConfig::new(shard, 8) };
-    ShardLeader::new(config, LocalLog::default(), Store::new(), procedure::registry(None))
+    ShardLeader::new(config, LocalLog::default(), Store::new(), procedure::registry())
 }
 
 /// A cross-shard transaction over shards 0 and 1 writing key 0 on shard 0 and key 1 on 1.

@@ -35,7 +35,10 @@ use luigi_proto::leader::{LeaderConfig, LeaderOutput, Mutations, ShardLeader};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnReply};
 use luigi_proto::procedures::{micro_key, MicroOp, MicroOutput};
 use luigi_proto::types::{KeySet, ShardId, ShardPiece, TimeUs, Timestamp, Txn, TxnId};
-use luigi_sim::procedure::{self, ExecLog};
+use luigi_sim::procedure;
+
+/// Executions in the order the leaders reported them (their `Executed` outputs).
+type ExecLog = std::rc::Rc<std::cell::RefCell<Vec<(ShardId, TxnId)>>>;
 use luigi_sim::{run, Delay, Node, SimConfig, SimLog, ViolationKind, SEED_ENV};
 use luigi_store::Store;
 use rand::SeedableRng;
@@ -65,14 +68,15 @@ struct Leader {
     shard: ShardId,
     leader: ShardLeader<SimLog>,
     replies: Vec<TxnReply>,
+    executed: ExecLog,
 }
 
 impl Leader {
     fn new(shard: ShardId, mutations: Mutations, sink: &ExecLog) -> Self {
         let log = SimLog::new(ChaCha8Rng::seed_from_u64(1), Delay::ZERO, 1 << 10);
         let config = LeaderConfig { mutations, ..LeaderConfig::new(shard, 8) };
-        let leader = ShardLeader::new(config, log, Store::new(), procedure::registry(Some(sink.clone())));
-        Self { shard, leader, replies: Vec::new() }
+        let leader = ShardLeader::new(config, log, Store::new(), procedure::registry());
+        Self { shard, leader, replies: Vec::new(), executed: sink.clone() }
     }
 
     /// Runs `f` at local time `now`; keeps the replies, returns the batches for other leaders.
@@ -89,10 +93,8 @@ impl Leader {
             match o {
                 LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => self.replies.push(r),
                 LeaderOutput::ToPeer { batch, .. } => batches.push(batch),
-                LeaderOutput::ToClient { .. }
-                | LeaderOutput::ToClients { .. }
-                | LeaderOutput::ToAllClients { .. }
-                | LeaderOutput::Executed { .. } => {}
+                LeaderOutput::Executed { shard, id, .. } => self.executed.borrow_mut().push((shard, id)),
+                LeaderOutput::ToClient { .. } | LeaderOutput::ToClients { .. } | LeaderOutput::ToAllClients { .. } => {}
             }
         }
         batches
@@ -148,7 +150,8 @@ fn observe_executions(
     executed: &mut Vec<(ShardId, TxnId)>,
     violations: &mut Vec<String>,
 ) {
-    for (shard, id) in sink.lock().unwrap().drain(..) {
+    let drained: Vec<(ShardId, TxnId)> = sink.borrow_mut().drain(..).collect();
+    for (shard, id) in drained {
         executed.push((shard, id));
         if id == t_id {
             let (la, lb) = (a.logged_ts(t_id), b.logged_ts(t_id));
@@ -229,7 +232,7 @@ fn scenario(mutations: Mutations) -> Outcome {
     let mut replica = Store::new();
     let mut order = [(t_log, t_id, &t), (l_log, l_id, &l)];
     order.sort_by_key(|(ts, id, _)| (*ts, *id));
-    let registry = procedure::registry(None);
+    let registry = procedure::registry();
     for (_, id, x) in order {
         let keys = x.piece(A).unwrap();
         let out = registry.execute(&x.procedure, &x.args, &mut replica, keys, A).unwrap();

@@ -14,7 +14,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use luigi_bench::micro::{run_micro, MicroRun};
 use luigi_bench::options::{BenchOptions, Target};
 use luigi_bench::report::{render_table, write_json, BenchResult};
-use luigi_bench::workload::micro::MicroConfig;
+use luigi_bench::workload::micro::MicroOptions;
 use luigi_proto::procedure::Registry;
 use luigi_runtime::config::{ClusterConfig, NodeId};
 use luigi_runtime::net::wan::Scenario;
@@ -114,7 +114,7 @@ enum Bench {
 }
 
 /// `luigi bench micro` options. Every value is checked before anything starts (no server,
-/// no directory): see `BenchOptions::validate` and `MicroConfig::validate` in luigi-bench.
+/// no directory): see `BenchOptions::validate` and `MicroOptions::validate` in luigi-bench.
 #[derive(Args)]
 #[command(after_help = MICRO_HELP)]
 struct MicroArgs {
@@ -295,7 +295,7 @@ fn micro(args: MicroArgs) -> anyhow::Result<()> {
         json: args.json,
         cluster: args.cluster,
     };
-    let workload = MicroConfig {
+    let workload = MicroOptions {
         keys: args.keys,
         ops: args.ops,
         read_ratio: args.read_ratio,

@@ -1279,7 +1279,7 @@ impl<'a> FailoverWorld<'a> {
         }
         let options = CheckOptions { realtime_across_shards: self.config.check_realtime_across_shards };
         let summary =
-            checker::check_with_orphans(&self.history, &self.orphans, &procedure::registry(None), &stores, options)
+            checker::check_with_orphans(&self.history, &self.orphans, &procedure::registry(), &stores, options)
                 .map_err(|v| v.at(self.now))?;
         self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
         self.report.committed = summary.committed;

@@ -132,7 +132,7 @@ pub(super) fn new_node(
     tuning.snapshot_entries = faults.snapshot_entries.unwrap_or(u64::MAX);
     let node = NodeId { shard: s, replica: i };
     let shape = vec![faults.replicas; config.shards as usize];
-    let mut nc = NodeConfig::new(node, shape, config.seed, tuning, procedure::registry(None));
+    let mut nc = NodeConfig::new(node, shape, config.seed, tuning, procedure::registry());
     nc.leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
     ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
 }
