@@ -61,6 +61,7 @@
 #![warn(missing_docs)]
 
 pub mod checker;
+mod clients;
 pub mod config;
 pub mod failover;
 pub mod hash;

@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig};
 use luigi_proto::leader::follower::Follower;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, LeaderStats, ShardLeader};
 use luigi_proto::log::LogEntry;
@@ -13,13 +12,13 @@ use luigi_store::{Key, Store};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::checker::{self, AnswerRecord, CheckOptions, History, Moment, TxnRecord};
+use crate::checker::{self, CheckOptions, Moment};
+use crate::clients::{ClientNode, ClientState, ClientWorld, WakeSlot};
 use crate::config::SimConfig;
 use crate::hash::fold;
 use crate::log::{Durable, SimLog};
 use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
 use crate::procedure;
-use crate::replies::ReplyLedger;
 use crate::violation::{Violation, ViolationKind};
 use crate::workload::Workload;
 use crate::{Latency, RunReport};
@@ -35,26 +34,6 @@ pub fn virtual_deadline(deadline: TimeUs, offset_us: i64) -> VirtualUs {
         return 0;
     }
     (deadline as i64).saturating_sub(offset_us).max(0) as VirtualUs
-}
-
-/// The pending wake-up of a node; a wake event whose generation is not current is stale.
-#[derive(Debug, Default)]
-struct WakeSlot {
-    at: Option<VirtualUs>,
-    gen: u64,
-}
-
-struct ClientNode {
-    id: ClientId,
-    coord: Coordinator,
-    offset_us: i64,
-    wake: WakeSlot,
-    /// Started submitting its workload.
-    started: bool,
-    /// Transactions submitted and not answered.
-    outstanding: usize,
-    /// The sequence number the coordinator will give the next transaction.
-    next_seq: u64,
 }
 
 struct LeaderNode {
@@ -80,20 +59,12 @@ pub struct World<'a> {
     step: u64,
     queue: EventQueue,
     net: Network,
-    clients: Vec<ClientNode>,
+    /// The clients and what they were told.
+    cs: ClientState,
     leaders: Vec<LeaderNode>,
-    workload: Workload,
-    history: History,
-    index: HashMap<TxnId, usize>,
-    submitted: u64,
-    answered: u64,
     events: u64,
     delivered: u64,
     trace_hash: u64,
-    /// Per (transaction, shard): the timestamp of its non-rejected replies.
-    /// Rule 7 checks of every reply and answer.
-    replies: ReplyLedger,
-    coord_out: Vec<CoordOutput>,
     leader_out: Vec<LeaderOutput>,
     /// Where the leaders' `sim-micro` procedure records each execution as it happens.
     /// Per shard, the transactions it executed, in execution order.
@@ -119,20 +90,8 @@ impl<'a> World<'a> {
             let drawn = rng.gen_range(-max..=max);
             config.clock_offsets.get(&node).copied().unwrap_or(drawn)
         };
-        let commit_rule = match config.coordinator.commit_rule {
-            CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
-            rule @ CommitRule::Participants => rule,
-        };
         let clients = (1..=u64::from(config.clients))
-            .map(|id| ClientNode {
-                id,
-                coord: Coordinator::new(CoordinatorConfig { client: id, commit_rule, ..config.coordinator.clone() }),
-                offset_us: offset(&mut master, Node::Client(id)),
-                wake: WakeSlot::default(),
-                started: false,
-                outstanding: 0,
-                next_seq: 1,
-            })
+            .map(|id| ClientNode::new(config, id, 1, offset(&mut master, Node::Client(id))))
             .collect();
         let leaders = (0..config.shards)
             .map(|shard| {
@@ -158,18 +117,11 @@ impl<'a> World<'a> {
             step: 0,
             queue: EventQueue::default(),
             net,
-            clients,
+            cs: ClientState::new(clients, workload),
             leaders,
-            workload,
-            history: History::default(),
-            index: HashMap::new(),
-            submitted: 0,
-            answered: 0,
             events: 0,
             delivered: 0,
             trace_hash: fold(0, config.seed),
-            replies: ReplyLedger::default(),
-            coord_out: Vec::new(),
             leader_out: Vec::new(),
             executions: vec![Vec::new(); config.shards as usize],
             executed: HashSet::new(),
@@ -204,8 +156,7 @@ impl<'a> World<'a> {
     /// Runs until every transaction is answered, or fails.
     pub fn run(&mut self) -> Step {
         if self.config.ping_first {
-            for c in 0..self.clients.len() {
-                let id = self.clients[c].id;
+            for id in 1..=self.cs.nodes.len() as ClientId {
                 self.call_client(id, false, |coord, local, shards, out| {
                     for shard in 0..shards {
                         coord.ping(local, shard, out);
@@ -213,7 +164,7 @@ impl<'a> World<'a> {
                 })?;
             }
         }
-        while self.answered < self.config.txns {
+        while self.cs.answered < self.config.txns {
             self.step_event(self.config.max_virtual_us)?;
         }
         // Drain: a client may be answered before every leader is done with its transaction
@@ -273,7 +224,7 @@ impl<'a> World<'a> {
             (Node::Client(client), Node::Leader(shard), SimMsg::ToLeader(m)) => {
                 if let ClientMsg::Dispatch { txn, .. } = &m {
                     let w = self.leader(shard)?.leader.watermark();
-                    self.replies.arrived(txn.id, shard, w);
+                    self.cs.replies.arrived(txn.id, shard, w);
                 }
                 self.call_leader(shard, false, |l, local, out| l.on_client(local, client, m, out))
             }
@@ -282,7 +233,7 @@ impl<'a> World<'a> {
             }
             (Node::Leader(from), Node::Leader(to), SimMsg::Peer(batch)) if batch.from == from => {
                 let w = self.leader(to)?.leader.watermark();
-                self.replies.arrived_in_batch(to, w, &batch.items);
+                self.cs.replies.arrived_in_batch(to, w, &batch.items);
                 self.call_leader(to, false, |l, local, out| l.on_peer(local, batch, out))
             }
             (src, dst, msg) => {
@@ -313,13 +264,6 @@ impl<'a> World<'a> {
         }
     }
 
-    fn client(&mut self, id: ClientId) -> Result<&mut ClientNode, Violation> {
-        let now = self.now;
-        id.checked_sub(1)
-            .and_then(|i| self.clients.get_mut(i as usize))
-            .ok_or_else(|| Violation::new(ViolationKind::Invariant, format!("no client {id}")).at(now))
-    }
-
     fn leader(&mut self, shard: ShardId) -> Result<&mut LeaderNode, Violation> {
         let now = self.now;
         self.leaders
@@ -330,7 +274,7 @@ impl<'a> World<'a> {
     /// (Re)schedules `node`'s wake-up at `at` (None: no wake-up needed).
     fn schedule_wake(&mut self, node: Node, at: Option<VirtualUs>) {
         let slot = match node {
-            Node::Client(c) => &mut self.clients[(c - 1) as usize].wake,
+            Node::Client(c) => &mut self.cs.nodes[(c - 1) as usize].wake,
             Node::Leader(s) => &mut self.leaders[s as usize].wake,
             Node::Replica(..) => return, // not in this world
         };
@@ -451,13 +395,13 @@ impl<'a> World<'a> {
     fn on_executed(&mut self, shard: ShardId, id: TxnId) -> Step {
         self.trace(|| format!("L{shard} executes {id:?}"));
         self.trace_hash = fold(fold(self.trace_hash, 0xe8ec_u64 ^ u64::from(shard)), id.seq ^ (id.client << 40));
-        let Some(&i) = self.index.get(&id) else {
+        let Some(&i) = self.cs.index.get(&id) else {
             return Err(self.violation(
                 ViolationKind::Execution,
                 format!("shard {shard} executed {id:?}, which was never submitted"),
             ));
         };
-        let shards: Vec<ShardId> = self.history.txns[i].pieces.iter().map(|p| p.shard).collect();
+        let shards: Vec<ShardId> = self.cs.history.txns[i].pieces.iter().map(|p| p.shard).collect();
         if !shards.contains(&shard) {
             return Err(self.violation(
                 ViolationKind::Execution,
@@ -524,137 +468,7 @@ impl<'a> World<'a> {
 
     /// Checks a reply as the leader sends it.
     fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Step {
-        self.replies.check_reply(shard, r).map_err(|(kind, msg)| self.violation(kind, msg))
-    }
-
-    /// Runs `f` on client `id`'s coordinator at its local time, handles its output, tops up
-    /// its window of transactions in flight and reschedules its wake-up. `sort` orders the
-    /// output by transaction id first (the coordinator's `tick` walks a hash map).
-    fn call_client(
-        &mut self,
-        id: ClientId,
-        sort: bool,
-        f: impl FnOnce(&mut Coordinator, TimeUs, ShardId, &mut Vec<CoordOutput>),
-    ) -> Step {
-        let now = self.now;
-        let shards = self.config.shards;
-        let mut out = std::mem::take(&mut self.coord_out);
-        let node = self.client(id)?;
-        let local = local_clock(now, node.offset_us);
-        f(&mut node.coord, local, shards, &mut out);
-        if sort {
-            out.sort_by_key(output_order);
-        }
-        let result = self.client_outputs(id, &mut out).and_then(|()| self.refill(id, &mut out));
-        out.clear();
-        self.coord_out = out;
-        result?;
-        let node = self.client(id)?;
-        let at = node.coord.next_deadline().map(|d| virtual_deadline(d, node.offset_us).max(now + 1));
-        self.schedule_wake(Node::Client(id), at);
-        Ok(())
-    }
-
-    fn client_outputs(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
-        for o in out.drain(..) {
-            match o {
-                CoordOutput::Send { shard, msg } => {
-                    if shard >= self.config.shards {
-                        return Err(self.violation(
-                            ViolationKind::Invariant,
-                            format!("client {id} sent {msg:?} to nonexistent shard {shard}"),
-                        ));
-                    }
-                    self.net.send(
-                        self.config,
-                        &mut self.queue,
-                        self.now,
-                        Node::Client(id),
-                        Node::Leader(shard),
-                        SimMsg::ToLeader(msg),
-                    );
-                }
-                // The ideal log never loses a majority: an unknown outcome is recorded, and the
-                // checker reports it.
-                CoordOutput::Done(done) | CoordOutput::Resolved(done) => self.record_answer(id, done)?,
-            }
-        }
-        Ok(())
-    }
-
-    /// Submits new transactions while the client's window has room and the run wants more.
-    fn refill(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
-        loop {
-            let (started, outstanding, seq) = {
-                let node = self.client(id)?;
-                (node.started, node.outstanding, node.next_seq)
-            };
-            if !started || outstanding >= self.config.in_flight || self.submitted >= self.config.txns {
-                return Ok(());
-            }
-            let spec = self.workload.next(id, seq);
-            let now = self.now;
-            let dispatched = self.moment();
-            let node = self.client(id)?;
-            let local = local_clock(now, node.offset_us);
-            let txn_id = node.coord.submit(local, &spec.procedure, spec.args.clone(), spec.pieces.clone(), out);
-            node.outstanding += 1;
-            node.next_seq += 1;
-            if txn_id != (TxnId { client: id, seq }) {
-                return Err(self.violation(
-                    ViolationKind::Invariant,
-                    format!("client {id} numbered its transaction {txn_id:?}, expected seq {seq}"),
-                ));
-            }
-            self.trace(|| format!("c{id} submits {txn_id:?}: {:?}", spec.ops));
-            self.index.insert(txn_id, self.history.txns.len());
-            self.history.txns.push(TxnRecord {
-                id: txn_id,
-                procedure: spec.procedure,
-                args: spec.args,
-                pieces: spec.pieces,
-                dispatched,
-                answers: Vec::new(),
-            });
-            self.submitted += 1;
-            self.client_outputs(id, out)?;
-        }
-    }
-
-    fn record_answer(&mut self, client: ClientId, done: Completion) -> Step {
-        let at = self.moment();
-        self.trace_hash = fold(fold(self.trace_hash, at.us), done.id.seq ^ (done.id.client << 40));
-        self.trace(|| format!("c{client} answered {:?} -> {:?}", done.id, done.outcome));
-        let Some(&i) = self.index.get(&done.id) else {
-            return Err(self.violation(
-                ViolationKind::Invariant,
-                format!("client {client} answered {:?}, which was never submitted", done.id),
-            ));
-        };
-        if done.id.client != client {
-            return Err(self.violation(
-                ViolationKind::Invariant,
-                format!("client {client} answered {:?}, another client's transaction", done.id),
-            ));
-        }
-        self.replies.check_completion(&done).map_err(|(kind, msg)| self.violation(kind, msg))?;
-        let rec = &mut self.history.txns[i];
-        let first = rec.answers.is_empty();
-        rec.answers.push(AnswerRecord { at, outcome: done.outcome, attempts: done.attempts });
-        if first {
-            self.answered += 1;
-            self.client(client)?.outstanding -= 1;
-            Ok(())
-        } else {
-            let rec = &self.history.txns[i];
-            Err(self.violation(
-                ViolationKind::DuplicateAnswer,
-                format!(
-                    "{:?} answered a second time: first {:?}, then {:?}",
-                    done.id, rec.answers[0].outcome, rec.answers[1].outcome
-                ),
-            ))
-        }
+        self.cs.replies.check_reply(shard, r).map_err(|(kind, msg)| self.violation(kind, msg))
     }
 
     /// After the run: exactly the ordered transactions were executed, once on each
@@ -663,7 +477,7 @@ impl<'a> World<'a> {
     fn check_executions(&mut self) -> Step {
         for (shard, execs) in self.executions.iter().enumerate() {
             for id in execs {
-                let rec = &self.history.txns[self.index[id]];
+                let rec = &self.cs.history.txns[self.cs.index[id]];
                 if rec.ts().is_none() {
                     return Err(self.violation(
                         ViolationKind::Execution,
@@ -677,7 +491,7 @@ impl<'a> World<'a> {
             }
         }
         let now = self.now;
-        for rec in &self.history.txns {
+        for rec in &self.cs.history.txns {
             if rec.ts().is_none() {
                 continue;
             }
@@ -699,7 +513,7 @@ impl<'a> World<'a> {
         for shard in 0..self.config.shards {
             let mut execs = Vec::new();
             for &id in &self.executions[shard as usize] {
-                let rec = &self.history.txns[self.index[&id]];
+                let rec = &self.cs.history.txns[self.cs.index[&id]];
                 let ts = rec.ts().expect("checked above");
                 let log_ts = self.leaders[shard as usize].leader.log_mut().durable(id, now).ts().unwrap_or(ts);
                 let keys = rec.piece(shard).expect("participant checked at execution");
@@ -741,7 +555,7 @@ impl<'a> World<'a> {
     fn count_cross_shard(&mut self) -> (u64, u64) {
         let now = self.now;
         let (mut cross, mut differed) = (0, 0);
-        for rec in &self.history.txns {
+        for rec in &self.cs.history.txns {
             if rec.pieces.len() < 2 {
                 continue;
             }
@@ -762,9 +576,10 @@ impl<'a> World<'a> {
         let mut msg = format!(
             "the run did not finish: {why}; {}/{} transactions answered ({} submitted) after {} \
              events at virtual time {} us",
-            self.answered, self.config.txns, self.submitted, self.events, self.now
+            self.cs.answered, self.config.txns, self.cs.submitted, self.events, self.now
         );
         let waiting: Vec<String> = self
+            .cs
             .history
             .txns
             .iter()
@@ -798,8 +613,8 @@ impl<'a> World<'a> {
                 l.leader.stats()
             ));
         }
-        for c in &self.clients {
-            msg.push_str(&format!("; c{}: in flight {} stats {:?}", c.id, c.coord.in_flight(), c.coord.stats()));
+        for (c, node) in (1..).zip(&self.cs.nodes) {
+            msg.push_str(&format!("; c{c}: in flight {} stats {:?}", node.coord.in_flight(), node.coord.stats()));
         }
         self.violation(ViolationKind::Stuck, msg)
     }
@@ -807,7 +622,7 @@ impl<'a> World<'a> {
     /// Final checks and the report.
     pub fn finish(mut self) -> Result<RunReport, Violation> {
         let mut retries = 0;
-        for c in &self.clients {
+        for (id, c) in (1..).zip(&self.cs.nodes) {
             let stats = c.coord.stats();
             retries += stats.retries;
             if stats.ts_mismatch != 0 {
@@ -816,7 +631,7 @@ impl<'a> World<'a> {
                     format!(
                         "client {} saw {} transactions whose participants answered with \
                          different timestamps",
-                        c.id, stats.ts_mismatch
+                        id, stats.ts_mismatch
                     ),
                 ));
             }
@@ -840,8 +655,9 @@ impl<'a> World<'a> {
         let stores: Vec<&Store> = self.leaders.iter().map(|l| l.leader.store()).collect();
         let options = CheckOptions { realtime_across_shards: self.config.check_realtime_across_shards };
         let summary =
-            checker::check(&self.history, &procedure::registry(), &stores, options).map_err(|v| v.at(self.now))?;
-        let mut latencies: Vec<u64> = self.history.txns.iter().map(|t| t.answers[0].at.us - t.dispatched.us).collect();
+            checker::check(&self.cs.history, &procedure::registry(), &stores, options).map_err(|v| v.at(self.now))?;
+        let mut latencies: Vec<u64> =
+            self.cs.history.txns.iter().map(|t| t.answers[0].at.us - t.dispatched.us).collect();
         latencies.sort_unstable();
         let leaders = self.leaders.iter().map(|l| l.leader.stats()).fold(LeaderStats::default(), add_stats);
         let net = self.net.stats();
@@ -973,13 +789,55 @@ fn first_inversion<'k>(
     None
 }
 
-/// Sort key that puts a coordinator's output in transaction-id order (stable for the sends of
-/// one transaction).
-fn output_order(o: &CoordOutput) -> TxnId {
-    match o {
-        CoordOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => txn.id,
-        CoordOutput::Send { .. } => TxnId { client: 0, seq: 0 },
-        CoordOutput::Done(done) | CoordOutput::Resolved(done) => done.id,
+impl ClientWorld for World<'_> {
+    fn sim_config(&self) -> &SimConfig {
+        self.config
+    }
+
+    fn now(&self) -> VirtualUs {
+        self.now
+    }
+
+    fn moment(&mut self) -> Moment {
+        World::moment(self)
+    }
+
+    fn trace(&self, what: impl FnOnce() -> String) {
+        World::trace(self, what)
+    }
+
+    fn fold_trace(&mut self, x: u64) {
+        self.trace_hash = fold(self.trace_hash, x);
+    }
+
+    fn violation(&self, kind: ViolationKind, message: String) -> Violation {
+        World::violation(self, kind, message)
+    }
+
+    fn clients(&mut self) -> &mut ClientState {
+        &mut self.cs
+    }
+
+    fn send_to_replica(&mut self, id: ClientId, shard: ShardId, _replica: u32, msg: ClientMsg) {
+        // One leader per shard, over an ideal log.
+        self.net.send(
+            self.config,
+            &mut self.queue,
+            self.now,
+            Node::Client(id),
+            Node::Leader(shard),
+            SimMsg::ToLeader(msg),
+        );
+    }
+
+    fn schedule_wake(&mut self, node: Node, at: Option<VirtualUs>) {
+        World::schedule_wake(self, node, at)
+    }
+
+    /// The ideal log never loses a majority: an unknown outcome is recorded as the answer,
+    /// and the checker reports it.
+    fn unknown_is_final(&self) -> bool {
+        true
     }
 }
 

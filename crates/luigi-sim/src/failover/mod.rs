@@ -39,30 +39,29 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use luigi_node::{ClientRoutes, NodeId, ReplicaNode};
-use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
+use luigi_node::{NodeId, ReplicaNode};
+use luigi_proto::coordinator::CoordOutput;
 use luigi_proto::log::LogRecord;
 use luigi_proto::msg::{ClientMsg, ReplicationMsg, TxnError, TxnReply};
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_proto::types::{ClientId, ShardId, Timestamp, TxnId};
 use luigi_raft::replica::Replica;
 use luigi_store::Store;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::checker::{self, AnswerRecord, CheckOptions, History, Moment, TxnRecord};
+use crate::checker::{self, CheckOptions, Moment, TxnRecord};
 use crate::config::{Delay, SimConfig};
 use crate::hash::fold;
 use crate::log::Durable;
 use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
 use crate::procedure;
-use crate::replies::ReplyLedger;
 use crate::violation::{Violation, ViolationKind};
 use crate::workload::Workload;
-use crate::world::{local_clock, virtual_deadline};
 
 mod replicas;
 
-use replicas::{new_node, SimReplica, WakeSlot};
+use crate::clients::{ClientNode, ClientState, ClientWorld};
+use replicas::{new_node, SimReplica};
 
 /// A named point in the life of a cross-shard transaction at which the serving leader of a
 /// participant (or the coordinator) is killed.
@@ -319,18 +318,6 @@ pub fn run_replicated(config: &SimConfig, faults: &FaultConfig) -> Result<Failov
     world.finish().map_err(tag)
 }
 
-struct ClientNode {
-    coord: Coordinator,
-    offset_us: i64,
-    wake: WakeSlot,
-    started: bool,
-    dead: bool,
-    outstanding: usize,
-    next_seq: u64,
-    /// Where it sends each shard's transactions (the runtime client's rules).
-    routes: ClientRoutes,
-}
-
 /// What each shard's group has committed, from the highest commit index any replica reports.
 #[derive(Default)]
 struct Oracle {
@@ -363,23 +350,15 @@ struct FailoverWorld<'a> {
     net: Network,
     disk_rng: ChaCha8Rng,
     fault_rng: ChaCha8Rng,
-    clients: Vec<ClientNode>,
+    /// The clients and what they were told.
+    cs: ClientState,
     replicas: Vec<Vec<SimReplica>>,
-    workload: Workload,
-    history: History,
-    index: HashMap<TxnId, usize>,
-    submitted: u64,
-    answered: u64,
     orphans: BTreeMap<TxnId, Option<Timestamp>>,
     /// When a fault was last repaired (a restart or a heal), virtual µs.
     last_repair_us: VirtualUs,
-    /// When the last definite answer came, virtual µs.
-    last_answer_us: VirtualUs,
     events: u64,
     delivered: u64,
     trace_hash: u64,
-    /// Rule 7 checks of every reply and answer.
-    replies: ReplyLedger,
     /// Per shard, the largest watermark any serving leader of it published.
     published: Vec<Timestamp>,
     oracle: Vec<Oracle>,
@@ -391,7 +370,6 @@ struct FailoverWorld<'a> {
     quiescing: bool,
     answered_at: VirtualUs,
     report: FailoverReport,
-    coord_out: Vec<CoordOutput>,
 }
 
 impl<'a> FailoverWorld<'a> {
@@ -407,22 +385,9 @@ impl<'a> FailoverWorld<'a> {
             let drawn = master.gen_range(-max..=max);
             config.clock_offsets.get(&node).copied().unwrap_or(drawn)
         };
-        let commit_rule = match config.coordinator.commit_rule {
-            CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
-            rule @ CommitRule::Participants => rule,
-        };
         let n = faults.replicas;
         let clients: Vec<ClientNode> = (1..=u64::from(config.clients))
-            .map(|id| ClientNode {
-                coord: Coordinator::new(CoordinatorConfig { client: id, commit_rule, ..config.coordinator.clone() }),
-                offset_us: offset(Node::Client(id)),
-                wake: WakeSlot::default(),
-                started: false,
-                dead: false,
-                outstanding: 0,
-                next_seq: 1,
-                routes: ClientRoutes::new(vec![faults.replicas; config.shards as usize]),
-            })
+            .map(|id| ClientNode::new(config, id, n, offset(Node::Client(id))))
             .collect();
         let mut replicas = Vec::new();
         for s in 0..config.shards {
@@ -445,18 +410,12 @@ impl<'a> FailoverWorld<'a> {
             net,
             disk_rng,
             fault_rng,
-            clients,
+            cs: ClientState::new(clients, workload),
             replicas,
-            workload,
-            history: History::default(),
-            index: HashMap::new(),
-            submitted: 0,
-            answered: 0,
             orphans: BTreeMap::new(),
             events: 0,
             delivered: 0,
             trace_hash: fold(0, config.seed ^ 0xfa11),
-            replies: ReplyLedger::default(),
             published: vec![0; config.shards as usize],
             oracle: (0..config.shards).map(|_| Oracle::default()).collect(),
             fault_list: Vec::new(),
@@ -466,9 +425,7 @@ impl<'a> FailoverWorld<'a> {
             quiescing: false,
             answered_at: 0,
             last_repair_us: 0,
-            last_answer_us: 0,
             report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
-            coord_out: Vec::new(),
         };
         for client in 1..=u64::from(config.clients) {
             let at = master.gen_range(0..=config.start_spread_us);
@@ -526,7 +483,7 @@ impl<'a> FailoverWorld<'a> {
                 })?;
             }
         }
-        while self.answered + (self.orphans.len() as u64) < self.config.txns {
+        while self.cs.answered + (self.orphans.len() as u64) < self.config.txns {
             self.step_event(self.config.max_virtual_us)?;
             self.check_liveness()?;
         }
@@ -549,14 +506,14 @@ impl<'a> FailoverWorld<'a> {
         if self.now < faults_over || self.now < self.last_repair_us {
             return Ok(());
         }
-        let since = self.last_answer_us.max(self.last_repair_us).max(faults_over);
+        let since = self.cs.last_answer_us.max(self.last_repair_us).max(faults_over);
         let gap_us = self.now - since;
         self.report.recovery_us = self.report.recovery_us.max(gap_us);
         if gap_us > self.faults.liveness_us {
             let msg = format!(
                 "liveness: no transaction answered for {gap_us} us after every fault healed (bound {} us); \
                  {} of {} answered",
-                self.faults.liveness_us, self.answered, self.config.txns
+                self.faults.liveness_us, self.cs.answered, self.config.txns
             );
             return Err(self.violation(ViolationKind::Stuck, msg));
         }
@@ -598,7 +555,7 @@ impl<'a> FailoverWorld<'a> {
 
     fn converged(&self) -> bool {
         // Every live coordinator has heard every participant of everything it reported.
-        let clients_settled = self.clients.iter().all(|c| c.dead || c.coord.unresolved() == 0);
+        let clients_settled = self.cs.nodes.iter().all(|c| c.dead || c.coord.unresolved() == 0);
         clients_settled
             && self.replicas.iter().all(|group| {
                 let serving: Vec<&Replica> = group
@@ -678,14 +635,15 @@ impl<'a> FailoverWorld<'a> {
         let mut msg = format!(
             "the run did not finish: {why}; {}/{} transactions answered ({} orphaned, {} submitted) after {} \
              events at virtual time {} us",
-            self.answered,
+            self.cs.answered,
             self.config.txns,
             self.orphans.len(),
-            self.submitted,
+            self.cs.submitted,
             self.events,
             self.now
         );
         let waiting: Vec<String> = self
+            .cs
             .history
             .txns
             .iter()
@@ -716,13 +674,6 @@ impl<'a> FailoverWorld<'a> {
         self.violation(ViolationKind::Stuck, msg)
     }
 
-    fn client(&mut self, id: ClientId) -> Result<&mut ClientNode, Violation> {
-        let now = self.now;
-        id.checked_sub(1)
-            .and_then(|i| self.clients.get_mut(i as usize))
-            .ok_or_else(|| Violation::new(ViolationKind::Invariant, format!("no client {id}")).at(now))
-    }
-
     /// True if a message from `src` to `dst` is cut by a fault (checked at send and delivery).
     fn cut(&self, src: Node, dst: Node) -> bool {
         let blocked = |node: Node, other: Node| match node {
@@ -730,7 +681,7 @@ impl<'a> FailoverWorld<'a> {
                 let r = &self.replicas[s as usize][i as usize];
                 r.node.is_none() || r.isolated || (r.raft_cut && matches!(other, Node::Replica(t, _) if t == s))
             }
-            Node::Client(c) => self.clients[(c - 1) as usize].dead,
+            Node::Client(c) => self.cs.nodes[(c - 1) as usize].dead,
             Node::Leader(_) => true,
         };
         blocked(src, dst) || blocked(dst, src)
@@ -764,7 +715,7 @@ impl<'a> FailoverWorld<'a> {
                 if let ClientMsg::Dispatch { txn, .. } = &m {
                     if self.serving(s, i) {
                         let w = self.published[s as usize];
-                        self.replies.arrived(txn.id, s, w);
+                        self.cs.replies.arrived(txn.id, s, w);
                     }
                 }
                 self.call_replica(s, i, false, |r, local, fx| {
@@ -779,7 +730,7 @@ impl<'a> FailoverWorld<'a> {
             (Node::Replica(from, _), Node::Replica(to, i), SimMsg::Peer(batch)) if from != to && batch.from == from => {
                 if self.serving(to, i) {
                     let w = self.published[to as usize];
-                    self.replies.arrived_in_batch(to, w, &batch.items);
+                    self.cs.replies.arrived_in_batch(to, w, &batch.items);
                 }
                 self.call_replica(to, i, false, |r, local, fx| {
                     r.on_peer_batch(local, batch, fx);
@@ -826,7 +777,7 @@ impl<'a> FailoverWorld<'a> {
 
     fn schedule_wake(&mut self, node: Node, at: Option<VirtualUs>) {
         let slot = match node {
-            Node::Client(c) => &mut self.clients[(c - 1) as usize].wake,
+            Node::Client(c) => &mut self.cs.nodes[(c - 1) as usize].wake,
             Node::Replica(s, i) => &mut self.replicas[s as usize][i as usize].wake,
             Node::Leader(_) => return,
         };
@@ -980,10 +931,10 @@ impl<'a> FailoverWorld<'a> {
         self.trace(|| format!("R{s}.{i} executes {id:?}"));
         self.trace_hash =
             fold(fold(self.trace_hash, 0xe8ec_u64 ^ Node::Replica(s, i).code()), id.seq ^ (id.client << 40));
-        let Some(&k) = self.index.get(&id) else {
+        let Some(&k) = self.cs.index.get(&id) else {
             return Err(self.violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?}, never submitted")));
         };
-        let shards = shards_of(&self.history.txns[k]);
+        let shards = shards_of(&self.cs.history.txns[k]);
         if shard != s || !shards.contains(&s) {
             return Err(self.violation(
                 ViolationKind::Execution,
@@ -1035,129 +986,11 @@ impl<'a> FailoverWorld<'a> {
         if let Err(TxnError::NotLeader { .. }) = &r.outcome {
             return Ok(()); // nothing was ordered
         }
-        self.replies.check_reply(shard, r).map_err(|(kind, msg)| self.violation(kind, msg))
-    }
-
-    // ---- clients ----
-
-    fn call_client(
-        &mut self,
-        id: ClientId,
-        sort: bool,
-        f: impl FnOnce(&mut Coordinator, TimeUs, ShardId, &mut Vec<CoordOutput>),
-    ) -> Step {
-        let now = self.now;
-        let shards = self.config.shards;
-        if self.client(id)?.dead {
-            return Ok(());
-        }
-        let mut out = std::mem::take(&mut self.coord_out);
-        let node = self.client(id)?;
-        let local = local_clock(now, node.offset_us);
-        f(&mut node.coord, local, shards, &mut out);
-        if sort {
-            out.sort_by_key(output_order);
-        }
-        let result = self.client_outputs(id, &mut out).and_then(|()| self.refill(id, &mut out));
-        out.clear();
-        self.coord_out = out;
-        result?;
-        let node = self.client(id)?;
-        let at = if node.dead {
-            None
-        } else {
-            node.coord.next_deadline().map(|d| virtual_deadline(d, node.offset_us).max(now + 1))
-        };
-        self.schedule_wake(Node::Client(id), at);
-        Ok(())
-    }
-
-    fn route(&mut self, id: ClientId, shard: ShardId, msg: ClientMsg) -> Step {
-        if shard >= self.config.shards {
-            return Err(self.violation(ViolationKind::Invariant, format!("client {id} sent to shard {shard}")));
-        }
-        // Every replica is reachable as far as the client knows (faults lose messages).
-        let Some(target) = self.client(id)?.routes.route(shard, &msg, |_| true) else {
-            return Err(self.violation(ViolationKind::Invariant, format!("client {id} has no route to shard {shard}")));
-        };
-        self.send(Node::Client(id), Node::Replica(shard, target), SimMsg::ToLeader(msg));
-        Ok(())
-    }
-
-    fn client_outputs(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
-        for o in out.drain(..) {
-            match o {
-                CoordOutput::Send { shard, msg } => self.route(id, shard, msg)?,
-                CoordOutput::Done(done) if matches!(done.outcome, TxnOutcome::Unknown(_)) => {
-                    // The client moves on (its window slot frees); the answer that counts is
-                    // the resolution, which must come (liveness).
-                    self.trace(|| format!("c{id} reports {:?} unknown: {:?}", done.id, done.outcome));
-                    self.report.unknown += 1;
-                    self.client(id)?.outstanding -= 1;
-                }
-                CoordOutput::Done(done) => {
-                    self.client(id)?.routes.forget(done.id);
-                    self.record_answer(id, done, true)?
-                }
-                CoordOutput::Resolved(done) => {
-                    self.client(id)?.routes.forget(done.id);
-                    self.record_answer(id, done, false)?
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn refill(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
-        loop {
-            let (started, outstanding, seq, dead) = {
-                let node = self.client(id)?;
-                (node.started, node.outstanding, node.next_seq, node.dead)
-            };
-            if dead || !started || outstanding >= self.config.in_flight || self.submitted >= self.config.txns {
-                return Ok(());
-            }
-            let spec = self.workload.next(id, seq);
-            let now = self.now;
-            let dispatched = self.moment();
-            let node = self.client(id)?;
-            let local = local_clock(now, node.offset_us);
-            let txn_id = node.coord.submit(local, &spec.procedure, spec.args.clone(), spec.pieces.clone(), out);
-            node.outstanding += 1;
-            node.next_seq += 1;
-            if txn_id != (TxnId { client: id, seq }) {
-                return Err(self.violation(
-                    ViolationKind::Invariant,
-                    format!("client {id} numbered its transaction {txn_id:?}, expected seq {seq}"),
-                ));
-            }
-            self.trace(|| format!("c{id} submits {txn_id:?}: {:?}", spec.ops));
-            self.index.insert(txn_id, self.history.txns.len());
-            let cross = spec.pieces.len() > 1;
-            self.history.txns.push(TxnRecord {
-                id: txn_id,
-                procedure: spec.procedure,
-                args: spec.args,
-                pieces: spec.pieces,
-                dispatched,
-                answers: Vec::new(),
-            });
-            self.submitted += 1;
-            if cross && self.coordinator_dies() {
-                // (e) The dispatch reaches the first participant only; then the client dies.
-                let first = out.iter().position(|o| matches!(o, CoordOutput::Send { .. }));
-                let mut kept: Vec<CoordOutput> = first.map(|k| out.swap_remove(k)).into_iter().collect();
-                out.clear();
-                self.client_outputs(id, &mut kept)?;
-                self.kill_client(id)?;
-                return Ok(());
-            }
-            self.client_outputs(id, out)?;
-        }
+        self.cs.replies.check_reply(shard, r).map_err(|(kind, msg)| self.violation(kind, msg))
     }
 
     fn coordinator_dies(&self) -> bool {
-        let alive = self.clients.iter().filter(|c| !c.dead).count();
+        let alive = self.cs.nodes.iter().filter(|c| !c.dead).count();
         self.faults.kill == Some(KillPoint::CoordinatorPartial)
             && self.kills_left > 0
             && self.now >= self.next_kill_ok_at
@@ -1174,35 +1007,11 @@ impl<'a> FailoverWorld<'a> {
         let node = self.client(id)?;
         node.dead = true;
         let lost: Vec<TxnId> =
-            self.history.txns.iter().filter(|t| t.id.client == id && t.answers.is_empty()).map(|t| t.id).collect();
+            self.cs.history.txns.iter().filter(|t| t.id.client == id && t.answers.is_empty()).map(|t| t.id).collect();
         for t in lost {
             self.orphans.insert(t, None);
         }
         self.schedule_wake(Node::Client(id), None);
-        Ok(())
-    }
-
-    /// Records the definite answer of `done.id`; `in_window`: it still holds a slot of the
-    /// client's window (a resolution of an unknown one does not).
-    fn record_answer(&mut self, client: ClientId, done: Completion, in_window: bool) -> Step {
-        let at = self.moment();
-        self.trace_hash = fold(fold(self.trace_hash, at.us), done.id.seq ^ (done.id.client << 40));
-        self.trace(|| format!("c{client} answered {:?} -> {:?}", done.id, done.outcome));
-        let Some(&k) = self.index.get(&done.id) else {
-            return Err(self.violation(ViolationKind::Invariant, format!("client {client} answered {:?}", done.id)));
-        };
-        self.replies.check_completion(&done).map_err(|(kind, msg)| self.violation(kind, msg))?;
-        let rec = &mut self.history.txns[k];
-        let first = rec.answers.is_empty();
-        rec.answers.push(AnswerRecord { at, outcome: done.outcome, attempts: done.attempts });
-        if !first {
-            return Err(self.violation(ViolationKind::DuplicateAnswer, format!("{:?} answered twice", done.id)));
-        }
-        self.answered += 1;
-        self.last_answer_us = self.now;
-        if in_window {
-            self.client(client)?.outstanding -= 1;
-        }
         Ok(())
     }
 
@@ -1230,7 +1039,7 @@ impl<'a> FailoverWorld<'a> {
         }
         // Nothing answered is lost: every ordered answer is durable on every participant at
         // the answered timestamp.
-        for rec in &self.history.txns {
+        for rec in &self.cs.history.txns {
             let Some(ts) = rec.ts() else { continue };
             let durable: Vec<(ShardId, Durable)> = shards_of(rec)
                 .into_iter()
@@ -1255,7 +1064,7 @@ impl<'a> FailoverWorld<'a> {
         // Orphans: executed iff prepared everywhere and aborted nowhere.
         let ids: Vec<TxnId> = self.orphans.keys().copied().collect();
         for id in ids {
-            let rec = &self.history.txns[self.index[&id]];
+            let rec = &self.cs.history.txns[self.cs.index[&id]];
             let durable: Vec<Durable> = shards_of(rec)
                 .into_iter()
                 .map(|p| self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default())
@@ -1279,18 +1088,74 @@ impl<'a> FailoverWorld<'a> {
         }
         let options = CheckOptions { realtime_across_shards: self.config.check_realtime_across_shards };
         let summary =
-            checker::check_with_orphans(&self.history, &self.orphans, &procedure::registry(), &stores, options)
+            checker::check_with_orphans(&self.cs.history, &self.orphans, &procedure::registry(), &stores, options)
                 .map_err(|v| v.at(self.now))?;
         self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
         self.report.committed = summary.committed;
         self.report.rejected = summary.rejected;
         self.report.orphans = self.orphans.len() as u64;
-        self.report.retries = self.clients.iter().map(|c| c.coord.stats().retries).sum();
+        self.report.unknown = self.cs.unknown;
+        self.report.retries = self.cs.nodes.iter().map(|c| c.coord.stats().retries).sum();
         self.report.events = self.events;
         self.report.messages = self.delivered;
         self.report.trace_hash = self.trace_hash;
         let _ = self.answered_at;
         Ok(self.report)
+    }
+}
+
+impl ClientWorld for FailoverWorld<'_> {
+    fn sim_config(&self) -> &SimConfig {
+        self.config
+    }
+
+    fn now(&self) -> VirtualUs {
+        self.now
+    }
+
+    fn moment(&mut self) -> Moment {
+        FailoverWorld::moment(self)
+    }
+
+    fn trace(&self, what: impl FnOnce() -> String) {
+        FailoverWorld::trace(self, what)
+    }
+
+    fn fold_trace(&mut self, x: u64) {
+        self.trace_hash = fold(self.trace_hash, x);
+    }
+
+    fn violation(&self, kind: ViolationKind, message: String) -> Violation {
+        FailoverWorld::violation(self, kind, message)
+    }
+
+    fn clients(&mut self) -> &mut ClientState {
+        &mut self.cs
+    }
+
+    fn send_to_replica(&mut self, id: ClientId, shard: ShardId, replica: u32, msg: ClientMsg) {
+        self.send(Node::Client(id), Node::Replica(shard, replica), SimMsg::ToLeader(msg));
+    }
+
+    fn schedule_wake(&mut self, node: Node, at: Option<VirtualUs>) {
+        FailoverWorld::schedule_wake(self, node, at)
+    }
+
+    fn unknown_is_final(&self) -> bool {
+        false
+    }
+
+    fn dies_after_submit(&mut self, id: ClientId, cross: bool, out: &mut Vec<CoordOutput>) -> Result<bool, Violation> {
+        if !cross || !self.coordinator_dies() {
+            return Ok(false);
+        }
+        // (e) The dispatch reaches the first participant only; then the client dies.
+        let first = out.iter().position(|o| matches!(o, CoordOutput::Send { .. }));
+        let mut kept: Vec<CoordOutput> = first.map(|k| out.swap_remove(k)).into_iter().collect();
+        out.clear();
+        self.client_outputs(id, &mut kept)?;
+        self.kill_client(id)?;
+        Ok(true)
     }
 }
 
@@ -1303,13 +1168,4 @@ enum Kill {
 
 fn shards_of(rec: &TxnRecord) -> Vec<ShardId> {
     rec.pieces.iter().map(|p| p.shard).collect()
-}
-
-/// Sort key that puts a coordinator's output in transaction-id order.
-fn output_order(o: &CoordOutput) -> TxnId {
-    match o {
-        CoordOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => txn.id,
-        CoordOutput::Send { .. } => TxnId { client: 0, seq: 0 },
-        CoordOutput::Done(done) | CoordOutput::Resolved(done) => done.id,
-    }
 }

@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{FailoverWorld, FaultAction, FaultConfig, Kill, KillPoint, Step, BUSY_BACKOFF_MAX_US};
+use crate::clients::WakeSlot;
 use crate::config::SimConfig;
 use crate::hash::fold;
 use crate::net::{Node, SimMsg};
@@ -59,12 +60,6 @@ impl SimDisk {
         self.storage = None;
         self.fs.crash();
     }
-}
-
-#[derive(Debug, Default)]
-pub(super) struct WakeSlot {
-    pub(super) at: Option<u64>,
-    pub(super) gen: u64,
 }
 
 /// A replica's place in the world: its node while up, its disk, and what the checks track.
@@ -397,7 +392,7 @@ impl FailoverWorld<'_> {
         let replied = |id: &TxnId| {
             fx.iter().any(|e| matches!(e, Effect::ToClient { msg: ServerMsg::Reply(r), .. } if r.id == *id))
         };
-        let cross = |id: &TxnId| self.index.get(id).is_some_and(|&k| self.history.txns[k].pieces.len() > 1);
+        let cross = |id: &TxnId| self.cs.index.get(id).is_some_and(|&k| self.cs.history.txns[k].pieces.len() > 1);
         match point {
             KillPoint::PrepareCommitted if first_propose => Some(Kill::DropOutputs),
             KillPoint::ProposeSent if first_propose => Some(Kill::AfterOutputs),

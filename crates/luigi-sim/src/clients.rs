@@ -1,0 +1,314 @@
+//! The clients of a simulated run, the same in every world: each is a [`Coordinator`] at its
+//! own clock offset, routing with the runtime client's rules ([`ClientRoutes`]), submitting
+//! the workload's transactions into a window of `in_flight`, and recording what it was told
+//! into the history the checker replays. A world (the ideal-log world, the Raft world)
+//! provides the network, time and wake-ups through [`ClientWorld`]; the client logic is
+//! written once, here.
+
+use std::collections::HashMap;
+
+use luigi_node::ClientRoutes;
+use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
+use luigi_proto::msg::ClientMsg;
+use luigi_proto::types::{ClientId, ShardId, TimeUs, TxnId};
+
+use crate::checker::{AnswerRecord, History, Moment, TxnRecord};
+use crate::config::SimConfig;
+use crate::hash::fold;
+use crate::net::{Node, VirtualUs};
+use crate::replies::ReplyLedger;
+use crate::violation::{Violation, ViolationKind};
+use crate::workload::Workload;
+use crate::world::{local_clock, virtual_deadline};
+
+/// The pending wake-up of a node; a wake event whose generation is not current is stale.
+#[derive(Debug, Default)]
+pub(crate) struct WakeSlot {
+    pub(crate) at: Option<VirtualUs>,
+    pub(crate) gen: u64,
+}
+
+/// One client.
+pub(crate) struct ClientNode {
+    pub(crate) coord: Coordinator,
+    pub(crate) offset_us: i64,
+    pub(crate) wake: WakeSlot,
+    /// Started submitting its workload.
+    pub(crate) started: bool,
+    /// Died (a kill point): it sends and hears nothing more.
+    pub(crate) dead: bool,
+    /// Transactions submitted and not answered.
+    pub(crate) outstanding: usize,
+    /// The sequence number the coordinator will give the next transaction.
+    pub(crate) next_seq: u64,
+    /// Where it sends each shard's transactions.
+    pub(crate) routes: ClientRoutes,
+}
+
+impl ClientNode {
+    /// Client `id` of `config`, in a cluster of `replicas` replicas per shard.
+    pub(crate) fn new(config: &SimConfig, id: ClientId, replicas: u32, offset_us: i64) -> Self {
+        let commit_rule = match config.coordinator.commit_rule {
+            CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
+            rule @ CommitRule::Participants => rule,
+        };
+        ClientNode {
+            coord: Coordinator::new(CoordinatorConfig { client: id, commit_rule, ..config.coordinator.clone() }),
+            offset_us,
+            wake: WakeSlot::default(),
+            started: false,
+            dead: false,
+            outstanding: 0,
+            next_seq: 1,
+            routes: ClientRoutes::new(vec![replicas; config.shards as usize]),
+        }
+    }
+}
+
+/// What the clients of a run share: the workload they draw from and everything they were
+/// told.
+pub(crate) struct ClientState {
+    pub(crate) nodes: Vec<ClientNode>,
+    pub(crate) workload: Workload,
+    pub(crate) history: History,
+    pub(crate) index: HashMap<TxnId, usize>,
+    pub(crate) submitted: u64,
+    /// Transactions with a definite answer.
+    pub(crate) answered: u64,
+    /// Answers reported unknown (the client moved on; the resolution is the answer).
+    pub(crate) unknown: u64,
+    /// When the last definite answer came, virtual µs.
+    pub(crate) last_answer_us: VirtualUs,
+    /// Rule 7 checks of every reply and answer.
+    pub(crate) replies: ReplyLedger,
+    out: Vec<CoordOutput>,
+}
+
+impl ClientState {
+    pub(crate) fn new(nodes: Vec<ClientNode>, workload: Workload) -> Self {
+        ClientState {
+            nodes,
+            workload,
+            history: History::default(),
+            index: HashMap::new(),
+            submitted: 0,
+            answered: 0,
+            unknown: 0,
+            last_answer_us: 0,
+            replies: ReplyLedger::default(),
+            out: Vec::new(),
+        }
+    }
+}
+
+type Step = Result<(), Violation>;
+
+/// What a world provides its clients. The client logic is the trait's provided methods.
+pub(crate) trait ClientWorld {
+    /// The run's configuration.
+    fn sim_config(&self) -> &SimConfig;
+    /// Virtual time now.
+    fn now(&self) -> VirtualUs;
+    /// The next point of the run's history.
+    fn moment(&mut self) -> Moment;
+    /// Prints `what` when tracing.
+    fn trace(&self, what: impl FnOnce() -> String);
+    /// Folds `x` into the trace hash.
+    fn fold_trace(&mut self, x: u64);
+    /// A violation at the current time.
+    fn violation(&self, kind: ViolationKind, message: String) -> Violation;
+    /// The clients.
+    fn clients(&mut self) -> &mut ClientState;
+    /// Sends `msg` from client `id` to replica `replica` of `shard`.
+    fn send_to_replica(&mut self, id: ClientId, shard: ShardId, replica: u32, msg: ClientMsg);
+    /// Wakes `node` at `at` (`None`: never).
+    fn schedule_wake(&mut self, node: Node, at: Option<VirtualUs>);
+    /// Whether an unknown outcome is the transaction's answer (a world that never loses a
+    /// majority: the checker reports it) or the client moves on and its resolution is.
+    fn unknown_is_final(&self) -> bool;
+    /// After client `id` submitted a transaction (`cross`: cross-shard) whose dispatches
+    /// are in `out`: returns true if the client dies here (a kill point of the world).
+    fn dies_after_submit(
+        &mut self,
+        _id: ClientId,
+        _cross: bool,
+        _out: &mut Vec<CoordOutput>,
+    ) -> Result<bool, Violation> {
+        Ok(false)
+    }
+
+    /// Client `id`.
+    fn client(&mut self, id: ClientId) -> Result<&mut ClientNode, Violation> {
+        let n = self.clients().nodes.len() as u64;
+        if id == 0 || id > n {
+            return Err(self.violation(ViolationKind::Invariant, format!("no client {id}")));
+        }
+        Ok(&mut self.clients().nodes[(id - 1) as usize])
+    }
+
+    /// Runs `f` on client `id`'s coordinator at its local time, handles its output, tops up
+    /// its window of transactions in flight and reschedules its wake-up. `sort` orders the
+    /// output by transaction id first (the coordinator's `tick` walks a hash map). A dead
+    /// client does nothing.
+    fn call_client(
+        &mut self,
+        id: ClientId,
+        sort: bool,
+        f: impl FnOnce(&mut Coordinator, TimeUs, ShardId, &mut Vec<CoordOutput>),
+    ) -> Step {
+        let now = self.now();
+        let shards = self.sim_config().shards;
+        if self.client(id)?.dead {
+            return Ok(());
+        }
+        let mut out = std::mem::take(&mut self.clients().out);
+        let node = self.client(id)?;
+        let local = local_clock(now, node.offset_us);
+        f(&mut node.coord, local, shards, &mut out);
+        if sort {
+            out.sort_by_key(output_order);
+        }
+        let result = self.client_outputs(id, &mut out).and_then(|()| self.refill(id, &mut out));
+        out.clear();
+        self.clients().out = out;
+        result?;
+        let node = self.client(id)?;
+        let at = if node.dead {
+            None
+        } else {
+            node.coord.next_deadline().map(|d| virtual_deadline(d, node.offset_us).max(now + 1))
+        };
+        self.schedule_wake(Node::Client(id), at);
+        Ok(())
+    }
+
+    /// Sends `msg` for `shard` to the replica the client's routes pick.
+    fn route(&mut self, id: ClientId, shard: ShardId, msg: ClientMsg) -> Step {
+        if shard >= self.sim_config().shards {
+            let msg = format!("client {id} sent {msg:?} to nonexistent shard {shard}");
+            return Err(self.violation(ViolationKind::Invariant, msg));
+        }
+        // Every replica is reachable as far as the client knows (faults lose messages).
+        let Some(target) = self.client(id)?.routes.route(shard, &msg, |_| true) else {
+            return Err(self.violation(ViolationKind::Invariant, format!("client {id} has no route to shard {shard}")));
+        };
+        self.send_to_replica(id, shard, target, msg);
+        Ok(())
+    }
+
+    /// Handles a coordinator's outputs: dispatches leave, answers are recorded.
+    fn client_outputs(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
+        for o in out.drain(..) {
+            match o {
+                CoordOutput::Send { shard, msg } => self.route(id, shard, msg)?,
+                CoordOutput::Done(done)
+                    if matches!(done.outcome, TxnOutcome::Unknown(_)) && !self.unknown_is_final() =>
+                {
+                    // The client moves on (its window slot frees); the answer that counts is
+                    // the resolution, which must come (liveness).
+                    self.trace(|| format!("c{id} reports {:?} unknown: {:?}", done.id, done.outcome));
+                    self.clients().unknown += 1;
+                    self.client(id)?.outstanding -= 1;
+                }
+                CoordOutput::Done(done) => {
+                    self.client(id)?.routes.forget(done.id);
+                    self.record_answer(id, done, true)?
+                }
+                CoordOutput::Resolved(done) => {
+                    self.client(id)?.routes.forget(done.id);
+                    let in_window = self.unknown_is_final();
+                    self.record_answer(id, done, in_window)?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits new transactions while the client's window has room and the run wants more.
+    fn refill(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
+        loop {
+            let (in_flight, txns) = (self.sim_config().in_flight, self.sim_config().txns);
+            let (started, outstanding, seq, dead) = {
+                let node = self.client(id)?;
+                (node.started, node.outstanding, node.next_seq, node.dead)
+            };
+            if dead || !started || outstanding >= in_flight || self.clients().submitted >= txns {
+                return Ok(());
+            }
+            let spec = self.clients().workload.next(id, seq);
+            let now = self.now();
+            let dispatched = self.moment();
+            let node = self.client(id)?;
+            let local = local_clock(now, node.offset_us);
+            let txn_id = node.coord.submit(local, &spec.procedure, spec.args.clone(), spec.pieces.clone(), out);
+            node.outstanding += 1;
+            node.next_seq += 1;
+            if txn_id != (TxnId { client: id, seq }) {
+                let msg = format!("client {id} numbered its transaction {txn_id:?}, expected seq {seq}");
+                return Err(self.violation(ViolationKind::Invariant, msg));
+            }
+            self.trace(|| format!("c{id} submits {txn_id:?}: {:?}", spec.ops));
+            let cross = spec.pieces.len() > 1;
+            let c = self.clients();
+            c.index.insert(txn_id, c.history.txns.len());
+            c.history.txns.push(TxnRecord {
+                id: txn_id,
+                procedure: spec.procedure,
+                args: spec.args,
+                pieces: spec.pieces,
+                dispatched,
+                answers: Vec::new(),
+            });
+            c.submitted += 1;
+            if self.dies_after_submit(id, cross, out)? {
+                return Ok(());
+            }
+            self.client_outputs(id, out)?;
+        }
+    }
+
+    /// Records the definite answer of `done.id`; `in_window`: it still holds a slot of the
+    /// client's window (a resolution of an unknown one does not).
+    fn record_answer(&mut self, client: ClientId, done: Completion, in_window: bool) -> Step {
+        let at = self.moment();
+        self.fold_trace(fold(at.us, done.id.seq ^ (done.id.client << 40)));
+        self.trace(|| format!("c{client} answered {:?} -> {:?}", done.id, done.outcome));
+        let Some(&k) = self.clients().index.get(&done.id) else {
+            let msg = format!("client {client} answered {:?}, which was never submitted", done.id);
+            return Err(self.violation(ViolationKind::Invariant, msg));
+        };
+        if done.id.client != client {
+            let msg = format!("client {client} answered {:?}, another client's transaction", done.id);
+            return Err(self.violation(ViolationKind::Invariant, msg));
+        }
+        if let Err((kind, msg)) = self.clients().replies.check_completion(&done) {
+            return Err(self.violation(kind, msg));
+        }
+        let now = self.now();
+        let c = self.clients();
+        let rec = &mut c.history.txns[k];
+        rec.answers.push(AnswerRecord { at, outcome: done.outcome, attempts: done.attempts });
+        if rec.answers.len() > 1 {
+            let msg = format!(
+                "{:?} answered a second time: first {:?}, then {:?}",
+                done.id, rec.answers[0].outcome, rec.answers[1].outcome
+            );
+            return Err(self.violation(ViolationKind::DuplicateAnswer, msg));
+        }
+        c.answered += 1;
+        c.last_answer_us = now;
+        if in_window {
+            self.client(client)?.outstanding -= 1;
+        }
+        Ok(())
+    }
+}
+
+/// Sort key that puts a coordinator's output in transaction-id order.
+fn output_order(o: &CoordOutput) -> TxnId {
+    match o {
+        CoordOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => txn.id,
+        CoordOutput::Send { .. } => TxnId { client: 0, seq: 0 },
+        CoordOutput::Done(done) | CoordOutput::Resolved(done) => done.id,
+    }
+}
