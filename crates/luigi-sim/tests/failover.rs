@@ -4,9 +4,10 @@
 //! world's own checks and the checker (see `luigi_sim::failover`).
 //!
 //! A failing seed prints the command that reruns it alone; `LUIGI_SIM_TRACE=1` prints every
-//! event. `LUIGI_SIM_SWEEP=n` runs `n` seeds of `harsh_faults_sweep` and of
-//! `majority_loss_sweep` (defaults 50 and 40, from seed `LUIGI_SIM_SWEEP_FROM`, defaults 1000
-//! and 4000), e.g.
+//! event. `LUIGI_SIM_SWEEP=n` runs `n` seeds of each sweep (`random_faults_sweep`,
+//! `random_faults_with_snapshots_sweep`, `harsh_faults_sweep`, `majority_loss_sweep`;
+//! defaults 80, 60, 50 and 40, from seed `LUIGI_SIM_SWEEP_FROM`, defaults 1, 2001, 1000 and
+//! 4000), e.g.
 //! `LUIGI_SIM_SWEEP=1000 cargo test -p luigi-sim --test failover harsh -- --nocapture`.
 
 mod common;
@@ -57,7 +58,7 @@ fn shards(seed: u64) -> u32 {
 fn random_faults_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
-    for seed in common::seeds(1..81) {
+    for seed in common::seeds(sweep(1, 80)) {
         let r = must_pass("random_faults_sweep", failover_config(seed, shards(seed)), &FaultConfig::new());
         total.absorb(&r);
         if std::env::var(SEED_ENV).is_ok() {
@@ -79,7 +80,7 @@ fn random_faults_with_snapshots_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
     let faults = FaultConfig { snapshot_entries: Some(15), replicas: 5, ..FaultConfig::new() };
-    for seed in common::seeds(2001..2061) {
+    for seed in common::seeds(sweep(2_001, 60)) {
         let r = must_pass("random_faults_with_snapshots_sweep", failover_config(seed, shards(seed)), &faults);
         total.absorb(&r);
         if std::env::var(SEED_ENV).is_ok() {
