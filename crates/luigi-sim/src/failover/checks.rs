@@ -1,0 +1,276 @@
+//! The replicated world's checks: the oracle of what each group committed, every execution
+//! against it (rule 4), every reply (rule 7), and the end-of-run checks (Raft safety,
+//! durability of every answer, orphans, the checker's replay).
+
+use super::*;
+
+impl FailoverWorld<'_> {
+    /// Folds the entries replica `i` knows committed into the shard's oracle, checking that
+    /// they agree with what other replicas reported committed.
+    pub(super) fn update_oracle(&mut self, s: ShardId, i: u32) -> Step {
+        let log = self.replicas[s as usize][i as usize].node.as_ref().expect("up").replica().log();
+        let commit = log.commit_index();
+        let oracle = &mut self.oracle[s as usize];
+        let known = oracle.entries.len() as u64;
+        let check = commit.min(known);
+        // Compacted entries are gone from memory (the snapshot's own index keeps its term).
+        if check > 0 && check >= log.snapshot_index() {
+            let term = log.term_at(check);
+            if term != Some(oracle.entries[(check - 1) as usize].0) {
+                let msg = format!(
+                    "R{s}.{i} has term {term:?} at committed index {check}, but the group committed term {} there",
+                    oracle.entries[(check - 1) as usize].0
+                );
+                return Err(self.violation(ViolationKind::Invariant, msg));
+            }
+        }
+        for index in known + 1..=commit {
+            let Some(e) = log.entry(index) else {
+                let msg = format!("R{s}.{i} reports index {index} committed but does not hold it");
+                return Err(Violation::new(ViolationKind::Invariant, msg));
+            };
+            oracle.entries.push((e.term, crate::hash::fnv1a(&e.data) ^ u64::from(e.entry_type as u32)));
+            if e.entry_type as i32 != 0 || e.data.is_empty() {
+                continue;
+            }
+            let Ok(record) = postcard::from_bytes::<LogRecord>(&e.data) else {
+                return Err(Violation::new(
+                    ViolationKind::Invariant,
+                    format!("shard {s}: entry {index} does not decode"),
+                ));
+            };
+            match record {
+                LogRecord::Prepare { txn, ts, .. } => {
+                    let d = oracle.durable.entry(txn.id).or_default();
+                    d.prepares += 1;
+                    d.prepared.get_or_insert(ts);
+                }
+                LogRecord::Decide { id, ts } => {
+                    let d = oracle.durable.entry(id).or_default();
+                    d.decided = d.decided.max(Some(ts));
+                }
+                LogRecord::Abort { id } => oracle.durable.entry(id).or_default().aborted = true,
+                LogRecord::Refuse { id, .. } => oracle.durable.entry(id).or_default().refused = true,
+                LogRecord::Floor { .. } | LogRecord::Applied { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Replica `i` of shard `s` executed `id`: once per state machine, as a participant, and
+    /// (rule 4) only once every participant durably holds its final timestamp.
+    pub(super) fn on_executed(&mut self, s: ShardId, i: u32, shard: ShardId, id: TxnId) -> Step {
+        self.trace(|| format!("R{s}.{i} executes {id:?}"));
+        self.trace_hash =
+            fold(fold(self.trace_hash, 0xe8ec_u64 ^ Node::Replica(s, i).code()), id.seq ^ (id.client << 40));
+        let Some(&k) = self.cs.index.get(&id) else {
+            return Err(self.violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?}, never submitted")));
+        };
+        let shards = shards_of(&self.cs.history.txns[k]);
+        if shard != s || !shards.contains(&s) {
+            return Err(self.violation(
+                ViolationKind::Execution,
+                format!("R{s}.{i} executed {id:?} as shard {shard}; its participants are {shards:?}"),
+            ));
+        }
+        if !self.replicas[s as usize][i as usize].exec_seen.insert(id) {
+            return Err(self
+                .violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?} twice in one state machine")));
+        }
+        if !self.config.check_durable_decisions {
+            return Ok(());
+        }
+        let mut proposals = Vec::new();
+        for &p in &shards {
+            let d = self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default();
+            let why = if d.prepares > 1 {
+                Some(format!("shard {p} has {} committed PREPAREs of it", d.prepares))
+            } else if d.aborted {
+                Some(format!("shard {p} has a committed ABORT of it"))
+            } else if d.prepared.is_none() {
+                Some(format!("shard {p}'s PREPARE of it is not committed"))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(self.violation(ViolationKind::NotDurable, format!("R{s}.{i} executed {id:?}, but {why}")));
+            }
+            proposals.push((p, d));
+        }
+        let final_ts = proposals.iter().filter_map(|(_, d)| d.prepared).max().expect("a participant");
+        if proposals.iter().all(|(_, d)| d.prepared == Some(final_ts)) {
+            return Ok(());
+        }
+        if let Some((p, d)) = proposals.iter().find(|(_, d)| d.ts() != Some(final_ts)) {
+            return Err(self.violation(
+                ViolationKind::NotDurable,
+                format!(
+                    "R{s}.{i} executed {id:?} (final ts {final_ts}) before shard {p} durably adopted it: its \
+                     committed log holds PREPARE at {:?} and DECIDE at {:?}",
+                    d.prepared, d.decided
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Step {
+        if let Err(TxnError::NotLeader { .. }) = &r.outcome {
+            return Ok(()); // nothing was ordered
+        }
+        self.cs.replies.check_reply(shard, r).map_err(|(kind, msg)| self.violation(kind, msg))
+    }
+
+    pub(super) fn finish(mut self) -> Result<FailoverReport, Violation> {
+        // Raft safety: every replica's committed prefix is the group's.
+        let now = self.now;
+        for (s, group) in self.replicas.iter_mut().enumerate() {
+            let oracle = &self.oracle[s];
+            for (i, node) in group.iter_mut().enumerate() {
+                let log = node.node.as_ref().expect("healed").replica().log();
+                let commit = log.commit_index();
+                for index in log.snapshot_index().max(1)..=commit.min(oracle.entries.len() as u64) {
+                    let term = log.term_at(index);
+                    if term != Some(oracle.entries[(index - 1) as usize].0) {
+                        return Err(Violation::new(
+                            ViolationKind::Invariant,
+                            format!("R{s}.{i}: committed entry {index} has term {term:?}, the group's has another"),
+                        )
+                        .at(now));
+                    }
+                }
+            }
+        }
+        // Nothing answered is lost: every ordered answer is durable on every participant at
+        // the answered timestamp.
+        for rec in &self.cs.history.txns {
+            let Some(ts) = rec.ts() else { continue };
+            let durable: Vec<(ShardId, Durable)> = shards_of(rec)
+                .into_iter()
+                .map(|p| (p, self.oracle[p as usize].durable.get(&rec.id).copied().unwrap_or_default()))
+                .collect();
+            let final_ts = durable.iter().filter_map(|(_, d)| d.prepared).max();
+            if let Some((p, d)) =
+                durable.iter().find(|(_, d)| d.prepared.is_none() || d.aborted || d.refused || d.prepares > 1)
+            {
+                return Err(self.violation(
+                    ViolationKind::NotDurable,
+                    format!("{:?} was answered at ts {ts}, but shard {p}'s committed log has {d:?}", rec.id),
+                ));
+            }
+            if final_ts != Some(ts) {
+                return Err(self.violation(
+                    ViolationKind::TimestampMismatch,
+                    format!("{:?} was answered at ts {ts}, the committed proposals give {final_ts:?}", rec.id),
+                ));
+            }
+        }
+        // Orphans: executed iff prepared everywhere and aborted nowhere.
+        let ids: Vec<TxnId> = self.orphans.keys().copied().collect();
+        for id in ids {
+            let rec = &self.cs.history.txns[self.cs.index[&id]];
+            let durable: Vec<Durable> = shards_of(rec)
+                .into_iter()
+                .map(|p| self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default())
+                .collect();
+            let executed = durable.iter().all(|d| d.prepared.is_some() && !d.aborted);
+            let ts = durable.iter().filter_map(|d| d.prepared).max();
+            if executed {
+                self.report.orphans_executed += 1;
+            }
+            self.orphans.insert(id, if executed { ts } else { None });
+        }
+        let mut stores: Vec<&Store> = Vec::new();
+        for group in &self.replicas {
+            let leader = group
+                .iter()
+                .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
+                .find(|r| r.is_serving())
+                .expect("converged");
+            stores.push(leader.store());
+            self.report.recover_sent += leader.leader().map_or(0, |l| l.stats().recover_sent);
+        }
+        let options = CheckOptions { realtime_across_shards: self.config.check_realtime_across_shards };
+        let summary =
+            checker::check_with_orphans(&self.cs.history, &self.orphans, &procedure::registry(), &stores, options)
+                .map_err(|v| v.at(self.now))?;
+        self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
+        self.report.committed = summary.committed;
+        self.report.rejected = summary.rejected;
+        self.report.orphans = self.orphans.len() as u64;
+        self.report.unknown = self.cs.unknown;
+        self.report.retries = self.cs.nodes.iter().map(|c| c.coord.stats().retries).sum();
+        self.report.events = self.events;
+        self.report.messages = self.delivered;
+        self.report.trace_hash = self.trace_hash;
+        let _ = self.answered_at;
+        Ok(self.report)
+    }
+
+    pub(super) fn not_converged(&mut self) -> Violation {
+        let mut msg = format!(
+            "the healed cluster did not converge within {} us (one serving leader per shard, nothing pending, \
+             equal stores on every replica)",
+            self.faults.settle_us
+        );
+        for (s, group) in self.replicas.iter_mut().enumerate() {
+            for (i, node) in group.iter_mut().enumerate() {
+                match node.node.as_ref().map(ReplicaNode::replica) {
+                    None => msg.push_str(&format!("; R{s}.{i}: down")),
+                    Some(r) => msg.push_str(&format!(
+                        "; R{s}.{i}: serving={} pending={} store={:#x} keys={} log={:?}",
+                        r.is_serving(),
+                        r.leader().map_or(0, |l| l.pending_len()),
+                        r.store().state_hash(),
+                        r.store().len(),
+                        r.log()
+                    )),
+                }
+            }
+        }
+        self.violation(ViolationKind::Stuck, msg)
+    }
+
+    pub(super) fn stuck(&mut self, why: &str) -> Violation {
+        let mut msg = format!(
+            "the run did not finish: {why}; {}/{} transactions answered ({} orphaned, {} submitted) after {} \
+             events at virtual time {} us",
+            self.cs.answered,
+            self.config.txns,
+            self.orphans.len(),
+            self.cs.submitted,
+            self.events,
+            self.now
+        );
+        let waiting: Vec<String> = self
+            .cs
+            .history
+            .txns
+            .iter()
+            .filter(|t| t.answers.is_empty() && !self.orphans.contains_key(&t.id))
+            .take(5)
+            .map(|t| format!("{:?} (dispatched {} us, shards {:?})", t.id, t.dispatched.us, shards_of(t)))
+            .collect();
+        msg.push_str(&format!("; unanswered (first 5): {}", waiting.join(", ")));
+        for (s, group) in self.replicas.iter_mut().enumerate() {
+            for (i, node) in group.iter_mut().enumerate() {
+                let state = match node.node.as_ref().map(ReplicaNode::replica) {
+                    None => "down".to_string(),
+                    Some(r) => format!(
+                        "serving={} watermark={:?} pending={:?} {:?}",
+                        r.is_serving(),
+                        r.leader().map(|l| l.watermark()),
+                        r.leader().map(|l| l.pending_len()),
+                        r.log()
+                    ),
+                };
+                msg.push_str(&format!(
+                    "; R{s}.{i}{}{}: {state}",
+                    if node.isolated { " (isolated)" } else { "" },
+                    if node.raft_cut { " (raft cut)" } else { "" }
+                ));
+            }
+        }
+        self.violation(ViolationKind::Stuck, msg)
+    }
+}

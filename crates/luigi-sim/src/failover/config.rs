@@ -1,0 +1,249 @@
+//! What a replicated run is asked to do: its faults ([`FaultConfig`], [`KillPoint`],
+//! [`Outage`]), a configuration suited to it ([`failover_config`]), and what it reports
+//! ([`FailoverReport`]).
+
+use luigi_proto::types::ShardId;
+
+use crate::config::{Delay, SimConfig};
+
+/// A named point in the life of a cross-shard transaction at which the serving leader of a
+/// participant (or the coordinator) is killed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KillPoint {
+    /// (a) Its `PREPARE` committed, its `Propose` not sent: the leader crashes in the call
+    /// that would send its first `Propose` (the call's outputs are lost).
+    PrepareCommitted,
+    /// (b) Its `Propose` sent, nothing decided: the leader crashes right after the call that
+    /// sent its first `Propose`.
+    ProposeSent,
+    /// (c) Decided (agreement reached, or the `DECIDE` of a second round committed) but not
+    /// executed: the leader crashes in that call, its outputs lost.
+    Decided,
+    /// (d) Executed but not answered (the watermark has not passed it, or its reply is lost):
+    /// the leader crashes in the call that executed it, its outputs lost.
+    Executed,
+    /// (e) The coordinator dispatches a cross-shard transaction to its first participant only
+    /// and dies (every transaction it had in flight is orphaned).
+    CoordinatorPartial,
+}
+
+/// Replication and fault knobs of a replicated run (the rest comes from [`SimConfig`]).
+#[derive(Clone, Debug)]
+pub struct FaultConfig {
+    /// Replicas per shard (Raft group size), `>= 1`.
+    pub replicas: u32,
+    /// Virtual time between two Raft ticks of a replica, µs.
+    pub raft_tick_us: u64,
+    /// Raft election timeout base, in ticks (heartbeats every tick).
+    pub election_ticks: usize,
+    /// Time a disk takes to make written data durable.
+    pub sync: Delay,
+    /// Random faults (crashes, isolations, Raft-only partitions) drawn from the seed.
+    pub random_faults: bool,
+    /// Time between two random faults.
+    pub fault_gap: Delay,
+    /// How long a crashed or cut-off replica stays down.
+    pub down: Delay,
+    /// No random fault starts after this virtual time (so runs end).
+    pub faults_until_us: u64,
+    /// Kill serving leaders (or a coordinator) at this point.
+    pub kill: Option<KillPoint>,
+    /// How many kills at `kill` (each needs a shard with every replica up).
+    pub kills: u32,
+    /// Least time between two kills, µs.
+    pub kill_gap_us: u64,
+    /// After every transaction is answered, how long (virtual µs) the healed cluster may take
+    /// to converge (one serving leader per shard, nothing pending, equal stores).
+    pub settle_us: u64,
+    /// A deliberately broken disk, for tests that prove the checks catch lost writes: Raft is
+    /// told that writes are durable (acknowledgements and votes leave) before they are synced,
+    /// so a crash can lose what a quorum acknowledged.
+    pub ack_before_sync: bool,
+    /// Followers snapshot their state and compact their log every this many applied
+    /// records (`None`: never). Restarts then load snapshots, and a replica that fell
+    /// behind a compaction is sent the leader's snapshot.
+    pub snapshot_entries: Option<u64>,
+    /// Majority losses: at each, a majority of one shard's replicas (its serving leader
+    /// first) crash and stay down for a while, so the shard has no quorum.
+    pub outages: Vec<Outage>,
+    /// Liveness: once every fault has healed (outages and random faults over), the cluster
+    /// answers a transaction at least this often, virtual µs: no gap between two answers (or
+    /// between the last repair and the first answer) is longer, until every transaction has
+    /// a definite answer.
+    pub liveness_us: u64,
+}
+
+/// A shard without a majority for a while (see [`FaultConfig::outages`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outage {
+    /// The shard.
+    pub shard: ShardId,
+    /// When its majority crashes, virtual µs.
+    pub at_us: u64,
+    /// How long they stay down, µs.
+    pub down_us: u64,
+}
+
+impl Default for FaultConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FaultConfig {
+    /// 3 replicas, 2 ms ticks, 10-tick elections, syncs of 300 ± 200 µs, random faults every
+    /// 60 ± 40 ms for the first 600 ms, each lasting 80 ± 60 ms; no kill point.
+    pub fn new() -> Self {
+        Self {
+            replicas: 3,
+            raft_tick_us: 2_000,
+            election_ticks: 10,
+            sync: Delay::new(300, 200),
+            random_faults: true,
+            fault_gap: Delay::new(60_000, 40_000),
+            down: Delay::new(80_000, 60_000),
+            faults_until_us: 600_000,
+            kill: None,
+            kills: 0,
+            kill_gap_us: 100_000,
+            settle_us: 5_000_000,
+            ack_before_sync: false,
+            snapshot_entries: None,
+            outages: Vec::new(),
+            liveness_us: 10_000_000,
+        }
+    }
+
+    /// No random faults; `kills` kills at `point`.
+    pub fn kill_at(point: KillPoint, kills: u32) -> Self {
+        Self { random_faults: false, kill: Some(point), kills, ..Self::new() }
+    }
+
+    /// A one-line summary (for failure messages).
+    pub fn summary(&self) -> String {
+        format!(
+            "replicas={} raft_tick={}us election_ticks={} sync={}±{}us random_faults={} fault_gap={}±{}us \
+             down={}±{}us faults_until={}us kill={:?}×{} ack_before_sync={} snapshot_entries={:?} outages={:?}",
+            self.replicas,
+            self.raft_tick_us,
+            self.election_ticks,
+            self.sync.mean_us,
+            self.sync.jitter_us,
+            self.random_faults,
+            self.fault_gap.mean_us,
+            self.fault_gap.jitter_us,
+            self.down.mean_us,
+            self.down.jitter_us,
+            self.faults_until_us,
+            self.kill,
+            self.kills,
+            self.ack_before_sync,
+            self.snapshot_entries,
+            self.outages
+        )
+    }
+}
+
+/// A [`SimConfig`] suited to replicated runs with faults: `shards` shards, 3 clients with 3
+/// transactions in flight, 120 transactions over 6 keys per shard, half of them cross-shard,
+/// coordinators that resend after 60 ms (and after 5 ms on `NotLeader`) and never give up,
+/// leaders that recover stalled transactions after 40 ms.
+pub fn failover_config(seed: u64, shards: u32) -> SimConfig {
+    let mut c = SimConfig::new(seed)
+        .shards(shards)
+        .clients(3)
+        .in_flight(3)
+        .txns(120)
+        .keys(6 * u64::from(shards))
+        .cross_shard(0.5);
+    c.coordinator.retry_timeout_us = 60_000;
+    c.coordinator.not_leader_retry_us = 5_000;
+    c.coordinator.max_attempts = 100_000;
+    c.leader.recover_after_us = 40_000;
+    c.max_virtual_us = 60_000_000;
+    c
+}
+
+/// What a correct replicated run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FailoverReport {
+    /// The seed.
+    pub seed: u64,
+    /// Transactions submitted.
+    pub txns: u64,
+    /// Ordered with every participant's procedure succeeding.
+    pub committed: u64,
+    /// Rejected (refused or aborted).
+    pub rejected: u64,
+    /// Never answered: their coordinator died.
+    pub orphans: u64,
+    /// Reported unknown by a coordinator that gave up (each resolved later: the run ends
+    /// only when every transaction has a definite answer).
+    pub unknown: u64,
+    /// Majority losses applied.
+    pub outages: u64,
+    /// The longest virtual µs without an answer once every fault had healed (the liveness
+    /// bound checks it).
+    pub recovery_us: u64,
+    /// Of the orphans, those that were executed (recovered by the participants).
+    pub orphans_executed: u64,
+    /// Replica crashes (random and kill points).
+    pub crashes: u64,
+    /// Kills at the configured kill point (coordinator deaths included).
+    pub kills: u64,
+    /// Isolations and Raft-only partitions.
+    pub cuts: u64,
+    /// Times a replica became its shard's serving leader.
+    pub promotions: u64,
+    /// Times a serving leader stepped down and rebuilt its state.
+    pub demotions: u64,
+    /// Snapshots followers took (each compacting its log).
+    pub compactions: u64,
+    /// Times a serving leader compacted its log behind a follower's snapshot.
+    pub leader_compactions: u64,
+    /// Snapshots replicas installed from their leader (they had fallen behind a compaction).
+    pub snapshots_installed: u64,
+    /// Dispatches the coordinators sent again.
+    pub retries: u64,
+    /// Leader counters, summed over every serving incarnation that was still alive at the
+    /// end (a crashed leader's counters are lost with it).
+    pub recover_sent: u64,
+    /// Virtual time at which the last transaction was answered, µs.
+    pub end_us: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Messages delivered.
+    pub messages: u64,
+    /// Each shard's final store hash (equal on every replica).
+    pub shard_hashes: Vec<u64>,
+    /// Hash of every delivery, wake-up, fault and answer, in order.
+    pub trace_hash: u64,
+}
+
+impl FailoverReport {
+    /// Adds `r`'s counts to this sweep total; the longest `recovery_us` and `end_us` are kept
+    /// (per-run fields, `seed`, `shard_hashes` and `trace_hash`, are left as they are).
+    pub fn absorb(&mut self, r: &FailoverReport) {
+        self.txns += r.txns;
+        self.committed += r.committed;
+        self.rejected += r.rejected;
+        self.orphans += r.orphans;
+        self.unknown += r.unknown;
+        self.outages += r.outages;
+        self.recovery_us = self.recovery_us.max(r.recovery_us);
+        self.orphans_executed += r.orphans_executed;
+        self.crashes += r.crashes;
+        self.kills += r.kills;
+        self.cuts += r.cuts;
+        self.promotions += r.promotions;
+        self.demotions += r.demotions;
+        self.compactions += r.compactions;
+        self.leader_compactions += r.leader_compactions;
+        self.snapshots_installed += r.snapshots_installed;
+        self.retries += r.retries;
+        self.recover_sent += r.recover_sent;
+        self.end_us = self.end_us.max(r.end_us);
+        self.events += r.events;
+        self.messages += r.messages;
+    }
+}

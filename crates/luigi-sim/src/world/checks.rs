@@ -1,0 +1,290 @@
+//! The ideal-log world's checks: each execution against the committed logs (rule 4), every
+//! reply (rule 7), and after the run that exactly the ordered transactions executed, in
+//! timestamp order per key, with the followers agreeing.
+
+use super::*;
+
+impl World<'_> {
+    /// Shard `shard` just executed `id`: it must be a participant that has not executed it
+    /// before, and (rule 4) every participant must durably hold its final timestamp.
+    pub(super) fn on_executed(&mut self, shard: ShardId, id: TxnId) -> Step {
+        self.trace(|| format!("L{shard} executes {id:?}"));
+        self.trace_hash = fold(fold(self.trace_hash, 0xe8ec_u64 ^ u64::from(shard)), id.seq ^ (id.client << 40));
+        let Some(&i) = self.cs.index.get(&id) else {
+            return Err(self.violation(
+                ViolationKind::Execution,
+                format!("shard {shard} executed {id:?}, which was never submitted"),
+            ));
+        };
+        let shards: Vec<ShardId> = self.cs.history.txns[i].pieces.iter().map(|p| p.shard).collect();
+        if !shards.contains(&shard) {
+            return Err(self.violation(
+                ViolationKind::Execution,
+                format!("shard {shard} executed {id:?}, whose participants are {shards:?}"),
+            ));
+        }
+        if !self.executed.insert((id, shard)) {
+            return Err(self.violation(ViolationKind::Execution, format!("shard {shard} executed {id:?} twice")));
+        }
+        self.executions[shard as usize].push(id);
+        if self.config.check_durable_decisions {
+            self.check_durable(shard, id, &shards)?;
+        }
+        Ok(())
+    }
+
+    /// DESIGN.md rule 4 at the moment `shard` executes `id`: every participant's `PREPARE` is
+    /// committed, and if the proposals differed, every participant's committed log already
+    /// holds the final timestamp (a `DECIDE` at it, or its own `PREPARE` if that was the
+    /// largest). Without this a replica or a new leader of a participant that only holds the
+    /// old, smaller proposal would order the transaction differently from what was executed.
+    pub(super) fn check_durable(&mut self, shard: ShardId, id: TxnId, shards: &[ShardId]) -> Step {
+        let now = self.now;
+        let durable: Vec<(ShardId, Durable)> =
+            shards.iter().map(|&p| (p, self.leaders[p as usize].leader.log_mut().durable(id, now))).collect();
+        let mut proposals = Vec::new();
+        for (p, d) in &durable {
+            let why = if d.prepares > 1 {
+                Some(format!("shard {p} has {} committed PREPAREs of it", d.prepares))
+            } else if d.aborted {
+                Some(format!("shard {p} has a committed ABORT of it"))
+            } else if d.prepared.is_none() {
+                Some(format!("shard {p}'s PREPARE of it is not committed"))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(
+                    self.violation(ViolationKind::NotDurable, format!("shard {shard} executed {id:?}, but {why}"))
+                );
+            }
+            proposals.push((*p, d.prepared.expect("checked")));
+        }
+        let final_ts = proposals.iter().map(|(_, ts)| *ts).max().expect("a participant");
+        if proposals.iter().all(|(_, ts)| *ts == final_ts) {
+            return Ok(());
+        }
+        for (p, d) in &durable {
+            if d.ts() != Some(final_ts) {
+                return Err(self.violation(
+                    ViolationKind::NotDurable,
+                    format!(
+                        "shard {shard} executed {id:?} (proposals by shard {proposals:?}, final ts {final_ts}) \
+                         before shard {p} durably adopted the final timestamp: its committed log holds \
+                         PREPARE at {:?} and DECIDE at {:?} (rule 4: no release on the first round when \
+                         proposals differ)",
+                        d.prepared, d.decided
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a reply as the leader sends it.
+    pub(super) fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Step {
+        self.cs.replies.check_reply(shard, r).map_err(|(kind, msg)| self.violation(kind, msg))
+    }
+
+    /// After the run: exactly the ordered transactions were executed, once on each
+    /// participant, and on every shard conflicting ones executed in final-timestamp order and
+    /// in the order of the shard's own committed log.
+    pub(super) fn check_executions(&mut self) -> Step {
+        for (shard, execs) in self.executions.iter().enumerate() {
+            for id in execs {
+                let rec = &self.cs.history.txns[self.cs.index[id]];
+                if rec.ts().is_none() {
+                    return Err(self.violation(
+                        ViolationKind::Execution,
+                        format!(
+                            "{id:?} was executed on shard {shard} but its client was told {:?}: a rejected \
+                             or aborted transaction left a trace",
+                            rec.answers.first().map(|a| &a.outcome)
+                        ),
+                    ));
+                }
+            }
+        }
+        let now = self.now;
+        for rec in &self.cs.history.txns {
+            if rec.ts().is_none() {
+                continue;
+            }
+            for p in &rec.pieces {
+                if self.leaders[p.shard as usize].leader.log_mut().durable(rec.id, now).aborted {
+                    return Err(self.violation(
+                        ViolationKind::Execution,
+                        format!("{:?} was answered as ordered although shard {} logged its ABORT", rec.id, p.shard),
+                    ));
+                }
+            }
+            if let Some(p) = rec.pieces.iter().find(|p| !self.executed.contains(&(rec.id, p.shard))) {
+                return Err(self.violation(
+                    ViolationKind::Execution,
+                    format!("{:?} was answered as ordered but never executed on shard {}", rec.id, p.shard),
+                ));
+            }
+        }
+        for shard in 0..self.config.shards {
+            let mut execs = Vec::new();
+            for &id in &self.executions[shard as usize] {
+                let rec = &self.cs.history.txns[self.cs.index[&id]];
+                let ts = rec.ts().expect("checked above");
+                let log_ts = self.leaders[shard as usize].leader.log_mut().durable(id, now).ts().unwrap_or(ts);
+                let keys = rec.piece(shard).expect("participant checked at execution");
+                execs.push(Exec { id, by_final: (ts, id), by_log: (log_ts, id), keys });
+            }
+            let describe =
+                |e: &Exec| format!("{:?} (final ts {}, ts in shard {shard}'s log {})", e.id, e.by_final.0, e.by_log.0);
+            if let Some((a, b, key, access)) = first_inversion(&execs, |e| e.by_final) {
+                let msg = format!(
+                    "on shard {shard}, {} executed before {}, which conflicts with it on key {} \
+                     ({access:?}), but has the smaller final timestamp",
+                    describe(&execs[a]),
+                    describe(&execs[b]),
+                    checker::show_key(key)
+                );
+                return Err(self.violation(ViolationKind::ExecutionOrder, msg));
+            }
+            if !self.config.check_log_order {
+                continue;
+            }
+            if let Some((a, b, key, access)) = first_inversion(&execs, |e| e.by_log) {
+                let msg = format!(
+                    "timestamp inversion on shard {shard}: {} executed before {}, which conflicts with it \
+                     on key {} ({access:?}), but shard {shard}'s committed log orders them the other \
+                     way round, so a replica or a new leader replaying that log would run them in the \
+                     opposite order",
+                    describe(&execs[a]),
+                    describe(&execs[b]),
+                    checker::show_key(key)
+                );
+                return Err(self.violation(ViolationKind::ExecutionOrder, msg));
+            }
+        }
+        Ok(())
+    }
+
+    /// Cross-shard transactions submitted, and those whose participants' committed proposals
+    /// differed (the ones that needed the second round).
+    pub(super) fn count_cross_shard(&mut self) -> (u64, u64) {
+        let now = self.now;
+        let (mut cross, mut differed) = (0, 0);
+        for rec in &self.cs.history.txns {
+            if rec.pieces.len() < 2 {
+                continue;
+            }
+            cross += 1;
+            let proposals: Vec<Option<Timestamp>> = rec
+                .pieces
+                .iter()
+                .map(|p| self.leaders[p.shard as usize].leader.log_mut().durable(rec.id, now).prepared)
+                .collect();
+            if proposals.iter().all(Option::is_some) && proposals.iter().any(|p| *p != proposals[0]) {
+                differed += 1;
+            }
+        }
+        (cross, differed)
+    }
+}
+
+impl World<'_> {
+    /// Replays every shard's log into a fresh follower replica and requires it to rebuild
+    /// exactly the leader's store (DESIGN.md rule 5: execution is a deterministic function of
+    /// the ordered log). A final `Applied` marker covers everything the leader executed.
+    pub(super) fn check_followers(&mut self) -> Result<(), Violation> {
+        for s in 0..self.leaders.len() {
+            self.leaders[s].leader.mark_applied();
+            let shard = s as u32;
+            let mut follower = Follower::new(shard, Store::new(), procedure::registry());
+            let entries: Vec<LogEntry> = self.leaders[s].leader.log_mut().all_entries().cloned().collect();
+            for entry in &entries {
+                follower.apply(entry);
+            }
+            let leader_store = self.leaders[s].leader.store();
+            if follower.queued_len() != 0 || follower.store() != leader_store {
+                return Err(self.violation(
+                    ViolationKind::StateMismatch,
+                    format!(
+                        "shard {s}: a follower replaying the {} log entries rebuilds a different store \
+                         ({} keys, hash {:x}, {} transactions still queued) than the leader's ({} keys, hash {:x})",
+                        entries.len(),
+                        follower.store().len(),
+                        follower.store().state_hash(),
+                        follower.queued_len(),
+                        leader_store.len(),
+                        leader_store.state_hash()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
+    LeaderStats {
+        admitted: a.admitted + b.admitted,
+        bumped: a.bumped + b.bumped,
+        executed: a.executed + b.executed,
+        rejected: a.rejected + b.rejected,
+        malformed: a.malformed + b.malformed,
+        duplicates: a.duplicates + b.duplicates,
+        cross_decided: a.cross_decided + b.cross_decided,
+        cross_differed: a.cross_differed + b.cross_differed,
+        aborted: a.aborted + b.aborted,
+        early_overflow: a.early_overflow + b.early_overflow,
+        recover_sent: a.recover_sent + b.recover_sent,
+        recover_forgotten: a.recover_forgotten + b.recover_forgotten,
+        recover_acknowledged: a.recover_acknowledged + b.recover_acknowledged,
+    }
+}
+
+/// One execution on one shard, for the order check.
+struct Exec<'k> {
+    id: TxnId,
+    /// (final timestamp, id): the order the clients were promised.
+    by_final: (Timestamp, TxnId),
+    /// (timestamp in this shard's committed log, id): the order a replica would replay.
+    by_log: (Timestamp, TxnId),
+    keys: &'k KeySet,
+}
+
+/// Per key, the last write and the latest read since it, as (position, index into execs).
+#[derive(Default)]
+struct KeyOrder {
+    last_write: Option<((Timestamp, TxnId), usize)>,
+    max_read: Option<((Timestamp, TxnId), usize)>,
+}
+
+/// The first pair of conflicting executions, in execution order, whose positions under `pos`
+/// are not increasing: (earlier executed, later executed, key, access of the later one).
+fn first_inversion<'k>(
+    execs: &[Exec<'k>],
+    pos: impl Fn(&Exec<'k>) -> (Timestamp, TxnId),
+) -> Option<(usize, usize, &'k Key, Access)> {
+    let mut keys: HashMap<&Key, KeyOrder> = HashMap::new();
+    for (i, e) in execs.iter().enumerate() {
+        let me = pos(e);
+        for (key, access) in e.keys.entries() {
+            let k = keys.entry(key).or_default();
+            let mut ahead = k.last_write;
+            if access == Access::Write {
+                ahead = ahead.max(k.max_read);
+            }
+            if let Some((p, j)) = ahead {
+                if p >= me {
+                    return Some((j, i, key, access));
+                }
+            }
+            match access {
+                Access::Read => k.max_read = k.max_read.max(Some((me, i))),
+                Access::Write => {
+                    k.last_write = Some((me, i));
+                    k.max_read = None;
+                }
+            }
+        }
+    }
+    None
+}
