@@ -1,11 +1,13 @@
 //! Snapshots and replays: [`RaftLog::compact`], [`RaftLog::replay`].
 
+use std::marker::PhantomData;
+
 use luigi_proto::log::LogEntry;
 use raft::GetEntriesContext;
 
-use super::{RaftError, RaftLog, Replay, SnapshotData};
+use super::{RaftError, RaftLog, Record, Replay, SnapshotData};
 
-impl RaftLog {
+impl<R: Record> RaftLog<R> {
     /// Records a snapshot of the state machine covering everything up to `index` and drops
     /// those entries from memory. `index` must have been handed out by `ready` (the caller
     /// took and applied it). Returns the snapshot for the shell to persist (e.g.
@@ -43,7 +45,8 @@ impl RaftLog {
     ///
     /// # Errors
     /// As [`RaftLog::replay`] and [`Replay::records`].
-    pub fn replay_for_rebuild(&mut self) -> Result<(Option<Vec<u8>>, Vec<LogEntry>), RaftError> {
+    #[allow(clippy::type_complexity)] // (snapshot data, records): named by the doc above
+    pub fn replay_for_rebuild(&mut self) -> Result<(Option<Vec<u8>>, Vec<LogEntry<R>>), RaftError> {
         let replay = self.replay()?;
         self.committed.clear();
         Ok((replay.snapshot_data().map(<[u8]>::to_vec), replay.records()?))
@@ -56,7 +59,7 @@ impl RaftLog {
     ///
     /// # Errors
     /// [`RaftError::Invalid`] if an entry is missing from memory (a bug).
-    pub fn replay(&self) -> Result<Replay, RaftError> {
+    pub fn replay(&self) -> Result<Replay<R>, RaftError> {
         let (lo, hi) = (self.snapshot_index() + 1, self.handed_out + 1);
         let entries = if lo < hi {
             let missing = |e| RaftError::Invalid(format!("entries {lo}..{hi} not in memory: {e}"));
@@ -69,7 +72,7 @@ impl RaftLog {
         }
         let snapshot = self.raw.store().latest_snapshot();
         let snapshot = (snapshot.get_metadata().index > 0).then(|| snapshot.clone());
-        Ok(Replay { snapshot, entries })
+        Ok(Replay { snapshot, entries, records: PhantomData })
     }
 
     /// The latest snapshot's state-machine data (`None`: the log was never compacted); a

@@ -1,12 +1,14 @@
 //! What a [`RaftLog`] is built from and hands back for a rebuild: its config, the state
 //! recovered from disk, snapshots and replays.
 
-use luigi_proto::log::LogEntry;
+use std::marker::PhantomData;
+
+use luigi_proto::log::{LogEntry, LogRecord};
 use raft::eraftpb::{ConfState, Entry, Snapshot};
 
 #[cfg(doc)]
 use super::RaftLog;
-use super::{decode_committed, RaftError};
+use super::{decode_committed, RaftError, Record};
 use crate::codec::{HardState, PersistEntry};
 #[cfg(doc)]
 use luigi_proto::log::{LogError, ReplicatedLog};
@@ -122,12 +124,14 @@ pub struct RecoveredState {
 /// returns it: the latest snapshot and the committed entries after it. Owned (`Send`), so
 /// the decoding and replaying can run on another thread.
 #[derive(Clone, Debug)]
-pub struct Replay {
+pub struct Replay<R = LogRecord> {
     pub(super) snapshot: Option<Snapshot>,
     pub(super) entries: Vec<Entry>,
+    /// The record type the entries decode to (`fn` keeps `Replay` `Send` for any `R`).
+    pub(super) records: PhantomData<fn() -> R>,
 }
 
-impl Replay {
+impl<R: Record> Replay<R> {
     /// The snapshot's state-machine data (`None`: the log was never compacted).
     pub fn snapshot_data(&self) -> Option<&[u8]> {
         self.snapshot.as_ref().map(|s| &s.data[..])
@@ -137,7 +141,7 @@ impl Replay {
     ///
     /// # Errors
     /// [`RaftError::BadEntry`] if an entry does not decode.
-    pub fn records(&self) -> Result<Vec<LogEntry>, RaftError> {
+    pub fn records(&self) -> Result<Vec<LogEntry<R>>, RaftError> {
         let mut out = Vec::with_capacity(self.entries.len());
         for e in &self.entries {
             if let Some(entry) = decode_committed(e)? {

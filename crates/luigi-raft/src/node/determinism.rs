@@ -1,6 +1,6 @@
 //! Deterministic election timeouts (see [`RaftLog`], "Determinism").
 
-use super::RaftLog;
+use super::{RaftLog, Record};
 use crate::rng::SplitMix64;
 
 /// The election-timeout offset of the replica in `slot` for `term`: its entry in a permutation
@@ -16,7 +16,7 @@ fn timeout_offset(seed: u64, term: u64, slot: usize, base: usize) -> usize {
     perm[slot % base]
 }
 
-impl RaftLog {
+impl<R: Record> RaftLog<R> {
     pub(super) fn redraw_election_timeout(&mut self) {
         let base = self.election_base;
         let t = base + timeout_offset(self.seed, self.raw.raft.term, self.slot, base);

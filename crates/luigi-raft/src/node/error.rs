@@ -35,9 +35,9 @@ pub enum RaftError {
     /// raft-rs refused a call.
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
-    /// A committed entry does not decode as a Luigi log record. Fatal for this replica: the
-    /// log was written by an incompatible build.
-    #[error("committed entry {index} is not a Luigi log record: {reason}")]
+    /// A committed entry does not decode as the log's record type. Fatal for this replica:
+    /// the log was written by an incompatible build (or with another record type).
+    #[error("committed entry {index} does not decode as a log record: {reason}")]
     BadEntry {
         /// Its index.
         index: u64,

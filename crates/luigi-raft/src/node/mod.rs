@@ -13,10 +13,13 @@ mod ready;
 mod step;
 
 use std::collections::{BTreeSet, VecDeque};
+use std::fmt::Debug;
 
 use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
 use raft::eraftpb::{ConfState, Entry, EntryType};
 use raft::{GetEntriesContext, RawNode, StateRole};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 pub use config::{RaftConfig, RecoveredState, Replay, SnapshotData};
 pub use error::RaftError;
@@ -91,7 +94,7 @@ use step::Rejoin;
 /// such a rejection (committing nothing it does not hold). A leader that gets one whose hint is
 /// below the replica's `matched` resets that replica's progress (`matched` 0, conservative for
 /// commits; probe from the hint), which brings it up to date by log entries or by snapshot.
-pub struct RaftLog {
+pub struct RaftLog<R = LogRecord> {
     raw: RawNode<LogStore>,
     id: u64,
     voters: Vec<u64>,
@@ -102,7 +105,7 @@ pub struct RaftLog {
     /// `(term, role)` after the last call into raft-rs.
     observed: (u64, StateRole),
     /// Decoded committed records not yet taken.
-    committed: VecDeque<LogEntry>,
+    committed: VecDeque<LogEntry<R>>,
     /// Highest index handed out as committed (records, no-ops and conf changes alike) or
     /// covered by an installed snapshot.
     handed_out: u64,
@@ -116,7 +119,7 @@ pub struct RaftLog {
     lost: Option<(u64, u64, u64, u64)>,
 }
 
-impl std::fmt::Debug for RaftLog {
+impl<R: Record> std::fmt::Debug for RaftLog<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RaftLog")
             .field("id", &self.id)
@@ -135,15 +138,35 @@ fn nonzero(id: u64) -> Option<u64> {
     (id != 0).then_some(id)
 }
 
+/// What a [`RaftLog`] replicates: any plain data type with serde support. Records travel and
+/// are stored as their postcard encoding inside raft entries; a record type whose `Serialize`
+/// fails (e.g. one that needs `serialize_any`) makes [`ReplicatedLog::propose`] panic.
+/// Implemented for every type that fits.
+pub trait Record: Serialize + DeserializeOwned + Clone + Debug {}
+
+impl<T: Serialize + DeserializeOwned + Clone + Debug> Record for T {}
+
 impl RaftLog {
-    /// A replica with the given config, fresh (`recovered: None`) or restarted from what its
-    /// storage recovered. Every replica of a fresh group must start fresh with the same
-    /// `voters`.
+    /// A replica of a Luigi shard's log (records are [`LogRecord`]s) with the given config,
+    /// fresh (`recovered: None`) or restarted from what its storage recovered. Every replica
+    /// of a fresh group must start fresh with the same `voters`. [`RaftLog::new_typed`] builds
+    /// a log of any other [`Record`] type.
     ///
     /// # Errors
     /// [`RaftError::Config`] for an invalid config, [`RaftError::Recovered`] for a recovered
     /// state that cannot be right (gaps, commit past the log, foreign membership, ...).
     pub fn new(config: RaftConfig, recovered: Option<RecoveredState>) -> Result<RaftLog, RaftError> {
+        Self::new_typed(config, recovered)
+    }
+}
+
+impl<R: Record> RaftLog<R> {
+    /// A replica replicating records of type `R`, otherwise as [`RaftLog::new`]. Every replica
+    /// of a group must use the same record type (they decode each other's entries).
+    ///
+    /// # Errors
+    /// As [`RaftLog::new`].
+    pub fn new_typed(config: RaftConfig, recovered: Option<RecoveredState>) -> Result<Self, RaftError> {
         let voters: BTreeSet<u64> = config.voters.iter().copied().collect();
         if voters.len() != config.voters.len() || voters.contains(&0) || voters.is_empty() {
             return Err(RaftError::Config(format!("voters {:?} must be distinct non-zero ids", config.voters)));
@@ -387,12 +410,12 @@ impl RaftLog {
     }
 }
 
-/// A committed entry as a record; `None` for the entries Luigi does not see (the leaders'
-/// election no-ops, membership changes).
-fn decode_committed(e: &Entry) -> Result<Option<LogEntry>, RaftError> {
+/// A committed entry as a record; `None` for the entries the log's user does not see (the
+/// leaders' election no-ops, membership changes).
+fn decode_committed<R: Record>(e: &Entry) -> Result<Option<LogEntry<R>>, RaftError> {
     match e.get_entry_type() {
         EntryType::EntryNormal if e.data.is_empty() => Ok(None),
-        EntryType::EntryNormal => match postcard::from_bytes::<LogRecord>(&e.data) {
+        EntryType::EntryNormal => match postcard::from_bytes::<R>(&e.data) {
             Ok(record) => Ok(Some(LogEntry { index: e.index, record })),
             Err(err) => Err(RaftError::BadEntry { index: e.index, reason: err.to_string() }),
         },
@@ -400,14 +423,17 @@ fn decode_committed(e: &Entry) -> Result<Option<LogEntry>, RaftError> {
     }
 }
 
-impl ReplicatedLog for RaftLog {
+impl<R: Record> ReplicatedLog<R> for RaftLog<R> {
     /// Appends `record` to the leader's log and returns its index. Indexes increase but are
     /// not consecutive: election no-ops take indexes too.
     ///
     /// Errors: [`LogError::NotLeader`] on a non-leader or during a leadership transfer (see
     /// [`RaftLog::leader_id`] for a hint); [`LogError::Backlogged`] past
     /// [`RaftConfig::max_pending`].
-    fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError> {
+    ///
+    /// # Panics
+    /// If `record` does not serialize (see [`Record`]).
+    fn propose(&mut self, record: R) -> Result<LogIndex, LogError> {
         if !self.is_leader() || self.raw.raft.lead_transferee.is_some() {
             return Err(LogError::NotLeader);
         }
@@ -415,8 +441,8 @@ impl ReplicatedLog for RaftLog {
         if pending >= self.max_pending {
             return Err(LogError::Backlogged(pending));
         }
-        // Serializing a plain data enum into a Vec cannot fail.
-        let data = postcard::to_stdvec(&record).expect("a LogRecord always serializes");
+        // Serializing plain data into a Vec cannot fail.
+        let data = postcard::to_stdvec(&record).expect("a log record serializes with postcard");
         let before = self.last_index();
         let result = self.raw.propose(Vec::new(), data);
         self.after_call();
@@ -428,7 +454,7 @@ impl ReplicatedLog for RaftLog {
     }
 
     /// Moves every committed record not yet taken, in log order, into `out`.
-    fn take_committed(&mut self, out: &mut Vec<LogEntry>) {
+    fn take_committed(&mut self, out: &mut Vec<LogEntry<R>>) {
         out.extend(self.committed.drain(..));
     }
 }

@@ -5,7 +5,7 @@ use luigi_proto::log::ReplicatedLog;
 use raft::eraftpb::{Message, MessageType};
 use raft::{SnapshotStatus, StateRole};
 
-use super::{decode_committed, nonzero, RaftError, RaftLog, SnapshotData, REJOIN_CONTEXT};
+use super::{decode_committed, nonzero, RaftError, RaftLog, Record, SnapshotData, REJOIN_CONTEXT};
 use crate::codec::{encode_entry, encode_message, HardState, PersistEntry};
 
 /// Role of a replica in its group.
@@ -99,7 +99,7 @@ impl Ready {
     }
 }
 
-impl RaftLog {
+impl<R: Record> RaftLog<R> {
     /// Whether [`RaftLog::ready`] has work.
     pub fn has_ready(&self) -> bool {
         self.raw.has_ready()

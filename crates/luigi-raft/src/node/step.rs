@@ -4,7 +4,7 @@
 use raft::eraftpb::{Message, MessageType};
 use raft::StateRole;
 
-use super::{RaftError, RaftLog};
+use super::{RaftError, RaftLog, Record};
 
 /// Message context a rejoining replica puts on its append rejections (see [`RaftLog`],
 /// "Rejoining").
@@ -34,7 +34,7 @@ impl Rejoin {
     }
 }
 
-impl RaftLog {
+impl<R: Record> RaftLog<R> {
     /// Whether this replica is being rebuilt from its peers and has not caught up yet (see
     /// "Rejoining").
     pub fn is_rejoining(&self) -> bool {
