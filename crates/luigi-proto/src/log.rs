@@ -66,13 +66,15 @@ pub enum LogRecord {
     },
 }
 
-/// A committed record and its position.
+/// A committed record and its position. Generic over the record type so that other protocols
+/// can use the same seam (and `luigi-raft`) with records of their own; Luigi's is
+/// [`LogRecord`], the default.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LogEntry {
+pub struct LogEntry<R = LogRecord> {
     /// Position.
     pub index: LogIndex,
     /// Record.
-    pub record: LogRecord,
+    pub record: R,
 }
 
 /// Why the log refused a record.
@@ -86,27 +88,36 @@ pub enum LogError {
     Backlogged(usize),
 }
 
-/// A shard's replicated log as the leader sees it.
-pub trait ReplicatedLog {
+/// A shard's replicated log as the leader sees it, replicating records of type `R` (Luigi's
+/// [`LogRecord`] by default).
+pub trait ReplicatedLog<R = LogRecord> {
     /// Appends `record`; it comes back from [`ReplicatedLog::take_committed`] once committed.
-    fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError>;
+    fn propose(&mut self, record: R) -> Result<LogIndex, LogError>;
     /// Moves every newly committed entry, in log order, into `out`.
-    fn take_committed(&mut self, out: &mut Vec<LogEntry>);
+    fn take_committed(&mut self, out: &mut Vec<LogEntry<R>>);
 }
 
 /// An in-memory log where a record commits as soon as it is appended, for the protocol's
 /// tests and the simulator; servers log every shard, one replica or more, through Raft
-/// (`luigi-raft`). Bounded like every queue.
+/// (`luigi-raft`). Bounded like every queue. Holds Luigi's [`LogRecord`]s unless built with
+/// [`LocalLog::new_typed`].
 #[derive(Debug)]
-pub struct LocalLog {
+pub struct LocalLog<R = LogRecord> {
     next_index: LogIndex,
-    committed: VecDeque<LogEntry>,
+    committed: VecDeque<LogEntry<R>>,
     capacity: usize,
 }
 
 impl LocalLog {
-    /// A log that holds at most `capacity` records not yet taken.
+    /// A log of [`LogRecord`]s that holds at most `capacity` records not yet taken.
     pub fn new(capacity: usize) -> Self {
+        Self::new_typed(capacity)
+    }
+}
+
+impl<R> LocalLog<R> {
+    /// A log of `R` records that holds at most `capacity` records not yet taken.
+    pub fn new_typed(capacity: usize) -> Self {
         assert!(capacity > 0);
         Self { next_index: 1, committed: VecDeque::new(), capacity }
     }
@@ -118,8 +129,8 @@ impl Default for LocalLog {
     }
 }
 
-impl ReplicatedLog for LocalLog {
-    fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError> {
+impl<R> ReplicatedLog<R> for LocalLog<R> {
+    fn propose(&mut self, record: R) -> Result<LogIndex, LogError> {
         if self.committed.len() >= self.capacity {
             return Err(LogError::Backlogged(self.committed.len()));
         }
@@ -129,7 +140,7 @@ impl ReplicatedLog for LocalLog {
         Ok(index)
     }
 
-    fn take_committed(&mut self, out: &mut Vec<LogEntry>) {
+    fn take_committed(&mut self, out: &mut Vec<LogEntry<R>>) {
         out.extend(self.committed.drain(..));
     }
 }
@@ -148,5 +159,15 @@ mod tests {
         log.take_committed(&mut out);
         assert_eq!(out.iter().map(|e| e.index).collect::<Vec<_>>(), vec![1, 2]);
         assert_eq!(log.propose(LogRecord::Floor { ts: 3 }), Ok(3));
+    }
+
+    #[test]
+    fn local_log_holds_any_record_type() {
+        let mut log = LocalLog::<&str>::new_typed(4);
+        assert_eq!(log.propose("prepare"), Ok(1));
+        assert_eq!(log.propose("commit"), Ok(2));
+        let mut out = Vec::new();
+        log.take_committed(&mut out);
+        assert_eq!(out, vec![LogEntry { index: 1, record: "prepare" }, LogEntry { index: 2, record: "commit" }]);
     }
 }

@@ -12,7 +12,10 @@
 //!   record's log index (or [`luigi_proto::log::LogError::NotLeader`]), `take_committed` hands
 //!   back committed records in log order on every replica. Raft's own entries (a new leader's
 //!   no-op, which raft-rs appends on election and commits like any entry; conf changes) are
-//!   skipped, so indexes of taken records increase but are not consecutive.
+//!   skipped, so indexes of taken records increase but are not consecutive. The log is generic
+//!   over its record type ([`Record`]): `RaftLog` is `RaftLog<LogRecord>`, Luigi's, and
+//!   [`RaftLog::new_typed`] builds one for another protocol's records (e.g. a baseline's
+//!   prepare and commit records), which it replicates through the same seam.
 //! - [`disk::DiskStorage`]: the durable shell helper (file I/O through `luigi-wal`) that
 //!   persists what [`Ready`] asks for and recovers a [`RecoveredState`] at restart.
 //!
@@ -58,7 +61,7 @@ mod store;
 
 pub use codec::{decode_message, encode_message, DecodeError, HardState, PersistEntry};
 pub use node::{
-    OutMessage, RaftConfig, RaftError, RaftLog, Ready, RecoveredState, Replay, Role, RoleChange, SnapshotData,
+    OutMessage, RaftConfig, RaftError, RaftLog, Ready, Record, RecoveredState, Replay, Role, RoleChange, SnapshotData,
     REJOIN_CONTEXT,
 };
 /// The raft-rs message and entry types, for shells that want them.

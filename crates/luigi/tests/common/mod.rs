@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test file uses a subset
 
+pub mod subset;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

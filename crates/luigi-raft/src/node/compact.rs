@@ -1,0 +1,84 @@
+//! Snapshots and replays: [`RaftLog::compact`], [`RaftLog::replay`].
+
+use std::marker::PhantomData;
+
+use luigi_proto::log::LogEntry;
+use raft::GetEntriesContext;
+
+use super::{RaftError, RaftLog, Record, Replay, SnapshotData};
+
+impl<R: Record> RaftLog<R> {
+    /// Records a snapshot of the state machine covering everything up to `index` and drops
+    /// those entries from memory. `index` must have been handed out by `ready` (the caller
+    /// took and applied it). Returns the snapshot for the shell to persist (e.g.
+    /// [`crate::disk::DiskStorage::save_snapshot`], which also compacts the WAL); it is what
+    /// the leader sends a follower that needs compacted entries.
+    ///
+    /// # Errors
+    /// [`RaftError::Invalid`] if `index` is not past the current snapshot or not yet applied.
+    pub fn compact(&mut self, index: u64, data: Vec<u8>) -> Result<SnapshotData, RaftError> {
+        if !self.can_compact(index) {
+            return Err(RaftError::Invalid(format!(
+                "cannot compact to {index}: the snapshot is at {} and entries up to {} are applied and durable",
+                self.snapshot_index(),
+                self.compact_limit()
+            )));
+        }
+        let snap = self.raw.mut_store().compact(index, data).map_err(RaftError::Invalid)?;
+        Ok(SnapshotData::from_raft(&snap))
+    }
+
+    /// Whether [`RaftLog::compact`] to `index` is possible now: past the current snapshot,
+    /// and handed out (applied) and durable here. Shells skip a snapshot until it is.
+    pub fn can_compact(&self, index: u64) -> bool {
+        index > self.snapshot_index() && index <= self.compact_limit()
+    }
+
+    fn compact_limit(&self) -> u64 {
+        self.handed_out.min(self.raw.raft.raft_log.persisted)
+    }
+
+    /// What a replica that drops its state machine (a demoted leader) rebuilds it from: the
+    /// latest snapshot's data, if the log was compacted, and every committed record handed
+    /// out after it ([`RaftLog::replay`]). Records committed but not taken yet are dropped
+    /// from the queue: they are in the replay.
+    ///
+    /// # Errors
+    /// As [`RaftLog::replay`] and [`Replay::records`].
+    #[allow(clippy::type_complexity)] // (snapshot data, records): named by the doc above
+    pub fn replay_for_rebuild(&mut self) -> Result<(Option<Vec<u8>>, Vec<LogEntry<R>>), RaftError> {
+        let replay = self.replay()?;
+        self.committed.clear();
+        Ok((replay.snapshot_data().map(<[u8]>::to_vec), replay.records()?))
+    }
+
+    /// The latest snapshot and every committed entry handed out after it: what the state
+    /// machine at [`RaftLog::handed_out`] is a function of. Cheap (entry payloads and snapshot
+    /// data are shared, not copied) and independent of the log, so it can be decoded and
+    /// replayed on another thread. Leaves the log as it is.
+    ///
+    /// # Errors
+    /// [`RaftError::Invalid`] if an entry is missing from memory (a bug).
+    pub fn replay(&self) -> Result<Replay<R>, RaftError> {
+        let (lo, hi) = (self.snapshot_index() + 1, self.handed_out + 1);
+        let entries = if lo < hi {
+            let missing = |e| RaftError::Invalid(format!("entries {lo}..{hi} not in memory: {e}"));
+            self.raw.raft.raft_log.slice(lo, hi, None, GetEntriesContext::empty(false)).map_err(missing)?
+        } else {
+            Vec::new()
+        };
+        if entries.len() as u64 != hi.saturating_sub(lo) {
+            return Err(RaftError::Invalid(format!("entries {lo}..{hi}: {} in memory", entries.len())));
+        }
+        let snapshot = self.raw.store().latest_snapshot();
+        let snapshot = (snapshot.get_metadata().index > 0).then(|| snapshot.clone());
+        Ok(Replay { snapshot, entries, records: PhantomData })
+    }
+
+    /// The latest snapshot's state-machine data (`None`: the log was never compacted); a
+    /// restarted or snapshot-installing replica restores its state from it.
+    pub fn snapshot_data(&self) -> Option<&[u8]> {
+        let snapshot = self.raw.store().latest_snapshot();
+        (snapshot.get_metadata().index > 0).then_some(&snapshot.data[..])
+    }
+}

@@ -1,0 +1,460 @@
+//! [`RaftLog`]: one replica of a shard's replica group, sans I/O.
+//!
+//! The struct, its construction and recovery, and the [`ReplicatedLog`] seam live here; the
+//! rest is split by concern: [`config`] (what goes in), [`ready`] (what comes out),
+//! [`step`] (messages in, rejoining, lost entries), [`determinism`] (election timeouts),
+//! [`compact`] (snapshots and replays), [`error`].
+
+mod compact;
+mod config;
+mod determinism;
+mod error;
+mod ready;
+mod step;
+
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt::Debug;
+
+use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
+use raft::eraftpb::{ConfState, Entry, EntryType};
+use raft::{GetEntriesContext, RawNode, StateRole};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+pub use config::{RaftConfig, RecoveredState, Replay, SnapshotData};
+pub use error::RaftError;
+pub use ready::{OutMessage, Ready, Role, RoleChange};
+pub use step::REJOIN_CONTEXT;
+
+use crate::codec::decode_entry;
+use crate::store::LogStore;
+use step::Rejoin;
+
+/// One replica of a shard's replicated log: Raft (Multi-Paxos with a strong leader) via raft-rs
+/// 0.7's `RawNode`, sans I/O: no threads, sockets, clocks or files. The shell calls
+/// [`RaftLog::tick`] on a timer, [`RaftLog::step_bytes`] for every message received, and then
+/// drains [`RaftLog::ready`] (persist, send, [`RaftLog::advance`]); the shard leader (or a
+/// follower's replayer) uses the [`ReplicatedLog`] seam.
+///
+/// Config: pre-vote and check-quorum on, pipelined (`max_inflight_msgs`) and batched
+/// (`batch_append`, `max_size_per_msg`) appends, async-ready persistence (raft-rs's
+/// `advance_append_async` + `on_persist_ready`), so `tick`, `step` and `propose` are allowed
+/// at any time, even while a [`Ready`] is being persisted.
+///
+/// # Determinism
+///
+/// raft-rs 0.7 draws each randomized election timeout with `rand::thread_rng()` in
+/// `Raft::reset_randomized_election_timeout`, uniform in `[min_election_tick,
+/// max_election_tick)`, and calls it only from `Raft::reset`, which runs exactly when the term
+/// or the role changes (`become_follower`, `become_candidate`, `become_leader`). After every
+/// call into raft-rs, `RaftLog` compares `(term, role)` with what it saw last and, on a
+/// change, overwrites the timeout with `Raft::set_randomized_election_timeout`. raft-rs reads
+/// the value only in `tick`, so its own draw is never used, and a replica's behaviour is a
+/// function of its config, its recovered state and the sequence of calls.
+///
+/// The value is `election_ticks + offset`, where `offset` is this replica's entry in a
+/// permutation of `0..election_ticks` drawn (SplitMix64, Fisher-Yates) from `(seed, term)`:
+/// random per term like Raft's own draw, but replicas of the group (which share the seed) that
+/// are in the same term never time out in the same tick, which is what made independent draws
+/// end in split votes (two followers of a dead leader both pass pre-vote and split the real
+/// vote: about one failover in ten with 10 distinct timeouts). A single-value range
+/// `[t, t + 1)` per replica (`min_election_tick = t`, `max_election_tick = t + 1`) would also
+/// be deterministic, but the same replica would then time out first in every term, even when
+/// it cannot win.
+///
+/// # Lost entries
+///
+/// A leader's heartbeat carries `min(commit, what the follower acknowledged)`; raft-rs's
+/// follower commits to it without a check and panics ("to_commit ... out of range") if its log
+/// is shorter. That happens only if the follower lost entries it acknowledged (a truncated WAL,
+/// deleted segments, a wiped directory). [`RaftLog::step`] checks the heartbeat before raft-rs
+/// sees it and returns [`RaftError::LostEntries`] instead, from then on.
+///
+/// # Rejoining
+///
+/// A replica rebuilt from its peers ([`RecoveredState::rejoining`]) starts empty: it lost its
+/// log and also its term and vote. Raft is safe only if no replica votes twice in a term, and
+/// the rebuilt one cannot know in which terms it already voted. Until it has caught up once, it
+/// therefore does not vote (vote and pre-vote requests, and a leader's `TimeoutNow`, are dropped
+/// unanswered) and does not campaign (ticks do not reach raft-rs's election clock). It has
+/// caught up when it follows a leader of term `T`, and holds durably and committed everything
+/// that leader said in its appends of `T` was committed (its commit index when it sent them).
+/// It then records in its hard state a vote for itself
+/// in `T`, so it will never grant a vote in `T` (nor, as ever in Raft, in an earlier term),
+/// even after another restart, and goes back to plain Raft ([`Ready::rejoined`]). It will vote
+/// again only in terms above `T`. Remaining assumption: no term above `T` had started when the
+/// replica lost its state (then it may have voted in it); rebuild a replica while the rest of
+/// its group has a stable leader (`luigi status`), and a newer term cannot have been hidden
+/// from the leader the rebuilt replica catches up with.
+///
+/// The leader still counts the rebuilt replica as holding what it acknowledged before (raft-rs
+/// never lowers a follower's `matched`) and would keep sending from there, which the empty
+/// replica rejects forever. So a rejoining replica marks its append rejections (message
+/// context [`REJOIN_CONTEXT`]), and answers a heartbeat whose commit index is past its log with
+/// such a rejection (committing nothing it does not hold). A leader that gets one whose hint is
+/// below the replica's `matched` resets that replica's progress (`matched` 0, conservative for
+/// commits; probe from the hint), which brings it up to date by log entries or by snapshot.
+pub struct RaftLog<R = LogRecord> {
+    raw: RawNode<LogStore>,
+    id: u64,
+    voters: Vec<u64>,
+    election_base: usize,
+    seed: u64,
+    /// Position of `id` among the sorted voters.
+    slot: usize,
+    /// `(term, role)` after the last call into raft-rs.
+    observed: (u64, StateRole),
+    /// Decoded committed records not yet taken.
+    committed: VecDeque<LogEntry<R>>,
+    /// Highest index handed out as committed (records, no-ops and conf changes alike) or
+    /// covered by an installed snapshot.
+    handed_out: u64,
+    max_pending: usize,
+    /// While rebuilding from the peers (see "Rejoining").
+    rejoin: Option<Rejoin>,
+    /// The rejoin ended; the next ready says so.
+    rejoin_done: bool,
+    /// Fatal: the replica lost acknowledged entries (see "Lost entries"): leader, term,
+    /// commit, last index.
+    lost: Option<(u64, u64, u64, u64)>,
+}
+
+impl<R: Record> std::fmt::Debug for RaftLog<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftLog")
+            .field("id", &self.id)
+            .field("role", &self.role())
+            .field("term", &self.term())
+            .field("leader", &self.leader_id())
+            .field("commit", &self.commit_index())
+            .field("last_index", &self.last_index())
+            .field("untaken", &self.committed.len())
+            .field("rejoining", &self.rejoin.is_some())
+            .finish()
+    }
+}
+
+fn nonzero(id: u64) -> Option<u64> {
+    (id != 0).then_some(id)
+}
+
+/// What a [`RaftLog`] replicates: any plain data type with serde support. Records travel and
+/// are stored as their postcard encoding inside raft entries; a record type whose `Serialize`
+/// fails (e.g. one that needs `serialize_any`) makes [`ReplicatedLog::propose`] panic.
+/// Implemented for every type that fits.
+pub trait Record: Serialize + DeserializeOwned + Clone + Debug {}
+
+impl<T: Serialize + DeserializeOwned + Clone + Debug> Record for T {}
+
+impl RaftLog {
+    /// A replica of a Luigi shard's log (records are [`LogRecord`]s) with the given config,
+    /// fresh (`recovered: None`) or restarted from what its storage recovered. Every replica
+    /// of a fresh group must start fresh with the same `voters`. [`RaftLog::new_typed`] builds
+    /// a log of any other [`Record`] type.
+    ///
+    /// # Errors
+    /// [`RaftError::Config`] for an invalid config, [`RaftError::Recovered`] for a recovered
+    /// state that cannot be right (gaps, commit past the log, foreign membership, ...).
+    pub fn new(config: RaftConfig, recovered: Option<RecoveredState>) -> Result<RaftLog, RaftError> {
+        Self::new_typed(config, recovered)
+    }
+}
+
+impl<R: Record> RaftLog<R> {
+    /// A replica replicating records of type `R`, otherwise as [`RaftLog::new`]. Every replica
+    /// of a group must use the same record type (they decode each other's entries).
+    ///
+    /// # Errors
+    /// As [`RaftLog::new`].
+    pub fn new_typed(config: RaftConfig, recovered: Option<RecoveredState>) -> Result<Self, RaftError> {
+        let voters: BTreeSet<u64> = config.voters.iter().copied().collect();
+        if voters.len() != config.voters.len() || voters.contains(&0) || voters.is_empty() {
+            return Err(RaftError::Config(format!("voters {:?} must be distinct non-zero ids", config.voters)));
+        }
+        if !voters.contains(&config.id) {
+            return Err(RaftError::Config(format!("id {} is not among the voters {:?}", config.id, config.voters)));
+        }
+        if config.heartbeat_ticks == 0 || config.election_ticks <= config.heartbeat_ticks {
+            return Err(RaftError::Config(format!(
+                "need 0 < heartbeat_ticks ({}) < election_ticks ({})",
+                config.heartbeat_ticks, config.election_ticks
+            )));
+        }
+        if config.max_pending == 0 {
+            return Err(RaftError::Config("max_pending must be positive".into()));
+        }
+        let voters: Vec<u64> = voters.into_iter().collect();
+        let mut store = LogStore::new(ConfState { voters: voters.clone(), ..Default::default() });
+        let mut applied = 0;
+        let mut rejoining = false;
+        if let Some(rec) = recovered {
+            rejoining = rec.rejoining;
+            applied = Self::load(&mut store, &voters, rec)?;
+        }
+        let base = config.election_ticks;
+        let rc = raft::Config {
+            id: config.id,
+            election_tick: base,
+            heartbeat_tick: config.heartbeat_ticks,
+            min_election_tick: base,
+            max_election_tick: 2 * base,
+            applied,
+            max_size_per_msg: config.max_size_per_msg,
+            max_inflight_msgs: config.max_inflight_msgs,
+            check_quorum: true,
+            pre_vote: true,
+            batch_append: true,
+            skip_bcast_commit: config.skip_bcast_commit,
+            ..Default::default()
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let raw = RawNode::new(&rc, store, &logger)?;
+        let observed = (raw.raft.term, raw.raft.state);
+        let slot = voters.iter().position(|&v| v == config.id).unwrap_or(0);
+        let mut log = RaftLog {
+            raw,
+            id: config.id,
+            voters,
+            election_base: base,
+            seed: config.seed,
+            slot,
+            observed,
+            committed: VecDeque::new(),
+            handed_out: applied,
+            max_pending: config.max_pending,
+            rejoin: rejoining.then(Rejoin::default),
+            rejoin_done: false,
+            lost: None,
+        };
+        log.redraw_election_timeout();
+        Ok(log)
+    }
+
+    /// Loads a recovered state into the store after checking it; returns the applied index.
+    fn load(store: &mut LogStore, voters: &[u64], rec: RecoveredState) -> Result<u64, RaftError> {
+        let bad = |s: String| Err(RaftError::Recovered(s));
+        let mut snap_index = 0;
+        let mut last_term = 0;
+        if let Some(snap) = &rec.snapshot {
+            let mut sv = snap.voters.clone();
+            sv.sort_unstable();
+            if sv != voters {
+                return bad(format!(
+                    "snapshot membership {:?} differs from the configured voters {voters:?}",
+                    snap.voters
+                ));
+            }
+            if snap.index == 0 || snap.term == 0 {
+                return bad(format!("snapshot at index {} term {} (both must be positive)", snap.index, snap.term));
+            }
+            store.apply_snapshot(snap.to_raft());
+            snap_index = snap.index;
+            last_term = snap.term;
+        }
+        let mut entries = Vec::with_capacity(rec.entries.len());
+        for (i, p) in rec.entries.iter().enumerate() {
+            let expected = snap_index + 1 + i as u64;
+            if p.index != expected {
+                return bad(format!("log entry {} where {expected} was expected", p.index));
+            }
+            if p.term < last_term {
+                return bad(format!("log entry {} has term {} below the previous term {last_term}", p.index, p.term));
+            }
+            last_term = p.term;
+            let e = decode_entry(p)
+                .map_err(|e| RaftError::Recovered(format!("log entry {} does not decode: {e}", p.index)))?;
+            entries.push(e);
+        }
+        store.append(&entries).map_err(RaftError::Recovered)?;
+        let last_index = snap_index + entries.len() as u64;
+        let mut hs = rec.hard_state;
+        if hs.commit > last_index {
+            return bad(format!("hard state commit {} is past the last log index {last_index}", hs.commit));
+        }
+        // A snapshot is committed by definition; a hard state written before it may lag.
+        hs.commit = hs.commit.max(snap_index);
+        // currentTerm >= every log term, as if the term bump had been persisted with the entries
+        // (a crash between writing entries and the hard state); a higher term voids the vote.
+        if last_term > hs.term {
+            hs.term = last_term;
+            hs.vote = 0;
+        }
+        store.set_hard_state(hs.into());
+        Ok(rec.applied.max(snap_index).min(hs.commit))
+    }
+
+    /// Advances the logical clock by one tick (heartbeats, election timeouts, check-quorum).
+    /// A rejoining replica's clock stands still: it does not campaign (see "Rejoining").
+    pub fn tick(&mut self) {
+        if self.rejoin.is_some() || self.lost.is_some() {
+            return;
+        }
+        self.raw.tick();
+        self.after_call();
+    }
+
+    /// Starts an election now (pre-vote first), e.g. to force a failover in tests. A no-op on
+    /// a leader, and on a rejoining replica (see "Rejoining").
+    ///
+    /// # Errors
+    /// raft-rs's error, if any.
+    pub fn campaign(&mut self) -> Result<(), RaftError> {
+        if self.rejoin.is_some() {
+            return Ok(());
+        }
+        let result = self.raw.campaign();
+        self.after_call();
+        result.map_err(RaftError::from)
+    }
+
+    /// Asks the leader (this replica) to hand leadership to `to` once it is up to date.
+    /// Proposals are refused ([`LogError::NotLeader`]) while the transfer is pending.
+    pub fn transfer_leader(&mut self, to: u64) {
+        self.raw.transfer_leader(to);
+        self.after_call();
+    }
+
+    /// Tells the leader that messages to `id` could not be delivered (it stops pipelining to
+    /// it and probes instead).
+    pub fn report_unreachable(&mut self, id: u64) {
+        self.raw.report_unreachable(id);
+        self.after_call();
+    }
+
+    /// This replica's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The group's voters, sorted.
+    pub fn voters(&self) -> &[u64] {
+        &self.voters
+    }
+
+    /// Current role.
+    pub fn role(&self) -> Role {
+        self.raw.raft.state.into()
+    }
+
+    /// Whether this replica is the leader (of its current term).
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+
+    /// The leader this replica knows of in its current term, if any (itself if leader).
+    pub fn leader_id(&self) -> Option<u64> {
+        nonzero(self.raw.raft.leader_id)
+    }
+
+    /// Current term.
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    /// Highest index known committed.
+    pub fn commit_index(&self) -> LogIndex {
+        self.raw.raft.raft_log.committed
+    }
+
+    /// Highest index durable on this replica (as acknowledged through [`RaftLog::advance`]).
+    pub fn persisted_index(&self) -> LogIndex {
+        self.raw.raft.raft_log.persisted
+    }
+
+    /// Last index in the log (durable or not).
+    pub fn last_index(&self) -> LogIndex {
+        self.raw.raft.raft_log.last_index()
+    }
+
+    /// First index still held in memory (after the last snapshot).
+    pub fn first_index(&self) -> LogIndex {
+        self.raw.raft.raft_log.first_index()
+    }
+
+    /// Index of the latest snapshot (0: none).
+    pub fn snapshot_index(&self) -> LogIndex {
+        self.raw.store().snapshot_index()
+    }
+
+    /// Term of the entry at `index`, if the log holds it (or it is the snapshot's last entry).
+    pub fn term_at(&self, index: LogIndex) -> Option<u64> {
+        self.raw.raft.raft_log.term(index).ok().filter(|&t| t != 0 || index == 0)
+    }
+
+    /// The raw raft entry at `index`, if held (for inspection and tests).
+    pub fn entry(&self, index: LogIndex) -> Option<Entry> {
+        if index == 0 || index < self.first_index() || index > self.last_index() {
+            return None;
+        }
+        let ents = self.raw.raft.raft_log.slice(index, index + 1, None, GetEntriesContext::empty(false)).ok()?;
+        ents.into_iter().next()
+    }
+
+    /// Highest index handed out as committed (or covered by the snapshot).
+    pub fn handed_out(&self) -> LogIndex {
+        self.handed_out
+    }
+
+    /// For a leader: whether an entry of its own term is committed (its election no-op at
+    /// least). Before that, the leader cannot know which entries of earlier terms are
+    /// committed; a shard leader should rebuild its state only after this turns true and it
+    /// took every committed record.
+    pub fn has_committed_in_term(&self) -> bool {
+        self.raw.raft.commit_to_current_term()
+    }
+
+    /// Records proposed and not yet taken (uncommitted plus committed-but-untaken).
+    pub fn pending(&self) -> usize {
+        let log = &self.raw.raft.raft_log;
+        (log.last_index().saturating_sub(log.committed) as usize) + self.committed.len()
+    }
+}
+
+/// A committed entry as a record; `None` for the entries the log's user does not see (the
+/// leaders' election no-ops, membership changes).
+fn decode_committed<R: Record>(e: &Entry) -> Result<Option<LogEntry<R>>, RaftError> {
+    match e.get_entry_type() {
+        EntryType::EntryNormal if e.data.is_empty() => Ok(None),
+        EntryType::EntryNormal => match postcard::from_bytes::<R>(&e.data) {
+            Ok(record) => Ok(Some(LogEntry { index: e.index, record })),
+            Err(err) => Err(RaftError::BadEntry { index: e.index, reason: err.to_string() }),
+        },
+        EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => Ok(None),
+    }
+}
+
+impl<R: Record> ReplicatedLog<R> for RaftLog<R> {
+    /// Appends `record` to the leader's log and returns its index. Indexes increase but are
+    /// not consecutive: election no-ops take indexes too.
+    ///
+    /// Errors: [`LogError::NotLeader`] on a non-leader or during a leadership transfer (see
+    /// [`RaftLog::leader_id`] for a hint); [`LogError::Backlogged`] past
+    /// [`RaftConfig::max_pending`].
+    ///
+    /// # Panics
+    /// If `record` does not serialize (see [`Record`]).
+    fn propose(&mut self, record: R) -> Result<LogIndex, LogError> {
+        if !self.is_leader() || self.raw.raft.lead_transferee.is_some() {
+            return Err(LogError::NotLeader);
+        }
+        let pending = self.pending();
+        if pending >= self.max_pending {
+            return Err(LogError::Backlogged(pending));
+        }
+        // Serializing plain data into a Vec cannot fail.
+        let data = postcard::to_stdvec(&record).expect("a log record serializes with postcard");
+        let before = self.last_index();
+        let result = self.raw.propose(Vec::new(), data);
+        self.after_call();
+        match result {
+            Ok(()) if self.last_index() == before + 1 => Ok(before + 1),
+            // Dropped: raft-rs refuses proposals while transferring leadership.
+            _ => Err(LogError::NotLeader),
+        }
+    }
+
+    /// Moves every committed record not yet taken, in log order, into `out`.
+    fn take_committed(&mut self, out: &mut Vec<LogEntry<R>>) {
+        out.extend(self.committed.drain(..));
+    }
+}

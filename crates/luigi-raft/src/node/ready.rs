@@ -1,0 +1,198 @@
+//! What a [`RaftLog`] hands its shell: [`Ready`] (persist, send, advance) and role changes.
+
+#[cfg(doc)]
+use luigi_proto::log::ReplicatedLog;
+use raft::eraftpb::{Message, MessageType};
+use raft::{SnapshotStatus, StateRole};
+
+use super::{decode_committed, nonzero, RaftError, RaftLog, Record, SnapshotData, REJOIN_CONTEXT};
+use crate::codec::{encode_entry, encode_message, HardState, PersistEntry};
+
+/// Role of a replica in its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Follows a leader (or waits for one).
+    Follower,
+    /// Polling peers before a real election (pre-vote), without bumping its term.
+    PreCandidate,
+    /// Running an election.
+    Candidate,
+    /// The leader: the only replica that accepts proposals.
+    Leader,
+}
+
+impl From<StateRole> for Role {
+    fn from(s: StateRole) -> Self {
+        match s {
+            StateRole::Follower => Role::Follower,
+            StateRole::PreCandidate => Role::PreCandidate,
+            StateRole::Candidate => Role::Candidate,
+            StateRole::Leader => Role::Leader,
+        }
+    }
+}
+
+/// A raft message to send: `bytes` (made by [`crate::encode_message`]) go to replica `to`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutMessage {
+    /// Destination replica id.
+    pub to: u64,
+    /// The raft message type (for metrics and tests; the bytes carry it too).
+    pub msg_type: MessageType,
+    /// Encoded message; the receiver passes it to [`RaftLog::step_bytes`].
+    pub bytes: Vec<u8>,
+}
+
+/// The role and known leader after a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoleChange {
+    /// New role.
+    pub role: Role,
+    /// Known leader, if any.
+    pub leader_id: Option<u64>,
+}
+
+/// The work a [`RaftLog`] hands its shell: what to persist, what to send, when. Handle it in
+/// this order (see the crate docs):
+///
+/// 1. send `messages` (allowed before persisting: the leader's appends go out while it writes
+///    its own copy, Raft thesis 10.2.1);
+/// 2. persist, in this order: `snapshot` (then restore the state machine from it), `entries`
+///    (first removing every stored entry with index `>= entries[0].index`: an overwritten
+///    uncommitted suffix), `hard_state`; make it durable (fsync) if `must_sync`;
+/// 3. send `persisted_messages` (votes and acknowledgements promise what step 2 wrote);
+/// 4. call [`RaftLog::advance`] with `number`;
+/// 5. take committed records with [`ReplicatedLog::take_committed`] and apply them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ready {
+    /// Identifies this ready for [`RaftLog::advance`].
+    pub number: u64,
+    /// Role or leader changed.
+    pub role_change: Option<RoleChange>,
+    /// A snapshot from the leader to persist; it replaces the whole log and the state machine
+    /// must be restored from `data` before applying anything [`ReplicatedLog::take_committed`]
+    /// returns afterwards.
+    pub snapshot: Option<SnapshotData>,
+    /// Entries to append, replacing any stored suffix from `entries[0].index` on.
+    pub entries: Vec<PersistEntry>,
+    /// Hard state to persist, if it changed.
+    pub hard_state: Option<HardState>,
+    /// False iff nothing here needs an fsync: no entries, no snapshot, and at most the commit
+    /// index of the hard state changed.
+    pub must_sync: bool,
+    /// Send now, before or while persisting.
+    pub messages: Vec<OutMessage>,
+    /// Send only after everything above is durable.
+    pub persisted_messages: Vec<OutMessage>,
+    /// How many records became available to [`ReplicatedLog::take_committed`].
+    pub committed: usize,
+    /// A rejoining replica caught up: `hard_state` records its vote in the current term as
+    /// given to itself (see [`RaftLog`], "Rejoining"); once that is durable, the storage
+    /// forgets that the replica was rejoining.
+    pub rejoined: bool,
+}
+
+impl Ready {
+    /// Whether there is anything to write.
+    pub fn has_persist_work(&self) -> bool {
+        self.snapshot.is_some() || !self.entries.is_empty() || self.hard_state.is_some()
+    }
+}
+
+impl<R: Record> RaftLog<R> {
+    /// Whether [`RaftLog::ready`] has work.
+    pub fn has_ready(&self) -> bool {
+        self.raw.has_ready()
+    }
+
+    /// The next batch of work, or `None` if there is nothing to do. Handle it as [`Ready`]
+    /// says, then call [`RaftLog::advance`]. Several readies may be outstanding (pipelined
+    /// persistence) as long as they are persisted in order.
+    ///
+    /// Committed records become available to [`ReplicatedLog::take_committed`] here (raft-rs
+    /// hands out only entries that are committed *and* durable on this replica). Snapshot
+    /// messages to lagging followers are reported delivered right away: if one is lost, the
+    /// follower rejects the next append and the leader sends the snapshot again.
+    ///
+    /// # Errors
+    /// [`RaftError::BadEntry`] if a committed entry does not decode; fatal for the replica.
+    pub fn ready(&mut self) -> Result<Option<Ready>, RaftError> {
+        if let Some(e) = self.lost_error() {
+            return Err(e);
+        }
+        if !self.raw.has_ready() {
+            return Ok(None);
+        }
+        let mut rd = self.raw.ready();
+        let mut out = Ready { number: rd.number(), must_sync: rd.must_sync(), ..Default::default() };
+        out.role_change = rd.ss().map(|ss| RoleChange { role: ss.raft_state.into(), leader_id: nonzero(ss.leader_id) });
+        if !rd.snapshot().is_empty() {
+            let snap = rd.snapshot().clone();
+            let data = SnapshotData::from_raft(&snap);
+            self.raw.mut_store().apply_snapshot(snap);
+            self.committed.retain(|e| e.index > data.index);
+            self.handed_out = self.handed_out.max(data.index);
+            out.snapshot = Some(data);
+        }
+        let entries = rd.take_entries();
+        if let Err(e) = self.raw.mut_store().append(&entries) {
+            // raft-rs hands out entries that continue its own log; anything else is a bug.
+            panic!("raft-rs produced entries that do not continue the log: {e}");
+        }
+        out.entries = entries.iter().map(encode_entry).collect();
+        if let Some(hs) = rd.hs() {
+            self.raw.mut_store().set_hard_state(hs.clone());
+            out.hard_state = Some(hs.into());
+            if self.rejoin_done && hs.vote == self.id {
+                self.rejoin_done = false;
+                out.rejoined = true;
+            }
+        }
+        let mut messages = rd.take_messages();
+        let mut persisted_messages = rd.take_persisted_messages();
+        if self.rejoin.is_some() {
+            for m in messages.iter_mut().chain(persisted_messages.iter_mut()) {
+                if m.get_msg_type() == MessageType::MsgAppendResponse && m.reject {
+                    m.context = REJOIN_CONTEXT.to_vec().into();
+                }
+            }
+        }
+        out.messages = messages.iter().map(out_message).collect();
+        out.persisted_messages = persisted_messages.iter().map(out_message).collect();
+        let committed = rd.take_committed_entries();
+        self.raw.advance_append_async(rd);
+        for m in out.messages.iter().chain(&out.persisted_messages) {
+            if m.msg_type == MessageType::MsgSnapshot {
+                self.raw.report_snapshot(m.to, SnapshotStatus::Finish);
+            }
+        }
+        self.after_call();
+        let before = self.committed.len();
+        for e in committed {
+            self.handed_out = self.handed_out.max(e.index);
+            if let Some(entry) = decode_committed(&e)? {
+                self.committed.push_back(entry);
+            }
+        }
+        out.committed = self.committed.len() - before;
+        Ok(Some(out))
+    }
+
+    /// Tells the log that everything in readies up to `number` is persisted (and their
+    /// `persisted_messages` may be sent). A leader may then count its own copy towards a
+    /// quorum; new messages and commits show up in the next [`RaftLog::ready`].
+    pub fn advance(&mut self, number: u64) {
+        self.raw.on_persist_ready(number);
+        let log = &self.raw.raft.raft_log;
+        let applied = self.handed_out.min(log.committed).min(log.persisted);
+        if applied > log.applied {
+            self.raw.advance_apply_to(applied);
+        }
+        self.after_call();
+        self.check_rejoined();
+    }
+}
+
+fn out_message(m: &Message) -> OutMessage {
+    OutMessage { to: m.to, msg_type: m.get_msg_type(), bytes: encode_message(m) }
+}

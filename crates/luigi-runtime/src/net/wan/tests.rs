@@ -1,0 +1,220 @@
+//! Delay model and delay line tests.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use tokio::sync::mpsc;
+
+#[test]
+fn scenario_names_round_trip() {
+    for sc in Scenario::ALL {
+        assert_eq!(sc.to_string().parse::<Scenario>(), Ok(sc));
+    }
+    assert_eq!("same-region".parse(), Ok(Scenario::SameRegion));
+    assert_eq!("geo".parse(), Ok(Scenario::Geo));
+    let err = "Geo".parse::<Scenario>().unwrap_err().to_string();
+    for name in ["none", "same-region", "same-continent", "cross-continent", "geo"] {
+        assert!(err.contains(name), "{err}");
+    }
+    assert!(err.contains("\"Geo\""), "{err}");
+    assert_eq!(Scenario::None.delay(), DelayDist::ZERO);
+    assert_eq!(Scenario::SameRegion.delay(), DelayDist::new(2000, 500));
+    assert_eq!(Scenario::SameContinent.delay(), DelayDist::new(30000, 5000));
+    assert_eq!(Scenario::CrossContinent.delay(), DelayDist::new(80000, 10000));
+    assert_eq!(Scenario::Geo.delay(), DelayDist::new(150000, 20000));
+    assert!(Scenario::all_wan().iter().all(|s| !s.delay().is_zero()));
+    // serde uses the same names
+    #[derive(Serialize, Deserialize, PartialEq, Debug)]
+    struct Cfg {
+        wan: Scenario,
+    }
+    let text = toml::to_string(&Cfg { wan: Scenario::CrossContinent }).unwrap();
+    assert_eq!(text.trim(), "wan = \"cross-continent\"");
+    let back: Cfg = toml::from_str("wan = \"same-region\"").unwrap();
+    assert_eq!(back.wan, Scenario::SameRegion);
+}
+
+#[test]
+fn dist_sampling_bounds() {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let d = DelayDist::new(2000, 500);
+    let mut min = u64::MAX;
+    let mut max = 0;
+    for _ in 0..10_000 {
+        let x = d.sample_us(&mut rng);
+        assert!((1500..=2500).contains(&x));
+        min = min.min(x);
+        max = max.max(x);
+    }
+    assert!(min < 1550 && max > 2450, "{min} {max}");
+    // Saturating at zero.
+    let d = DelayDist::new(100, 500);
+    assert_eq!(d.min_us(), 0);
+    let zeros = (0..10_000).filter(|_| d.sample_us(&mut rng) == 0).count();
+    // Draws below 0 (400 of the 1001 values in [-400, 600]) become 0.
+    assert!((3500..4500).contains(&zeros), "{zeros}");
+    assert!((0..1000).all(|_| d.sample_us(&mut rng) <= 600));
+    assert_eq!(DelayDist::fixed(42).sample_us(&mut rng), 42);
+    // Same seed, same draws.
+    let mut a = ChaCha8Rng::seed_from_u64(1);
+    let mut b = ChaCha8Rng::seed_from_u64(1);
+    let d = Scenario::Geo.delay();
+    assert!((0..100).all(|_| d.sample_us(&mut a) == d.sample_us(&mut b)));
+}
+
+#[test]
+fn delay_model_overrides() {
+    let mut m = DelayModel::from_scenario(Scenario::SameRegion);
+    assert!(!m.is_zero());
+    assert_eq!(m.dist("s0r0", "s1r0"), DelayDist::new(2000, 500));
+    m.set_link("client", "s0r0", DelayDist::fixed(10));
+    assert_eq!(m.dist("client", "s0r0"), DelayDist::fixed(10));
+    assert_eq!(m.dist("s0r0", "client"), DelayDist::new(2000, 500));
+    m.set_link_symmetric("a", "b", DelayDist::ZERO);
+    assert_eq!(m.dist("b", "a"), DelayDist::ZERO);
+
+    let z = DelayModel::default();
+    assert!(z.is_zero());
+    assert!(!z.clone().with_link("a", "b", DelayDist::new(0, 1)).is_zero());
+    assert!(DelayModel::from(Scenario::None).with_link("a", "b", DelayDist::ZERO).is_zero());
+}
+
+/// Receives `n` frames (blocking), returning `(payload, receive_time_us)`.
+fn recv_n(rx: &mut mpsc::Receiver<Bytes>, n: usize) -> Vec<(Bytes, u64)> {
+    (0..n)
+        .map(|_| {
+            let f = rx.blocking_recv().expect("frame");
+            (f, now_us())
+        })
+        .collect()
+}
+
+#[test]
+fn link_delays_are_bounded_and_fifo() {
+    let line = DelayLine::new().unwrap();
+    let link = line.link(DelayDist::new(2000, 500), 42);
+    assert!(!link.is_bypass());
+    let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
+    let n = 300u64;
+    let receiver = std::thread::spawn(move || recv_n(&mut rx, n as usize));
+    let mut sent_us = Vec::new();
+    for i in 0..n {
+        let permit = tx.clone().try_reserve_owned().unwrap();
+        sent_us.push(now_us());
+        link.submit(Bytes::copy_from_slice(&i.to_be_bytes()), permit).unwrap();
+        if i % 3 == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let got = receiver.join().unwrap();
+    let mut total = 0;
+    for (i, (frame, at)) in got.iter().enumerate() {
+        assert_eq!(&frame[..], &(i as u64).to_be_bytes(), "FIFO");
+        let delay = at - sent_us[i];
+        assert!(delay >= 1500, "frame {i} early: {delay} µs");
+        assert!(delay < 2500 + 50_000, "frame {i} very late: {delay} µs");
+        total += delay;
+    }
+    let mean = total / n;
+    eprintln!("delay line: mean delay {mean} µs");
+    assert!((1200..4000).contains(&mean), "mean {mean}");
+    // The thread decrements `pending` right after handing over a batch.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while line.pending() != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(line.pending(), 0);
+}
+
+#[test]
+fn many_links_interleave_and_stay_fifo() {
+    let line = DelayLine::new().unwrap();
+    let (tx, mut rx) = mpsc::channel::<Bytes>(100_000);
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let link = line.link(DelayDist::new(1000, 900), t as u64);
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..2000u32 {
+                    let permit = tx.clone().try_reserve_owned().unwrap();
+                    let mut b = vec![t];
+                    b.extend_from_slice(&i.to_be_bytes());
+                    link.submit(Bytes::from(b), permit).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let got = recv_n(&mut rx, 8000);
+    let mut next = [0u32; 4];
+    for (f, _) in got {
+        let t = f[0] as usize;
+        let i = u32::from_be_bytes(f[1..5].try_into().unwrap());
+        assert_eq!(i, next[t], "link {t} out of order");
+        next[t] += 1;
+    }
+    assert_eq!(next, [2000; 4]);
+}
+
+#[test]
+fn zero_dist_bypasses_thread() {
+    let line = DelayLine::new().unwrap();
+    let link = line.link(DelayDist::ZERO, 1);
+    assert!(link.is_bypass());
+    let (tx, mut rx) = mpsc::channel::<Bytes>(4);
+    link.submit(Bytes::from_static(b"x"), tx.clone().try_reserve_owned().unwrap()).unwrap();
+    assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"x"));
+    assert_eq!(line.pending(), 0);
+    // Bypass links work without any line at all.
+    drop(line);
+    DelayLink::bypass().submit(Bytes::from_static(b"y"), tx.try_reserve_owned().unwrap()).unwrap();
+    assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"y"));
+}
+
+#[test]
+fn full_line_errors_and_drop_flushes() {
+    let line = DelayLine::with_capacity(3).unwrap();
+    let link = line.link(DelayDist::fixed(10_000_000), 1); // 10 s
+    let (tx, mut rx) = mpsc::channel::<Bytes>(16);
+    for i in 0..3u8 {
+        link.submit(Bytes::from(vec![i]), tx.clone().try_reserve_owned().unwrap()).unwrap();
+    }
+    let err = link.submit(Bytes::from_static(b"no"), tx.clone().try_reserve_owned().unwrap()).unwrap_err();
+    assert_eq!(err, DelayError::Full { capacity: 3 });
+    // The refused frame released its queue slot: 16 - 3 reserved.
+    assert_eq!(tx.capacity(), 13);
+    assert_eq!(line.pending(), 3);
+    assert!(rx.try_recv().is_err());
+
+    let start = Instant::now();
+    drop(line);
+    assert!(start.elapsed() < Duration::from_secs(2), "drop must not wait for delays");
+    for i in 0..3u8 {
+        assert_eq!(rx.try_recv().unwrap(), Bytes::from(vec![i]));
+    }
+    let err = link.submit(Bytes::from_static(b"late"), tx.clone().try_reserve_owned().unwrap()).unwrap_err();
+    assert_eq!(err, DelayError::ShutDown);
+    assert_eq!(tx.capacity(), 16);
+}
+
+#[test]
+fn earlier_deadline_wakes_sleeping_thread() {
+    let line = DelayLine::new().unwrap();
+    let slow = line.link(DelayDist::fixed(5_000_000), 1); // 5 s
+    let fast = line.link(DelayDist::fixed(1_000), 2); // 1 ms
+    let (tx, mut rx) = mpsc::channel::<Bytes>(16);
+    slow.submit(Bytes::from_static(b"slow"), tx.clone().try_reserve_owned().unwrap()).unwrap();
+    std::thread::sleep(Duration::from_millis(5)); // let the thread go to sleep
+    let t0 = now_us();
+    fast.submit(Bytes::from_static(b"fast"), tx.clone().try_reserve_owned().unwrap()).unwrap();
+    assert_eq!(rx.blocking_recv().unwrap(), Bytes::from_static(b"fast"));
+    let waited = now_us() - t0;
+    assert!((1_000..1_000_000).contains(&waited), "{waited}");
+}
