@@ -11,7 +11,7 @@ use luigi_store::Store;
 use super::{shards_of, FailoverReport, RaftGroups};
 use crate::checker::{self, CheckOptions};
 use crate::engine::{Core, Step};
-use crate::log::Durable;
+use crate::log::{check_rule4, Durable};
 use crate::net::Node;
 use crate::procedure;
 use crate::violation::{Violation, ViolationKind};
@@ -92,38 +92,11 @@ impl RaftGroups<'_> {
         if !core.config.check_durable_decisions {
             return Ok(());
         }
-        let mut proposals = Vec::new();
-        for &p in &shards {
-            let d = self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default();
-            let why = if d.prepares > 1 {
-                Some(format!("shard {p} has {} committed PREPAREs of it", d.prepares))
-            } else if d.aborted {
-                Some(format!("shard {p} has a committed ABORT of it"))
-            } else if d.prepared.is_none() {
-                Some(format!("shard {p}'s PREPARE of it is not committed"))
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                return Err(core.violation(ViolationKind::NotDurable, format!("R{s}.{i} executed {id:?}, but {why}")));
-            }
-            proposals.push((p, d));
-        }
-        let final_ts = proposals.iter().filter_map(|(_, d)| d.prepared).max().expect("a participant");
-        if proposals.iter().all(|(_, d)| d.prepared == Some(final_ts)) {
-            return Ok(());
-        }
-        if let Some((p, d)) = proposals.iter().find(|(_, d)| d.ts() != Some(final_ts)) {
-            return Err(core.violation(
-                ViolationKind::NotDurable,
-                format!(
-                    "R{s}.{i} executed {id:?} (final ts {final_ts}) before shard {p} durably adopted it: its \
-                     committed log holds PREPARE at {:?} and DECIDE at {:?}",
-                    d.prepared, d.decided
-                ),
-            ));
-        }
-        Ok(())
+        let durable: Vec<(ShardId, Durable)> = shards
+            .iter()
+            .map(|&p| (p, self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default()))
+            .collect();
+        check_rule4(&format!("R{s}.{i}"), id, &durable).map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
     }
 
     pub(super) fn check_reply(&mut self, core: &mut Core<'_>, shard: ShardId, r: &TxnReply) -> Step {

@@ -14,7 +14,7 @@ use luigi_store::{Key, Store};
 use super::IdealLog;
 use crate::checker::{self, CheckOptions};
 use crate::engine::{Core, Step};
-use crate::log::Durable;
+use crate::log::{check_rule4, Durable};
 use crate::procedure;
 use crate::violation::{Violation, ViolationKind};
 use crate::{Latency, RunReport};
@@ -49,52 +49,14 @@ impl IdealLog {
         Ok(())
     }
 
-    /// DESIGN.md rule 4 at the moment `shard` executes `id`: every participant's `PREPARE` is
-    /// committed, and if the proposals differed, every participant's committed log already
-    /// holds the final timestamp (a `DECIDE` at it, or its own `PREPARE` if that was the
-    /// largest). Without this a replica or a new leader of a participant that only holds the
-    /// old, smaller proposal would order the transaction differently from what was executed.
+    /// DESIGN.md rule 4 at the moment `shard` executes `id` (see [`check_rule4`]), over the
+    /// participants' logs.
     pub(super) fn check_durable(&mut self, core: &Core<'_>, shard: ShardId, id: TxnId, shards: &[ShardId]) -> Step {
         let now = core.now;
         let durable: Vec<(ShardId, Durable)> =
             shards.iter().map(|&p| (p, self.leaders[p as usize].leader.log_mut().durable(id, now))).collect();
-        let mut proposals = Vec::new();
-        for (p, d) in &durable {
-            let why = if d.prepares > 1 {
-                Some(format!("shard {p} has {} committed PREPAREs of it", d.prepares))
-            } else if d.aborted {
-                Some(format!("shard {p} has a committed ABORT of it"))
-            } else if d.prepared.is_none() {
-                Some(format!("shard {p}'s PREPARE of it is not committed"))
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                return Err(
-                    core.violation(ViolationKind::NotDurable, format!("shard {shard} executed {id:?}, but {why}"))
-                );
-            }
-            proposals.push((*p, d.prepared.expect("checked")));
-        }
-        let final_ts = proposals.iter().map(|(_, ts)| *ts).max().expect("a participant");
-        if proposals.iter().all(|(_, ts)| *ts == final_ts) {
-            return Ok(());
-        }
-        for (p, d) in &durable {
-            if d.ts() != Some(final_ts) {
-                return Err(core.violation(
-                    ViolationKind::NotDurable,
-                    format!(
-                        "shard {shard} executed {id:?} (proposals by shard {proposals:?}, final ts {final_ts}) \
-                         before shard {p} durably adopted the final timestamp: its committed log holds \
-                         PREPARE at {:?} and DECIDE at {:?} (rule 4: no release on the first round when \
-                         proposals differ)",
-                        d.prepared, d.decided
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        check_rule4(&format!("shard {shard}"), id, &durable)
+            .map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
     }
 
     /// Checks a reply as the leader sends it.
