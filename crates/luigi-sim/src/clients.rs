@@ -1,38 +1,30 @@
 //! The clients of a simulated run, the same in every world: each is a [`Coordinator`] at its
 //! own clock offset, routing with the runtime client's rules ([`ClientRoutes`]), submitting
 //! the workload's transactions into a window of `in_flight`, and recording what it was told
-//! into the history the checker replays. A world (the ideal-log world, the Raft world)
-//! provides the network, time and wake-ups through [`ClientWorld`]; the client logic is
-//! written once, here.
+//! into the history the checker replays. The engine ([`crate::engine::Sim`]) provides the
+//! network, time and wake-ups through [`ClientWorld`], whatever the cluster model; the client
+//! logic is written once, here.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use luigi_node::ClientRoutes;
 use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
 use luigi_proto::msg::ClientMsg;
-use luigi_proto::types::{ClientId, ShardId, TimeUs, TxnId};
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use crate::checker::{AnswerRecord, History, Moment, TxnRecord};
 use crate::config::SimConfig;
+use crate::engine::{local_clock, virtual_deadline};
 use crate::hash::fold;
 use crate::net::{Node, VirtualUs};
 use crate::replies::ReplyLedger;
 use crate::violation::{Violation, ViolationKind};
 use crate::workload::Workload;
-use crate::world::{local_clock, virtual_deadline};
-
-/// The pending wake-up of a node; a wake event whose generation is not current is stale.
-#[derive(Debug, Default)]
-pub(crate) struct WakeSlot {
-    pub(crate) at: Option<VirtualUs>,
-    pub(crate) gen: u64,
-}
 
 /// One client.
 pub(crate) struct ClientNode {
     pub(crate) coord: Coordinator,
     pub(crate) offset_us: i64,
-    pub(crate) wake: WakeSlot,
     /// Started submitting its workload.
     pub(crate) started: bool,
     /// Died (a kill point): it sends and hears nothing more.
@@ -55,7 +47,6 @@ impl ClientNode {
         ClientNode {
             coord: Coordinator::new(CoordinatorConfig { client: id, commit_rule, ..config.coordinator.clone() }),
             offset_us,
-            wake: WakeSlot::default(),
             started: false,
             dead: false,
             outstanding: 0,
@@ -81,6 +72,9 @@ pub(crate) struct ClientState {
     pub(crate) last_answer_us: VirtualUs,
     /// Rule 7 checks of every reply and answer.
     pub(crate) replies: ReplyLedger,
+    /// Transactions whose client died before they were answered, with (once the run is
+    /// checked) the timestamp they executed at, if they did.
+    pub(crate) orphans: BTreeMap<TxnId, Option<Timestamp>>,
     out: Vec<CoordOutput>,
 }
 
@@ -96,6 +90,7 @@ impl ClientState {
             unknown: 0,
             last_answer_us: 0,
             replies: ReplyLedger::default(),
+            orphans: BTreeMap::new(),
             out: Vec::new(),
         }
     }

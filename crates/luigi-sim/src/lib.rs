@@ -3,6 +3,23 @@
 //! [`ShardLeader`](luigi_proto::leader::ShardLeader) per shard) driven on one thread in
 //! virtual time, with a seeded network and seeded clocks, and a checker over the outcome.
 //!
+//! One engine, two cluster models (FoundationDB-shaped). The engine (`engine.rs`, `Sim`)
+//! owns everything that is not a server: virtual time, the event queue, the network, the
+//! clients (`clients.rs`, the same coordinators and workload in every run), wake-ups, the
+//! trace hash, and the event loop. What the servers are is a `ClusterModel` the engine
+//! delegates to (delivering to a server, waking it, its disk syncs and faults, which links
+//! are cut, settling after the last answer, the coordinator kill point, the end-of-run checks
+//! and the report):
+//!
+//! - [`run`] uses the ideal-log model ([`world`]): each shard is one `ShardLeader` over an
+//!   ideal log ([`SimLog`]) that never fails; it reports a [`RunReport`]. The rest of this
+//!   page describes it.
+//! - [`run_replicated`] uses the Raft model ([`failover`]): each shard is a Raft group of the
+//!   real node (`luigi_node::ReplicaNode`) on simulated disks, under crashes, partitions and
+//!   kills ([`FaultConfig`]); it reports a [`FailoverReport`].
+//!
+//! Both models feed the same [`checker`].
+//!
 //! - Virtual time is in µs. Every node has a clock offset drawn from
 //!   `[-clock_offset_max_us, +clock_offset_max_us]`; its local clock is virtual time plus the
 //!   offset, clamped at 0. Clocks only decide how long things wait: every check must hold
@@ -63,6 +80,7 @@
 pub mod checker;
 mod clients;
 pub mod config;
+mod engine;
 pub mod failover;
 pub mod hash;
 pub mod log;
@@ -139,7 +157,7 @@ pub struct RunReport {
     /// Leader-to-leader batches sent.
     pub peer_batches: u64,
     /// Leader wake-ups after which the leader asked for a deadline in the past again although
-    /// it had just been ticked (a busy wake-up; see `World::call_leader`).
+    /// it had just been ticked (a busy wake-up; see `IdealLog::call_leader`).
     pub busy_wakes: u64,
     /// Virtual time at which the last transaction was answered, µs.
     pub end_us: u64,
@@ -167,7 +185,7 @@ pub fn run(config: SimConfig) -> Result<RunReport, Violation> {
     let summary = config.summary();
     let tag = |v: Violation| v.in_run(config.seed, summary.clone());
     config.validate().map_err(|why| tag(Violation::new(ViolationKind::Config, why)))?;
-    let mut world = world::World::new(&config);
-    world.run().map_err(tag)?;
-    world.finish().map_err(tag)
+    let mut sim = world::sim(&config);
+    sim.run().map_err(tag)?;
+    sim.finish().map_err(tag)
 }

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
-use luigi_proto::types::{Timestamp, TxnId};
+use luigi_proto::types::{ShardId, Timestamp, TxnId};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::Delay;
@@ -62,6 +62,45 @@ impl Durable {
     /// else the `PREPARE`.
     pub fn ts(&self) -> Option<Timestamp> {
         self.decided.or(self.prepared)
+    }
+}
+
+/// DESIGN.md rule 4 at the moment `who` executes `id`, given what each participant's
+/// committed log holds of it (`durable`, one entry per participant): every participant's
+/// `PREPARE` is committed (once, and no `ABORT`), and if the proposals differed, every
+/// participant's committed log already holds the final timestamp (a `DECIDE` at it, or its own
+/// `PREPARE` if that was the largest). Without this a replica or a new leader of a participant
+/// that only holds the old, smaller proposal would order the transaction differently from what
+/// was executed. Both cluster models check every execution with it.
+pub(crate) fn check_rule4(who: &str, id: TxnId, durable: &[(ShardId, Durable)]) -> Result<(), String> {
+    let mut proposals = Vec::new();
+    for (p, d) in durable {
+        let why = if d.prepares > 1 {
+            Some(format!("shard {p} has {} committed PREPAREs of it", d.prepares))
+        } else if d.aborted {
+            Some(format!("shard {p} has a committed ABORT of it"))
+        } else if d.prepared.is_none() {
+            Some(format!("shard {p}'s PREPARE of it is not committed"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("{who} executed {id:?}, but {why}"));
+        }
+        proposals.push((*p, d.prepared.expect("checked")));
+    }
+    let Some(final_ts) = proposals.iter().map(|(_, ts)| *ts).max() else { return Ok(()) };
+    if proposals.iter().all(|(_, ts)| *ts == final_ts) {
+        return Ok(());
+    }
+    match durable.iter().find(|(_, d)| d.ts() != Some(final_ts)) {
+        None => Ok(()),
+        Some((p, d)) => Err(format!(
+            "{who} executed {id:?} (proposals by shard {proposals:?}, final ts {final_ts}) before shard {p} \
+             durably adopted the final timestamp: its committed log holds PREPARE at {:?} and DECIDE at {:?} \
+             (rule 4: no release on the first round when proposals differ)",
+            d.prepared, d.decided
+        )),
     }
 }
 

@@ -21,9 +21,9 @@ pub type VirtualUs = u64;
 pub enum Node {
     /// A client running one coordinator.
     Client(ClientId),
-    /// The leader of a shard (the single-leader world of [`crate::world`]).
+    /// The leader of a shard (the ideal-log cluster model of [`crate::world`]).
     Leader(ShardId),
-    /// Replica `index` (from 0) of a shard's Raft group (the replicated world of
+    /// Replica `index` (from 0) of a shard's Raft group (the Raft cluster model of
     /// [`crate::failover`]).
     Replica(ShardId, u32),
 }

@@ -1,13 +1,25 @@
-//! The replicated world's checks: the oracle of what each group committed, every execution
+//! The Raft cluster model's checks: the oracle of what each group committed, every execution
 //! against it (rule 4), every reply (rule 7), and the end-of-run checks (Raft safety,
 //! durability of every answer, orphans, the checker's replay).
 
-use super::*;
+use luigi_node::ReplicaNode;
+use luigi_proto::log::LogRecord;
+use luigi_proto::msg::{TxnError, TxnReply};
+use luigi_proto::types::{ShardId, TxnId};
+use luigi_store::Store;
 
-impl FailoverWorld<'_> {
+use super::{shards_of, FailoverReport, RaftGroups};
+use crate::checker::{self, CheckOptions};
+use crate::engine::{Core, Step};
+use crate::log::{check_rule4, Durable};
+use crate::net::Node;
+use crate::procedure;
+use crate::violation::{Violation, ViolationKind};
+
+impl RaftGroups<'_> {
     /// Folds the entries replica `i` knows committed into the shard's oracle, checking that
     /// they agree with what other replicas reported committed.
-    pub(super) fn update_oracle(&mut self, s: ShardId, i: u32) -> Step {
+    pub(super) fn update_oracle(&mut self, core: &Core<'_>, s: ShardId, i: u32) -> Step {
         let log = self.replicas[s as usize][i as usize].node.as_ref().expect("up").replica().log();
         let commit = log.commit_index();
         let oracle = &mut self.oracle[s as usize];
@@ -21,7 +33,7 @@ impl FailoverWorld<'_> {
                     "R{s}.{i} has term {term:?} at committed index {check}, but the group committed term {} there",
                     oracle.entries[(check - 1) as usize].0
                 );
-                return Err(self.violation(ViolationKind::Invariant, msg));
+                return Err(core.violation(ViolationKind::Invariant, msg));
             }
         }
         for index in known + 1..=commit {
@@ -59,71 +71,44 @@ impl FailoverWorld<'_> {
 
     /// Replica `i` of shard `s` executed `id`: once per state machine, as a participant, and
     /// (rule 4) only once every participant durably holds its final timestamp.
-    pub(super) fn on_executed(&mut self, s: ShardId, i: u32, shard: ShardId, id: TxnId) -> Step {
-        self.trace(|| format!("R{s}.{i} executes {id:?}"));
-        self.trace_hash =
-            fold(fold(self.trace_hash, 0xe8ec_u64 ^ Node::Replica(s, i).code()), id.seq ^ (id.client << 40));
-        let Some(&k) = self.cs.index.get(&id) else {
-            return Err(self.violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?}, never submitted")));
+    pub(super) fn on_executed(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, shard: ShardId, id: TxnId) -> Step {
+        core.trace(|| format!("R{s}.{i} executes {id:?}"));
+        core.fold(0xe8ec_u64 ^ Node::Replica(s, i).code());
+        core.fold(id.seq ^ (id.client << 40));
+        let Some(&k) = core.cs.index.get(&id) else {
+            return Err(core.violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?}, never submitted")));
         };
-        let shards = shards_of(&self.cs.history.txns[k]);
+        let shards = shards_of(&core.cs.history.txns[k]);
         if shard != s || !shards.contains(&s) {
-            return Err(self.violation(
+            return Err(core.violation(
                 ViolationKind::Execution,
                 format!("R{s}.{i} executed {id:?} as shard {shard}; its participants are {shards:?}"),
             ));
         }
         if !self.replicas[s as usize][i as usize].exec_seen.insert(id) {
-            return Err(self
+            return Err(core
                 .violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?} twice in one state machine")));
         }
-        if !self.config.check_durable_decisions {
+        if !core.config.check_durable_decisions {
             return Ok(());
         }
-        let mut proposals = Vec::new();
-        for &p in &shards {
-            let d = self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default();
-            let why = if d.prepares > 1 {
-                Some(format!("shard {p} has {} committed PREPAREs of it", d.prepares))
-            } else if d.aborted {
-                Some(format!("shard {p} has a committed ABORT of it"))
-            } else if d.prepared.is_none() {
-                Some(format!("shard {p}'s PREPARE of it is not committed"))
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                return Err(self.violation(ViolationKind::NotDurable, format!("R{s}.{i} executed {id:?}, but {why}")));
-            }
-            proposals.push((p, d));
-        }
-        let final_ts = proposals.iter().filter_map(|(_, d)| d.prepared).max().expect("a participant");
-        if proposals.iter().all(|(_, d)| d.prepared == Some(final_ts)) {
-            return Ok(());
-        }
-        if let Some((p, d)) = proposals.iter().find(|(_, d)| d.ts() != Some(final_ts)) {
-            return Err(self.violation(
-                ViolationKind::NotDurable,
-                format!(
-                    "R{s}.{i} executed {id:?} (final ts {final_ts}) before shard {p} durably adopted it: its \
-                     committed log holds PREPARE at {:?} and DECIDE at {:?}",
-                    d.prepared, d.decided
-                ),
-            ));
-        }
-        Ok(())
+        let durable: Vec<(ShardId, Durable)> = shards
+            .iter()
+            .map(|&p| (p, self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default()))
+            .collect();
+        check_rule4(&format!("R{s}.{i}"), id, &durable).map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
     }
 
-    pub(super) fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Step {
+    pub(super) fn check_reply(&mut self, core: &mut Core<'_>, shard: ShardId, r: &TxnReply) -> Step {
         if let Err(TxnError::NotLeader { .. }) = &r.outcome {
             return Ok(()); // nothing was ordered
         }
-        self.cs.replies.check_reply(shard, r).map_err(|(kind, msg)| self.violation(kind, msg))
+        core.cs.replies.check_reply(shard, r).map_err(|(kind, msg)| core.violation(kind, msg))
     }
 
-    pub(super) fn finish(mut self) -> Result<FailoverReport, Violation> {
+    pub(super) fn finish_checks(mut self, mut core: Core<'_>) -> Result<FailoverReport, Violation> {
         // Raft safety: every replica's committed prefix is the group's.
-        let now = self.now;
+        let now = core.now;
         for (s, group) in self.replicas.iter_mut().enumerate() {
             let oracle = &self.oracle[s];
             for (i, node) in group.iter_mut().enumerate() {
@@ -143,7 +128,7 @@ impl FailoverWorld<'_> {
         }
         // Nothing answered is lost: every ordered answer is durable on every participant at
         // the answered timestamp.
-        for rec in &self.cs.history.txns {
+        for rec in &core.cs.history.txns {
             let Some(ts) = rec.ts() else { continue };
             let durable: Vec<(ShardId, Durable)> = shards_of(rec)
                 .into_iter()
@@ -153,22 +138,22 @@ impl FailoverWorld<'_> {
             if let Some((p, d)) =
                 durable.iter().find(|(_, d)| d.prepared.is_none() || d.aborted || d.refused || d.prepares > 1)
             {
-                return Err(self.violation(
+                return Err(core.violation(
                     ViolationKind::NotDurable,
                     format!("{:?} was answered at ts {ts}, but shard {p}'s committed log has {d:?}", rec.id),
                 ));
             }
             if final_ts != Some(ts) {
-                return Err(self.violation(
+                return Err(core.violation(
                     ViolationKind::TimestampMismatch,
                     format!("{:?} was answered at ts {ts}, the committed proposals give {final_ts:?}", rec.id),
                 ));
             }
         }
         // Orphans: executed iff prepared everywhere and aborted nowhere.
-        let ids: Vec<TxnId> = self.orphans.keys().copied().collect();
+        let ids: Vec<TxnId> = core.cs.orphans.keys().copied().collect();
         for id in ids {
-            let rec = &self.cs.history.txns[self.cs.index[&id]];
+            let rec = &core.cs.history.txns[core.cs.index[&id]];
             let durable: Vec<Durable> = shards_of(rec)
                 .into_iter()
                 .map(|p| self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default())
@@ -178,7 +163,7 @@ impl FailoverWorld<'_> {
             if executed {
                 self.report.orphans_executed += 1;
             }
-            self.orphans.insert(id, if executed { ts } else { None });
+            core.cs.orphans.insert(id, if executed { ts } else { None });
         }
         let mut stores: Vec<&Store> = Vec::new();
         for group in &self.replicas {
@@ -190,24 +175,23 @@ impl FailoverWorld<'_> {
             stores.push(leader.store());
             self.report.recover_sent += leader.leader().map_or(0, |l| l.stats().recover_sent);
         }
-        let options = CheckOptions { realtime_across_shards: self.config.check_realtime_across_shards };
+        let options = CheckOptions { realtime_across_shards: core.config.check_realtime_across_shards };
         let summary =
-            checker::check_with_orphans(&self.cs.history, &self.orphans, &procedure::registry(), &stores, options)
-                .map_err(|v| v.at(self.now))?;
+            checker::check_with_orphans(&core.cs.history, &core.cs.orphans, &procedure::registry(), &stores, options)
+                .map_err(|v| v.at(core.now))?;
         self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
         self.report.committed = summary.committed;
         self.report.rejected = summary.rejected;
-        self.report.orphans = self.orphans.len() as u64;
-        self.report.unknown = self.cs.unknown;
-        self.report.retries = self.cs.nodes.iter().map(|c| c.coord.stats().retries).sum();
-        self.report.events = self.events;
-        self.report.messages = self.delivered;
-        self.report.trace_hash = self.trace_hash;
-        let _ = self.answered_at;
+        self.report.orphans = core.cs.orphans.len() as u64;
+        self.report.unknown = core.cs.unknown;
+        self.report.retries = core.cs.nodes.iter().map(|c| c.coord.stats().retries).sum();
+        self.report.events = core.events;
+        self.report.messages = core.delivered;
+        self.report.trace_hash = core.trace_hash;
         Ok(self.report)
     }
 
-    pub(super) fn not_converged(&mut self) -> Violation {
+    pub(super) fn not_converged(&mut self, core: &Core<'_>) -> Violation {
         let mut msg = format!(
             "the healed cluster did not converge within {} us (one serving leader per shard, nothing pending, \
              equal stores on every replica)",
@@ -228,30 +212,12 @@ impl FailoverWorld<'_> {
                 }
             }
         }
-        self.violation(ViolationKind::Stuck, msg)
+        core.violation(ViolationKind::Stuck, msg)
     }
 
-    pub(super) fn stuck(&mut self, why: &str) -> Violation {
-        let mut msg = format!(
-            "the run did not finish: {why}; {}/{} transactions answered ({} orphaned, {} submitted) after {} \
-             events at virtual time {} us",
-            self.cs.answered,
-            self.config.txns,
-            self.orphans.len(),
-            self.cs.submitted,
-            self.events,
-            self.now
-        );
-        let waiting: Vec<String> = self
-            .cs
-            .history
-            .txns
-            .iter()
-            .filter(|t| t.answers.is_empty() && !self.orphans.contains_key(&t.id))
-            .take(5)
-            .map(|t| format!("{:?} (dispatched {} us, shards {:?})", t.id, t.dispatched.us, shards_of(t)))
-            .collect();
-        msg.push_str(&format!("; unanswered (first 5): {}", waiting.join(", ")));
+    /// Every replica's state, for a stuck run's report.
+    pub(super) fn describe_replicas(&mut self) -> String {
+        let mut msg = String::new();
         for (s, group) in self.replicas.iter_mut().enumerate() {
             for (i, node) in group.iter_mut().enumerate() {
                 let state = match node.node.as_ref().map(ReplicaNode::replica) {
@@ -271,6 +237,6 @@ impl FailoverWorld<'_> {
                 ));
             }
         }
-        self.violation(ViolationKind::Stuck, msg)
+        msg
     }
 }

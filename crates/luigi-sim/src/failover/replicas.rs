@@ -1,4 +1,4 @@
-//! The replicas of the replicated world: each is a [`ReplicaNode`] (the node the server
+//! The replicas of the Raft cluster model: each is a [`ReplicaNode`] (the node the server
 //! runs), and this file only executes its effects on the simulated network and disk, and
 //! crashes, restarts and cuts it.
 
@@ -13,14 +13,12 @@ use luigi_wal::{Durability, SimFs, WalOptions};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{FailoverWorld, FaultAction, FaultConfig, Kill, KillPoint, Step, BUSY_BACKOFF_MAX_US};
-use crate::clients::WakeSlot;
+use super::{FaultAction, FaultConfig, Kill, KillPoint, RaftGroups};
 use crate::config::SimConfig;
-use crate::hash::fold;
-use crate::net::{Node, SimMsg};
+use crate::engine::{busy_backoff_us, local_clock, virtual_deadline, Core, Step};
+use crate::net::{EventKind, Node, SimMsg};
 use crate::procedure;
 use crate::violation::{Violation, ViolationKind};
-use crate::world::{local_clock, virtual_deadline};
 
 /// Rounds of executing effects and turning the node again in one call before the replica
 /// counts as livelocked.
@@ -69,7 +67,6 @@ pub(super) struct SimReplica {
     pub(super) offset_us: i64,
     /// Incarnation: bumped at every crash and restart (stale wake-ups and syncs are ignored).
     pub(super) gen: u64,
-    pub(super) wake: WakeSlot,
     sync_scheduled: bool,
     /// The last ready written that the node waits to hear is durable.
     unsynced: Option<u64>,
@@ -91,7 +88,6 @@ impl SimReplica {
             disk: SimDisk::new(disk_seed),
             offset_us,
             gen: 0,
-            wake: WakeSlot::default(),
             sync_scheduled: false,
             unsynced: None,
             isolated: false,
@@ -132,17 +128,18 @@ pub(super) fn new_node(
     ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
 }
 
-impl FailoverWorld<'_> {
+impl RaftGroups<'_> {
     /// Runs `f` on replica `i` of shard `s` at its local time, turns its node, checks what it
     /// did, applies the kill point, and executes its effects. A crashed replica ignores it.
     pub(super) fn call_replica(
         &mut self,
+        core: &mut Core<'_>,
         s: ShardId,
         i: u32,
         woken: bool,
         f: impl FnOnce(&mut ReplicaNode, TimeUs, &mut Vec<Effect>) -> Result<(), String>,
     ) -> Step {
-        let now = self.now;
+        let now = core.now;
         let me = Node::Replica(s, i);
         let r = &mut self.replicas[s as usize][i as usize];
         let Some(node) = r.node.as_mut() else { return Ok(()) };
@@ -152,12 +149,12 @@ impl FailoverWorld<'_> {
         let stats_before = node.stats();
         let mut fx = Vec::new();
         if let Err(e) = f(node, local, &mut fx) {
-            return Err(self.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+            return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
         }
         if let Err(e) = node.turn(local, &mut fx) {
-            return Err(self.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+            return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
         }
-        let executed = self.after_turn(s, i, &fx, stats_before)?;
+        let executed = self.after_turn(core, s, i, &fx, stats_before)?;
         let r = &mut self.replicas[s as usize][i as usize];
         let node = r.node.as_ref().expect("up");
         let serving = node.replica().is_serving();
@@ -172,16 +169,16 @@ impl FailoverWorld<'_> {
                 return Err(Violation::new(ViolationKind::Invariant, msg).at(now));
             }
         }
-        let kill = if was_serving && serving { self.kill_point(s, &fx, &executed, before, after) } else { None };
+        let kill = if was_serving && serving { self.kill_point(core, s, &fx, &executed, before, after) } else { None };
         if matches!(kill, Some(Kill::DropOutputs)) {
             // Dies before anything of this call leaves or is synced.
-            return self.kill(s, i);
+            return self.kill(core, s, i);
         }
-        self.execute(s, i, fx)?;
+        self.execute(core, s, i, fx)?;
         if kill.is_some() {
-            return self.kill(s, i);
+            return self.kill(core, s, i);
         }
-        self.schedule_replica_wake(s, i, woken);
+        self.schedule_replica_wake(core, s, i, woken);
         Ok(())
     }
 
@@ -190,12 +187,13 @@ impl FailoverWorld<'_> {
     /// snapshot replays the log), and checks every execution. Returns the executions.
     fn after_turn(
         &mut self,
+        core: &mut Core<'_>,
         s: ShardId,
         i: u32,
         fx: &[Effect],
         stats_before: luigi_node::NodeStats,
     ) -> Result<Vec<(ShardId, TxnId)>, Violation> {
-        self.update_oracle(s, i)?;
+        self.update_oracle(core, s, i)?;
         let r = &mut self.replicas[s as usize][i as usize];
         let stats = r.node.as_ref().expect("up").stats();
         let demoted = fx.iter().any(|e| matches!(e, Effect::Transition(Transition::Demoted)));
@@ -213,7 +211,7 @@ impl FailoverWorld<'_> {
             })
             .collect();
         for &(shard, id) in &executed {
-            self.on_executed(s, i, shard, id)?;
+            self.on_executed(core, s, i, shard, id)?;
         }
         Ok(executed)
     }
@@ -221,66 +219,66 @@ impl FailoverWorld<'_> {
     /// Executes `fx` for replica `i` of shard `s`; effects that call back into the node (an
     /// acknowledged write on a broken disk, a snapshot made inline) are followed by another
     /// turn, until nothing is left.
-    fn execute(&mut self, s: ShardId, i: u32, mut fx: Vec<Effect>) -> Step {
+    fn execute(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, mut fx: Vec<Effect>) -> Step {
         let me = Node::Replica(s, i);
         for _ in 0..EFFECT_ROUNDS_MAX {
             let mut again = Vec::new();
             for e in fx.drain(..) {
-                self.execute_one(s, i, e, &mut again)?;
+                self.execute_one(core, s, i, e, &mut again)?;
             }
             if again.is_empty() {
                 return Ok(());
             }
             let r = &mut self.replicas[s as usize][i as usize];
-            let local = local_clock(self.now, r.offset_us);
+            let local = local_clock(core.now, r.offset_us);
             let node = r.node.as_mut().expect("up");
             let stats_before = node.stats();
             if let Err(e) = node.turn(local, &mut again) {
-                return Err(self.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+                return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
             }
-            self.after_turn(s, i, &again, stats_before)?;
+            self.after_turn(core, s, i, &again, stats_before)?;
             fx = again;
         }
-        Err(self.violation(ViolationKind::Invariant, format!("{me} never settles")))
+        Err(core.violation(ViolationKind::Invariant, format!("{me} never settles")))
     }
 
-    fn execute_one(&mut self, s: ShardId, i: u32, e: Effect, again: &mut Vec<Effect>) -> Step {
+    fn execute_one(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, e: Effect, again: &mut Vec<Effect>) -> Step {
         let me = Node::Replica(s, i);
         match e {
             Effect::ToClient { client, msg } => {
                 if let ServerMsg::Reply(r) = &msg {
-                    self.check_reply(s, r)?;
+                    self.check_reply(core, s, r)?;
                 }
-                if client == 0 || client > u64::from(self.config.clients) {
+                if client == 0 || client > u64::from(core.config.clients) {
                     let msg = format!("{me} sent {msg:?} to nonexistent client {client}");
-                    return Err(self.violation(ViolationKind::Invariant, msg));
+                    return Err(core.violation(ViolationKind::Invariant, msg));
                 }
-                self.send(me, Node::Client(client), SimMsg::ToClient(msg));
+                self.send(core, me, Node::Client(client), SimMsg::ToClient(msg));
             }
             Effect::ToAllClients { msg } => {
-                for client in 1..=u64::from(self.config.clients) {
-                    self.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
+                for client in 1..=u64::from(core.config.clients) {
+                    self.send(core, me, Node::Client(client), SimMsg::ToClient(msg.clone()));
                 }
             }
             Effect::ToClients { clients, msg } => {
                 for client in clients {
-                    self.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
+                    self.send(core, me, Node::Client(client), SimMsg::ToClient(msg.clone()));
                 }
             }
             Effect::ToPeer { to, batch } => {
-                if to.shard == s || to.shard >= self.config.shards || to.replica >= self.n || batch.from != s {
+                if to.shard == s || to.shard >= core.config.shards || to.replica >= self.n || batch.from != s {
                     let msg = format!("{me} sent a batch from shard {} to {to}: {batch:?}", batch.from);
-                    return Err(self.violation(ViolationKind::Invariant, msg));
+                    return Err(core.violation(ViolationKind::Invariant, msg));
                 }
-                self.send(me, Node::Replica(to.shard, to.replica), SimMsg::Peer(batch));
+                self.send(core, me, Node::Replica(to.shard, to.replica), SimMsg::Peer(batch));
             }
             Effect::Replicate { to, msg } => {
-                self.send(me, Node::Replica(to.shard, to.replica), SimMsg::Replication(msg))
+                self.send(core, me, Node::Replica(to.shard, to.replica), SimMsg::Replication(msg))
             }
             Effect::Persist(p) => {
                 let r = &mut self.replicas[s as usize][i as usize];
                 if let Err(e) = r.disk.storage().write(&p.ready) {
-                    return Err(self.violation(ViolationKind::Invariant, format!("{me} cannot write its log: {e}")));
+                    return Err(core.violation(ViolationKind::Invariant, format!("{me} cannot write its log: {e}")));
                 }
                 if p.sync && self.faults.ack_before_sync {
                     // The broken disk: says durable before it is.
@@ -290,31 +288,31 @@ impl FailoverWorld<'_> {
                 }
                 if p.sync && !r.sync_scheduled {
                     r.sync_scheduled = true;
-                    let at = self.now + self.faults.sync.sample(&mut self.disk_rng);
+                    let at = core.now + self.faults.sync.sample(&mut self.disk_rng);
                     let gen = r.gen;
-                    self.queue.push(at, crate::net::EventKind::Sync { node: me, gen });
+                    core.queue.push(at, EventKind::Sync { node: me, gen });
                 }
             }
             Effect::SaveSnapshot(snap) => {
                 let index = snap.index;
                 if let Err(e) = self.replicas[s as usize][i as usize].disk.storage().save_snapshot(&snap) {
                     let msg = format!("{me} cannot save its snapshot: {e}");
-                    return Err(self.violation(ViolationKind::Invariant, msg));
+                    return Err(core.violation(ViolationKind::Invariant, msg));
                 }
-                self.trace(|| format!("{me} saves a snapshot at {index}"));
+                core.trace(|| format!("{me} saves a snapshot at {index}"));
             }
             Effect::MakeSnapshot(job) => {
                 let made = job.run();
                 let node = self.replicas[s as usize][i as usize].node.as_mut().expect("up");
                 let taken = node.stats().snapshots_taken;
                 if let Err(e) = node.snapshot_made(made, again) {
-                    return Err(self.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+                    return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
                 }
                 self.report.compactions += node.stats().snapshots_taken - taken;
             }
             Effect::MarkDamaged { reason } => {
                 let _ = self.replicas[s as usize][i as usize].disk.storage().mark_damaged(&reason);
-                return Err(self.violation(ViolationKind::Invariant, format!("{me} lost its disk: {reason}")));
+                return Err(core.violation(ViolationKind::Invariant, format!("{me} lost its disk: {reason}")));
             }
             Effect::Executed { .. } => {} // checked in `after_turn`
             Effect::Transition(t) => {
@@ -323,11 +321,11 @@ impl FailoverWorld<'_> {
                 match t {
                     Transition::Promoted => {
                         self.report.promotions += 1;
-                        self.trace(|| format!("{me} serves as the leader"));
+                        core.trace(|| format!("{me} serves as the leader"));
                     }
                     Transition::Demoted => {
                         self.report.demotions += 1;
-                        self.trace(|| format!("{me} stepped down and rebuilt its state"));
+                        core.trace(|| format!("{me} stepped down and rebuilt its state"));
                     }
                 }
             }
@@ -337,8 +335,8 @@ impl FailoverWorld<'_> {
 
     /// Publishes a serving leader's watermark and schedules the next wake-up at its node's
     /// deadline.
-    fn schedule_replica_wake(&mut self, s: ShardId, i: u32, woken: bool) {
-        let now = self.now;
+    fn schedule_replica_wake(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, woken: bool) {
+        let now = core.now;
         let r = &mut self.replicas[s as usize][i as usize];
         let node = r.node.as_ref().expect("up");
         if let Some(l) = node.replica().leader() {
@@ -348,17 +346,18 @@ impl FailoverWorld<'_> {
         let mut deadline = virtual_deadline(node.next_deadline(), r.offset_us);
         if woken && deadline <= now {
             r.busy_streak += 1;
-            deadline = now + (1u64 << r.busy_streak.min(6)).min(BUSY_BACKOFF_MAX_US);
+            deadline = now + busy_backoff_us(r.busy_streak);
         } else {
             r.busy_streak = 0;
         }
         let earliest = if woken { now + 1 } else { now };
-        self.schedule_wake(Node::Replica(s, i), Some(deadline.max(earliest)));
+        core.schedule_wake(Node::Replica(s, i), Some(deadline.max(earliest)));
     }
 
     /// Whether the serving leader of `s` dies at the configured kill point in this call.
     fn kill_point(
         &mut self,
+        core: &mut Core<'_>,
         s: ShardId,
         fx: &[Effect],
         executed: &[(ShardId, TxnId)],
@@ -383,7 +382,7 @@ impl FailoverWorld<'_> {
         }
         let point = self.faults.kill?;
         let eligible = self.kills_left > 0
-            && self.now >= self.next_kill_ok_at
+            && core.now >= self.next_kill_ok_at
             && !self.quiescing
             && !self.replicas[s as usize].iter().any(SimReplica::faulty);
         if !eligible {
@@ -392,7 +391,7 @@ impl FailoverWorld<'_> {
         let replied = |id: &TxnId| {
             fx.iter().any(|e| matches!(e, Effect::ToClient { msg: ServerMsg::Reply(r), .. } if r.id == *id))
         };
-        let cross = |id: &TxnId| self.cs.index.get(id).is_some_and(|&k| self.cs.history.txns[k].pieces.len() > 1);
+        let cross = |id: &TxnId| core.cs.index.get(id).is_some_and(|&k| core.cs.history.txns[k].pieces.len() > 1);
         match point {
             KillPoint::PrepareCommitted if first_propose => Some(Kill::DropOutputs),
             KillPoint::ProposeSent if first_propose => Some(Kill::AfterOutputs),
@@ -406,35 +405,36 @@ impl FailoverWorld<'_> {
         }
     }
 
-    fn kill(&mut self, s: ShardId, i: u32) -> Step {
+    fn kill(&mut self, core: &mut Core<'_>, s: ShardId, i: u32) -> Step {
         self.kills_left -= 1;
         self.report.kills += 1;
-        self.next_kill_ok_at = self.now + self.faults.kill_gap_us;
+        self.next_kill_ok_at = core.now + self.faults.kill_gap_us;
         let down = self.faults.down.sample(&mut self.fault_rng).max(1);
-        self.crash(s, i, down)
+        self.crash(core, s, i, down)
     }
 
     /// The disk of replica `i` of shard `s` finished syncing: what was written is durable.
-    pub(super) fn sync(&mut self, s: ShardId, i: u32, gen: u64) -> Step {
+    pub(super) fn sync_disk(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, gen: u64) -> Step {
         let r = &mut self.replicas[s as usize][i as usize];
         if r.gen != gen || r.node.is_none() {
             return Ok(());
         }
         r.sync_scheduled = false;
         if let Err(e) = r.disk.storage().sync() {
-            return Err(self.violation(ViolationKind::Invariant, format!("R{s}.{i} cannot sync its log: {e}")));
+            return Err(core.violation(ViolationKind::Invariant, format!("R{s}.{i} cannot sync its log: {e}")));
         }
         let Some(number) = r.unsynced.take() else { return Ok(()) };
-        self.call_replica(s, i, false, |n, _, fx| {
+        self.call_replica(core, s, i, false, |n, _, fx| {
             n.persisted(number, fx);
             Ok(())
         })
     }
 
     /// Crashes replica `i` of shard `s` (unsynced writes are lost) and restarts it after `down`.
-    pub(super) fn crash(&mut self, s: ShardId, i: u32, down: u64) -> Step {
-        self.trace(|| format!("R{s}.{i} crashes (restarts in {down} us)"));
-        self.trace_hash = fold(fold(self.trace_hash, 0xdead), Node::Replica(s, i).code());
+    pub(super) fn crash(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, down: u64) -> Step {
+        core.trace(|| format!("R{s}.{i} crashes (restarts in {down} us)"));
+        core.fold(0xdead);
+        core.fold(Node::Replica(s, i).code());
         let r = &mut self.replicas[s as usize][i as usize];
         if r.node.is_none() {
             return Ok(());
@@ -448,46 +448,47 @@ impl FailoverWorld<'_> {
         r.watermark = 0;
         r.busy_streak = 0;
         self.report.crashes += 1;
-        self.schedule_wake(Node::Replica(s, i), None);
-        self.schedule_fault(self.now + down, FaultAction::Restart(s, i));
-        self.links_down(s, i, false)
+        core.schedule_wake(Node::Replica(s, i), None);
+        let at = core.now + down;
+        self.schedule_fault(core, at, FaultAction::Restart(s, i));
+        self.links_down(core, s, i, false)
     }
 
     /// Restarts replica `i` of shard `s` from what its disk holds.
-    pub(super) fn restart(&mut self, s: ShardId, i: u32) -> Step {
-        self.trace(|| format!("R{s}.{i} restarts from its disk"));
+    pub(super) fn restart(&mut self, core: &mut Core<'_>, s: ShardId, i: u32) -> Step {
+        core.trace(|| format!("R{s}.{i} restarts from its disk"));
         let r = &mut self.replicas[s as usize][i as usize];
-        let node = new_node(self.config, self.faults, s, i, &mut r.disk).map_err(|v| v.at(self.now))?;
+        let node = new_node(core.config, self.faults, s, i, &mut r.disk).map_err(|v| v.at(core.now))?;
         r.node = Some(node);
         r.gen += 1;
-        self.links_up(s, i)
+        self.links_up(core, s, i)
     }
 
     /// Replica `i` of shard `s` reaches (again) every replica that is up and not cut off:
     /// both ends hear of the links, as a server hears of its connections.
-    pub(super) fn links_up(&mut self, s: ShardId, i: u32) -> Step {
-        for t in 0..self.config.shards {
+    pub(super) fn links_up(&mut self, core: &mut Core<'_>, s: ShardId, i: u32) -> Step {
+        for t in 0..core.config.shards {
             for j in 0..self.n {
-                if (t, j) == (s, i) || self.cut(Node::Replica(s, i), Node::Replica(t, j)) {
+                if (t, j) == (s, i) || self.cut(core, Node::Replica(s, i), Node::Replica(t, j)) {
                     continue;
                 }
-                self.link(s, i, t, j, true)?;
-                self.link(t, j, s, i, true)?;
+                self.link(core, s, i, t, j, true)?;
+                self.link(core, t, j, s, i, true)?;
             }
         }
-        self.call_replica(s, i, false, |_, _, _| Ok(()))
+        self.call_replica(core, s, i, false, |_, _, _| Ok(()))
     }
 
     /// Replica `i` of shard `s` lost its links (crashed, or cut off: from its own group
     /// only if `raft_only`).
-    pub(super) fn links_down(&mut self, s: ShardId, i: u32, raft_only: bool) -> Step {
-        for t in 0..self.config.shards {
+    pub(super) fn links_down(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, raft_only: bool) -> Step {
+        for t in 0..core.config.shards {
             for j in 0..self.n {
                 if (t, j) == (s, i) || (raft_only && t != s) {
                     continue;
                 }
-                self.link(s, i, t, j, false)?;
-                self.link(t, j, s, i, false)?;
+                self.link(core, s, i, t, j, false)?;
+                self.link(core, t, j, s, i, false)?;
             }
         }
         Ok(())
@@ -495,12 +496,12 @@ impl FailoverWorld<'_> {
 
     /// Tells the node of replica `i` of shard `s` (if up) that its link to `(t, j)` is up
     /// or down.
-    fn link(&mut self, s: ShardId, i: u32, t: ShardId, j: u32, up: bool) -> Step {
+    fn link(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, t: ShardId, j: u32, up: bool) -> Step {
         if self.replicas[s as usize][i as usize].node.is_none() {
             return Ok(());
         }
         let other = NodeId { shard: t, replica: j };
-        self.call_replica(s, i, false, |n, _, fx| {
+        self.call_replica(core, s, i, false, |n, _, fx| {
             if t == s {
                 n.replica_link(j, up);
             } else {

@@ -2,99 +2,77 @@
 //! reply (rule 7), and after the run that exactly the ordered transactions executed, in
 //! timestamp order per key, with the followers agreeing.
 
-use super::*;
+use std::collections::HashMap;
 
-impl World<'_> {
+use luigi_proto::leader::follower::Follower;
+use luigi_proto::leader::LeaderStats;
+use luigi_proto::log::LogEntry;
+use luigi_proto::msg::TxnReply;
+use luigi_proto::types::{Access, KeySet, ShardId, Timestamp, TxnId};
+use luigi_store::{Key, Store};
+
+use super::IdealLog;
+use crate::checker::{self, CheckOptions};
+use crate::engine::{Core, Step};
+use crate::log::{check_rule4, Durable};
+use crate::procedure;
+use crate::violation::{Violation, ViolationKind};
+use crate::{Latency, RunReport};
+
+impl IdealLog {
     /// Shard `shard` just executed `id`: it must be a participant that has not executed it
     /// before, and (rule 4) every participant must durably hold its final timestamp.
-    pub(super) fn on_executed(&mut self, shard: ShardId, id: TxnId) -> Step {
-        self.trace(|| format!("L{shard} executes {id:?}"));
-        self.trace_hash = fold(fold(self.trace_hash, 0xe8ec_u64 ^ u64::from(shard)), id.seq ^ (id.client << 40));
-        let Some(&i) = self.cs.index.get(&id) else {
-            return Err(self.violation(
+    pub(super) fn on_executed(&mut self, core: &mut Core<'_>, shard: ShardId, id: TxnId) -> Step {
+        core.trace(|| format!("L{shard} executes {id:?}"));
+        core.fold(0xe8ec_u64 ^ u64::from(shard));
+        core.fold(id.seq ^ (id.client << 40));
+        let Some(&i) = core.cs.index.get(&id) else {
+            return Err(core.violation(
                 ViolationKind::Execution,
                 format!("shard {shard} executed {id:?}, which was never submitted"),
             ));
         };
-        let shards: Vec<ShardId> = self.cs.history.txns[i].pieces.iter().map(|p| p.shard).collect();
+        let shards: Vec<ShardId> = core.cs.history.txns[i].pieces.iter().map(|p| p.shard).collect();
         if !shards.contains(&shard) {
-            return Err(self.violation(
+            return Err(core.violation(
                 ViolationKind::Execution,
                 format!("shard {shard} executed {id:?}, whose participants are {shards:?}"),
             ));
         }
         if !self.executed.insert((id, shard)) {
-            return Err(self.violation(ViolationKind::Execution, format!("shard {shard} executed {id:?} twice")));
+            return Err(core.violation(ViolationKind::Execution, format!("shard {shard} executed {id:?} twice")));
         }
         self.executions[shard as usize].push(id);
-        if self.config.check_durable_decisions {
-            self.check_durable(shard, id, &shards)?;
+        if core.config.check_durable_decisions {
+            self.check_durable(core, shard, id, &shards)?;
         }
         Ok(())
     }
 
-    /// DESIGN.md rule 4 at the moment `shard` executes `id`: every participant's `PREPARE` is
-    /// committed, and if the proposals differed, every participant's committed log already
-    /// holds the final timestamp (a `DECIDE` at it, or its own `PREPARE` if that was the
-    /// largest). Without this a replica or a new leader of a participant that only holds the
-    /// old, smaller proposal would order the transaction differently from what was executed.
-    pub(super) fn check_durable(&mut self, shard: ShardId, id: TxnId, shards: &[ShardId]) -> Step {
-        let now = self.now;
+    /// DESIGN.md rule 4 at the moment `shard` executes `id` (see [`check_rule4`]), over the
+    /// participants' logs.
+    pub(super) fn check_durable(&mut self, core: &Core<'_>, shard: ShardId, id: TxnId, shards: &[ShardId]) -> Step {
+        let now = core.now;
         let durable: Vec<(ShardId, Durable)> =
             shards.iter().map(|&p| (p, self.leaders[p as usize].leader.log_mut().durable(id, now))).collect();
-        let mut proposals = Vec::new();
-        for (p, d) in &durable {
-            let why = if d.prepares > 1 {
-                Some(format!("shard {p} has {} committed PREPAREs of it", d.prepares))
-            } else if d.aborted {
-                Some(format!("shard {p} has a committed ABORT of it"))
-            } else if d.prepared.is_none() {
-                Some(format!("shard {p}'s PREPARE of it is not committed"))
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                return Err(
-                    self.violation(ViolationKind::NotDurable, format!("shard {shard} executed {id:?}, but {why}"))
-                );
-            }
-            proposals.push((*p, d.prepared.expect("checked")));
-        }
-        let final_ts = proposals.iter().map(|(_, ts)| *ts).max().expect("a participant");
-        if proposals.iter().all(|(_, ts)| *ts == final_ts) {
-            return Ok(());
-        }
-        for (p, d) in &durable {
-            if d.ts() != Some(final_ts) {
-                return Err(self.violation(
-                    ViolationKind::NotDurable,
-                    format!(
-                        "shard {shard} executed {id:?} (proposals by shard {proposals:?}, final ts {final_ts}) \
-                         before shard {p} durably adopted the final timestamp: its committed log holds \
-                         PREPARE at {:?} and DECIDE at {:?} (rule 4: no release on the first round when \
-                         proposals differ)",
-                        d.prepared, d.decided
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        check_rule4(&format!("shard {shard}"), id, &durable)
+            .map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
     }
 
     /// Checks a reply as the leader sends it.
-    pub(super) fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Step {
-        self.cs.replies.check_reply(shard, r).map_err(|(kind, msg)| self.violation(kind, msg))
+    pub(super) fn check_reply(&mut self, core: &mut Core<'_>, shard: ShardId, r: &TxnReply) -> Step {
+        core.cs.replies.check_reply(shard, r).map_err(|(kind, msg)| core.violation(kind, msg))
     }
 
     /// After the run: exactly the ordered transactions were executed, once on each
     /// participant, and on every shard conflicting ones executed in final-timestamp order and
     /// in the order of the shard's own committed log.
-    pub(super) fn check_executions(&mut self) -> Step {
+    pub(super) fn check_executions(&mut self, core: &Core<'_>) -> Step {
         for (shard, execs) in self.executions.iter().enumerate() {
             for id in execs {
-                let rec = &self.cs.history.txns[self.cs.index[id]];
+                let rec = &core.cs.history.txns[core.cs.index[id]];
                 if rec.ts().is_none() {
-                    return Err(self.violation(
+                    return Err(core.violation(
                         ViolationKind::Execution,
                         format!(
                             "{id:?} was executed on shard {shard} but its client was told {:?}: a rejected \
@@ -105,30 +83,30 @@ impl World<'_> {
                 }
             }
         }
-        let now = self.now;
-        for rec in &self.cs.history.txns {
+        let now = core.now;
+        for rec in &core.cs.history.txns {
             if rec.ts().is_none() {
                 continue;
             }
             for p in &rec.pieces {
                 if self.leaders[p.shard as usize].leader.log_mut().durable(rec.id, now).aborted {
-                    return Err(self.violation(
+                    return Err(core.violation(
                         ViolationKind::Execution,
                         format!("{:?} was answered as ordered although shard {} logged its ABORT", rec.id, p.shard),
                     ));
                 }
             }
             if let Some(p) = rec.pieces.iter().find(|p| !self.executed.contains(&(rec.id, p.shard))) {
-                return Err(self.violation(
+                return Err(core.violation(
                     ViolationKind::Execution,
                     format!("{:?} was answered as ordered but never executed on shard {}", rec.id, p.shard),
                 ));
             }
         }
-        for shard in 0..self.config.shards {
+        for shard in 0..core.config.shards {
             let mut execs = Vec::new();
             for &id in &self.executions[shard as usize] {
-                let rec = &self.cs.history.txns[self.cs.index[&id]];
+                let rec = &core.cs.history.txns[core.cs.index[&id]];
                 let ts = rec.ts().expect("checked above");
                 let log_ts = self.leaders[shard as usize].leader.log_mut().durable(id, now).ts().unwrap_or(ts);
                 let keys = rec.piece(shard).expect("participant checked at execution");
@@ -144,9 +122,9 @@ impl World<'_> {
                     describe(&execs[b]),
                     checker::show_key(key)
                 );
-                return Err(self.violation(ViolationKind::ExecutionOrder, msg));
+                return Err(core.violation(ViolationKind::ExecutionOrder, msg));
             }
-            if !self.config.check_log_order {
+            if !core.config.check_log_order {
                 continue;
             }
             if let Some((a, b, key, access)) = first_inversion(&execs, |e| e.by_log) {
@@ -159,7 +137,7 @@ impl World<'_> {
                     describe(&execs[b]),
                     checker::show_key(key)
                 );
-                return Err(self.violation(ViolationKind::ExecutionOrder, msg));
+                return Err(core.violation(ViolationKind::ExecutionOrder, msg));
             }
         }
         Ok(())
@@ -167,10 +145,10 @@ impl World<'_> {
 
     /// Cross-shard transactions submitted, and those whose participants' committed proposals
     /// differed (the ones that needed the second round).
-    pub(super) fn count_cross_shard(&mut self) -> (u64, u64) {
-        let now = self.now;
+    pub(super) fn count_cross_shard(&mut self, core: &Core<'_>) -> (u64, u64) {
+        let now = core.now;
         let (mut cross, mut differed) = (0, 0);
-        for rec in &self.cs.history.txns {
+        for rec in &core.cs.history.txns {
             if rec.pieces.len() < 2 {
                 continue;
             }
@@ -188,11 +166,11 @@ impl World<'_> {
     }
 }
 
-impl World<'_> {
+impl IdealLog {
     /// Replays every shard's log into a fresh follower replica and requires it to rebuild
     /// exactly the leader's store (DESIGN.md rule 5: execution is a deterministic function of
     /// the ordered log). A final `Applied` marker covers everything the leader executed.
-    pub(super) fn check_followers(&mut self) -> Result<(), Violation> {
+    pub(super) fn check_followers(&mut self, core: &Core<'_>) -> Result<(), Violation> {
         for s in 0..self.leaders.len() {
             self.leaders[s].leader.mark_applied();
             let shard = s as u32;
@@ -203,7 +181,7 @@ impl World<'_> {
             }
             let leader_store = self.leaders[s].leader.store();
             if follower.queued_len() != 0 || follower.store() != leader_store {
-                return Err(self.violation(
+                return Err(core.violation(
                     ViolationKind::StateMismatch,
                     format!(
                         "shard {s}: a follower replaying the {} log entries rebuilds a different store \
@@ -222,7 +200,78 @@ impl World<'_> {
     }
 }
 
-pub(super) fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
+impl IdealLog {
+    /// The end-of-run checks (coordinators, idle leaders, executions, followers, the
+    /// checker) and the report.
+    pub(super) fn finish_checks(mut self, core: Core<'_>) -> Result<RunReport, Violation> {
+        let mut retries = 0;
+        for (id, c) in (1..).zip(&core.cs.nodes) {
+            let stats = c.coord.stats();
+            retries += stats.retries;
+            if stats.ts_mismatch != 0 {
+                return Err(core.violation(
+                    ViolationKind::TimestampMismatch,
+                    format!(
+                        "client {} saw {} transactions whose participants answered with \
+                         different timestamps",
+                        id, stats.ts_mismatch
+                    ),
+                ));
+            }
+        }
+        for (s, l) in self.leaders.iter().enumerate() {
+            if l.leader.pending_len() != 0 {
+                return Err(core.violation(
+                    ViolationKind::Invariant,
+                    format!(
+                        "shard {s} still has {} transactions pending {} us after every \
+                         transaction was answered",
+                        l.leader.pending_len(),
+                        core.now - core.answered_at
+                    ),
+                ));
+            }
+        }
+        self.check_executions(&core)?;
+        self.check_followers(&core)?;
+        let (cross_shard, cross_differed) = self.count_cross_shard(&core);
+        let stores: Vec<&Store> = self.leaders.iter().map(|l| l.leader.store()).collect();
+        let options = CheckOptions { realtime_across_shards: core.config.check_realtime_across_shards };
+        let summary =
+            checker::check(&core.cs.history, &procedure::registry(), &stores, options).map_err(|v| v.at(core.now))?;
+        let mut latencies: Vec<u64> =
+            core.cs.history.txns.iter().map(|t| t.answers[0].at.us - t.dispatched.us).collect();
+        latencies.sort_unstable();
+        let leaders = self.leaders.iter().map(|l| l.leader.stats()).fold(LeaderStats::default(), add_stats);
+        let net = core.net_stats();
+        Ok(RunReport {
+            seed: core.config.seed,
+            txns: core.config.txns,
+            committed: summary.committed,
+            proc_aborted: summary.proc_aborted,
+            rejected: summary.rejected,
+            retries,
+            bumped: leaders.bumped,
+            duplicates: leaders.duplicates,
+            cross_shard,
+            cross_differed,
+            leaders,
+            peer_batches: net.peer_batches,
+            busy_wakes: self.busy_wakes,
+            end_us: core.answered_at,
+            events: core.events,
+            messages: core.delivered,
+            dropped: net.dropped,
+            max_ts: summary.max_ts,
+            conflict_edges: summary.conflict_edges,
+            latency: Latency::of_sorted(&latencies),
+            shard_hashes: stores.iter().map(|s| s.state_hash()).collect(),
+            trace_hash: core.trace_hash,
+        })
+    }
+}
+
+fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
     LeaderStats {
         admitted: a.admitted + b.admitted,
         bumped: a.bumped + b.bumped,
