@@ -160,6 +160,10 @@ pub(crate) trait ClientWorld {
         let node = self.client(id)?;
         let local = local_clock(now, node.offset_us);
         f(&mut node.coord, local, shards, &mut out);
+        // What the coordinator promises holds after every step.
+        if let Err(e) = node.coord.check_invariants() {
+            return Err(self.violation(ViolationKind::Invariant, e));
+        }
         if sort {
             out.sort_by_key(output_order);
         }

@@ -154,6 +154,16 @@ impl RaftGroups<'_> {
         if let Err(e) = node.turn(local, &mut fx) {
             return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
         }
+        // What the cores promise holds after every step, in either role.
+        let r = node.replica();
+        let checked = match (r.leader(), r.follower()) {
+            (Some(l), _) => l.check_invariants(),
+            (None, Some(f)) => f.check_invariants(),
+            (None, None) => Ok(()),
+        };
+        if let Err(e) = checked {
+            return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+        }
         let executed = self.after_turn(core, s, i, &fx, stats_before)?;
         let r = &mut self.replicas[s as usize][i as usize];
         let node = r.node.as_ref().expect("up");

@@ -119,6 +119,10 @@ impl IdealLog {
         node.leader.log_mut().set_now(now);
         let local = local_clock(now, node.offset_us);
         f(&mut node.leader, local, &mut out);
+        // What the core promises holds after every step.
+        if let Err(e) = node.leader.check_invariants() {
+            return Err(core.violation(ViolationKind::Invariant, e));
+        }
         let watermark = node.leader.watermark();
         let previous = std::mem::replace(&mut node.watermark, watermark);
         let mut deadline = node.leader.next_deadline().map(|d| virtual_deadline(d, node.offset_us));
