@@ -1,7 +1,10 @@
-//! A replica's disk, run on a thread of its own: the event loop hands it the node's
-//! [`Persist`] and snapshot effects in order and goes on; the thread writes them, syncs once
-//! for everything queued (group commit), and reports back which ready is durable. Fsync never
-//! blocks the event loop.
+//! A replica's disk. With `--durability fsync` it runs on a thread of its own: the event loop
+//! hands it the node's [`Persist`] and snapshot effects in order and goes on; the thread
+//! writes them, syncs once for everything queued (group commit), and reports back which ready
+//! is durable. Fsync never blocks the event loop. With `--durability none` nothing waits for
+//! the device, so the event loop writes inline (to the page cache) and the write counts at
+//! once: a thread hop there only delayed every commit (measured: 4-12 % fewer transactions
+//! per second with 3 replicas).
 
 use std::path::PathBuf;
 use std::sync::mpsc as std_mpsc;
@@ -10,7 +13,7 @@ use anyhow::Context;
 use luigi_node::{NodeId, Persist};
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::{RecoveredState, SnapshotData};
-use luigi_wal::WalOptions;
+use luigi_wal::{Durability, WalOptions};
 
 use crate::config::ClusterConfig;
 use crate::server::StorageOptions;
@@ -51,6 +54,8 @@ pub enum StorageReport {
 pub struct Storage {
     ops: Option<std_mpsc::Sender<StorageOp>>,
     thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+    /// The disk itself when it is written inline (`--durability none`).
+    inline: Option<DiskStorage>,
     dir: PathBuf,
 }
 
@@ -94,12 +99,15 @@ impl Storage {
                 dir.display()
             );
         }
+        if storage.durability == Durability::None {
+            return Ok((Storage { ops: None, thread: None, inline: Some(disk), dir }, recovered));
+        }
         let (tx, rx) = std_mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(format!("luigi-disk-{node}"))
             .spawn(move || run(disk, rx, report))
             .context("cannot start the storage thread")?;
-        Ok((Storage { ops: Some(tx), thread: Some(thread), dir }, recovered))
+        Ok((Storage { ops: Some(tx), thread: Some(thread), inline: None, dir }, recovered))
     }
 
     /// The replica's data directory.
@@ -107,9 +115,26 @@ impl Storage {
         &self.dir
     }
 
-    /// Queues `op`. Returns false if the thread has stopped (it reported why).
-    pub fn submit(&self, op: StorageOp) -> bool {
-        self.ops.as_ref().is_some_and(|tx| tx.send(op).is_ok())
+    /// Queues `op` for the thread, or does it now when written inline. Returns the number of
+    /// a ready that is durable now (inline only; the thread reports its own).
+    ///
+    /// # Errors
+    /// The disk failed, or the thread has stopped (it reported why).
+    pub fn submit(&mut self, op: StorageOp) -> Result<Option<u64>, String> {
+        if let Some(disk) = self.inline.as_mut() {
+            let mut synced = None;
+            apply(disk, op, &mut synced)?;
+            if synced.is_some() {
+                // Hands the WAL's buffer to the OS (no fdatasync under this durability), so a
+                // killed process loses nothing it acknowledged.
+                disk.sync().map_err(|e| format!("writing the raft log in {}: {e}", self.dir.display()))?;
+            }
+            return Ok(synced);
+        }
+        match self.ops.as_ref() {
+            Some(tx) if tx.send(op).is_ok() => Ok(None),
+            _ => Err("the storage thread stopped".into()),
+        }
     }
 
     /// Lets the thread finish what is queued and stops it; returns its error, if it had one.

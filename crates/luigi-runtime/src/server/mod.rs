@@ -165,7 +165,8 @@ impl Server {
             secret: config.secret.clone().unwrap_or_default(),
             client_token: config.client_token.clone(),
         };
-        let shell = Shell { node: replica, disk, links: BTreeMap::new(), inbound: tx, fatal: None };
+        let shell =
+            Shell { node: replica, disk, links: BTreeMap::new(), inbound: tx, fatal: None, persisted_inline: false };
         let result = event_loop(shell, gate, rx, shutdown).await;
         for t in tasks {
             t.abort();
@@ -184,12 +185,42 @@ struct Shell {
     inbound: mpsc::Sender<Inbound>,
     /// Why the node must stop (a disk failure reported by its thread).
     fatal: Option<String>,
+    /// A write made durable inline released work since the last turn.
+    persisted_inline: bool,
 }
 
+/// Turns in a row after writes made durable inline (each releases what the last wrote).
+const INLINE_TURNS_MAX: usize = 8;
+
 impl Shell {
-    /// Executes the node's effects, in order.
+    /// Executes the node's effects, in order (and what executing them released).
     fn execute(&mut self, conns: &Conns, fx: &mut Vec<Effect>) {
-        for e in fx.drain(..) {
+        let mut more = Vec::new();
+        while !fx.is_empty() {
+            for e in fx.drain(..) {
+                self.execute_one(conns, e, &mut more);
+            }
+            std::mem::swap(fx, &mut more);
+        }
+    }
+
+    /// Turns the node at `now` and executes its effects; turns it again while writes made
+    /// durable inline released more work (bounded).
+    fn turn(&mut self, conns: &Conns, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
+        for _ in 0..INLINE_TURNS_MAX {
+            self.persisted_inline = false;
+            let turned = self.node.turn(clock::now_us(), fx);
+            self.execute(conns, fx);
+            turned?;
+            if !self.persisted_inline {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn execute_one(&mut self, conns: &Conns, e: Effect, more: &mut Vec<Effect>) {
+        {
             match e {
                 Effect::ToClient { client, msg } => conns.send_to_client(client, WireMsg::Server(msg)),
                 Effect::ToClients { clients, msg } => conns.send_to_clients(&clients, &WireMsg::Server(msg)),
@@ -197,7 +228,7 @@ impl Shell {
                 Effect::ToPeer { to, batch } => {
                     let Some(w) = self.links.get(&to) else {
                         self.node.batch_refused(to, batch);
-                        continue;
+                        return;
                     };
                     let msg = WireMsg::Peer(batch);
                     if let Err(e) = w.send(&msg) {
@@ -214,9 +245,9 @@ impl Shell {
                     }
                     None => debug!(to = %to, "replica not connected; replication message dropped (it is repeated)"),
                 },
-                Effect::Persist(p) => self.submit_to_disk(StorageOp::Persist(p)),
-                Effect::SaveSnapshot(snap) => self.submit_to_disk(StorageOp::SaveSnapshot(snap)),
-                Effect::MarkDamaged { reason } => self.submit_to_disk(StorageOp::MarkDamaged(reason)),
+                Effect::Persist(p) => self.submit_to_disk(StorageOp::Persist(p), more),
+                Effect::SaveSnapshot(snap) => self.submit_to_disk(StorageOp::SaveSnapshot(snap), more),
+                Effect::MarkDamaged { reason } => self.submit_to_disk(StorageOp::MarkDamaged(reason), more),
                 Effect::MakeSnapshot(job) => self.make_snapshot(job),
                 // Logged by the node; executions are for observers (the simulator's checks).
                 Effect::Transition(_) | Effect::Executed { .. } => {}
@@ -224,9 +255,20 @@ impl Shell {
         }
     }
 
-    fn submit_to_disk(&mut self, op: StorageOp) {
-        if !self.disk.submit(op) && self.fatal.is_none() {
-            self.fatal = Some("the storage thread stopped".into());
+    /// Hands `op` to the disk. A write that is durable at once (written inline) is reported
+    /// to the node now; what that releases goes into `more`.
+    fn submit_to_disk(&mut self, op: StorageOp, more: &mut Vec<Effect>) {
+        match self.disk.submit(op) {
+            Ok(Some(number)) => {
+                self.node.persisted(number, more);
+                self.persisted_inline = true;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                if self.fatal.is_none() {
+                    self.fatal = Some(e);
+                }
+            }
         }
     }
 
@@ -306,9 +348,7 @@ async fn event_loop(
             shell.execute(&conns, &mut fx);
             return Err(shell.stop(format_args!("node {node}: {e}")));
         }
-        let turned = shell.node.turn(clock::now_us(), &mut fx);
-        shell.execute(&conns, &mut fx);
-        if let Err(e) = turned {
+        if let Err(e) = shell.turn(&conns, &mut fx) {
             return Err(shell.stop(e));
         }
         timer.set(Some(shell.node.next_deadline()));
