@@ -209,6 +209,10 @@ impl Shell {
     fn turn(&mut self, conns: &Conns, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
         for _ in 0..INLINE_TURNS_MAX {
             self.persisted_inline = false;
+            // The log's messages leave before the state machine's work of the turn.
+            let driven = self.node.drive_log(clock::now_us(), fx);
+            self.execute(conns, fx);
+            driven?;
             let turned = self.node.turn(clock::now_us(), fx);
             self.execute(conns, fx);
             turned?;
