@@ -10,6 +10,7 @@
 //! [`Effect`]s: sockets and files in one, a seeded network and a faulty in-memory disk in the
 //! other.
 
+pub mod delay;
 pub mod effect;
 pub mod node;
 pub mod routing;

@@ -10,34 +10,9 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::net::Node;
 
-/// A delay drawn uniformly from `[mean - jitter, mean + jitter]` microseconds (never negative).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Delay {
-    /// Mean, µs.
-    pub mean_us: u64,
-    /// Largest deviation from the mean either way, µs.
-    pub jitter_us: u64,
-}
-
-impl Delay {
-    /// `mean ± jitter` µs.
-    pub const fn new(mean_us: u64, jitter_us: u64) -> Self {
-        Self { mean_us, jitter_us }
-    }
-
-    /// No delay at all.
-    pub const ZERO: Delay = Delay::new(0, 0);
-
-    /// Draws one delay.
-    pub fn sample(&self, rng: &mut impl Rng) -> u64 {
-        if self.jitter_us == 0 {
-            return self.mean_us;
-        }
-        let lo = self.mean_us.saturating_sub(self.jitter_us);
-        let hi = self.mean_us.saturating_add(self.jitter_us);
-        rng.gen_range(lo..=hi)
-    }
-}
+/// A delay drawn uniformly from `[mean - jitter, mean + jitter]` microseconds (never
+/// negative): the server's own delay model.
+pub use luigi_node::delay::DelayDist as Delay;
 
 /// How one directed link behaves.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -193,7 +193,7 @@ impl ReplicatedLog for SimLog {
         }
         let index = self.next_index;
         self.next_index += 1;
-        let at = (self.now + self.delay.sample(&mut self.rng)).max(self.last_commit_at);
+        let at = (self.now + self.delay.sample_us(&mut self.rng)).max(self.last_commit_at);
         self.last_commit_at = at;
         let kind = match &record {
             LogRecord::Prepare { txn, ts, .. } => Some((txn.id, TxnRecordKind::Prepare(*ts))),

@@ -244,7 +244,7 @@ impl Network {
             self.stats.dropped += 1;
             return;
         }
-        let mut at = now + link.delay.sample(&mut self.rng);
+        let mut at = now + link.delay.sample_us(&mut self.rng);
         let fifo = !config.reorder || (peer && config.peer_links_fifo);
         if fifo {
             // Equal times keep send order through the queue's insertion sequence.

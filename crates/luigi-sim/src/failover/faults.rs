@@ -37,12 +37,12 @@ impl RaftGroups<'_> {
         if self.quiescing || core.now > self.faults.faults_until_us {
             return Ok(());
         }
-        let next = core.now + self.faults.fault_gap.sample(&mut self.fault_rng).max(1);
+        let next = core.now + self.faults.fault_gap.sample_us(&mut self.fault_rng).max(1);
         self.schedule_fault(core, next, FaultAction::Random);
         let s = self.fault_rng.gen_range(0..core.config.shards);
         let kind = self.fault_rng.gen_range(0..5u32);
         let random = self.fault_rng.gen_range(0..self.n);
-        let down = self.faults.down.sample(&mut self.fault_rng).max(1);
+        let down = self.faults.down.sample_us(&mut self.fault_rng).max(1);
         // Faults stay a minority of each group (one of 3, two of 5), so it keeps a majority.
         let faulty = self.replicas[s as usize].iter().filter(|r| r.faulty()).count() as u32;
         if faulty >= (self.n - 1) / 2 {

@@ -262,7 +262,7 @@ impl ClusterModel for RaftGroups<'_> {
     /// node's rule, as in the server).
     fn start(&mut self, core: &mut Core<'_>) -> Step {
         if self.faults.random_faults {
-            let at = self.faults.fault_gap.sample(&mut self.fault_rng);
+            let at = self.faults.fault_gap.sample_us(&mut self.fault_rng);
             self.schedule_fault(core, at, FaultAction::Random);
         }
         for outage in &self.faults.outages {

@@ -298,7 +298,7 @@ impl RaftGroups<'_> {
                 }
                 if p.sync && !r.sync_scheduled {
                     r.sync_scheduled = true;
-                    let at = core.now + self.faults.sync.sample(&mut self.disk_rng);
+                    let at = core.now + self.faults.sync.sample_us(&mut self.disk_rng);
                     let gen = r.gen;
                     core.queue.push(at, EventKind::Sync { node: me, gen });
                 }
@@ -419,7 +419,7 @@ impl RaftGroups<'_> {
         self.kills_left -= 1;
         self.report.kills += 1;
         self.next_kill_ok_at = core.now + self.faults.kill_gap_us;
-        let down = self.faults.down.sample(&mut self.fault_rng).max(1);
+        let down = self.faults.down.sample_us(&mut self.fault_rng).max(1);
         self.crash(core, s, i, down)
     }
 
