@@ -322,19 +322,18 @@ impl ReplicaNode {
         let snap = log.compact(index, data).map_err(|source| NodeError::Raft { node, what: "compacting", source })?;
         self.snapshots.taken(index);
         self.stats.snapshots_taken += 1;
-        if let Some(leader) = leader {
-            let to = NodeId { shard: node.shard, replica: (leader - 1) as u32 };
-            let offer = ReplicationMsg::SnapshotOffer {
+        // Offered to the leader, which compacts its own log behind it.
+        let offer = leader.map(|leader| Effect::Replicate {
+            to: NodeId { shard: node.shard, replica: (leader - 1) as u32 },
+            msg: ReplicationMsg::SnapshotOffer {
                 shard: node.shard,
                 from: node.raft_id(),
                 index,
                 data: snap.data.clone(),
-            };
-            fx.push(Effect::SaveSnapshot(snap));
-            fx.push(Effect::Replicate { to, msg: offer });
-        } else {
-            fx.push(Effect::SaveSnapshot(snap));
-        }
+            },
+        });
+        fx.push(Effect::SaveSnapshot(snap));
+        fx.extend(offer);
         Ok(())
     }
 

@@ -25,7 +25,10 @@ pub struct Tuning {
     /// one-way delays, at least [`RECOVERY_MIN_US`].
     pub recover_after_us: u64,
     /// How far ahead of its clock a leader promises its floor, µs (rule 5's lookahead): 4
-    /// one-way delays plus 300 ms.
+    /// one-way delays plus 300 ms. A promise is renewed once less than 7/8 of it is left,
+    /// which must outlast a log commit (about 2 one-way delays with replicas, much more on a
+    /// saturated CPU); a new leader admits only above the last promise, so what is left of it
+    /// at a failover adds to the pause.
     pub floor_lookahead_us: u64,
     /// A client resends a dispatch unanswered this long, µs: 8 one-way delays plus
     /// [`RECOVERY_MIN_US`].

@@ -214,69 +214,8 @@ pub struct TxnCtx<'a> {
 }
 
 impl TxnCtx<'_> {
-    /// The shard this part runs on.
-    pub fn shard(&self) -> ShardId {
-        self.shard
-    }
-
-    /// The keys declared on this shard.
-    pub fn keys(&self) -> &KeySet {
-        self.keys
-    }
-
-    /// How `key` may be accessed here (`None`: not declared on this shard).
-    pub fn access(&self, key: &[u8]) -> Option<Access> {
-        self.keys.access(key)
-    }
-
     fn check(&self, key: &[u8], needed: Access) -> Result<(), ProcError> {
         check_access(self.keys, key, needed, self.shard)
-    }
-
-    /// Reads `key`.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Value>, ProcError> {
-        self.check(key, Access::Read)?;
-        Ok(self.store.get(key).cloned())
-    }
-
-    /// Writes `value` under `key`.
-    pub fn put(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
-        self.check(&key, Access::Write)?;
-        let old = self.store.put_slice(&key, value);
-        self.undo.push((key, old));
-        Ok(())
-    }
-
-    /// Writes `value` under a key that must not exist yet.
-    pub fn insert(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
-        self.check(&key, Access::Write)?;
-        if self.store.get(&key).is_some() {
-            return Err(ProcError::DuplicateKey(key));
-        }
-        self.put(key, value)
-    }
-
-    /// Deletes `key`, returning its old value.
-    pub fn delete(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError> {
-        self.check(key, Access::Write)?;
-        let old = self.store.delete(key);
-        if old.is_some() {
-            self.undo.push((key.to_vec(), old.clone()));
-        }
-        Ok(old)
-    }
-
-    /// Up to `limit` entries with `start <= key < end` in `order`. The whole range must lie
-    /// under one declared prefix (so concurrent inserts into it conflict with this scan).
-    pub fn scan(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-        order: ScanOrder,
-    ) -> Result<Vec<(Key, Value)>, ProcError> {
-        check_scan(self.keys, start, end, self.shard)?;
-        Ok(self.store.scan(start, end, limit, order))
     }
 
     fn rollback(&mut self) {
@@ -299,19 +238,32 @@ impl ProcCtx for TxnCtx<'_> {
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError> {
-        TxnCtx::get(self, key)
+        self.check(key, Access::Read)?;
+        Ok(self.store.get(key).cloned())
     }
 
     fn put(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
-        TxnCtx::put(self, key, value)
+        self.check(&key, Access::Write)?;
+        let old = self.store.put_slice(&key, value);
+        self.undo.push((key, old));
+        Ok(())
     }
 
     fn insert(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
-        TxnCtx::insert(self, key, value)
+        self.check(&key, Access::Write)?;
+        if self.store.get(&key).is_some() {
+            return Err(ProcError::DuplicateKey(key));
+        }
+        self.put(key, value)
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError> {
-        TxnCtx::delete(self, key)
+        self.check(key, Access::Write)?;
+        let old = self.store.delete(key);
+        if old.is_some() {
+            self.undo.push((key.to_vec(), old.clone()));
+        }
+        Ok(old)
     }
 
     fn scan(
@@ -321,7 +273,8 @@ impl ProcCtx for TxnCtx<'_> {
         limit: usize,
         order: ScanOrder,
     ) -> Result<Vec<(Key, Value)>, ProcError> {
-        TxnCtx::scan(self, start, end, limit, order)
+        check_scan(self.keys, start, end, self.shard)?;
+        Ok(self.store.scan(start, end, limit, order))
     }
 }
 

@@ -259,19 +259,6 @@ impl ClusterConfig {
         self.tuning().retry_timeout_us
     }
 
-    /// Leader floor lookahead: configured, or 300 ms plus 4 one-way delays. A promise is
-    /// renewed once less than 7/8 of it is left, which must outlast a log commit (about 2
-    /// one-way delays with replicas, much more on a saturated CPU); a new leader admits only
-    /// above the last promise, so what is left of it at a failover adds to the pause.
-    pub fn floor_lookahead_us(&self) -> u64 {
-        self.tuning().floor_lookahead_us
-    }
-
-    /// Records a follower applies between snapshots: configured, or 100 000.
-    pub fn snapshot_entries(&self) -> u64 {
-        self.tuning().snapshot_entries
-    }
-
     /// Every timeout, derived from the scenario's one-way delay ([`Tuning::for_delay`]) with
     /// the file's `[protocol]` overrides applied.
     pub fn tuning(&self) -> Tuning {

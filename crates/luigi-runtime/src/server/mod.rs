@@ -224,38 +224,36 @@ impl Shell {
     }
 
     fn execute_one(&mut self, conns: &Conns, e: Effect, more: &mut Vec<Effect>) {
-        {
-            match e {
-                Effect::ToClient { client, msg } => conns.send_to_client(client, WireMsg::Server(msg)),
-                Effect::ToClients { clients, msg } => conns.send_to_clients(&clients, &WireMsg::Server(msg)),
-                Effect::ToAllClients { msg } => conns.send_to_all_clients(&WireMsg::Server(msg)),
-                Effect::ToPeer { to, batch } => {
-                    let Some(w) = self.links.get(&to) else {
-                        self.node.batch_refused(to, batch);
-                        return;
-                    };
-                    let msg = WireMsg::Peer(batch);
-                    if let Err(e) = w.send(&msg) {
-                        warn!(to = %to, error = %e, "peer leader not taking batches; keeping them");
-                        let WireMsg::Peer(batch) = msg else { unreachable!("built above") };
-                        self.node.batch_refused(to, batch);
+        match e {
+            Effect::ToClient { client, msg } => conns.send_to_client(client, WireMsg::Server(msg)),
+            Effect::ToClients { clients, msg } => conns.send_to_clients(&clients, &WireMsg::Server(msg)),
+            Effect::ToAllClients { msg } => conns.send_to_all_clients(&WireMsg::Server(msg)),
+            Effect::ToPeer { to, batch } => {
+                let Some(w) = self.links.get(&to) else {
+                    self.node.batch_refused(to, batch);
+                    return;
+                };
+                let msg = WireMsg::Peer(batch);
+                if let Err(e) = w.send(&msg) {
+                    warn!(to = %to, error = %e, "peer leader not taking batches; keeping them");
+                    let WireMsg::Peer(batch) = msg else { unreachable!("built above") };
+                    self.node.batch_refused(to, batch);
+                }
+            }
+            Effect::Replicate { to, msg } => match self.links.get(&to) {
+                Some(w) => {
+                    if let Err(e) = w.send(&WireMsg::Replication(msg)) {
+                        debug!(to = %to, error = %e, "replication message not sent; it is repeated");
                     }
                 }
-                Effect::Replicate { to, msg } => match self.links.get(&to) {
-                    Some(w) => {
-                        if let Err(e) = w.send(&WireMsg::Replication(msg)) {
-                            debug!(to = %to, error = %e, "replication message not sent; it is repeated");
-                        }
-                    }
-                    None => debug!(to = %to, "replica not connected; replication message dropped (it is repeated)"),
-                },
-                Effect::Persist(p) => self.submit_to_disk(StorageOp::Persist(p), more),
-                Effect::SaveSnapshot(snap) => self.submit_to_disk(StorageOp::SaveSnapshot(snap), more),
-                Effect::MarkDamaged { reason } => self.submit_to_disk(StorageOp::MarkDamaged(reason), more),
-                Effect::MakeSnapshot(job) => self.make_snapshot(job),
-                // Logged by the node; executions are for observers (the simulator's checks).
-                Effect::Transition(_) | Effect::Executed { .. } => {}
-            }
+                None => debug!(to = %to, "replica not connected; replication message dropped (it is repeated)"),
+            },
+            Effect::Persist(p) => self.submit_to_disk(StorageOp::Persist(p), more),
+            Effect::SaveSnapshot(snap) => self.submit_to_disk(StorageOp::SaveSnapshot(snap), more),
+            Effect::MarkDamaged { reason } => self.submit_to_disk(StorageOp::MarkDamaged(reason), more),
+            Effect::MakeSnapshot(job) => self.make_snapshot(job),
+            // Logged by the node; executions are for observers (the simulator's checks).
+            Effect::Transition(_) | Effect::Executed { .. } => {}
         }
     }
 
