@@ -11,11 +11,13 @@
 //!   a shard, so that every replica of a shard builds the same state without talking;
 //! - a consistency check over the final state of every shard ([`Workload::check`]).
 //!
-//! Workloads: [`micro`]. TPC-C is to be added as a second module behind the same trait.
+//! Workloads: [`micro`] and [`tpcc`] (see `docs/TPCC.md`). [`WorkloadSpec`] names a
+//! workload with its server-side parameters, as a cluster file carries it.
 
 #![warn(missing_docs)]
 
 pub mod micro;
+pub mod tpcc;
 
 use std::fmt;
 use std::sync::Arc;
@@ -68,9 +70,43 @@ impl fmt::Display for GenError {
 impl std::error::Error for GenError {}
 
 /// A seeded source of transactions: the same seed gives the same sequence.
+///
+/// A business transaction may take more than one protocol transaction (TPC-C's StockLevel
+/// reads its recent items first, then their stock): the driver submits what
+/// [`TxnGenerator::next_txn`] draws and, once it committed, asks [`TxnGenerator::next_step`]
+/// for the step that follows, and so on until there is none. The business transaction's
+/// latency runs from its first step's dispatch to its last step's answer.
 pub trait TxnGenerator: Send {
     /// The next transaction, or why none can be drawn.
     fn next_txn(&mut self) -> Result<TxnSpec, GenError>;
+
+    /// The step following `done`, which committed with `outputs` (each participant's
+    /// result, by shard), or `None` when the business transaction is complete.
+    fn next_step(&mut self, done: &TxnSpec, outputs: &[(ShardId, Vec<u8>)]) -> Result<Option<TxnSpec>, GenError> {
+        let _ = (done, outputs);
+        Ok(None)
+    }
+}
+
+/// A workload with its server-side parameters (what the servers need to register its
+/// procedures and build their initial state), as the `[workload]` table of a cluster file.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum WorkloadSpec {
+    /// TPC-C.
+    Tpcc(tpcc::TpccConfig),
+}
+
+impl WorkloadSpec {
+    /// The workload over `shards` shards, with the default client-side parameters (the
+    /// servers use its procedures and population, not its generators).
+    pub fn build(&self, shards: u32) -> Result<Arc<dyn Workload>, String> {
+        match self {
+            WorkloadSpec::Tpcc(config) => {
+                Ok(Arc::new(tpcc::TpccWorkload::new(config.clone(), tpcc::TpccLoad::default(), shards)?))
+            }
+        }
+    }
 }
 
 /// A workload: procedures, partitioning, generators, initial state and a consistency check.
