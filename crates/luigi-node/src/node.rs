@@ -25,7 +25,7 @@ use luigi_proto::leader::{LeaderConfig, LeaderOutput};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, TimeUs};
-use luigi_raft::replica::{Replica, Transition};
+use luigi_raft::replica::{empty_store, InitialStore, Replica, Transition};
 use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, RecoveredState};
 
 use crate::effect::{Effect, Persist};
@@ -53,6 +53,9 @@ pub struct NodeConfig {
     pub leader: LeaderConfig,
     /// The stored procedures.
     pub registry: Registry,
+    /// The shard's state before its log's first entry (empty unless a workload populates it,
+    /// see [`NodeConfig::with_initial`]).
+    pub initial: InitialStore,
 }
 
 impl NodeConfig {
@@ -61,7 +64,14 @@ impl NodeConfig {
         let mut leader = LeaderConfig::new(node.shard, replicas.len() as u32);
         leader.floor_lookahead_us = tuning.floor_lookahead_us;
         leader.recover_after_us = tuning.recover_after_us;
-        NodeConfig { node, replicas, seed, tuning, leader, registry }
+        NodeConfig { node, replicas, seed, tuning, leader, registry, initial: empty_store() }
+    }
+
+    /// The same, starting from the store `initial` builds (a workload's population) instead
+    /// of an empty one.
+    pub fn with_initial(mut self, initial: InitialStore) -> Self {
+        self.initial = initial;
+        self
     }
 
     /// Replicas in this node's group.
@@ -175,9 +185,10 @@ impl ReplicaNode {
             source,
         })?;
         let snapshot_index = log.snapshot_index();
-        let replica = Replica::new(config.leader.clone(), config.registry.clone(), log).map_err(|e| {
-            NodeError::Raft { node, what: "loading its snapshot", source: RaftError::Invalid(e.to_string()) }
-        })?;
+        let replica =
+            Replica::new(config.leader.clone(), config.registry.clone(), config.initial.clone(), log).map_err(|e| {
+                NodeError::Raft { node, what: "loading its snapshot", source: RaftError::Invalid(e.to_string()) }
+            })?;
         let snapshots = Cadence::new(config.tuning.snapshot_entries, snapshot_index, node.replica, config.group_size());
         let routes = ShardRoutes::new(config.replicas.len() as u32);
         Ok(ReplicaNode {

@@ -21,8 +21,20 @@ use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError, TxnReply};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_store::Store;
+use std::sync::Arc;
 
 use crate::{RaftError, RaftLog, Replay};
+
+/// Builds a shard's initial store: a workload's population (e.g. TPC-C's tables, generated
+/// from a seed, the same on every replica), or an empty store. It is the state before the
+/// log's first entry: a replica calls it when it starts without a snapshot, and when it
+/// rebuilds its state by replaying its log from the start.
+pub type InitialStore = Arc<dyn Fn() -> Store + Send + Sync>;
+
+/// The [`InitialStore`] of a shard that starts empty.
+pub fn empty_store() -> InitialStore {
+    Arc::new(Store::new)
+}
 
 /// The replica index (from 0) of the leader `log` knows of; Raft ids are indexes + 1.
 fn hint(log: &RaftLog) -> Option<u32> {
@@ -40,7 +52,7 @@ enum Work {
     /// A follower's state, serialized already.
     Done(Vec<u8>),
     /// The follower state to rebuild from a replay of the log, then serialize.
-    Rebuild { shard: ShardId, registry: Registry, replay: Replay },
+    Rebuild { shard: ShardId, registry: Registry, initial: InitialStore, replay: Replay },
 }
 
 impl SnapshotJob {
@@ -56,8 +68,8 @@ impl SnapshotJob {
     pub fn run(self) -> Result<(u64, Vec<u8>), RaftError> {
         let data = match self.work {
             Work::Done(data) => data,
-            Work::Rebuild { shard, registry, replay } => {
-                rebuild(shard, &registry, replay.snapshot_data(), &replay.records()?)?.snapshot()
+            Work::Rebuild { shard, registry, initial, replay } => {
+                rebuild(shard, &registry, &initial, replay.snapshot_data(), &replay.records()?)?.snapshot()
             }
         };
         Ok((self.index, data))
@@ -65,10 +77,11 @@ impl SnapshotJob {
 }
 
 /// The follower state of `shard` at the end of `entries`, which follow the snapshot `data`
-/// (or the start of the log).
+/// (or the start of the log, from the `initial` store).
 fn rebuild(
     shard: ShardId,
     registry: &Registry,
+    initial: &InitialStore,
     data: Option<&[u8]>,
     entries: &[LogEntry],
 ) -> Result<Follower, RaftError> {
@@ -76,7 +89,7 @@ fn rebuild(
         Some(data) => {
             Follower::from_snapshot(shard, registry.clone(), data).map_err(|e| RaftError::Invalid(e.to_string()))?
         }
-        None => Follower::new(shard, Store::new(), registry.clone()),
+        None => Follower::new(shard, initial(), registry.clone()),
     };
     for e in entries {
         follower.apply(e);
@@ -115,6 +128,7 @@ pub struct ReplicaStats {
 pub struct Replica {
     config: LeaderConfig,
     registry: Registry,
+    initial: InitialStore,
     state: State,
     committed: Vec<LogEntry>,
     /// Executions of the follower state not yet taken (see [`Replica::take_executed`]).
@@ -124,19 +138,25 @@ pub struct Replica {
 
 impl Replica {
     /// A replica over `log`, starting as a follower: from the log's snapshot if it has one
-    /// (a restart after compaction), else from an empty store. Committed records the log
+    /// (a restart after compaction), else from the `initial` store. Committed records the log
     /// hands back (all of them after a restart) rebuild the rest.
     ///
     /// # Errors
     /// The log's snapshot does not load.
-    pub fn new(config: LeaderConfig, registry: Registry, log: RaftLog) -> Result<Self, SnapshotError> {
+    pub fn new(
+        config: LeaderConfig,
+        registry: Registry,
+        initial: InitialStore,
+        log: RaftLog,
+    ) -> Result<Self, SnapshotError> {
         let follower = match log.snapshot_data() {
             Some(data) => Follower::from_snapshot(config.shard, registry.clone(), data)?,
-            None => Follower::new(config.shard, Store::new(), registry.clone()),
+            None => Follower::new(config.shard, initial(), registry.clone()),
         };
         Ok(Self {
             config,
             registry,
+            initial,
             state: State::Follower(follower, log),
             committed: Vec::new(),
             executed: Vec::new(),
@@ -198,8 +218,12 @@ impl Replica {
                 if index < next_at || !log.can_compact(index) {
                     return Ok(None);
                 }
-                let work =
-                    Work::Rebuild { shard: self.config.shard, registry: self.registry.clone(), replay: log.replay()? };
+                let work = Work::Rebuild {
+                    shard: self.config.shard,
+                    registry: self.registry.clone(),
+                    initial: self.initial.clone(),
+                    replay: log.replay()?,
+                };
                 Ok(Some(SnapshotJob { index, work }))
             }
             State::Leader(_) => Ok(None),
@@ -387,9 +411,9 @@ impl Replica {
         };
         let mut log = l.into_log();
         let empty = Follower::new(self.config.shard, Store::new(), self.registry.clone());
-        let rebuilt = log
-            .replay_for_rebuild()
-            .and_then(|(data, entries)| rebuild(self.config.shard, &self.registry, data.as_deref(), &entries));
+        let rebuilt = log.replay_for_rebuild().and_then(|(data, entries)| {
+            rebuild(self.config.shard, &self.registry, &self.initial, data.as_deref(), &entries)
+        });
         match rebuilt {
             Ok(follower) => {
                 self.state = State::Follower(follower, log);
@@ -418,7 +442,7 @@ mod tests {
     /// A one-voter group: the replica elects itself; readies are "persisted" at once.
     fn lone_replica() -> Replica {
         let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
-        Replica::new(LeaderConfig::new(0, 1), Registry::with_builtins(), log).unwrap()
+        Replica::new(LeaderConfig::new(0, 1), Registry::with_builtins(), empty_store(), log).unwrap()
     }
 
     fn drive(r: &mut Replica) {
@@ -491,7 +515,8 @@ mod tests {
             rejoining: false,
         };
         let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), Some(recovered)).unwrap();
-        let mut restarted = Replica::new(LeaderConfig::new(0, 1), Registry::with_builtins(), log).unwrap();
+        let mut restarted =
+            Replica::new(LeaderConfig::new(0, 1), Registry::with_builtins(), empty_store(), log).unwrap();
         restarted.log_mut().campaign().unwrap();
         settle(&mut restarted, 60_000_100);
         assert!(restarted.is_serving());

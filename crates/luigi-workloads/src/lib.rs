@@ -98,6 +98,13 @@ pub enum WorkloadSpec {
 }
 
 impl WorkloadSpec {
+    /// The seed of the population ([`Workload::population`]'s `seed`).
+    pub fn seed(&self) -> u64 {
+        match self {
+            WorkloadSpec::Tpcc(config) => config.seed,
+        }
+    }
+
     /// The workload over `shards` shards, with the default client-side parameters (the
     /// servers use its procedures and population, not its generators).
     pub fn build(&self, shards: u32) -> Result<Arc<dyn Workload>, String> {
