@@ -13,6 +13,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use futures::future::BoxFuture;
 use luigi_proto::coordinator::{Completion, TxnOutcome};
+use luigi_proto::msg::TxnError;
+use luigi_proto::procedure::ProcError;
+use luigi_proto::types::ShardId;
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 use luigi_workloads::TxnSpec;
@@ -22,8 +25,12 @@ use luigi_workloads::TxnSpec;
 pub enum TxnStatus {
     /// Committed: every participant's procedure succeeded and the result is durable.
     Committed,
-    /// Decided but not committed: a procedure aborted or failed (its writes are undone), or
-    /// the protocol aborted it (e.g. an OCC validation failure after its last retry).
+    /// Decided and rolled back on purpose by its procedure on every participant that did not
+    /// commit it (a user abort, e.g. TPC-C's 1 % of NewOrders with an unused item): the
+    /// workload's expected outcome, not a failure.
+    RolledBack,
+    /// Decided but not committed: a procedure failed (its writes are undone), or the protocol
+    /// aborted it (e.g. an OCC validation failure after its last retry).
     Aborted,
     /// Refused before executing anywhere; it never will.
     Rejected,
@@ -32,7 +39,7 @@ pub enum TxnStatus {
 }
 
 /// The answer to one submitted transaction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TxnResult {
     /// How it ended.
     pub status: TxnStatus,
@@ -42,18 +49,35 @@ pub struct TxnResult {
     /// round sufficed, 2 when a second was needed (for Luigi: the participants' proposals
     /// differed).
     pub rounds: u8,
+    /// Each participant's output, by shard, when it committed (empty otherwise): what a
+    /// multi-step business transaction's next step is built from.
+    pub outputs: Vec<(ShardId, Vec<u8>)>,
 }
 
 impl From<&Completion> for TxnResult {
     fn from(done: &Completion) -> Self {
         let status = match &done.outcome {
             TxnOutcome::Ordered { .. } if done.outcome.is_committed() => TxnStatus::Committed,
+            TxnOutcome::Ordered { results, .. } if results.iter().all(|(_, r)| is_ok_or_user_abort(r)) => {
+                TxnStatus::RolledBack
+            }
             TxnOutcome::Ordered { .. } => TxnStatus::Aborted,
             TxnOutcome::Rejected(_) => TxnStatus::Rejected,
             TxnOutcome::Unknown(_) => TxnStatus::Unknown,
         };
-        Self { status, attempts: done.attempts, rounds: done.rounds }
+        let outputs = match &done.outcome {
+            TxnOutcome::Ordered { results, .. } if status == TxnStatus::Committed => {
+                results.iter().filter_map(|(shard, r)| r.as_ref().ok().map(|out| (*shard, out.clone()))).collect()
+            }
+            TxnOutcome::Ordered { .. } | TxnOutcome::Rejected(_) | TxnOutcome::Unknown(_) => Vec::new(),
+        };
+        Self { status, attempts: done.attempts, rounds: done.rounds, outputs }
     }
+}
+
+/// True for a participant's result that committed or that its procedure aborted on purpose.
+fn is_ok_or_user_abort(result: &Result<Vec<u8>, TxnError>) -> bool {
+    matches!(result, Ok(_) | Err(TxnError::Proc(ProcError::UserAbort(_))))
 }
 
 /// A protocol's client as the load driver uses it.

@@ -13,6 +13,7 @@
 //! client that no longer answers) stops, and the run fails with an error saying so instead
 //! of hanging.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +55,60 @@ pub struct LoadReport {
     pub counters: Counters,
     /// Length of the measured interval actually observed.
     pub measured: Duration,
+    /// The same, per kind of business transaction (its first step's procedure).
+    pub by_kind: BTreeMap<String, KindReport>,
+}
+
+/// Outcome counts and latency of one kind of business transaction.
+#[derive(Clone, Debug, Default)]
+pub struct KindReport {
+    /// Latency of the committed ones (first step's dispatch to last step's answer).
+    pub latency: LatencyRecorder,
+    /// Their outcomes.
+    pub counters: Counters,
+}
+
+impl LoadReport {
+    /// Counts one business transaction answered in the measured interval.
+    fn count(&mut self, business: &Business, status: TxnStatus, latency: Duration) {
+        let kind = self.by_kind.entry(business.kind.clone()).or_default();
+        for (c, recorder) in [(&mut self.counters, &mut self.latency), (&mut kind.counters, &mut kind.latency)] {
+            c.retries += u64::from(business.attempts.saturating_sub(business.steps));
+            match status {
+                TxnStatus::Committed => {
+                    c.committed += 1;
+                    c.cross_shard += u64::from(business.rounds > 0);
+                    c.second_round += u64::from(business.rounds > 1);
+                    recorder.record_duration(latency);
+                }
+                TxnStatus::RolledBack => c.rolled_back += 1,
+                TxnStatus::Aborted => c.aborted += 1,
+                TxnStatus::Rejected => c.rejected += 1,
+                TxnStatus::Unknown => c.unknown += 1,
+            }
+        }
+    }
+}
+
+/// A business transaction in progress: its steps so far.
+#[derive(Clone, Debug)]
+struct Business {
+    /// Its kind: the first step's procedure.
+    kind: String,
+    /// When its first step was submitted.
+    sent: Instant,
+    /// Steps submitted so far.
+    steps: u32,
+    /// Attempts over its answered steps.
+    attempts: u32,
+    /// The most agreement rounds a step needed.
+    rounds: u8,
+}
+
+impl Business {
+    fn start(first: &TxnSpec) -> Self {
+        Self { kind: first.procedure.clone(), sent: Instant::now(), steps: 1, attempts: 0, rounds: 0 }
+    }
 }
 
 /// Live counters for a progress display.
@@ -100,6 +155,11 @@ pub fn run_load(
     for r in reports {
         total.latency.merge(&r.latency);
         total.counters.merge(&r.counters);
+        for (kind, k) in r.by_kind {
+            let mine = total.by_kind.entry(kind).or_default();
+            mine.latency.merge(&k.latency);
+            mine.counters.merge(&k.counters);
+        }
     }
     Ok(total)
 }
@@ -135,24 +195,35 @@ async fn thread_load(
     };
     let mut report = LoadReport::default();
     let mut running = FuturesUnordered::new();
-    let launch = |spec: TxnSpec| {
-        let answer = client.submit(spec);
+    let launch = |spec: TxnSpec, business: Business| {
+        let answer = client.submit(spec.clone());
         async move {
-            let sent = Instant::now();
             let done = answer.await;
-            (sent, Instant::now(), done)
+            (spec, business, Instant::now(), done)
         }
     };
     for _ in 0..in_flight {
-        running.push(launch(workload.next_txn()?));
+        let spec = workload.next_txn()?;
+        let business = Business::start(&spec);
+        running.push(launch(spec, business));
     }
     loop {
         let next = match tokio::time::timeout_at(deadline.into(), running.next()).await {
             Ok(next) => next,
             Err(_) => return Err(overdue(running.len())),
         };
-        let Some((sent, answered, done)) = next else { break }; // drained
+        let Some((spec, mut business, answered, done)) = next else { break }; // drained
         let done = done?;
+        business.attempts += done.attempts;
+        business.rounds = business.rounds.max(done.rounds);
+        // A committed step may have a next one: the business transaction goes on.
+        if done.status == TxnStatus::Committed {
+            if let Some(step) = workload.next_step(&spec, &done.outputs)? {
+                business.steps += 1;
+                running.push(launch(step, business));
+                continue;
+            }
+        }
         let counted = answered >= measure_from && answered < measure_until;
         if answered >= measure_from {
             progress.measuring.store(true, Ordering::Relaxed);
@@ -161,29 +232,19 @@ async fn thread_load(
             progress.committed.fetch_add(1, Ordering::Relaxed);
         }
         if counted {
-            let c = &mut report.counters;
-            c.retries += u64::from(done.attempts.saturating_sub(1));
-            match done.status {
-                TxnStatus::Committed => {
-                    c.committed += 1;
-                    c.cross_shard += u64::from(done.rounds > 0);
-                    c.second_round += u64::from(done.rounds > 1);
-                    report.latency.record_duration(answered - sent);
-                }
-                TxnStatus::Aborted => c.aborted += 1,
-                TxnStatus::Rejected => c.rejected += 1,
-                TxnStatus::Unknown => c.unknown += 1,
-            }
+            report.count(&business, done.status, answered - business.sent);
         } else if answered >= measure_until {
             // Drained: a stalled cluster shows here (its transactions come back unknown).
             match done.status {
                 TxnStatus::Rejected => report.counters.rejected += 1,
                 TxnStatus::Unknown => report.counters.unknown += 1,
-                TxnStatus::Committed | TxnStatus::Aborted => {}
+                TxnStatus::Committed | TxnStatus::RolledBack | TxnStatus::Aborted => {}
             }
         }
         if answered < measure_until {
-            running.push(launch(workload.next_txn()?));
+            let spec = workload.next_txn()?;
+            let business = Business::start(&spec);
+            running.push(launch(spec, business));
         }
     }
     Ok(report)

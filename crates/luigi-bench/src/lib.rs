@@ -8,5 +8,7 @@ pub mod driver;
 pub mod micro;
 pub mod options;
 pub mod report;
+pub mod run;
 pub mod stats;
+pub mod tpcc;
 pub mod workload;

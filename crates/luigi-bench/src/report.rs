@@ -41,6 +41,10 @@ pub struct BenchResult {
     pub warmup_s: f64,
     /// Committed transactions during the measured interval.
     pub committed: u64,
+    /// Transactions their procedure rolled back on purpose during the measured interval
+    /// (e.g. TPC-C's 1 % of NewOrders with an unused item): expected, not failures.
+    #[serde(default)]
+    pub rolled_back: u64,
     /// Transactions that finally aborted during the measured interval.
     pub aborted: u64,
     /// Retry attempts during the measured interval.
@@ -66,6 +70,33 @@ pub struct BenchResult {
     /// Share of committed cross-shard transactions whose proposals differed (second round).
     #[serde(default)]
     pub second_round_rate: f64,
+    /// The same figures per kind of business transaction (e.g. TPC-C's five), when the
+    /// workload has several.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_kind: BTreeMap<String, KindResult>,
+}
+
+/// One kind of business transaction's figures in a run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct KindResult {
+    /// Committed in the measured interval.
+    pub committed: u64,
+    /// Rolled back on purpose by their procedure.
+    pub rolled_back: u64,
+    /// Aborted (failed).
+    pub aborted: u64,
+    /// Refused by a participant.
+    pub rejected: u64,
+    /// Unknown outcome.
+    pub unknown: u64,
+    /// Retry attempts.
+    pub retries: u64,
+    /// Committed ones that spanned several shards.
+    pub cross_shard: u64,
+    /// Committed per second.
+    pub throughput_tps: f64,
+    /// Latency of the committed ones, in microseconds.
+    pub latency_us: LatencySummary,
 }
 
 /// Computes the abort rate as a fraction `aborted / (committed + aborted)`,
@@ -250,6 +281,41 @@ pub fn render_table(results: &[BenchResult]) -> String {
     out
 }
 
+/// One line per kind of business transaction of `r` (empty when the workload has one kind):
+/// committed, rolled back, aborted, rejected, unknown, throughput, latency avg/p50/p90/p99/
+/// p99.9 and the share of committed ones that spanned several shards.
+pub fn render_kinds(r: &BenchResult) -> String {
+    if r.by_kind.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "{} {}x{} {} threads, {}: per transaction\n{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7}\n",
+        r.workload, r.shards, r.replicas, r.threads, r.net,
+        "transaction", "committed", "rolled", "aborted", "rejected", "unknown", "tps", "avg ms", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "cross %"
+    );
+    for (name, k) in &r.by_kind {
+        let l = &k.latency_us;
+        let cross = if k.committed == 0 { 0.0 } else { 100.0 * k.cross_shard as f64 / k.committed as f64 };
+        out.push_str(&format!(
+            "{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7.1}\n",
+            name,
+            k.committed,
+            k.rolled_back,
+            k.aborted,
+            k.rejected,
+            k.unknown,
+            k.throughput_tps,
+            ms(l.avg),
+            ms(l.p50 as f64),
+            ms(l.p90 as f64),
+            ms(l.p99 as f64),
+            ms(l.p999 as f64),
+            cross
+        ));
+    }
+    out
+}
+
 fn md_escape(s: &str) -> String {
     s.replace('|', "\\|")
 }
@@ -304,6 +370,7 @@ mod tests {
             duration_s: 30.0,
             warmup_s: 5.0,
             committed,
+            rolled_back: 12,
             aborted: 1234,
             retries: 1500,
             rejected: 2,
@@ -314,6 +381,7 @@ mod tests {
             params,
             started_at_unix_s: 1_700_000_000,
             second_round_rate: 0.25,
+            by_kind: BTreeMap::new(),
         }
     }
 

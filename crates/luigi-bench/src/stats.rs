@@ -119,6 +119,10 @@ pub struct LatencySummary {
 pub struct Counters {
     /// Transactions that committed.
     pub committed: u64,
+    /// Transactions their procedure rolled back on purpose (a user abort on every
+    /// participant that did not commit, e.g. TPC-C's 1 % of NewOrders).
+    #[serde(default)]
+    pub rolled_back: u64,
     /// Transactions that finally aborted.
     pub aborted: u64,
     /// Retry attempts (aborts that were retried).
@@ -142,6 +146,7 @@ impl Counters {
     /// Adds `other`'s counts into `self` (saturating).
     pub fn merge(&mut self, other: &Counters) {
         self.committed = self.committed.saturating_add(other.committed);
+        self.rolled_back = self.rolled_back.saturating_add(other.rolled_back);
         self.aborted = self.aborted.saturating_add(other.aborted);
         self.retries = self.retries.saturating_add(other.retries);
         self.rejected = self.rejected.saturating_add(other.rejected);
@@ -242,6 +247,7 @@ mod tests {
     fn counters_merge() {
         let mut a = Counters {
             committed: 10,
+            rolled_back: 7,
             aborted: 2,
             retries: 3,
             rejected: 1,
@@ -251,6 +257,7 @@ mod tests {
         };
         let b = Counters {
             committed: 5,
+            rolled_back: 1,
             aborted: 1,
             retries: 0,
             rejected: u64::MAX,
@@ -263,6 +270,7 @@ mod tests {
             a,
             Counters {
                 committed: 15,
+                rolled_back: 8,
                 aborted: 3,
                 retries: 3,
                 rejected: u64::MAX,

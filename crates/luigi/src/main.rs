@@ -12,8 +12,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use luigi_bench::micro::{run_micro, MicroRun};
-use luigi_bench::options::{BenchOptions, Target};
-use luigi_bench::report::{render_table, write_json, BenchResult};
+use luigi_bench::options::{BenchOptions, BenchPlan, Target};
+use luigi_bench::report::{render_kinds, render_table, write_json, BenchResult};
+use luigi_bench::run::RunSpec;
+use luigi_bench::tpcc::{check_cluster, render_conditions, run_tpcc, TpccOptions, TpccRun};
 use luigi_bench::workload::micro::MicroOptions;
 use luigi_proto::procedure::Registry;
 use luigi_runtime::config::{ClusterConfig, NodeId};
@@ -40,6 +42,9 @@ enum Command {
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(Bench),
+    /// Check a running cluster's data against a workload's consistency conditions.
+    #[command(subcommand)]
+    Check(Check),
     /// Show every replica of a running cluster and whether every shard has a leader.
     ///
     /// One line per replica: up or down, role, term, log indexes, watermark, queue and stuck
@@ -111,13 +116,17 @@ impl DurabilityArg {
 enum Bench {
     /// Micro benchmark: read/write transactions over a uniform (or Zipfian) key space.
     Micro(MicroArgs),
+    /// TPC-C: the five transactions over warehouses partitioned by shard, then the twelve
+    /// consistency conditions on the final state. The seeds' closed-loop client model (no
+    /// keying or think times), not an audited tpmC.
+    Tpcc(TpccArgs),
 }
 
-/// `luigi bench micro` options. Every value is checked before anything starts (no server,
-/// no directory): see `BenchOptions::validate` and `MicroOptions::validate` in luigi-bench.
+/// The options of every `luigi bench` command: the cluster, the client threads, the timing,
+/// the results file. Every value is checked before anything starts (no server, no
+/// directory): see `BenchOptions::validate` in luigi-bench.
 #[derive(Args)]
-#[command(after_help = MICRO_HELP)]
-struct MicroArgs {
+struct RunArgs {
     /// Shards in the local cluster, 1 to 64 [default: 1]. Not with --cluster.
     #[arg(long)]
     shards: Option<u32>,
@@ -142,6 +151,35 @@ struct MicroArgs {
     /// Warm-up seconds (not counted), 0 to 86400 (a day).
     #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     warmup: f64,
+    /// Coordinator headroom in µs, at most 60000000 (60 s) (default: per scenario). Also with
+    /// --cluster: it overrides the cluster file's, for this client only (the headroom is
+    /// applied by the client's coordinator; the servers do not use it).
+    #[arg(long)]
+    headroom_us: Option<u64>,
+    /// Results file (JSON array, one object per run); checked writable before the first run
+    /// [default: results/<workload>.json].
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Use the servers of this cluster file instead of starting a local cluster: the file
+    /// and its servers decide the shards, replicas, network scenario and durability, so
+    /// --shards, --replicas, --net and --durability are refused with it.
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Log durability of the servers started (every shard logs through Raft, one replica or
+    /// more) [default: fsync]. Not with --cluster.
+    #[arg(long)]
+    durability: Option<DurabilityArg>,
+    /// Do not draw a progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+/// `luigi bench micro` options: see also `MicroOptions::validate` in luigi-bench.
+#[derive(Args)]
+#[command(after_help = MICRO_HELP)]
+struct MicroArgs {
+    #[command(flatten)]
+    run: RunArgs,
     /// Key space size, from twice --ops to 2^53.
     #[arg(long, default_value_t = 100_000)]
     keys: u64,
@@ -159,30 +197,69 @@ struct MicroArgs {
     /// transaction cannot find its distinct keys.
     #[arg(long, allow_negative_numbers = true)]
     zipf: Option<f64>,
-    /// Coordinator headroom in µs, at most 60000000 (60 s) (default: per scenario). Also with
-    /// --cluster: it overrides the cluster file's, for this client only (the headroom is
-    /// applied by the client's coordinator; the servers do not use it).
+}
+
+/// `luigi bench tpcc` options (docs/TPCC.md).
+#[derive(Args)]
+#[command(after_help = TPCC_HELP)]
+struct TpccArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Warehouses of the local cluster, warehouse w on shard (w - 1) % shards, at least one
+    /// per shard [default: one per shard, as in the seeds]. Not with --cluster (the file's
+    /// [workload] decides).
     #[arg(long)]
-    headroom_us: Option<u64>,
-    /// Results file (JSON array, one object per run); checked writable before the first run.
-    #[arg(long, default_value = "results/micro.json")]
-    json: PathBuf,
-    /// Use the servers of this cluster file instead of starting a local cluster: the file
-    /// and its servers decide the shards, replicas, network scenario and durability, so
-    /// --shards, --replicas, --net and --durability are refused with it.
+    warehouses: Option<u32>,
+    /// Shrinks items, customers and orders per district (1 = the spec's 100 000 items, 3 000
+    /// customers and orders per district) [default: 1]. Not with --cluster.
     #[arg(long)]
-    cluster: Option<PathBuf>,
-    /// Log durability of the servers started (every shard logs through Raft, one replica or
-    /// more) [default: fsync]. Not with --cluster.
+    scale: Option<f64>,
+    /// Percentage of NewOrder lines supplied by another warehouse (spec: 1).
+    #[arg(long, default_value_t = 1.0)]
+    remote_item_pct: f64,
+    /// Percentage of Payments for a customer of another warehouse (spec: 15).
+    #[arg(long, default_value_t = 15.0)]
+    remote_payment_pct: f64,
+    /// Transaction mix: standard (45 % NewOrder, 43 % Payment, 4 % each of OrderStatus,
+    /// Delivery, StockLevel) or new-order (NewOrder only).
+    #[arg(long, default_value = "standard")]
+    mix: String,
+}
+
+/// `luigi check` subcommands.
+#[derive(Subcommand)]
+enum Check {
+    /// Check TPC-C's twelve consistency conditions (clause 3.3.2) on a running cluster that
+    /// hosts TPC-C (its file has a [workload] table with kind = "tpcc"), through one read-only
+    /// transaction over every shard. Exit 1 if a condition fails.
+    Tpcc(CheckTpccArgs),
+}
+
+#[derive(Args)]
+struct CheckTpccArgs {
+    /// Cluster file (TOML).
     #[arg(long)]
-    durability: Option<DurabilityArg>,
-    /// Do not draw a progress bar.
-    #[arg(long)]
-    no_progress: bool,
+    cluster: PathBuf,
 }
 
 /// `luigi bench micro --help` epilogue: the bounds of a run and what it leaves behind.
 const MICRO_HELP: &str = "\
+Bounds: a run fails (non-zero exit) if its local servers do not listen within 20 s, if a shard
+commits no first transaction within 60 s, if the load does not end within warm-up + duration +
+a grace (15 s + the client's give-up time), if it commits nothing in its measured interval, or
+if transactions are left unknown (no complete answer within the client's give-up time: the
+cluster stalled or lost servers).
+
+The local cluster's servers, logs and data live in $TMPDIR/luigi-bench-XXXXXX; the servers are
+stopped and the directory removed on exit, error, panic, SIGINT, SIGTERM or SIGHUP. After a
+SIGKILL the servers still exit (their standard input closes) but the directory stays.";
+
+/// `luigi bench tpcc --help` epilogue.
+const TPCC_HELP: &str = "\
+After the load, the twelve consistency conditions of TPC-C clause 3.3.2 are checked on the
+final state through one transaction over every shard and printed; a failed condition makes the
+command exit 1 (after the results file is written).
+
 Bounds: a run fails (non-zero exit) if its local servers do not listen within 20 s, if a shard
 commits no first transaction within 60 s, if the load does not end within warm-up + duration +
 a grace (15 s + the client's give-up time), if it commits nothing in its measured interval, or
@@ -206,6 +283,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Server(args) => server(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(Bench::Micro(args)) => micro(args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(Bench::Tpcc(args)) => tpcc(args),
+        Command::Check(command) => check(command),
         Command::Status(args) => status::status(args),
         Command::Get(args) => kv::get(args),
         Command::Put(args) => kv::put(args),
@@ -277,33 +356,35 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
     result
 }
 
-fn micro(args: MicroArgs) -> anyhow::Result<()> {
-    // Everything is checked before the first run starts anything.
-    let options = BenchOptions {
-        shards: args.shards,
-        replicas: args.replicas,
-        net: args.net,
-        durability: args.durability.map(|d| match d {
-            DurabilityArg::Fsync => "fsync",
-            DurabilityArg::None => "none",
-        }),
-        threads: args.threads,
-        in_flight: args.in_flight,
-        duration_s: args.duration,
-        warmup_s: args.warmup,
-        headroom_us: args.headroom_us,
-        json: args.json,
-        cluster: args.cluster,
-    };
-    let workload = MicroOptions {
-        keys: args.keys,
-        ops: args.ops,
-        read_ratio: args.read_ratio,
-        cross_shard_pct: args.cross_shard,
-        zipf: args.zipf,
-    };
-    let plan = options.validate()?;
-    workload.validate(plan.shards())?;
+impl RunArgs {
+    /// The shared options, for `workload`'s default results file.
+    fn options(&self, workload: &str) -> BenchOptions {
+        BenchOptions {
+            shards: self.shards,
+            replicas: self.replicas,
+            net: self.net.clone(),
+            durability: self.durability.map(|d| match d {
+                DurabilityArg::Fsync => "fsync",
+                DurabilityArg::None => "none",
+            }),
+            threads: self.threads.clone(),
+            in_flight: self.in_flight,
+            duration_s: self.duration,
+            warmup_s: self.warmup,
+            headroom_us: self.headroom_us,
+            json: self.json.clone().unwrap_or_else(|| PathBuf::from(format!("results/{workload}.json"))),
+            cluster: self.cluster.clone(),
+        }
+    }
+}
+
+/// One run per network scenario and thread count of `plan`, each made by `run_one`, its
+/// result printed and appended to the results file as it comes.
+fn bench_runs(
+    plan: &BenchPlan,
+    progress: bool,
+    mut run_one: impl FnMut(RunSpec) -> anyhow::Result<BenchResult>,
+) -> anyhow::Result<Vec<BenchResult>> {
     let exe = std::env::current_exe().context("cannot locate the luigi binary")?;
     let (nets, replicas, durability, cluster_file) = match &plan.target {
         Target::Local { replicas, nets, durability, .. } => (nets.clone(), *replicas, *durability, None),
@@ -315,7 +396,7 @@ fn micro(args: MicroArgs) -> anyhow::Result<()> {
     let mut results: Vec<BenchResult> = Vec::new();
     for &net in &nets {
         for &threads in &plan.threads {
-            let run = MicroRun {
+            let run = RunSpec {
                 shards: plan.shards(),
                 replicas,
                 threads,
@@ -323,14 +404,13 @@ fn micro(args: MicroArgs) -> anyhow::Result<()> {
                 net,
                 duration: plan.duration,
                 warmup: plan.warmup,
-                micro: workload.clone(),
                 headroom_us: plan.headroom_us,
                 cluster_file: cluster_file.clone(),
                 durability,
                 exe: exe.clone(),
-                progress: !args.no_progress,
+                progress,
             };
-            let result = run_micro(&run)?;
+            let result = run_one(run)?;
             eprintln!(
                 "{} shard(s) x {} replica(s), {} thread(s), {}: {:.0} tx/s, avg {:.2} ms, p99 {:.2} ms",
                 result.shards,
@@ -345,7 +425,78 @@ fn micro(args: MicroArgs) -> anyhow::Result<()> {
             write_json(&plan.json, &results)?;
         }
     }
+    Ok(results)
+}
+
+fn micro(args: MicroArgs) -> anyhow::Result<()> {
+    // Everything is checked before the first run starts anything.
+    let options = args.run.options("micro");
+    let workload = MicroOptions {
+        keys: args.keys,
+        ops: args.ops,
+        read_ratio: args.read_ratio,
+        cross_shard_pct: args.cross_shard,
+        zipf: args.zipf,
+    };
+    let plan = options.validate()?;
+    workload.validate(plan.shards())?;
+    let results =
+        bench_runs(&plan, !args.run.no_progress, |run| run_micro(&MicroRun { run, micro: workload.clone() }))?;
     println!("{}", render_table(&results));
     println!("results written to {}", plan.json.display());
     Ok(())
+}
+
+fn tpcc(args: TpccArgs) -> anyhow::Result<ExitCode> {
+    // Everything is checked before the first run starts anything.
+    let options = args.run.options("tpcc");
+    let mix = args.mix.parse().map_err(|e| anyhow::anyhow!("invalid --mix {}: {e}", args.mix))?;
+    let tpcc = TpccOptions {
+        warehouses: args.warehouses,
+        scale: args.scale,
+        remote_item_pct: args.remote_item_pct,
+        remote_payment_pct: args.remote_payment_pct,
+        mix,
+    };
+    let plan = options.validate()?;
+    match &plan.target {
+        Target::Local { shards, .. } => tpcc.validate(Some(*shards), None)?,
+        Target::File { config, .. } => tpcc.validate(None, Some(config))?,
+    };
+    let mut failed = Vec::new();
+    let results = bench_runs(&plan, !args.run.no_progress, |run| {
+        let (result, conditions) = run_tpcc(&TpccRun { run, tpcc: tpcc.clone() })?;
+        eprint!("{}", render_conditions(&conditions));
+        if conditions.iter().any(|c| !c.passed) {
+            failed.push(format!(
+                "{} shard(s) x {} replica(s), {} thread(s), {}",
+                result.shards, result.replicas, result.threads, result.net
+            ));
+        }
+        Ok(result)
+    })?;
+    println!("{}", render_table(&results));
+    for r in &results {
+        println!("{}", render_kinds(r));
+    }
+    println!("results written to {}", plan.json.display());
+    if failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("TPC-C consistency conditions FAILED in: {}", failed.join("; "));
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn check(command: Check) -> anyhow::Result<ExitCode> {
+    match command {
+        Check::Tpcc(args) => {
+            let config = ClusterConfig::load(&args.cluster)?;
+            let (conditions, seconds) = check_cluster(&config)?;
+            print!("{}", render_conditions(&conditions));
+            let failed = conditions.iter().filter(|c| !c.passed).count();
+            println!("{} of {} conditions hold (read in {seconds:.1} s)", conditions.len() - failed, conditions.len());
+            Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+    }
 }

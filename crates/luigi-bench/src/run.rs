@@ -1,0 +1,345 @@
+//! One benchmark run of any workload: start (or reuse) a cluster, wait until every shard
+//! serves, drive the workload's generators, run a closing step (e.g. a consistency check)
+//! against the same cluster, stop it. `luigi bench micro` and `luigi bench tpcc` are this run
+//! with their own workload and report.
+//!
+//! A run is bounded: the local cluster gets [`READY_TIMEOUT`] to listen, every shard
+//! [`PROBE_DEADLINE`] to commit a first transaction, and the load warm-up + duration + a grace
+//! (see [`load_grace`]) and the closing step its own bound; a [`Watchdog`] ends the process
+//! past the sum of these plus [`WATCHDOG_MARGIN`], should anything block beyond them. A run
+//! that commits nothing in its measured interval is an error, not a row of zeros, and so is
+//! a run with transactions left `Unknown` (the client got no complete answer within its
+//! give-up time: the cluster stalled or lost servers, and the figures would average a
+//! working and a stuck cluster).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use luigi_proto::partition::{HashPartitioner, Partitioner};
+use luigi_proto::types::{KeySet, ShardPiece};
+use luigi_runtime::config::ClusterConfig;
+use luigi_runtime::net::wan::Scenario;
+use luigi_workloads::micro::{micro_key, Micro, MicroOp};
+use luigi_workloads::{TxnGenerator, TxnSpec, Workload, WorkloadSpec};
+
+use crate::cleanup::Watchdog;
+use crate::client::{LuigiConnector, TxnConnector, TxnStatus};
+use crate::cluster::{LocalCluster, READY_TIMEOUT};
+use crate::driver::{run_load, KindReport, LoadOptions, LoadReport, Progress};
+use crate::report::{abort_rate, BenchResult, KindResult};
+
+/// The shape of one run, whatever the workload.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// Shards of the local cluster.
+    pub shards: u32,
+    /// Replicas per shard.
+    pub replicas: u32,
+    /// Client threads.
+    pub threads: u32,
+    /// Outstanding transactions per thread.
+    pub in_flight: u32,
+    /// Network scenario.
+    pub net: Scenario,
+    /// Measured interval.
+    pub duration: Duration,
+    /// Warm-up, not counted.
+    pub warmup: Duration,
+    /// Coordinator headroom override (also over a cluster file's: the headroom is applied by
+    /// the client's coordinator, the servers do not use it).
+    pub headroom_us: Option<u64>,
+    /// Run against the servers of this cluster file instead of starting a local cluster.
+    pub cluster_file: Option<PathBuf>,
+    /// Log durability of the started servers: "fsync" or "none".
+    pub durability: &'static str,
+    /// The `luigi` binary used to start servers.
+    pub exe: PathBuf,
+    /// Draw a progress bar.
+    pub progress: bool,
+}
+
+/// What a run measured, before the workload turns it into a report.
+#[derive(Debug)]
+pub struct Measured {
+    /// The load's counts and latencies.
+    pub report: LoadReport,
+    /// The cluster it ran against.
+    pub config: ClusterConfig,
+    /// From the start of the run (servers started, populated, elected) until every shard
+    /// committed a first transaction.
+    pub ready: Duration,
+    /// Wall-clock start, seconds since the Unix epoch.
+    pub started_at_unix_s: u64,
+}
+
+/// A closing step: what it does with a client connector to the cluster.
+pub type ClosingStep<'a, T> = Box<dyn FnOnce(&dyn TxnConnector) -> anyhow::Result<T> + 'a>;
+
+/// What a run does with the cluster after the load (before a local cluster stops), with a
+/// client connector to it, and how long it may take.
+pub struct Closing<'a, T> {
+    /// The bound on it (counted into the watchdog's).
+    pub bound: Duration,
+    /// The step.
+    pub step: ClosingStep<'a, T>,
+}
+
+/// How long every shard gets to commit a first transaction (leaders of replicated shards are
+/// elected first).
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(60);
+/// Least time the load may take past its measured interval (see [`load_grace`]).
+pub const LOAD_GRACE_MIN: Duration = Duration::from_secs(15);
+/// Time the watchdog adds to the sum of the run's own bounds.
+pub const WATCHDOG_MARGIN: Duration = Duration::from_secs(30);
+
+/// How long the load may take past its measured interval on `config` before the run fails:
+/// [`LOAD_GRACE_MIN`] plus the time the client takes to give up on a transaction (its
+/// attempts times its retry timeout), after which an unanswered transaction is answered
+/// `Unknown` rather than left waiting.
+pub fn load_grace(config: &ClusterConfig) -> Duration {
+    LOAD_GRACE_MIN + client_give_up(config)
+}
+
+/// How long the client asks about a transaction before answering it `Unknown`: its attempts
+/// times its retry timeout on `config`.
+pub fn client_give_up(config: &ClusterConfig) -> Duration {
+    let attempts = luigi_proto::coordinator::CoordinatorConfig::new(0).max_attempts;
+    Duration::from_micros(config.retry_timeout_us().saturating_mul(u64::from(attempts)))
+}
+
+/// Runs `workload` on the cluster of `run` (a local one hosting `hosted`, if given, or the
+/// cluster file's), then `closing` against the same cluster. Load thread `t` draws from
+/// `workload.generator(seed_base + t)`.
+///
+/// Fails if the run does not finish within its bounds (see the module documentation), if no
+/// transaction commits in the measured interval, if transactions are left `Unknown`, or if
+/// the closing step fails.
+pub fn run_workload<T>(
+    run: &RunSpec,
+    label: &str,
+    workload: Arc<dyn Workload>,
+    hosted: Option<WorkloadSpec>,
+    closing: Closing<'_, T>,
+) -> anyhow::Result<(Measured, T)> {
+    let started_at_unix_s = luigi_runtime::clock::now_us() / 1_000_000;
+    let started = Instant::now();
+    // The cluster file, or that of the local cluster to start (its addresses are set then).
+    let config = match &run.cluster_file {
+        Some(path) => {
+            let mut config = ClusterConfig::load(path)?;
+            if run.headroom_us.is_some() {
+                config.protocol.headroom_us = run.headroom_us;
+            }
+            config
+        }
+        None => {
+            let mut config = ClusterConfig::local(run.shards, run.net, &vec![0; run.shards as usize]);
+            config.protocol.headroom_us = run.headroom_us;
+            config.workload = hosted;
+            for shard in &mut config.shards {
+                shard.replicas = vec!["127.0.0.1:0".into(); run.replicas as usize];
+            }
+            config
+        }
+    };
+    // The watchdog: every bound of the run, plus a margin.
+    let grace = load_grace(&config);
+    let start_up = if run.cluster_file.is_some() { Duration::ZERO } else { READY_TIMEOUT };
+    let bound = start_up + PROBE_DEADLINE + run.warmup + run.duration + grace + closing.bound + WATCHDOG_MARGIN;
+    let _watchdog = Watchdog::arm(
+        bound,
+        format!(
+            "the {label} run did not finish within {}s (start-up, first commits, warm-up {}s, duration {}s, grace {}s, \
+             closing {}s): the cluster is stuck or unreachable; stopped",
+            bound.as_secs(),
+            run.warmup.as_secs_f64(),
+            run.duration.as_secs_f64(),
+            grace.as_secs(),
+            closing.bound.as_secs()
+        ),
+    );
+    let (mut local, config) = match &run.cluster_file {
+        Some(_) => (None, config),
+        None => {
+            let cluster =
+                LocalCluster::start(&run.exe, config, run.durability).context("starting the local cluster")?;
+            let config = cluster.config().clone();
+            (Some(cluster), config)
+        }
+    };
+    let shards = config.shard_count();
+    let connector = LuigiConnector { cluster: &config };
+    wait_until_serving(&connector, shards).context("waiting for every shard to commit a first transaction")?;
+    let ready = started.elapsed();
+    let opts = LoadOptions {
+        threads: run.threads,
+        in_flight: run.in_flight,
+        warmup: run.warmup,
+        duration: run.duration,
+        client_id_base: luigi_runtime::clock::now_us() << 8,
+        grace,
+    };
+    let make = move |t: u32| -> Box<dyn TxnGenerator> { workload.generator(0x5eed + u64::from(t)) };
+    let progress = Arc::new(Progress::default());
+    let bar = run.progress.then(|| progress_bar(run, label));
+    let report = std::thread::scope(|scope| {
+        let load = scope.spawn(|| run_load(&connector, &opts, &make, &progress));
+        if let Some(bar) = &bar {
+            watch(bar, &progress, &load, run.warmup + run.duration);
+        }
+        load.join().unwrap_or_else(|_| Err(anyhow::anyhow!("load driver panicked")))
+    });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let closed = report.as_ref().ok().map(|_| (closing.step)(&connector));
+    if let Some(cluster) = &mut local {
+        cluster.check_alive()?;
+        cluster.stop();
+    }
+    let report = report?;
+    let c = &report.counters;
+    let measured_s = report.measured.as_secs_f64();
+    anyhow::ensure!(
+        c.committed > 0,
+        "no transaction committed in the {measured_s}s measured interval ({} aborted, {} rejected, {} unknown): \
+         the cluster is not serving, or the interval is shorter than a transaction's latency",
+        c.aborted,
+        c.rejected,
+        c.unknown
+    );
+    anyhow::ensure!(
+        c.unknown == 0,
+        "{} transaction(s) got no complete answer within the client's give-up time ({}s): the cluster stalled or \
+         lost servers during the run, its figures are not a measurement ({} committed)",
+        c.unknown,
+        client_give_up(&config).as_secs_f64(),
+        c.committed
+    );
+    let closed = closed.expect("the load succeeded")?;
+    Ok((Measured { report, config, ready, started_at_unix_s }, closed))
+}
+
+impl Measured {
+    /// The report's fields every workload fills the same way; `params` are the workload's.
+    pub fn result(&self, run: &RunSpec, workload: &str, params: BTreeMap<String, serde_json::Value>) -> BenchResult {
+        let c = &self.report.counters;
+        let measured_s = self.report.measured.as_secs_f64();
+        let mut params = params;
+        params.insert("headroom_us".into(), serde_json::json!(self.config.headroom_us()));
+        params.insert("cross_shard_committed".into(), serde_json::json!(c.cross_shard));
+        params.insert("second_round_committed".into(), serde_json::json!(c.second_round));
+        params.insert("ready_s".into(), serde_json::json!(self.ready.as_secs_f64()));
+        BenchResult {
+            protocol: "luigi".into(),
+            workload: workload.into(),
+            shards: self.config.shard_count(),
+            replicas: self.config.shards[0].replicas.len() as u32,
+            threads: run.threads,
+            in_flight: run.in_flight,
+            net: self.config.net.clone(),
+            durability: run.durability.into(),
+            duration_s: measured_s,
+            warmup_s: run.warmup.as_secs_f64(),
+            committed: c.committed,
+            rolled_back: c.rolled_back,
+            aborted: c.aborted,
+            retries: c.retries,
+            rejected: c.rejected,
+            unknown: c.unknown,
+            throughput_tps: c.committed as f64 / measured_s,
+            abort_rate: abort_rate(c.committed, c.aborted),
+            latency_us: self.report.latency.summary(),
+            params,
+            started_at_unix_s: self.started_at_unix_s,
+            second_round_rate: if c.cross_shard == 0 { 0.0 } else { c.second_round as f64 / c.cross_shard as f64 },
+            by_kind: self.by_kind(),
+        }
+    }
+
+    /// The figures per kind of business transaction, when there are several kinds.
+    fn by_kind(&self) -> BTreeMap<String, KindResult> {
+        if self.report.by_kind.len() < 2 {
+            return BTreeMap::new();
+        }
+        let measured_s = self.report.measured.as_secs_f64();
+        let kind = |k: &KindReport| KindResult {
+            committed: k.counters.committed,
+            rolled_back: k.counters.rolled_back,
+            aborted: k.counters.aborted,
+            rejected: k.counters.rejected,
+            unknown: k.counters.unknown,
+            retries: k.counters.retries,
+            cross_shard: k.counters.cross_shard,
+            throughput_tps: k.counters.committed as f64 / measured_s,
+            latency_us: k.latency.summary(),
+        };
+        self.report.by_kind.iter().map(|(name, k)| (name.clone(), kind(k))).collect()
+    }
+}
+
+/// Waits until every shard has a leader that commits: one read-only transaction per shard
+/// must be answered (leaders of replicated shards are elected first). Without this, the
+/// transactions sent while elections run would be counted with their election wait.
+fn wait_until_serving(connector: &dyn TxnConnector, shards: u32) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let probe = async {
+        let client = connector.connect(luigi_runtime::clock::now_us() << 8 | 0xff).await?;
+        let partitioner = HashPartitioner::new(shards);
+        for shard in 0..shards {
+            let key = (0..).find(|k| partitioner.shard_of(&micro_key(*k)) == shard).expect("every shard owns keys");
+            let args = postcard::to_stdvec(&vec![MicroOp { key, write: None }])?;
+            let pieces = vec![ShardPiece { shard, keys: KeySet::new(vec![micro_key(key)], vec![]) }];
+            let started = Instant::now();
+            loop {
+                let probe = TxnSpec { procedure: Micro::NAME.to_string(), args: args.clone(), pieces: pieces.clone() };
+                let done = client.submit(probe).await?;
+                if done.status == TxnStatus::Committed {
+                    break;
+                }
+                anyhow::ensure!(started.elapsed() < PROBE_DEADLINE, "shard {shard} answered {:?}", done.status);
+            }
+        }
+        Ok(())
+    };
+    rt.block_on(async {
+        match tokio::time::timeout(PROBE_DEADLINE, probe).await {
+            Ok(probed) => probed,
+            Err(_) => anyhow::bail!("no answer within {PROBE_DEADLINE:?}: the cluster is stuck or unreachable"),
+        }
+    })
+}
+
+fn progress_bar(run: &RunSpec, label: &str) -> ProgressBar {
+    let total = (run.warmup + run.duration).as_secs().max(1);
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>28} [{bar:30}] {pos}/{len}s {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(format!("{label} {}sh {}t {}", run.shards, run.threads, run.net));
+    bar
+}
+
+fn watch<T>(bar: &ProgressBar, progress: &Progress, load: &std::thread::ScopedJoinHandle<'_, T>, total: Duration) {
+    let start = Instant::now();
+    let mut last = (Instant::now(), 0u64);
+    while !load.is_finished() {
+        std::thread::sleep(Duration::from_millis(250));
+        let committed = progress.committed.load(Ordering::Relaxed);
+        let dt = last.0.elapsed().as_secs_f64();
+        if dt >= 1.0 {
+            let tps = (committed - last.1) as f64 / dt;
+            let phase = if progress.measuring.load(Ordering::Relaxed) { "measuring" } else { "warm-up" };
+            bar.set_message(format!("{phase} {tps:>9.0} tx/s"));
+            last = (Instant::now(), committed);
+        }
+        bar.set_position(start.elapsed().min(total).as_secs());
+    }
+}
