@@ -78,14 +78,15 @@ pub const SPEC_ITEMS: u32 = 100_000;
 pub const SPEC_CUSTOMERS: u16 = 3_000;
 
 impl TpccConfig {
-    /// Items: max(100, 100 000 x scale).
+    /// Items: max(100, 100 000 x scale), rounded.
     pub fn items(&self) -> u32 {
-        ((f64::from(SPEC_ITEMS) * self.scale) as u32).max(100)
+        ((f64::from(SPEC_ITEMS) * self.scale).round() as u32).max(100)
     }
 
-    /// Customers per district, and initial orders per district: max(30, 3 000 x scale).
+    /// Customers per district, and initial orders per district: max(30, 3 000 x scale),
+    /// rounded.
     pub fn customers(&self) -> u16 {
-        ((f64::from(SPEC_CUSTOMERS) * self.scale) as u16).max(30)
+        ((f64::from(SPEC_CUSTOMERS) * self.scale).round() as u16).max(30)
     }
 
     /// Orders per district delivered in the population (2 100 of 3 000 at scale 1).

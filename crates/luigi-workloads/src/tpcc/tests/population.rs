@@ -78,6 +78,8 @@ fn population_has_the_spec_counts_at_small_scale() {
 fn scale_floors_are_the_minimum_sizes() {
     let config = TpccConfig { warehouses: 1, scale: 0.0001, seed: 1 };
     assert_eq!((config.items(), config.customers(), config.initial_delivered()), (100, 30, 21));
+    let odd = TpccConfig { warehouses: 1, scale: 0.29, seed: 1 };
+    assert_eq!((odd.items(), odd.customers(), odd.initial_delivered()), (29_000, 870, 609));
     let full = TpccConfig::default();
     assert_eq!((full.items(), full.customers(), full.initial_delivered()), (100_000, 3_000, 2_100));
     assert!(TpccConfig { scale: 1.5, ..full.clone() }.check(1).is_err());
