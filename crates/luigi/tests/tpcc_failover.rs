@@ -70,9 +70,8 @@ fn tpcc_survives_a_leader_kill_with_every_condition_holding() {
         }));
     }
 
-    let committed_after = |t: Instant| {
-        outcomes.lock().unwrap().iter().filter(|(at, s)| *at > t && *s == TxnStatus::Committed).count()
-    };
+    let committed_after =
+        |t: Instant| outcomes.lock().unwrap().iter().filter(|(at, s)| *at > t && *s == TxnStatus::Committed).count();
     let started = Instant::now();
     while committed_after(started) < 50 {
         assert!(started.elapsed() < Duration::from_secs(60), "the cluster did not commit 50 transactions in 60 s");
