@@ -243,7 +243,7 @@ impl DiskStorage {
             Some((meta, data)) => {
                 let path = luigi_wal::snapshot::snapshot_path(&dir, meta.index);
                 let voters = decode_voters(&path, &meta.extra)?;
-                Some(SnapshotData { index: meta.index, term: meta.term, voters, data })
+                Some(SnapshotData { index: meta.index, term: meta.term, voters, data: data.into() })
             }
             None => None,
         };

@@ -231,7 +231,12 @@ fn ready_with(range: std::ops::RangeInclusive<u64>, term: u64, number: u64) -> l
 
 #[test]
 fn snapshot_recovery_keeps_only_a_log_that_continues_the_snapshot() {
-    let snap = |index, term| luigi_raft::SnapshotData { index, term, voters: vec![1, 2, 3], data: b"s".to_vec() };
+    let snap = |index, term| luigi_raft::SnapshotData {
+        index,
+        term,
+        voters: vec![1, 2, 3],
+        data: bytes::Bytes::from_static(b"s"),
+    };
 
     // Local compaction: the log after the snapshot is ours and is kept.
     let tmp = tempfile::tempdir().unwrap();
