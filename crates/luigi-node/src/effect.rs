@@ -6,6 +6,7 @@ use luigi_raft::replica::{SnapshotJob, Transition};
 use luigi_raft::{Ready, SnapshotData};
 
 use crate::routing::NodeId;
+use crate::snapshots::SnapshotCheck;
 
 /// One thing to do, in the order the node produced it.
 pub enum Effect {
@@ -37,8 +38,9 @@ pub enum Effect {
         /// The items.
         batch: PeerBatch,
     },
-    /// Send a replication message (Raft, a snapshot offer, a leader announcement). Best
-    /// effort: Raft retransmits, offers recur, announcements are repeated on reconnect.
+    /// Send a replication message (Raft, a snapshot transfer's, a leader announcement). Best
+    /// effort: Raft retransmits, transfers resend and time out, announcements are repeated on
+    /// reconnect.
     Replicate {
         /// Destination.
         to: NodeId,
@@ -49,9 +51,14 @@ pub enum Effect {
     Persist(Persist),
     /// Save this snapshot durably and drop the log prefix it covers from the disk.
     SaveSnapshot(SnapshotData),
-    /// Make a snapshot of the replica's state (possibly slow: the server runs it off its
-    /// event loop), then hand the result to [`crate::ReplicaNode::snapshot_made`].
+    /// Make a snapshot of the replica's state (slow for a large store: a shell with threads
+    /// runs it off its event loop), then hand the result to
+    /// [`crate::ReplicaNode::snapshot_made`].
     MakeSnapshot(SnapshotJob),
+    /// Check or decode a snapshot received from another replica (slow for a large store: a
+    /// shell with threads runs it off its event loop), then hand the result to
+    /// [`crate::ReplicaNode::snapshot_checked`].
+    CheckSnapshot(SnapshotCheck),
     /// The replica's disk lost what it promised: mark its data directory damaged, so that a
     /// restart refuses it instead of running into the same error. The node stops.
     MarkDamaged {

@@ -20,6 +20,7 @@ use luigi_proto::log::{LogEntry, ReplicatedLog};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError, TxnReply};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use bytes::Bytes;
 use luigi_store::Store;
 use std::sync::Arc;
 
@@ -61,11 +62,11 @@ impl SnapshotJob {
         self.index
     }
 
-    /// Makes the snapshot: (index, bytes).
+    /// Makes the snapshot.
     ///
     /// # Errors
     /// The replay does not decode or its snapshot does not load (the replica cannot go on).
-    pub fn run(self) -> Result<(u64, Vec<u8>), RaftError> {
+    pub fn run(self) -> Result<SnapshotImage, RaftError> {
         let records = self.replay.records()?;
         let follower = rebuild(self.shard, &self.registry, &self.initial, self.replay.snapshot_data(), &records)?;
         let applied = follower.stats().applied_index;
@@ -75,8 +76,20 @@ impl SnapshotJob {
                 self.index
             )));
         }
-        Ok((self.index, follower.snapshot()))
+        let data = follower.snapshot();
+        Ok(SnapshotImage { index: self.index, crc32: crc32fast::hash(&data), data: data.into() })
     }
+}
+
+/// A snapshot a [`SnapshotJob`] made: the follower state at `index`, serialized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotImage {
+    /// The log index it covers.
+    pub index: u64,
+    /// The serialized state ([`Follower::snapshot`]).
+    pub data: Bytes,
+    /// CRC-32 of `data` (computed with it, off the event loop: transfers check it).
+    pub crc32: u32,
 }
 
 /// The follower state of `shard` at the end of `entries`, which follow the snapshot `data`
@@ -498,7 +511,9 @@ mod tests {
         // More writes before the job runs (as while it runs on another thread) change nothing in it.
         r.on_client(10_000, 4, dispatch(6), &mut Vec::new());
         settle(&mut r, 70_000_000);
-        let (at, data) = std::thread::spawn(move || job.run()).join().unwrap().unwrap();
+        let image = std::thread::spawn(move || job.run()).join().unwrap().unwrap();
+        assert_eq!(image.crc32, crc32fast::hash(&image.data));
+        let (at, data) = (image.index, image.data);
         assert_eq!(at, index);
         let value = |store: &Store| store.get(&micro_key(1)).map(|v| v.as_slice().to_vec());
         let image = Follower::from_snapshot(0, Registry::with_builtins(), &data).unwrap();

@@ -43,11 +43,12 @@ pub struct OutMessage {
     /// Encoded message; the receiver passes it to [`RaftLog::step_bytes`] (or, with
     /// `snapshot`, to [`RaftLog::step_snapshot`]).
     pub bytes: Vec<u8>,
-    /// With [`crate::RaftConfig::external_snapshots`], a `MsgSnapshot`'s data, taken out of
-    /// `bytes` (which keep its metadata): the shell transfers it, the receiver steps both
-    /// with [`RaftLog::step_snapshot`], and the sender reports the outcome with
-    /// [`RaftLog::report_snapshot`]. Shared with the log's memory, not copied.
-    pub snapshot: Option<Bytes>,
+    /// With [`crate::RaftConfig::external_snapshots`], a `MsgSnapshot`'s snapshot, its data
+    /// taken out of `bytes` (which keep its metadata): the shell transfers the data, the
+    /// receiver steps both with [`RaftLog::step_snapshot`], and the sender reports the
+    /// outcome with [`RaftLog::report_snapshot`]. The data is shared with the log's memory,
+    /// not copied.
+    pub snapshot: Option<SnapshotData>,
 }
 
 /// The role and known leader after a change.
@@ -209,8 +210,11 @@ impl<R: Record> RaftLog<R> {
 /// The message to send; with external snapshots, a snapshot's data apart from its bytes.
 fn out_message(mut m: Message, external: bool) -> OutMessage {
     let msg_type = m.get_msg_type();
-    let snapshot =
-        (external && msg_type == MessageType::MsgSnapshot).then(|| std::mem::take(&mut m.mut_snapshot().data));
+    let snapshot = (external && msg_type == MessageType::MsgSnapshot).then(|| {
+        let snap = SnapshotData::from_raft(m.get_snapshot());
+        m.mut_snapshot().data = Bytes::new();
+        snap
+    });
     OutMessage { to: m.to, msg_type, bytes: encode_message(&m), snapshot }
 }
 

@@ -320,6 +320,20 @@ impl RaftGroups<'_> {
                 }
                 self.report.compactions += node.stats().snapshots_taken - taken;
             }
+            Effect::CheckSnapshot(check) => {
+                // Run at once (a server runs it on a thread while its replica goes on).
+                let index = check.index();
+                let checked = check.run();
+                let node = self.replicas[s as usize][i as usize].node.as_mut().expect("up");
+                let compactions = node.stats().compactions_behind_offers;
+                if let Err(e) = node.snapshot_checked(checked, again) {
+                    // Every replica's snapshot is made by the same code from the same log: one
+                    // that does not load is a bug.
+                    return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+                }
+                self.report.leader_compactions += node.stats().compactions_behind_offers - compactions;
+                core.trace(|| format!("{me} checked a received snapshot at {index}"));
+            }
             Effect::MarkDamaged { reason } => {
                 let _ = self.replicas[s as usize][i as usize].disk.storage().mark_damaged(&reason);
                 return Err(core.violation(ViolationKind::Invariant, format!("{me} lost its disk: {reason}")));
