@@ -404,8 +404,11 @@ impl ReplicaNode {
             return Ok(());
         }
         let leader = log.leader_id().filter(|l| *l != node.raft_id());
-        let snap =
-            log.compact(image.index, image.data).map_err(|source| NodeError::Raft { node, what: "compacting", source })?;
+        let snap = log.compact(image.index, image.data).map_err(|source| NodeError::Raft {
+            node,
+            what: "compacting",
+            source,
+        })?;
         self.snapshot_crc = Some((snap.index, image.crc32));
         self.snapshots.taken(snap.index);
         self.stats.snapshots_taken += 1;
@@ -447,7 +450,10 @@ impl ReplicaNode {
             Ok(restored) => restored,
             Err(e) => {
                 self.stats.snapshots_rejected += 1;
-                return Err(format!("snapshot at {} from {from} (transfer {}) does not load: {e}", c.index, c.transfer));
+                return Err(format!(
+                    "snapshot at {} from {from} (transfer {}) does not load: {e}",
+                    c.index, c.transfer
+                ));
             }
         };
         match c.kind {
@@ -741,7 +747,9 @@ impl ReplicaNode {
                 TransferEvent::Sent { to, transfer, kind, index, outcome } => {
                     let install = matches!(kind, SnapshotKind::Install { .. });
                     match outcome {
-                        Ok(()) => tracing::info!(node = %node, to = %replica_of(to), transfer, index, install, "snapshot sent"),
+                        Ok(()) => {
+                            tracing::info!(node = %node, to = %replica_of(to), transfer, index, install, "snapshot sent")
+                        }
                         Err(why) => {
                             tracing::warn!(node = %node, to = %replica_of(to), transfer, index, install, ?why, "snapshot transfer failed")
                         }
@@ -762,8 +770,14 @@ impl ReplicaNode {
                     let install = matches!(kind, SnapshotKind::Install { .. });
                     let token = self.next_check;
                     self.next_check += 1;
-                    let check =
-                        SnapshotCheck::new(token, node.shard, self.config.registry.clone(), index, install, data.clone());
+                    let check = SnapshotCheck::new(
+                        token,
+                        node.shard,
+                        self.config.registry.clone(),
+                        index,
+                        install,
+                        data.clone(),
+                    );
                     self.checks.push(PendingCheck { token, from, transfer, kind, index, data, crc32 });
                     fx.push(Effect::CheckSnapshot(check));
                 }

@@ -62,6 +62,16 @@ impl SnapshotCheck {
         self.index
     }
 
+    /// The snapshot's size, bytes.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether it is the leader's snapshot, to install (else a follower's offer).
+    pub fn is_install(&self) -> bool {
+        self.install
+    }
+
     /// Checks (an offer: a follower image of this shard at its index) or decodes (an
     /// install) the snapshot.
     pub fn run(self) -> CheckedSnapshot {

@@ -14,13 +14,13 @@
 //! executed ahead of the log's `Applied` markers) and rebuilds a follower by replaying its
 //! log from the start.
 
+use bytes::Bytes;
 use luigi_proto::leader::follower::{Follower, SnapshotError};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::{LogEntry, ReplicatedLog};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError, TxnReply};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
-use bytes::Bytes;
 use luigi_store::Store;
 use std::sync::Arc;
 

@@ -171,8 +171,9 @@ fn from_peer(auth: &ConnAuth, allowed: impl FnOnce(NodeId) -> Result<(), String>
 
 fn same_group(cfg: &GateConfig, node: NodeId, shard: ShardId, from: u64) -> Result<(), String> {
     let ok = node.shard == cfg.me.shard && shard == cfg.me.shard && from == u64::from(node.replica) + 1;
-    ok.then_some(())
-        .ok_or_else(|| format!("Raft or snapshot traffic for shard {shard} from raft id {from} sent by {}", node.name()))
+    ok.then_some(()).ok_or_else(|| {
+        format!("Raft or snapshot traffic for shard {shard} from raft id {from} sent by {}", node.name())
+    })
 }
 
 #[cfg(test)]

@@ -34,18 +34,19 @@ fn arb_wire() -> impl Strategy<Value = WireMsg> {
             .prop_map(|(from, watermark, items)| WireMsg::Peer(PeerBatch { from, watermark, items })),
         (any::<u32>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
             .prop_map(|(shard, from, bytes)| WireMsg::Replication(ReplicationMsg::Raft { shard, from, bytes })),
-        (any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64)).prop_map(
-            |(shard, from, transfer, total_bytes, envelope)| WireMsg::Replication(ReplicationMsg::SnapshotBegin {
-                shard,
-                from,
-                transfer,
-                kind: SnapshotKind::Install { envelope },
-                index: total_bytes / 3,
-                total_bytes,
-                chunk_bytes: (total_bytes % 4096) as u32,
-                crc32: transfer as u32,
-            })
-        ),
+        (any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
+            .prop_map(|(shard, from, transfer, total_bytes, envelope)| WireMsg::Replication(
+                ReplicationMsg::SnapshotBegin {
+                    shard,
+                    from,
+                    transfer,
+                    kind: SnapshotKind::Install { envelope },
+                    index: total_bytes / 3,
+                    total_bytes,
+                    chunk_bytes: (total_bytes % 4096) as u32,
+                    crc32: transfer as u32,
+                }
+            )),
         (any::<u32>(), any::<u64>(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64)).prop_map(
             |(shard, from, seq, data)| WireMsg::Replication(ReplicationMsg::SnapshotChunk {
                 shard,
@@ -59,8 +60,9 @@ fn arb_wire() -> impl Strategy<Value = WireMsg> {
         (any::<u32>(), any::<u64>(), any::<u32>(), any::<bool>()).prop_map(|(shard, from, next, resend)| {
             WireMsg::Replication(ReplicationMsg::SnapshotAck { shard, from, transfer: 1, next, resend })
         }),
-        (any::<u32>(), any::<u64>(), any::<u64>())
-            .prop_map(|(shard, from, transfer)| WireMsg::Replication(ReplicationMsg::SnapshotCancel { shard, from, transfer })),
+        (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(shard, from, transfer)| WireMsg::Replication(
+            ReplicationMsg::SnapshotCancel { shard, from, transfer }
+        )),
         (any::<u32>(), any::<u64>()).prop_map(|(shard, from)| WireMsg::Replication(ReplicationMsg::SnapshotRefuse {
             shard,
             from,

@@ -13,6 +13,7 @@ use luigi_wal::{Durability, SimFs, WalOptions};
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::config::population;
 use super::{FaultAction, FaultConfig, Kill, KillPoint, RaftGroups};
 use crate::config::SimConfig;
 use crate::engine::{busy_backoff_us, local_clock, virtual_deadline, Core, Step};
@@ -124,6 +125,10 @@ pub(super) fn new_node(
     let node = NodeId { shard: s, replica: i };
     let shape = vec![faults.replicas; config.shards as usize];
     let mut nc = NodeConfig::new(node, shape, config.seed, tuning, procedure::registry());
+    if faults.population_bytes > 0 {
+        let bytes = faults.population_bytes;
+        nc = nc.with_initial(Arc::new(move || population(bytes)));
+    }
     nc.leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
     ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
 }
@@ -323,6 +328,9 @@ impl RaftGroups<'_> {
             Effect::CheckSnapshot(check) => {
                 // Run at once (a server runs it on a thread while its replica goes on).
                 let index = check.index();
+                if check.is_install() {
+                    self.report.installed_bytes_max = self.report.installed_bytes_max.max(check.bytes() as u64);
+                }
                 let checked = check.run();
                 let node = self.replicas[s as usize][i as usize].node.as_mut().expect("up");
                 let compactions = node.stats().compactions_behind_offers;
