@@ -58,6 +58,8 @@ pub struct NodeConfig {
     /// The shard's state before its log's first entry (empty unless a workload populates it,
     /// see [`NodeConfig::with_initial`]).
     pub initial: InitialStore,
+    /// The snapshot transfers' parameters ([`TransferConfig::new`] over `tuning`).
+    pub transfers: TransferConfig,
 }
 
 impl NodeConfig {
@@ -66,7 +68,8 @@ impl NodeConfig {
         let mut leader = LeaderConfig::new(node.shard, replicas.len() as u32);
         leader.floor_lookahead_us = tuning.floor_lookahead_us;
         leader.recover_after_us = tuning.recover_after_us;
-        NodeConfig { node, replicas, seed, tuning, leader, registry, initial: empty_store() }
+        let transfers = TransferConfig::new(&tuning);
+        NodeConfig { node, replicas, seed, tuning, leader, registry, initial: empty_store(), transfers }
     }
 
     /// The same, starting from the store `initial` builds (a workload's population) instead
@@ -91,11 +94,6 @@ impl NodeConfig {
         // A snapshot's data travels in chunks (`snapshot_transfer`), never inside a message.
         rc.external_snapshots = true;
         rc
-    }
-
-    /// The snapshot transfers' parameters (their timeout from [`NodeConfig::tuning`]).
-    pub fn transfers(&self) -> TransferConfig {
-        TransferConfig::new(&self.tuning)
     }
 }
 
@@ -231,7 +229,7 @@ impl ReplicaNode {
             })?;
         let snapshots = Cadence::new(config.tuning.snapshot_entries, snapshot_index, node.replica, config.group_size());
         let routes = ShardRoutes::new(config.replicas.len() as u32);
-        let transfers = Transfers::new(node.shard, node.raft_id(), config.transfers());
+        let transfers = Transfers::new(node.shard, node.raft_id(), config.transfers.clone());
         Ok(ReplicaNode {
             config,
             replica,

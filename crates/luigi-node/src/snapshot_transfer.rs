@@ -518,10 +518,12 @@ impl Transfers {
         }
         let timeout = self.config.ack_timeout_us;
         let o = &mut self.outgoing[pos];
-        let answers_begin = !o.accepted || o.probing;
+        let first_answer = !o.accepted;
+        let answers_probe = o.probing && resend;
         o.accepted = true;
-        if next > o.acked || answers_begin {
-            // Progress, or the receiver's answer to a begin: it is there.
+        if next > o.acked || first_answer || answers_probe {
+            // Progress, or the receiver's answer to a begin: it is there, and this is where
+            // it stands.
             if next > o.acked {
                 o.probes = 0;
             }
@@ -543,11 +545,17 @@ impl Transfers {
             });
             return;
         }
-        if resend && o.rewound_to != Some(next) {
-            if answers_begin {
+        if first_answer {
+            // Nothing was sent yet: start where the receiver stands.
+            o.probing = false;
+            o.sent = next;
+        } else if resend && o.rewound_to != Some(next) {
+            // Chunks from `next` on were lost or damaged (or, answering a probe, may have
+            // been): send them again, once per position until the receiver moves past it.
+            if answers_probe {
                 o.probing = false;
             } else {
-                o.probes += 1; // a chunk lost or damaged: counts against the transfer
+                o.probes += 1; // a loss counts against the transfer
             }
             o.sent = next;
             o.rewound_to = Some(next);
