@@ -59,6 +59,10 @@ pub enum Effect {
     /// shell with threads runs it off its event loop), then hand the result to
     /// [`crate::ReplicaNode::snapshot_checked`].
     CheckSnapshot(SnapshotCheck),
+    /// Drop this former state of the replica (a follower state replaced by an installed
+    /// snapshot) off the event loop: freeing a large store takes a while. A shell without
+    /// threads drops it at once.
+    Discard(Discarded),
     /// The replica's disk lost what it promised: mark its data directory damaged, so that a
     /// restart refuses it instead of running into the same error. The node stops.
     MarkDamaged {
@@ -78,6 +82,15 @@ pub enum Effect {
         /// Its timestamp.
         ts: Timestamp,
     },
+}
+
+/// State the node no longer needs (see [`Effect::Discard`]); dropping it frees it.
+pub struct Discarded(#[allow(dead_code)] Box<dyn Send>);
+
+impl Discarded {
+    pub(crate) fn new(state: impl Send + 'static) -> Self {
+        Discarded(Box::new(state))
+    }
 }
 
 /// A write of one Raft ready (its messages already taken out). Write `ready`'s snapshot,

@@ -20,7 +20,7 @@ pub mod snapshots;
 pub mod status;
 pub mod tuning;
 
-pub use effect::{Effect, Persist};
+pub use effect::{Discarded, Effect, Persist};
 pub use node::{NodeConfig, NodeError, NodeStats, ReplicaNode};
 pub use routing::{ClientRoutes, NodeId, ShardRoutes};
 pub use snapshot_transfer::{TransferConfig, TransferStats, Transfers};

@@ -29,7 +29,7 @@ use luigi_proto::types::{ClientId, TimeUs};
 use luigi_raft::replica::{empty_store, InitialStore, Replica, SnapshotImage, Transition};
 use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, RecoveredState, SnapshotData};
 
-use crate::effect::{Effect, Persist};
+use crate::effect::{Discarded, Effect, Persist};
 use crate::routing::{NodeId, ShardRoutes};
 use crate::snapshot_transfer::{TransferConfig, TransferEvent, TransferStats, Transfers};
 use crate::snapshots::{Cadence, CheckedSnapshot, SnapshotCheck};
@@ -607,21 +607,22 @@ impl ReplicaNode {
             if let Some(snap) = &rd.snapshot {
                 // The state machine is replaced before it applies anything after the snapshot.
                 tracing::info!(node = %node, index = snap.index, "installing the leader's snapshot");
-                match self.restored.take() {
+                let replaced = match self.restored.take() {
                     // Decoded off the event loop ([`SnapshotCheck`]).
                     Some((index, restored, crc)) if index == snap.index => {
-                        self.replica.install_follower(restored);
                         self.snapshot_crc = Some((index, crc));
+                        self.replica.install_follower(restored)
                     }
                     _ => {
+                        self.snapshot_crc = None;
                         self.replica.install_snapshot(&snap.data).map_err(|e| NodeError::Raft {
                             node,
                             what: "loading the leader's snapshot",
                             source: RaftError::Invalid(e.to_string()),
-                        })?;
-                        self.snapshot_crc = None;
+                        })?
                     }
-                }
+                };
+                fx.extend(replaced.map(|old| Effect::Discard(Discarded::new(old))));
                 self.snapshots.taken(snap.index);
                 self.stats.snapshots_installed += 1;
             }

@@ -101,6 +101,7 @@ impl Group {
                     | Effect::ToAllClients { .. }
                     | Effect::ToPeer { .. }
                     | Effect::MarkDamaged { .. }
+                    | Effect::Discard(_)
                     | Effect::Transition(_)
                     | Effect::Executed { .. } => {}
                 }

@@ -182,32 +182,35 @@ impl Replica {
 
     /// The log installed a snapshot from the leader (this replica lagged behind its
     /// compaction): the follower state is replaced by the snapshot's. A replica still
-    /// serving (its log stepped down in the same batch of messages) is demoted by it.
+    /// serving (its log stepped down in the same batch of messages) is demoted by it. Returns
+    /// the replaced follower state (see [`Replica::install_follower`]).
     ///
     /// # Errors
     /// The snapshot does not load (the replica cannot go on).
-    pub fn install_snapshot(&mut self, data: &[u8]) -> Result<(), SnapshotError> {
+    pub fn install_snapshot(&mut self, data: &[u8]) -> Result<Option<Follower>, SnapshotError> {
         let restored = Follower::from_snapshot(self.config.shard, self.registry.clone(), data)?;
-        self.install_follower(restored);
-        Ok(())
+        Ok(self.install_follower(restored))
     }
 
     /// As [`Replica::install_snapshot`], with the snapshot already decoded (off the event
     /// loop: decoding a large store's image takes a while) into `restored`, a follower of
-    /// this shard with this replica's procedures.
-    pub fn install_follower(&mut self, restored: Follower) {
-        let log = match std::mem::replace(&mut self.state, State::Switching) {
+    /// this shard with this replica's procedures. Returns the follower state it replaced
+    /// (`None` if this replica was serving), for the caller to drop where it costs nothing:
+    /// freeing a large store takes a while too.
+    pub fn install_follower(&mut self, restored: Follower) -> Option<Follower> {
+        let (log, replaced) = match std::mem::replace(&mut self.state, State::Switching) {
             State::Follower(mut f, log) => {
                 self.executed.extend(f.take_executed());
-                log
+                (log, Some(f))
             }
             State::Leader(l) => {
                 self.stats.demotions += 1;
-                l.into_log()
+                (l.into_log(), None)
             }
             State::Switching => unreachable!("not observable"),
         };
         self.state = State::Follower(restored, log);
+        replaced
     }
 
     /// This replica's own snapshot, once the last record it applied reached `next_at`: a job

@@ -285,6 +285,12 @@ impl Shell {
             Effect::MarkDamaged { reason } => self.submit_to_disk(StorageOp::MarkDamaged(reason), more),
             Effect::MakeSnapshot(job) => self.make_snapshot(job),
             Effect::CheckSnapshot(check) => self.check_snapshot(check),
+            Effect::Discard(state) => {
+                // Freed on a thread of its own: a large store takes a while to free.
+                if std::thread::Builder::new().name("luigi-discard".into()).spawn(move || drop(state)).is_err() {
+                    warn!("cannot start a thread to free a replaced state; it is freed on the event loop");
+                }
+            }
             // Logged by the node; executions are for observers (the simulator's checks).
             Effect::Transition(_) | Effect::Executed { .. } => {}
         }
@@ -431,6 +437,10 @@ fn handle(shell: &mut Shell, conns: &mut Conns, ev: Inbound, fx: &mut Vec<Effect
             link(&mut shell.node, peer, false, fx);
         }
         Inbound::Storage(StorageReport::Persisted(number)) => shell.node.persisted(number, fx),
+        // The log is compacted behind it in order with its writes.
+        Inbound::Storage(StorageReport::SnapshotSaved(index)) => {
+            shell.submit_to_disk(StorageOp::SnapshotSaved(index), fx)
+        }
         Inbound::Storage(StorageReport::Failed(e)) => shell.fatal = Some(e),
         Inbound::SnapshotMade(made) => {
             if let Err(e) = shell.node.snapshot_made(made, fx) {

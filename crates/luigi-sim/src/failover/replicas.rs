@@ -347,6 +347,7 @@ impl RaftGroups<'_> {
                 return Err(core.violation(ViolationKind::Invariant, format!("{me} lost its disk: {reason}")));
             }
             Effect::Executed { .. } => {} // checked in `after_turn`
+            Effect::Discard(state) => drop(state),
             Effect::Transition(t) => {
                 let r = &mut self.replicas[s as usize][i as usize];
                 r.watermark = 0;
