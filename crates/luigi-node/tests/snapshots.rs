@@ -168,12 +168,10 @@ fn a_follower_behind_the_leaders_compaction_catches_up_through_a_snapshot_in_chu
     assert_eq!(leader, 0, "replica 0 starts the first election");
     // Replica 2 is cut off while the others commit, snapshot and compact.
     g.cut[2] = true;
-    let mut seq = 1;
-    for _ in 0..400 {
+    for seq in 1..=400 {
         let mut fx = Vec::new();
         g.nodes[leader].on_client(g.now, 4, dispatch(seq), &mut fx);
         g.execute(leader as u32, fx);
-        seq += 1;
         g.step();
     }
     let compacted = g.nodes[leader].replica().log().snapshot_index();

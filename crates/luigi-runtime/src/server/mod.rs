@@ -74,8 +74,9 @@ enum Inbound {
     Storage(StorageReport),
     /// A snapshot job finished.
     SnapshotMade(MadeSnapshot),
-    /// A received snapshot was checked (or decoded) off the loop.
-    SnapshotChecked(CheckedSnapshot),
+    /// A received snapshot was checked (or decoded) off the loop (boxed: a decoded state is
+    /// large).
+    SnapshotChecked(Box<CheckedSnapshot>),
 }
 
 /// What a [`SnapshotJob`] made.
@@ -329,7 +330,7 @@ impl Shell {
     fn check_snapshot(&mut self, check: SnapshotCheck) {
         let tx = self.inbound.clone();
         let spawned = std::thread::Builder::new().name("luigi-snapcheck".into()).spawn(move || {
-            let _ = tx.blocking_send(Inbound::SnapshotChecked(check.run()));
+            let _ = tx.blocking_send(Inbound::SnapshotChecked(Box::new(check.run())));
         });
         if let Err(e) = spawned {
             self.fatal = Some(format!("cannot start a snapshot check thread: {e}"));
@@ -448,7 +449,7 @@ fn handle(shell: &mut Shell, conns: &mut Conns, ev: Inbound, fx: &mut Vec<Effect
             }
         }
         Inbound::SnapshotChecked(checked) => {
-            if let Err(e) = shell.node.snapshot_checked(checked, fx) {
+            if let Err(e) = shell.node.snapshot_checked(*checked, fx) {
                 warn!(error = %e, "received snapshot not taken");
             }
         }
