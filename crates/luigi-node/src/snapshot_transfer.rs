@@ -38,9 +38,10 @@
 //!   sender could still be probing.
 //! - **Bounds**: at most `outgoing_max` transfers out (one per receiver: a new one to the same
 //!   receiver replaces the old) and `incoming_max` in (one per sender); an incoming
-//!   snapshot is at most `snapshot_bytes_max` bytes, its buffer grows only with the chunks
-//!   acknowledged; the last `COMPLETED_REMEMBERED` finished transfers are remembered to
-//!   answer a sender whose final acknowledgement was lost.
+//!   snapshot is at most `snapshot_bytes_max` bytes, its buffer reserved at its begin (and
+//!   refused `TooLarge` if the memory cannot be had) and filled by the chunks acknowledged;
+//!   the last `COMPLETED_REMEMBERED` finished transfers are remembered to answer a sender
+//!   whose final acknowledgement was lost.
 //!
 //! The node ([`crate::ReplicaNode`]) decides what to send and what a received snapshot
 //! becomes; the shells only carry the messages ([`crate::Effect::Replicate`]).
@@ -704,14 +705,21 @@ impl Transfers {
             return;
         }
         let chunks = header.chunks().expect("checked above");
-        // The buffer grows with the chunks taken, never to a size only claimed.
-        let first = header.total_bytes.min(u64::from(header.chunk_bytes)) as usize;
+        // The whole buffer is reserved now (at most `snapshot_bytes_max`; its pages are
+        // committed as chunks fill it): growing it by doubling would copy hundreds of MB on
+        // the event loop at a chunk's arrival.
+        let mut buf = Vec::new();
+        if buf.try_reserve_exact(header.total_bytes as usize).is_err() {
+            self.stats.refused += 1;
+            out.push(self.refuse(from, transfer, SnapshotRefusal::TooLarge));
+            return;
+        }
         self.incoming.push(Incoming {
             id: transfer,
             from,
             header,
             chunks,
-            buf: Vec::with_capacity(first),
+            buf,
             next: 0,
             crc: crc32fast::Hasher::new(),
             last_heard_us: now,
