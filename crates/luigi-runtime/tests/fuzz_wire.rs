@@ -115,3 +115,25 @@ proptest! {
         }
     }
 }
+
+/// The largest snapshot chunk a receiver takes, with its message around it, fits in one frame
+/// of a peer connection (and decodes back), so no snapshot ever needs a larger frame.
+#[test]
+fn the_largest_snapshot_chunk_fits_in_a_peer_frame() {
+    use luigi_node::snapshot_transfer::CHUNK_BYTES_MAX;
+    use luigi_runtime::net::codec::{encode_frame_limited, LEN_PREFIX_BYTES, MAX_FRAME_BYTES_DEFAULT};
+    let data = vec![7u8; CHUNK_BYTES_MAX as usize];
+    let msg = WireMsg::Replication(ReplicationMsg::SnapshotChunk {
+        shard: u32::MAX,
+        from: u64::MAX,
+        transfer: u64::MAX,
+        seq: u32::MAX,
+        crc32: u32::MAX,
+        data,
+    });
+    let mut frame = BytesMut::new();
+    encode_frame_limited(&msg, &mut frame, MAX_FRAME_BYTES_DEFAULT).expect("fits in a frame");
+    assert!(frame.len() - LEN_PREFIX_BYTES < MAX_FRAME_BYTES_DEFAULT);
+    let decoded: WireMsg = decode_payload(&frame[LEN_PREFIX_BYTES..]).unwrap();
+    assert_eq!(decoded, msg);
+}
