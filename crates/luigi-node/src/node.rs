@@ -805,9 +805,10 @@ impl ReplicaNode {
             }
         };
         let kind = SnapshotKind::Install { envelope };
+        let bytes = snap.data.len();
         match self.transfers.send(now, to, kind, snap.index, snap.data, crc32, &mut self.transfer_events) {
             Ok(transfer) => {
-                tracing::info!(node = %node, to, transfer, index = snap.index, "sending the leader's snapshot")
+                tracing::info!(node = %node, to, transfer, index = snap.index, bytes, "sending the leader's snapshot")
             }
             Err(why) => {
                 tracing::warn!(node = %node, to, index = snap.index, ?why, "snapshot not sent; raft tries again later");
