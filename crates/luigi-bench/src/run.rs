@@ -174,7 +174,10 @@ pub fn run_workload<T>(
     };
     let shards = config.shard_count();
     let connector = LuigiConnector { cluster: &config };
-    wait_until_serving(&connector, shards).context("waiting for every shard to commit a first transaction")?;
+    // A local cluster's servers were just started and may still be building their initial
+    // state: connecting is retried. A cluster file's servers are running already.
+    let patient = local.is_some();
+    wait_until_serving(&connector, shards, patient).context("waiting for every shard to commit a first transaction")?;
     let ready = started.elapsed();
     let opts = LoadOptions {
         threads: run.threads,
@@ -286,17 +289,18 @@ impl Measured {
 /// Waits until every shard has a leader that commits: one read-only transaction per shard
 /// must be answered (leaders of replicated shards are elected first). Without this, the
 /// transactions sent while elections run would be counted with their election wait.
-fn wait_until_serving(connector: &dyn TxnConnector, shards: u32) -> anyhow::Result<()> {
+///
+/// With `patient`, connecting is retried until [`PROBE_DEADLINE`] (servers just started,
+/// populating a workload, answer after seconds); otherwise the client's own connect timeout
+/// decides (an unreachable running cluster is reported at once).
+fn wait_until_serving(connector: &dyn TxnConnector, shards: u32, patient: bool) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let probe = async {
-        // A server answers once it has built its initial state (a workload's population
-        // takes seconds): connecting is retried until the deadline, not only the client's
-        // own connect timeout.
         let started = Instant::now();
         let client = loop {
             match connector.connect(luigi_runtime::clock::now_us() << 8 | 0xff).await {
                 Ok(client) => break client,
-                Err(e) if started.elapsed() < PROBE_DEADLINE => {
+                Err(e) if patient && started.elapsed() + Duration::from_secs(10) < PROBE_DEADLINE => {
                     tracing::debug!("the cluster does not answer yet: {e:#}");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }

@@ -96,6 +96,9 @@ pub struct ProtocolConfig {
     pub retry_timeout_us: Option<u64>,
     /// A follower snapshots its state and compacts its log every this many applied records.
     pub snapshot_entries: Option<u64>,
+    /// Raft's election timeout base, µs (rounded up to whole ticks; the timeout is drawn
+    /// from it to twice it). Default: 10 ticks, 100 ms on loopback.
+    pub election_timeout_us: Option<u64>,
 }
 
 /// One shard.
@@ -284,6 +287,9 @@ impl ClusterConfig {
         t.retry_timeout_us = p.retry_timeout_us.unwrap_or(t.retry_timeout_us);
         t.floor_lookahead_us = p.floor_lookahead_us.unwrap_or(t.floor_lookahead_us);
         t.snapshot_entries = p.snapshot_entries.unwrap_or(t.snapshot_entries).max(1);
+        if let Some(us) = p.election_timeout_us {
+            t.election_ticks = us.div_ceil(t.raft_tick_us).max(2) as usize;
+        }
         t
     }
 
