@@ -81,7 +81,7 @@ pub enum Target {
         /// The cluster file.
         path: PathBuf,
         /// Its content, as loaded and checked.
-        config: ClusterConfig,
+        config: Box<ClusterConfig>,
     },
 }
 
@@ -128,7 +128,7 @@ impl BenchOptions {
             Some(path) => {
                 // The error's own text only: its source repeats it.
                 let config = ClusterConfig::load(path).map_err(|e| invalid("--cluster", path.display(), e))?;
-                Target::File { path: path.clone(), config }
+                Target::File { path: path.clone(), config: Box::new(config) }
             }
             None => Target::Local {
                 shards: self.shards.unwrap_or(1),

@@ -461,7 +461,7 @@ fn tpcc(args: TpccArgs) -> anyhow::Result<ExitCode> {
     let plan = options.validate()?;
     match &plan.target {
         Target::Local { shards, .. } => tpcc.validate(Some(*shards), None)?,
-        Target::File { config, .. } => tpcc.validate(None, Some(config))?,
+        Target::File { config, .. } => tpcc.validate(None, Some(config.as_ref()))?,
     };
     let mut failed = Vec::new();
     let results = bench_runs(&plan, !args.run.no_progress, |run| {
