@@ -27,8 +27,8 @@ use crate::clients::{ClientNode, ClientState, ClientWorld};
 use crate::config::SimConfig;
 use crate::hash::fold;
 use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
+use crate::source::TxnSource;
 use crate::violation::{Violation, ViolationKind};
-use crate::workload::Workload;
 
 /// What a step of the run returns.
 pub(crate) type Step = Result<(), Violation>;
@@ -116,12 +116,12 @@ pub(crate) struct Core<'a> {
 }
 
 impl<'a> Core<'a> {
-    /// A run of `config` over `net` with `clients` drawing from `workload`; the trace hash
+    /// A run of `config` over `net` with `clients` drawing from `source`; the trace hash
     /// starts from `trace_seed`.
     pub(crate) fn new(
         config: &'a SimConfig,
         net: Network,
-        workload: Workload,
+        source: TxnSource,
         clients: Vec<ClientNode>,
         trace_seed: u64,
     ) -> Self {
@@ -131,7 +131,7 @@ impl<'a> Core<'a> {
             step: 0,
             queue: EventQueue::default(),
             net,
-            cs: ClientState::new(clients, workload),
+            cs: ClientState::new(clients, source, config.txns),
             wakes: HashMap::new(),
             events: 0,
             delivered: 0,
@@ -279,11 +279,20 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
                 })?;
             }
         }
-        while self.core.cs.answered + (self.core.cs.orphans.len() as u64) < config.txns {
+        while !self.core.cs.finished() {
             self.step_event(config.max_virtual_us)?;
             self.cluster.after_step(&mut self.core)?;
         }
         self.core.answered_at = self.core.now;
+        self.settle()?;
+        if config.probe_txns > 0 {
+            self.probe(config.probe_txns)?;
+        }
+        Ok(())
+    }
+
+    /// Heals the cluster and runs until it has settled.
+    fn settle(&mut self) -> Step {
         let deadline = self.cluster.settle(&mut self.core)?;
         let mut steps = 0u64;
         while !self.cluster.settled(&self.core, steps) {
@@ -293,6 +302,35 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
             }
         }
         Ok(())
+    }
+
+    /// Liveness after every fault healed: the settled cluster is given `txns` more
+    /// transactions (new business transactions of the live clients, with all their steps),
+    /// which must be answered within the settling time, at least one committed; then it
+    /// settles again for the end-of-run checks, which cover them like the others.
+    fn probe(&mut self, txns: u64) -> Step {
+        let from = self.core.cs.history.txns.len();
+        self.core.cs.target = self.core.cs.submitted + txns;
+        self.core.trace(|| format!("probe: {txns} more transactions on the healed cluster"));
+        let deadline = self.cluster.settle(&mut self.core)?;
+        for id in 1..=u64::from(self.core.config.clients) {
+            self.call_client(id, false, |_, _, _, _| {})?;
+        }
+        while !self.core.cs.finished() {
+            if let Err(v) = self.step_event(deadline) {
+                let msg = format!("liveness: the healed cluster did not answer its probe transactions: {}", v.message);
+                return Err(Violation { message: msg, ..v });
+            }
+        }
+        let probes = &self.core.cs.history.txns[from..];
+        if !probes.iter().any(|t| t.answers.first().is_some_and(|a| a.outcome.is_committed())) {
+            let outcomes: Vec<String> =
+                probes.iter().map(|t| format!("{:?}: {:?}", t.id, t.answers.first().map(|a| &a.outcome))).collect();
+            let msg =
+                format!("liveness: no probe transaction committed on the healed cluster: {}", outcomes.join(", "));
+            return Err(self.core.violation(ViolationKind::Stuck, msg));
+        }
+        self.settle()
     }
 
     /// The end-of-run checks and the report.

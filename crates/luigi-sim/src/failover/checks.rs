@@ -9,11 +9,10 @@ use luigi_proto::types::{ShardId, TxnId};
 use luigi_store::Store;
 
 use super::{shards_of, FailoverReport, RaftGroups};
-use crate::checker::{self, CheckOptions};
 use crate::engine::{Core, Step};
+use crate::hosted::check_run;
 use crate::log::{check_rule4, Durable};
 use crate::net::Node;
-use crate::procedure;
 use crate::violation::{Violation, ViolationKind};
 
 impl RaftGroups<'_> {
@@ -175,13 +174,12 @@ impl RaftGroups<'_> {
             stores.push(leader.store());
             self.report.recover_sent += leader.leader().map_or(0, |l| l.stats().recover_sent);
         }
-        let options = CheckOptions { realtime_across_shards: core.config.check_realtime_across_shards };
         let summary =
-            checker::check_with_orphans(&core.cs.history, &core.cs.orphans, &procedure::registry(), &stores, options)
-                .map_err(|v| v.at(core.now))?;
+            check_run(core.config, &core.cs.history, &core.cs.orphans, &stores).map_err(|v| v.at(core.now))?;
         self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
         self.report.committed = summary.committed;
         self.report.rejected = summary.rejected;
+        self.report.txns = core.cs.submitted;
         self.report.orphans = core.cs.orphans.len() as u64;
         self.report.unknown = core.cs.unknown;
         self.report.retries = core.cs.nodes.iter().map(|c| c.coord.stats().retries).sum();

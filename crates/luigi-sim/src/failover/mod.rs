@@ -55,8 +55,8 @@ use crate::config::SimConfig;
 use crate::engine::{ClusterModel, Core, Seeds, Sim, Step};
 use crate::log::Durable;
 use crate::net::{EventKind, Network, Node, SimMsg, VirtualUs};
+use crate::source::TxnSource;
 use crate::violation::{Violation, ViolationKind};
-use crate::workload::Workload;
 
 mod checks;
 mod config;
@@ -85,12 +85,12 @@ pub fn run_replicated(config: &SimConfig, faults: &FaultConfig) -> Result<Failov
 fn sim<'a>(config: &'a SimConfig, faults: &'a FaultConfig) -> Result<Sim<'a, RaftGroups<'a>>, Violation> {
     let mut seeds = Seeds::new(config.seed ^ 0xfa11_0e12);
     let net = Network::new(seeds.derive());
-    let workload = Workload::new(config, seeds.derive());
+    let source = TxnSource::new(config, seeds.derive());
     let disk_rng = seeds.derive();
     let fault_rng = seeds.derive();
     let clients = seeds.clients(config, faults.replicas);
     let cluster = RaftGroups::new(config, faults, disk_rng, fault_rng, &mut seeds)?;
-    let core = Core::new(config, net, workload, clients, config.seed ^ 0xfa11);
+    let core = Core::new(config, net, source, clients, config.seed ^ 0xfa11);
     Ok(Sim::new(core, cluster, &mut seeds))
 }
 

@@ -17,7 +17,6 @@ use super::{FaultAction, FaultConfig, Kill, KillPoint, RaftGroups};
 use crate::config::SimConfig;
 use crate::engine::{busy_backoff_us, local_clock, virtual_deadline, Core, Step};
 use crate::net::{EventKind, Node, SimMsg};
-use crate::procedure;
 use crate::violation::{Violation, ViolationKind};
 
 /// Rounds of executing effects and turning the node again in one call before the replica
@@ -123,7 +122,10 @@ pub(super) fn new_node(
     tuning.snapshot_entries = faults.snapshot_entries.unwrap_or(u64::MAX);
     let node = NodeId { shard: s, replica: i };
     let shape = vec![faults.replicas; config.shards as usize];
-    let mut nc = NodeConfig::new(node, shape, config.seed, tuning, procedure::registry());
+    let mut nc = NodeConfig::new(node, shape, config.seed, tuning, config.registry());
+    if let Some(hosted) = &config.workload {
+        nc = nc.with_initial(hosted.initial_store(s));
+    }
     nc.leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
     ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
 }
