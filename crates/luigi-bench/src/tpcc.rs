@@ -188,7 +188,7 @@ pub fn render_conditions(conditions: &[ConditionResult]) -> String {
     let mut out = String::new();
     for c in conditions {
         let verdict = if c.passed { "ok  " } else { "FAIL" };
-        out.push_str(&format!("{verdict} {:>2}  {:<60} checked {:>9}", c.number, c.statement, c.checked));
+        out.push_str(&format!("{verdict} {:>2}  {:<72} checked {:>9}", c.number, c.statement, c.checked));
         if !c.passed {
             out.push_str(&format!("\n         {}", c.detail));
         }

@@ -212,13 +212,13 @@ struct TpccArgs {
     warehouses: Option<u32>,
     /// Shrinks items, customers and orders per district (1 = the spec's 100 000 items, 3 000
     /// customers and orders per district) [default: 1]. Not with --cluster.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     scale: Option<f64>,
     /// Percentage of NewOrder lines supplied by another warehouse (spec: 1).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     remote_item_pct: f64,
     /// Percentage of Payments for a customer of another warehouse (spec: 15).
-    #[arg(long, default_value_t = 15.0)]
+    #[arg(long, default_value_t = 15.0, allow_negative_numbers = true)]
     remote_payment_pct: f64,
     /// Transaction mix: standard (45 % NewOrder, 43 % Payment, 4 % each of OrderStatus,
     /// Delivery, StockLevel) or new-order (NewOrder only).

@@ -282,3 +282,46 @@ fn a_bench_stopped_by_a_signal_leaves_no_server_and_no_directory() {
         assert!(entries(&tmp).is_empty(), "SIG{signal} left {:?}", entries(&tmp));
     }
 }
+
+#[test]
+fn bad_tpcc_arguments_are_refused_at_once_in_one_line_naming_them() {
+    let dir = scratch("bench-args-tpcc");
+    let tmp = dir.join("no-such-tmp");
+    let cluster = cluster_file(&dir);
+    let cluster = cluster.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--mix", "payment"], "invalid --mix payment:"),
+        (&["--remote-item-pct", "101"], "invalid --remote-item-pct 101:"),
+        (&["--remote-payment-pct", "-1"], "invalid --remote-payment-pct -1:"),
+        (&["--remote-item-pct", "nan"], "invalid --remote-item-pct NaN:"),
+        (&["--warehouses", "0"], "invalid TPC-C options:"),
+        (&["--shards", "2", "--warehouses", "1"], "invalid TPC-C options:"),
+        (&["--scale", "0"], "invalid TPC-C options:"),
+        (&["--scale", "1.5"], "invalid TPC-C options:"),
+        (&["--cluster", cluster], "host no TPC-C database"),
+        (&["--cluster", cluster, "--warehouses", "2"], "not with --cluster"),
+    ];
+    for (args, needle) in cases {
+        let cwd = dir.join("cwd");
+        std::fs::create_dir_all(&cwd).unwrap();
+        let started = Instant::now();
+        let out = Command::new(EXE)
+            .args(["bench", "tpcc", "--no-progress"])
+            .args(*args)
+            .current_dir(&cwd)
+            .env("TMPDIR", &tmp)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} accepted: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.starts_with("luigi: error: ") && err.contains(needle), "{args:?}: {needle:?} not in {err}");
+        assert!(started.elapsed() < QUICK, "{args:?} took {:?}", started.elapsed());
+        assert!(!tmp.exists());
+    }
+    // `luigi check tpcc` on a cluster that hosts no TPC-C says so, without connecting.
+    let out = Command::new(EXE).args(["check", "tpcc", "--cluster", cluster]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("host no TPC-C database"), "{err}");
+}

@@ -2,18 +2,47 @@
 //! as stored procedures, a seeded generator, partitioning by warehouse and the twelve
 //! consistency conditions.
 //!
-//! API stub: the implementation follows behind these signatures.
+//! - [`keys`]: the key layout (a warehouse's rows contiguous, a district's units as
+//!   prefixes); [`rows`]: the row structs; [`population`]: clause 4.3.3.1 from the seed.
+//! - [`procedures`]: `tpcc.new_order`, `tpcc.payment`, `tpcc.order_status`,
+//!   `tpcc.delivery`, `tpcc.stock_level.orders` / `.stock` and `tpcc.check`, their
+//!   arguments (each builds its transaction) and outputs.
+//! - [`TpccGenerator`]: the seeded mix; [`TpccPartitioner`]: by warehouse, ITEM replicated.
+//! - [`conditions`]: the twelve conditions from the check's summaries;
+//!   [`conflicts::measure_conflicts`]: what the coarse declarations cost.
+
+pub mod conditions;
+pub mod conflicts;
+pub mod ctx;
+mod generator;
+pub mod keys;
+pub mod nurand;
+mod partitioner;
+pub mod population;
+pub mod procedures;
+pub mod rows;
+
+#[cfg(test)]
+mod tests;
 
 use std::str::FromStr;
 use std::sync::Arc;
 
 use luigi_proto::partition::Partitioner;
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::ShardId;
+use luigi_proto::procedure::{Procedure, Registry};
+use luigi_proto::types::{limits, ShardId};
 use luigi_store::{Key, Store, Value};
 use serde::{Deserialize, Serialize};
 
+pub use conditions::{evaluate, STATEMENTS};
+pub use conflicts::{measure_conflicts, ConflictStats};
+pub use generator::{TpccGenerator, TxnKind};
+pub use partitioner::TpccPartitioner;
+pub use procedures::check::{CheckArgs, ShardSummary};
+
 use crate::{TxnGenerator, TxnSpec, Workload};
+use ctx::ReadCtx;
+use procedures::Env;
 
 /// The server-side parameters: what the population and the partitioning depend on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -40,6 +69,49 @@ fn default_seed() -> u64 {
 impl Default for TpccConfig {
     fn default() -> Self {
         Self { warehouses: 1, scale: default_scale(), seed: default_seed() }
+    }
+}
+
+/// Items at scale 1 (clause 4.3.3.1).
+pub const SPEC_ITEMS: u32 = 100_000;
+/// Customers (and orders) per district at scale 1.
+pub const SPEC_CUSTOMERS: u16 = 3_000;
+
+impl TpccConfig {
+    /// Items: max(100, 100 000 x scale), rounded.
+    pub fn items(&self) -> u32 {
+        ((f64::from(SPEC_ITEMS) * self.scale).round() as u32).max(100)
+    }
+
+    /// Customers per district, and initial orders per district: max(30, 3 000 x scale),
+    /// rounded.
+    pub fn customers(&self) -> u16 {
+        ((f64::from(SPEC_CUSTOMERS) * self.scale).round() as u16).max(30)
+    }
+
+    /// Orders per district delivered in the population (2 100 of 3 000 at scale 1).
+    pub fn initial_delivered(&self) -> u32 {
+        u32::from(self.customers()) * 7 / 10
+    }
+
+    /// Checks the parameters for `shards` shards: every shard owns a warehouse, the scale
+    /// is in (0, 1], and the check's declarations fit in one transaction.
+    pub fn check(&self, shards: u32) -> Result<(), String> {
+        if shards == 0 {
+            return Err("at least 1 shard".into());
+        }
+        if self.warehouses < shards {
+            return Err(format!("warehouses ({}) must be >= shards ({shards})", self.warehouses));
+        }
+        if !(self.scale.is_finite() && self.scale > 0.0 && self.scale <= 1.0) {
+            return Err(format!("scale {:?} not in (0, 1]", self.scale));
+        }
+        let per_shard = self.warehouses.div_ceil(shards) as usize;
+        let keys = per_shard * CheckArgs::declare(1).len();
+        if keys > limits::KEYS_PER_SHARD_MAX {
+            return Err(format!("{per_shard} warehouses per shard: the check would declare {keys} keys on a shard"));
+        }
+        Ok(())
     }
 }
 
@@ -81,6 +153,19 @@ impl Default for TpccLoad {
     }
 }
 
+impl TpccLoad {
+    /// Checks that the percentages are in 0..=100.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, pct) in [("remote_item_pct", self.remote_item_pct), ("remote_payment_pct", self.remote_payment_pct)]
+        {
+            if !(0.0..=100.0).contains(&pct) {
+                return Err(format!("{name} {pct:?} not a percentage from 0 to 100"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One consistency condition's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConditionResult {
@@ -102,12 +187,17 @@ pub struct TpccWorkload {
     config: TpccConfig,
     load: TpccLoad,
     shards: u32,
+    env: Arc<Env>,
 }
 
 impl TpccWorkload {
-    /// The workload, if the parameters are valid for `shards` shards.
+    /// The workload, if the parameters are valid for `shards` shards
+    /// ([`TpccConfig::check`], [`TpccLoad::check`]).
     pub fn new(config: TpccConfig, load: TpccLoad, shards: u32) -> Result<Self, String> {
-        Ok(Self { config, load, shards })
+        config.check(shards)?;
+        load.check()?;
+        let env = Arc::new(Env::new(config.clone(), shards));
+        Ok(Self { config, load, shards, env })
     }
 
     /// The server-side parameters.
@@ -120,21 +210,50 @@ impl TpccWorkload {
         &self.load
     }
 
+    /// The number of shards.
+    pub fn shards(&self) -> u32 {
+        self.shards
+    }
+
+    /// The partitioner, by value.
+    pub fn tpcc_partitioner(&self) -> TpccPartitioner {
+        self.env.partitioner
+    }
+
+    /// A generator seeded with `seed`, by value.
+    pub fn tpcc_generator(&self, seed: u64) -> TpccGenerator {
+        TpccGenerator::new(self.config.clone(), self.load.clone(), self.shards, seed)
+    }
+
     /// The `tpcc.check` transaction: read-only, over every shard.
     pub fn check_txn(&self) -> TxnSpec {
-        todo!("tpcc check transaction")
+        CheckArgs { detail_limit: conditions::DETAIL_LIMIT }.spec(&self.env.partitioner, self.config.warehouses)
     }
 
     /// The twelve conditions, from the outputs of a committed [`TpccWorkload::check_txn`].
     pub fn evaluate(&self, outputs: &[(ShardId, Vec<u8>)]) -> Result<Vec<ConditionResult>, String> {
-        let _ = outputs;
-        todo!("tpcc evaluate")
+        evaluate(&self.config, outputs)
     }
 
-    /// The twelve conditions over the stores of every shard (`stores[s]` is shard `s`'s).
+    /// The twelve conditions over the stores of every shard (`stores[s]` is shard `s`'s):
+    /// the check transaction's procedure run over each store through a read-only context,
+    /// then [`TpccWorkload::evaluate`].
     pub fn conditions(&self, stores: &[&Store]) -> Result<Vec<ConditionResult>, String> {
-        let _ = stores;
-        todo!("tpcc conditions")
+        if stores.len() != self.shards as usize {
+            return Err(format!("{} stores for {} shards", stores.len(), self.shards));
+        }
+        let spec = self.check_txn();
+        let check = procedures::check::Check(self.env.clone());
+        let mut outputs = Vec::with_capacity(spec.pieces.len());
+        for piece in &spec.pieces {
+            let store =
+                stores.get(piece.shard as usize).ok_or_else(|| format!("no store for shard {}", piece.shard))?;
+            let mut ctx = ReadCtx::new(store, &piece.keys, piece.shard);
+            let out =
+                check.execute(&mut ctx, &spec.args).map_err(|e| format!("shard {}: check failed: {e}", piece.shard))?;
+            outputs.push((piece.shard, out));
+        }
+        self.evaluate(&outputs)
     }
 }
 
@@ -144,22 +263,21 @@ impl Workload for TpccWorkload {
     }
 
     fn register(&self, registry: &mut Registry) {
-        let _ = registry;
-        todo!("tpcc procedures")
+        procedures::register(registry, &self.env);
     }
 
     fn partitioner(&self) -> Arc<dyn Partitioner> {
-        todo!("tpcc partitioner {}", self.shards)
+        Arc::new(self.env.partitioner)
     }
 
     fn generator(&self, seed: u64) -> Box<dyn TxnGenerator> {
-        let _ = seed;
-        todo!("tpcc generator")
+        Box::new(self.tpcc_generator(seed))
     }
 
-    fn population(&self, seed: u64, shard: ShardId) -> Vec<(Key, Value)> {
-        let _ = (seed, shard);
-        todo!("tpcc population")
+    /// Shard `shard`'s rows. TPC-C's population is a function of the configuration's own
+    /// seed ([`TpccConfig::seed`]), which the static data rule needs fixed: `seed` is ignored.
+    fn population(&self, _seed: u64, shard: ShardId) -> Vec<(Key, Value)> {
+        population::population(&self.config, self.shards, shard)
     }
 
     fn check(&self, _seed: u64, stores: &[&Store]) -> Result<(), String> {
