@@ -7,109 +7,34 @@
 //! transactions on the settled cluster) and every per-step check of the cluster model.
 //!
 //! Workloads: a small bank written here (`workload_sim/bank.rs`: transfers, audits, a
-//! two-step rebalance), micro with a population (`MicroWorkload`) and TPC-C.
+//! two-step rebalance) and micro with a population (`MicroWorkload`); TPC-C is in
+//! `tpcc_sim.rs`.
 //!
 //! `LUIGI_SIM_SEED=n` runs one seed of a sweep, `LUIGI_SIM_TRACE=1` prints every event,
 //! `LUIGI_SIM_SWEEP=n` / `LUIGI_SIM_SWEEP_FROM=n` size the sweeps (`bank_faults_sweep`,
-//! `micro_hosted_faults_sweep`, `tpcc_faults_sweep`), e.g.
-//! `LUIGI_SIM_SWEEP=200 cargo test -p luigi-sim --test workload_sim tpcc -- --nocapture`.
+//! `micro_hosted_faults_sweep`; TPC-C's are in `tpcc_sim.rs`), e.g.
+//! `LUIGI_SIM_SWEEP=200 cargo test -p luigi-sim --test workload_sim bank -- --nocapture`.
 
 #[path = "workload_sim/bank.rs"]
 mod bank;
 mod common;
+#[path = "workload_sim/support.rs"]
+mod support;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use luigi_proto::leader::Mutations;
-use luigi_sim::{
-    failover_config, run, run_replicated, FailoverReport, FaultConfig, KillPoint, SimConfig, ViolationKind, SEED_ENV,
-    TRACE_ENV,
-};
+use luigi_sim::{run, run_replicated, FailoverReport, FaultConfig, KillPoint, SimConfig, ViolationKind};
 use luigi_workloads::micro::{MicroConfig, MicroWorkload, Placement, Spread};
 
 use bank::{Bank, Broken};
+use support::{hosted_config, hosted_faults, one_seed, sweep};
 
 const FILE: &str = "workload_sim";
 
-/// Runs `config` over Raft groups with `faults`; on a violation (or a panic), fails with it
-/// and the command that reruns the seed.
 fn must_pass(test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverReport {
-    let seed = config.seed;
-    let config = common::traced(config);
-    let rerun = format!(
-        "rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim --test {FILE} {test} -- --nocapture \
-         (add {TRACE_ENV}=1 for every event)"
-    );
-    match std::panic::catch_unwind(|| run_replicated(&config, faults)) {
-        Ok(Ok(report)) => report,
-        Ok(Err(v)) => panic!("{test}: {v}\n  {rerun}"),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            panic!("{test}: seed {seed} panicked: {what}\n  {rerun}")
-        }
-    }
-}
-
-/// The seeds of a sweep: `LUIGI_SIM_SWEEP` of them (default `count`) from
-/// `LUIGI_SIM_SWEEP_FROM` (default `from`), or only `LUIGI_SIM_SEED`.
-fn sweep(from: u64, count: u64) -> Vec<u64> {
-    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default);
-    let from = env("LUIGI_SIM_SWEEP_FROM", from);
-    common::seeds(from..from + env("LUIGI_SIM_SWEEP", count))
-}
-
-fn one_seed() -> bool {
-    std::env::var(SEED_ENV).is_ok()
-}
-
-/// A replicated run's knobs drawn from `seed` for a hosted workload: `failover_config`'s
-/// clients and retries, `txns` transactions, a liveness probe of 6, and by seed lossy or
-/// reordering client links and clock offsets up to ±20 ms.
-fn hosted_config(seed: u64, txns: u64) -> SimConfig {
-    let pick = |n: u64, salt: u64| (seed / salt) % n;
-    let mut c = failover_config(seed, 2)
-        .txns(txns)
-        .probe(6)
-        .drop_rate([0.0, 0.0, 0.05][pick(3, 5) as usize])
-        .reorder(pick(2, 7) == 1)
-        .clock_offset_max([0, 2_000, 20_000][pick(3, 11) as usize]);
-    if pick(4, 13) == 0 {
-        // Proposals differ often: no pings, no headroom (the second round runs a lot).
-        c.ping_first = false;
-        c.coordinator.headroom_us = 0;
-    }
-    c
-}
-
-/// Faults drawn from `seed`: 3 replicas under random crashes, isolations and Raft-only cuts
-/// (a kill point on top every other seed), or 1 replica per shard killed at a kill point (it
-/// restarts from its disk; the shard is down meanwhile).
-fn hosted_faults(seed: u64) -> FaultConfig {
-    const POINTS: [KillPoint; 5] = [
-        KillPoint::PrepareCommitted,
-        KillPoint::ProposeSent,
-        KillPoint::Decided,
-        KillPoint::Executed,
-        KillPoint::CoordinatorPartial,
-    ];
-    let point = POINTS[((seed / 3) % 5) as usize];
-    if seed % 3 == 2 {
-        return FaultConfig { replicas: 1, kill: Some(point), kills: 2, ..FaultConfig::new() };
-    }
-    let mut f = FaultConfig::new();
-    if seed % 2 == 1 {
-        f.kill = Some(point);
-        f.kills = 2;
-    }
-    if seed.is_multiple_of(5) {
-        f.snapshot_entries = Some(40);
-    }
-    f
+    support::must_pass(FILE, test, config, faults)
 }
 
 /// The bank over 2 or 3 shards, few accounts so transactions conflict.
@@ -128,8 +53,9 @@ fn bank_faults_sweep() {
     let mut total = FailoverReport::default();
     let mut runs = 0;
     for seed in sweep(1, 24) {
-        let config = bank_config(seed, bank(seed));
-        let r = must_pass("bank_faults_sweep", config, &hosted_faults(seed));
+        let workload = bank(seed);
+        let shards = workload.shards;
+        let r = must_pass("bank_faults_sweep", bank_config(seed, workload), &hosted_faults(seed, shards));
         if one_seed() {
             eprintln!("{r:?}");
         }
@@ -185,8 +111,9 @@ fn micro_hosted_faults_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
     for seed in sweep(1_000, 16) {
-        let config = hosted_config(seed, 90).hosting(Arc::new(micro(2 + (seed % 2) as u32)), seed ^ 0x5eed);
-        let r = must_pass("micro_hosted_faults_sweep", config, &hosted_faults(seed));
+        let shards = 2 + (seed % 2) as u32;
+        let config = hosted_config(seed, 90).hosting(Arc::new(micro(shards)), seed ^ 0x5eed);
+        let r = must_pass("micro_hosted_faults_sweep", config, &hosted_faults(seed, shards));
         total.absorb(&r);
     }
     eprintln!("hosted micro with faults: {total:?} in {:?}", started.elapsed());

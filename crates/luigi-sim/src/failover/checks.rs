@@ -177,6 +177,20 @@ impl RaftGroups<'_> {
         let summary =
             check_run(core.config, &core.cs.history, &core.cs.orphans, &stores).map_err(|v| v.at(core.now))?;
         self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
+        // Every replica holds the replayed state, not only the leaders checked above.
+        for (s, group) in self.replicas.iter().enumerate() {
+            for (i, node) in group.iter().enumerate() {
+                let hash = node.node.as_ref().map(|n| n.replica().store().state_hash());
+                if hash != Some(self.report.shard_hashes[s]) {
+                    let msg = format!(
+                        "R{s}.{i}'s final store (hash {hash:?}) differs from its leader's, which the replay \
+                         rebuilt (hash {:#x})",
+                        self.report.shard_hashes[s]
+                    );
+                    return Err(core.violation(ViolationKind::StateMismatch, msg));
+                }
+            }
+        }
         self.report.committed = summary.committed;
         self.report.rejected = summary.rejected;
         self.report.txns = core.cs.submitted;
