@@ -124,3 +124,40 @@ pub(crate) fn check_run(
     }
     Ok(summary)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use luigi_workloads::micro::{MicroConfig, MicroWorkload, Placement};
+
+    fn micro(shards: u32) -> Arc<dyn Workload> {
+        let config =
+            MicroConfig { keys: 12, ops: 3, placement: Placement::Modulo, populate: true, ..MicroConfig::default() };
+        Arc::new(MicroWorkload::new(config, shards).expect("valid"))
+    }
+
+    #[test]
+    fn every_replica_and_the_replay_start_from_the_population() {
+        let hosted = HostedWorkload::new(micro(3), 9);
+        assert_eq!(hosted.shards(), 3);
+        for s in 0..3 {
+            let expected = hosted.workload().populate(9, s);
+            assert_eq!(expected.len(), 4);
+            assert_eq!(hosted.initial(s), expected);
+            assert_eq!((hosted.initial_store(s))(), expected);
+            assert_eq!(hosted.clone().initial(s), expected, "clones share the population");
+        }
+        assert!(hosted.registry().contains(luigi_workloads::micro::Micro::NAME));
+    }
+
+    #[test]
+    fn a_hosted_workload_sets_the_shards_and_is_validated() {
+        let config = SimConfig::new(1).hosting(micro(2), 5);
+        assert_eq!(config.shards, 2);
+        assert_eq!(config.initial(1), config.workload.as_ref().expect("hosted").initial(1));
+        config.validate().expect("valid");
+        let wrong = SimConfig { shards: 3, ..config };
+        assert!(wrong.validate().expect_err("refused").contains("partitions over 2 shards"));
+        assert!(SimConfig::new(1).initial(0).is_empty(), "the built-in micro workload starts empty");
+    }
+}

@@ -7,8 +7,8 @@
 //! liveness once the faults healed, and every per-step check of the cluster model.
 //!
 //! `LUIGI_SIM_SEED=n` runs one seed, `LUIGI_SIM_TRACE=1` prints every event,
-//! `LUIGI_SIM_SWEEP=n` / `LUIGI_SIM_SWEEP_FROM=n` size `tpcc_faults_sweep` (default 12 seeds
-//! from 1), e.g. `LUIGI_SIM_SWEEP=500 cargo test -p luigi-sim --test tpcc_sim -- --nocapture`.
+//! `LUIGI_SIM_SWEEP=n` / `LUIGI_SIM_SWEEP_FROM=n` size `tpcc_faults_sweep` (default 40 seeds
+//! from 1) and `tpcc_ideal_log_sweep` (default 9 from 50), e.g. `LUIGI_SIM_SWEEP=500 cargo test -p luigi-sim --test tpcc_sim -- --nocapture`.
 
 mod common;
 #[path = "workload_sim/support.rs"]
@@ -49,7 +49,7 @@ fn tpcc_config(seed: u64, txns: u64, workload: Arc<dyn Workload>, population_see
 fn hosted(seed: u64) -> SimConfig {
     let w = tpcc(seed);
     let population_seed = w.config().seed;
-    tpcc_config(seed, 60, Arc::new(w), population_seed)
+    tpcc_config(seed, 100, Arc::new(w), population_seed)
 }
 
 #[test]
@@ -57,7 +57,7 @@ fn tpcc_faults_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
     let mut runs = 0u32;
-    for seed in sweep(1, 12) {
+    for seed in sweep(1, 40) {
         let at = Instant::now();
         let config = hosted(seed);
         let faults = hosted_faults(seed, config.shards);
@@ -76,15 +76,23 @@ fn tpcc_faults_sweep() {
 }
 
 /// TPC-C over ideal logs: the followers rebuild every leader's store from the population
-/// and the log, and execution order per key is checked against timestamps and logs.
+/// and the log, and execution order per key is checked against timestamps and logs. The
+/// network and clocks of `common::cross`, `common::skewed` (proposals differ, second rounds)
+/// or `common::refusing` (leaders with 1-3 pending transactions refuse, others abort) by
+/// seed.
 #[test]
-fn tpcc_ideal_log() {
-    for seed in common::seeds(50..53) {
+fn tpcc_ideal_log_sweep() {
+    let (mut committed, mut rejected) = (0, 0);
+    for seed in sweep(50, 9) {
         let w = tpcc(seed);
         let population_seed = w.config().seed;
-        let config = common::cross(seed).txns(60).probe(4).hosting(Arc::new(w), population_seed);
-        common::must_pass(FILE, "tpcc_ideal_log", config);
+        let shape = [common::cross, common::skewed, common::refusing][(seed % 3) as usize];
+        let config = shape(seed).txns(100).probe(4).hosting(Arc::new(w), population_seed);
+        let r = common::must_pass(FILE, "tpcc_ideal_log_sweep", config);
+        committed += r.committed;
+        rejected += r.rejected;
     }
+    eprintln!("TPC-C over ideal logs: {committed} committed, {rejected} rejected");
 }
 
 /// The replay catches TPC-C transactions executed out of timestamp order (leaders that

@@ -38,7 +38,8 @@
 //! pending and every replica holds the same store. Then: every replica's committed log agrees
 //! with every other's (Raft safety), every answered transaction is durable (prepared, not
 //! aborted) on every participant at the answered timestamp, and the [`checker`](crate::checker) replays every
-//! ordered transaction (and every executed orphan) against the final stores.
+//! ordered transaction (and every executed orphan) against the final stores (from the hosted
+//! workload's population, if any, whose own consistency check follows; see [`crate::hosted`]).
 
 use std::collections::{HashMap, HashSet};
 

@@ -4,7 +4,8 @@
 #![allow(dead_code)] // each test file uses a subset
 
 use luigi_sim::{
-    failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint, Outage, SimConfig, SEED_ENV, TRACE_ENV,
+    failover_config, run_replicated, Delay, FailoverReport, FaultConfig, KillPoint, Outage, SimConfig, SEED_ENV,
+    TRACE_ENV,
 };
 
 use crate::common;
@@ -50,16 +51,23 @@ pub fn gives_up(seed: u64) -> bool {
     seed % 7 == 3
 }
 
+/// Seeds with frequent random faults (every 30 ± 25 ms for 1.5 s) and 3 kills.
+pub fn harsh(seed: u64) -> bool {
+    seed % 7 == 5
+}
+
 /// A replicated run's knobs drawn from `seed` for a hosted workload: `failover_config`'s
-/// clients and retries, `txns` transactions, a liveness probe of 6, and by seed lossy or
-/// reordering client links, clock offsets up to ±20 ms, proposals that differ often, and
-/// clients that give up ([`gives_up`]).
+/// retries, 3-5 clients with 2-4 transactions in flight, `txns` transactions, a liveness
+/// probe of 6, and by seed lossy or reordering client links, clock offsets up to ±20 ms,
+/// proposals that differ often, and clients that give up ([`gives_up`]).
 pub fn hosted_config(seed: u64, txns: u64) -> SimConfig {
     let pick = |n: u64, salt: u64| (seed / salt) % n;
     let mut c = failover_config(seed, 2)
+        .clients(3 + pick(3, 17) as u32)
+        .in_flight(2 + pick(3, 19) as usize)
         .txns(txns)
         .probe(6)
-        .drop_rate([0.0, 0.0, 0.05][pick(3, 5) as usize])
+        .drop_rate([0.0, 0.0, 0.05, 0.1][pick(4, 5) as usize])
         .reorder(pick(2, 7) == 1)
         .clock_offset_max([0, 2_000, 20_000][pick(3, 11) as usize]);
     if pick(4, 13) == 0 {
@@ -76,6 +84,7 @@ pub fn hosted_config(seed: u64, txns: u64) -> SimConfig {
 /// Faults drawn from `seed` for a run over `shards` shards:
 /// - [`gives_up`] seeds: 3 replicas under random faults, and two shards in turn lose their
 ///   majority for 0.3-0.8 s;
+/// - [`harsh`] seeds: 3 replicas under frequent random faults and 3 kills at a kill point;
 /// - one seed in three otherwise: 1 replica per shard, killed at a kill point (it restarts
 ///   from its disk; its shard is down meanwhile);
 /// - the others: 3 replicas under random crashes, isolations and Raft-only cuts, a kill point
@@ -97,6 +106,17 @@ pub fn hosted_faults(seed: u64, shards: u32) -> FaultConfig {
             Outage { shard: (first + 1) % shards, at_us: 900_000, down_us: down_us(2) },
         ];
         return FaultConfig { outages, faults_until_us: 1_500_000, liveness_us: 2_000_000, ..FaultConfig::new() };
+    }
+    if harsh(seed) {
+        return FaultConfig {
+            fault_gap: Delay::new(30_000, 25_000),
+            down: Delay::new(60_000, 55_000),
+            faults_until_us: 1_500_000,
+            kill: Some(point),
+            kills: 3,
+            kill_gap_us: 50_000,
+            ..FaultConfig::new()
+        };
     }
     if seed % 3 == 2 {
         return FaultConfig { replicas: 1, kill: Some(point), kills: 2, ..FaultConfig::new() };
