@@ -2,9 +2,9 @@
 //! own clock offset, routing with the runtime client's rules ([`ClientRoutes`]), submitting
 //! the workload's transactions into a window of `in_flight` (a business transaction of several
 //! steps keeps its slot: the next step is submitted as soon as the previous one committed),
-//! and recording what it was told into the history the checker replays. The engine ([`crate::engine::Sim`]) provides the
-//! network, time and wake-ups through [`ClientWorld`], whatever the cluster model; the client
-//! logic is written once, here.
+//! and recording what it was told into the history the checker replays. The engine
+//! ([`crate::engine::Sim`]) provides the network, time and wake-ups through [`ClientWorld`],
+//! whatever the cluster model; the client logic is written once, here.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -72,6 +72,8 @@ pub(crate) struct ClientState {
     /// The clients start no new business transaction once `submitted` reaches it (their next
     /// steps still go out): `SimConfig::txns`, raised by a liveness probe.
     pub(crate) target: u64,
+    /// During a liveness probe, the one client that submits, one transaction at a time.
+    pub(crate) prober: Option<ClientId>,
     /// Transactions with a definite answer.
     pub(crate) answered: u64,
     /// Answers reported unknown (the client moved on; the resolution is the answer).
@@ -95,6 +97,7 @@ impl ClientState {
             index: HashMap::new(),
             submitted: 0,
             target,
+            prober: None,
             answered: 0,
             unknown: 0,
             last_answer_us: 0,
@@ -262,7 +265,10 @@ pub(crate) trait ClientWorld {
     /// business transactions, then new ones while the run wants more.
     fn refill(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
         loop {
-            let in_flight = self.sim_config().in_flight;
+            let in_flight = match self.clients().prober {
+                None => self.sim_config().in_flight,
+                Some(prober) => usize::from(prober == id),
+            };
             let (started, outstanding, seq, dead) = {
                 let node = self.client(id)?;
                 (node.started, node.outstanding, node.next_seq, node.dead)

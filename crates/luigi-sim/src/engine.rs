@@ -305,17 +305,21 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
     }
 
     /// Liveness after every fault healed: the settled cluster is given `txns` more
-    /// transactions (new business transactions of the live clients, with all their steps),
-    /// which must be answered within the settling time, at least one committed; then it
+    /// transactions, new business transactions (with all their steps) of the first live
+    /// client, one at a time (so that admission control does not refuse them all; one
+    /// reported unknown frees its slot, though, and may overlap the next). Each must be
+    /// answered within the settling time, and at least one must commit. Then the cluster
     /// settles again for the end-of-run checks, which cover them like the others.
     fn probe(&mut self, txns: u64) -> Step {
         let from = self.core.cs.history.txns.len();
+        let Some(prober) = (1..=u64::from(self.core.config.clients)).find(|&c| !self.core.dead(Node::Client(c))) else {
+            return Ok(()); // no live client (the kill points keep one alive)
+        };
         self.core.cs.target = self.core.cs.submitted + txns;
-        self.core.trace(|| format!("probe: {txns} more transactions on the healed cluster"));
+        self.core.cs.prober = Some(prober);
+        self.core.trace(|| format!("probe: c{prober} submits {txns} more transactions to the healed cluster"));
         let deadline = self.cluster.settle(&mut self.core)?;
-        for id in 1..=u64::from(self.core.config.clients) {
-            self.call_client(id, false, |_, _, _, _| {})?;
-        }
+        self.call_client(prober, false, |_, _, _, _| {})?;
         while !self.core.cs.finished() {
             if let Err(v) = self.step_event(deadline) {
                 let msg = format!("liveness: the healed cluster did not answer its probe transactions: {}", v.message);

@@ -3,8 +3,12 @@
 //! transaction) or a hosted workload ([`HostedWorkload`], one generator per client, as the
 //! bench gives one to each load thread). A hosted workload's business transaction may take
 //! several steps ([`TxnGenerator::next_step`]): the client asks for the next one when a step
-//! commits.
+//! commits. Every hosted transaction's pieces are checked against the workload's partitioner
+//! (one piece per shard, in order, each declared key on the shard that owns it or replicated).
 
+use std::sync::Arc;
+
+use luigi_proto::partition::Partitioner;
 use luigi_proto::types::{ClientId, ShardId, ShardPiece};
 use luigi_workloads::{TxnGenerator, TxnSpec};
 use rand::Rng;
@@ -39,8 +43,9 @@ impl Drawn {
 pub(crate) enum TxnSource {
     /// The built-in micro workload.
     Micro(Box<Workload>),
-    /// A hosted workload: client `c`'s generator at index `c - 1`.
-    Hosted(Vec<Box<dyn TxnGenerator>>),
+    /// A hosted workload: client `c`'s generator at index `c - 1`, and the workload's
+    /// partitioner.
+    Hosted(Vec<Box<dyn TxnGenerator>>, Arc<dyn Partitioner>),
 }
 
 impl TxnSource {
@@ -49,7 +54,10 @@ impl TxnSource {
     pub(crate) fn new(config: &SimConfig, mut rng: ChaCha8Rng) -> Self {
         match &config.workload {
             None => TxnSource::Micro(Box::new(Workload::new(config, rng))),
-            Some(hosted) => TxnSource::Hosted((0..config.clients).map(|_| hosted.generator(rng.gen())).collect()),
+            Some(hosted) => TxnSource::Hosted(
+                (0..config.clients).map(|_| hosted.generator(rng.gen())).collect(),
+                hosted.workload().partitioner(),
+            ),
         }
     }
 
@@ -61,11 +69,12 @@ impl TxnSource {
                 let describe = format!("{:?}", spec.ops);
                 Ok(Drawn { procedure: spec.procedure, args: spec.args, pieces: spec.pieces, describe })
             }
-            TxnSource::Hosted(generators) => {
+            TxnSource::Hosted(generators, partitioner) => {
                 let generator = generators
                     .get_mut((client as usize).wrapping_sub(1))
                     .ok_or_else(|| format!("no generator for client {client}"))?;
-                generator.next_txn().map(Drawn::of_spec).map_err(|e| format!("client {client}'s generator: {e}"))
+                let spec = generator.next_txn().map_err(|e| format!("client {client}'s generator: {e}"))?;
+                placed(partitioner.as_ref(), spec)
             }
         }
     }
@@ -80,7 +89,7 @@ impl TxnSource {
     ) -> Result<Option<Drawn>, String> {
         match self {
             TxnSource::Micro(_) => Ok(None),
-            TxnSource::Hosted(generators) => {
+            TxnSource::Hosted(generators, partitioner) => {
                 let generator = generators
                     .get_mut((client as usize).wrapping_sub(1))
                     .ok_or_else(|| format!("no generator for client {client}"))?;
@@ -88,8 +97,30 @@ impl TxnSource {
                     TxnSpec { procedure: done.procedure.clone(), args: done.args.clone(), pieces: done.pieces.clone() };
                 let step =
                     generator.next_step(&spec, outputs).map_err(|e| format!("client {client}'s generator: {e}"))?;
-                Ok(step.map(Drawn::of_spec))
+                step.map(|step| placed(partitioner.as_ref(), step)).transpose()
             }
         }
     }
+}
+
+/// `spec`, once its pieces are checked against `partitioner`: one per shard, in shard order,
+/// each declared key on the shard that owns it (or replicated).
+fn placed(partitioner: &dyn Partitioner, spec: TxnSpec) -> Result<Drawn, String> {
+    let mut last = None;
+    for piece in &spec.pieces {
+        if piece.shard >= partitioner.shards() || last.is_some_and(|l| l >= piece.shard) {
+            return Err(format!("{}: pieces not one per shard in order: {:?}", spec.procedure, spec.pieces));
+        }
+        last = Some(piece.shard);
+        let mut keys = piece.keys.reads.iter().chain(&piece.keys.writes);
+        if let Some(key) = keys.find(|k| !partitioner.is_replicated(k) && partitioner.shard_of(k) != piece.shard) {
+            return Err(format!(
+                "{}: key {key:?} declared on shard {}, but the partitioner puts it on shard {}",
+                spec.procedure,
+                piece.shard,
+                partitioner.shard_of(key)
+            ));
+        }
+    }
+    Ok(Drawn::of_spec(spec))
 }

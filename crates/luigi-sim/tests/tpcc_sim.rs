@@ -8,7 +8,8 @@
 //!
 //! `LUIGI_SIM_SEED=n` runs one seed, `LUIGI_SIM_TRACE=1` prints every event,
 //! `LUIGI_SIM_SWEEP=n` / `LUIGI_SIM_SWEEP_FROM=n` size `tpcc_faults_sweep` (default 40 seeds
-//! from 1) and `tpcc_ideal_log_sweep` (default 9 from 50), e.g. `LUIGI_SIM_SWEEP=500 cargo test -p luigi-sim --test tpcc_sim -- --nocapture`.
+//! from 1) and `tpcc_ideal_log_sweep` (default 9 from 50), e.g.
+//! `LUIGI_SIM_SWEEP=500 cargo test -p luigi-sim --test tpcc_sim -- --nocapture`.
 
 mod common;
 #[path = "workload_sim/support.rs"]
@@ -103,6 +104,7 @@ fn tpcc_replay_catches_execution_out_of_timestamp_order() {
     let mut caught = Vec::new();
     for seed in 0..4 {
         let mut config = hosted(seed).clock_offset_max(0);
+        config.leader.max_pending = SimConfig::new(seed).leader.max_pending;
         config.leader.mutations = Mutations { release_ignores_conflicts: true, ..Mutations::default() };
         config.clients = 4;
         config.in_flight = 4;
@@ -170,7 +172,9 @@ impl Workload for LosesYtd {
 #[test]
 fn tpcc_conditions_catch_a_payment_that_loses_w_ytd() {
     let broken = || Arc::new(LosesYtd(tpcc(2)));
-    let v = run_replicated(&tpcc_config(2, 40, broken(), 1), &FaultConfig::new()).expect_err("caught");
+    let mut config = tpcc_config(2, 40, broken(), 1);
+    config.leader.max_pending = SimConfig::new(2).leader.max_pending;
+    let v = run_replicated(&config, &FaultConfig::new()).expect_err("caught");
     assert_eq!(v.kind, ViolationKind::Consistency, "{v}");
     let v = run(common::cross(2).txns(40).hosting(broken(), 1)).expect_err("caught");
     assert_eq!(v.kind, ViolationKind::Consistency, "{v}");

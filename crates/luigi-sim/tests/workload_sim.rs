@@ -47,6 +47,14 @@ fn bank_config(seed: u64, workload: Bank) -> SimConfig {
     hosted_config(seed, 90).hosting(Arc::new(workload), seed)
 }
 
+/// `bank_config` with leaders that never refuse for want of room (the tests that break
+/// the bank on purpose want its transactions to run).
+fn roomy_bank_config(seed: u64, workload: Bank) -> SimConfig {
+    let mut config = bank_config(seed, workload);
+    config.leader.max_pending = SimConfig::new(seed).leader.max_pending;
+    config
+}
+
 #[test]
 fn bank_faults_sweep() {
     let started = Instant::now();
@@ -144,7 +152,7 @@ fn hosted_same_seed_same_trace() {
 /// its arguments (it counts its own runs) answers what no replay in timestamp order gives.
 #[test]
 fn replay_catches_a_procedure_with_hidden_state() {
-    let config = bank_config(3, bank(3).broken(Broken::HiddenState));
+    let config = roomy_bank_config(3, bank(3).broken(Broken::HiddenState));
     let v = run_replicated(&config, &FaultConfig::new()).expect_err("caught");
     assert_eq!(v.kind, ViolationKind::ResultMismatch, "{v}");
 }
@@ -153,7 +161,7 @@ fn replay_catches_a_procedure_with_hidden_state() {
 /// money passes the replay (every replica and the replay agree) but not the bank's check.
 #[test]
 fn workload_check_catches_minted_money() {
-    let config = bank_config(4, bank(4).broken(Broken::MintsMoney));
+    let config = roomy_bank_config(4, bank(4).broken(Broken::MintsMoney));
     let v = run_replicated(&config, &FaultConfig::new()).expect_err("caught");
     assert_eq!(v.kind, ViolationKind::Consistency, "{v}");
     let config = common::cross(4).hosting(Arc::new(Bank::new(2, 4).broken(Broken::MintsMoney)), 4);
@@ -168,7 +176,7 @@ fn workload_check_catches_minted_money() {
 fn replay_catches_execution_out_of_timestamp_order() {
     let mut caught = Vec::new();
     for seed in 0..8 {
-        let mut config = bank_config(seed, Bank::new(2, 4));
+        let mut config = roomy_bank_config(seed, Bank::new(2, 4));
         config.leader.mutations = Mutations { release_ignores_conflicts: true, ..Mutations::default() };
         config.clients = 4;
         config.in_flight = 4;

@@ -59,7 +59,8 @@ pub fn harsh(seed: u64) -> bool {
 /// A replicated run's knobs drawn from `seed` for a hosted workload: `failover_config`'s
 /// retries, 3-5 clients with 2-4 transactions in flight, `txns` transactions, a liveness
 /// probe of 6, and by seed lossy or reordering client links, clock offsets up to ±20 ms,
-/// proposals that differ often, and clients that give up ([`gives_up`]).
+/// proposals that differ often, leaders that refuse beyond 1-3 pending transactions, and
+/// clients that give up ([`gives_up`]).
 pub fn hosted_config(seed: u64, txns: u64) -> SimConfig {
     let pick = |n: u64, salt: u64| (seed / salt) % n;
     let mut c = failover_config(seed, 2)
@@ -78,6 +79,11 @@ pub fn hosted_config(seed: u64, txns: u64) -> SimConfig {
     if gives_up(seed) {
         c.coordinator.max_attempts = 3;
     }
+    if pick(5, 23) == 0 {
+        // Leaders refuse beyond 1-3 pending transactions: rejections, and aborts of the
+        // other participants of a refused cross-shard transaction.
+        c.leader.max_pending = 1 + (seed % 3) as usize;
+    }
     c
 }
 
@@ -87,6 +93,8 @@ pub fn hosted_config(seed: u64, txns: u64) -> SimConfig {
 /// - [`harsh`] seeds: 3 replicas under frequent random faults and 3 kills at a kill point;
 /// - one seed in three otherwise: 1 replica per shard, killed at a kill point (it restarts
 ///   from its disk; its shard is down meanwhile);
+/// - one seed in 13 otherwise: groups of 5 (two faulty replicas at a time), followers
+///   snapshotting every 15 records;
 /// - the others: 3 replicas under random crashes, isolations and Raft-only cuts, a kill point
 ///   on top every other seed, followers snapshotting every 40 records one seed in five.
 pub fn hosted_faults(seed: u64, shards: u32) -> FaultConfig {
@@ -120,6 +128,9 @@ pub fn hosted_faults(seed: u64, shards: u32) -> FaultConfig {
     }
     if seed % 3 == 2 {
         return FaultConfig { replicas: 1, kill: Some(point), kills: 2, ..FaultConfig::new() };
+    }
+    if seed % 13 == 6 {
+        return FaultConfig { replicas: 5, snapshot_entries: Some(15), ..FaultConfig::new() };
     }
     let mut f = FaultConfig::new();
     if seed % 2 == 1 {
