@@ -1,10 +1,11 @@
 //! Where the clients' transactions come from: the built-in micro workload
 //! ([`crate::workload::Workload`], one generator for every client, write values unique per
-//! transaction) or a hosted workload ([`HostedWorkload`], one generator per client, as the
-//! bench gives one to each load thread). A hosted workload's business transaction may take
-//! several steps ([`TxnGenerator::next_step`]): the client asks for the next one when a step
-//! commits. Every hosted transaction's pieces are checked against the workload's partitioner
-//! (one piece per shard, in order, each declared key on the shard that owns it or replicated).
+//! transaction) or a hosted workload ([`crate::hosted::HostedWorkload`], one generator per
+//! client, as the bench gives one to each load thread). A hosted workload's business
+//! transaction may take several steps ([`TxnGenerator::next_step`]): the client asks for the
+//! next one when a step commits. Every hosted transaction's pieces are checked against the
+//! workload's partitioner (one piece per shard, in order, each declared key on the shard that
+//! owns it or replicated).
 
 use std::sync::Arc;
 

@@ -190,3 +190,66 @@ fn replay_catches_execution_out_of_timestamp_order() {
         "the replay never caught conflicting transactions executed out of timestamp order: {caught:?}"
     );
 }
+
+/// The replay starts from the workload's population (the checker's `check_from`): a read of
+/// a populated key answered with its initial value passes from the population and fails
+/// from empty stores; a mutated output or a transaction rolled back on one participant only
+/// fails from the population too.
+#[test]
+fn the_replay_starts_from_the_population_and_compares_outputs() {
+    use std::collections::BTreeMap;
+
+    use luigi_proto::coordinator::TxnOutcome;
+    use luigi_proto::types::TxnId;
+    use luigi_sim::checker::{check_from, AnswerRecord, CheckOptions, History, Moment, TxnRecord};
+    use luigi_workloads::Workload;
+
+    let bank = Bank::new(2, 4);
+    let registry = bank.registry();
+    let initial: Vec<luigi_store::Store> = (0..2).map(|s| bank.populate(0, s)).collect();
+    // An audit of accounts 0 (shard 0) and 1 (shard 1), answered from the population.
+    let mut generator = bank.generator(1);
+    let audit = std::iter::repeat_with(|| generator.next_txn().expect("draws"))
+        .find(|t| t.procedure == "bank.audit" && t.pieces.len() == 2)
+        .expect("a cross-shard audit");
+    let results: Vec<(u32, Result<Vec<u8>, luigi_proto::msg::TxnError>)> = audit
+        .pieces
+        .iter()
+        .map(|p| {
+            let mut store = initial[p.shard as usize].clone();
+            (p.shard, registry.execute(&audit.procedure, &audit.args, &mut store, &p.keys, p.shard).map_err(Into::into))
+        })
+        .collect();
+    let record = |results: Vec<(u32, Result<Vec<u8>, luigi_proto::msg::TxnError>)>| History {
+        txns: vec![TxnRecord {
+            id: TxnId { client: 1, seq: 1 },
+            procedure: audit.procedure.clone(),
+            args: audit.args.clone(),
+            pieces: audit.pieces.clone(),
+            dispatched: Moment::at(0),
+            answers: vec![AnswerRecord {
+                at: Moment::at(10),
+                outcome: TxnOutcome::Ordered { ts: 5, results },
+                attempts: 1,
+            }],
+        }],
+    };
+    let stores: Vec<&luigi_store::Store> = initial.iter().collect();
+    let check = |h: &History, from: &[luigi_store::Store]| {
+        check_from(h, &BTreeMap::new(), &registry, from, &stores, CheckOptions::default())
+    };
+    check(&record(results.clone()), &initial).expect("the answers are the population's");
+    let empty = vec![luigi_store::Store::new(); 2];
+    let v = check(&record(results.clone()), &empty).expect_err("not from empty stores");
+    assert_eq!(v.kind, ViolationKind::ResultMismatch, "{v}");
+    let mut mutated = results.clone();
+    if let Ok(out) = &mut mutated[1].1 {
+        *out.last_mut().expect("an output") ^= 1;
+    }
+    let v = check(&record(mutated), &initial).expect_err("a mutated output");
+    assert_eq!(v.kind, ViolationKind::ResultMismatch, "{v}");
+    let mut half = results;
+    half[0].1 = Err(luigi_proto::procedure::ProcError::UserAbort("only here".into()).into());
+    let v = check(&record(half), &initial).expect_err("rolled back on one participant only");
+    assert_eq!(v.kind, ViolationKind::ResultMismatch, "{v}");
+}

@@ -41,6 +41,7 @@ pub fn sweep(from: u64, count: u64) -> Vec<u64> {
     common::seeds(from..from + env("LUIGI_SIM_SWEEP", count))
 }
 
+/// True when `LUIGI_SIM_SEED` picks one seed (sweep-wide assertions are skipped then).
 pub fn one_seed() -> bool {
     std::env::var(SEED_ENV).is_ok()
 }
