@@ -289,7 +289,20 @@ impl Measured {
 fn wait_until_serving(connector: &dyn TxnConnector, shards: u32) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let probe = async {
-        let client = connector.connect(luigi_runtime::clock::now_us() << 8 | 0xff).await?;
+        // A server answers once it has built its initial state (a workload's population
+        // takes seconds): connecting is retried until the deadline, not only the client's
+        // own connect timeout.
+        let started = Instant::now();
+        let client = loop {
+            match connector.connect(luigi_runtime::clock::now_us() << 8 | 0xff).await {
+                Ok(client) => break client,
+                Err(e) if started.elapsed() < PROBE_DEADLINE => {
+                    tracing::debug!("the cluster does not answer yet: {e:#}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let partitioner = HashPartitioner::new(shards);
         for shard in 0..shards {
             let key = (0..).find(|k| partitioner.shard_of(&micro_key(*k)) == shard).expect("every shard owns keys");

@@ -6,6 +6,7 @@ use luigi_raft::replica::{SnapshotJob, Transition};
 use luigi_raft::{Ready, SnapshotData};
 
 use crate::routing::NodeId;
+use crate::snapshots::SnapshotCheck;
 
 /// One thing to do, in the order the node produced it.
 pub enum Effect {
@@ -37,8 +38,9 @@ pub enum Effect {
         /// The items.
         batch: PeerBatch,
     },
-    /// Send a replication message (Raft, a snapshot offer, a leader announcement). Best
-    /// effort: Raft retransmits, offers recur, announcements are repeated on reconnect.
+    /// Send a replication message (Raft, a snapshot transfer's, a leader announcement). Best
+    /// effort: Raft retransmits, transfers resend and time out, announcements are repeated on
+    /// reconnect.
     Replicate {
         /// Destination.
         to: NodeId,
@@ -49,9 +51,18 @@ pub enum Effect {
     Persist(Persist),
     /// Save this snapshot durably and drop the log prefix it covers from the disk.
     SaveSnapshot(SnapshotData),
-    /// Make a snapshot of the replica's state (possibly slow: the server runs it off its
-    /// event loop), then hand the result to [`crate::ReplicaNode::snapshot_made`].
+    /// Make a snapshot of the replica's state (slow for a large store: a shell with threads
+    /// runs it off its event loop), then hand the result to
+    /// [`crate::ReplicaNode::snapshot_made`].
     MakeSnapshot(SnapshotJob),
+    /// Check or decode a snapshot received from another replica (slow for a large store: a
+    /// shell with threads runs it off its event loop), then hand the result to
+    /// [`crate::ReplicaNode::snapshot_checked`].
+    CheckSnapshot(SnapshotCheck),
+    /// Drop this former state of the replica (a follower state replaced by an installed
+    /// snapshot) off the event loop: freeing a large store takes a while. A shell without
+    /// threads drops it at once.
+    Discard(Discarded),
     /// The replica's disk lost what it promised: mark its data directory damaged, so that a
     /// restart refuses it instead of running into the same error. The node stops.
     MarkDamaged {
@@ -71,6 +82,15 @@ pub enum Effect {
         /// Its timestamp.
         ts: Timestamp,
     },
+}
+
+/// State the node no longer needs (see [`Effect::Discard`]); dropping it frees it.
+pub struct Discarded(#[allow(dead_code)] Box<dyn Send>);
+
+impl Discarded {
+    pub(crate) fn new(state: impl Send + 'static) -> Self {
+        Discarded(Box::new(state))
+    }
 }
 
 /// A write of one Raft ready (its messages already taken out). Write `ready`'s snapshot,

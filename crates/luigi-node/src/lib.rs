@@ -4,6 +4,7 @@
 //! and the Raft log (`luigi-raft`) say what happens on each message. This crate holds the
 //! layer above them that both shells need and that must not be written twice: driving the
 //! log's readies, ticks, the first election, role switches, snapshot cadence and compaction,
+//! snapshot transfers in chunks between the replicas ([`snapshot_transfer`]),
 //! where agreement batches go (`LeaderIs` routing), where a client sends a shard's
 //! transactions, and every timeout ([`tuning`]). The server (`luigi-runtime`) and the
 //! simulator (`luigi-sim`) both run a [`ReplicaNode`] per replica and only execute its
@@ -14,11 +15,14 @@ pub mod delay;
 pub mod effect;
 pub mod node;
 pub mod routing;
+pub mod snapshot_transfer;
 pub mod snapshots;
 pub mod status;
 pub mod tuning;
 
-pub use effect::{Effect, Persist};
+pub use effect::{Discarded, Effect, Persist};
 pub use node::{NodeConfig, NodeError, NodeStats, ReplicaNode};
 pub use routing::{ClientRoutes, NodeId, ShardRoutes};
+pub use snapshot_transfer::{TransferConfig, TransferStats, Transfers};
+pub use snapshots::{CheckedSnapshot, SnapshotCheck};
 pub use tuning::Tuning;

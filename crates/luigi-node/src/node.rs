@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! on an input:   node.on_client / on_peer_batch / on_replication / persisted / snapshot_made
-//!                / replica_link / shard_link        (any number of them, then)
+//!                / snapshot_checked / replica_link / shard_link   (any number of them, then)
 //! always:        node.turn(now, effects)            (drives the log and the role)
 //! then:          execute the effects in order; wake again at node.next_deadline()
 //! ```
@@ -18,19 +18,21 @@
 //! is durable (fsynced; without durability, once written). Raft messages that promise what it
 //! wrote (votes, acknowledgements) leave only then.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use bytes::Bytes;
 use luigi_proto::leader::follower::Follower;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg, SnapshotKind, TransferId};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, TimeUs};
-use luigi_raft::replica::{empty_store, InitialStore, Replica, Transition};
-use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, RecoveredState};
+use luigi_raft::replica::{empty_store, InitialStore, Replica, SnapshotImage, Transition};
+use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, RecoveredState, SnapshotData};
 
-use crate::effect::{Effect, Persist};
+use crate::effect::{Discarded, Effect, Persist};
 use crate::routing::{NodeId, ShardRoutes};
-use crate::snapshots::Cadence;
+use crate::snapshot_transfer::{TransferConfig, TransferEvent, TransferStats, Transfers};
+use crate::snapshots::{Cadence, CheckedSnapshot, SnapshotCheck};
 use crate::tuning::{Tuning, TICK_CATCH_UP_MAX};
 
 /// Ready-and-turn rounds in one [`ReplicaNode::turn`] before the node counts as livelocked
@@ -56,6 +58,8 @@ pub struct NodeConfig {
     /// The shard's state before its log's first entry (empty unless a workload populates it,
     /// see [`NodeConfig::with_initial`]).
     pub initial: InitialStore,
+    /// The snapshot transfers' parameters ([`TransferConfig::new`] over `tuning`).
+    pub transfers: TransferConfig,
 }
 
 impl NodeConfig {
@@ -64,7 +68,8 @@ impl NodeConfig {
         let mut leader = LeaderConfig::new(node.shard, replicas.len() as u32);
         leader.floor_lookahead_us = tuning.floor_lookahead_us;
         leader.recover_after_us = tuning.recover_after_us;
-        NodeConfig { node, replicas, seed, tuning, leader, registry, initial: empty_store() }
+        let transfers = TransferConfig::new(&tuning);
+        NodeConfig { node, replicas, seed, tuning, leader, registry, initial: empty_store(), transfers }
     }
 
     /// The same, starting from the store `initial` builds (a workload's population) instead
@@ -86,6 +91,8 @@ impl NodeConfig {
         let mut rc =
             RaftConfig::new(self.node.raft_id(), voters, self.seed ^ u64::from(self.node.shard).rotate_left(40));
         rc.election_ticks = self.tuning.election_ticks;
+        // A snapshot's data travels in chunks (`snapshot_transfer`), never inside a message.
+        rc.external_snapshots = true;
         rc
     }
 }
@@ -143,6 +150,35 @@ pub struct ReplicaNode {
     /// Scratch for routed batches.
     batches: Vec<(NodeId, PeerBatch)>,
     stats: NodeStats,
+    /// The latest time the node was given (for inputs that come without one).
+    now_us: TimeUs,
+    /// Snapshot transfers in and out.
+    transfers: Transfers,
+    /// What the transfers asked for and the node has not turned into effects yet.
+    transfer_events: Vec<TransferEvent>,
+    /// Snapshots received whole and being checked off the event loop (at most
+    /// [`TransferConfig::incoming_max`]).
+    checks: Vec<PendingCheck>,
+    next_check: u64,
+    /// The leader's snapshot, decoded off the loop and stepped into Raft: installed when the
+    /// log hands it out in this turn (index, state, CRC of the data).
+    restored: Option<(u64, Follower, u32)>,
+    /// CRC-32 of the log's latest snapshot data, when known (index, CRC): sent with it.
+    snapshot_crc: Option<(u64, u32)>,
+    /// After a failed transfer of the leader's snapshot to a replica (Raft id), none is tried
+    /// before this time.
+    install_backoff: BTreeMap<u64, TimeUs>,
+}
+
+/// A snapshot received whole, waiting for its [`SnapshotCheck`].
+struct PendingCheck {
+    token: u64,
+    from: u64,
+    transfer: TransferId,
+    kind: SnapshotKind,
+    index: u64,
+    data: Bytes,
+    crc32: u32,
 }
 
 /// Counters of what a node did.
@@ -156,6 +192,8 @@ pub struct NodeStats {
     pub compactions_behind_offers: u64,
     /// Agreement batches received while not serving (dropped: recovery asks again).
     pub batches_dropped: u64,
+    /// Snapshots received whole whose check failed (dropped).
+    pub snapshots_rejected: u64,
 }
 
 impl ReplicaNode {
@@ -191,6 +229,7 @@ impl ReplicaNode {
             })?;
         let snapshots = Cadence::new(config.tuning.snapshot_entries, snapshot_index, node.replica, config.group_size());
         let routes = ShardRoutes::new(config.replicas.len() as u32);
+        let transfers = Transfers::new(node.shard, node.raft_id(), config.transfers.clone());
         Ok(ReplicaNode {
             config,
             replica,
@@ -204,6 +243,14 @@ impl ReplicaNode {
             out: Vec::new(),
             batches: Vec::new(),
             stats: NodeStats::default(),
+            now_us: 0,
+            transfers,
+            transfer_events: Vec::new(),
+            checks: Vec::new(),
+            next_check: 1,
+            restored: None,
+            snapshot_crc: None,
+            install_backoff: BTreeMap::new(),
         })
     }
 
@@ -232,17 +279,29 @@ impl ReplicaNode {
         &self.routes
     }
 
-    /// When [`ReplicaNode::turn`] next has timed work: the next Raft tick or the leader's
-    /// next deadline.
+    /// The snapshot transfers' counters.
+    pub fn transfer_stats(&self) -> TransferStats {
+        self.transfers.stats()
+    }
+
+    /// Snapshot transfers under way: (out, in).
+    pub fn transfers_in_flight(&self) -> (usize, usize) {
+        self.transfers.in_flight()
+    }
+
+    /// When [`ReplicaNode::turn`] next has timed work: the next Raft tick, the leader's next
+    /// deadline or a snapshot transfer's timeout.
     pub fn next_deadline(&self) -> TimeUs {
         let tick = self.next_tick_us.unwrap_or(0);
-        self.replica.next_deadline().map_or(tick, |d| d.min(tick))
+        let at = self.replica.next_deadline().map_or(tick, |d| d.min(tick));
+        self.transfers.next_deadline().map_or(at, |d| d.min(at))
     }
 
     // ---- inputs ----
 
     /// A client's message.
     pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, fx: &mut Vec<Effect>) {
+        self.now_us = self.now_us.max(now);
         self.replica.on_client(now, client, msg, &mut self.out);
         self.emit(fx);
     }
@@ -261,11 +320,10 @@ impl ReplicaNode {
     }
 
     /// A replication message from `from`. Misaddressed ones (another shard's Raft traffic,
-    /// a snapshot for a leader this replica is not) are dropped.
+    /// a transfer message naming another sender) are dropped.
     ///
     /// # Errors
-    /// The message is malformed (the shell logs it and goes on), or an offered snapshot does
-    /// not load (it is not compacted behind).
+    /// The message is malformed or misaddressed (the shell logs it and goes on).
     pub fn on_replication(&mut self, from: NodeId, msg: ReplicationMsg, fx: &mut Vec<Effect>) -> Result<(), String> {
         let me = self.config.node;
         match msg {
@@ -279,11 +337,25 @@ impl ReplicaNode {
                     Err(e) => Err(format!("bad raft message from {from}: {e}")),
                 }
             }
-            ReplicationMsg::SnapshotOffer { shard, index, data, .. } => {
-                if shard != me.shard || from.shard != me.shard {
-                    return Err(format!("snapshot offer for shard {shard} from {from}"));
+            ReplicationMsg::SnapshotBegin { shard, from: sender, .. }
+            | ReplicationMsg::SnapshotChunk { shard, from: sender, .. }
+            | ReplicationMsg::SnapshotAck { shard, from: sender, .. }
+            | ReplicationMsg::SnapshotCancel { shard, from: sender, .. }
+            | ReplicationMsg::SnapshotRefuse { shard, from: sender, .. } => {
+                if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me {
+                    return Err(format!("snapshot transfer message for shard {shard} from raft id {sender} by {from}"));
                 }
-                self.compact_behind_offer(from, index, data, fx)
+                // Which snapshots this replica takes now: the leader's while it does not
+                // lead, followers' offers while it serves.
+                let leads = self.replica.log().is_leader();
+                let serving = self.replica.is_serving();
+                let wanted = |kind: &SnapshotKind| match kind {
+                    SnapshotKind::Install { .. } => !leads,
+                    SnapshotKind::Offer => serving,
+                };
+                let result = self.transfers.on_message(self.now_us, sender, msg, wanted, &mut self.transfer_events);
+                self.transfer_effects(fx);
+                result
             }
             ReplicationMsg::LeaderIs { shard, replica, term } => {
                 if shard == me.shard || from != (NodeId { shard, replica }) {
@@ -313,45 +385,98 @@ impl ReplicaNode {
 
     /// A snapshot job ([`Effect::MakeSnapshot`]) finished: the log is compacted behind it
     /// (unless it moved past meanwhile, e.g. by installing the leader's snapshot), and a
-    /// follower offers it to its leader.
+    /// follower offers it to its leader (a transfer, see [`crate::snapshot_transfer`]).
     ///
     /// # Errors
     /// The job failed: the replica cannot make snapshots of its state.
     pub fn snapshot_made(
         &mut self,
-        made: Result<(u64, Vec<u8>), RaftError>,
+        made: Result<SnapshotImage, RaftError>,
         fx: &mut Vec<Effect>,
     ) -> Result<(), NodeError> {
         let node = self.config.node;
         self.snapshots.making = false;
-        let (index, data) = made.map_err(|source| NodeError::Raft { node, what: "making a snapshot", source })?;
+        let image = made.map_err(|source| NodeError::Raft { node, what: "making a snapshot", source })?;
         let log = self.replica.log_mut();
-        if !log.can_compact(index) {
+        if !log.can_compact(image.index) {
             return Ok(());
         }
         let leader = log.leader_id().filter(|l| *l != node.raft_id());
-        let snap = log.compact(index, data).map_err(|source| NodeError::Raft { node, what: "compacting", source })?;
-        self.snapshots.taken(index);
+        let snap = log.compact(image.index, image.data).map_err(|source| NodeError::Raft {
+            node,
+            what: "compacting",
+            source,
+        })?;
+        self.snapshot_crc = Some((snap.index, image.crc32));
+        self.snapshots.taken(snap.index);
         self.stats.snapshots_taken += 1;
-        // Offered to the leader, which compacts its own log behind it.
-        let offer = leader.map(|leader| Effect::Replicate {
-            to: NodeId { shard: node.shard, replica: (leader - 1) as u32 },
-            msg: ReplicationMsg::SnapshotOffer {
-                shard: node.shard,
-                from: node.raft_id(),
-                index,
-                data: snap.data.clone(),
-            },
-        });
+        let (index, data) = (snap.index, snap.data.clone());
         fx.push(Effect::SaveSnapshot(snap));
-        fx.extend(offer);
+        // Offered to the leader, which compacts its own log behind it.
+        if let Some(leader) = leader {
+            let sent = self.transfers.send(
+                self.now_us,
+                leader,
+                SnapshotKind::Offer,
+                index,
+                data,
+                image.crc32,
+                &mut self.transfer_events,
+            );
+            if let Err(why) = sent {
+                tracing::debug!(node = %node, index, ?why, "snapshot not offered to the leader");
+            }
+            self.transfer_effects(fx);
+        }
         Ok(())
     }
 
-    /// A link to `replica` of this shard is up (`true`) or gone.
+    /// A [`SnapshotCheck`] ([`Effect::CheckSnapshot`]) finished: a follower steps the
+    /// leader's snapshot into Raft (installed, already decoded, when the log hands it out), a
+    /// serving leader compacts behind a follower's offer.
+    ///
+    /// # Errors
+    /// The snapshot does not load or does not fit the log (it is dropped; the shell logs it
+    /// and goes on).
+    pub fn snapshot_checked(&mut self, checked: CheckedSnapshot, fx: &mut Vec<Effect>) -> Result<(), String> {
+        let Some(pos) = self.checks.iter().position(|c| c.token == checked.token) else {
+            return Ok(()); // not ours (a shell bug) or already handled
+        };
+        let c = self.checks.swap_remove(pos);
+        let from = NodeId { shard: self.config.node.shard, replica: (c.from - 1) as u32 };
+        let restored = match checked.result {
+            Ok(restored) => restored,
+            Err(e) => {
+                self.stats.snapshots_rejected += 1;
+                return Err(format!(
+                    "snapshot at {} from {from} (transfer {}) does not load: {e}",
+                    c.index, c.transfer
+                ));
+            }
+        };
+        match c.kind {
+            SnapshotKind::Install { envelope } => {
+                if self.replica.log().is_leader() {
+                    return Ok(()); // this replica leads now: the snapshot is stale
+                }
+                self.replica
+                    .log_mut()
+                    .step_snapshot(&envelope, c.data)
+                    .map_err(|e| format!("snapshot at {} from {from}: {e}", c.index))?;
+                self.restored = restored.map(|f| (c.index, f, c.crc32));
+                Ok(())
+            }
+            SnapshotKind::Offer => self.compact_behind_offer(from, c.index, c.data, c.crc32, fx),
+        }
+    }
+
+    /// A link to `replica` of this shard is up (`true`) or gone. Snapshot transfers to a
+    /// replica whose link came back resume at once (at the next turn).
     pub fn replica_link(&mut self, replica: u32, up: bool) {
         if up {
             self.linked.insert(replica);
+            let peer = NodeId { shard: self.config.node.shard, replica };
+            self.transfers.link_up(self.now_us, peer.raft_id(), &mut self.transfer_events);
         } else {
             self.linked.remove(&replica);
         }
@@ -404,8 +529,12 @@ impl ReplicaNode {
             }
         }
         self.snapshot_if_due(fx)?;
+        self.tend_transfers(now, fx);
         self.drive(fx)?;
         self.send_batches(fx);
+        // A decoded snapshot serves only the readies of the turn after it was stepped (Raft
+        // hands it out at once, unless it refused it).
+        self.restored = None;
         Ok(())
     }
 
@@ -419,6 +548,7 @@ impl ReplicaNode {
     /// As [`ReplicaNode::turn`].
     pub fn drive_log(&mut self, now: TimeUs, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
         let node = self.config.node;
+        self.now_us = self.now_us.max(now);
         self.campaign_when_linked().map_err(|source| NodeError::Raft {
             node,
             what: "starting the first election",
@@ -477,11 +607,22 @@ impl ReplicaNode {
             if let Some(snap) = &rd.snapshot {
                 // The state machine is replaced before it applies anything after the snapshot.
                 tracing::info!(node = %node, index = snap.index, "installing the leader's snapshot");
-                self.replica.install_snapshot(&snap.data).map_err(|e| NodeError::Raft {
-                    node,
-                    what: "loading the leader's snapshot",
-                    source: RaftError::Invalid(e.to_string()),
-                })?;
+                let replaced = match self.restored.take() {
+                    // Decoded off the event loop ([`SnapshotCheck`]).
+                    Some((index, restored, crc)) if index == snap.index => {
+                        self.snapshot_crc = Some((index, crc));
+                        self.replica.install_follower(restored)
+                    }
+                    _ => {
+                        self.snapshot_crc = None;
+                        self.replica.install_snapshot(&snap.data).map_err(|e| NodeError::Raft {
+                            node,
+                            what: "loading the leader's snapshot",
+                            source: RaftError::Invalid(e.to_string()),
+                        })?
+                    }
+                };
+                fx.extend(replaced.map(|old| Effect::Discard(Discarded::new(old))));
                 self.snapshots.taken(snap.index);
                 self.stats.snapshots_installed += 1;
             }
@@ -542,28 +683,140 @@ impl ReplicaNode {
         Ok(())
     }
 
-    /// A follower's snapshot: the serving leader compacts its own log behind it.
+    /// A follower's snapshot, checked off the event loop: the serving leader compacts its
+    /// own log behind it.
     fn compact_behind_offer(
         &mut self,
         from: NodeId,
         index: u64,
-        data: Vec<u8>,
+        data: Bytes,
+        crc32: u32,
         fx: &mut Vec<Effect>,
     ) -> Result<(), String> {
-        let Some(shard) = self.replica.leader().map(|l| l.shard()) else {
+        if !self.replica.is_serving() {
             return Ok(()); // meant for the leader this replica no longer is
-        };
-        // Only peers send offers, but a snapshot replaces the log: check that it loads.
-        Follower::check_snapshot(shard, index, &data)
-            .map_err(|e| format!("snapshot offered by {from} at {index}: {e}"))?;
+        }
         let log = self.replica.log_mut();
         if !log.can_compact(index) {
             return Ok(());
         }
         let snap = log.compact(index, data).map_err(|e| format!("compacting behind {from}'s snapshot: {e}"))?;
+        self.snapshot_crc = Some((index, crc32));
         self.stats.compactions_behind_offers += 1;
         fx.push(Effect::SaveSnapshot(snap));
         Ok(())
+    }
+
+    /// The transfers' timeouts, and the end of those whose reason is gone: the leader's
+    /// snapshots go out only while this replica leads, offers only to the leader it knows,
+    /// and it takes the leader's snapshot only while it does not lead, offers only while it
+    /// serves.
+    fn tend_transfers(&mut self, now: TimeUs, fx: &mut Vec<Effect>) {
+        let log = self.replica.log();
+        let (leads, leader, serving) = (log.is_leader(), log.leader_id(), self.replica.is_serving());
+        let events = &mut self.transfer_events;
+        self.transfers.tick(now, events);
+        self.transfers.cancel_outgoing(
+            |to, kind| match kind {
+                SnapshotKind::Install { .. } => leads,
+                SnapshotKind::Offer => leader == Some(to),
+            },
+            events,
+        );
+        self.transfers.refuse_incoming(
+            |_, kind| match kind {
+                SnapshotKind::Install { .. } => !leads,
+                SnapshotKind::Offer => serving,
+            },
+            events,
+        );
+        self.install_backoff.retain(|_, until| *until > now);
+        self.transfer_effects(fx);
+    }
+
+    /// Turns what the transfers asked for into effects and calls: messages, the outcome of
+    /// the leader's snapshot for Raft, checks of what was received.
+    fn transfer_effects(&mut self, fx: &mut Vec<Effect>) {
+        let node = self.config.node;
+        let replica_of = |raft_id: u64| NodeId { shard: node.shard, replica: (raft_id - 1) as u32 };
+        let mut events = std::mem::take(&mut self.transfer_events);
+        for ev in events.drain(..) {
+            match ev {
+                TransferEvent::Send { to, msg } => fx.push(Effect::Replicate { to: replica_of(to), msg }),
+                TransferEvent::Sent { to, transfer, kind, index, outcome } => {
+                    let install = matches!(kind, SnapshotKind::Install { .. });
+                    match outcome {
+                        Ok(()) => {
+                            tracing::info!(node = %node, to = %replica_of(to), transfer, index, install, "snapshot sent")
+                        }
+                        Err(why) => {
+                            tracing::warn!(node = %node, to = %replica_of(to), transfer, index, install, ?why, "snapshot transfer failed")
+                        }
+                    }
+                    if install {
+                        if outcome.is_err() {
+                            let retry_at = self.now_us.saturating_add(self.transfers.config().ack_timeout_us);
+                            self.install_backoff.insert(to, retry_at);
+                        }
+                        self.replica.log_mut().report_snapshot(to, outcome.is_ok());
+                    }
+                }
+                TransferEvent::Received { from, transfer, kind, index, data, crc32 } => {
+                    if self.checks.len() >= self.transfers.config().incoming_max {
+                        tracing::warn!(node = %node, from = %replica_of(from), index, "too many snapshots being checked; dropped");
+                        continue;
+                    }
+                    let install = matches!(kind, SnapshotKind::Install { .. });
+                    let token = self.next_check;
+                    self.next_check += 1;
+                    let check = SnapshotCheck::new(
+                        token,
+                        node.shard,
+                        self.config.registry.clone(),
+                        index,
+                        install,
+                        data.clone(),
+                    );
+                    self.checks.push(PendingCheck { token, from, transfer, kind, index, data, crc32 });
+                    fx.push(Effect::CheckSnapshot(check));
+                }
+            }
+        }
+        self.transfer_events = events;
+    }
+
+    /// The leader's snapshot for replica `to` (Raft id), whose Raft message (`envelope`) left
+    /// without it: sent as a transfer, unless one to `to` failed a moment ago or there is no
+    /// room (then Raft hears at once that it failed, and tries again after a heartbeat).
+    fn send_install(&mut self, to: u64, envelope: Vec<u8>, snap: SnapshotData, fx: &mut Vec<Effect>) {
+        let node = self.config.node;
+        let now = self.now_us;
+        if self.install_backoff.get(&to).is_some_and(|until| *until > now) {
+            self.replica.log_mut().report_snapshot(to, false);
+            return;
+        }
+        let crc32 = match self.snapshot_crc {
+            Some((index, crc)) if index == snap.index => crc,
+            // Not known (a restart loaded the snapshot from disk): computed once, here.
+            _ => {
+                let crc = crc32fast::hash(&snap.data);
+                self.snapshot_crc = Some((snap.index, crc));
+                crc
+            }
+        };
+        let kind = SnapshotKind::Install { envelope };
+        let bytes = snap.data.len();
+        match self.transfers.send(now, to, kind, snap.index, snap.data, crc32, &mut self.transfer_events) {
+            Ok(transfer) => {
+                tracing::info!(node = %node, to, transfer, index = snap.index, bytes, "sending the leader's snapshot")
+            }
+            Err(why) => {
+                tracing::warn!(node = %node, to, index = snap.index, ?why, "snapshot not sent; raft tries again later");
+                self.install_backoff.insert(to, now.saturating_add(self.transfers.config().ack_timeout_us));
+                self.replica.log_mut().report_snapshot(to, false);
+            }
+        }
+        self.transfer_effects(fx);
     }
 
     fn leader_is(&self) -> ReplicationMsg {
@@ -571,9 +824,13 @@ impl ReplicaNode {
         ReplicationMsg::LeaderIs { shard: me.shard, replica: me.replica, term: self.serving_term }
     }
 
-    fn send_raft(&self, msgs: Vec<OutMessage>, fx: &mut Vec<Effect>) {
+    fn send_raft(&mut self, msgs: Vec<OutMessage>, fx: &mut Vec<Effect>) {
         let me = self.config.node;
         for m in msgs {
+            if let Some(snap) = m.snapshot {
+                self.send_install(m.to, m.bytes, snap, fx);
+                continue;
+            }
             let to = NodeId { shard: me.shard, replica: (m.to - 1) as u32 };
             fx.push(Effect::Replicate {
                 to,

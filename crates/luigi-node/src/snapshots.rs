@@ -1,10 +1,17 @@
-//! When a replica takes a snapshot of its own.
+//! When a replica takes a snapshot of its own ([`Cadence`]), and the check of a snapshot
+//! received from another replica ([`SnapshotCheck`]).
 //!
 //! The replicas of a group apply the same log, so without care they would all snapshot at
-//! the same index; a follower pauses while it serializes, and two followers pausing together
-//! stall the leader's commits. Each replica's first snapshot comes at its own fraction of the
-//! period instead. (A leader with followers takes none: it compacts behind theirs. The leader
-//! of a group of one takes its own, see `Replica::own_snapshot_due`.)
+//! the same index; each snapshot costs a replay of the period on another core (see
+//! `Replica::own_snapshot_due`), and several at once would compete for the cores of the
+//! leader's quorum. Each replica's first snapshot comes at its own fraction of the period
+//! instead. (A leader with followers takes none: it compacts behind theirs. The leader of a
+//! group of one takes its own.)
+
+use bytes::Bytes;
+use luigi_proto::leader::follower::Follower;
+use luigi_proto::procedure::Registry;
+use luigi_proto::types::ShardId;
 
 /// A replica's snapshot cadence.
 #[derive(Debug)]
@@ -29,6 +36,58 @@ impl Cadence {
     pub fn taken(&mut self, index: u64) {
         self.next_at = index.saturating_add(self.every);
     }
+}
+
+/// A snapshot another replica sent, received whole: an offer to check before the leader
+/// compacts behind it, or the leader's snapshot to decode before this replica installs it.
+/// Either reads the whole image, which takes a while for a large store, so the shell runs
+/// it off its event loop ([`crate::Effect::CheckSnapshot`]) and hands the result to
+/// [`crate::ReplicaNode::snapshot_checked`].
+pub struct SnapshotCheck {
+    token: u64,
+    shard: ShardId,
+    registry: Registry,
+    index: u64,
+    install: bool,
+    data: Bytes,
+}
+
+impl SnapshotCheck {
+    pub(crate) fn new(token: u64, shard: ShardId, registry: Registry, index: u64, install: bool, data: Bytes) -> Self {
+        SnapshotCheck { token, shard, registry, index, install, data }
+    }
+
+    /// The snapshot's log index.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The snapshot's size, bytes.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether it is the leader's snapshot, to install (else a follower's offer).
+    pub fn is_install(&self) -> bool {
+        self.install
+    }
+
+    /// Checks (an offer: a follower image of this shard at its index) or decodes (an
+    /// install) the snapshot.
+    pub fn run(self) -> CheckedSnapshot {
+        let result = if self.install {
+            Follower::from_snapshot(self.shard, self.registry, &self.data).map(Some)
+        } else {
+            Follower::check_snapshot(self.shard, self.index, &self.data).map(|()| None)
+        };
+        CheckedSnapshot { token: self.token, result: result.map_err(|e| e.to_string()) }
+    }
+}
+
+/// What a [`SnapshotCheck`] found: for an install, the decoded follower state.
+pub struct CheckedSnapshot {
+    pub(crate) token: u64,
+    pub(crate) result: Result<Option<Follower>, String>,
 }
 
 #[cfg(test)]

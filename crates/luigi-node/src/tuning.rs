@@ -37,6 +37,12 @@ pub struct Tuning {
     pub headroom_us: u64,
     /// Records a replica applies between two snapshots of its own.
     pub snapshot_entries: u64,
+    /// A snapshot transfer's sender waits this long for the receiver to acknowledge a chunk,
+    /// µs, before it asks where the receiver stands (and, after a few such silences, gives
+    /// up): 8 one-way delays plus [`RECOVERY_MIN_US`], like a client's resend. Chunks are
+    /// acknowledged one by one, so it must outlast a round trip plus one chunk's time on the
+    /// link (a 1 MiB chunk takes 84 ms at 100 Mbit/s), not a whole window's.
+    pub snapshot_ack_timeout_us: u64,
 }
 
 impl Tuning {
@@ -50,6 +56,7 @@ impl Tuning {
             retry_timeout_us: 8 * one_way_us + RECOVERY_MIN_US,
             headroom_us: jitter_us / 2 + 200,
             snapshot_entries: 100_000,
+            snapshot_ack_timeout_us: 8 * one_way_us + RECOVERY_MIN_US,
         }
     }
 }
@@ -68,6 +75,7 @@ mod tests {
         assert_eq!(geo.recover_after_us, 2_400_000);
         assert_eq!(geo.headroom_us, 10_200);
         assert_eq!(geo.retry_timeout_us, 2_200_000);
+        assert_eq!(geo.snapshot_ack_timeout_us, 2_200_000);
         // An election always outlasts a round trip.
         for d in [0, 1_000, 30_000, 150_000, 400_000] {
             let t = Tuning::for_delay(d, d / 10);

@@ -243,8 +243,8 @@ pub enum WireMsg {
     Server(ServerMsg),
     /// Between shard leaders.
     Peer(PeerBatch),
-    /// Replication and routing between servers: Raft within a shard, snapshots offered to
-    /// the leader, and leader announcements across shards. Kept apart from Luigi's own
+    /// Replication and routing between servers: Raft within a shard, snapshot transfers
+    /// within a shard, and leader announcements across shards. Kept apart from Luigi's own
     /// messages: any protocol replicated the same way uses them unchanged.
     Replication(ReplicationMsg),
     /// First frame a server sends on every connection it accepts: the nonce a client (with a
@@ -284,18 +284,77 @@ pub enum ReplicationMsg {
         /// The Raft message, protobuf-encoded.
         bytes: Vec<u8>,
     },
-    /// Between the replicas of one shard: a follower's state snapshot at log index `index`,
-    /// offered to its leader, which cannot snapshot its own state (it runs ahead of the log's
-    /// `Applied` markers) and compacts its log behind this one instead.
-    SnapshotOffer {
+    /// Between the replicas of one shard, sender to receiver: a snapshot transfer starts (or
+    /// its sender asks where it stands: sent again, it is answered with the receiver's
+    /// progress). Its data follows in [`ReplicationMsg::SnapshotChunk`]s once the receiver
+    /// acknowledged this (see `luigi-node`'s `snapshot_transfer` for the protocol).
+    SnapshotBegin {
         /// The shard whose group this is.
         shard: ShardId,
         /// Sending replica (Raft id, from 1).
         from: u64,
+        /// The transfer, numbered by its sender.
+        transfer: TransferId,
+        /// What the snapshot is for.
+        kind: SnapshotKind,
         /// Last log index the snapshot covers.
         index: u64,
-        /// The follower's state image.
+        /// Size of the whole snapshot, bytes.
+        total_bytes: u64,
+        /// Size of every chunk but the last, bytes.
+        chunk_bytes: u32,
+        /// CRC-32 (IEEE) of the whole snapshot.
+        crc32: u32,
+    },
+    /// Sender to receiver: chunk `seq` (from 0) of a snapshot transfer.
+    SnapshotChunk {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// Sending replica (Raft id, from 1).
+        from: u64,
+        /// The transfer.
+        transfer: TransferId,
+        /// The chunk's number: it holds bytes `seq * chunk_bytes ..` of the snapshot.
+        seq: u32,
+        /// CRC-32 (IEEE) of `data`.
+        crc32: u32,
+        /// The bytes.
         data: Vec<u8>,
+    },
+    /// Receiver to sender: every chunk below `next` is held (`next` = the chunk count: the
+    /// whole snapshot is held and its checksum matched).
+    SnapshotAck {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// Sending replica of this acknowledgement (Raft id, from 1): the receiver.
+        from: u64,
+        /// The transfer (the sender's number).
+        transfer: TransferId,
+        /// The first chunk not held.
+        next: u32,
+        /// Send again from `next` now (the answer to a `SnapshotBegin`, or chunk `next` was
+        /// lost or damaged).
+        resend: bool,
+    },
+    /// Sender to receiver: the transfer is abandoned (the receiver drops what it holds).
+    SnapshotCancel {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// Sending replica (Raft id, from 1).
+        from: u64,
+        /// The transfer.
+        transfer: TransferId,
+    },
+    /// Receiver to sender: the transfer is refused, and over.
+    SnapshotRefuse {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// Sending replica of this refusal (Raft id, from 1): the receiver.
+        from: u64,
+        /// The transfer (the sender's number).
+        transfer: TransferId,
+        /// Why.
+        reason: SnapshotRefusal,
     },
     /// Between servers of different shards: replica `replica` of `shard` now serves as its
     /// leader; send agreement batches for `shard` there.
@@ -307,4 +366,39 @@ pub enum ReplicationMsg {
         /// The Raft term it leads in: an announcement from an older term is stale.
         term: u64,
     },
+}
+
+/// A snapshot transfer's number, chosen by its sender.
+pub type TransferId = u64;
+
+/// What a transferred snapshot is for (see [`ReplicationMsg::SnapshotBegin`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotKind {
+    /// The leader's snapshot, for a follower that lags behind its compaction. Once whole, the
+    /// follower steps it into Raft as this `MsgSnapshot`, whose data travelled apart.
+    Install {
+        /// The Raft `MsgSnapshot` without its data (its metadata), protobuf-encoded.
+        envelope: Vec<u8>,
+    },
+    /// A follower's own snapshot, offered to its leader, which cannot snapshot its own state
+    /// (it runs ahead of the log's `Applied` markers) and compacts its log behind this one.
+    Offer,
+}
+
+/// Why a receiver refused a snapshot transfer (see [`ReplicationMsg::SnapshotRefuse`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotRefusal {
+    /// It receives as many transfers as it may at once.
+    Busy,
+    /// It does not take this kind now (an offer to a replica that does not lead, a leader's
+    /// snapshot to the leader).
+    Unwanted,
+    /// The snapshot is larger than it takes.
+    TooLarge,
+    /// The transfer's description does not add up (chunk size, count, envelope).
+    Malformed,
+    /// The reassembled snapshot does not match its checksum.
+    Corrupt,
+    /// It knows no such transfer (it restarted, or dropped it after a silence).
+    Unknown,
 }

@@ -243,7 +243,7 @@ impl DiskStorage {
             Some((meta, data)) => {
                 let path = luigi_wal::snapshot::snapshot_path(&dir, meta.index);
                 let voters = decode_voters(&path, &meta.extra)?;
-                Some(SnapshotData { index: meta.index, term: meta.term, voters, data })
+                Some(SnapshotData { index: meta.index, term: meta.term, voters, data: data.into() })
             }
             None => None,
         };
@@ -446,6 +446,26 @@ impl DiskStorage {
         Ok(())
     }
 
+    /// A writer of snapshot files apart from this storage (see [`SnapshotWriter`]).
+    pub fn snapshot_writer(&self) -> SnapshotWriter {
+        SnapshotWriter { fs: Arc::clone(&self.fs), dir: self.dir.clone() }
+    }
+
+    /// The second half of [`DiskStorage::save_snapshot`] for a snapshot a [`SnapshotWriter`]
+    /// made durable: deletes the WAL segments it covers entirely. A no-op if the storage
+    /// holds a snapshot at or past `index` already (e.g. the leader's, installed meanwhile).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn snapshot_saved(&mut self, index: u64) -> Result<(), DiskError> {
+        if index <= self.snapshot_index {
+            return Ok(());
+        }
+        self.snapshot_index = index;
+        self.wal.compact_prefix(index)?;
+        Ok(())
+    }
+
     /// A snapshot from the leader replaces the whole log (order explained in the module docs).
     fn install_snapshot(&mut self, snap: &SnapshotData) -> Result<(), DiskError> {
         self.wal.truncate_suffix(snap.index + 1)?;
@@ -473,6 +493,29 @@ impl DiskStorage {
         }
         self.written_hs = hs;
         self.hs_dirty = false;
+        Ok(())
+    }
+}
+
+/// Writes a replica's snapshot files on any thread, apart from its [`DiskStorage`]: a large
+/// store's image takes long to write and sync, and the log's writes need not wait for it.
+/// [`DiskStorage::snapshot_saved`] then compacts the log behind it, in order with the log's
+/// writes. The file is written atomically (temp file, fsync, rename, fsync the directory),
+/// older snapshot files are removed, and recovery loads the newest, so a crash at any point
+/// leaves either the old snapshot with the whole log, or the new one.
+#[derive(Clone)]
+pub struct SnapshotWriter {
+    fs: Arc<dyn Fs>,
+    dir: PathBuf,
+}
+
+impl SnapshotWriter {
+    /// Writes `snap` durably.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn write(&self, snap: &SnapshotData) -> Result<(), DiskError> {
+        save_snapshot_in(&*self.fs, &self.dir, &snapshot_meta(snap), &snap.data)?;
         Ok(())
     }
 }

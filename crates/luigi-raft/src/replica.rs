@@ -14,6 +14,7 @@
 //! executed ahead of the log's `Applied` markers) and rebuilds a follower by replaying its
 //! log from the start.
 
+use bytes::Bytes;
 use luigi_proto::leader::follower::{Follower, SnapshotError};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::{LogEntry, ReplicatedLog};
@@ -41,39 +42,54 @@ fn hint(log: &RaftLog) -> Option<u32> {
     log.leader_id().map(|id| (id - 1) as u32)
 }
 
-/// A replica's own snapshot in the making ([`Replica::own_snapshot_due`]); `Send`, so the
-/// shell may run it on another thread.
+/// A replica's own snapshot in the making ([`Replica::own_snapshot_due`]): the follower
+/// state at [`SnapshotJob::index`], rebuilt from the log's latest snapshot (or the initial
+/// store) and the records handed out after it, then serialized. It holds only shared or
+/// owned data (the replay shares the log's entry payloads and snapshot bytes), so taking it
+/// costs the event loop a copy of the entries' headers, and the shell runs it on another
+/// thread while the replica goes on.
 pub struct SnapshotJob {
     index: u64,
-    work: Work,
-}
-
-enum Work {
-    /// A follower's state, serialized already.
-    Done(Vec<u8>),
-    /// The follower state to rebuild from a replay of the log, then serialize.
-    Rebuild { shard: ShardId, registry: Registry, initial: InitialStore, replay: Replay },
+    shard: ShardId,
+    registry: Registry,
+    initial: InitialStore,
+    replay: Replay,
 }
 
 impl SnapshotJob {
-    /// The log index the snapshot covers.
+    /// The log index the snapshot covers (the last record of the replay).
     pub fn index(&self) -> u64 {
         self.index
     }
 
-    /// Makes the snapshot: (index, bytes).
+    /// Makes the snapshot.
     ///
     /// # Errors
     /// The replay does not decode or its snapshot does not load (the replica cannot go on).
-    pub fn run(self) -> Result<(u64, Vec<u8>), RaftError> {
-        let data = match self.work {
-            Work::Done(data) => data,
-            Work::Rebuild { shard, registry, initial, replay } => {
-                rebuild(shard, &registry, &initial, replay.snapshot_data(), &replay.records()?)?.snapshot()
-            }
-        };
-        Ok((self.index, data))
+    pub fn run(self) -> Result<SnapshotImage, RaftError> {
+        let records = self.replay.records()?;
+        let follower = rebuild(self.shard, &self.registry, &self.initial, self.replay.snapshot_data(), &records)?;
+        let applied = follower.stats().applied_index;
+        if applied != self.index {
+            return Err(RaftError::Invalid(format!(
+                "the replay to index {} rebuilt the state at index {applied}",
+                self.index
+            )));
+        }
+        let data = follower.snapshot();
+        Ok(SnapshotImage { index: self.index, crc32: crc32fast::hash(&data), data: data.into() })
     }
+}
+
+/// A snapshot a [`SnapshotJob`] made: the follower state at `index`, serialized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotImage {
+    /// The log index it covers.
+    pub index: u64,
+    /// The serialized state ([`Follower::snapshot`]).
+    pub data: Bytes,
+    /// CRC-32 of `data` (computed with it, off the event loop: transfers check it).
+    pub crc32: u32,
 }
 
 /// The follower state of `shard` at the end of `entries`, which follow the snapshot `data`
@@ -166,69 +182,71 @@ impl Replica {
 
     /// The log installed a snapshot from the leader (this replica lagged behind its
     /// compaction): the follower state is replaced by the snapshot's. A replica still
-    /// serving (its log stepped down in the same batch of messages) is demoted by it.
+    /// serving (its log stepped down in the same batch of messages) is demoted by it. Returns
+    /// the replaced follower state (see [`Replica::install_follower`]).
     ///
     /// # Errors
     /// The snapshot does not load (the replica cannot go on).
-    pub fn install_snapshot(&mut self, data: &[u8]) -> Result<(), SnapshotError> {
+    pub fn install_snapshot(&mut self, data: &[u8]) -> Result<Option<Follower>, SnapshotError> {
         let restored = Follower::from_snapshot(self.config.shard, self.registry.clone(), data)?;
-        let log = match std::mem::replace(&mut self.state, State::Switching) {
+        Ok(self.install_follower(restored))
+    }
+
+    /// As [`Replica::install_snapshot`], with the snapshot already decoded (off the event
+    /// loop: decoding a large store's image takes a while) into `restored`, a follower of
+    /// this shard with this replica's procedures. Returns the follower state it replaced
+    /// (`None` if this replica was serving), for the caller to drop where it costs nothing:
+    /// freeing a large store takes a while too.
+    pub fn install_follower(&mut self, restored: Follower) -> Option<Follower> {
+        let (log, replaced) = match std::mem::replace(&mut self.state, State::Switching) {
             State::Follower(mut f, log) => {
                 self.executed.extend(f.take_executed());
-                log
+                (log, Some(f))
             }
             State::Leader(l) => {
                 self.stats.demotions += 1;
-                l.into_log()
+                (l.into_log(), None)
             }
             State::Switching => unreachable!("not observable"),
         };
         self.state = State::Follower(restored, log);
-        Ok(())
+        replaced
     }
 
-    /// For a follower: a snapshot of its state at its last applied index, once that index
-    /// reached `next_at`. Returns (index, bytes).
-    pub fn snapshot_due(&self, next_at: u64) -> Option<(u64, Vec<u8>)> {
-        let f = self.follower()?;
-        let applied = f.stats().applied_index;
-        (applied >= next_at).then(|| (applied, f.snapshot()))
-    }
-
-    /// This replica's own snapshot, once its applied index reached `next_at`, as a job that
-    /// yields (index, bytes) for the shell to compact behind. A follower serializes its state
-    /// now ([`Replica::snapshot_due`]). A leader's state runs ahead of its log (it executes
-    /// before it logs `Applied` markers), so a leader with followers takes none and compacts
-    /// behind the snapshots they offer. The leader of a group of one has no followers, and
-    /// takes the snapshot a follower would: the follower state rebuilt from its latest
-    /// snapshot and the records handed out since. That is a whole period of a follower's
-    /// applying at once, so the job does it when run, which the shell does off its event
-    /// loop.
+    /// This replica's own snapshot, once the last record it applied reached `next_at`: a job
+    /// that yields (index, bytes) for the shell to compact behind, run off the event loop.
+    /// A follower's job rebuilds the state it holds at that index from its latest snapshot
+    /// and the records after it (the log keeps both in memory until it compacts), so the
+    /// replica never pauses to serialize a large store; the price is replaying a period of
+    /// records a second time, on another core. A leader's state runs ahead of its log (it
+    /// executes before it logs `Applied` markers), so a leader with followers takes none and
+    /// compacts behind the snapshots they offer. The leader of a group of one has no
+    /// followers, and takes the snapshot a follower would, the same way.
     ///
     /// # Errors
     /// An entry is missing from the log's memory (a bug).
     pub fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
-        match &self.state {
-            State::Follower(..) => {
-                Ok(self.snapshot_due(next_at).map(|(index, data)| SnapshotJob { index, work: Work::Done(data) }))
-            }
-            State::Leader(l) if l.log().voters().len() == 1 => {
-                let log = l.log();
-                let index = log.handed_out();
-                if index < next_at || !log.can_compact(index) {
-                    return Ok(None);
-                }
-                let work = Work::Rebuild {
-                    shard: self.config.shard,
-                    registry: self.registry.clone(),
-                    initial: self.initial.clone(),
-                    replay: log.replay()?,
-                };
-                Ok(Some(SnapshotJob { index, work }))
-            }
-            State::Leader(_) => Ok(None),
+        let log = match &self.state {
+            State::Follower(_, log) => log,
+            State::Leader(l) if l.log().voters().len() == 1 => l.log(),
+            State::Leader(_) => return Ok(None),
             State::Switching => unreachable!("not observable"),
+        };
+        let Some(index) = log.last_record_at_or_below(log.handed_out()) else { return Ok(None) };
+        if index < next_at || !log.can_compact(index) {
+            return Ok(None);
         }
+        let replay = log.replay()?;
+        if replay.last_record_index() != Some(index) {
+            return Err(RaftError::Invalid(format!("the replay does not end with the record at {index}")));
+        }
+        Ok(Some(SnapshotJob {
+            index,
+            shard: self.config.shard,
+            registry: self.registry.clone(),
+            initial: self.initial.clone(),
+            replay,
+        }))
     }
 
     /// The Raft log (for the shell to step messages into and drive its readies).
@@ -411,8 +429,8 @@ impl Replica {
         };
         let mut log = l.into_log();
         let empty = Follower::new(self.config.shard, Store::new(), self.registry.clone());
-        let rebuilt = log.replay_for_rebuild().and_then(|(data, entries)| {
-            rebuild(self.config.shard, &self.registry, &self.initial, data.as_deref(), &entries)
+        let rebuilt = log.replay_for_rebuild().and_then(|replay| {
+            rebuild(self.config.shard, &self.registry, &self.initial, replay.snapshot_data(), &replay.records()?)
         });
         match rebuilt {
             Ok(follower) => {
@@ -496,7 +514,9 @@ mod tests {
         // More writes before the job runs (as while it runs on another thread) change nothing in it.
         r.on_client(10_000, 4, dispatch(6), &mut Vec::new());
         settle(&mut r, 70_000_000);
-        let (at, data) = std::thread::spawn(move || job.run()).join().unwrap().unwrap();
+        let image = std::thread::spawn(move || job.run()).join().unwrap().unwrap();
+        assert_eq!(image.crc32, crc32fast::hash(&image.data));
+        let (at, data) = (image.index, image.data);
         assert_eq!(at, index);
         let value = |store: &Store| store.get(&micro_key(1)).map(|v| v.as_slice().to_vec());
         let image = Follower::from_snapshot(0, Registry::with_builtins(), &data).unwrap();

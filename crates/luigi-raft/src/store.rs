@@ -74,7 +74,7 @@ impl LogStore {
 
     /// Records a snapshot of the state machine at `index` (which must be in the log) and drops
     /// the entries it covers.
-    pub(crate) fn compact(&mut self, index: u64, data: Vec<u8>) -> Result<Snapshot, String> {
+    pub(crate) fn compact(&mut self, index: u64, data: bytes::Bytes) -> Result<Snapshot, String> {
         if index <= self.snapshot_index() {
             return Err(format!("snapshot at {index} is not past the current one at {}", self.snapshot_index()));
         }
@@ -82,7 +82,7 @@ impl LogStore {
             return Err(format!("snapshot at {index} is past the last log index {}", self.last()));
         }
         let term = self.entries[(index - self.first()) as usize].term;
-        let mut snap = Snapshot { data: data.into(), ..Default::default() };
+        let mut snap = Snapshot { data, ..Default::default() };
         let meta = snap.mut_metadata();
         meta.index = index;
         meta.term = term;
@@ -195,7 +195,7 @@ mod tests {
         assert_eq!(s.last(), 4);
         assert!(s.append(&[ent(6, 2)]).is_err());
         assert!(s.snapshot(0, 2).is_err(), "no snapshot yet");
-        let snap = s.compact(2, b"state".to_vec()).unwrap();
+        let snap = s.compact(2, bytes::Bytes::from_static(b"state")).unwrap();
         assert_eq!((snap.get_metadata().index, snap.get_metadata().term), (2, 1));
         assert!(s.snapshot_bytes() > 5);
         assert_eq!(s.first(), 3);

@@ -231,7 +231,12 @@ fn ready_with(range: std::ops::RangeInclusive<u64>, term: u64, number: u64) -> l
 
 #[test]
 fn snapshot_recovery_keeps_only_a_log_that_continues_the_snapshot() {
-    let snap = |index, term| luigi_raft::SnapshotData { index, term, voters: vec![1, 2, 3], data: b"s".to_vec() };
+    let snap = |index, term| luigi_raft::SnapshotData {
+        index,
+        term,
+        voters: vec![1, 2, 3],
+        data: bytes::Bytes::from_static(b"s"),
+    };
 
     // Local compaction: the log after the snapshot is ours and is kept.
     let tmp = tempfile::tempdir().unwrap();
@@ -298,4 +303,36 @@ fn hard_state_is_rewritten_on_term_or_vote_change_only() {
     // A ready whose entries skip ahead is refused.
     let (mut disk, _) = DiskStorage::open(tmp.path(), WalOptions::default()).unwrap();
     assert!(matches!(disk.write(&ready_with(9..=9, 1, 3)), Err(DiskError::Sequence(_))));
+}
+
+/// A snapshot file written apart from the storage (on another thread, while the log goes on
+/// being written) compacts the log only once it is saved, and an older one saved after a
+/// newer snapshot changes nothing; a restart before the compaction keeps the whole log.
+#[test]
+fn a_snapshot_written_apart_compacts_the_log_once_saved() {
+    let snap = |index| luigi_raft::SnapshotData {
+        index,
+        term: 1,
+        voters: vec![1, 2, 3],
+        data: bytes::Bytes::from(vec![index as u8; 1000]),
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut disk, _) = DiskStorage::open(tmp.path(), WalOptions::default()).unwrap();
+    disk.persist(&ready_with(1..=10, 1, 1)).unwrap();
+    let writer = disk.snapshot_writer();
+    std::thread::spawn(move || writer.write(&snap(5))).join().unwrap().unwrap();
+    disk.persist(&ready_with(11..=12, 1, 1)).unwrap();
+    drop(disk);
+    // Crashed before the compaction: the snapshot and the whole log.
+    let (mut disk, rec) = DiskStorage::open(tmp.path(), WalOptions::default()).unwrap();
+    assert_eq!(rec.snapshot, Some(snap(5)));
+    assert_eq!(rec.entries.iter().map(|e| e.index).collect::<Vec<_>>(), (6..=12).collect::<Vec<_>>());
+    disk.snapshot_saved(5).unwrap();
+    disk.snapshot_writer().write(&snap(8)).unwrap();
+    disk.snapshot_saved(8).unwrap();
+    disk.snapshot_saved(5).unwrap(); // late: nothing to do
+    drop(disk);
+    let (_, rec) = DiskStorage::open(tmp.path(), WalOptions::default()).unwrap();
+    assert_eq!(rec.snapshot, Some(snap(8)));
+    assert_eq!(rec.entries.iter().map(|e| e.index).collect::<Vec<_>>(), vec![9, 10, 11, 12]);
 }

@@ -128,7 +128,8 @@ fn a_crash_between_write_and_sync_loses_the_unsynced_entries() {
 
 #[test]
 fn snapshots_and_markers_survive_power_losses() {
-    let snap = |index| SnapshotData { index, term: 1, voters: vec![1, 2, 3], data: format!("s{index}").into_bytes() };
+    let snap =
+        |index| SnapshotData { index, term: 1, voters: vec![1, 2, 3], data: format!("s{index}").into_bytes().into() };
     let (mut old, mut new) = (0, 0);
     for seed in 0..50 {
         let fs = SimFs::new(seed);
@@ -203,7 +204,7 @@ fn run(seed: u64) -> u64 {
                 synced_hs = hs;
                 synced_last = written.keys().next_back().copied().unwrap_or(snap_index);
                 let index = snap_index + 1 + next(synced_last - snap_index);
-                let snap = SnapshotData { index, term: written[&index], voters: vec![1, 2, 3], data: vec![7] };
+                let snap = SnapshotData { index, term: written[&index], voters: vec![1, 2, 3], data: vec![7].into() };
                 disk.save_snapshot(&snap).unwrap();
                 snap_index = index;
                 written.retain(|&i, _| i > index);

@@ -10,8 +10,9 @@
 //!   only its own transactions;
 //! - `PeerHello` with a valid proof of the cluster secret makes it a peer server; only peers
 //!   send server-to-server messages, and each only as itself: agreement batches from its own
-//!   shard (another shard than ours), Raft traffic and snapshots from a replica of our shard
-//!   with its own Raft id, leader announcements of itself;
+//!   shard (another shard than ours), Raft traffic and snapshot transfers (both directions:
+//!   begin, chunks, cancel from a sender; acknowledgements, refusals from a receiver) from a
+//!   replica of our shard with its own Raft id, leader announcements of itself;
 //! - `Status` is answered on any connection (read-only counters);
 //! - anything else (server-bound frames, a second hello) is refused.
 
@@ -116,7 +117,12 @@ pub fn check(
                 .ok_or_else(|| format!("agreement batch from shard {} sent by {}", batch.from, node.name()))
         }),
         WireMsg::Replication(
-            ReplicationMsg::Raft { shard, from, .. } | ReplicationMsg::SnapshotOffer { shard, from, .. },
+            ReplicationMsg::Raft { shard, from, .. }
+            | ReplicationMsg::SnapshotBegin { shard, from, .. }
+            | ReplicationMsg::SnapshotChunk { shard, from, .. }
+            | ReplicationMsg::SnapshotAck { shard, from, .. }
+            | ReplicationMsg::SnapshotCancel { shard, from, .. }
+            | ReplicationMsg::SnapshotRefuse { shard, from, .. },
         ) => from_peer(auth, |node| same_group(cfg, node, *shard, *from)),
         WireMsg::Replication(ReplicationMsg::LeaderIs { shard, replica, .. }) => from_peer(auth, |node| {
             (node == NodeId { shard: *shard, replica: *replica })
@@ -165,15 +171,16 @@ fn from_peer(auth: &ConnAuth, allowed: impl FnOnce(NodeId) -> Result<(), String>
 
 fn same_group(cfg: &GateConfig, node: NodeId, shard: ShardId, from: u64) -> Result<(), String> {
     let ok = node.shard == cfg.me.shard && shard == cfg.me.shard && from == u64::from(node.replica) + 1;
-    ok.then_some(())
-        .ok_or_else(|| format!("Raft traffic for shard {shard} from raft id {from} sent by {}", node.name()))
+    ok.then_some(()).ok_or_else(|| {
+        format!("Raft or snapshot traffic for shard {shard} from raft id {from} sent by {}", node.name())
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
-    use luigi_proto::msg::PeerBatch;
+    use luigi_proto::msg::{PeerBatch, SnapshotKind, SnapshotRefusal};
     use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
 
     use super::*;
@@ -220,6 +227,25 @@ mod tests {
         false
     }
 
+    /// One of each snapshot transfer message, from raft id `from` of `shard`.
+    fn transfer_msgs(shard: ShardId, from: u64) -> Vec<WireMsg> {
+        let begin = ReplicationMsg::SnapshotBegin {
+            shard,
+            from,
+            transfer: 7,
+            kind: SnapshotKind::Install { envelope: vec![1, 2, 3] },
+            index: 9,
+            total_bytes: 94,
+            chunk_bytes: 64,
+            crc32: 0,
+        };
+        let chunk = ReplicationMsg::SnapshotChunk { shard, from, transfer: 7, seq: 0, crc32: 0, data: vec![0; 64] };
+        let ack = ReplicationMsg::SnapshotAck { shard, from, transfer: 7, next: 1, resend: false };
+        let cancel = ReplicationMsg::SnapshotCancel { shard, from, transfer: 7 };
+        let refuse = ReplicationMsg::SnapshotRefuse { shard, from, transfer: 7, reason: SnapshotRefusal::Busy };
+        [begin, chunk, ack, cancel, refuse].into_iter().map(WireMsg::Replication).collect()
+    }
+
     #[test]
     fn a_client_says_hello_then_dispatches_only_its_own_transactions() {
         let c = cfg(None);
@@ -254,12 +280,12 @@ mod tests {
     #[test]
     fn server_to_server_messages_need_an_authenticated_peer() {
         let c = cfg(None);
-        let forged = [
-            WireMsg::Replication(ReplicationMsg::SnapshotOffer { shard: 0, from: 2, index: 9, data: vec![0; 94] }),
+        let mut forged = vec![
             WireMsg::Replication(ReplicationMsg::LeaderIs { shard: 1, replica: 5, term: u64::MAX }),
             WireMsg::Replication(ReplicationMsg::Raft { shard: 0, from: 2, bytes: vec![] }),
             WireMsg::Peer(PeerBatch { from: 1, watermark: 0, items: vec![] }),
         ];
+        forged.extend(transfer_msgs(0, 2));
         for msg in &forged {
             let mut a = pending();
             assert!(matches!(check(&c, &mut a, msg, no_one), Verdict::Close(_)), "{msg:?}");
@@ -295,9 +321,17 @@ mod tests {
         let mut b = pending();
         check(&c, &mut b, &peer_hello(same_group, "cluster secret 0123"), no_one);
         assert_eq!(check(&c, &mut b, &raft, no_one), Verdict::Peer(same_group));
-        let as_other =
-            WireMsg::Replication(ReplicationMsg::SnapshotOffer { shard: 0, from: 2, index: 1, data: vec![] });
-        assert!(matches!(check(&c, &mut b, &as_other, no_one), Verdict::Refuse(_)), "another raft id");
+        // Snapshot transfers, both ways, only under its own Raft id and only within the group.
+        for msg in transfer_msgs(0, 3) {
+            assert_eq!(check(&c, &mut b, &msg, no_one), Verdict::Peer(same_group), "{msg:?}");
+        }
+        for msg in transfer_msgs(0, 2) {
+            assert!(matches!(check(&c, &mut b, &msg, no_one), Verdict::Refuse(_)), "another raft id: {msg:?}");
+        }
+        for msg in transfer_msgs(1, 3) {
+            assert!(matches!(check(&c, &mut b, &msg, no_one), Verdict::Refuse(_)), "another shard: {msg:?}");
+            assert!(matches!(check(&c, &mut a, &msg, no_one), Verdict::Refuse(_)), "from another group: {msg:?}");
+        }
         assert!(matches!(check(&c, &mut b, &dispatch(1), no_one), Verdict::Close(_)), "peers do not dispatch");
     }
 }

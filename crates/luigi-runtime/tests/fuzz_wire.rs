@@ -4,7 +4,7 @@
 //! `PROPTEST_CASES=n` runs more cases (default 256).
 
 use bytes::BytesMut;
-use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ReplicationMsg, WireMsg};
+use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ReplicationMsg, SnapshotKind, SnapshotRefusal, WireMsg};
 use luigi_proto::types::TxnId;
 use luigi_runtime::auth;
 use luigi_runtime::config::NodeId;
@@ -34,14 +34,41 @@ fn arb_wire() -> impl Strategy<Value = WireMsg> {
             .prop_map(|(from, watermark, items)| WireMsg::Peer(PeerBatch { from, watermark, items })),
         (any::<u32>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
             .prop_map(|(shard, from, bytes)| WireMsg::Replication(ReplicationMsg::Raft { shard, from, bytes })),
-        (any::<u32>(), any::<u64>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64)).prop_map(
-            |(shard, from, index, data)| WireMsg::Replication(ReplicationMsg::SnapshotOffer {
+        (any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
+            .prop_map(|(shard, from, transfer, total_bytes, envelope)| WireMsg::Replication(
+                ReplicationMsg::SnapshotBegin {
+                    shard,
+                    from,
+                    transfer,
+                    kind: SnapshotKind::Install { envelope },
+                    index: total_bytes / 3,
+                    total_bytes,
+                    chunk_bytes: (total_bytes % 4096) as u32,
+                    crc32: transfer as u32,
+                }
+            )),
+        (any::<u32>(), any::<u64>(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64)).prop_map(
+            |(shard, from, seq, data)| WireMsg::Replication(ReplicationMsg::SnapshotChunk {
                 shard,
                 from,
-                index,
+                transfer: 1,
+                seq,
+                crc32: 0,
                 data
             })
         ),
+        (any::<u32>(), any::<u64>(), any::<u32>(), any::<bool>()).prop_map(|(shard, from, next, resend)| {
+            WireMsg::Replication(ReplicationMsg::SnapshotAck { shard, from, transfer: 1, next, resend })
+        }),
+        (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(shard, from, transfer)| WireMsg::Replication(
+            ReplicationMsg::SnapshotCancel { shard, from, transfer }
+        )),
+        (any::<u32>(), any::<u64>()).prop_map(|(shard, from)| WireMsg::Replication(ReplicationMsg::SnapshotRefuse {
+            shard,
+            from,
+            transfer: 1,
+            reason: SnapshotRefusal::Unknown
+        })),
         (any::<u32>(), any::<u32>(), any::<u64>())
             .prop_map(|(shard, replica, term)| WireMsg::Replication(ReplicationMsg::LeaderIs { shard, replica, term })),
         (any::<u32>(), any::<u32>(), any::<[u8; 32]>()).prop_map(|(shard, replica, proof)| WireMsg::PeerHello {
@@ -87,4 +114,26 @@ proptest! {
             }
         }
     }
+}
+
+/// The largest snapshot chunk a receiver takes, with its message around it, fits in one frame
+/// of a peer connection (and decodes back), so no snapshot ever needs a larger frame.
+#[test]
+fn the_largest_snapshot_chunk_fits_in_a_peer_frame() {
+    use luigi_node::snapshot_transfer::CHUNK_BYTES_MAX;
+    use luigi_runtime::net::codec::{encode_frame_limited, LEN_PREFIX_BYTES, MAX_FRAME_BYTES_DEFAULT};
+    let data = vec![7u8; CHUNK_BYTES_MAX as usize];
+    let msg = WireMsg::Replication(ReplicationMsg::SnapshotChunk {
+        shard: u32::MAX,
+        from: u64::MAX,
+        transfer: u64::MAX,
+        seq: u32::MAX,
+        crc32: u32::MAX,
+        data,
+    });
+    let mut frame = BytesMut::new();
+    encode_frame_limited(&msg, &mut frame, MAX_FRAME_BYTES_DEFAULT).expect("fits in a frame");
+    assert!(frame.len() - LEN_PREFIX_BYTES < MAX_FRAME_BYTES_DEFAULT);
+    let decoded: WireMsg = decode_payload(&frame[LEN_PREFIX_BYTES..]).unwrap();
+    assert_eq!(decoded, msg);
 }

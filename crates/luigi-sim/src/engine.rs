@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use luigi_node::NodeId;
 use luigi_proto::coordinator::CoordOutput;
-use luigi_proto::msg::{ClientMsg, ReplicationMsg};
+use luigi_proto::msg::{ClientMsg, ReplicationMsg, SnapshotKind};
 use luigi_proto::types::{ClientId, ShardId, TimeUs, TxnId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -391,8 +391,15 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
             SimMsg::Replication(ReplicationMsg::Raft { bytes, .. }) => {
                 format!("{src} -> {dst}: raft ({} bytes)", bytes.len())
             }
-            SimMsg::Replication(ReplicationMsg::SnapshotOffer { index, data, .. }) => {
-                format!("{src} -> {dst}: snapshot at {index} ({} bytes)", data.len())
+            SimMsg::Replication(ReplicationMsg::SnapshotChunk { transfer, seq, data, .. }) => {
+                format!("{src} -> {dst}: snapshot transfer {transfer} chunk {seq} ({} bytes)", data.len())
+            }
+            SimMsg::Replication(ReplicationMsg::SnapshotBegin { transfer, kind, index, total_bytes, .. }) => {
+                let what = match kind {
+                    SnapshotKind::Install { .. } => "leader's snapshot",
+                    SnapshotKind::Offer => "snapshot offer",
+                };
+                format!("{src} -> {dst}: snapshot transfer {transfer} begins: {what} at {index} ({total_bytes} bytes)")
             }
             other => format!("{src} -> {dst}: {other:?}"),
         });

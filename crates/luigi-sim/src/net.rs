@@ -58,7 +58,7 @@ pub enum SimMsg {
     ToClient(ServerMsg),
     /// Leader to leader: agreement items (never lost, see [`Network::send`]).
     Peer(PeerBatch),
-    /// Replica to replica: Raft and snapshot offers within a shard, leader announcements
+    /// Replica to replica: Raft and snapshot transfers within a shard, leader announcements
     /// across shards.
     Replication(ReplicationMsg),
 }
@@ -71,10 +71,16 @@ impl SimMsg {
             SimMsg::ToClient(m) => postcard::to_stdvec(m).map(|b| (2u8, b)),
             SimMsg::Peer(m) => postcard::to_stdvec(m).map(|b| (3u8, b)),
             SimMsg::Replication(ReplicationMsg::Raft { bytes, .. }) => return fnv1a(bytes) ^ 4,
-            SimMsg::Replication(ReplicationMsg::SnapshotOffer { index, data, .. }) => {
-                return fnv1a(data) ^ index.rotate_left(8) ^ 5
+            SimMsg::Replication(ReplicationMsg::SnapshotChunk { transfer, seq, data, .. }) => {
+                return fnv1a(data) ^ transfer.rotate_left(16) ^ u64::from(*seq).rotate_left(8) ^ 5
             }
-            SimMsg::Replication(m @ ReplicationMsg::LeaderIs { .. }) => postcard::to_stdvec(m).map(|b| (6u8, b)),
+            SimMsg::Replication(
+                m @ (ReplicationMsg::LeaderIs { .. }
+                | ReplicationMsg::SnapshotBegin { .. }
+                | ReplicationMsg::SnapshotAck { .. }
+                | ReplicationMsg::SnapshotCancel { .. }
+                | ReplicationMsg::SnapshotRefuse { .. }),
+            ) => postcard::to_stdvec(m).map(|b| (6u8, b)),
         };
         match encoded {
             Ok((tag, bytes)) => fnv1a(&bytes) ^ u64::from(tag),

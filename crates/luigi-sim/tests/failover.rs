@@ -349,3 +349,30 @@ fn acknowledging_unknown_outcomes_is_caught() {
     eprintln!("acknowledging unknown outcomes: caught on {caught} of {ran} seeds");
     assert!(caught > 0, "the mutation went unnoticed on every seed");
 }
+
+/// A follower that fell behind its leader's compaction catches up through the leader's
+/// snapshot, larger than a frame (16 MiB: no single message could carry it), which travels in
+/// 1 MiB chunks under flow control and is checked whole before Raft gets it; the followers'
+/// offers to their leader travel the same way. Random faults (crashes, isolations, Raft-only
+/// cuts) on groups of 3 whose shards start from a 20 MiB population.
+#[test]
+fn a_follower_behind_compaction_catches_up_through_a_snapshot_larger_than_a_frame() {
+    let started = Instant::now();
+    let faults = FaultConfig { snapshot_entries: Some(40), population_bytes: 20 << 20, ..FaultConfig::new() };
+    let mut total = FailoverReport::default();
+    for seed in common::seeds(sweep(5_001, 2)) {
+        let r = must_pass(
+            "a_follower_behind_compaction_catches_up_through_a_snapshot_larger_than_a_frame",
+            failover_config(seed, 2),
+            &faults,
+        );
+        eprintln!("{r:?}");
+        total.absorb(&r);
+    }
+    eprintln!("large snapshots: {total:?} in {:?}", started.elapsed());
+    if std::env::var(SEED_ENV).is_err() {
+        assert!(total.snapshots_installed > 0, "no replica needed its leader's snapshot: {total:?}");
+        assert!(total.installed_bytes_max > 16 << 20, "no snapshot larger than a frame was installed: {total:?}");
+        assert!(total.leader_compactions > 0, "no leader compacted behind an offer: {total:?}");
+    }
+}

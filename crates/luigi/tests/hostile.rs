@@ -74,8 +74,15 @@ impl Raw {
 fn send_forged_frames(port: u16) {
     let forged = [
         (
-            "snapshot offer",
-            WireMsg::Replication(ReplicationMsg::SnapshotOffer { shard: 0, from: 2, index: 50, data: vec![7; 94] }),
+            "snapshot chunk",
+            WireMsg::Replication(ReplicationMsg::SnapshotChunk {
+                shard: 0,
+                from: 2,
+                transfer: 1,
+                seq: 0,
+                crc32: 0,
+                data: vec![7; 94],
+            }),
         ),
         (
             "leader announcement",

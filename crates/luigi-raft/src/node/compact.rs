@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 
-use luigi_proto::log::LogEntry;
+use bytes::Bytes;
 use raft::GetEntriesContext;
 
 use super::{RaftError, RaftLog, Record, Replay, SnapshotData};
@@ -16,7 +16,7 @@ impl<R: Record> RaftLog<R> {
     ///
     /// # Errors
     /// [`RaftError::Invalid`] if `index` is not past the current snapshot or not yet applied.
-    pub fn compact(&mut self, index: u64, data: Vec<u8>) -> Result<SnapshotData, RaftError> {
+    pub fn compact(&mut self, index: u64, data: impl Into<Bytes>) -> Result<SnapshotData, RaftError> {
         if !self.can_compact(index) {
             return Err(RaftError::Invalid(format!(
                 "cannot compact to {index}: the snapshot is at {} and entries up to {} are applied and durable",
@@ -24,7 +24,7 @@ impl<R: Record> RaftLog<R> {
                 self.compact_limit()
             )));
         }
-        let snap = self.raw.mut_store().compact(index, data).map_err(RaftError::Invalid)?;
+        let snap = self.raw.mut_store().compact(index, data.into()).map_err(RaftError::Invalid)?;
         Ok(SnapshotData::from_raft(&snap))
     }
 
@@ -39,17 +39,31 @@ impl<R: Record> RaftLog<R> {
     }
 
     /// What a replica that drops its state machine (a demoted leader) rebuilds it from: the
-    /// latest snapshot's data, if the log was compacted, and every committed record handed
-    /// out after it ([`RaftLog::replay`]). Records committed but not taken yet are dropped
-    /// from the queue: they are in the replay.
+    /// latest snapshot, if the log was compacted, and every committed entry handed out after
+    /// it ([`RaftLog::replay`]). Records committed but not taken yet are dropped from the
+    /// queue: they are in the replay.
     ///
     /// # Errors
-    /// As [`RaftLog::replay`] and [`Replay::records`].
-    #[allow(clippy::type_complexity)] // (snapshot data, records): named by the doc above
-    pub fn replay_for_rebuild(&mut self) -> Result<(Option<Vec<u8>>, Vec<LogEntry<R>>), RaftError> {
+    /// As [`RaftLog::replay`].
+    pub fn replay_for_rebuild(&mut self) -> Result<Replay<R>, RaftError> {
         let replay = self.replay()?;
         self.committed.clear();
-        Ok((replay.snapshot_data().map(<[u8]>::to_vec), replay.records()?))
+        Ok(replay)
+    }
+
+    /// The highest index at or below `index` that holds a record of the log's user (not an
+    /// election no-op or a membership change) and is still in memory (after the latest
+    /// snapshot); `None` if there is none.
+    pub fn last_record_at_or_below(&self, index: u64) -> Option<u64> {
+        let mut i = index.min(self.last_index());
+        while i > self.snapshot_index() {
+            let e = self.entry(i)?;
+            if super::is_record(&e) {
+                return Some(i);
+            }
+            i -= 1;
+        }
+        None
     }
 
     /// The latest snapshot and every committed entry handed out after it: what the state
@@ -80,5 +94,12 @@ impl<R: Record> RaftLog<R> {
     pub fn snapshot_data(&self) -> Option<&[u8]> {
         let snapshot = self.raw.store().latest_snapshot();
         (snapshot.get_metadata().index > 0).then_some(&snapshot.data[..])
+    }
+
+    /// The latest snapshot (`None`: the log was never compacted), its data shared with the
+    /// log's memory.
+    pub fn latest_snapshot(&self) -> Option<SnapshotData> {
+        let snapshot = self.raw.store().latest_snapshot();
+        (snapshot.get_metadata().index > 0).then(|| SnapshotData::from_raft(snapshot))
     }
 }

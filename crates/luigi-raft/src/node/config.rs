@@ -3,12 +3,13 @@
 
 use std::marker::PhantomData;
 
+use bytes::Bytes;
 use luigi_proto::log::{LogEntry, LogRecord};
 use raft::eraftpb::{ConfState, Entry, Snapshot};
 
 #[cfg(doc)]
 use super::RaftLog;
-use super::{decode_committed, RaftError, Record};
+use super::{decode_committed, is_record, RaftError, Record};
 use crate::codec::{HardState, PersistEntry};
 #[cfg(doc)]
 use luigi_proto::log::{LogError, ReplicatedLog};
@@ -46,6 +47,14 @@ pub struct RaftConfig {
     /// messages per committed batch under load, delays followers' applies by up to a
     /// heartbeat when idle. Default false.
     pub skip_bcast_commit: bool,
+    /// If true, snapshots travel outside Raft's messages: a leader's `MsgSnapshot` leaves
+    /// with its metadata only, and its data in [`crate::OutMessage::snapshot`] for the shell
+    /// to transfer (in chunks, see `luigi-node`'s snapshot transfers), which then reports the
+    /// outcome with [`RaftLog::report_snapshot`]; the receiver hands the reassembled data in
+    /// with [`RaftLog::step_snapshot`], and [`RaftLog::step_bytes`] refuses a `MsgSnapshot`.
+    /// If false (the default), a snapshot travels whole inside its message, which is
+    /// reported delivered at once. Every replica of a group must agree.
+    pub external_snapshots: bool,
 }
 
 impl RaftConfig {
@@ -61,6 +70,7 @@ impl RaftConfig {
             max_size_per_msg: 1 << 20,
             max_pending: 1 << 16,
             skip_bcast_commit: false,
+            external_snapshots: false,
         }
     }
 }
@@ -74,8 +84,9 @@ pub struct SnapshotData {
     pub term: u64,
     /// Group membership at that point.
     pub voters: Vec<u64>,
-    /// The application's state bytes (opaque here).
-    pub data: Vec<u8>,
+    /// The application's state bytes (opaque here). Shared, not copied, between the log's
+    /// memory, the disk and the transfers to other replicas: a store's image can be large.
+    pub data: Bytes,
 }
 
 impl SnapshotData {
@@ -85,12 +96,12 @@ impl SnapshotData {
             index: meta.index,
             term: meta.term,
             voters: meta.get_conf_state().voters.clone(),
-            data: s.data.to_vec(),
+            data: s.data.clone(),
         }
     }
 
     pub(super) fn to_raft(&self) -> Snapshot {
-        let mut snap = Snapshot { data: self.data.clone().into(), ..Default::default() };
+        let mut snap = Snapshot { data: self.data.clone(), ..Default::default() };
         let meta = snap.mut_metadata();
         meta.index = self.index;
         meta.term = self.term;
@@ -135,6 +146,13 @@ impl<R: Record> Replay<R> {
     /// The snapshot's state-machine data (`None`: the log was never compacted).
     pub fn snapshot_data(&self) -> Option<&[u8]> {
         self.snapshot.as_ref().map(|s| &s.data[..])
+    }
+
+    /// The index of the last record in the replay (Raft's own entries, which change no state,
+    /// skipped): the log index at which the replayed state is a follower's (its applied
+    /// index). `None` if no record follows the snapshot.
+    pub fn last_record_index(&self) -> Option<u64> {
+        self.entries.iter().rev().find(|e| is_record(e)).map(|e| e.index)
     }
 
     /// The committed records after the snapshot, in log order (Raft's own entries skipped).

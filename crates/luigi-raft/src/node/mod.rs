@@ -117,6 +117,8 @@ pub struct RaftLog<R = LogRecord> {
     /// Fatal: the replica lost acknowledged entries (see "Lost entries"): leader, term,
     /// commit, last index.
     lost: Option<(u64, u64, u64, u64)>,
+    /// Snapshots travel outside Raft's messages (see [`RaftConfig::external_snapshots`]).
+    external_snapshots: bool,
 }
 
 impl<R: Record> std::fmt::Debug for RaftLog<R> {
@@ -225,6 +227,7 @@ impl<R: Record> RaftLog<R> {
             rejoin: rejoining.then(Rejoin::default),
             rejoin_done: false,
             lost: None,
+            external_snapshots: config.external_snapshots,
         };
         log.redraw_election_timeout();
         Ok(log)
@@ -408,6 +411,12 @@ impl<R: Record> RaftLog<R> {
         let log = &self.raw.raft.raft_log;
         (log.last_index().saturating_sub(log.committed) as usize) + self.committed.len()
     }
+}
+
+/// Whether `e` carries a record of the log's user (not an election no-op or a membership
+/// change).
+fn is_record(e: &Entry) -> bool {
+    e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty()
 }
 
 /// A committed entry as a record; `None` for the entries the log's user does not see (the

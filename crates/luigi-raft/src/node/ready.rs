@@ -1,5 +1,6 @@
 //! What a [`RaftLog`] hands its shell: [`Ready`] (persist, send, advance) and role changes.
 
+use bytes::Bytes;
 #[cfg(doc)]
 use luigi_proto::log::ReplicatedLog;
 use raft::eraftpb::{Message, MessageType};
@@ -39,8 +40,15 @@ pub struct OutMessage {
     pub to: u64,
     /// The raft message type (for metrics and tests; the bytes carry it too).
     pub msg_type: MessageType,
-    /// Encoded message; the receiver passes it to [`RaftLog::step_bytes`].
+    /// Encoded message; the receiver passes it to [`RaftLog::step_bytes`] (or, with
+    /// `snapshot`, to [`RaftLog::step_snapshot`]).
     pub bytes: Vec<u8>,
+    /// With [`crate::RaftConfig::external_snapshots`], a `MsgSnapshot`'s snapshot, its data
+    /// taken out of `bytes` (which keep its metadata): the shell transfers the data, the
+    /// receiver steps both with [`RaftLog::step_snapshot`], and the sender reports the
+    /// outcome with [`RaftLog::report_snapshot`]. The data is shared with the log's memory,
+    /// not copied.
+    pub snapshot: Option<SnapshotData>,
 }
 
 /// The role and known leader after a change.
@@ -111,8 +119,11 @@ impl<R: Record> RaftLog<R> {
     ///
     /// Committed records become available to [`ReplicatedLog::take_committed`] here (raft-rs
     /// hands out only entries that are committed *and* durable on this replica). Snapshot
-    /// messages to lagging followers are reported delivered right away: if one is lost, the
-    /// follower rejects the next append and the leader sends the snapshot again.
+    /// messages to lagging followers are reported delivered right away (if one is lost, the
+    /// follower rejects the next append and the leader sends the snapshot again), unless
+    /// snapshots travel outside the messages ([`crate::RaftConfig::external_snapshots`]):
+    /// then the shell reports the outcome of each with [`RaftLog::report_snapshot`], and
+    /// until it does, raft-rs sends that follower nothing but heartbeats.
     ///
     /// # Errors
     /// [`RaftError::BadEntry`] if a committed entry does not decode; fatal for the replica.
@@ -157,13 +168,16 @@ impl<R: Record> RaftLog<R> {
                 }
             }
         }
-        out.messages = messages.iter().map(out_message).collect();
-        out.persisted_messages = persisted_messages.iter().map(out_message).collect();
+        let external = self.external_snapshots;
+        out.messages = messages.into_iter().map(|m| out_message(m, external)).collect();
+        out.persisted_messages = persisted_messages.into_iter().map(|m| out_message(m, external)).collect();
         let committed = rd.take_committed_entries();
         self.raw.advance_append_async(rd);
-        for m in out.messages.iter().chain(&out.persisted_messages) {
-            if m.msg_type == MessageType::MsgSnapshot {
-                self.raw.report_snapshot(m.to, SnapshotStatus::Finish);
+        if !external {
+            for m in out.messages.iter().chain(&out.persisted_messages) {
+                if m.msg_type == MessageType::MsgSnapshot {
+                    self.raw.report_snapshot(m.to, SnapshotStatus::Finish);
+                }
             }
         }
         self.after_call();
@@ -193,6 +207,29 @@ impl<R: Record> RaftLog<R> {
     }
 }
 
-fn out_message(m: &Message) -> OutMessage {
-    OutMessage { to: m.to, msg_type: m.get_msg_type(), bytes: encode_message(m) }
+/// The message to send; with external snapshots, a snapshot's data apart from its bytes.
+fn out_message(mut m: Message, external: bool) -> OutMessage {
+    let msg_type = m.get_msg_type();
+    let snapshot = (external && msg_type == MessageType::MsgSnapshot).then(|| {
+        let snap = SnapshotData::from_raft(m.get_snapshot());
+        m.mut_snapshot().data = Bytes::new();
+        snap
+    });
+    OutMessage { to: m.to, msg_type, bytes: encode_message(&m), snapshot }
+}
+
+impl<R: Record> RaftLog<R> {
+    /// With [`crate::RaftConfig::external_snapshots`]: the transfer of the snapshot last sent
+    /// to replica `to` ended, `delivered` (the receiver holds it whole and stepped it) or
+    /// failed (raft-rs sends a new one after a heartbeat). A no-op if `to` no longer waits
+    /// for a snapshot (e.g. its answer to the snapshot came first, or this replica no longer
+    /// leads).
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) {
+        if !self.is_leader() || !self.voters.contains(&to) || to == self.id {
+            return;
+        }
+        let status = if delivered { SnapshotStatus::Finish } else { SnapshotStatus::Failure };
+        self.raw.report_snapshot(to, status);
+        self.after_call();
+    }
 }

@@ -1,6 +1,7 @@
 //! Messages in: [`RaftLog::step`], with the checks for lost entries and the rejoin protocol
 //! (see [`RaftLog`], "Lost entries" and "Rejoining").
 
+use bytes::Bytes;
 use raft::eraftpb::{Message, MessageType};
 use raft::StateRole;
 
@@ -159,11 +160,42 @@ impl<R: Record> RaftLog<R> {
         result.map_err(RaftError::from)
     }
 
-    /// [`crate::decode_message`] then [`RaftLog::step`].
+    /// [`crate::decode_message`] then [`RaftLog::step`]. With
+    /// [`crate::RaftConfig::external_snapshots`], a `MsgSnapshot` is refused here: snapshots
+    /// come in through [`RaftLog::step_snapshot`] only, once transferred and checked.
     ///
     /// # Errors
-    /// [`RaftError::Decode`] for bytes that are not a raft message, else as [`RaftLog::step`].
+    /// [`RaftError::Decode`] for bytes that are not a raft message, [`RaftError::Forbidden`]
+    /// for a snapshot that should have come apart, else as [`RaftLog::step`].
     pub fn step_bytes(&mut self, bytes: &[u8]) -> Result<(), RaftError> {
-        self.step(crate::codec::decode_message(bytes)?)
+        let msg = crate::codec::decode_message(bytes)?;
+        if self.external_snapshots && msg.get_msg_type() == MessageType::MsgSnapshot {
+            return Err(RaftError::Forbidden(MessageType::MsgSnapshot));
+        }
+        self.step(msg)
+    }
+
+    /// A `MsgSnapshot` whose data travelled apart (see [`crate::OutMessage::snapshot`]):
+    /// `envelope` is the message as sent (its metadata), `data` the snapshot's data,
+    /// reassembled and checked by the shell. Steps them as one message.
+    ///
+    /// # Errors
+    /// [`RaftError::Decode`] if `envelope` is not a raft message; [`RaftError::Invalid`] if it
+    /// is not a snapshot without its data, or snapshots are not external here; else as
+    /// [`RaftLog::step`].
+    pub fn step_snapshot(&mut self, envelope: &[u8], data: Bytes) -> Result<(), RaftError> {
+        let mut msg = crate::codec::decode_message(envelope)?;
+        if !self.external_snapshots {
+            return Err(RaftError::Invalid("snapshots travel inside raft messages in this group".into()));
+        }
+        if msg.get_msg_type() != MessageType::MsgSnapshot || !msg.get_snapshot().data.is_empty() {
+            return Err(RaftError::Invalid(format!(
+                "a {:?} with {} bytes of snapshot data is not a snapshot envelope",
+                msg.get_msg_type(),
+                msg.get_snapshot().data.len()
+            )));
+        }
+        msg.mut_snapshot().data = data;
+        self.step(msg)
     }
 }

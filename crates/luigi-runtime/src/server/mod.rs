@@ -19,12 +19,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use luigi_node::{Effect, NodeConfig, NodeError, ReplicaNode};
+use luigi_node::{CheckedSnapshot, Effect, NodeConfig, NodeError, ReplicaNode, SnapshotCheck};
 use luigi_proto::msg::{ServerMsg, WireMsg};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::ClientId;
 use luigi_proto::Map;
-use luigi_raft::replica::{empty_store, InitialStore, SnapshotJob};
+use luigi_raft::replica::{empty_store, InitialStore, SnapshotImage, SnapshotJob};
 use luigi_wal::Durability;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -72,12 +72,15 @@ enum Inbound {
     },
     /// From the storage thread.
     Storage(StorageReport),
-    /// A snapshot job finished (index, bytes).
+    /// A snapshot job finished.
     SnapshotMade(MadeSnapshot),
+    /// A received snapshot was checked (or decoded) off the loop (boxed: a decoded state is
+    /// large).
+    SnapshotChecked(Box<CheckedSnapshot>),
 }
 
-/// (index, bytes) of a snapshot made by a [`SnapshotJob`].
-type MadeSnapshot = Result<(u64, Vec<u8>), luigi_raft::RaftError>;
+/// What a [`SnapshotJob`] made.
+type MadeSnapshot = Result<SnapshotImage, luigi_raft::RaftError>;
 
 /// Where a replica keeps its log, and whether it fsyncs it. Every shard, one replica or
 /// more, is a Raft group with this storage.
@@ -282,6 +285,13 @@ impl Shell {
             Effect::SaveSnapshot(snap) => self.submit_to_disk(StorageOp::SaveSnapshot(snap), more),
             Effect::MarkDamaged { reason } => self.submit_to_disk(StorageOp::MarkDamaged(reason), more),
             Effect::MakeSnapshot(job) => self.make_snapshot(job),
+            Effect::CheckSnapshot(check) => self.check_snapshot(check),
+            Effect::Discard(state) => {
+                // Freed on a thread of its own: a large store takes a while to free.
+                if std::thread::Builder::new().name("luigi-discard".into()).spawn(move || drop(state)).is_err() {
+                    warn!("cannot start a thread to free a replaced state; it is freed on the event loop");
+                }
+            }
             // Logged by the node; executions are for observers (the simulator's checks).
             Effect::Transition(_) | Effect::Executed { .. } => {}
         }
@@ -312,6 +322,18 @@ impl Shell {
         });
         if let Err(e) = spawned {
             self.fatal = Some(format!("cannot start a snapshot thread: {e}"));
+        }
+    }
+
+    /// Runs `check` on a thread of its own (the node keeps at most a few under way); its
+    /// result comes back as an event.
+    fn check_snapshot(&mut self, check: SnapshotCheck) {
+        let tx = self.inbound.clone();
+        let spawned = std::thread::Builder::new().name("luigi-snapcheck".into()).spawn(move || {
+            let _ = tx.blocking_send(Inbound::SnapshotChecked(Box::new(check.run())));
+        });
+        if let Err(e) = spawned {
+            self.fatal = Some(format!("cannot start a snapshot check thread: {e}"));
         }
     }
 
@@ -416,10 +438,19 @@ fn handle(shell: &mut Shell, conns: &mut Conns, ev: Inbound, fx: &mut Vec<Effect
             link(&mut shell.node, peer, false, fx);
         }
         Inbound::Storage(StorageReport::Persisted(number)) => shell.node.persisted(number, fx),
+        // The log is compacted behind it in order with its writes.
+        Inbound::Storage(StorageReport::SnapshotSaved(index)) => {
+            shell.submit_to_disk(StorageOp::SnapshotSaved(index), fx)
+        }
         Inbound::Storage(StorageReport::Failed(e)) => shell.fatal = Some(e),
         Inbound::SnapshotMade(made) => {
             if let Err(e) = shell.node.snapshot_made(made, fx) {
                 shell.fatal = Some(e.to_string());
+            }
+        }
+        Inbound::SnapshotChecked(checked) => {
+            if let Err(e) = shell.node.snapshot_checked(*checked, fx) {
+                warn!(error = %e, "received snapshot not taken");
             }
         }
         Inbound::Msg { conn, msg } => on_msg(shell, conns, conn, msg, fx),

@@ -8,6 +8,7 @@ use luigi_proto::msg::{TxnError, TxnReply};
 use luigi_proto::types::{ShardId, TxnId};
 use luigi_store::Store;
 
+use super::config::without_population;
 use super::{shards_of, FailoverReport, RaftGroups};
 use crate::engine::{Core, Step};
 use crate::hosted::check_run;
@@ -174,8 +175,15 @@ impl RaftGroups<'_> {
             stores.push(leader.store());
             self.report.recover_sent += leader.leader().map_or(0, |l| l.stats().recover_sent);
         }
+        // The workload's model knows nothing of the synthetic population.
+        let modelled: Vec<Store> = if self.faults.population_bytes > 0 {
+            stores.iter().map(|s| without_population(s)).collect()
+        } else {
+            Vec::new()
+        };
+        let checked: Vec<&Store> = if modelled.is_empty() { stores.clone() } else { modelled.iter().collect() };
         let summary =
-            check_run(core.config, &core.cs.history, &core.cs.orphans, &stores).map_err(|v| v.at(core.now))?;
+            check_run(core.config, &core.cs.history, &core.cs.orphans, &checked).map_err(|v| v.at(core.now))?;
         self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
         // Every replica holds the replayed state, not only the leaders checked above.
         for (s, group) in self.replicas.iter().enumerate() {

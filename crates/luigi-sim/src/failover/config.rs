@@ -3,6 +3,7 @@
 //! ([`FailoverReport`]).
 
 use luigi_proto::types::ShardId;
+use luigi_store::{table_key, ScanOrder, Store};
 
 use crate::config::{Delay, SimConfig};
 
@@ -63,6 +64,11 @@ pub struct FaultConfig {
     /// records (`None`: never). Restarts then load snapshots, and a replica that fell
     /// behind a compaction is sent the leader's snapshot.
     pub snapshot_entries: Option<u64>,
+    /// Each shard starts from a population of about this many bytes (rows of
+    /// [`POPULATION_ROW_BYTES`] in a table of their own, [`population`], which the workload
+    /// never touches), as a workload's population would: every snapshot then carries it, and
+    /// one larger than a frame (16 MiB) must travel in many chunks. 0: none.
+    pub population_bytes: u64,
     /// Majority losses: at each, a majority of one shard's replicas (its serving leader
     /// first) crash and stay down for a while, so the shard has no quorum.
     pub outages: Vec<Outage>,
@@ -109,6 +115,7 @@ impl FaultConfig {
             settle_us: 5_000_000,
             ack_before_sync: false,
             snapshot_entries: None,
+            population_bytes: 0,
             outages: Vec::new(),
             liveness_us: 10_000_000,
         }
@@ -123,7 +130,8 @@ impl FaultConfig {
     pub fn summary(&self) -> String {
         format!(
             "replicas={} raft_tick={}us election_ticks={} sync={}±{}us random_faults={} fault_gap={}±{}us \
-             down={}±{}us faults_until={}us kill={:?}×{} ack_before_sync={} snapshot_entries={:?} outages={:?}",
+             down={}±{}us faults_until={}us kill={:?}×{} ack_before_sync={} snapshot_entries={:?} \
+             population_bytes={} outages={:?}",
             self.replicas,
             self.raft_tick_us,
             self.election_ticks,
@@ -139,9 +147,37 @@ impl FaultConfig {
             self.kills,
             self.ack_before_sync,
             self.snapshot_entries,
+            self.population_bytes,
             self.outages
         )
     }
+}
+
+/// The table of a shard's population ([`FaultConfig::population_bytes`]).
+pub const POPULATION_TABLE: u16 = 0xF0F0;
+/// The size of a population row's value, bytes.
+pub const POPULATION_ROW_BYTES: usize = 256 << 10;
+
+/// A population of about `bytes` bytes: rows of [`POPULATION_ROW_BYTES`] under
+/// [`POPULATION_TABLE`], the same on every replica.
+pub fn population(bytes: u64) -> Store {
+    let mut store = Store::new();
+    for row in 0..bytes.div_ceil(POPULATION_ROW_BYTES as u64) {
+        let value: Vec<u8> =
+            (0..POPULATION_ROW_BYTES).map(|i| (row as usize).wrapping_mul(31).wrapping_add(i) as u8).collect();
+        store.put(table_key(POPULATION_TABLE, &[row]), value);
+    }
+    store
+}
+
+/// `store` without the population's rows (what the workload's model knows of).
+pub fn without_population(store: &Store) -> Store {
+    let mut rest = store.clone();
+    let (lo, hi) = (table_key(POPULATION_TABLE, &[]), table_key(POPULATION_TABLE + 1, &[]));
+    for (key, _) in store.scan(&lo, &hi, usize::MAX, ScanOrder::Ascending) {
+        rest.delete(&key);
+    }
+    rest
 }
 
 /// A [`SimConfig`] suited to replicated runs with faults: `shards` shards, 3 clients with 3
@@ -204,6 +240,9 @@ pub struct FailoverReport {
     pub leader_compactions: u64,
     /// Snapshots replicas installed from their leader (they had fallen behind a compaction).
     pub snapshots_installed: u64,
+    /// The largest snapshot of a leader that a replica received (in chunks) to install,
+    /// bytes.
+    pub installed_bytes_max: u64,
     /// Dispatches the coordinators sent again.
     pub retries: u64,
     /// Leader counters, summed over every serving incarnation that was still alive at the
@@ -241,6 +280,7 @@ impl FailoverReport {
         self.compactions += r.compactions;
         self.leader_compactions += r.leader_compactions;
         self.snapshots_installed += r.snapshots_installed;
+        self.installed_bytes_max = self.installed_bytes_max.max(r.installed_bytes_max);
         self.retries += r.retries;
         self.recover_sent += r.recover_sent;
         self.end_us = self.end_us.max(r.end_us);

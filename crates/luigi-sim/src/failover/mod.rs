@@ -64,7 +64,10 @@ mod config;
 mod faults;
 mod replicas;
 
-pub use config::{failover_config, FailoverReport, FaultConfig, KillPoint, Outage};
+pub use config::{
+    failover_config, population, without_population, FailoverReport, FaultConfig, KillPoint, Outage,
+    POPULATION_ROW_BYTES, POPULATION_TABLE,
+};
 
 use replicas::{new_node, SimReplica};
 

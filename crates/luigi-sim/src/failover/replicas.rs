@@ -13,6 +13,7 @@ use luigi_wal::{Durability, SimFs, WalOptions};
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::config::population;
 use super::{FaultAction, FaultConfig, Kill, KillPoint, RaftGroups};
 use crate::config::SimConfig;
 use crate::engine::{busy_backoff_us, local_clock, virtual_deadline, Core, Step};
@@ -123,8 +124,21 @@ pub(super) fn new_node(
     let node = NodeId { shard: s, replica: i };
     let shape = vec![faults.replicas; config.shards as usize];
     let mut nc = NodeConfig::new(node, shape, config.seed, tuning, config.registry());
-    if let Some(hosted) = &config.workload {
-        nc = nc.with_initial(hosted.initial_store(s));
+    // The hosted workload's population, plus the synthetic rows of `population_bytes`.
+    let hosted = config.workload.as_ref().map(|h| h.initial_store(s));
+    match (hosted, faults.population_bytes) {
+        (None, 0) => {}
+        (Some(initial), 0) => nc = nc.with_initial(initial),
+        (None, bytes) => nc = nc.with_initial(Arc::new(move || population(bytes))),
+        (Some(initial), bytes) => {
+            nc = nc.with_initial(Arc::new(move || {
+                let mut store = initial();
+                for (key, value) in population(bytes).iter() {
+                    store.put(key.clone(), value.clone());
+                }
+                store
+            }))
+        }
     }
     nc.leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
     ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
@@ -322,11 +336,29 @@ impl RaftGroups<'_> {
                 }
                 self.report.compactions += node.stats().snapshots_taken - taken;
             }
+            Effect::CheckSnapshot(check) => {
+                // Run at once (a server runs it on a thread while its replica goes on).
+                let index = check.index();
+                if check.is_install() {
+                    self.report.installed_bytes_max = self.report.installed_bytes_max.max(check.bytes() as u64);
+                }
+                let checked = check.run();
+                let node = self.replicas[s as usize][i as usize].node.as_mut().expect("up");
+                let compactions = node.stats().compactions_behind_offers;
+                if let Err(e) = node.snapshot_checked(checked, again) {
+                    // Every replica's snapshot is made by the same code from the same log: one
+                    // that does not load is a bug.
+                    return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+                }
+                self.report.leader_compactions += node.stats().compactions_behind_offers - compactions;
+                core.trace(|| format!("{me} checked a received snapshot at {index}"));
+            }
             Effect::MarkDamaged { reason } => {
                 let _ = self.replicas[s as usize][i as usize].disk.storage().mark_damaged(&reason);
                 return Err(core.violation(ViolationKind::Invariant, format!("{me} lost its disk: {reason}")));
             }
             Effect::Executed { .. } => {} // checked in `after_turn`
+            Effect::Discard(state) => drop(state),
             Effect::Transition(t) => {
                 let r = &mut self.replicas[s as usize][i as usize];
                 r.watermark = 0;

@@ -1,0 +1,220 @@
+//! How long a snapshot of a large store holds a replica's event loop, before and after
+//! snapshots became jobs and transfers (issue 11, part 4). Prints figures; asserts nothing
+//! about time.
+//!
+//! ```sh
+//! cargo run --release -p luigi-node --example snapshot_pause            # 1M rows of 300 bytes
+//! ROWS=100000 RECORDS=2000 cargo run -p luigi-node --example snapshot_pause
+//! ```
+//!
+//! A replica (a group of one: it makes its own snapshot the way a follower does, by a replay
+//! job) starts from a store of `ROWS` rows of 300 bytes, applies `RECORDS` writes, and takes a
+//! snapshot. "Before" times what the event loop did in the previous design with the same
+//! state: serialize the follower state inline, copy the image into the log and into the
+//! offer, check the offer on the leader and decode an installed snapshot inline. "After" times
+//! what is left on the loop now: starting the job (a copy of the log entries' headers),
+//! compacting behind its image (shared bytes), beginning the transfer, each transfer message
+//! on both sides, and swapping in a snapshot decoded off the loop.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use luigi_node::snapshot_transfer::{TransferConfig, TransferEvent, Transfers};
+use luigi_node::Tuning;
+use luigi_proto::leader::follower::Follower;
+use luigi_proto::leader::{LeaderConfig, LeaderOutput};
+use luigi_proto::msg::{ClientMsg, ReplicationMsg, SnapshotKind};
+use luigi_proto::procedure::Registry;
+use luigi_proto::procedures::{micro_key, Micro, MicroOp};
+use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_raft::replica::{InitialStore, Replica};
+use luigi_raft::{RaftConfig, RaftLog};
+use luigi_store::{table_key, Store};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:9.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    let out = f();
+    (out, started.elapsed())
+}
+
+fn dispatch(seq: u64) -> ClientMsg {
+    let ops = vec![MicroOp { key: seq % 1000, write: Some(seq) }];
+    let txn = Arc::new(Txn {
+        id: TxnId { client: 4, seq },
+        procedure: Micro::NAME.into(),
+        args: postcard::to_stdvec(&ops).unwrap(),
+        pieces: vec![ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![micro_key(seq % 1000)]) }],
+        ts: 1,
+    });
+    ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq }
+}
+
+/// Drives `r`'s log (persisting at once) and turns it at `now`.
+fn settle(r: &mut Replica, now: u64, out: &mut Vec<LeaderOutput>) {
+    for _ in 0..8 {
+        while let Some(rd) = r.log_mut().ready().unwrap() {
+            r.log_mut().advance(rd.number);
+        }
+        r.turn(now, out).unwrap();
+    }
+}
+
+fn main() {
+    let rows = env("ROWS", 1_000_000);
+    let records = env("RECORDS", 10_000);
+    let initial: InitialStore = Arc::new(move || {
+        let mut store = Store::new();
+        for row in 0..rows {
+            let mut value = vec![0u8; 300];
+            value[..8].copy_from_slice(&row.to_le_bytes());
+            store.put(table_key(0xF0F0, &[row]), value);
+        }
+        store
+    });
+    let registry = Registry::with_builtins();
+    let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
+    let (mut r, built) =
+        timed(|| Replica::new(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), log).unwrap());
+    r.log_mut().campaign().unwrap();
+    let mut out = Vec::new();
+    settle(&mut r, 100, &mut out);
+    assert!(r.is_serving());
+    let started = Instant::now();
+    for seq in 1..=records {
+        r.on_client(1_000 + seq, 4, dispatch(seq), &mut out);
+        if seq % 500 == 0 {
+            settle(&mut r, 1_000 + seq, &mut out);
+            out.clear();
+        }
+    }
+    settle(&mut r, 60_000_000, &mut out);
+    println!(
+        "store: {rows} rows of 300 bytes (built in {:.1} s); {} log entries applied after it ({:.1} s)",
+        built.as_secs_f64(),
+        r.log().handed_out(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // ---- after: what is left on the event loop ----
+    let (job, due) = timed(|| r.own_snapshot_due(1).unwrap().expect("due"));
+    let (image, job_time) = timed(|| job.run().unwrap());
+    let bytes = image.data.len();
+    println!("snapshot image: {:.1} MB at index {}", bytes as f64 / 1e6, image.index);
+    let (snap, compact) = timed(|| r.log_mut().compact(image.index, image.data.clone()).unwrap());
+    let saved = snap.clone(); // the SaveSnapshot effect's copy: shared bytes
+    let tuning = Tuning::for_delay(1_000, 100);
+    let mut sender = Transfers::new(0, 2, TransferConfig::new(&tuning));
+    let mut receiver = Transfers::new(0, 1, TransferConfig::new(&tuning));
+    let mut events = Vec::new();
+    let (_, begin) = timed(|| {
+        sender.send(1, 1, SnapshotKind::Offer, snap.index, snap.data.clone(), image.crc32, &mut events).unwrap()
+    });
+    drop(saved);
+    // The whole transfer, message by message, timing each side's handling of each message.
+    let (mut worst_send, mut worst_receive, mut messages) = (Duration::ZERO, Duration::ZERO, 0u64);
+    let mut received = None;
+    let transfer_started = Instant::now();
+    while !events.is_empty() {
+        let mut back = Vec::new();
+        for e in events.drain(..) {
+            match e {
+                TransferEvent::Send { msg, .. } => {
+                    let from = sender_of(&msg);
+                    let (_, t) = timed(|| receiver.on_message(2, from, msg, |_| true, &mut back).unwrap());
+                    worst_receive = worst_receive.max(t);
+                    messages += 1;
+                }
+                TransferEvent::Sent { .. } => {}
+                TransferEvent::Received { data, .. } => received = Some(data),
+            }
+        }
+        let mut forth = Vec::new();
+        for e in back.drain(..) {
+            match e {
+                TransferEvent::Send { msg, .. } => {
+                    let from = sender_of(&msg);
+                    let (_, t) = timed(|| sender.on_message(3, from, msg, |_| true, &mut forth).unwrap());
+                    worst_send = worst_send.max(t);
+                    messages += 1;
+                }
+                TransferEvent::Sent { .. } => {}
+                TransferEvent::Received { data, .. } => received = Some(data),
+            }
+        }
+        events = forth;
+    }
+    let transfer_total = transfer_started.elapsed();
+    let received: Bytes = received.expect("the transfer completed");
+    assert_eq!(received, snap.data);
+    let (decoded, decode) = timed(|| Follower::from_snapshot(0, registry.clone(), &received).unwrap());
+    // A lagging follower (of a group of two that never elects: it stays a follower) with the
+    // same store installs it: a swap; the state it replaces is freed off the loop
+    // (`Effect::Discard`).
+    let log = RaftLog::new(RaftConfig::new(1, vec![1, 2], 7), None).unwrap();
+    let mut lagging = Replica::new(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), log).unwrap();
+    let (replaced, install) = timed(|| lagging.install_follower(decoded));
+    assert!(replaced.is_some(), "a follower's state was replaced");
+    let (_, discard) = timed(|| drop(replaced));
+
+    // ---- before: the same work, inline ----
+    let follower = Follower::from_snapshot(0, registry.clone(), &snap.data).unwrap();
+    let (old_image, serialize) = timed(|| follower.snapshot());
+    assert_eq!(old_image.len(), bytes);
+    let (_, copies) = timed(|| {
+        let in_log = std::hint::black_box(old_image.to_vec()); // SnapshotData::from_raft's copy
+        let offer = std::hint::black_box(in_log.clone()); // the offer's copy
+        (in_log.len(), offer.len())
+    });
+    let (_, check) = timed(|| Follower::check_snapshot(0, snap.index, &old_image).unwrap());
+    let (old_decoded, old_decode) = timed(|| Follower::from_snapshot(0, registry.clone(), &old_image).unwrap());
+    drop(old_decoded);
+
+    println!();
+    println!("on the event loop, before (snapshot made, checked and installed inline, sent as one message):");
+    println!("  a follower serializes its state (Follower::snapshot)      {}", ms(serialize));
+    println!("  it copies the image into its log and into the offer       {}", ms(copies));
+    println!("  the leader checks the offer (Follower::check_snapshot)   {}", ms(check));
+    println!("  a lagging follower decodes the leader's snapshot         {}", ms(old_decode));
+    println!("  ... and frees the state it replaces                      {}", ms(discard));
+    let worst_before = (serialize + copies).max(check).max(old_decode + discard);
+    println!("  worst single pause                                      {}", ms(worst_before));
+    println!("  (and no snapshot over 16 MiB could be sent at all: one frame)");
+    println!("on the event loop, after:");
+    println!("  start the snapshot job (own_snapshot_due: the replay)     {}", ms(due));
+    println!("  compact behind the image (shared bytes)                  {}", ms(compact));
+    println!("  begin the offer's transfer                               {}", ms(begin));
+    println!(
+        "  one transfer message, worst of {messages}: sender {} / receiver {}",
+        ms(worst_send).trim(),
+        ms(worst_receive).trim()
+    );
+    println!("  install a snapshot decoded off the loop (a swap)          {}", ms(install));
+    let worst_after = [due, compact, begin, worst_send, worst_receive, install].into_iter().max().unwrap();
+    println!("  worst single pause                                      {}", ms(worst_after));
+    println!("off the event loop, after:");
+    println!("  the snapshot job (replay, serialize, CRC)                {}", ms(job_time));
+    println!("  decode a received snapshot (SnapshotCheck)               {}", ms(decode));
+    println!("  free the replaced state (Effect::Discard)                {}", ms(discard));
+    println!("  the whole transfer in memory, both sides                  {}", ms(transfer_total));
+}
+
+fn sender_of(msg: &ReplicationMsg) -> u64 {
+    match msg {
+        ReplicationMsg::SnapshotBegin { from, .. }
+        | ReplicationMsg::SnapshotChunk { from, .. }
+        | ReplicationMsg::SnapshotAck { from, .. }
+        | ReplicationMsg::SnapshotCancel { from, .. }
+        | ReplicationMsg::SnapshotRefuse { from, .. }
+        | ReplicationMsg::Raft { from, .. } => *from,
+        ReplicationMsg::LeaderIs { replica, .. } => u64::from(*replica) + 1,
+    }
+}
