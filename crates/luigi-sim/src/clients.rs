@@ -72,7 +72,8 @@ pub(crate) struct ClientState {
     /// The clients start no new business transaction once `submitted` reaches it (their next
     /// steps still go out): `SimConfig::txns`, raised by a liveness probe.
     pub(crate) target: u64,
-    /// During a liveness probe, the one client that submits, one transaction at a time.
+    /// During a liveness probe, the one client that submits, one transaction at a time (one
+    /// reported unknown keeps its slot until it is resolved).
     pub(crate) prober: Option<ClientId>,
     /// Transactions with a definite answer.
     pub(crate) answered: u64,
@@ -221,11 +222,14 @@ pub(crate) trait ClientWorld {
                 CoordOutput::Done(done)
                     if matches!(done.outcome, TxnOutcome::Unknown(_)) && !self.unknown_is_final() =>
                 {
-                    // The client moves on (its window slot frees); the answer that counts is
-                    // the resolution, which must come (liveness).
+                    // The client moves on (its window slot frees; a prober's does not, its
+                    // probe stays one transaction at a time); the answer that counts is the
+                    // resolution, which must come (liveness).
                     self.trace(|| format!("c{id} reports {:?} unknown: {:?}", done.id, done.outcome));
                     self.clients().unknown += 1;
-                    self.client(id)?.outstanding -= 1;
+                    if self.clients().prober != Some(id) {
+                        self.client(id)?.outstanding -= 1;
+                    }
                 }
                 CoordOutput::Done(done) => {
                     self.client(id)?.routes.forget(done.id);
@@ -238,7 +242,7 @@ pub(crate) trait ClientWorld {
                 }
                 CoordOutput::Resolved(done) => {
                     self.client(id)?.routes.forget(done.id);
-                    let in_window = self.unknown_is_final();
+                    let in_window = self.unknown_is_final() || self.clients().prober == Some(id);
                     self.record_answer(id, done, in_window)?
                 }
             }

@@ -33,6 +33,9 @@ use crate::violation::{Violation, ViolationKind};
 /// What a step of the run returns.
 pub(crate) type Step = Result<(), Violation>;
 
+/// Rounds of a liveness probe before it fails for want of a commit (see `Sim::probe`).
+pub(crate) const PROBE_ROUNDS_MAX: u32 = 4;
+
 /// Longest back-off (µs) for a server that keeps asking to be woken in the past right after
 /// being woken (see [`busy_backoff_us`]).
 pub(crate) const BUSY_BACKOFF_MAX_US: u64 = 64;
@@ -306,26 +309,35 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
 
     /// Liveness after every fault healed: the settled cluster is given `txns` more
     /// transactions, new business transactions (with all their steps) of the first live
-    /// client, one at a time (so that admission control does not refuse them all; one
-    /// reported unknown frees its slot, though, and may overlap the next). Each must be
-    /// answered within the settling time, and at least one must commit. Then the cluster
-    /// settles again for the end-of-run checks, which cover them like the others.
+    /// client, one at a time (so that admission control does not refuse them all: a refused
+    /// cross-shard transaction may still hold a slot of another participant for a moment),
+    /// in up to [`PROBE_ROUNDS_MAX`] rounds of `txns` until one commits. Each must be
+    /// answered within the settling time. Then the cluster settles again for the end-of-run
+    /// checks, which cover them like the others.
     fn probe(&mut self, txns: u64) -> Step {
         let from = self.core.cs.history.txns.len();
         let Some(prober) = (1..=u64::from(self.core.config.clients)).find(|&c| !self.core.dead(Node::Client(c))) else {
             return Ok(()); // no live client (the kill points keep one alive)
         };
-        self.core.cs.target = self.core.cs.submitted + txns;
         self.core.cs.prober = Some(prober);
-        self.core.trace(|| format!("probe: c{prober} submits {txns} more transactions to the healed cluster"));
         let deadline = self.cluster.settle(&mut self.core)?;
-        self.call_client(prober, false, |_, _, _, _| {})?;
-        while !self.core.cs.finished() {
-            if let Err(v) = self.step_event(deadline) {
-                let msg = format!("liveness: the healed cluster did not answer its probe transactions: {}", v.message);
-                return Err(Violation { message: msg, ..v });
+        for round in 1..=PROBE_ROUNDS_MAX {
+            self.core.cs.target = self.core.cs.submitted + txns;
+            self.core.trace(|| format!("probe {round}: c{prober} submits {txns} transactions to the healed cluster"));
+            self.call_client(prober, false, |_, _, _, _| {})?;
+            while !self.core.cs.finished() {
+                if let Err(v) = self.step_event(deadline) {
+                    let msg =
+                        format!("liveness: the healed cluster did not answer its probe transactions: {}", v.message);
+                    return Err(Violation { message: msg, ..v });
+                }
+            }
+            let probes = &self.core.cs.history.txns[from..];
+            if probes.iter().any(|t| t.answers.first().is_some_and(|a| a.outcome.is_committed())) {
+                break;
             }
         }
+        self.core.cs.prober = None;
         let probes = &self.core.cs.history.txns[from..];
         if !probes.iter().any(|t| t.answers.first().is_some_and(|a| a.outcome.is_committed())) {
             let outcomes: Vec<String> =

@@ -138,6 +138,20 @@ fn micro_hosted_ideal_log() {
     }
 }
 
+/// A hosted population composes with the synthetic rows of `FaultConfig::population_bytes`
+/// (snapshots then carry both, in many chunks): every replica starts from both, the replay
+/// from the bank's alone.
+#[test]
+fn bank_with_a_synthetic_population_and_snapshots() {
+    let faults = FaultConfig { snapshot_entries: Some(20), population_bytes: 2 << 20, ..FaultConfig::new() };
+    let mut compactions = 0;
+    for seed in common::seeds(40..43) {
+        let r = must_pass("bank_with_a_synthetic_population_and_snapshots", bank_config(seed, bank(seed)), &faults);
+        compactions += r.compactions;
+    }
+    assert!(compactions > 0, "no follower snapshotted");
+}
+
 #[test]
 fn hosted_same_seed_same_trace() {
     let faults = FaultConfig { kill: Some(KillPoint::ProposeSent), kills: 2, ..FaultConfig::new() };

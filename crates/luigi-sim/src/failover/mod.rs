@@ -235,22 +235,32 @@ impl<'a> RaftGroups<'a> {
 
     fn converged(&self, core: &Core<'_>) -> bool {
         // Every live coordinator has heard every participant of everything it reported.
-        let clients_settled = core.cs.nodes.iter().all(|c| c.dead || c.coord.unresolved() == 0);
-        clients_settled
-            && self.replicas.iter().all(|group| {
-                let serving: Vec<&Replica> = group
-                    .iter()
-                    .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
-                    .filter(|r| r.is_serving())
-                    .collect();
-                let [leader] = serving.as_slice() else { return false };
-                let l = leader.leader().expect("serving");
-                let hash = l.store().state_hash();
-                l.pending_len() == 0
-                    && group.iter().all(|n| {
-                        n.node.as_ref().map(ReplicaNode::replica).is_some_and(|r| r.store().state_hash() == hash)
-                    })
-            })
+        if !core.cs.nodes.iter().all(|c| c.dead || c.coord.unresolved() == 0) {
+            return false;
+        }
+        let mut leaders = Vec::new();
+        for group in &self.replicas {
+            let serving: Vec<&Replica> = group
+                .iter()
+                .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
+                .filter(|r| r.is_serving())
+                .collect();
+            let [leader] = serving.as_slice() else { return false };
+            let l = leader.leader().expect("serving");
+            let len = l.store().len();
+            let same_size = group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().store().len() == len));
+            if l.pending_len() != 0 || !same_size {
+                return false;
+            }
+            leaders.push((group, l.store()));
+        }
+        // Hashing a workload's population is costly: only once every cheaper condition holds.
+        leaders.iter().all(|(group, store)| {
+            let hash = store.state_hash();
+            group
+                .iter()
+                .all(|n| n.node.as_ref().map(ReplicaNode::replica).is_some_and(|r| r.store().state_hash() == hash))
+        })
     }
 }
 
