@@ -1,11 +1,12 @@
 //! The clients of a simulated run, the same in every world: each is a [`Coordinator`] at its
 //! own clock offset, routing with the runtime client's rules ([`ClientRoutes`]), submitting
-//! the workload's transactions into a window of `in_flight`, and recording what it was told
-//! into the history the checker replays. The engine ([`crate::engine::Sim`]) provides the
-//! network, time and wake-ups through [`ClientWorld`], whatever the cluster model; the client
-//! logic is written once, here.
+//! the workload's transactions into a window of `in_flight` (a business transaction of several
+//! steps keeps its slot: the next step is submitted as soon as the previous one committed),
+//! and recording what it was told into the history the checker replays. The engine
+//! ([`crate::engine::Sim`]) provides the network, time and wake-ups through [`ClientWorld`],
+//! whatever the cluster model; the client logic is written once, here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use luigi_node::ClientRoutes;
 use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
@@ -18,8 +19,8 @@ use crate::engine::{local_clock, virtual_deadline};
 use crate::hash::fold;
 use crate::net::{Node, VirtualUs};
 use crate::replies::ReplyLedger;
+use crate::source::{Drawn, TxnSource};
 use crate::violation::{Violation, ViolationKind};
-use crate::workload::Workload;
 
 /// One client.
 pub(crate) struct ClientNode {
@@ -35,6 +36,8 @@ pub(crate) struct ClientNode {
     pub(crate) next_seq: u64,
     /// Where it sends each shard's transactions.
     pub(crate) routes: ClientRoutes,
+    /// Next steps of its business transactions, submitted before anything new.
+    steps: VecDeque<Drawn>,
 }
 
 impl ClientNode {
@@ -52,6 +55,7 @@ impl ClientNode {
             outstanding: 0,
             next_seq: 1,
             routes: ClientRoutes::new(vec![replicas; config.shards as usize]),
+            steps: VecDeque::new(),
         }
     }
 }
@@ -60,10 +64,17 @@ impl ClientNode {
 /// told.
 pub(crate) struct ClientState {
     pub(crate) nodes: Vec<ClientNode>,
-    pub(crate) workload: Workload,
+    pub(crate) source: TxnSource,
     pub(crate) history: History,
     pub(crate) index: HashMap<TxnId, usize>,
+    /// Transactions submitted (next steps of business transactions included).
     pub(crate) submitted: u64,
+    /// The clients start no new business transaction once `submitted` reaches it (their next
+    /// steps still go out): `SimConfig::txns`, raised by a liveness probe.
+    pub(crate) target: u64,
+    /// During a liveness probe, the one client that submits, one transaction at a time (one
+    /// reported unknown keeps its slot until it is resolved).
+    pub(crate) prober: Option<ClientId>,
     /// Transactions with a definite answer.
     pub(crate) answered: u64,
     /// Answers reported unknown (the client moved on; the resolution is the answer).
@@ -79,13 +90,15 @@ pub(crate) struct ClientState {
 }
 
 impl ClientState {
-    pub(crate) fn new(nodes: Vec<ClientNode>, workload: Workload) -> Self {
+    pub(crate) fn new(nodes: Vec<ClientNode>, source: TxnSource, target: u64) -> Self {
         ClientState {
             nodes,
-            workload,
+            source,
             history: History::default(),
             index: HashMap::new(),
             submitted: 0,
+            target,
+            prober: None,
             answered: 0,
             unknown: 0,
             last_answer_us: 0,
@@ -93,6 +106,12 @@ impl ClientState {
             orphans: BTreeMap::new(),
             out: Vec::new(),
         }
+    }
+
+    /// True once every business transaction the run wants has been submitted, every step of
+    /// them included, and each is answered or orphaned.
+    pub(crate) fn finished(&self) -> bool {
+        self.submitted >= self.target && self.answered + self.orphans.len() as u64 >= self.submitted
     }
 }
 
@@ -203,19 +222,27 @@ pub(crate) trait ClientWorld {
                 CoordOutput::Done(done)
                     if matches!(done.outcome, TxnOutcome::Unknown(_)) && !self.unknown_is_final() =>
                 {
-                    // The client moves on (its window slot frees); the answer that counts is
-                    // the resolution, which must come (liveness).
+                    // The client moves on (its window slot frees; a prober's does not, its
+                    // probe stays one transaction at a time); the answer that counts is the
+                    // resolution, which must come (liveness).
                     self.trace(|| format!("c{id} reports {:?} unknown: {:?}", done.id, done.outcome));
                     self.clients().unknown += 1;
-                    self.client(id)?.outstanding -= 1;
+                    if self.clients().prober != Some(id) {
+                        self.client(id)?.outstanding -= 1;
+                    }
                 }
                 CoordOutput::Done(done) => {
                     self.client(id)?.routes.forget(done.id);
-                    self.record_answer(id, done, true)?
+                    let txn = done.id;
+                    let outputs = committed_outputs(&done.outcome);
+                    self.record_answer(id, done, true)?;
+                    if let Some(outputs) = outputs {
+                        self.queue_next_step(id, txn, &outputs)?;
+                    }
                 }
                 CoordOutput::Resolved(done) => {
                     self.client(id)?.routes.forget(done.id);
-                    let in_window = self.unknown_is_final();
+                    let in_window = self.unknown_is_final() || self.clients().prober == Some(id);
                     self.record_answer(id, done, in_window)?
                 }
             }
@@ -223,18 +250,44 @@ pub(crate) trait ClientWorld {
         Ok(())
     }
 
-    /// Submits new transactions while the client's window has room and the run wants more.
+    /// Client `id`'s transaction `txn` committed with `outputs`: the next step of its
+    /// business transaction, if any, is queued for submission.
+    fn queue_next_step(&mut self, id: ClientId, txn: TxnId, outputs: &[(ShardId, Vec<u8>)]) -> Step {
+        let c = self.clients();
+        let rec = &c.history.txns[c.index[&txn]];
+        match c.source.next_step(id, rec, outputs) {
+            Ok(Some(step)) => {
+                self.client(id)?.steps.push_back(step);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(self.violation(ViolationKind::Config, e)),
+        }
+    }
+
+    /// Submits transactions while the client's window has room: the next steps of its
+    /// business transactions, then new ones while the run wants more.
     fn refill(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
         loop {
-            let (in_flight, txns) = (self.sim_config().in_flight, self.sim_config().txns);
+            let in_flight = match self.clients().prober {
+                None => self.sim_config().in_flight,
+                Some(prober) => usize::from(prober == id),
+            };
             let (started, outstanding, seq, dead) = {
                 let node = self.client(id)?;
                 (node.started, node.outstanding, node.next_seq, node.dead)
             };
-            if dead || !started || outstanding >= in_flight || self.clients().submitted >= txns {
+            if dead || !started || outstanding >= in_flight {
                 return Ok(());
             }
-            let spec = self.clients().workload.next(id, seq);
+            let spec = match self.client(id)?.steps.pop_front() {
+                Some(step) => step,
+                None if self.clients().submitted >= self.clients().target => return Ok(()),
+                None => match self.clients().source.next(id, seq) {
+                    Ok(spec) => spec,
+                    Err(e) => return Err(self.violation(ViolationKind::Config, e)),
+                },
+            };
             let now = self.now();
             let dispatched = self.moment();
             let node = self.client(id)?;
@@ -246,7 +299,7 @@ pub(crate) trait ClientWorld {
                 let msg = format!("client {id} numbered its transaction {txn_id:?}, expected seq {seq}");
                 return Err(self.violation(ViolationKind::Invariant, msg));
             }
-            self.trace(|| format!("c{id} submits {txn_id:?}: {:?}", spec.ops));
+            self.trace(|| format!("c{id} submits {txn_id:?}: {}", spec.describe));
             let cross = spec.pieces.len() > 1;
             let c = self.clients();
             c.index.insert(txn_id, c.history.txns.len());
@@ -300,6 +353,16 @@ pub(crate) trait ClientWorld {
             self.client(client)?.outstanding -= 1;
         }
         Ok(())
+    }
+}
+
+/// Each participant's output, if `outcome` is committed (ordered, every procedure succeeded).
+fn committed_outputs(outcome: &TxnOutcome) -> Option<Vec<(ShardId, Vec<u8>)>> {
+    match outcome {
+        TxnOutcome::Ordered { results, .. } => {
+            results.iter().map(|(s, r)| r.as_ref().ok().map(|o| (*s, o.clone()))).collect()
+        }
+        TxnOutcome::Rejected(_) | TxnOutcome::Unknown(_) => None,
     }
 }
 

@@ -2,13 +2,21 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use luigi_proto::coordinator::{CommitRule, CoordinatorConfig};
 use luigi_proto::leader::{LeaderConfig, Mutations};
+use luigi_proto::procedure::Registry;
+use luigi_proto::types::ShardId;
+use luigi_store::Store;
 use luigi_workloads::micro::{MicroConfig, Placement, Spread};
+use luigi_workloads::Workload;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::hosted::HostedWorkload;
 use crate::net::Node;
+use crate::procedure;
 
 /// A delay drawn uniformly from `[mean - jitter, mean + jitter]` microseconds (never
 /// negative): the server's own delay model.
@@ -121,6 +129,17 @@ pub struct SimConfig {
     /// order of that shard's own committed log (the timestamps a replica or a new leader
     /// replaying it would use). On by default. (Final-timestamp order is always checked.)
     pub check_log_order: bool,
+    /// The workload the clients run: `None` for the built-in micro workload (the knobs above,
+    /// run as [`procedure::NAME`] with unique write values, on empty stores); otherwise any
+    /// [`Workload`], its procedures registered on every server, every replica starting from
+    /// its population, its generators (one per client, multi-step business transactions
+    /// honoured) and its own consistency check after the run (see [`SimConfig::hosting`]).
+    /// The micro knobs (`keys`, `max_ops`, `read_ratio`, `cross_shard_ratio`) are then unused.
+    pub workload: Option<HostedWorkload>,
+    /// Liveness after the faults: once the run has settled (every fault healed, the cluster
+    /// converged), the clients submit this many more transactions, which must all be
+    /// answered in the settling time, and at least one must commit. 0: no such probe.
+    pub probe_txns: u64,
     /// Print every event to stderr (for debugging one seed).
     pub trace: bool,
 }
@@ -162,7 +181,41 @@ impl SimConfig {
             check_realtime_across_shards: true,
             check_durable_decisions: true,
             check_log_order: true,
+            workload: None,
+            probe_txns: 0,
             trace: false,
+        }
+    }
+
+    /// Runs `workload` (populated from `seed`) instead of the micro workload, over as many
+    /// shards as its partitioner has.
+    pub fn hosting(mut self, workload: Arc<dyn Workload>, seed: u64) -> Self {
+        let hosted = HostedWorkload::new(workload, seed);
+        self.shards = hosted.shards();
+        self.workload = Some(hosted);
+        self
+    }
+
+    /// Sets the number of liveness-probe transactions (see [`SimConfig::probe_txns`]).
+    pub fn probe(mut self, txns: u64) -> Self {
+        self.probe_txns = txns;
+        self
+    }
+
+    /// The procedures every server registers and the checker replays through: the hosted
+    /// workload's (with the built-ins), else the built-ins plus `sim-micro`.
+    pub fn registry(&self) -> Registry {
+        match &self.workload {
+            Some(w) => w.registry(),
+            None => procedure::registry(),
+        }
+    }
+
+    /// Shard `shard`'s initial store: the hosted workload's population, else empty.
+    pub fn initial(&self, shard: ShardId) -> Store {
+        match &self.workload {
+            Some(w) => w.initial(shard),
+            None => Store::new(),
         }
     }
 
@@ -336,6 +389,29 @@ impl SimConfig {
         if self.leader.max_pending == 0 {
             problems.push("leader.max_pending must be >= 1".to_string());
         }
+        match &self.workload {
+            Some(w) if w.shards() != self.shards => problems.push(format!(
+                "the hosted workload {w:?} partitions over {} shards, the run has {}",
+                w.shards(),
+                self.shards
+            )),
+            Some(_) => {}
+            None => self.validate_micro(&mut problems),
+        }
+        let links = std::iter::once(&self.link).chain(self.links.values());
+        for link in links {
+            if !(0.0..1.0).contains(&link.drop_rate) {
+                problems.push(format!("drop_rate must lie in [0, 1), got {}", link.drop_rate));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+
+    fn validate_micro(&self, problems: &mut Vec<String>) {
         if self.max_ops == 0 {
             problems.push("max_ops must be >= 1".to_string());
         }
@@ -353,27 +429,20 @@ impl SimConfig {
                 problems.push(format!("workload: {why}"));
             }
         }
-        let links = std::iter::once(&self.link).chain(self.links.values());
-        for link in links {
-            if !(0.0..1.0).contains(&link.drop_rate) {
-                problems.push(format!("drop_rate must lie in [0, 1), got {}", link.drop_rate));
-            }
-        }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
-        }
     }
 
     /// A one-line summary of the knobs that shape a run (for failure messages).
     pub fn summary(&self) -> String {
+        let hosted = match &self.workload {
+            Some(w) => format!(" workload={w:?} probe_txns={}", self.probe_txns),
+            None => String::new(),
+        };
         format!(
             "seed={} shards={} clients={} in_flight={} txns={} keys={} max_ops={} \
              delay={}±{}us drop={} reorder={} clock_offset=±{}us log_commit={}±{}us \
              cross_shard={} read_ratio={} ping_first={} headroom={}us retry={}us×{} \
              floor_lookahead={}us max_pending={} mutations={:?} commit_rule={:?} \
-             link_overrides={} peer_links_fifo={} clock_offset_overrides={:?}",
+             link_overrides={} peer_links_fifo={} clock_offset_overrides={:?}{hosted}",
             self.seed,
             self.shards,
             self.clients,

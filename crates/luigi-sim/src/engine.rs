@@ -27,11 +27,14 @@ use crate::clients::{ClientNode, ClientState, ClientWorld};
 use crate::config::SimConfig;
 use crate::hash::fold;
 use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
+use crate::source::TxnSource;
 use crate::violation::{Violation, ViolationKind};
-use crate::workload::Workload;
 
 /// What a step of the run returns.
 pub(crate) type Step = Result<(), Violation>;
+
+/// Rounds of a liveness probe before it fails for want of a commit (see `Sim::probe`).
+pub(crate) const PROBE_ROUNDS_MAX: u32 = 4;
 
 /// Longest back-off (µs) for a server that keeps asking to be woken in the past right after
 /// being woken (see [`busy_backoff_us`]).
@@ -116,12 +119,12 @@ pub(crate) struct Core<'a> {
 }
 
 impl<'a> Core<'a> {
-    /// A run of `config` over `net` with `clients` drawing from `workload`; the trace hash
+    /// A run of `config` over `net` with `clients` drawing from `source`; the trace hash
     /// starts from `trace_seed`.
     pub(crate) fn new(
         config: &'a SimConfig,
         net: Network,
-        workload: Workload,
+        source: TxnSource,
         clients: Vec<ClientNode>,
         trace_seed: u64,
     ) -> Self {
@@ -131,7 +134,7 @@ impl<'a> Core<'a> {
             step: 0,
             queue: EventQueue::default(),
             net,
-            cs: ClientState::new(clients, workload),
+            cs: ClientState::new(clients, source, config.txns),
             wakes: HashMap::new(),
             events: 0,
             delivered: 0,
@@ -279,11 +282,20 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
                 })?;
             }
         }
-        while self.core.cs.answered + (self.core.cs.orphans.len() as u64) < config.txns {
+        while !self.core.cs.finished() {
             self.step_event(config.max_virtual_us)?;
             self.cluster.after_step(&mut self.core)?;
         }
         self.core.answered_at = self.core.now;
+        self.settle()?;
+        if config.probe_txns > 0 {
+            self.probe(config.probe_txns)?;
+        }
+        Ok(())
+    }
+
+    /// Heals the cluster and runs until it has settled.
+    fn settle(&mut self) -> Step {
         let deadline = self.cluster.settle(&mut self.core)?;
         let mut steps = 0u64;
         while !self.cluster.settled(&self.core, steps) {
@@ -293,6 +305,48 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
             }
         }
         Ok(())
+    }
+
+    /// Liveness after every fault healed: the settled cluster is given `txns` more
+    /// transactions, new business transactions (with all their steps) of the first live
+    /// client, one at a time (so that admission control does not refuse them all: a refused
+    /// cross-shard transaction may still hold a slot of another participant for a moment),
+    /// in up to [`PROBE_ROUNDS_MAX`] rounds of `txns` until one commits. Each must be
+    /// answered within the settling time. Then the cluster settles again for the end-of-run
+    /// checks, which cover them like the others.
+    fn probe(&mut self, txns: u64) -> Step {
+        let from = self.core.cs.history.txns.len();
+        let Some(prober) = (1..=u64::from(self.core.config.clients)).find(|&c| !self.core.dead(Node::Client(c))) else {
+            return Ok(()); // no live client (the kill points keep one alive)
+        };
+        self.core.cs.prober = Some(prober);
+        let deadline = self.cluster.settle(&mut self.core)?;
+        for round in 1..=PROBE_ROUNDS_MAX {
+            self.core.cs.target = self.core.cs.submitted + txns;
+            self.core.trace(|| format!("probe {round}: c{prober} submits {txns} transactions to the healed cluster"));
+            self.call_client(prober, false, |_, _, _, _| {})?;
+            while !self.core.cs.finished() {
+                if let Err(v) = self.step_event(deadline) {
+                    let msg =
+                        format!("liveness: the healed cluster did not answer its probe transactions: {}", v.message);
+                    return Err(Violation { message: msg, ..v });
+                }
+            }
+            let probes = &self.core.cs.history.txns[from..];
+            if probes.iter().any(|t| t.answers.first().is_some_and(|a| a.outcome.is_committed())) {
+                break;
+            }
+        }
+        self.core.cs.prober = None;
+        let probes = &self.core.cs.history.txns[from..];
+        if !probes.iter().any(|t| t.answers.first().is_some_and(|a| a.outcome.is_committed())) {
+            let outcomes: Vec<String> =
+                probes.iter().map(|t| format!("{:?}: {:?}", t.id, t.answers.first().map(|a| &a.outcome))).collect();
+            let msg =
+                format!("liveness: no probe transaction committed on the healed cluster: {}", outcomes.join(", "));
+            return Err(self.core.violation(ViolationKind::Stuck, msg));
+        }
+        self.settle()
     }
 
     /// The end-of-run checks and the report.

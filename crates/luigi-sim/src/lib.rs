@@ -44,6 +44,13 @@
 //!   a share ([`SimConfig::cross_shard_ratio`]) touches 2 to all shards. They run as
 //!   [`procedure::NAME`] (`micro` with the transaction id in front), so the simulator sees
 //!   every execution: which transaction, on which shard, in which order.
+//! - Or any other workload ([`SimConfig::hosting`], [`hosted`]): a
+//!   `luigi_workloads::Workload` such as TPC-C, whose procedures every server registers, whose
+//!   population every replica (and the checker's replay) starts from, whose generators the
+//!   clients draw from (one each; the next step of a multi-step business transaction is
+//!   submitted when the previous one commits), and whose own consistency check runs on the
+//!   final stores after the replay. [`SimConfig::probe_txns`] adds a liveness probe: once the
+//!   run has settled (every fault healed), new transactions must be answered and commit.
 //! - Coordinators use [`CommitRule::AllShards`](luigi_proto::coordinator::CommitRule) by
 //!   default, as the runtime does.
 //! - Everything random derives from [`SimConfig::seed`] (ChaCha8): same config, same trace
@@ -83,10 +90,12 @@ pub mod config;
 mod engine;
 pub mod failover;
 pub mod hash;
+pub mod hosted;
 pub mod log;
 pub mod net;
 pub mod procedure;
 pub mod replies;
+mod source;
 pub mod violation;
 pub mod workload;
 pub mod world;
@@ -94,6 +103,7 @@ pub mod world;
 pub use checker::{check, CheckOptions, History, Moment, TxnRecord};
 pub use config::{Delay, LinkConfig, SimConfig};
 pub use failover::{failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint, Outage};
+pub use hosted::HostedWorkload;
 pub use log::SimLog;
 pub use net::Node;
 pub use violation::{Violation, ViolationKind, SEED_ENV, TRACE_ENV};

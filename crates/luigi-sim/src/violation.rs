@@ -44,6 +44,9 @@ pub enum ViolationKind {
     Execution,
     /// Participants or retries reported different timestamps for one transaction.
     TimestampMismatch,
+    /// The hosted workload's own consistency check (e.g. TPC-C's twelve conditions) failed
+    /// on the final stores.
+    Consistency,
     /// A protocol invariant checked during the run failed (watermark went back, a timestamp
     /// at or below a published watermark, a reply below its own watermark, ...).
     Invariant,

@@ -38,7 +38,7 @@ use serial::serializable;
 use crate::violation::{Violation, ViolationKind};
 
 /// Checks `history` against the leaders' final `stores` (indexed by shard id) using the
-/// procedures of `registry`.
+/// procedures of `registry`, every shard starting empty.
 pub fn check(
     history: &History,
     registry: &Registry,
@@ -61,6 +61,24 @@ pub fn check_with_orphans(
     stores: &[&Store],
     options: CheckOptions,
 ) -> Result<CheckSummary, Violation> {
+    let empty = vec![Store::new(); stores.len()];
+    check_from(history, orphans, registry, &empty, stores, options)
+}
+
+/// [`check_with_orphans`] for shards that started from `initial` (a workload's population,
+/// `initial[s]` being shard `s`'s): the replay starts from them. Whatever the workload, the
+/// replay runs every ordered transaction (committed, or rolled back by its procedure on some
+/// participant) and every executed orphan in (final timestamp, id) order, each participant's
+/// piece on its shard's model store with its declared key set, and requires every answered
+/// output to equal the replayed one and every final store to equal its model.
+pub fn check_from(
+    history: &History,
+    orphans: &BTreeMap<TxnId, Option<Timestamp>>,
+    registry: &Registry,
+    initial: &[Store],
+    stores: &[&Store],
+    options: CheckOptions,
+) -> Result<CheckSummary, Violation> {
     let mut summary = CheckSummary::default();
     let ordered = answered_exactly_once(history, orphans, stores.len(), &mut summary)?;
     let executed_orphans: Vec<(usize, Timestamp)> = history
@@ -69,7 +87,7 @@ pub fn check_with_orphans(
         .enumerate()
         .filter_map(|(i, rec)| orphans.get(&rec.id).copied().flatten().map(|ts| (i, ts)))
         .collect();
-    let graph = replay(history, &ordered, &executed_orphans, registry, stores)?;
+    let graph = replay(history, &ordered, &executed_orphans, registry, initial, stores)?;
     let is_orphan = |i: usize| orphans.contains_key(&history.txns[i].id);
     let graph: Vec<Edge> = graph.into_iter().filter(|&(a, b)| !is_orphan(a) && !is_orphan(b)).collect();
     summary.conflict_edges = graph.len() as u64;

@@ -23,12 +23,14 @@ struct KeyState {
     reads_since_write: Vec<usize>,
 }
 
-/// Check 2; returns the conflict edges.
+/// Check 2, from the `initial` stores (one per shard, like `stores`); returns the conflict
+/// edges.
 pub(super) fn replay(
     history: &History,
     ordered: &[usize],
     orphans: &[(usize, Timestamp)],
     registry: &Registry,
+    initial: &[Store],
     stores: &[&Store],
 ) -> Result<Vec<Edge>, Violation> {
     let mut order: Vec<(Timestamp, usize)> = ordered
@@ -37,7 +39,11 @@ pub(super) fn replay(
         .chain(orphans.iter().map(|&(i, ts)| (ts, i)))
         .collect();
     order.sort_by_key(|&(ts, i)| (ts, history.txns[i].id));
-    let mut model: Vec<Store> = vec![Store::new(); stores.len()];
+    if initial.len() != stores.len() {
+        let msg = format!("{} initial stores for {} shards", initial.len(), stores.len());
+        return Err(Violation::new(ViolationKind::Invariant, msg));
+    }
+    let mut model: Vec<Store> = initial.to_vec();
     let mut keys: HashMap<(ShardId, Key), KeyState> = HashMap::new();
     let mut edges = Vec::new();
     for &(ts, i) in &order {

@@ -10,11 +10,10 @@ use luigi_store::Store;
 
 use super::config::without_population;
 use super::{shards_of, FailoverReport, RaftGroups};
-use crate::checker::{self, CheckOptions};
 use crate::engine::{Core, Step};
+use crate::hosted::check_run;
 use crate::log::{check_rule4, Durable};
 use crate::net::Node;
-use crate::procedure;
 use crate::violation::{Violation, ViolationKind};
 
 impl RaftGroups<'_> {
@@ -176,8 +175,7 @@ impl RaftGroups<'_> {
             stores.push(leader.store());
             self.report.recover_sent += leader.leader().map_or(0, |l| l.stats().recover_sent);
         }
-        let options = CheckOptions { realtime_across_shards: core.config.check_realtime_across_shards };
-        // The workload's model knows nothing of the shards' population.
+        // The workload's model knows nothing of the synthetic population.
         let modelled: Vec<Store> = if self.faults.population_bytes > 0 {
             stores.iter().map(|s| without_population(s)).collect()
         } else {
@@ -185,11 +183,25 @@ impl RaftGroups<'_> {
         };
         let checked: Vec<&Store> = if modelled.is_empty() { stores.clone() } else { modelled.iter().collect() };
         let summary =
-            checker::check_with_orphans(&core.cs.history, &core.cs.orphans, &procedure::registry(), &checked, options)
-                .map_err(|v| v.at(core.now))?;
+            check_run(core.config, &core.cs.history, &core.cs.orphans, &checked).map_err(|v| v.at(core.now))?;
         self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
+        // Every replica holds the replayed state, not only the leaders checked above.
+        for (s, group) in self.replicas.iter().enumerate() {
+            for (i, node) in group.iter().enumerate() {
+                let hash = node.node.as_ref().map(|n| n.replica().store().state_hash());
+                if hash != Some(self.report.shard_hashes[s]) {
+                    let msg = format!(
+                        "R{s}.{i}'s final store (hash {hash:?}) differs from its leader's, which the replay \
+                         rebuilt (hash {:#x})",
+                        self.report.shard_hashes[s]
+                    );
+                    return Err(core.violation(ViolationKind::StateMismatch, msg));
+                }
+            }
+        }
         self.report.committed = summary.committed;
         self.report.rejected = summary.rejected;
+        self.report.txns = core.cs.submitted;
         self.report.orphans = core.cs.orphans.len() as u64;
         self.report.unknown = core.cs.unknown;
         self.report.retries = core.cs.nodes.iter().map(|c| c.coord.stats().retries).sum();

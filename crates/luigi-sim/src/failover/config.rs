@@ -205,7 +205,8 @@ pub fn failover_config(seed: u64, shards: u32) -> SimConfig {
 pub struct FailoverReport {
     /// The seed.
     pub seed: u64,
-    /// Transactions submitted.
+    /// Transactions submitted (with the later steps of multi-step business transactions and
+    /// the liveness probe's).
     pub txns: u64,
     /// Ordered with every participant's procedure succeeding.
     pub committed: u64,

@@ -18,7 +18,6 @@ use super::{FaultAction, FaultConfig, Kill, KillPoint, RaftGroups};
 use crate::config::SimConfig;
 use crate::engine::{busy_backoff_us, local_clock, virtual_deadline, Core, Step};
 use crate::net::{EventKind, Node, SimMsg};
-use crate::procedure;
 use crate::violation::{Violation, ViolationKind};
 
 /// Rounds of executing effects and turning the node again in one call before the replica
@@ -124,10 +123,22 @@ pub(super) fn new_node(
     tuning.snapshot_entries = faults.snapshot_entries.unwrap_or(u64::MAX);
     let node = NodeId { shard: s, replica: i };
     let shape = vec![faults.replicas; config.shards as usize];
-    let mut nc = NodeConfig::new(node, shape, config.seed, tuning, procedure::registry());
-    if faults.population_bytes > 0 {
-        let bytes = faults.population_bytes;
-        nc = nc.with_initial(Arc::new(move || population(bytes)));
+    let mut nc = NodeConfig::new(node, shape, config.seed, tuning, config.registry());
+    // The hosted workload's population, plus the synthetic rows of `population_bytes`.
+    let hosted = config.workload.as_ref().map(|h| h.initial_store(s));
+    match (hosted, faults.population_bytes) {
+        (None, 0) => {}
+        (Some(initial), 0) => nc = nc.with_initial(initial),
+        (None, bytes) => nc = nc.with_initial(Arc::new(move || population(bytes))),
+        (Some(initial), bytes) => {
+            nc = nc.with_initial(Arc::new(move || {
+                let mut store = initial();
+                for (key, value) in population(bytes).iter() {
+                    store.put(key.clone(), value.clone());
+                }
+                store
+            }))
+        }
     }
     nc.leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
     ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))

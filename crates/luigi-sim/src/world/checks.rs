@@ -12,10 +12,10 @@ use luigi_proto::types::{Access, KeySet, ShardId, Timestamp, TxnId};
 use luigi_store::{Key, Store};
 
 use super::IdealLog;
-use crate::checker::{self, CheckOptions};
+use crate::checker;
 use crate::engine::{Core, Step};
+use crate::hosted::check_run;
 use crate::log::{check_rule4, Durable};
-use crate::procedure;
 use crate::violation::{Violation, ViolationKind};
 use crate::{Latency, RunReport};
 
@@ -174,7 +174,7 @@ impl IdealLog {
         for s in 0..self.leaders.len() {
             self.leaders[s].leader.mark_applied();
             let shard = s as u32;
-            let mut follower = Follower::new(shard, Store::new(), procedure::registry());
+            let mut follower = Follower::new(shard, core.config.initial(shard), core.config.registry());
             let entries: Vec<LogEntry> = self.leaders[s].leader.log_mut().all_entries().cloned().collect();
             for entry in &entries {
                 follower.apply(entry);
@@ -236,9 +236,8 @@ impl IdealLog {
         self.check_followers(&core)?;
         let (cross_shard, cross_differed) = self.count_cross_shard(&core);
         let stores: Vec<&Store> = self.leaders.iter().map(|l| l.leader.store()).collect();
-        let options = CheckOptions { realtime_across_shards: core.config.check_realtime_across_shards };
         let summary =
-            checker::check(&core.cs.history, &procedure::registry(), &stores, options).map_err(|v| v.at(core.now))?;
+            check_run(core.config, &core.cs.history, &core.cs.orphans, &stores).map_err(|v| v.at(core.now))?;
         let mut latencies: Vec<u64> =
             core.cs.history.txns.iter().map(|t| t.answers[0].at.us - t.dispatched.us).collect();
         latencies.sort_unstable();

@@ -12,15 +12,13 @@ use std::collections::HashSet;
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::msg::{ClientMsg, ServerMsg};
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
-use luigi_store::Store;
 
 use crate::config::SimConfig;
 use crate::engine::{busy_backoff_us, ClusterModel, Core, Seeds, Sim, Step};
 use crate::log::SimLog;
 use crate::net::{Network, Node, SimMsg, VirtualUs};
-use crate::procedure;
+use crate::source::TxnSource;
 use crate::violation::{Violation, ViolationKind};
-use crate::workload::Workload;
 use crate::RunReport;
 
 mod checks;
@@ -32,10 +30,10 @@ pub use crate::engine::{local_clock, virtual_deadline};
 pub(crate) fn sim(config: &SimConfig) -> Sim<'_, IdealLog> {
     let mut seeds = Seeds::new(config.seed);
     let net = Network::new(seeds.derive());
-    let workload = Workload::new(config, seeds.derive());
+    let source = TxnSource::new(config, seeds.derive());
     let clients = seeds.clients(config, 1);
     let cluster = IdealLog::new(config, &mut seeds);
-    let core = Core::new(config, net, workload, clients, config.seed);
+    let core = Core::new(config, net, source, clients, config.seed);
     Sim::new(core, cluster, &mut seeds)
 }
 
@@ -71,8 +69,8 @@ impl IdealLog {
                     leader: ShardLeader::new(
                         LeaderConfig { shard, shards: config.shards, ..config.leader.clone() },
                         log,
-                        Store::new(),
-                        procedure::registry(),
+                        config.initial(shard),
+                        config.registry(),
                     ),
                     offset_us,
                     watermark: 0,
