@@ -168,6 +168,11 @@ pub struct ReplicaNode {
     /// After a failed transfer of the leader's snapshot to a replica (Raft id), none is tried
     /// before this time.
     install_backoff: BTreeMap<u64, TimeUs>,
+    /// The leader's snapshot delivered whole to a replica (Raft id): its index, and until when
+    /// no snapshot is sent to it again unless its log is known to have reached that index. The receiver still checks and decodes it
+    /// (seconds for hundreds of MB) before its log moves; Raft's probes meanwhile find it
+    /// behind and ask for the snapshot again, which would send the same image over and over.
+    installs_delivered: BTreeMap<u64, (u64, TimeUs)>,
 }
 
 /// A snapshot received whole, waiting for its [`SnapshotCheck`].
@@ -195,6 +200,10 @@ pub struct NodeStats {
     /// Snapshots received whole whose check failed (dropped).
     pub snapshots_rejected: u64,
 }
+
+/// How many snapshot acknowledgement timeouts a replica that received the leader's snapshot
+/// whole gets to check, decode and install it before the same snapshot is sent to it again.
+const INSTALL_GRACE_TIMEOUTS: u64 = 8;
 
 impl ReplicaNode {
     /// The node, restarted from `recovered` (what its disk holds; default: fresh). It starts
@@ -251,6 +260,7 @@ impl ReplicaNode {
             restored: None,
             snapshot_crc: None,
             install_backoff: BTreeMap::new(),
+            installs_delivered: BTreeMap::new(),
         })
     }
 
@@ -731,6 +741,7 @@ impl ReplicaNode {
             events,
         );
         self.install_backoff.retain(|_, until| *until > now);
+        self.installs_delivered.retain(|_, (_, until)| *until > now);
         self.transfer_effects(fx);
     }
 
@@ -757,6 +768,11 @@ impl ReplicaNode {
                         if outcome.is_err() {
                             let retry_at = self.now_us.saturating_add(self.transfers.config().ack_timeout_us);
                             self.install_backoff.insert(to, retry_at);
+                        } else {
+                            let until = self
+                                .now_us
+                                .saturating_add(INSTALL_GRACE_TIMEOUTS * self.transfers.config().ack_timeout_us);
+                            self.installs_delivered.insert(to, (index, until));
                         }
                         self.replica.log_mut().report_snapshot(to, outcome.is_ok());
                     }
@@ -794,6 +810,16 @@ impl ReplicaNode {
         if self.install_backoff.get(&to).is_some_and(|until| *until > now) {
             self.replica.log_mut().report_snapshot(to, false);
             return;
+        }
+        // Delivered already and being installed: Raft tries again after a heartbeat, and by
+        // then (or after the grace) the replica's log has moved or it gets the snapshot anew.
+        if let Some((delivered, until)) = self.installs_delivered.get(&to).copied() {
+            let installed = self.replica.log().matched(to).is_some_and(|m| m >= delivered);
+            if !installed && until > now {
+                self.replica.log_mut().report_snapshot(to, false);
+                return;
+            }
+            self.installs_delivered.remove(&to);
         }
         let crc32 = match self.snapshot_crc {
             Some((index, crc)) if index == snap.index => crc,

@@ -344,6 +344,15 @@ impl<R: Record> RaftLog<R> {
         self.raw.raft.state == StateRole::Leader
     }
 
+    /// For a leader: the highest log index replica `id` is known to hold (Raft's `matched`);
+    /// `None` when this replica does not lead or `id` is not in the group.
+    pub fn matched(&self, id: u64) -> Option<u64> {
+        if !self.is_leader() {
+            return None;
+        }
+        self.raw.raft.prs().get(id).map(|pr| pr.matched)
+    }
+
     /// The leader this replica knows of in its current term, if any (itself if leader).
     pub fn leader_id(&self) -> Option<u64> {
         nonzero(self.raw.raft.leader_id)
