@@ -478,6 +478,12 @@ fn tpcc(args: TpccArgs) -> anyhow::Result<ExitCode> {
     println!("{}", render_table(&results));
     for r in &results {
         println!("{}", render_kinds(r));
+        let figure = |name: &str| r.params.get(name).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+        println!(
+            "tpmC (committed NewOrders per minute, closed loop, not audited): {:.0}; cross-shard: {:.1} % of committed\n",
+            figure("tpmc"),
+            100.0 * figure("cross_shard_share")
+        );
     }
     println!("results written to {}", plan.json.display());
     if failed.is_empty() {
