@@ -483,9 +483,12 @@ impl ReplicaNode {
     /// A link to `replica` of this shard is up (`true`) or gone. Snapshot transfers to a
     /// replica whose link came back resume at once (at the next turn).
     pub fn replica_link(&mut self, replica: u32, up: bool) {
+        let peer = NodeId { shard: self.config.node.shard, replica };
+        // A snapshot delivered before the link broke may be lost with a restart: it may be
+        // sent again at once.
+        self.installs_delivered.remove(&peer.raft_id());
         if up {
             self.linked.insert(replica);
-            let peer = NodeId { shard: self.config.node.shard, replica };
             self.transfers.link_up(self.now_us, peer.raft_id(), &mut self.transfer_events);
         } else {
             self.linked.remove(&replica);
