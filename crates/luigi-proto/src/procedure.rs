@@ -195,12 +195,7 @@ impl Registry {
         shard: ShardId,
     ) -> Result<Vec<u8>, ProcError> {
         let procedure = self.procedures.get(name).ok_or_else(|| ProcError::UnknownProcedure(name.to_string()))?;
-        let mut ctx = TxnCtx { store, keys, shard, undo: Vec::new() };
-        let result = procedure.execute(&mut ctx, args);
-        if result.is_err() {
-            ctx.rollback();
-        }
-        result
+        TxnCtx::new(store, keys, shard).execute(procedure.as_ref(), args)
     }
 }
 
@@ -213,12 +208,28 @@ pub struct TxnCtx<'a> {
     undo: Vec<(Key, Option<Value>)>,
 }
 
-impl TxnCtx<'_> {
+impl<'a> TxnCtx<'a> {
+    /// A transaction's view of `store` (shard `shard`'s) restricted to `keys`.
+    pub fn new(store: &'a mut Store, keys: &'a KeySet, shard: ShardId) -> Self {
+        Self { store, keys, shard, undo: Vec::new() }
+    }
+
+    /// Runs `procedure` here; on error every write it made is rolled back.
+    pub fn execute(&mut self, procedure: &dyn Procedure, args: &[u8]) -> Result<Vec<u8>, ProcError> {
+        let result = procedure.execute(self, args);
+        if result.is_err() {
+            self.rollback();
+        }
+        result
+    }
+
     fn check(&self, key: &[u8], needed: Access) -> Result<(), ProcError> {
         check_access(self.keys, key, needed, self.shard)
     }
 
-    fn rollback(&mut self) {
+    /// Undoes every write made through this context (a caller that ran a procedure through a
+    /// wrapping context, e.g. one recording accesses, rolls back here).
+    pub fn rollback(&mut self) {
         while let Some((key, old)) = self.undo.pop() {
             match old {
                 Some(v) => self.store.put(key, v),
@@ -375,7 +386,7 @@ mod tests {
             store.put(table_key(7, &[1, i]), vec![i as u8]);
             store.put(table_key(7, &[2, i]), vec![i as u8]);
         }
-        let mut ctx = TxnCtx { store: &mut store, keys: &keys, shard: 0, undo: vec![] };
+        let mut ctx = TxnCtx::new(&mut store, &keys, 0);
         let end = prefix_successor(&prefix).unwrap();
         let last = ctx.scan(&prefix, &end, 1, ScanOrder::Descending).unwrap();
         assert_eq!(last[0].0, table_key(7, &[1, 4]));

@@ -14,11 +14,10 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use luigi_proto::procedure::{ProcCtx, ProcError};
+use luigi_proto::procedure::{ProcCtx, ProcError, TxnCtx};
 use luigi_proto::types::{Access, KeySet, ShardId};
 use luigi_store::{Key, ScanOrder, Store, Value};
 
-use super::ctx::StoreCtx;
 use super::generator::TpccGenerator;
 use super::procedures::{lookup, Env};
 use super::TpccWorkload;
@@ -185,7 +184,7 @@ pub fn measure_conflicts(
         let mut aborted = false;
         for piece in &spec.pieces {
             let store = stores.get_mut(piece.shard as usize).ok_or_else(|| format!("no shard {}", piece.shard))?;
-            let mut inner = StoreCtx::new(store, &piece.keys, piece.shard);
+            let mut inner = TxnCtx::new(store, &piece.keys, piece.shard);
             let (result, seen) = {
                 let mut recording = RecordingCtx::new(&mut inner);
                 let result = procedure.execute(&mut recording, &spec.args);
