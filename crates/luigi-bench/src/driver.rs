@@ -71,7 +71,10 @@ pub struct KindReport {
 impl LoadReport {
     /// Counts one business transaction answered in the measured interval.
     fn count(&mut self, business: &Business, status: TxnStatus, latency: Duration) {
-        let kind = self.by_kind.entry(business.kind.clone()).or_default();
+        if !self.by_kind.contains_key(&business.kind) {
+            self.by_kind.insert(business.kind.clone(), KindReport::default());
+        }
+        let kind = self.by_kind.get_mut(&business.kind).expect("inserted above");
         for (c, recorder) in [(&mut self.counters, &mut self.latency), (&mut kind.counters, &mut kind.latency)] {
             c.retries += u64::from(business.attempts.saturating_sub(business.steps));
             match status {

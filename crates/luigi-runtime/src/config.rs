@@ -227,6 +227,9 @@ impl ClusterConfig {
         if self.protocol.retry_timeout_us == Some(0) {
             return Err(invalid("protocol.retry_timeout_us".into(), "must be positive".into()));
         }
+        if self.protocol.election_timeout_us == Some(0) {
+            return Err(invalid("protocol.election_timeout_us".into(), "must be positive".into()));
+        }
         if let Some(workload) = &self.workload {
             workload.build(self.shard_count()).map_err(|e| invalid("workload".into(), e))?;
         }
@@ -361,6 +364,13 @@ mod tests {
         assert!(e.contains("links[0].from") && e.contains("s9r0"), "{e}");
         let e = parse("[[shards]]\nreplicas = 5").unwrap_err();
         assert!(e.contains("c.toml") && e.contains("replicas"), "{e}");
+        let e = parse("[protocol]\nelection_timeout_us = 0\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap_err();
+        assert!(e.contains("protocol.election_timeout_us") && e.contains("positive"), "{e}");
+        let e =
+            parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[workload]\nkind = \"tpcc\"\nwarehouses = 0").unwrap_err();
+        assert!(e.contains("field `workload`"), "{e}");
+        let c = parse("[protocol]\nelection_timeout_us = 2500000\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap();
+        assert_eq!(c.tuning().election_ticks, 250, "2.5 s of 10 ms ticks");
     }
 
     #[test]
