@@ -167,6 +167,11 @@ pub enum TxnError {
     /// try again soon (the coordinator treats it like `NotLeader`).
     #[error("shard busy: {0}")]
     Busy(String),
+    /// The protocol aborted the transaction (a baseline's lock conflict, failed validation or
+    /// lost coordinator): none of its writes is installed anywhere, and none ever will be.
+    /// The client may submit it again as a new transaction. Luigi never answers this.
+    #[error("aborted: {0}")]
+    Aborted(String),
 }
 
 /// Leader to leader: a batch of agreement items for one peer, with the sender's watermark.
@@ -232,6 +237,90 @@ pub enum PeerItem {
         /// Transaction.
         id: TxnId,
     },
+    /// A baseline protocol's message (OCC or 2PL with two-phase commit, see
+    /// [`BaseItem`]). A Luigi leader drops it: servers of one cluster run one protocol.
+    Base(BaseItem),
+}
+
+/// Two-phase-commit messages of the baseline protocols (`luigi-baseline`: OCC and 2PL), between
+/// a transaction's coordinator (the leader of its first participant shard) and the leaders of
+/// its participants. They travel in [`PeerBatch`]es like Luigi's agreement items.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BaseItem {
+    /// Coordinator to participant: execute your piece of `txn` on your current state and
+    /// keep its writes buffered (2PL: take its locks first, no-wait).
+    Execute {
+        /// The whole transaction.
+        txn: Arc<Txn>,
+        /// The client's acknowledgement (see [`ClientMsg::Dispatch`]).
+        acked_below: u64,
+    },
+    /// Participant to coordinator: the piece's output, or why it did not run (its
+    /// procedure failed, or a lock was held).
+    Executed {
+        /// Transaction.
+        id: TxnId,
+        /// The output, or the error.
+        outcome: Result<Vec<u8>, TxnError>,
+    },
+    /// Coordinator to participant: lock and validate the piece executed for `id`, and log
+    /// its writes durably (the vote follows once the record is committed).
+    Prepare {
+        /// Transaction.
+        id: TxnId,
+    },
+    /// Participant to coordinator: `Ok` once the piece is durably prepared, or why not
+    /// (the refusal is durable too: the participant will never prepare `id`).
+    Vote {
+        /// Transaction.
+        id: TxnId,
+        /// Prepared, or why not.
+        outcome: Result<(), String>,
+    },
+    /// The decision on `id`, to every participant.
+    Decide {
+        /// Transaction.
+        id: TxnId,
+        /// Commit (else abort).
+        commit: bool,
+    },
+    /// Coordinator to participant: `id` ended before any prepare (a piece failed or could
+    /// not lock); drop its buffered execution and locks.
+    Release {
+        /// Transaction.
+        id: TxnId,
+    },
+    /// A resolver (a coordinator that timed out, or a participant whose prepared piece waited
+    /// too long for a decision) asks for a participant's durable state of `id`. A participant
+    /// that never prepared it first logs that it never will.
+    Status {
+        /// Transaction.
+        id: TxnId,
+    },
+    /// Answer to `Status`.
+    StatusIs {
+        /// Transaction.
+        id: TxnId,
+        /// The participant's durable state.
+        state: BaseState,
+    },
+}
+
+/// A participant's durable state of a transaction (see [`BaseItem::StatusIs`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BaseState {
+    /// Prepared (its writes are logged and its locks held), with the piece's output.
+    Prepared {
+        /// The piece's output.
+        output: Vec<u8>,
+    },
+    /// Committed, with the piece's output.
+    Committed {
+        /// The piece's output.
+        output: Vec<u8>,
+    },
+    /// Aborted, or never to be prepared.
+    Aborted,
 }
 
 /// Every frame on a Luigi connection.

@@ -155,6 +155,67 @@ pub struct Txn {
     pub ts: Timestamp,
 }
 
+/// The transaction protocol a cluster runs: every server and client of a cluster runs the same
+/// one (the cluster file's `[protocol] kind`, or `luigi bench --protocol`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Protocol {
+    /// Luigi: timestamp agreement among the participant leaders, execution in timestamp order.
+    #[default]
+    #[serde(rename = "luigi")]
+    Luigi,
+    /// Baseline: optimistic concurrency control with two-phase commit among the participant
+    /// leaders, in the style of Mako (`luigi-baseline`).
+    #[serde(rename = "occ")]
+    Occ,
+    /// Baseline: two-phase locking (no-wait) with two-phase commit (`luigi-baseline`).
+    #[serde(rename = "2pl")]
+    TwoPl,
+    /// No transaction: each shard's piece runs at once on its leader, independently
+    /// (replicated, but neither atomic nor isolated). A lower bound, not a transaction protocol.
+    #[serde(rename = "direct")]
+    Direct,
+}
+
+impl Protocol {
+    /// Every protocol, in the order reports list them.
+    pub const ALL: [Protocol; 4] = [Protocol::Luigi, Protocol::Occ, Protocol::TwoPl, Protocol::Direct];
+
+    /// Its name in cluster files, options and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Luigi => "luigi",
+            Protocol::Occ => "occ",
+            Protocol::TwoPl => "2pl",
+            Protocol::Direct => "direct",
+        }
+    }
+
+    /// False for [`Protocol::Direct`], which gives no atomicity or isolation.
+    pub fn is_transactional(self) -> bool {
+        match self {
+            Protocol::Luigi | Protocol::Occ | Protocol::TwoPl => true,
+            Protocol::Direct => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Protocol::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Protocol::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown protocol '{s}' (expected one of: {})", names.join(", "))
+        })
+    }
+}
+
 /// Bounds on what one transaction may carry (checked by [`Txn::check_shape`] before
 /// anything else looks at it).
 pub mod limits {
@@ -228,6 +289,16 @@ mod tests {
 
     fn piece(shard: ShardId, reads: Vec<Key>, writes: Vec<Key>) -> ShardPiece {
         ShardPiece { shard, keys: KeySet { reads, writes } }
+    }
+
+    #[test]
+    fn protocols_parse_from_their_names_only() {
+        for p in Protocol::ALL {
+            assert_eq!(p.name().parse::<Protocol>(), Ok(p));
+        }
+        let why = "occ2".parse::<Protocol>().unwrap_err();
+        assert!(why.contains("unknown protocol 'occ2'") && why.contains("luigi, occ, 2pl, direct"), "{why}");
+        assert!(!Protocol::Direct.is_transactional() && Protocol::TwoPl.is_transactional());
     }
 
     #[test]

@@ -457,6 +457,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 PeerItem::Executed { id, ts } => self.on_executed(id, from, ts),
                 PeerItem::Refuse { id, reason } => self.on_refuse(id, reason),
                 PeerItem::Acknowledged { id } => self.on_acknowledged(id),
+                // Another protocol's message: a server of this cluster runs a baseline.
+                PeerItem::Base(item) => tracing::warn!(from, ?item, "baseline message at a Luigi leader; dropped"),
             }
         }
         self.pump(now, out);

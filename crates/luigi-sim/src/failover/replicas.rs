@@ -419,7 +419,8 @@ impl RaftGroups<'_> {
                         PeerItem::Recover { .. }
                         | PeerItem::Executed { .. }
                         | PeerItem::Refuse { .. }
-                        | PeerItem::Acknowledged { .. } => {}
+                        | PeerItem::Acknowledged { .. }
+                        | PeerItem::Base(_) => {}
                     }
                 }
             }
