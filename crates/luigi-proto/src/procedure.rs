@@ -180,6 +180,11 @@ impl Registry {
         self.procedures.insert(name.to_string(), procedure);
     }
 
+    /// The procedure registered under `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Procedure>> {
+        self.procedures.get(name).cloned()
+    }
+
     /// True when `name` is registered.
     pub fn contains(&self, name: &str) -> bool {
         self.procedures.contains_key(name)
@@ -225,6 +230,21 @@ impl<'a> TxnCtx<'a> {
 
     fn check(&self, key: &[u8], needed: Access) -> Result<(), ProcError> {
         check_access(self.keys, key, needed, self.shard)
+    }
+
+    /// The writes made through this context so far, as they stand in the store: each key
+    /// written (once, in the order first written) with its value now (`None`: deleted). A
+    /// protocol that buffers writes (the baselines) takes them here, then calls
+    /// [`TxnCtx::rollback`].
+    pub fn writes(&self) -> Vec<(Key, Option<Value>)> {
+        let mut seen = crate::Map::default();
+        let mut out = Vec::new();
+        for (key, _) in &self.undo {
+            if seen.insert(key.as_slice(), ()).is_none() {
+                out.push((key.clone(), self.store.get(key).cloned()));
+            }
+        }
+        out
     }
 
     /// Undoes every write made through this context (a caller that ran a procedure through a
@@ -395,6 +415,26 @@ mod tests {
         assert!(ctx.get(&table_key(7, &[1, 2])).unwrap().is_some());
         assert!(ctx.get(&table_key(7, &[2, 2])).is_err());
         let _ = &mut ctx;
+    }
+
+    #[test]
+    fn writes_are_listed_once_with_their_final_values_and_can_be_undone() {
+        let keys = KeySet::new(vec![], vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        let mut store = Store::new();
+        store.put(b"c".to_vec(), b"old".to_vec());
+        let before = store.clone();
+        let mut ctx = TxnCtx::new(&mut store, &keys, 0);
+        ctx.put(b"b".to_vec(), b"1".to_vec()).unwrap();
+        ctx.put(b"a".to_vec(), b"2".to_vec()).unwrap();
+        ctx.put(b"b".to_vec(), b"3".to_vec()).unwrap();
+        ctx.delete(b"c").unwrap();
+        let writes = ctx.writes();
+        assert_eq!(
+            writes,
+            vec![(b"b".to_vec(), Some(b"3".to_vec())), (b"a".to_vec(), Some(b"2".to_vec())), (b"c".to_vec(), None)]
+        );
+        ctx.rollback();
+        assert_eq!(store, before);
     }
 
     #[test]

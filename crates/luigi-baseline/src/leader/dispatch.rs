@@ -1,0 +1,142 @@
+//! A client's transaction at the leader it was sent to, and the single-shard path: a
+//! transaction on one shard (and, under [`Mode::Direct`], every piece) runs at once, installs
+//! its writes as it logs them, and is answered once they are durable.
+
+use std::sync::Arc;
+
+use luigi_proto::leader::LeaderOutput;
+use luigi_proto::log::LogError;
+use luigi_proto::msg::TxnError;
+use luigi_proto::procedure::TxnCtx;
+use luigi_proto::types::{ClientId, KeySet, Txn};
+
+use super::{lock_keys, BaseLeader, Wait};
+use crate::record::BaseRecord;
+use crate::state::Outcome;
+use crate::Mode;
+use luigi_proto::log::ReplicatedLog;
+
+impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
+    pub(super) fn on_dispatch(
+        &mut self,
+        client: ClientId,
+        txn: Arc<Txn>,
+        arrival: i64,
+        acked_below: u64,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        let me = self.config.shard;
+        let refuse = |this: &Self, why: String, out: &mut Vec<LeaderOutput>| {
+            for reply in this.replies(&txn, arrival, |_| Err(TxnError::Rejected(why.clone()))) {
+                out.push(LeaderOutput::ToClient { client, msg: luigi_proto::msg::ServerMsg::Reply(reply) });
+            }
+        };
+        if txn.id.client != client {
+            return refuse(self, format!("transaction of client {} sent by client {client}", txn.id.client), out);
+        }
+        if let Err(why) = txn.check_shape(self.config.shards) {
+            return refuse(self, format!("malformed transaction: {why}"), out);
+        }
+        if !self.registry.contains(&txn.procedure) {
+            return refuse(self, format!("unknown procedure '{}'", txn.procedure), out);
+        }
+        match self.config.mode {
+            Mode::Direct => match txn.piece(me).cloned() {
+                Some(keys) => self.run_local(client, txn, &keys, arrival, acked_below, out),
+                None => refuse(self, format!("shard {me} is not a participant"), out),
+            },
+            Mode::Occ | Mode::TwoPl => {
+                let home = txn.pieces[0].shard;
+                if home != me {
+                    let why = format!("send it to its first participant's leader (shard {home}), not shard {me}");
+                    return refuse(self, why, out);
+                }
+                if txn.is_cross_shard() {
+                    self.coordinate(client, txn, arrival, acked_below, out);
+                } else {
+                    let keys = txn.pieces[0].keys.clone();
+                    self.run_local(client, txn, &keys, arrival, acked_below, out);
+                }
+            }
+        }
+    }
+
+    /// Runs `txn`'s piece `keys` on this shard alone: at once, on the current state.
+    fn run_local(
+        &mut self,
+        client: ClientId,
+        txn: Arc<Txn>,
+        keys: &KeySet,
+        arrival: i64,
+        acked_below: u64,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        let me = self.config.shard;
+        let id = txn.id;
+        // A retry: answered from what the log holds, or (still in the log's way) later.
+        match self.state.outcome(id) {
+            Some(Outcome::Committed { output }) => {
+                let reply = self.reply(id, me, Ok(output.clone()), arrival);
+                return self.after_log(Wait::Client { client, reply }, out);
+            }
+            Some(Outcome::Aborted { reason }) => {
+                let reply = self.reply(id, me, Err(TxnError::Aborted(reason.clone())), arrival);
+                return self.after_log(Wait::Client { client, reply }, out);
+            }
+            None => {}
+        }
+        if self.waits_len >= self.config.waits_max {
+            let reply = self.reply(id, me, Err(TxnError::Busy(format!("{} answers wait", self.waits_len))), arrival);
+            return out.push(LeaderOutput::ToClient { client, msg: luigi_proto::msg::ServerMsg::Reply(reply) });
+        }
+        let (reads, writes) = lock_keys(keys);
+        if self.config.mode != Mode::Direct {
+            if let Some(h) = self.locks.conflict(id, &reads, &writes) {
+                self.stats.lock_conflicts += 1;
+                let why = format!("a key (hash {h:016x}) is locked by a transaction being committed");
+                let reply = self.reply(id, me, Err(TxnError::Aborted(why)), arrival);
+                return out.push(LeaderOutput::ToClient { client, msg: luigi_proto::msg::ServerMsg::Reply(reply) });
+            }
+        }
+        let procedure = self.registry.get(&txn.procedure).expect("checked at dispatch");
+        let mut ctx = TxnCtx::new(self.state.store_mut(), keys, me);
+        let result = ctx.execute(procedure.as_ref(), &txn.args);
+        let written = ctx.writes();
+        ctx.rollback();
+        let output = match result {
+            Ok(output) => output,
+            Err(e) => {
+                // Decided on the current state, which may not be durable yet.
+                let reply = self.reply(id, me, Err(TxnError::Proc(e)), arrival);
+                return self.after_log(Wait::Client { client, reply }, out);
+            }
+        };
+        if written.is_empty() {
+            let reply = self.reply(id, me, Ok(output), arrival);
+            return self.after_log(Wait::Client { client, reply }, out);
+        }
+        let record = BaseRecord::Local { id, writes: written, output: output.clone(), acked_below };
+        match self.log_record(record) {
+            Ok(index) => {
+                for h in &writes {
+                    self.versions.bump(*h);
+                }
+                self.stats.local_commits += 1;
+                let reply = self.reply(id, me, Ok(output), arrival);
+                self.wait_for(index, Wait::Client { client, reply });
+            }
+            Err(e) => {
+                let reply = self.reply(id, me, Err(log_refusal(e)), arrival);
+                out.push(LeaderOutput::ToClient { client, msg: luigi_proto::msg::ServerMsg::Reply(reply) });
+            }
+        }
+    }
+}
+
+/// What a client is told when the log refused a record (nothing was stored: try again).
+pub(super) fn log_refusal(e: LogError) -> TxnError {
+    match e {
+        LogError::NotLeader => TxnError::NotLeader { hint: None },
+        LogError::Backlogged(n) => TxnError::Busy(format!("log backlog full ({n} records pending)")),
+    }
+}
