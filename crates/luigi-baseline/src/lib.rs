@@ -33,10 +33,12 @@
 pub mod leader;
 pub mod locks;
 pub mod record;
+pub mod replica;
 pub mod state;
 
 pub use leader::{BaseConfig, BaseLeader};
 pub use record::BaseRecord;
+pub use replica::{BaseLog, BaseReplica, BaseSnapshotJob};
 pub use state::ShardState;
 
 use luigi_proto::types::Protocol;

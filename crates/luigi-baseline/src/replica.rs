@@ -1,0 +1,361 @@
+//! [`BaseReplica`]: one replica of a baseline shard over its Raft log, the baseline's
+//! counterpart of Luigi's `luigi_raft::replica::Replica`: a follower applying committed
+//! records until its log leads and has applied everything committed before its term, then a
+//! [`BaseLeader`]; a leader that loses leadership rebuilds its follower state from its log (it
+//! ran ahead of it). The replica node (`luigi-node`) drives it like Luigi's.
+
+use luigi_proto::leader::LeaderOutput;
+use luigi_proto::log::{LogEntry, ReplicatedLog};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError, TxnReply};
+use luigi_proto::procedure::Registry;
+use luigi_proto::types::{ClientId, TimeUs, TxnId};
+use luigi_raft::replica::{InitialStore, ReplicaStats, SnapshotImage, Transition};
+use luigi_raft::{RaftError, RaftLog, Replay};
+use luigi_store::Store;
+
+use crate::leader::{BaseConfig, BaseLeader};
+use crate::record::BaseRecord;
+use crate::state::{ImageError, ShardState};
+
+/// A baseline shard's Raft log.
+pub type BaseLog = RaftLog<BaseRecord>;
+
+#[allow(clippy::large_enum_variant)] // one per replica, swapped rarely
+enum Role {
+    Leader(BaseLeader<BaseLog>),
+    Follower(ShardState, BaseLog),
+    /// Only while switching (never observed outside a method).
+    Switching,
+}
+
+/// One replica of a baseline shard.
+pub struct BaseReplica {
+    config: BaseConfig,
+    registry: Registry,
+    initial: InitialStore,
+    role: Role,
+    committed: Vec<LogEntry<BaseRecord>>,
+    executed: Vec<(TxnId, u64)>,
+    stats: ReplicaStats,
+}
+
+/// The replica index (from 0) of the leader `log` knows of; Raft ids are indexes + 1.
+fn hint(log: &BaseLog) -> Option<u32> {
+    log.leader_id().map(|id| (id - 1) as u32)
+}
+
+/// The state at the end of `records`, which follow the snapshot `data` (or the `initial`
+/// store).
+fn rebuild(
+    config: &BaseConfig,
+    initial: &InitialStore,
+    data: Option<&[u8]>,
+    records: &[LogEntry<BaseRecord>],
+) -> Result<ShardState, RaftError> {
+    let mut state = match data {
+        Some(data) => {
+            ShardState::from_snapshot(config.shard, None, data).map_err(|e| RaftError::Invalid(e.to_string()))?
+        }
+        None => ShardState::new(config.shard, initial()),
+    };
+    for e in records {
+        state.apply(e);
+    }
+    state.take_executed();
+    Ok(state)
+}
+
+/// A baseline replica's own snapshot in the making (see `Replica::own_snapshot_due` for the
+/// why: a replay on another thread, so the event loop never serializes a large store).
+pub struct BaseSnapshotJob {
+    index: u64,
+    config: BaseConfig,
+    initial: InitialStore,
+    replay: Replay<BaseRecord>,
+}
+
+impl BaseSnapshotJob {
+    /// The log index it covers.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Makes the snapshot.
+    ///
+    /// # Errors
+    /// The replay does not decode or rebuilds another index.
+    pub fn run(self) -> Result<SnapshotImage, RaftError> {
+        let records = self.replay.records()?;
+        let state = rebuild(&self.config, &self.initial, self.replay.snapshot_data(), &records)?;
+        if state.applied_index() != self.index {
+            return Err(RaftError::Invalid(format!(
+                "the replay to index {} rebuilt the state at index {}",
+                self.index,
+                state.applied_index()
+            )));
+        }
+        let data = state.snapshot();
+        Ok(SnapshotImage { index: self.index, crc32: crc32fast::hash(&data), data: data.into() })
+    }
+}
+
+impl BaseReplica {
+    /// A replica over `log`, starting as a follower from the log's snapshot or the `initial`
+    /// store.
+    ///
+    /// # Errors
+    /// The log's snapshot does not load.
+    pub fn new(
+        config: BaseConfig,
+        registry: Registry,
+        initial: InitialStore,
+        log: BaseLog,
+    ) -> Result<Self, ImageError> {
+        let state = match log.snapshot_data() {
+            Some(data) => ShardState::from_snapshot(config.shard, None, data)?,
+            None => ShardState::new(config.shard, initial()),
+        };
+        Ok(BaseReplica {
+            config,
+            registry,
+            initial,
+            role: Role::Follower(state, log),
+            committed: Vec::new(),
+            executed: Vec::new(),
+            stats: ReplicaStats::default(),
+        })
+    }
+
+    /// Decodes a snapshot of this shard (off the event loop: it reads the whole image).
+    ///
+    /// # Errors
+    /// It does not decode or is another shard's (or, given, another index's).
+    pub fn decode_snapshot(config: &BaseConfig, index: Option<u64>, data: &[u8]) -> Result<ShardState, ImageError> {
+        ShardState::from_snapshot(config.shard, index, data)
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &BaseConfig {
+        &self.config
+    }
+
+    /// Replaces the follower state by a decoded snapshot of the leader's (a lagging replica);
+    /// a replica still serving is demoted by it. Returns the replaced state, to drop off the
+    /// event loop.
+    pub fn install(&mut self, restored: ShardState) -> Option<ShardState> {
+        let (log, replaced) = match std::mem::replace(&mut self.role, Role::Switching) {
+            Role::Follower(mut s, log) => {
+                self.executed.extend(s.take_executed());
+                (log, Some(s))
+            }
+            Role::Leader(l) => {
+                self.stats.demotions += 1;
+                (l.into_log(), None)
+            }
+            Role::Switching => unreachable!("not observable"),
+        };
+        self.role = Role::Follower(restored, log);
+        replaced
+    }
+
+    /// This replica's own snapshot once the last record it applied reached `next_at` (a
+    /// follower, or the leader of a group of one).
+    ///
+    /// # Errors
+    /// An entry is missing from the log's memory (a bug).
+    pub fn own_snapshot_due(&self, next_at: u64) -> Result<Option<BaseSnapshotJob>, RaftError> {
+        let log = match &self.role {
+            Role::Follower(_, log) => log,
+            Role::Leader(l) if l.log().voters().len() == 1 => l.log(),
+            Role::Leader(_) => return Ok(None),
+            Role::Switching => unreachable!("not observable"),
+        };
+        let Some(index) = log.last_record_at_or_below(log.handed_out()) else { return Ok(None) };
+        if index < next_at || !log.can_compact(index) {
+            return Ok(None);
+        }
+        let replay = log.replay()?;
+        if replay.last_record_index() != Some(index) {
+            return Err(RaftError::Invalid(format!("the replay does not end with the record at {index}")));
+        }
+        Ok(Some(BaseSnapshotJob { index, config: self.config.clone(), initial: self.initial.clone(), replay }))
+    }
+
+    /// The Raft log.
+    pub fn log(&self) -> &BaseLog {
+        match &self.role {
+            Role::Leader(l) => l.log(),
+            Role::Follower(_, log) => log,
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// The Raft log, to drive.
+    pub fn log_mut(&mut self) -> &mut BaseLog {
+        match &mut self.role {
+            Role::Leader(l) => l.log_mut(),
+            Role::Follower(_, log) => log,
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// True while it serves as the shard leader.
+    pub fn is_serving(&self) -> bool {
+        matches!(self.role, Role::Leader(_))
+    }
+
+    /// The serving leader, if it is one.
+    pub fn leader(&self) -> Option<&BaseLeader<BaseLog>> {
+        match &self.role {
+            Role::Leader(l) => Some(l),
+            Role::Follower(..) | Role::Switching => None,
+        }
+    }
+
+    /// Its state (a follower's lags the leader's, which runs at the end of its log).
+    pub fn state(&self) -> &ShardState {
+        match &self.role {
+            Role::Leader(l) => l.state(),
+            Role::Follower(s, _) => s,
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        self.state().store()
+    }
+
+    /// Role-change counters.
+    pub fn stats(&self) -> ReplicaStats {
+        self.stats
+    }
+
+    /// The replica clients should try.
+    pub fn leader_hint(&self) -> Option<u32> {
+        hint(self.log())
+    }
+
+    /// A client's message; a replica that does not serve answers a dispatch `NotLeader`.
+    pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+        let shard = self.config.shard;
+        match &mut self.role {
+            Role::Leader(l) => l.on_client(now, client, msg, out),
+            Role::Follower(s, log) => match msg {
+                ClientMsg::Hello { .. } | ClientMsg::Status => {}
+                ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
+                    client,
+                    msg: ServerMsg::Pong {
+                        shard,
+                        arrival_delta_us: now as i64 - sent_us as i64,
+                        watermark: s.applied_index(),
+                    },
+                }),
+                ClientMsg::Dispatch { txn, sent_us, .. } => out.push(LeaderOutput::ToClient {
+                    client,
+                    msg: ServerMsg::Reply(TxnReply {
+                        id: txn.id,
+                        shard,
+                        ts: 0,
+                        outcome: Err(TxnError::NotLeader { hint: hint(log) }),
+                        watermark: 0,
+                        arrival_delta_us: now as i64 - sent_us as i64,
+                        rounds: 0,
+                    }),
+                }),
+            },
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// Items from another shard's leader; dropped unless serving (their senders time out).
+    pub fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
+        match &mut self.role {
+            Role::Leader(l) => {
+                l.on_peer(now, batch, out);
+                true
+            }
+            Role::Follower(..) => false,
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// After the shell drove the log: applies committed records (follower), switches role if
+    /// leadership moved, ticks the leader.
+    ///
+    /// # Errors
+    /// A demoted leader that cannot rebuild from its log.
+    pub fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+        let mut transition = None;
+        match &mut self.role {
+            Role::Follower(s, log) => {
+                log.take_committed(&mut self.committed);
+                for e in self.committed.drain(..) {
+                    s.apply(&e);
+                }
+                self.executed.extend(s.take_executed());
+                if log.is_leader() && log.has_committed_in_term() && log.handed_out() >= log.commit_index() {
+                    self.promote(now);
+                    transition = Some(Transition::Promoted);
+                }
+            }
+            Role::Leader(l) => {
+                if !l.log().is_leader() {
+                    self.demote()?;
+                    transition = Some(Transition::Demoted);
+                }
+            }
+            Role::Switching => unreachable!("not observable"),
+        }
+        if let Role::Leader(l) = &mut self.role {
+            l.tick(now, out);
+        }
+        Ok(transition)
+    }
+
+    /// Installs the follower state made since the last call: (transaction, log index). A
+    /// serving leader reports its own as `LeaderOutput::Executed`.
+    pub fn take_executed(&mut self) -> Vec<(TxnId, u64)> {
+        if let Role::Follower(s, _) = &mut self.role {
+            self.executed.extend(s.take_executed());
+        }
+        std::mem::take(&mut self.executed)
+    }
+
+    /// When [`BaseReplica::turn`] has timed work.
+    pub fn next_deadline(&self) -> Option<TimeUs> {
+        match &self.role {
+            Role::Leader(l) => l.next_deadline(),
+            Role::Follower(..) | Role::Switching => None,
+        }
+    }
+
+    fn promote(&mut self, now: TimeUs) {
+        let Role::Follower(s, log) = std::mem::replace(&mut self.role, Role::Switching) else {
+            unreachable!("promote is called on a follower")
+        };
+        self.role = Role::Leader(BaseLeader::recover(self.config.clone(), self.registry.clone(), log, s, now));
+        self.stats.promotions += 1;
+    }
+
+    fn demote(&mut self) -> Result<(), RaftError> {
+        let Role::Leader(l) = std::mem::replace(&mut self.role, Role::Switching) else {
+            unreachable!("demote is called on a leader")
+        };
+        let mut log = l.into_log();
+        let rebuilt = log
+            .replay_for_rebuild()
+            .and_then(|replay| rebuild(&self.config, &self.initial, replay.snapshot_data(), &replay.records()?));
+        match rebuilt {
+            Ok(state) => {
+                self.role = Role::Follower(state, log);
+                self.stats.demotions += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.role = Role::Follower(ShardState::new(self.config.shard, Store::new()), log);
+                Err(e)
+            }
+        }
+    }
+}
