@@ -103,14 +103,21 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             return;
         }
         // A piece failed or could not lock: nothing was prepared, so the transaction ends
-        // here, and each participant's answer is its own piece's result.
+        // here, installed nowhere. A failed piece's answer is its error; a piece that ran is
+        // answered with the first failure too (a protocol abort is retried by the client, a
+        // procedure's own abort rolls the whole transaction back).
         let c = self.coordinating.remove(&id).expect("present");
         self.stats.coordinated_aborts += 1;
         for s in c.txn.shards() {
             self.send(s, BaseItem::Release { id });
         }
         let results = c.results;
-        for reply in self.replies(&c.txn, c.arrival, |s| results[&s].clone()) {
+        let first_failure = results.values().find_map(|r| r.as_ref().err()).cloned().expect("a piece failed");
+        let answer = |s| match &results[&s] {
+            Ok(_) => Err(first_failure.clone()),
+            Err(e) => Err(e.clone()),
+        };
+        for reply in self.replies(&c.txn, c.arrival, answer) {
             out.push(LeaderOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 1)) });
         }
     }

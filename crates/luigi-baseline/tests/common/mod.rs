@@ -33,6 +33,17 @@ impl ManualLog {
     }
 }
 
+impl ManualLog {
+    /// Commits the first `n` pending records.
+    pub fn commit_prefix(&mut self, n: usize) {
+        for _ in 0..n.min(self.pending.len()) {
+            let e = self.pending.pop_front().expect("counted");
+            self.history.push(e.clone());
+            self.ready.push(e);
+        }
+    }
+}
+
 impl ReplicatedLog<BaseRecord> for ManualLog {
     fn propose(&mut self, record: BaseRecord) -> Result<u64, LogError> {
         if self.refuse {
@@ -157,6 +168,23 @@ impl Cluster {
             self.check();
         }
         panic!("messages never settle");
+    }
+
+    /// Delivers the first message in flight.
+    pub fn deliver_one(&mut self) {
+        let Some((to, batch)) = self.net.pop_front() else { return };
+        let mut out = Vec::new();
+        let now = self.now;
+        if let Some(l) = self.leaders[to as usize].as_mut() {
+            l.on_peer(now, batch, &mut out);
+        }
+        self.absorb(out);
+        self.check();
+    }
+
+    /// Ticks every leader at the current time (they see what their logs committed).
+    pub fn tick_all(&mut self) {
+        self.advance(0);
     }
 
     /// Commits every log and lets the leaders see it.
