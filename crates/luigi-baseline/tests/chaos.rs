@@ -108,15 +108,13 @@ impl Run {
                 let home = self.home(&t);
                 self.c.dispatch(home, t);
             }
-            15..=54 => {
-                // Deliver one message, not necessarily the oldest; some are lost.
-                if !self.c.net.is_empty() {
-                    let i = self.rng.gen_range(0..self.c.net.len());
-                    let (to, batch) = self.c.net.remove(i).unwrap();
-                    if self.rng.gen_bool(0.97) {
-                        self.c.net.push_front((to, batch));
-                        self.c.deliver_one();
-                    }
+            // Deliver one message, not necessarily the oldest; some are lost.
+            15..=54 if !self.c.net.is_empty() => {
+                let i = self.rng.gen_range(0..self.c.net.len());
+                let (to, batch) = self.c.net.remove(i).unwrap();
+                if self.rng.gen_bool(0.97) {
+                    self.c.net.push_front((to, batch));
+                    self.c.deliver_one();
                 }
             }
             55..=74 => {
