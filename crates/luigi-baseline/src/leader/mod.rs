@@ -31,6 +31,9 @@ mod resolver;
 /// through a local inbox): a bound on the work of one event.
 const INBOX_ROUNDS_MAX: usize = 1 << 16;
 
+/// Items in one batch to another shard's leader, at most.
+pub const PEER_BATCH_ITEMS_MAX: usize = 256;
+
 /// Knobs of a baseline leader.
 #[derive(Clone, Debug)]
 pub struct BaseConfig {
@@ -330,8 +333,11 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             self.on_item(self.config.shard, item, out);
         }
         for (shard, items) in std::mem::take(&mut self.outbox) {
-            let batch = PeerBatch { from: self.config.shard, watermark: 0, items };
-            out.push(LeaderOutput::ToPeer { shard, batch });
+            // Bounded batches: a frame stays small whatever the load.
+            for chunk in items.chunks(PEER_BATCH_ITEMS_MAX) {
+                let batch = PeerBatch { from: self.config.shard, watermark: 0, items: chunk.to_vec() };
+                out.push(LeaderOutput::ToPeer { shard, batch });
+            }
         }
         for (id, index) in self.state.take_executed() {
             out.push(LeaderOutput::Executed { shard: self.config.shard, id, ts: index });
