@@ -336,7 +336,7 @@ fn bad_tpcc_arguments_are_refused_at_once_in_one_line_naming_them() {
     // Nor does it check a cluster that runs no transactions.
     let direct = dir.join("direct.toml");
     let text = std::fs::read_to_string(cluster).unwrap();
-    std::fs::write(&direct, format!("[protocol]\nkind = \"direct\"\n{text}")).unwrap();
+    std::fs::write(&direct, format!("{text}[protocol]\nkind = \"direct\"\n")).unwrap();
     let out = Command::new(EXE).args(["check", "tpcc", "--cluster", direct.to_str().unwrap()]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("direct is not transactional"), "{err}");
