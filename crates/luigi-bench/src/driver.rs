@@ -57,6 +57,10 @@ pub struct LoadReport {
     pub measured: Duration,
     /// The same, per kind of business transaction (its first step's procedure).
     pub by_kind: BTreeMap<String, KindReport>,
+    /// Latency of the committed business transactions all of whose steps ran on one shard.
+    pub single_shard_latency: LatencyRecorder,
+    /// Latency of the committed ones with a step over several shards.
+    pub cross_shard_latency: LatencyRecorder,
 }
 
 /// Outcome counts and latency of one kind of business transaction.
@@ -75,12 +79,17 @@ impl LoadReport {
             self.by_kind.insert(business.kind.clone(), KindReport::default());
         }
         let kind = self.by_kind.get_mut(&business.kind).expect("inserted above");
+        if status == TxnStatus::Committed {
+            let split = if business.cross { &mut self.cross_shard_latency } else { &mut self.single_shard_latency };
+            split.record_duration(latency);
+        }
         for (c, recorder) in [(&mut self.counters, &mut self.latency), (&mut kind.counters, &mut kind.latency)] {
             c.retries += u64::from(business.attempts.saturating_sub(business.steps));
+            c.protocol_aborts += u64::from(business.protocol_aborts);
             match status {
                 TxnStatus::Committed => {
                     c.committed += 1;
-                    c.cross_shard += u64::from(business.rounds > 0);
+                    c.cross_shard += u64::from(business.cross);
                     c.second_round += u64::from(business.rounds > 1);
                     recorder.record_duration(latency);
                 }
@@ -106,11 +115,25 @@ struct Business {
     attempts: u32,
     /// The most agreement rounds a step needed.
     rounds: u8,
+    /// Some step spans several shards.
+    cross: bool,
+    /// Protocol aborts over its answered steps (each retried as a new transaction, but the
+    /// last of a step that never committed).
+    protocol_aborts: u32,
 }
 
 impl Business {
     fn start(first: &TxnSpec) -> Self {
-        Self { kind: first.procedure.clone(), sent: Instant::now(), steps: 1, attempts: 0, rounds: 0 }
+        let cross = first.pieces.len() > 1;
+        Self {
+            kind: first.procedure.clone(),
+            sent: Instant::now(),
+            steps: 1,
+            attempts: 0,
+            rounds: 0,
+            cross,
+            protocol_aborts: 0,
+        }
     }
 }
 
@@ -163,6 +186,8 @@ pub fn run_load(
             mine.latency.merge(&k.latency);
             mine.counters.merge(&k.counters);
         }
+        total.single_shard_latency.merge(&r.single_shard_latency);
+        total.cross_shard_latency.merge(&r.cross_shard_latency);
     }
     Ok(total)
 }
@@ -219,10 +244,12 @@ async fn thread_load(
         let done = done?;
         business.attempts += done.attempts;
         business.rounds = business.rounds.max(done.rounds);
+        business.protocol_aborts = business.protocol_aborts.saturating_add(done.protocol_aborts);
         // A committed step may have a next one: the business transaction goes on.
         if done.status == TxnStatus::Committed {
             if let Some(step) = workload.next_step(&spec, &done.outputs)? {
                 business.steps += 1;
+                business.cross |= step.pieces.len() > 1;
                 running.push(launch(step, business));
                 continue;
             }
@@ -256,7 +283,7 @@ async fn thread_load(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::LuigiConnector;
+    use crate::client::ClusterConnector;
     use luigi_runtime::config::ClusterConfig;
     use luigi_runtime::net::wan::Scenario;
     use luigi_workloads::micro::{MicroConfig, MicroGenerator};
@@ -279,7 +306,7 @@ mod tests {
             Box::new(MicroGenerator::new(MicroConfig::default(), 1, u64::from(t)))
         };
         let started = Instant::now();
-        let err = run_load(&LuigiConnector { cluster: &config }, &opts, &make, &Arc::new(Progress::default()))
+        let err = run_load(&ClusterConnector { cluster: &config }, &opts, &make, &Arc::new(Progress::default()))
             .expect_err("cannot finish");
         let msg = format!("{err:#}");
         assert!(msg.contains("did not finish"), "{msg}");

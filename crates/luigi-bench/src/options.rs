@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, ensure};
+use luigi_proto::types::Protocol;
 use luigi_runtime::config::ClusterConfig;
 use luigi_runtime::net::wan::Scenario;
 
@@ -60,6 +61,8 @@ pub struct BenchOptions {
     pub json: PathBuf,
     /// `--cluster`.
     pub cluster: Option<PathBuf>,
+    /// `--protocol` (default: luigi, or the cluster file's `[protocol] kind`), as given.
+    pub protocol: Option<String>,
 }
 
 /// The cluster a benchmark runs against.
@@ -103,6 +106,9 @@ pub struct BenchPlan {
     pub headroom_us: Option<u64>,
     /// Results file, checked writable.
     pub json: PathBuf,
+    /// The protocol the cluster runs: written into a local cluster's file; a cluster file's
+    /// own (which `--protocol` may only repeat).
+    pub protocol: Protocol,
 }
 
 impl BenchPlan {
@@ -124,6 +130,10 @@ impl BenchOptions {
     /// file can be written; starts nothing.
     pub fn validate(&self) -> anyhow::Result<BenchPlan> {
         self.check_ranges()?;
+        let asked = match &self.protocol {
+            Some(name) => Some(name.parse::<Protocol>().map_err(|e| invalid("--protocol", name, e))?),
+            None => None,
+        };
         let target = match &self.cluster {
             Some(path) => {
                 // The error's own text only: its source repeats it.
@@ -137,6 +147,23 @@ impl BenchOptions {
                 durability: self.durability.unwrap_or("fsync"),
             },
         };
+        let protocol = match (&target, asked) {
+            (Target::Local { .. }, asked) => asked.unwrap_or_default(),
+            (Target::File { path, config }, asked) => {
+                let runs = config.protocol();
+                if let Some(asked) = asked.filter(|a| *a != runs) {
+                    bail!(invalid(
+                        "--protocol",
+                        asked,
+                        format_args!(
+                            "the servers of {} run {runs} (its [protocol] kind): with --cluster, the file decides",
+                            path.display()
+                        )
+                    ));
+                }
+                runs
+            }
+        };
         check_writable(&self.json)?;
         Ok(BenchPlan {
             target,
@@ -146,6 +173,7 @@ impl BenchOptions {
             warmup: Duration::from_secs_f64(self.warmup_s),
             headroom_us: self.headroom_us,
             json: self.json.clone(),
+            protocol,
         })
     }
 
@@ -340,6 +368,33 @@ mod tests {
         assert_eq!(plan.shards(), 1);
         assert_eq!((plan.duration, plan.warmup), (Duration::from_secs(10), Duration::from_secs(2)));
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no probe file or directory left");
+    }
+
+    #[test]
+    fn the_protocol_is_luigi_unless_asked_and_a_cluster_file_decides_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = ok_options(dir.path());
+        assert_eq!(base.validate().unwrap().protocol, Protocol::Luigi);
+        for p in Protocol::ALL {
+            let plan = BenchOptions { protocol: Some(p.name().into()), ..base.clone() }.validate().unwrap();
+            assert_eq!(plan.protocol, p);
+        }
+        let msg = refused(&BenchOptions { protocol: Some("2pc".into()), ..base.clone() }, "invalid --protocol 2pc:");
+        assert!(msg.contains("luigi, occ, 2pl, direct"), "the allowed values: {msg}");
+        refused(&BenchOptions { protocol: Some("".into()), ..base.clone() }, "invalid --protocol :");
+        // A cluster file's protocol: taken, repeated, or contradicted.
+        let file = dir.path().join("occ.toml");
+        std::fs::write(&file, "[protocol]\nkind = \"occ\"\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n").unwrap();
+        let on_file = BenchOptions { cluster: Some(file.clone()), ..base.clone() };
+        assert_eq!(on_file.validate().unwrap().protocol, Protocol::Occ);
+        let same = BenchOptions { protocol: Some("occ".into()), ..on_file.clone() };
+        assert_eq!(same.validate().unwrap().protocol, Protocol::Occ);
+        let msg = refused(&BenchOptions { protocol: Some("2pl".into()), ..on_file.clone() }, "invalid --protocol 2pl:");
+        assert!(msg.contains("run occ") && msg.contains("occ.toml"), "{msg}");
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, "[protocol]\nkind = \"paxos\"\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n").unwrap();
+        let msg = refused(&BenchOptions { cluster: Some(bad), ..base }, "protocol.kind");
+        assert!(msg.contains("'paxos'"), "{msg}");
     }
 
     #[test]

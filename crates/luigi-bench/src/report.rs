@@ -3,7 +3,10 @@
 //! A run produces one [`BenchResult`] per configuration. Results are stored as
 //! a pretty-printed JSON array ([`write_json`] / [`read_json`]) and shown as an
 //! aligned plain-text table ([`render_table`]) or a GitHub markdown table
-//! ([`render_markdown`]).
+//! ([`render_markdown`]), with the single-shard / cross-shard latency split beside them
+//! ([`render_latency_split`], [`render_latency_split_markdown`]). A non-transactional
+//! protocol (`direct`) is marked so in every one of them ([`protocol_label`], and
+//! `transactional: false` in the JSON).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -19,8 +22,13 @@ use crate::stats::LatencySummary;
 /// The outcome of one benchmark configuration.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct BenchResult {
-    /// Commit protocol under test (e.g. `"luigi"`, `"2pc"`).
+    /// Commit protocol under test: `"luigi"`, `"occ"`, `"2pl"` or `"direct"`
+    /// (`luigi_proto::types::Protocol`'s names).
     pub protocol: String,
+    /// False for a protocol that gives no atomicity or isolation (`direct`): its figures are
+    /// a lower bound, not a transaction protocol's.
+    #[serde(default = "yes")]
+    pub transactional: bool,
     /// Workload name (e.g. `"ycsb-a"`, `"tpcc"`).
     pub workload: String,
     /// Number of shards.
@@ -49,6 +57,10 @@ pub struct BenchResult {
     pub aborted: u64,
     /// Retry attempts during the measured interval.
     pub retries: u64,
+    /// Protocol aborts during the measured interval (a baseline's lock conflict or failed
+    /// validation), each retried as a new transaction but the last of one out of retries.
+    #[serde(default)]
+    pub protocol_aborts: u64,
     /// Transactions refused by a participant during the measured interval (executed nowhere).
     #[serde(alias = "errors")]
     pub rejected: u64,
@@ -63,6 +75,15 @@ pub struct BenchResult {
     pub abort_rate: f64,
     /// Latency of committed transactions, in microseconds.
     pub latency_us: LatencySummary,
+    /// Committed (business) transactions that spanned several shards.
+    #[serde(default)]
+    pub cross_shard_committed: u64,
+    /// Latency of the committed ones that ran on one shard, in microseconds.
+    #[serde(default)]
+    pub single_shard_latency_us: LatencySummary,
+    /// Latency of the committed ones that spanned several shards, in microseconds.
+    #[serde(default)]
+    pub cross_shard_latency_us: LatencySummary,
     /// Workload knobs (keys, ops, read_ratio, cross_shard_pct, ...) and extra measured figures.
     pub params: BTreeMap<String, serde_json::Value>,
     /// Wall-clock start of the run, seconds since the Unix epoch.
@@ -97,6 +118,20 @@ pub struct KindResult {
     pub throughput_tps: f64,
     /// Latency of the committed ones, in microseconds.
     pub latency_us: LatencySummary,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The protocol as reports show it: its name, marked when it is not transactional (e.g.
+/// `direct (non-transactional)`).
+pub fn protocol_label(r: &BenchResult) -> String {
+    if r.transactional {
+        r.protocol.clone()
+    } else {
+        format!("{} (non-transactional)", r.protocol)
+    }
 }
 
 /// Computes the abort rate as a fraction `aborted / (committed + aborted)`,
@@ -222,7 +257,7 @@ fn cells(r: &BenchResult) -> [String; NCOLS] {
     let tps = r.throughput_tps.round() as u64;
     let l = &r.latency_us;
     [
-        r.protocol.clone(),
+        protocol_label(r),
         r.workload.clone(),
         r.shards.to_string(),
         r.replicas.to_string(),
@@ -251,8 +286,13 @@ fn cells(r: &BenchResult) -> [String; NCOLS] {
 /// percent with one decimal.
 pub fn render_table(results: &[BenchResult]) -> String {
     let rows: Vec<[String; NCOLS]> = results.iter().map(cells).collect();
-    let mut widths: [usize; NCOLS] = HEADERS.map(|h| h.chars().count());
-    for row in &rows {
+    render_aligned(&HEADERS, &NUMERIC, &rows)
+}
+
+/// Lines up `headers` and `rows` (text left, numbers right, two spaces between columns).
+fn render_aligned<const N: usize>(headers: &[&str; N], numeric: &[bool; N], rows: &[[String; N]]) -> String {
+    let mut widths: [usize; N] = headers.map(|h| h.chars().count());
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row.iter()) {
             *w = (*w).max(cell.chars().count());
         }
@@ -266,7 +306,7 @@ pub fn render_table(results: &[BenchResult]) -> String {
             }
             // `{:w$}` pads by `char` count, matching the width computation above.
             let w = widths[i];
-            if NUMERIC[i] {
+            if numeric[i] {
                 out.push_str(&format!("{cell:>w$}"));
             } else {
                 out.push_str(&format!("{cell:<w$}"));
@@ -274,11 +314,73 @@ pub fn render_table(results: &[BenchResult]) -> String {
         }
         out.push('\n');
     };
-    push_line(&mut HEADERS.iter().copied());
-    for row in &rows {
+    push_line(&mut headers.iter().copied());
+    for row in rows {
         push_line(&mut row.iter().map(String::as_str));
     }
     out
+}
+
+/// Columns of the latency split.
+const SPLIT_NCOLS: usize = 16;
+
+/// Headers of the latency split: single-shard and cross-shard committed transactions and
+/// their latency, with the protocol's aborts and the retries (the seeds' warning table).
+const SPLIT_HEADERS: [&str; SPLIT_NCOLS] = [
+    "protocol",
+    "workload",
+    "shards",
+    "threads",
+    "net",
+    "single",
+    "single avg ms",
+    "single p50 ms",
+    "single p99 ms",
+    "cross",
+    "cross avg ms",
+    "cross p50 ms",
+    "cross p99 ms",
+    "protocol aborts",
+    "aborted",
+    "retries",
+];
+
+const SPLIT_NUMERIC: [bool; SPLIT_NCOLS] =
+    [false, false, true, true, false, true, true, true, true, true, true, true, true, true, true, true];
+
+fn split_cells(r: &BenchResult) -> [String; SPLIT_NCOLS] {
+    let (s, x) = (&r.single_shard_latency_us, &r.cross_shard_latency_us);
+    [
+        protocol_label(r),
+        r.workload.clone(),
+        r.shards.to_string(),
+        r.threads.to_string(),
+        r.net.clone(),
+        format_thousands(r.committed.saturating_sub(r.cross_shard_committed)),
+        ms(s.avg),
+        ms(s.p50 as f64),
+        ms(s.p99 as f64),
+        format_thousands(r.cross_shard_committed),
+        ms(x.avg),
+        ms(x.p50 as f64),
+        ms(x.p99 as f64),
+        format_thousands(r.protocol_aborts),
+        format_thousands(r.aborted),
+        format_thousands(r.retries),
+    ]
+}
+
+/// The latency of single-shard and cross-shard committed transactions (avg, p50, p99 each)
+/// as an aligned table, with the protocol aborts, final aborts and retries of each run.
+pub fn render_latency_split(results: &[BenchResult]) -> String {
+    let rows: Vec<[String; SPLIT_NCOLS]> = results.iter().map(split_cells).collect();
+    render_aligned(&SPLIT_HEADERS, &SPLIT_NUMERIC, &rows)
+}
+
+/// [`render_latency_split`] as a GitHub markdown table.
+pub fn render_latency_split_markdown(results: &[BenchResult]) -> String {
+    let rows: Vec<[String; SPLIT_NCOLS]> = results.iter().map(split_cells).collect();
+    render_markdown_rows(&SPLIT_HEADERS, &SPLIT_NUMERIC, &rows)
 }
 
 /// One line per kind of business transaction of `r` (empty when the workload has one kind):
@@ -289,8 +391,8 @@ pub fn render_kinds(r: &BenchResult) -> String {
         return String::new();
     }
     let mut out = format!(
-        "{} {}x{} {} threads, {}: per transaction\n{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7}\n",
-        r.workload, r.shards, r.replicas, r.threads, r.net,
+        "{} {} {}x{} {} threads, {}: per transaction\n{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7}\n",
+        protocol_label(r), r.workload, r.shards, r.replicas, r.threads, r.net,
         "transaction", "committed", "rolled", "aborted", "rejected", "unknown", "tps", "avg ms", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "cross %"
     );
     for (name, k) in &r.by_kind {
@@ -324,6 +426,11 @@ fn md_escape(s: &str) -> String {
 /// columns and number formatting as [`render_table`] (numeric columns
 /// right-aligned).
 pub fn render_markdown(results: &[BenchResult]) -> String {
+    let rows: Vec<[String; NCOLS]> = results.iter().map(cells).collect();
+    render_markdown_rows(&HEADERS, &NUMERIC, &rows)
+}
+
+fn render_markdown_rows<const N: usize>(headers: &[&str; N], numeric: &[bool; N], rows: &[[String; N]]) -> String {
     let mut out = String::new();
     let line = |cells: &mut dyn Iterator<Item = String>| {
         let mut s = String::from("|");
@@ -335,10 +442,10 @@ pub fn render_markdown(results: &[BenchResult]) -> String {
         s.push('\n');
         s
     };
-    out.push_str(&line(&mut HEADERS.iter().map(|h| h.to_string())));
-    out.push_str(&line(&mut NUMERIC.iter().map(|&n| if n { "---:" } else { "---" }.to_string())));
-    for r in results {
-        out.push_str(&line(&mut cells(r).into_iter().map(|c| md_escape(&c))));
+    out.push_str(&line(&mut headers.iter().map(|h| h.to_string())));
+    out.push_str(&line(&mut numeric.iter().map(|&n| if n { "---:" } else { "---" }.to_string())));
+    for row in rows {
+        out.push_str(&line(&mut row.iter().map(|c| md_escape(c))));
     }
     out
 }
@@ -360,6 +467,7 @@ mod tests {
         params.insert("cross_shard_pct".to_string(), serde_json::json!(10));
         BenchResult {
             protocol: protocol.to_string(),
+            transactional: protocol != "direct",
             workload: "ycsb-a".to_string(),
             shards: 3,
             replicas: 3,
@@ -373,11 +481,15 @@ mod tests {
             rolled_back: 12,
             aborted: 1234,
             retries: 1500,
+            protocol_aborts: 1300,
             rejected: 2,
             unknown: 1,
             throughput_tps: tps,
             abort_rate: abort_rate(committed, 1234),
             latency_us: rec.summary(),
+            cross_shard_committed: committed / 4,
+            single_shard_latency_us: rec.summary(),
+            cross_shard_latency_us: LatencySummary { avg: 20_000.0, p50: 19_000, p99: 40_000, ..rec.summary() },
             params,
             started_at_unix_s: 1_700_000_000,
             second_round_rate: 0.25,
@@ -514,5 +626,86 @@ mod tests {
         // Same number of (unescaped) cell separators on every line.
         let seps = |l: &str| l.replace("\\|", "").matches('|').count();
         assert!(lines.iter().all(|l| seps(l) == NCOLS + 1));
+    }
+
+    #[test]
+    fn every_report_names_the_protocol_and_marks_direct_non_transactional() {
+        let results = vec![sample("occ", 1000, 100.0), sample("direct", 2000, 200.0)];
+        for text in [
+            render_table(&results),
+            render_markdown(&results),
+            render_latency_split(&results),
+            render_latency_split_markdown(&results),
+        ] {
+            let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("| ---")).collect();
+            assert!(lines[0].trim_start_matches("| ").starts_with("protocol"), "{text}");
+            assert!(lines[1].trim_start_matches("| ").starts_with("occ "), "{text}");
+            assert!(!lines[1].contains("non-transactional"), "{text}");
+            assert!(lines[2].trim_start_matches("| ").starts_with("direct (non-transactional)"), "{text}");
+        }
+        let mut with_kinds = sample("direct", 1, 1.0);
+        with_kinds.by_kind.insert(
+            "k".into(),
+            KindResult {
+                committed: 1,
+                rolled_back: 0,
+                aborted: 0,
+                rejected: 0,
+                unknown: 0,
+                retries: 0,
+                cross_shard: 0,
+                throughput_tps: 1.0,
+                latency_us: LatencySummary::default(),
+            },
+        );
+        assert!(render_kinds(&with_kinds).starts_with("direct (non-transactional) ycsb-a"));
+        // JSON: the name, and the flag.
+        let json = serde_json::to_value(&results).unwrap();
+        assert_eq!((json[0]["protocol"].as_str(), json[0]["transactional"].as_bool()), (Some("occ"), Some(true)));
+        assert_eq!((json[1]["protocol"].as_str(), json[1]["transactional"].as_bool()), (Some("direct"), Some(false)));
+        assert_eq!(json[1]["protocol_aborts"].as_u64(), Some(1300));
+        assert_eq!(json[1]["cross_shard_latency_us"]["p99"].as_u64(), Some(40_000));
+    }
+
+    #[test]
+    fn results_written_before_the_protocol_fields_still_read() {
+        let mut old = serde_json::to_value(vec![sample("luigi", 10, 1.0)]).unwrap();
+        for field in [
+            "transactional",
+            "protocol_aborts",
+            "cross_shard_committed",
+            "single_shard_latency_us",
+            "cross_shard_latency_us",
+        ] {
+            old[0].as_object_mut().unwrap().remove(field);
+        }
+        let back: Vec<BenchResult> = serde_json::from_value(old).unwrap();
+        assert!(back[0].transactional, "Luigi, the only protocol then");
+        assert_eq!((back[0].protocol_aborts, back[0].cross_shard_committed), (0, 0));
+    }
+
+    #[test]
+    fn the_latency_split_lines_up_with_both_halves() {
+        let results = vec![sample("2pl", 4_000, 400.0), sample("luigi", 8, 0.8)];
+        let table = render_latency_split(&results);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        let width = lines[0].chars().count();
+        assert!(lines.iter().all(|l| l.chars().count() == width), "misaligned:\n{table}");
+        for h in SPLIT_HEADERS {
+            assert!(lines[0].contains(h), "missing header {h}");
+        }
+        // 4,000 committed, a quarter cross-shard: 3,000 single, 1,000 cross.
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            cells,
+            vec![
+                "2pl", "ycsb-a", "3", "8", "lan", "3,000", "5.01", "5.00", "9.90", "1,000", "20.00", "19.00", "40.00",
+                "1,300", "1,234", "1,500"
+            ]
+        );
+        let md = render_latency_split_markdown(&results);
+        let seps = |l: &str| l.matches('|').count();
+        assert!(md.lines().all(|l| seps(l) == SPLIT_NCOLS + 1), "{md}");
     }
 }

@@ -21,14 +21,14 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use luigi_proto::partition::{HashPartitioner, Partitioner};
-use luigi_proto::types::{KeySet, ShardPiece};
+use luigi_proto::types::{KeySet, Protocol, ShardPiece};
 use luigi_runtime::config::ClusterConfig;
 use luigi_runtime::net::wan::Scenario;
 use luigi_workloads::micro::{micro_key, Micro, MicroOp};
 use luigi_workloads::{TxnGenerator, TxnSpec, Workload, WorkloadSpec};
 
 use crate::cleanup::Watchdog;
-use crate::client::{LuigiConnector, TxnConnector, TxnStatus};
+use crate::client::{ClusterConnector, RetryPolicy, TxnConnector, TxnStatus};
 use crate::cluster::{LocalCluster, READY_TIMEOUT};
 use crate::driver::{run_load, KindReport, LoadOptions, LoadReport, Progress};
 use crate::report::{abort_rate, BenchResult, KindResult};
@@ -55,6 +55,8 @@ pub struct RunSpec {
     pub headroom_us: Option<u64>,
     /// Run against the servers of this cluster file instead of starting a local cluster.
     pub cluster_file: Option<PathBuf>,
+    /// The protocol: written into the local cluster's file; a cluster file's must be it.
+    pub protocol: Protocol,
     /// Log durability of the started servers: "fsync" or "none".
     pub durability: &'static str,
     /// The `luigi` binary used to start servers.
@@ -100,9 +102,13 @@ pub const WATCHDOG_MARGIN: Duration = Duration::from_secs(30);
 /// How long the load may take past its measured interval on `config` before the run fails:
 /// [`LOAD_GRACE_MIN`] plus the time the client takes to give up on a transaction (its
 /// attempts times its retry timeout), after which an unanswered transaction is answered
-/// `Unknown` rather than left waiting.
+/// `Unknown` rather than left waiting, plus the backoffs of a protocol-aborted one's retries.
 pub fn load_grace(config: &ClusterConfig) -> Duration {
-    LOAD_GRACE_MIN + client_give_up(config)
+    let backoffs = match config.protocol() {
+        Protocol::Luigi | Protocol::Direct => Duration::ZERO,
+        Protocol::Occ | Protocol::TwoPl => RetryPolicy::for_cluster(config).total_backoff(),
+    };
+    LOAD_GRACE_MIN + client_give_up(config) + backoffs
 }
 
 /// How long the client asks about a transaction before answering it `Unknown`: its attempts
@@ -132,6 +138,13 @@ pub fn run_workload<T>(
     let config = match &run.cluster_file {
         Some(path) => {
             let mut config = ClusterConfig::load(path)?;
+            anyhow::ensure!(
+                config.protocol() == run.protocol,
+                "the servers of {} run {}, not {} (its [protocol] kind)",
+                path.display(),
+                config.protocol(),
+                run.protocol
+            );
             if run.headroom_us.is_some() {
                 config.protocol.headroom_us = run.headroom_us;
             }
@@ -140,6 +153,7 @@ pub fn run_workload<T>(
         None => {
             let mut config = ClusterConfig::local(run.shards, run.net, &vec![0; run.shards as usize]);
             config.protocol.headroom_us = run.headroom_us;
+            config.set_protocol(run.protocol);
             config.workload = hosted;
             for shard in &mut config.shards {
                 shard.replicas = vec!["127.0.0.1:0".into(); run.replicas as usize];
@@ -173,7 +187,7 @@ pub fn run_workload<T>(
         }
     };
     let shards = config.shard_count();
-    let connector = LuigiConnector { cluster: &config };
+    let connector = ClusterConnector { cluster: &config };
     // A local cluster's servers were just started and may still be building their initial
     // state: connecting is retried. A cluster file's servers are running already.
     let patient = local.is_some();
@@ -238,8 +252,10 @@ impl Measured {
         params.insert("cross_shard_committed".into(), serde_json::json!(c.cross_shard));
         params.insert("second_round_committed".into(), serde_json::json!(c.second_round));
         params.insert("ready_s".into(), serde_json::json!(self.ready.as_secs_f64()));
+        let protocol = self.config.protocol();
         BenchResult {
-            protocol: "luigi".into(),
+            protocol: protocol.name().into(),
+            transactional: protocol.is_transactional(),
             workload: workload.into(),
             shards: self.config.shard_count(),
             replicas: self.config.shards[0].replicas.len() as u32,
@@ -253,11 +269,15 @@ impl Measured {
             rolled_back: c.rolled_back,
             aborted: c.aborted,
             retries: c.retries,
+            protocol_aborts: c.protocol_aborts,
             rejected: c.rejected,
             unknown: c.unknown,
             throughput_tps: c.committed as f64 / measured_s,
             abort_rate: abort_rate(c.committed, c.aborted),
             latency_us: self.report.latency.summary(),
+            cross_shard_committed: c.cross_shard,
+            single_shard_latency_us: self.report.single_shard_latency.summary(),
+            cross_shard_latency_us: self.report.cross_shard_latency.summary(),
             params,
             started_at_unix_s: self.started_at_unix_s,
             second_round_rate: if c.cross_shard == 0 { 0.0 } else { c.second_round as f64 / c.cross_shard as f64 },
@@ -340,7 +360,7 @@ fn progress_bar(run: &RunSpec, label: &str) -> ProgressBar {
             .expect("static template")
             .progress_chars("=> "),
     );
-    bar.set_prefix(format!("{label} {}sh {}t {}", run.shards, run.threads, run.net));
+    bar.set_prefix(format!("{} {label} {}sh {}t {}", run.protocol, run.shards, run.threads, run.net));
     bar
 }
 

@@ -140,6 +140,10 @@ pub struct Counters {
     /// Of those, the ones whose proposals differed (a second agreement round).
     #[serde(default)]
     pub second_round: u64,
+    /// Protocol aborts (a baseline's lock conflict or failed validation), each retried as a
+    /// new transaction but the last of a transaction out of retries (counted in `aborted`).
+    #[serde(default)]
+    pub protocol_aborts: u64,
 }
 
 impl Counters {
@@ -153,6 +157,7 @@ impl Counters {
         self.unknown = self.unknown.saturating_add(other.unknown);
         self.cross_shard = self.cross_shard.saturating_add(other.cross_shard);
         self.second_round = self.second_round.saturating_add(other.second_round);
+        self.protocol_aborts = self.protocol_aborts.saturating_add(other.protocol_aborts);
     }
 }
 
@@ -254,6 +259,7 @@ mod tests {
             unknown: 2,
             cross_shard: 4,
             second_round: 1,
+            protocol_aborts: 9,
         };
         let b = Counters {
             committed: 5,
@@ -264,6 +270,7 @@ mod tests {
             unknown: 1,
             cross_shard: 2,
             second_round: 2,
+            protocol_aborts: 1,
         };
         a.merge(&b);
         assert_eq!(
@@ -276,7 +283,8 @@ mod tests {
                 rejected: u64::MAX,
                 unknown: 3,
                 cross_shard: 6,
-                second_round: 3
+                second_round: 3,
+                protocol_aborts: 10,
             }
         );
     }

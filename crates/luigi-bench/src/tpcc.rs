@@ -1,6 +1,8 @@
 //! `luigi bench tpcc` and `luigi check tpcc`: TPC-C (`luigi_workloads::tpcc`, see
 //! `docs/TPCC.md`) over a run of [`crate::run`], followed by the twelve consistency
-//! conditions of clause 3.3.2, read through one transaction over every shard.
+//! conditions of clause 3.3.2, read through one transaction over every shard. Under a
+//! protocol that is not transactional (`direct`) the conditions are not checked: they hold
+//! only of serializable executions, so a failure would say nothing about the servers.
 //!
 //! This is the seeds' closed-loop client model (threads x in-flight, no keying or think
 //! times), not an audited tpmC.
@@ -10,12 +12,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+use luigi_proto::types::Protocol;
 use luigi_runtime::config::ClusterConfig;
 use luigi_workloads::tpcc::{ConditionResult, Mix, TpccConfig, TpccLoad, TpccWorkload};
 use luigi_workloads::WorkloadSpec;
 use serde_json::json;
 
-use crate::client::{LuigiConnector, TxnConnector, TxnStatus};
+use crate::client::{ClusterConnector, TxnConnector, TxnStatus};
 use crate::report::BenchResult;
 use crate::run::{run_workload, Closing, RunSpec};
 
@@ -106,10 +109,21 @@ pub struct TpccRun {
     pub tpcc: TpccOptions,
 }
 
-/// Runs one TPC-C configuration, then checks the twelve conditions on the final state.
+/// Why the conditions are not checked under `protocol`, if they are not.
+pub fn conditions_skipped(protocol: Protocol) -> Option<String> {
+    match protocol {
+        Protocol::Luigi | Protocol::Occ | Protocol::TwoPl => None,
+        Protocol::Direct => Some(format!(
+            "the consistency conditions are not checked: {protocol} is not transactional (no atomicity, no isolation)"
+        )),
+    }
+}
+
+/// Runs one TPC-C configuration, then checks the twelve conditions on the final state
+/// (`None`: not checked, the protocol is not transactional, see [`conditions_skipped`]).
 /// Returns the result (with the conditions in its `params`) and the conditions; a failed
 /// condition is not an error here: the caller records the run, then fails.
-pub fn run_tpcc(run: &TpccRun) -> anyhow::Result<(BenchResult, Vec<ConditionResult>)> {
+pub fn run_tpcc(run: &TpccRun) -> anyhow::Result<(BenchResult, Option<Vec<ConditionResult>>)> {
     let TpccRun { run: spec, tpcc } = run;
     let file = spec.cluster_file.as_ref().map(|p| ClusterConfig::load(p)).transpose()?;
     let shards = file.as_ref().map_or(spec.shards, ClusterConfig::shard_count);
@@ -118,12 +132,16 @@ pub fn run_tpcc(run: &TpccRun) -> anyhow::Result<(BenchResult, Vec<ConditionResu
         TpccWorkload::new(config.clone(), tpcc.load(), shards).map_err(|e| anyhow::anyhow!("TPC-C workload: {e}"))?,
     );
     let checker = workload.clone();
-    let closing = Closing {
-        bound: CHECK_BOUND,
-        step: Box::new(move |connector: &dyn TxnConnector| check_conditions(&checker, connector)),
+    let skipped = conditions_skipped(spec.protocol);
+    let closing: Closing<'_, Option<(Vec<ConditionResult>, f64)>> = match skipped {
+        Some(_) => Closing { bound: Duration::ZERO, step: Box::new(|_: &dyn TxnConnector| Ok(None)) },
+        None => Closing {
+            bound: CHECK_BOUND,
+            step: Box::new(move |connector: &dyn TxnConnector| check_conditions(&checker, connector).map(Some)),
+        },
     };
     let hosted = Some(WorkloadSpec::Tpcc(config.clone()));
-    let (measured, (conditions, check_s)) = run_workload(spec, "tpcc", workload, hosted, closing)?;
+    let (measured, checked) = run_workload(spec, "tpcc", workload, hosted, closing)?;
     let mut params = BTreeMap::new();
     params.insert("warehouses".into(), json!(config.warehouses));
     params.insert("scale".into(), json!(config.scale));
@@ -138,9 +156,16 @@ pub fn run_tpcc(run: &TpccRun) -> anyhow::Result<(BenchResult, Vec<ConditionResu
         "cross_shard_share".into(),
         json!(if c.committed == 0 { 0.0 } else { c.cross_shard as f64 / c.committed as f64 }),
     );
-    params.insert("check_s".into(), json!(check_s));
-    params.insert("conditions".into(), json!(conditions_json(&conditions)));
-    Ok((measured.result(spec, "tpcc", params), conditions))
+    match (&checked, skipped) {
+        (Some((conditions, check_s)), _) => {
+            params.insert("check_s".into(), json!(check_s));
+            params.insert("conditions".into(), json!(conditions_json(conditions)));
+        }
+        (None, why) => {
+            params.insert("conditions_skipped".into(), json!(why.unwrap_or_default()));
+        }
+    }
+    Ok((measured.result(spec, "tpcc", params), checked.map(|(conditions, _)| conditions)))
 }
 
 /// The conditions as JSON values (number, passed, checked, detail).
@@ -177,10 +202,13 @@ pub fn check_conditions(
 
 /// `luigi check tpcc --cluster FILE`: the twelve conditions on a running cluster.
 pub fn check_cluster(config: &ClusterConfig) -> anyhow::Result<(Vec<ConditionResult>, f64)> {
+    if let Some(why) = conditions_skipped(config.protocol()) {
+        bail!("the cluster runs {}: {why}", config.protocol());
+    }
     let tpcc = hosted_tpcc(config)?;
     let workload = TpccWorkload::new(tpcc, TpccLoad::default(), config.shard_count())
         .map_err(|e| anyhow::anyhow!("the cluster file's TPC-C workload: {e}"))?;
-    check_conditions(&workload, &LuigiConnector { cluster: config }).context("checking the TPC-C conditions")
+    check_conditions(&workload, &ClusterConnector { cluster: config }).context("checking the TPC-C conditions")
 }
 
 /// The conditions as an aligned table, one line each.
@@ -195,4 +223,24 @@ pub fn render_conditions(conditions: &[ConditionResult]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_conditions_are_checked_for_every_transactional_protocol_only() {
+        for p in Protocol::ALL {
+            let skipped = conditions_skipped(p);
+            assert_eq!(skipped.is_none(), p.is_transactional(), "{p}");
+            if let Some(why) = skipped {
+                assert!(why.contains("direct is not transactional"), "{why}");
+            }
+        }
+        let mut config = ClusterConfig::local(1, luigi_runtime::net::wan::Scenario::None, &[1]);
+        config.set_protocol(Protocol::Direct);
+        let e = check_cluster(&config).unwrap_err().to_string();
+        assert!(e.contains("runs direct") && e.contains("not transactional"), "{e}");
+    }
 }

@@ -9,8 +9,10 @@
 //! - [`msg`]: what travels between clients and leaders.
 //! - [`log`]: the replicated-log seam and an in-memory implementation for tests.
 //! - [`coordinator`]: the client side (timestamps, dispatch, retries, commit by watermark).
+//! - [`base_client`]: the client side of the baselines (OCC, 2PL, direct), same outputs.
 //! - [`leader`]: the shard leader (admission, hold queue, execution, watermark, answers).
 
+pub mod base_client;
 pub mod coordinator;
 pub mod keyhash;
 pub mod leader;

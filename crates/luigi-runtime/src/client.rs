@@ -1,5 +1,6 @@
-//! The client library: a [`Coordinator`] driven by one tokio task, with a connection to every
-//! replica of every shard. Dispatches go to the replica believed to lead its shard; a
+//! The client library: the cluster protocol's client core (Luigi's [`Coordinator`], or the
+//! baselines' [`BaseClient`]) driven by one tokio task, with a connection to every replica of
+//! every shard. Dispatches go to the replica believed to lead its shard; a
 //! `NotLeader` answer (with its hint), a watermark broadcast (only leaders send them) or a
 //! lost connection moves that belief. `execute` submits a transaction and resolves with its
 //! answer; retries happen inside, under the same transaction id, so a transaction is never
@@ -10,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use luigi_node::ClientRoutes;
+use luigi_proto::base_client::{BaseClient, BaseClientConfig};
 use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
-use luigi_proto::msg::{ClientMsg, WireMsg};
+use luigi_proto::msg::{ClientMsg, ServerMsg, WireMsg};
 use luigi_proto::partition::{split, HashPartitioner, Partitioner};
-use luigi_proto::types::{ClientId, ShardId, ShardPiece, TxnId};
+use luigi_proto::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, TxnId};
 use luigi_store::Key;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, warn};
@@ -57,7 +59,8 @@ struct Request {
 /// Resolutions kept for slow subscribers (see [`Client::resolutions`]).
 const RESOLUTIONS_BUFFER: usize = 1024;
 
-/// A connection to a Luigi cluster. Cheap to clone; clones share the coordinator.
+/// A connection to a Luigi cluster, whatever protocol it runs (its file's `[protocol] kind`:
+/// Luigi, or a baseline). Cheap to clone; clones share the coordinator.
 ///
 /// **Outcomes.** [`Client::execute`] answers each transaction once:
 /// [`TxnOutcome::Ordered`](luigi_proto::coordinator::TxnOutcome::Ordered) (executed on every
@@ -65,6 +68,10 @@ const RESOLUTIONS_BUFFER: usize = 1024;
 /// complete answer in time, e.g. a shard without a majority: it may have executed, or may
 /// still). The client keeps asking about an unknown transaction under the same id, so it
 /// executes at most once, and publishes its outcome on [`Client::resolutions`] once learned.
+/// On a baseline cluster (OCC, 2PL) a transaction may also come back aborted by the protocol
+/// (a lock conflict, a failed validation: see
+/// [`TxnOutcome::protocol_abort`](luigi_proto::coordinator::TxnOutcome::protocol_abort)):
+/// final for its id, executed nowhere; the caller may submit it again as a new transaction.
 /// The id of a client must be unique in the cluster for as long as the servers remember
 /// answers (use a fresh one per process).
 #[derive(Clone)]
@@ -73,11 +80,12 @@ pub struct Client {
     partitioner: Arc<dyn Partitioner>,
     id: ClientId,
     resolutions: broadcast::Sender<Completion>,
+    protocol: Protocol,
 }
 
 impl Client {
     /// Connects to every shard leader of `config` as client `id` (unique in the cluster),
-    /// hash-partitioning keys.
+    /// hash-partitioning keys, speaking the cluster's protocol ([`ClusterConfig::protocol`]).
     pub async fn connect(config: &ClusterConfig, id: ClientId) -> anyhow::Result<Self> {
         Self::connect_with(config, id, Arc::new(HashPartitioner::new(config.shard_count()))).await
     }
@@ -130,15 +138,12 @@ impl Client {
                 }
             }
         }
-        let mut coord_config = CoordinatorConfig::new(id);
-        coord_config.headroom_us = config.headroom_us();
-        coord_config.retry_timeout_us = config.retry_timeout_us();
-        coord_config.initial_owd_us = config.scenario().delay().mean_us;
-        coord_config.commit_rule = CommitRule::AllShards { shards: config.shard_count() };
+        let protocol = config.protocol();
+        let core = Core::new(config, id, protocol);
         let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
         let (resolutions, _) = broadcast::channel(RESOLUTIONS_BUFFER);
         let driver = Driver {
-            coordinator: Coordinator::new(coord_config),
+            core,
             routes,
             waiting: HashMap::new(),
             out: Vec::new(),
@@ -146,7 +151,7 @@ impl Client {
             _delay_line: delay_line,
         };
         tokio::spawn(driver.run(req_rx, in_rx));
-        Ok(Self { requests: req_tx, partitioner, id, resolutions })
+        Ok(Self { requests: req_tx, partitioner, id, resolutions, protocol })
     }
 
     /// The outcomes learned later of transactions answered `Unknown` (each a
@@ -159,6 +164,11 @@ impl Client {
     /// This client's id.
     pub fn id(&self) -> ClientId {
         self.id
+    }
+
+    /// The protocol it speaks (its cluster's).
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
     }
 
     /// The partitioner used to split keys into shard pieces.
@@ -282,8 +292,87 @@ impl Routes {
     }
 }
 
+/// The client core of the cluster's protocol. Both produce [`CoordOutput`]s, so the driver
+/// (connections, routing, delay links, authentication) is one for every protocol.
+enum Core {
+    /// Luigi's coordinator.
+    Luigi(Coordinator),
+    /// The baselines' client (OCC, 2PL, direct).
+    Base(BaseClient),
+}
+
+impl Core {
+    fn new(config: &ClusterConfig, id: ClientId, protocol: Protocol) -> Self {
+        match protocol {
+            Protocol::Luigi => {
+                let mut c = CoordinatorConfig::new(id);
+                c.headroom_us = config.headroom_us();
+                c.retry_timeout_us = config.retry_timeout_us();
+                c.initial_owd_us = config.scenario().delay().mean_us;
+                c.commit_rule = CommitRule::AllShards { shards: config.shard_count() };
+                Core::Luigi(Coordinator::new(c))
+            }
+            Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
+                let mut c = BaseClientConfig::new(id, protocol);
+                c.retry_timeout_us = config.retry_timeout_us();
+                Core::Base(BaseClient::new(c))
+            }
+        }
+    }
+
+    /// Seeds Luigi's one-way-delay estimates (the baselines stamp nothing).
+    fn warm_up(&self, now: TimeUs, shards: u32, out: &mut Vec<CoordOutput>) {
+        match self {
+            Core::Luigi(c) => {
+                for shard in 0..shards {
+                    for _ in 0..WARMUP_PINGS {
+                        c.ping(now, shard, out);
+                    }
+                }
+            }
+            Core::Base(_) => {}
+        }
+    }
+
+    fn can_submit(&self) -> bool {
+        match self {
+            Core::Luigi(c) => c.can_submit(),
+            Core::Base(c) => c.can_submit(),
+        }
+    }
+
+    fn submit(&mut self, now: TimeUs, req: &mut Request, out: &mut Vec<CoordOutput>) -> TxnId {
+        let (args, pieces) = (std::mem::take(&mut req.args), std::mem::take(&mut req.pieces));
+        match self {
+            Core::Luigi(c) => c.submit(now, &req.procedure, args, pieces, out),
+            Core::Base(c) => c.submit(now, &req.procedure, args, pieces, out),
+        }
+    }
+
+    fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
+        match self {
+            Core::Luigi(c) => c.on_message(now, msg, out),
+            Core::Base(c) => c.on_message(now, msg, out),
+        }
+    }
+
+    fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
+        match self {
+            Core::Luigi(c) => c.tick(now, out),
+            Core::Base(c) => c.tick(now, out),
+        }
+    }
+
+    fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
+        match self {
+            Core::Luigi(c) => c.shard_unreachable(now, shard),
+            Core::Base(c) => c.shard_unreachable(now, shard),
+        }
+    }
+}
+
 struct Driver {
-    coordinator: Coordinator,
+    core: Core,
     routes: Routes,
     waiting: HashMap<TxnId, oneshot::Sender<Completion>>,
     out: Vec<CoordOutput>,
@@ -293,12 +382,7 @@ struct Driver {
 
 impl Driver {
     async fn run(mut self, mut requests: mpsc::Receiver<Request>, mut inbound: mpsc::Receiver<Event>) {
-        let now = clock::now_us();
-        for shard in 0..self.routes.guess.shards() {
-            for _ in 0..WARMUP_PINGS {
-                self.coordinator.ping(now, shard, &mut self.out);
-            }
-        }
+        self.core.warm_up(clock::now_us(), self.routes.guess.shards(), &mut self.out);
         self.flush();
         let mut accepting = true;
         // Retries are on the scale of the retry timeout; a coarse tick is plenty and keeps
@@ -309,7 +393,7 @@ impl Driver {
             tokio::select! {
                 // Unresolved transactions hold every later acknowledgement: past the bound, new
                 // requests wait (backpressure) until some resolve.
-                req = requests.recv(), if accepting && self.coordinator.can_submit() => match req {
+                req = requests.recv(), if accepting && self.core.can_submit() => match req {
                     Some(req) => {
                         self.submit(req);
                         while let Ok(req) = requests.try_recv() {
@@ -327,7 +411,7 @@ impl Driver {
                     }
                     None => return,
                 },
-                _ = retry_tick.tick() => self.coordinator.tick(clock::now_us(), &mut self.out),
+                _ = retry_tick.tick() => self.core.tick(clock::now_us(), &mut self.out),
             }
             self.flush();
             if !accepting && self.waiting.is_empty() {
@@ -336,8 +420,8 @@ impl Driver {
         }
     }
 
-    fn submit(&mut self, req: Request) {
-        let id = self.coordinator.submit(clock::now_us(), &req.procedure, req.args, req.pieces, &mut self.out);
+    fn submit(&mut self, mut req: Request) {
+        let id = self.core.submit(clock::now_us(), &mut req, &mut self.out);
         self.waiting.insert(id, req.done);
     }
 
@@ -350,7 +434,7 @@ impl Driver {
                 warn!(node = %node.name(), "connection to replica lost; reconnecting");
                 self.routes.writers.remove(&node);
                 if self.routes.guess.guess(node.shard) == node.replica {
-                    self.coordinator.shard_unreachable(clock::now_us(), node.shard);
+                    self.core.shard_unreachable(clock::now_us(), node.shard);
                 }
             }
             Event::Msg { node, msg } => self.on_msg(node, msg),
@@ -362,7 +446,7 @@ impl Driver {
         match msg {
             WireMsg::Server(msg) => {
                 self.routes.guess.on_server_msg(node, &msg);
-                self.coordinator.on_message(clock::now_us(), msg, &mut self.out)
+                self.core.on_message(clock::now_us(), msg, &mut self.out)
             }
             WireMsg::Refused { reason } => warn!(node = %node.name(), %reason, "the server refused a message"),
             WireMsg::Client(_)

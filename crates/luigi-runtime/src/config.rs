@@ -6,6 +6,8 @@
 //! seed = 7                     # seeds the per-message WAN delays
 //!
 //! [protocol]
+//! kind = "luigi"               # luigi | occ | 2pl | direct (default luigi); every server and
+//!                              # client of the cluster runs it
 //! headroom_us = 450            # default: per scenario (half the jitter + 200 µs)
 //!
 //! [[shards]]
@@ -32,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use luigi_node::Tuning;
-use luigi_proto::types::ShardId;
+use luigi_proto::types::{Protocol, ShardId};
 use luigi_workloads::WorkloadSpec;
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +90,10 @@ fn default_seed() -> u64 {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProtocolConfig {
+    /// The transaction protocol the cluster runs, by name (see [`Protocol`]); absent: Luigi.
+    /// Read it with [`ClusterConfig::protocol`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// Added by coordinators to the one-way-delay estimate.
     pub headroom_us: Option<u64>,
     /// How far ahead leaders log their watermark floor promise.
@@ -224,6 +230,9 @@ impl ClusterConfig {
                 return Err(invalid(field.into(), "must be at least 16 characters (a random string)".into()));
             }
         }
+        if let Some(kind) = &self.protocol.kind {
+            kind.parse::<Protocol>().map_err(|e| invalid("protocol.kind".into(), e))?;
+        }
         if self.protocol.retry_timeout_us == Some(0) {
             return Err(invalid("protocol.retry_timeout_us".into(), "must be positive".into()));
         }
@@ -234,6 +243,17 @@ impl ClusterConfig {
             workload.build(self.shard_count()).map_err(|e| invalid("workload".into(), e))?;
         }
         Ok(())
+    }
+
+    /// The transaction protocol every server and client of the cluster runs (`[protocol]
+    /// kind`, default Luigi).
+    pub fn protocol(&self) -> Protocol {
+        self.protocol.kind.as_deref().map_or(Protocol::Luigi, |k| k.parse().expect("validated"))
+    }
+
+    /// Sets the protocol (`[protocol] kind`), e.g. for a generated cluster file.
+    pub fn set_protocol(&mut self, protocol: Protocol) {
+        self.protocol.kind = Some(protocol.name().to_string());
     }
 
     /// The network scenario.
@@ -371,6 +391,28 @@ mod tests {
         assert!(e.contains("field `workload`"), "{e}");
         let c = parse("[protocol]\nelection_timeout_us = 2500000\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap();
         assert_eq!(c.tuning().election_ticks, 250, "2.5 s of 10 ms ticks");
+    }
+
+    #[test]
+    fn the_protocol_is_luigi_unless_the_file_names_another() {
+        let one = "[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n";
+        assert_eq!(parse(one).unwrap().protocol(), Protocol::Luigi);
+        assert!(!parse(one).unwrap().to_toml().contains("kind"), "the default is not written out");
+        for p in Protocol::ALL {
+            let c = parse(&format!("[protocol]\nkind = \"{}\"\n{one}", p.name())).unwrap();
+            assert_eq!(c.protocol(), p);
+            assert_eq!(parse(&c.to_toml()).unwrap(), c, "round trip");
+        }
+        let mut c = parse(one).unwrap();
+        c.set_protocol(Protocol::TwoPl);
+        assert_eq!(parse(&c.to_toml()).unwrap().protocol(), Protocol::TwoPl);
+        let e = parse(&format!("[protocol]\nkind = \"2pc\"\n{one}")).unwrap_err();
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.contains("field `protocol.kind`") && e.contains("'2pc'"), "{e}");
+        assert!(e.contains("luigi, occ, 2pl, direct"), "the allowed values: {e}");
+        let e = parse(&format!("[protocol]\nkind = 3\n{one}")).unwrap_err();
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.contains("kind"), "{e}");
     }
 
     #[test]

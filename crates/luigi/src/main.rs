@@ -13,9 +13,9 @@ use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use luigi_bench::micro::{run_micro, MicroRun};
 use luigi_bench::options::{BenchOptions, BenchPlan, Target};
-use luigi_bench::report::{render_kinds, render_table, write_json, BenchResult};
+use luigi_bench::report::{protocol_label, render_kinds, render_latency_split, render_table, write_json, BenchResult};
 use luigi_bench::run::RunSpec;
-use luigi_bench::tpcc::{check_cluster, render_conditions, run_tpcc, TpccOptions, TpccRun};
+use luigi_bench::tpcc::{check_cluster, conditions_skipped, render_conditions, run_tpcc, TpccOptions, TpccRun};
 use luigi_bench::workload::micro::MicroOptions;
 use luigi_proto::procedure::Registry;
 use luigi_runtime::config::{ClusterConfig, NodeId};
@@ -172,6 +172,13 @@ struct RunArgs {
     /// Do not draw a progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// Transaction protocol: luigi, occ (optimistic concurrency control with two-phase
+    /// commit), 2pl (two-phase locking, no-wait, with two-phase commit) or direct (no
+    /// transaction: each shard runs its piece at once; a lower bound, not transactional)
+    /// [default: luigi]. Written into the local cluster's file; with --cluster the file's
+    /// [protocol] kind decides, and --protocol may only repeat it.
+    #[arg(long)]
+    protocol: Option<String>,
 }
 
 /// `luigi bench micro` options: see also `MicroOptions::validate` in luigi-bench.
@@ -374,6 +381,7 @@ impl RunArgs {
             headroom_us: self.headroom_us,
             json: self.json.clone().unwrap_or_else(|| PathBuf::from(format!("results/{workload}.json"))),
             cluster: self.cluster.clone(),
+            protocol: self.protocol.clone(),
         }
     }
 }
@@ -406,13 +414,15 @@ fn bench_runs(
                 warmup: plan.warmup,
                 headroom_us: plan.headroom_us,
                 cluster_file: cluster_file.clone(),
+                protocol: plan.protocol,
                 durability,
                 exe: exe.clone(),
                 progress,
             };
             let result = run_one(run)?;
             eprintln!(
-                "{} shard(s) x {} replica(s), {} thread(s), {}: {:.0} tx/s, avg {:.2} ms, p99 {:.2} ms",
+                "{}: {} shard(s) x {} replica(s), {} thread(s), {}: {:.0} tx/s, avg {:.2} ms, p99 {:.2} ms",
+                protocol_label(&result),
                 result.shards,
                 result.replicas,
                 result.threads,
@@ -443,6 +453,7 @@ fn micro(args: MicroArgs) -> anyhow::Result<()> {
     let results =
         bench_runs(&plan, !args.run.no_progress, |run| run_micro(&MicroRun { run, micro: workload.clone() }))?;
     println!("{}", render_table(&results));
+    println!("{}", render_latency_split(&results));
     println!("results written to {}", plan.json.display());
     Ok(())
 }
@@ -466,6 +477,10 @@ fn tpcc(args: TpccArgs) -> anyhow::Result<ExitCode> {
     let mut failed = Vec::new();
     let results = bench_runs(&plan, !args.run.no_progress, |run| {
         let (result, conditions) = run_tpcc(&TpccRun { run, tpcc: tpcc.clone() })?;
+        let Some(conditions) = conditions else {
+            eprintln!("{}", conditions_skipped(plan.protocol).unwrap_or_default());
+            return Ok(result);
+        };
         eprint!("{}", render_conditions(&conditions));
         if conditions.iter().any(|c| !c.passed) {
             failed.push(format!(
@@ -476,6 +491,7 @@ fn tpcc(args: TpccArgs) -> anyhow::Result<ExitCode> {
         Ok(result)
     })?;
     println!("{}", render_table(&results));
+    println!("{}", render_latency_split(&results));
     for r in &results {
         println!("{}", render_kinds(r));
         let figure = |name: &str| r.params.get(name).and_then(serde_json::Value::as_f64).unwrap_or(0.0);

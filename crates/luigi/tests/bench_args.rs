@@ -97,6 +97,12 @@ fn every_bad_argument_is_refused_at_once_in_one_line_naming_it() {
         (&["--cluster", cluster, "--replicas", "3"], "--replicas cannot be used with --cluster"),
         (&["--cluster", cluster, "--net", "geo"], "--net cannot be used with --cluster"),
         (&["--cluster", cluster, "--durability", "none"], "--durability cannot be used with --cluster"),
+        (
+            &["--protocol", "2pc"],
+            "invalid --protocol 2pc: unknown protocol '2pc' (expected one of: luigi, occ, 2pl, direct)",
+        ),
+        (&["--protocol", "OCC"], "invalid --protocol OCC:"),
+        (&["--cluster", cluster, "--protocol", "occ"], "invalid --protocol occ: the servers of"),
     ];
     for (args, needle) in cases {
         let (out, took) = bench(&dir, &tmp, args);
@@ -136,6 +142,7 @@ fn help_states_every_limit() {
         "from twice --ops to 2^53".into(),
         "--shards, --replicas, --net and --durability are refused with it".into(),
         "checked writable before the first run".into(),
+        "with --cluster the file's [protocol] kind decides".into(),
         "SIGKILL".into(),
     ] {
         assert!(help.contains(&limit), "--help lacks {limit:?}:\n{help}");
@@ -300,6 +307,8 @@ fn bad_tpcc_arguments_are_refused_at_once_in_one_line_naming_them() {
         (&["--scale", "1.5"], "invalid TPC-C options:"),
         (&["--cluster", cluster], "host no TPC-C database"),
         (&["--cluster", cluster, "--warehouses", "2"], "not with --cluster"),
+        (&["--protocol", "paxos"], "invalid --protocol paxos:"),
+        (&["--cluster", cluster, "--protocol", "direct"], "invalid --protocol direct: the servers of"),
     ];
     for (args, needle) in cases {
         let cwd = dir.join("cwd");
@@ -324,4 +333,11 @@ fn bad_tpcc_arguments_are_refused_at_once_in_one_line_naming_them() {
     let out = Command::new(EXE).args(["check", "tpcc", "--cluster", cluster]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("host no TPC-C database"), "{err}");
+    // Nor does it check a cluster that runs no transactions.
+    let direct = dir.join("direct.toml");
+    let text = std::fs::read_to_string(cluster).unwrap();
+    std::fs::write(&direct, format!("{text}[protocol]\nkind = \"direct\"\n")).unwrap();
+    let out = Command::new(EXE).args(["check", "tpcc", "--cluster", direct.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("direct is not transactional"), "{err}");
 }

@@ -148,7 +148,10 @@ pub struct Completion {
 #[derive(Clone, Debug, PartialEq)]
 pub enum TxnOutcome {
     /// Ordered at `ts` and answered by every participant (committed, even if the procedure
-    /// itself failed or aborted on some shard: see the per-shard results).
+    /// itself failed or aborted on some shard: see the per-shard results). A baseline's
+    /// protocol abort ([`TxnError::Aborted`], never from Luigi) comes as this too, with every
+    /// participant's result `Err(TxnError::Aborted)`: decided, nothing installed anywhere
+    /// (see [`TxnOutcome::protocol_abort`] and [`crate::base_client`]).
     Ordered {
         /// Final timestamp.
         ts: Timestamp,
@@ -173,6 +176,26 @@ impl TxnOutcome {
     /// True when ordered but some participant's procedure aborted or failed.
     pub fn is_aborted(&self) -> bool {
         matches!(self, TxnOutcome::Ordered { results, .. } if results.iter().any(|(_, r)| r.is_err()))
+    }
+
+    /// The reason, when the protocol aborted the transaction ([`TxnError::Aborted`]: a
+    /// baseline's lock conflict or failed validation). Final for this transaction id; the
+    /// business transaction may be submitted again as a new one.
+    pub fn protocol_abort(&self) -> Option<&str> {
+        match self {
+            TxnOutcome::Ordered { results, .. } => {
+                results.iter().find_map(
+                    |(_, r)| {
+                        if let Err(TxnError::Aborted(why)) = r {
+                            Some(why.as_str())
+                        } else {
+                            None
+                        }
+                    },
+                )
+            }
+            TxnOutcome::Rejected(_) | TxnOutcome::Unknown(_) => None,
+        }
     }
 
     /// The user-abort reason, if a procedure aborted on purpose.
