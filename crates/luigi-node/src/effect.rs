@@ -2,7 +2,7 @@
 
 use luigi_proto::msg::{PeerBatch, ReplicationMsg, ServerMsg};
 use luigi_proto::types::{ClientId, ShardId, Timestamp, TxnId};
-use luigi_raft::replica::{SnapshotJob, Transition};
+use luigi_raft::{SnapshotJob, Transition};
 use luigi_raft::{Ready, SnapshotData};
 
 use crate::routing::NodeId;

@@ -56,6 +56,7 @@ pub mod codec;
 pub mod disk;
 mod node;
 pub mod replica;
+pub mod replica_api;
 mod rng;
 mod store;
 
@@ -63,6 +64,10 @@ pub use codec::{decode_message, encode_message, DecodeError, HardState, PersistE
 pub use node::{
     OutMessage, RaftConfig, RaftError, RaftLog, Ready, Record, RecoveredState, Replay, Role, RoleChange, SnapshotData,
     REJOIN_CONTEXT,
+};
+pub use replica_api::{
+    BuildError, LogControl, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob,
+    StateBox, Transition,
 };
 /// The raft-rs message and entry types, for shells that want them.
 pub use raft::eraftpb;
