@@ -363,7 +363,7 @@ pub trait ShardReplica: Send {
     fn as_any(&self) -> &dyn Any;
 }
 
-impl dyn ShardReplica {
+impl<'a> dyn ShardReplica + 'a {
     /// The replica as its concrete type `T`, if it is one (e.g. Luigi's
     /// [`crate::replica::Replica`], for its leader's counters).
     pub fn downcast_ref<T: ShardReplica + 'static>(&self) -> Option<&T> {
