@@ -65,9 +65,9 @@ pub use node::{
     OutMessage, RaftConfig, RaftError, RaftLog, Ready, Record, RecoveredState, Replay, Role, RoleChange, SnapshotData,
     REJOIN_CONTEXT,
 };
+/// The raft-rs message and entry types, for shells that want them.
+pub use raft::eraftpb;
 pub use replica_api::{
     BuildError, LogControl, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob,
     StateBox, Transition,
 };
-/// The raft-rs message and entry types, for shells that want them.
-pub use raft::eraftpb;

@@ -548,11 +548,10 @@ impl ReplicaFactory for LuigiReplicas {
 
     fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError> {
         let ReplicaSetup { raft, recovered, leader, registry, initial, .. } = setup;
-        let log = RaftLog::new(raft, Some(recovered)).map_err(|source| BuildError { what: "opening the log", source })?;
-        let replica = Replica::new(leader, registry, initial, log).map_err(|e| BuildError {
-            what: "loading its snapshot",
-            source: RaftError::Invalid(e.to_string()),
-        })?;
+        let log =
+            RaftLog::new(raft, Some(recovered)).map_err(|source| BuildError { what: "opening the log", source })?;
+        let replica = Replica::new(leader, registry, initial, log)
+            .map_err(|e| BuildError { what: "loading its snapshot", source: RaftError::Invalid(e.to_string()) })?;
         Ok(Box::new(replica))
     }
 }

@@ -4,9 +4,9 @@
 
 use luigi_node::ReplicaNode;
 use luigi_proto::log::LogRecord;
-use luigi_raft::replica::Replica;
 use luigi_proto::msg::{TxnError, TxnReply};
 use luigi_proto::types::{ShardId, TxnId};
+use luigi_raft::replica::Replica;
 use luigi_store::Store;
 
 use super::config::without_population;
