@@ -2,8 +2,8 @@
 
 use luigi_proto::msg::{PeerBatch, ReplicationMsg, ServerMsg};
 use luigi_proto::types::{ClientId, ShardId, Timestamp, TxnId};
-use luigi_raft::replica::{SnapshotJob, Transition};
 use luigi_raft::{Ready, SnapshotData};
+use luigi_raft::{SnapshotJob, Transition};
 
 use crate::routing::NodeId;
 use crate::snapshots::SnapshotCheck;

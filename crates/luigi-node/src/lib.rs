@@ -6,7 +6,9 @@
 //! log's readies, ticks, the first election, role switches, snapshot cadence and compaction,
 //! snapshot transfers in chunks between the replicas ([`snapshot_transfer`]),
 //! where agreement batches go (`LeaderIs` routing), where a client sends a shard's
-//! transactions, and every timeout ([`tuning`]). The server (`luigi-runtime`) and the
+//! transactions, and every timeout ([`tuning`]). It serves every protocol: the state machine
+//! is a `Box<dyn luigi_raft::ShardReplica>` built by [`NodeConfig::protocol`] (Luigi's by
+//! default). The server (`luigi-runtime`) and the
 //! simulator (`luigi-sim`) both run a [`ReplicaNode`] per replica and only execute its
 //! [`Effect`]s: sockets and files in one, a seeded network and a faulty in-memory disk in the
 //! other.

@@ -21,13 +21,17 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
-use luigi_proto::leader::follower::Follower;
+use std::sync::Arc;
+
 use luigi_proto::leader::{LeaderConfig, LeaderOutput};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg, SnapshotKind, TransferId};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, TimeUs};
-use luigi_raft::replica::{empty_store, InitialStore, Replica, SnapshotImage, Transition};
-use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, RecoveredState, SnapshotData};
+use luigi_raft::replica::{empty_store, InitialStore, LuigiReplicas};
+use luigi_raft::{
+    OutMessage, RaftConfig, RaftError, RecoveredState, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotData,
+    SnapshotDecoder, SnapshotImage, StateBox, Transition,
+};
 
 use crate::effect::{Discarded, Effect, Persist};
 use crate::routing::{NodeId, ShardRoutes};
@@ -60,6 +64,9 @@ pub struct NodeConfig {
     pub initial: InitialStore,
     /// The snapshot transfers' parameters ([`TransferConfig::new`] over `tuning`).
     pub transfers: TransferConfig,
+    /// The protocol: builds the replica's state machine and its Raft log (default:
+    /// Luigi's, [`LuigiReplicas`]; see [`NodeConfig::with_protocol`]).
+    pub protocol: Arc<dyn ReplicaFactory>,
 }
 
 impl NodeConfig {
@@ -69,7 +76,23 @@ impl NodeConfig {
         leader.floor_lookahead_us = tuning.floor_lookahead_us;
         leader.recover_after_us = tuning.recover_after_us;
         let transfers = TransferConfig::new(&tuning);
-        NodeConfig { node, replicas, seed, tuning, leader, registry, initial: empty_store(), transfers }
+        NodeConfig {
+            node,
+            replicas,
+            seed,
+            tuning,
+            leader,
+            registry,
+            initial: empty_store(),
+            transfers,
+            protocol: Arc::new(LuigiReplicas),
+        }
+    }
+
+    /// The same, running `protocol`'s replicas instead of Luigi's.
+    pub fn with_protocol(mut self, protocol: Arc<dyn ReplicaFactory>) -> Self {
+        self.protocol = protocol;
+        self
     }
 
     /// The same, starting from the store `initial` builds (a workload's population) instead
@@ -85,7 +108,7 @@ impl NodeConfig {
     }
 
     /// The Raft configuration: every replica of a group draws from the same seed (see
-    /// [`RaftLog`], "Determinism").
+    /// [`luigi_raft::RaftLog`], "Determinism").
     pub fn raft(&self) -> RaftConfig {
         let voters: Vec<u64> = (1..=u64::from(self.group_size())).collect();
         let mut rc =
@@ -133,7 +156,9 @@ pub enum NodeError {
 /// One replica of a shard (see the module docs).
 pub struct ReplicaNode {
     config: NodeConfig,
-    replica: Replica,
+    replica: Box<dyn ShardReplica>,
+    /// The replica's decoder of snapshot images, for the checks of received ones.
+    decoder: Arc<dyn SnapshotDecoder>,
     next_tick_us: Option<TimeUs>,
     /// The first election is still this replica's to start (see [`ReplicaNode::turn`]).
     may_campaign: bool,
@@ -162,7 +187,7 @@ pub struct ReplicaNode {
     next_check: u64,
     /// The leader's snapshot, decoded off the loop and stepped into Raft: installed when the
     /// log hands it out in this turn (index, state, CRC of the data).
-    restored: Option<(u64, Follower, u32)>,
+    restored: Option<(u64, StateBox, u32)>,
     /// CRC-32 of the log's latest snapshot data, when known (index, CRC): sent with it.
     snapshot_crc: Option<(u64, u32)>,
     /// After a failed transfer of the leader's snapshot to a replica (Raft id), none is tried
@@ -226,22 +251,26 @@ impl ReplicaNode {
         let restarted = recovered.hard_state.term > 0 || !recovered.entries.is_empty() || recovered.snapshot.is_some();
         let single = config.group_size() == 1;
         let may_campaign = node.replica == 0 && (!restarted || single) && !recovered.rejoining;
-        let log = RaftLog::new(config.raft(), Some(recovered)).map_err(|source| NodeError::Raft {
-            node,
-            what: "opening the log",
-            source,
-        })?;
-        let snapshot_index = log.snapshot_index();
+        let setup = ReplicaSetup {
+            shard: node.shard,
+            replica: node.replica,
+            raft: config.raft(),
+            recovered,
+            leader: config.leader.clone(),
+            registry: config.registry.clone(),
+            initial: config.initial.clone(),
+        };
         let replica =
-            Replica::new(config.leader.clone(), config.registry.clone(), config.initial.clone(), log).map_err(|e| {
-                NodeError::Raft { node, what: "loading its snapshot", source: RaftError::Invalid(e.to_string()) }
-            })?;
+            config.protocol.build(setup).map_err(|e| NodeError::Raft { node, what: e.what, source: e.source })?;
+        let snapshot_index = replica.log().snapshot_index();
+        let decoder = replica.snapshot_decoder();
         let snapshots = Cadence::new(config.tuning.snapshot_entries, snapshot_index, node.replica, config.group_size());
         let routes = ShardRoutes::new(config.replicas.len() as u32);
         let transfers = Transfers::new(node.shard, node.raft_id(), config.transfers.clone());
         Ok(ReplicaNode {
             config,
             replica,
+            decoder,
             next_tick_us: None,
             may_campaign,
             linked: BTreeSet::new(),
@@ -274,9 +303,10 @@ impl ReplicaNode {
         &self.config
     }
 
-    /// The replica (leader or follower state over the Raft log), for reports and checks.
-    pub fn replica(&self) -> &Replica {
-        &self.replica
+    /// The replica (its protocol's leader or follower state over the Raft log), for reports
+    /// and checks; `replica().downcast_ref::<luigi_raft::replica::Replica>()` for Luigi's own.
+    pub fn replica(&self) -> &dyn ShardReplica {
+        self.replica.as_ref()
     }
 
     /// Counters.
@@ -624,14 +654,18 @@ impl ReplicaNode {
                     // Decoded off the event loop ([`SnapshotCheck`]).
                     Some((index, restored, crc)) if index == snap.index => {
                         self.snapshot_crc = Some((index, crc));
-                        self.replica.install_follower(restored)
+                        self.replica.install_decoded(restored).map_err(|source| NodeError::Raft {
+                            node,
+                            what: "installing the leader's snapshot",
+                            source,
+                        })?
                     }
                     _ => {
                         self.snapshot_crc = None;
-                        self.replica.install_snapshot(&snap.data).map_err(|e| NodeError::Raft {
+                        self.replica.install_snapshot(&snap.data).map_err(|source| NodeError::Raft {
                             node,
                             what: "loading the leader's snapshot",
-                            source: RaftError::Invalid(e.to_string()),
+                            source,
                         })?
                     }
                 };
@@ -788,14 +822,7 @@ impl ReplicaNode {
                     let install = matches!(kind, SnapshotKind::Install { .. });
                     let token = self.next_check;
                     self.next_check += 1;
-                    let check = SnapshotCheck::new(
-                        token,
-                        node.shard,
-                        self.config.registry.clone(),
-                        index,
-                        install,
-                        data.clone(),
-                    );
+                    let check = SnapshotCheck::new(token, self.decoder.clone(), index, install, data.clone());
                     self.checks.push(PendingCheck { token, from, transfer, kind, index, data, crc32 });
                     fx.push(Effect::CheckSnapshot(check));
                 }

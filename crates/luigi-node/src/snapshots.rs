@@ -3,15 +3,15 @@
 //!
 //! The replicas of a group apply the same log, so without care they would all snapshot at
 //! the same index; each snapshot costs a replay of the period on another core (see
-//! `Replica::own_snapshot_due`), and several at once would compete for the cores of the
+//! Luigi's `Replica::own_snapshot_due`), and several at once would compete for the cores of the
 //! leader's quorum. Each replica's first snapshot comes at its own fraction of the period
 //! instead. (A leader with followers takes none: it compacts behind theirs. The leader of a
 //! group of one takes its own.)
 
+use std::sync::Arc;
+
 use bytes::Bytes;
-use luigi_proto::leader::follower::Follower;
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::ShardId;
+use luigi_raft::{SnapshotDecoder, StateBox};
 
 /// A replica's snapshot cadence.
 #[derive(Debug)]
@@ -42,19 +42,19 @@ impl Cadence {
 /// compacts behind it, or the leader's snapshot to decode before this replica installs it.
 /// Either reads the whole image, which takes a while for a large store, so the shell runs
 /// it off its event loop ([`crate::Effect::CheckSnapshot`]) and hands the result to
-/// [`crate::ReplicaNode::snapshot_checked`].
+/// [`crate::ReplicaNode::snapshot_checked`]. The replica's protocol reads the image (its
+/// [`SnapshotDecoder`]).
 pub struct SnapshotCheck {
     token: u64,
-    shard: ShardId,
-    registry: Registry,
+    decoder: Arc<dyn SnapshotDecoder>,
     index: u64,
     install: bool,
     data: Bytes,
 }
 
 impl SnapshotCheck {
-    pub(crate) fn new(token: u64, shard: ShardId, registry: Registry, index: u64, install: bool, data: Bytes) -> Self {
-        SnapshotCheck { token, shard, registry, index, install, data }
+    pub(crate) fn new(token: u64, decoder: Arc<dyn SnapshotDecoder>, index: u64, install: bool, data: Bytes) -> Self {
+        SnapshotCheck { token, decoder, index, install, data }
     }
 
     /// The snapshot's log index.
@@ -72,22 +72,23 @@ impl SnapshotCheck {
         self.install
     }
 
-    /// Checks (an offer: a follower image of this shard at its index) or decodes (an
+    /// Checks (an offer: an image of this shard's state at its index) or decodes (an
     /// install) the snapshot.
     pub fn run(self) -> CheckedSnapshot {
         let result = if self.install {
-            Follower::from_snapshot(self.shard, self.registry, &self.data).map(Some)
+            self.decoder.decode(&self.data).map(Some)
         } else {
-            Follower::check_snapshot(self.shard, self.index, &self.data).map(|()| None)
+            self.decoder.check(self.index, &self.data).map(|()| None)
         };
-        CheckedSnapshot { token: self.token, result: result.map_err(|e| e.to_string()) }
+        CheckedSnapshot { token: self.token, result }
     }
 }
 
-/// What a [`SnapshotCheck`] found: for an install, the decoded follower state.
+/// What a [`SnapshotCheck`] found: for an install, the decoded state (the replica's
+/// protocol's, type-erased).
 pub struct CheckedSnapshot {
     pub(crate) token: u64,
-    pub(crate) result: Result<Option<Follower>, String>,
+    pub(crate) result: Result<Option<StateBox>, String>,
 }
 
 #[cfg(test)]

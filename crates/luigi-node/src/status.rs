@@ -1,17 +1,16 @@
 //! A replica's state for `luigi status`, in any role.
 
-use luigi_proto::leader::ShardLeader;
-use luigi_proto::log::ReplicatedLog;
-use luigi_proto::msg::{ReplicaRole, ReplicaStatus, StalledTxnInfo};
+use luigi_proto::msg::{ReplicaRole, ReplicaStatus};
 use luigi_proto::types::TimeUs;
 
 use crate::node::ReplicaNode;
 
-/// Stalled transactions listed (oldest first) in a status report.
-pub const STATUS_STALLED_MAX: usize = 5;
+/// Stalled transactions listed (oldest first) in a status report (Luigi's leader).
+pub use luigi_raft::replica::STATUS_STALLED_MAX;
 
 impl ReplicaNode {
-    /// This replica's state at `now` (its clock).
+    /// This replica's state at `now` (its clock): the log's part here, the state machine's
+    /// by its protocol ([`luigi_raft::ShardReplica::status`]).
     pub fn status(&self, now: TimeUs) -> ReplicaStatus {
         let me = self.id();
         let r = self.replica();
@@ -36,23 +35,7 @@ impl ReplicaNode {
             stalled_count: 0,
             stalled: Vec::new(),
         };
-        match (r.leader(), r.follower()) {
-            (Some(l), _) => leader_status(l, now, &mut status),
-            (None, Some(f)) => (status.watermark, status.pending) = (f.applied_ts(), f.queued_len() as u64),
-            (None, None) => {}
-        }
+        r.status(now, &mut status);
         status
     }
-}
-
-fn leader_status<L: ReplicatedLog>(l: &ShardLeader<L>, now: TimeUs, status: &mut ReplicaStatus) {
-    let stalled = l.stalled(now, usize::MAX);
-    status.serving = true;
-    (status.watermark, status.pending, status.stalled_count) =
-        (l.watermark(), l.pending_len() as u64, stalled.len() as u64);
-    status.stalled = stalled
-        .into_iter()
-        .take(STATUS_STALLED_MAX)
-        .map(|t| StalledTxnInfo { id: t.id, shards: t.shards, age_us: t.age_us, durable: t.durable })
-        .collect();
 }

@@ -5,7 +5,7 @@
 //! always one whose log holds every committed record. We use tikv's `raft` crate (raft-rs)
 //! 0.7, driven through its `RawNode`, with pre-vote and check-quorum on.
 //!
-//! Two layers:
+//! The parts:
 //!
 //! - [`RaftLog`]: the sans-I/O core (no threads, sockets, clocks or files). It implements the
 //!   protocol's seam [`luigi_proto::log::ReplicatedLog`]: `propose` on the leader returns the
@@ -16,6 +16,9 @@
 //!   over its record type ([`Record`]): `RaftLog` is `RaftLog<LogRecord>`, Luigi's, and
 //!   [`RaftLog::new_typed`] builds one for another protocol's records (e.g. a baseline's
 //!   prepare and commit records), which it replicates through the same seam.
+//! - [`replica_api`]: the seam between a protocol's shard replica and the node that drives it
+//!   ([`ShardReplica`] over the record-type-free [`LogControl`], built by a [`ReplicaFactory`]);
+//!   [`replica::Replica`] is Luigi's, [`replica::LuigiReplicas`] its factory.
 //! - [`disk::DiskStorage`]: the durable shell helper (file I/O through `luigi-wal`) that
 //!   persists what [`Ready`] asks for and recovers a [`RecoveredState`] at restart.
 //!
@@ -56,6 +59,7 @@ pub mod codec;
 pub mod disk;
 mod node;
 pub mod replica;
+pub mod replica_api;
 mod rng;
 mod store;
 
@@ -66,3 +70,7 @@ pub use node::{
 };
 /// The raft-rs message and entry types, for shells that want them.
 pub use raft::eraftpb;
+pub use replica_api::{
+    BuildError, LogControl, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob,
+    StateBox, Transition,
+};

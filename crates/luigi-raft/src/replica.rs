@@ -14,16 +14,20 @@
 //! executed ahead of the log's `Applied` markers) and rebuilds a follower by replaying its
 //! log from the start.
 
-use bytes::Bytes;
 use luigi_proto::leader::follower::{Follower, SnapshotError};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::{LogEntry, ReplicatedLog};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError, TxnReply};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, StalledTxnInfo, TxnError, TxnReply};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_store::Store;
+use std::any::Any;
 use std::sync::Arc;
 
+use crate::replica_api::{
+    BuildError, LogControl, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, StateBox,
+};
+pub use crate::replica_api::{SnapshotImage, SnapshotJob, Transition};
 use crate::{RaftError, RaftLog, Replay};
 
 /// Builds a shard's initial store: a workload's population (e.g. TPC-C's tables, generated
@@ -43,53 +47,25 @@ fn hint(log: &RaftLog) -> Option<u32> {
 }
 
 /// A replica's own snapshot in the making ([`Replica::own_snapshot_due`]): the follower
-/// state at [`SnapshotJob::index`], rebuilt from the log's latest snapshot (or the initial
-/// store) and the records handed out after it, then serialized. It holds only shared or
-/// owned data (the replay shares the log's entry payloads and snapshot bytes), so taking it
-/// costs the event loop a copy of the entries' headers, and the shell runs it on another
-/// thread while the replica goes on.
-pub struct SnapshotJob {
+/// state at the job's index, rebuilt from the log's latest snapshot (or the initial store)
+/// and the records handed out after it, then serialized. It holds only shared or owned data
+/// (the replay shares the log's entry payloads and snapshot bytes), so taking it costs the
+/// event loop a copy of the entries' headers, and the shell runs it on another thread while
+/// the replica goes on.
+fn follower_snapshot(
     index: u64,
     shard: ShardId,
     registry: Registry,
     initial: InitialStore,
     replay: Replay,
-}
-
-impl SnapshotJob {
-    /// The log index the snapshot covers (the last record of the replay).
-    pub fn index(&self) -> u64 {
-        self.index
+) -> Result<SnapshotImage, RaftError> {
+    let records = replay.records()?;
+    let follower = rebuild(shard, &registry, &initial, replay.snapshot_data(), &records)?;
+    let applied = follower.stats().applied_index;
+    if applied != index {
+        return Err(RaftError::Invalid(format!("the replay to index {index} rebuilt the state at index {applied}")));
     }
-
-    /// Makes the snapshot.
-    ///
-    /// # Errors
-    /// The replay does not decode or its snapshot does not load (the replica cannot go on).
-    pub fn run(self) -> Result<SnapshotImage, RaftError> {
-        let records = self.replay.records()?;
-        let follower = rebuild(self.shard, &self.registry, &self.initial, self.replay.snapshot_data(), &records)?;
-        let applied = follower.stats().applied_index;
-        if applied != self.index {
-            return Err(RaftError::Invalid(format!(
-                "the replay to index {} rebuilt the state at index {applied}",
-                self.index
-            )));
-        }
-        let data = follower.snapshot();
-        Ok(SnapshotImage { index: self.index, crc32: crc32fast::hash(&data), data: data.into() })
-    }
-}
-
-/// A snapshot a [`SnapshotJob`] made: the follower state at `index`, serialized.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SnapshotImage {
-    /// The log index it covers.
-    pub index: u64,
-    /// The serialized state ([`Follower::snapshot`]).
-    pub data: Bytes,
-    /// CRC-32 of `data` (computed with it, off the event loop: transfers check it).
-    pub crc32: u32,
+    Ok(SnapshotImage::new(index, follower.snapshot().into()))
 }
 
 /// The follower state of `shard` at the end of `entries`, which follow the snapshot `data`
@@ -120,15 +96,6 @@ enum State {
     Follower(Follower, RaftLog),
     /// Only while switching (never observed outside a method).
     Switching,
-}
-
-/// A leadership change the shell may want to log or act on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transition {
-    /// This replica now serves as the shard leader.
-    Promoted,
-    /// This replica stopped leading and rebuilt its follower state from its log.
-    Demoted,
 }
 
 /// Counters of role changes.
@@ -240,13 +207,8 @@ impl Replica {
         if replay.last_record_index() != Some(index) {
             return Err(RaftError::Invalid(format!("the replay does not end with the record at {index}")));
         }
-        Ok(Some(SnapshotJob {
-            index,
-            shard: self.config.shard,
-            registry: self.registry.clone(),
-            initial: self.initial.clone(),
-            replay,
-        }))
+        let (shard, registry, initial) = (self.config.shard, self.registry.clone(), self.initial.clone());
+        Ok(Some(SnapshotJob::new(index, move || follower_snapshot(index, shard, registry, initial, replay))))
     }
 
     /// The Raft log (for the shell to step messages into and drive its readies).
@@ -444,6 +406,153 @@ impl Replica {
                 Err(e)
             }
         }
+    }
+}
+
+/// Stalled transactions listed (oldest first) in a status report.
+pub const STATUS_STALLED_MAX: usize = 5;
+
+/// Luigi's snapshot images: a [`Follower`] of the shard, serialized
+/// ([`Follower::snapshot`]).
+struct FollowerImages {
+    shard: ShardId,
+    registry: Registry,
+}
+
+impl SnapshotDecoder for FollowerImages {
+    fn check(&self, index: u64, data: &[u8]) -> Result<(), String> {
+        Follower::check_snapshot(self.shard, index, data).map_err(|e| e.to_string())
+    }
+
+    fn decode(&self, data: &[u8]) -> Result<StateBox, String> {
+        match Follower::from_snapshot(self.shard, self.registry.clone(), data) {
+            Ok(follower) => Ok(Box::new(follower)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl ShardReplica for Replica {
+    fn log(&self) -> &dyn LogControl {
+        Replica::log(self)
+    }
+
+    fn log_mut(&mut self) -> &mut dyn LogControl {
+        Replica::log_mut(self)
+    }
+
+    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+        Replica::on_client(self, now, client, msg, out)
+    }
+
+    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
+        Replica::on_peer(self, now, batch, out)
+    }
+
+    fn peer_leader_changed(&mut self, shard: ShardId) {
+        Replica::peer_leader_changed(self, shard)
+    }
+
+    fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+        Replica::turn(self, now, out)
+    }
+
+    fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
+        Replica::take_executed(self)
+    }
+
+    fn next_deadline(&self) -> Option<TimeUs> {
+        Replica::next_deadline(self)
+    }
+
+    fn is_serving(&self) -> bool {
+        Replica::is_serving(self)
+    }
+
+    fn leader_hint(&self) -> Option<u32> {
+        Replica::leader_hint(self)
+    }
+
+    fn store(&self) -> &Store {
+        Replica::store(self)
+    }
+
+    fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
+        Replica::own_snapshot_due(self, next_at)
+    }
+
+    fn snapshot_decoder(&self) -> Arc<dyn SnapshotDecoder> {
+        Arc::new(FollowerImages { shard: self.config.shard, registry: self.registry.clone() })
+    }
+
+    fn install_snapshot(&mut self, data: &[u8]) -> Result<Option<StateBox>, RaftError> {
+        let replaced = Replica::install_snapshot(self, data).map_err(|e| RaftError::Invalid(e.to_string()))?;
+        Ok(replaced.map(|f| Box::new(f) as StateBox))
+    }
+
+    fn install_decoded(&mut self, state: StateBox) -> Result<Option<StateBox>, RaftError> {
+        let restored = state
+            .downcast::<Follower>()
+            .map_err(|_| RaftError::Invalid("the decoded snapshot is not a Luigi follower state".into()))?;
+        Ok(self.install_follower(*restored).map(|f| Box::new(f) as StateBox))
+    }
+
+    fn status(&self, now: TimeUs, status: &mut ReplicaStatus) {
+        match &self.state {
+            State::Leader(l) => {
+                let stalled = l.stalled(now, usize::MAX);
+                status.serving = true;
+                (status.watermark, status.pending, status.stalled_count) =
+                    (l.watermark(), l.pending_len() as u64, stalled.len() as u64);
+                status.stalled = stalled
+                    .into_iter()
+                    .take(STATUS_STALLED_MAX)
+                    .map(|t| StalledTxnInfo { id: t.id, shards: t.shards, age_us: t.age_us, durable: t.durable })
+                    .collect();
+            }
+            State::Follower(f, _) => (status.watermark, status.pending) = (f.applied_ts(), f.queued_len() as u64),
+            State::Switching => {}
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        match &self.state {
+            State::Leader(l) => l.check_invariants(),
+            State::Follower(f, _) => f.check_invariants(),
+            State::Switching => Ok(()),
+        }
+    }
+
+    fn stats_line(&self) -> String {
+        match &self.state {
+            State::Leader(l) => format!("{:?} {:?}", l.stats(), self.stats),
+            State::Follower(f, _) => format!("{:?} {:?}", f.stats(), self.stats),
+            State::Switching => format!("{:?}", self.stats),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Luigi's replicas ([`Replica`] over a [`RaftLog`] of [`luigi_proto::log::LogRecord`]s):
+/// the default [`ReplicaFactory`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LuigiReplicas;
+
+impl ReplicaFactory for LuigiReplicas {
+    fn name(&self) -> &'static str {
+        "luigi"
+    }
+
+    fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError> {
+        let ReplicaSetup { raft, recovered, leader, registry, initial, .. } = setup;
+        let log =
+            RaftLog::new(raft, Some(recovered)).map_err(|source| BuildError { what: "opening the log", source })?;
+        let replica = Replica::new(leader, registry, initial, log)
+            .map_err(|e| BuildError { what: "loading its snapshot", source: RaftError::Invalid(e.to_string()) })?;
+        Ok(Box::new(replica))
     }
 }
 

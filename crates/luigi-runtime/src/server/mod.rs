@@ -24,7 +24,8 @@ use luigi_proto::msg::{ServerMsg, WireMsg};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::ClientId;
 use luigi_proto::Map;
-use luigi_raft::replica::{empty_store, InitialStore, SnapshotImage, SnapshotJob};
+use luigi_raft::replica::{empty_store, InitialStore, Replica};
+use luigi_raft::{SnapshotImage, SnapshotJob};
 use luigi_wal::Durability;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -338,12 +339,7 @@ impl Shell {
     }
 
     fn stats(&self) -> String {
-        let r = self.node.replica();
-        match (r.leader(), r.follower()) {
-            (Some(l), _) => format!("{:?} {:?} {:?}", l.stats(), r.stats(), self.node.stats()),
-            (None, Some(f)) => format!("{:?} {:?} {:?}", f.stats(), r.stats(), self.node.stats()),
-            (None, None) => format!("{:?}", r.stats()),
-        }
+        format!("{} {:?}", self.node.replica().stats_line(), self.node.stats())
     }
 
     /// The error the server stops with: the node's, after its disk thread finished what was
@@ -515,7 +511,7 @@ const STALL_WARN_AGE_US: u64 = 10_000_000;
 /// Logs the transactions pending on this leader for longer than [`STALL_WARN_AGE_US`]
 /// (`luigi status` lists them too).
 fn warn_stalled(replica: &ReplicaNode, node: NodeId, now: u64) {
-    let Some(l) = replica.replica().leader() else { return };
+    let Some(l) = replica.replica().downcast_ref::<Replica>().and_then(Replica::leader) else { return };
     let stalled: Vec<_> = l.stalled(now, usize::MAX).into_iter().filter(|t| t.age_us >= STALL_WARN_AGE_US).collect();
     if let Some(oldest) = stalled.first() {
         warn!(

@@ -6,9 +6,11 @@ use luigi_node::ReplicaNode;
 use luigi_proto::log::LogRecord;
 use luigi_proto::msg::{TxnError, TxnReply};
 use luigi_proto::types::{ShardId, TxnId};
+use luigi_raft::replica::Replica;
 use luigi_store::Store;
 
 use super::config::without_population;
+use super::replicas::luigi;
 use super::{shards_of, FailoverReport, RaftGroups};
 use crate::engine::{Core, Step};
 use crate::hosted::check_run;
@@ -173,7 +175,7 @@ impl RaftGroups<'_> {
                 .find(|r| r.is_serving())
                 .expect("converged");
             stores.push(leader.store());
-            self.report.recover_sent += leader.leader().map_or(0, |l| l.stats().recover_sent);
+            self.report.recover_sent += luigi(leader).and_then(Replica::leader).map_or(0, |l| l.stats().recover_sent);
         }
         // The workload's model knows nothing of the synthetic population.
         let modelled: Vec<Store> = if self.faults.population_bytes > 0 {
@@ -224,7 +226,7 @@ impl RaftGroups<'_> {
                     Some(r) => msg.push_str(&format!(
                         "; R{s}.{i}: serving={} pending={} store={:#x} keys={} log={:?}",
                         r.is_serving(),
-                        r.leader().map_or(0, |l| l.pending_len()),
+                        luigi(r).and_then(Replica::leader).map_or(0, |l| l.pending_len()),
                         r.store().state_hash(),
                         r.store().len(),
                         r.log()
@@ -245,8 +247,8 @@ impl RaftGroups<'_> {
                     Some(r) => format!(
                         "serving={} watermark={:?} pending={:?} {:?}",
                         r.is_serving(),
-                        r.leader().map(|l| l.watermark()),
-                        r.leader().map(|l| l.pending_len()),
+                        luigi(r).and_then(Replica::leader).map(|l| l.watermark()),
+                        luigi(r).and_then(Replica::leader).map(|l| l.pending_len()),
                         r.log()
                     ),
                 };

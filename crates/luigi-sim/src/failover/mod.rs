@@ -48,6 +48,7 @@ use luigi_node::ReplicaNode;
 use luigi_proto::msg::ClientMsg;
 use luigi_proto::types::{ClientId, ShardId, Timestamp, TxnId};
 use luigi_raft::replica::Replica;
+use luigi_raft::ShardReplica;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -240,13 +241,13 @@ impl<'a> RaftGroups<'a> {
         }
         let mut leaders = Vec::new();
         for group in &self.replicas {
-            let serving: Vec<&Replica> = group
+            let serving: Vec<&dyn ShardReplica> = group
                 .iter()
                 .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
                 .filter(|r| r.is_serving())
                 .collect();
             let [leader] = serving.as_slice() else { return false };
-            let l = leader.leader().expect("serving");
+            let l = replicas::luigi(*leader).and_then(Replica::leader).expect("serving");
             let len = l.store().len();
             let same_size = group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().store().len() == len));
             if l.pending_len() != 0 || !same_size {

@@ -3,12 +3,13 @@
 //! crashes, restarts and cuts it.
 
 use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
-use luigi_proto::leader::{LeaderConfig, LeaderStats};
+use luigi_proto::leader::{LeaderConfig, LeaderStats, ShardLeader};
 use luigi_proto::msg::{PeerItem, ServerMsg};
 use luigi_proto::types::{ShardId, TimeUs, Timestamp, TxnId};
 use luigi_raft::disk::DiskStorage;
-use luigi_raft::replica::Transition;
-use luigi_raft::RecoveredState;
+use luigi_raft::replica::Replica;
+use luigi_raft::Transition;
+use luigi_raft::{RaftLog, RecoveredState, ShardReplica};
 use luigi_wal::{Durability, SimFs, WalOptions};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -144,6 +145,17 @@ pub(super) fn new_node(
     ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
 }
 
+/// The serving Luigi shard leader of `node`, if it is one (the model's checks of Luigi's
+/// counters and watermarks).
+pub(super) fn luigi_leader(node: &ReplicaNode) -> Option<&ShardLeader<RaftLog>> {
+    luigi(node.replica()).and_then(Replica::leader)
+}
+
+/// `replica` as Luigi's, if it is.
+pub(super) fn luigi(replica: &dyn ShardReplica) -> Option<&Replica> {
+    replica.downcast_ref::<Replica>()
+}
+
 impl RaftGroups<'_> {
     /// Runs `f` on replica `i` of shard `s` at its local time, turns its node, checks what it
     /// did, applies the kill point, and executes its effects. A crashed replica ignores it.
@@ -161,7 +173,7 @@ impl RaftGroups<'_> {
         let Some(node) = r.node.as_mut() else { return Ok(()) };
         let local = local_clock(now, r.offset_us);
         let was_serving = node.replica().is_serving();
-        let before = node.replica().leader().map(|l| l.stats()).unwrap_or_default();
+        let before = luigi_leader(node).map(|l| l.stats()).unwrap_or_default();
         let stats_before = node.stats();
         let mut fx = Vec::new();
         if let Err(e) = f(node, local, &mut fx) {
@@ -171,24 +183,18 @@ impl RaftGroups<'_> {
             return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
         }
         // What the cores promise holds after every step, in either role.
-        let r = node.replica();
-        let checked = match (r.leader(), r.follower()) {
-            (Some(l), _) => l.check_invariants(),
-            (None, Some(f)) => f.check_invariants(),
-            (None, None) => Ok(()),
-        };
-        if let Err(e) = checked {
+        if let Err(e) = node.replica().check_invariants() {
             return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
         }
         let executed = self.after_turn(core, s, i, &fx, stats_before)?;
         let r = &mut self.replicas[s as usize][i as usize];
         let node = r.node.as_ref().expect("up");
         let serving = node.replica().is_serving();
-        let after = node.replica().leader().map(|l| l.stats()).unwrap_or_default();
+        let after = luigi_leader(node).map(|l| l.stats()).unwrap_or_default();
         if fx.iter().any(|e| matches!(e, Effect::Transition(_))) {
             r.watermark = 0; // a new serving incarnation, or none
         }
-        if let Some(l) = node.replica().leader() {
+        if let Some(l) = luigi_leader(node) {
             let w = l.watermark();
             if w < r.watermark {
                 let msg = format!("{me}'s watermark went back from {} to {w}", r.watermark);
@@ -383,7 +389,7 @@ impl RaftGroups<'_> {
         let now = core.now;
         let r = &mut self.replicas[s as usize][i as usize];
         let node = r.node.as_ref().expect("up");
-        if let Some(l) = node.replica().leader() {
+        if let Some(l) = luigi_leader(node) {
             r.watermark = l.watermark();
             self.published[s as usize] = self.published[s as usize].max(r.watermark);
         }

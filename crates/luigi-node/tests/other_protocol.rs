@@ -1,0 +1,447 @@
+//! A protocol other than Luigi's under [`ReplicaNode`]: a replicated counter, its own
+//! [`ShardReplica`] over a `RaftLog` of its own records, built by its own [`ReplicaFactory`].
+//! A group of three elects a leader, replicates additions, answers clients once they are
+//! committed, and brings a cut-off replica back through the leader's snapshot in chunks: the
+//! node's election, replication, snapshot cadence, compaction and transfers are the same
+//! code that runs Luigi's replicas.
+
+use std::any::Any;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
+use luigi_proto::leader::LeaderOutput;
+use luigi_proto::log::{LogEntry, ReplicatedLog};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ReplicationMsg, ServerMsg, TxnError, TxnReply};
+use luigi_proto::procedure::Registry;
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use luigi_raft::{
+    BuildError, LogControl, RaftError, RaftLog, RecoveredState, ReplicaFactory, ReplicaSetup, ShardReplica,
+    SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
+};
+use luigi_store::Store;
+
+/// The counter's record: (client, sequence number, amount added).
+type Add = (u64, u64, u64);
+
+/// The counter's snapshot image: its log index and value, 8 bytes LE each.
+fn image(index: u64, value: u64) -> Bytes {
+    let mut data = index.to_le_bytes().to_vec();
+    data.extend_from_slice(&value.to_le_bytes());
+    data.into()
+}
+
+fn read_image(data: &[u8]) -> Result<(u64, u64), String> {
+    let bytes: [u8; 16] = data.try_into().map_err(|_| format!("{} bytes, not 16", data.len()))?;
+    let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+    Ok((word(0), word(8)))
+}
+
+struct CounterImages;
+
+impl SnapshotDecoder for CounterImages {
+    fn check(&self, index: u64, data: &[u8]) -> Result<(), String> {
+        let (at, _) = read_image(data)?;
+        if at == index {
+            Ok(())
+        } else {
+            Err(format!("an image at {at}, offered at {index}"))
+        }
+    }
+
+    fn decode(&self, data: &[u8]) -> Result<StateBox, String> {
+        Ok(Box::new(read_image(data)?))
+    }
+}
+
+/// A replicated counter: a serving replica proposes each dispatch's addition and answers it
+/// with the sum once committed; every replica applies the committed additions.
+struct Counter {
+    shard: ShardId,
+    log: RaftLog<Add>,
+    value: u64,
+    /// The log index `value` is at.
+    applied: u64,
+    serving: bool,
+    /// Proposals of this replica's serving term: log index, and who waits for it.
+    waiting: BTreeMap<u64, (ClientId, TxnId)>,
+    executed: Vec<(TxnId, Timestamp)>,
+    store: Store,
+    /// Snapshots installed: all of them, and those not decoded off the loop beforehand.
+    installs: (u32, u32),
+}
+
+const COUNTER_KEY: &[u8] = b"counter";
+
+impl Counter {
+    fn set(&mut self, index: u64, value: u64) {
+        (self.applied, self.value) = (index, value);
+        self.store.put(COUNTER_KEY.to_vec(), value.to_le_bytes().to_vec());
+    }
+
+    fn reply(&self, id: TxnId, ts: Timestamp, outcome: Result<Vec<u8>, TxnError>) -> ServerMsg {
+        ServerMsg::Reply(TxnReply { id, shard: self.shard, ts, outcome, watermark: 0, arrival_delta_us: 0, rounds: 0 })
+    }
+}
+
+impl ShardReplica for Counter {
+    fn log(&self) -> &dyn LogControl {
+        &self.log
+    }
+
+    fn log_mut(&mut self) -> &mut dyn LogControl {
+        &mut self.log
+    }
+
+    fn on_client(&mut self, _now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+        match msg {
+            ClientMsg::Dispatch { txn, .. } => {
+                let amount = u64::from_le_bytes(txn.args[..8].try_into().expect("8 bytes"));
+                let proposed = if self.serving { self.log.propose((client, txn.id.seq, amount)).ok() } else { None };
+                match proposed {
+                    Some(index) => {
+                        self.waiting.insert(index, (client, txn.id));
+                    }
+                    None => {
+                        let hint = self.leader_hint();
+                        let msg = self.reply(txn.id, 0, Err(TxnError::NotLeader { hint }));
+                        out.push(LeaderOutput::ToClient { client, msg });
+                    }
+                }
+            }
+            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } | ClientMsg::Status => {}
+        }
+    }
+
+    fn on_peer(&mut self, _now: TimeUs, _batch: PeerBatch, _out: &mut Vec<LeaderOutput>) -> bool {
+        false
+    }
+
+    fn peer_leader_changed(&mut self, _shard: ShardId) {}
+
+    fn turn(&mut self, _now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+        let mut committed: Vec<LogEntry<Add>> = Vec::new();
+        self.log.take_committed(&mut committed);
+        for e in committed {
+            let (client, seq, amount) = e.record;
+            let id = TxnId { client, seq };
+            self.set(e.index, self.value + amount);
+            self.executed.push((id, e.index));
+            if let Some((client, id)) = self.waiting.remove(&e.index) {
+                let msg = self.reply(id, e.index, Ok(self.value.to_le_bytes().to_vec()));
+                out.push(LeaderOutput::ToClient { client, msg });
+            }
+        }
+        self.applied = self.applied.max(self.log.handed_out());
+        let log = &self.log;
+        if !self.serving && log.is_leader() && log.has_committed_in_term() && log.handed_out() >= log.commit_index() {
+            self.serving = true;
+            return Ok(Some(Transition::Promoted));
+        }
+        if self.serving && !log.is_leader() {
+            self.serving = false;
+            self.waiting.clear();
+            return Ok(Some(Transition::Demoted));
+        }
+        Ok(None)
+    }
+
+    fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
+        std::mem::take(&mut self.executed)
+    }
+
+    fn next_deadline(&self) -> Option<TimeUs> {
+        None
+    }
+
+    fn is_serving(&self) -> bool {
+        self.serving
+    }
+
+    fn leader_hint(&self) -> Option<u32> {
+        self.log.leader_id().map(|id| (id - 1) as u32)
+    }
+
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
+        let (index, value) = (self.applied, self.value);
+        if index < next_at || !self.log.can_compact(index) {
+            return Ok(None);
+        }
+        Ok(Some(SnapshotJob::new(index, move || Ok(SnapshotImage::new(index, image(index, value))))))
+    }
+
+    fn snapshot_decoder(&self) -> Arc<dyn SnapshotDecoder> {
+        Arc::new(CounterImages)
+    }
+
+    fn install_snapshot(&mut self, data: &[u8]) -> Result<Option<StateBox>, RaftError> {
+        let state = CounterImages.decode(data).map_err(RaftError::Invalid)?;
+        self.installs.1 += 1;
+        self.install_decoded(state)
+    }
+
+    fn install_decoded(&mut self, state: StateBox) -> Result<Option<StateBox>, RaftError> {
+        let (index, value) =
+            *state.downcast::<(u64, u64)>().map_err(|_| RaftError::Invalid("not a counter's state".into()))?;
+        let replaced = self.value;
+        self.installs.0 += 1;
+        self.set(index, value);
+        self.serving = false;
+        self.waiting.clear();
+        Ok(Some(Box::new(replaced)))
+    }
+
+    fn status(&self, _now: TimeUs, status: &mut ReplicaStatus) {
+        status.serving = self.serving;
+        status.pending = self.waiting.len() as u64;
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        let stored = self.store.get(COUNTER_KEY).map(|v| v.as_slice().to_vec());
+        if self.value != 0 && stored != Some(self.value.to_le_bytes().to_vec()) {
+            return Err(format!("the store holds {stored:?}, the counter {}", self.value));
+        }
+        Ok(())
+    }
+
+    fn stats_line(&self) -> String {
+        format!("counter {} at {}", self.value, self.applied)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Builds [`Counter`]s: a `RaftLog<Add>`, and the counter from its snapshot, if any.
+struct Counters;
+
+impl ReplicaFactory for Counters {
+    fn name(&self) -> &'static str {
+        "counter"
+    }
+
+    fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError> {
+        let log = RaftLog::<Add>::new_typed(setup.raft, Some(setup.recovered))
+            .map_err(|source| BuildError { what: "opening the log", source })?;
+        let (applied, value) = match log.snapshot_data() {
+            Some(data) => read_image(data)
+                .map_err(|e| BuildError { what: "loading its snapshot", source: RaftError::Invalid(e) })?,
+            None => (0, 0),
+        };
+        let mut counter = Counter {
+            shard: setup.shard,
+            log,
+            value: 0,
+            applied: 0,
+            serving: false,
+            waiting: BTreeMap::new(),
+            executed: Vec::new(),
+            store: Store::new(),
+            installs: (0, 0),
+        };
+        counter.set(applied, value);
+        Ok(Box::new(counter))
+    }
+}
+
+const TICK_US: u64 = 10_000;
+
+fn config(replica: u32) -> NodeConfig {
+    let mut tuning = Tuning::for_delay(1_000, 100);
+    tuning.raft_tick_us = TICK_US;
+    tuning.snapshot_entries = 6;
+    let mut c = NodeConfig::new(NodeId { shard: 0, replica }, vec![3], 42, tuning, Registry::with_builtins())
+        .with_protocol(Arc::new(Counters));
+    c.transfers.chunk_bytes = 4; // a 16-byte image: 4 chunks
+    c.transfers.window_chunks = 2;
+    c
+}
+
+fn add(seq: u64) -> ClientMsg {
+    let txn = Arc::new(Txn {
+        id: TxnId { client: 4, seq },
+        procedure: "add".into(),
+        args: seq.to_le_bytes().to_vec(),
+        pieces: vec![],
+        ts: 1,
+    });
+    ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq }
+}
+
+/// Three replicas and the messages between them; `cut` replicas hear and say nothing.
+struct Group {
+    nodes: Vec<ReplicaNode>,
+    cut: Vec<bool>,
+    now: u64,
+    queue: VecDeque<(u32, u32, ReplicationMsg)>,
+    /// Replies to clients: (replica, reply).
+    replies: Vec<(u32, TxnReply)>,
+    transitions: Vec<(u32, Transition)>,
+}
+
+impl Group {
+    fn new() -> Self {
+        let nodes: Vec<ReplicaNode> =
+            (0..3).map(|r| ReplicaNode::new(config(r), RecoveredState::default()).unwrap()).collect();
+        let mut g = Group {
+            nodes,
+            cut: vec![false; 3],
+            now: 0,
+            queue: VecDeque::new(),
+            replies: Vec::new(),
+            transitions: Vec::new(),
+        };
+        for i in 0..3 {
+            for j in 0..3 {
+                if i != j {
+                    g.nodes[i as usize].replica_link(j, true);
+                }
+            }
+        }
+        g
+    }
+
+    fn execute(&mut self, i: u32, mut fx: Vec<Effect>) {
+        for _ in 0..64 {
+            if fx.is_empty() {
+                return;
+            }
+            let mut again = Vec::new();
+            for e in fx.drain(..) {
+                let node = &mut self.nodes[i as usize];
+                match e {
+                    Effect::Replicate { to, msg } => {
+                        if !self.cut[i as usize] && !self.cut[to.replica as usize] {
+                            self.queue.push_back((i, to.replica, msg));
+                        }
+                    }
+                    Effect::Persist(p) if p.sync => node.persisted(p.number, &mut again),
+                    Effect::MakeSnapshot(job) => node.snapshot_made(job.run(), &mut again).unwrap(),
+                    Effect::CheckSnapshot(check) => node.snapshot_checked(check.run(), &mut again).unwrap(),
+                    Effect::ToClient { msg: ServerMsg::Reply(reply), .. } => self.replies.push((i, reply)),
+                    Effect::Transition(t) => self.transitions.push((i, t)),
+                    Effect::Persist(_)
+                    | Effect::SaveSnapshot(_)
+                    | Effect::ToClient { .. }
+                    | Effect::ToClients { .. }
+                    | Effect::ToAllClients { .. }
+                    | Effect::ToPeer { .. }
+                    | Effect::MarkDamaged { .. }
+                    | Effect::Discard(_)
+                    | Effect::Executed { .. } => {}
+                }
+            }
+            if !again.is_empty() {
+                self.nodes[i as usize].turn(self.now, &mut again).unwrap();
+            }
+            fx = again;
+        }
+        panic!("replica {i} never settles");
+    }
+
+    /// Advances 1 ms: every replica turns, and every message in flight is delivered.
+    fn step(&mut self) {
+        self.now += 1_000;
+        for i in 0..3 {
+            let mut fx = Vec::new();
+            self.nodes[i as usize].turn(self.now, &mut fx).unwrap();
+            self.execute(i, fx);
+        }
+        for _ in 0..10_000 {
+            let Some((from, to, msg)) = self.queue.pop_front() else { return };
+            let mut fx = Vec::new();
+            let from = NodeId { shard: 0, replica: from };
+            let _ = self.nodes[to as usize].on_replication(from, msg, &mut fx);
+            self.nodes[to as usize].turn(self.now, &mut fx).unwrap();
+            self.execute(to, fx);
+        }
+        panic!("the messages never settle");
+    }
+
+    fn leader(&self) -> Option<usize> {
+        self.nodes.iter().position(|n| n.replica().is_serving())
+    }
+
+    fn counter(&self, i: usize) -> &Counter {
+        self.nodes[i].replica().downcast_ref::<Counter>().expect("a counter")
+    }
+
+    fn value(&self, i: usize) -> u64 {
+        self.counter(i).value
+    }
+}
+
+#[test]
+fn a_replicated_counter_elects_replicates_and_catches_up_by_snapshot_under_the_node() {
+    let mut g = Group::new();
+    for _ in 0..200 {
+        g.step();
+        if g.leader().is_some() {
+            break;
+        }
+    }
+    assert_eq!(g.leader(), Some(0), "replica 0 starts the first election");
+    assert_eq!(g.transitions, vec![(0, Transition::Promoted)]);
+    assert_eq!(g.nodes[0].status(g.now).leader, Some(0));
+
+    // A follower refuses with a hint to the leader.
+    let mut fx = Vec::new();
+    g.nodes[1].on_client(g.now, 4, add(100), &mut fx);
+    g.execute(1, fx);
+    let refused = g.replies.pop().expect("a refusal");
+    assert_eq!(
+        refused,
+        (1, TxnReply { ts: 0, outcome: Err(TxnError::NotLeader { hint: Some(0) }), ..refused.1.clone() })
+    );
+
+    // Replica 2 is cut off while the others count, snapshot and compact.
+    g.cut[2] = true;
+    for seq in 1..=30 {
+        let mut fx = Vec::new();
+        g.nodes[0].on_client(g.now, 4, add(seq), &mut fx);
+        g.execute(0, fx);
+        g.step();
+    }
+    let sums: Vec<u64> =
+        g.replies.iter().map(|(_, r)| u64::from_le_bytes(r.outcome.clone().unwrap().try_into().unwrap())).collect();
+    let expected: Vec<u64> = (1..=30).map(|n| n * (n + 1) / 2).collect();
+    assert_eq!(sums, expected, "each answered once committed, with the sum so far");
+    assert_eq!((g.value(0), g.value(1), g.value(2)), (465, 465, 0));
+    assert!(g.nodes[1].stats().snapshots_taken > 0, "the follower's cadence made snapshot jobs");
+    let compacted = g.nodes[0].replica().log().snapshot_index();
+    assert!(compacted > g.nodes[2].replica().log().last_index(), "replica 2 is behind the compaction");
+
+    // Back: the leader's snapshot reaches it in chunks; it checks, decodes and installs it.
+    g.cut[2] = false;
+    for _ in 0..400 {
+        g.step();
+        if g.nodes[2].stats().snapshots_installed > 0 && g.nodes[2].transfers_in_flight() == (0, 0) {
+            break;
+        }
+    }
+    for _ in 0..20 {
+        g.step();
+    }
+    assert_eq!(g.nodes[2].stats().snapshots_installed, 1);
+    assert_eq!(g.counter(2).installs, (1, 0), "decoded off the loop by the counter's decoder, then installed");
+    assert!(g.nodes[0].transfer_stats().delivered > 0, "the leader's snapshot went as a transfer");
+    assert_eq!(g.value(2), 465);
+    let hash = g.nodes[0].replica().store().state_hash();
+    assert!(g.nodes.iter().all(|n| n.replica().store().state_hash() == hash), "every store is equal");
+
+    // Replication goes on, to every replica.
+    let mut fx = Vec::new();
+    g.nodes[0].on_client(g.now, 4, add(31), &mut fx);
+    g.execute(0, fx);
+    for _ in 0..20 {
+        g.step();
+    }
+    assert_eq!((g.value(0), g.value(1), g.value(2)), (496, 496, 496));
+    assert!(g.nodes.iter().all(|n| n.replica().check_invariants().is_ok()));
+}

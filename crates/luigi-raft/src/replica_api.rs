@@ -1,0 +1,413 @@
+//! The seam between a shard replica's state machine and the node that drives it
+//! (`luigi_node::ReplicaNode`): [`ShardReplica`], what a protocol's replica (Luigi's
+//! [`crate::replica::Replica`], a baseline's) offers; [`LogControl`], the record-type-free
+//! controls of its Raft log the node needs; [`ReplicaFactory`], how a node builds one.
+//!
+//! Everything above the state machine (driving the log's readies, ticks, the first election,
+//! snapshot cadence, transfers and compaction, routing, persistence) is written once, in
+//! `luigi-node`, against these traits, and serves every protocol. A protocol's replica keeps
+//! its own record type (`RaftLog<R>`), its own state, its own snapshot format: the node sees
+//! snapshots only as bytes, jobs ([`SnapshotJob`]), a decoder ([`SnapshotDecoder`]) and
+//! type-erased decoded states ([`StateBox`]).
+//!
+//! The calling contract (the node follows it):
+//!
+//! ```text
+//! on an input:   replica.on_client / on_peer / peer_leader_changed / log_mut().step_bytes
+//! then:          drive log_mut()'s readies (send, persist, advance; install_snapshot or
+//!                install_decoded for a ready's snapshot), then replica.turn(now, out),
+//!                take_executed(), own_snapshot_due(..)
+//! ```
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use luigi_proto::leader::{LeaderConfig, LeaderOutput};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus};
+use luigi_proto::procedure::Registry;
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_store::Store;
+
+use crate::replica::InitialStore;
+use crate::{RaftConfig, RaftError, RaftLog, Ready, Record, RecoveredState, Role, SnapshotData};
+
+/// A replica's state, type-erased: a snapshot decoded off the event loop
+/// ([`SnapshotDecoder::decode`]) for [`ShardReplica::install_decoded`], or a state an
+/// installed snapshot replaced, for the shell to drop off its event loop (freeing a large
+/// store takes a while).
+pub type StateBox = Box<dyn Any + Send>;
+
+/// A leadership change the shell may want to log or act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// This replica now serves as the shard leader.
+    Promoted,
+    /// This replica stopped leading and rebuilt its follower state from its log.
+    Demoted,
+}
+
+/// A snapshot a [`SnapshotJob`] made: the replica's state at `index`, serialized in its
+/// protocol's format.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotImage {
+    /// The log index it covers.
+    pub index: u64,
+    /// The serialized state.
+    pub data: Bytes,
+    /// CRC-32 of `data` (computed with it, off the event loop: transfers check it).
+    pub crc32: u32,
+}
+
+impl SnapshotImage {
+    /// The image of `data` at `index`, with its CRC-32.
+    pub fn new(index: u64, data: Bytes) -> Self {
+        SnapshotImage { index, crc32: crc32fast::hash(&data), data }
+    }
+}
+
+/// What a [`SnapshotJob`] runs.
+type MakeSnapshot = Box<dyn FnOnce() -> Result<SnapshotImage, RaftError> + Send>;
+
+/// A replica's own snapshot in the making ([`ShardReplica::own_snapshot_due`]): work that
+/// holds only shared or owned data, so that the shell can run it on another thread while the
+/// replica goes on. Its result goes to the node (`ReplicaNode::snapshot_made`).
+pub struct SnapshotJob {
+    index: u64,
+    make: MakeSnapshot,
+}
+
+impl SnapshotJob {
+    /// A job that makes the snapshot at log index `index` with `make`.
+    pub fn new(index: u64, make: impl FnOnce() -> Result<SnapshotImage, RaftError> + Send + 'static) -> Self {
+        SnapshotJob { index, make: Box::new(make) }
+    }
+
+    /// The log index the snapshot covers.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Makes the snapshot.
+    ///
+    /// # Errors
+    /// The replica's state cannot be rebuilt or serialized (the replica cannot go on).
+    pub fn run(self) -> Result<SnapshotImage, RaftError> {
+        (self.make)()
+    }
+}
+
+impl Debug for SnapshotJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotJob").field("index", &self.index).finish_non_exhaustive()
+    }
+}
+
+/// Reads a protocol's snapshot images off the event loop (a large store's image takes a
+/// while): the shell runs it on another thread (`luigi_node::SnapshotCheck`).
+pub trait SnapshotDecoder: Send + Sync {
+    /// Checks a follower's offered image at `index` (the leader compacts behind it only if
+    /// it is a valid image of this shard's state at that index).
+    ///
+    /// # Errors
+    /// Why it is not.
+    fn check(&self, index: u64, data: &[u8]) -> Result<(), String>;
+
+    /// Decodes the leader's image into the state [`ShardReplica::install_decoded`] takes.
+    ///
+    /// # Errors
+    /// Why it does not decode.
+    fn decode(&self, data: &[u8]) -> Result<StateBox, String>;
+}
+
+/// The controls of a replica's Raft log that do not depend on its record type: what the node
+/// needs to drive it (ticks, messages, readies, snapshots, compaction) and to report on it.
+/// Implemented for every [`RaftLog`]; each method is the `RaftLog` method of the same name.
+pub trait LogControl: Debug {
+    /// See [`RaftLog::id`].
+    fn id(&self) -> u64;
+    /// See [`RaftLog::voters`].
+    fn voters(&self) -> &[u64];
+    /// See [`RaftLog::tick`].
+    fn tick(&mut self);
+    /// See [`RaftLog::campaign`].
+    ///
+    /// # Errors
+    /// raft-rs's error, if any.
+    fn campaign(&mut self) -> Result<(), RaftError>;
+    /// See [`RaftLog::step_bytes`].
+    ///
+    /// # Errors
+    /// As [`RaftLog::step_bytes`].
+    fn step_bytes(&mut self, bytes: &[u8]) -> Result<(), RaftError>;
+    /// See [`RaftLog::step_snapshot`].
+    ///
+    /// # Errors
+    /// As [`RaftLog::step_snapshot`].
+    fn step_snapshot(&mut self, envelope: &[u8], data: Bytes) -> Result<(), RaftError>;
+    /// See [`RaftLog::has_ready`].
+    fn has_ready(&self) -> bool;
+    /// See [`RaftLog::ready`].
+    ///
+    /// # Errors
+    /// As [`RaftLog::ready`].
+    fn ready(&mut self) -> Result<Option<Ready>, RaftError>;
+    /// See [`RaftLog::advance`].
+    fn advance(&mut self, number: u64);
+    /// See [`RaftLog::report_snapshot`].
+    fn report_snapshot(&mut self, to: u64, delivered: bool);
+    /// See [`RaftLog::can_compact`].
+    fn can_compact(&self, index: u64) -> bool;
+    /// See [`RaftLog::compact`].
+    ///
+    /// # Errors
+    /// As [`RaftLog::compact`].
+    fn compact(&mut self, index: u64, data: Bytes) -> Result<SnapshotData, RaftError>;
+    /// See [`RaftLog::snapshot_data`].
+    fn snapshot_data(&self) -> Option<&[u8]>;
+    /// See [`RaftLog::role`].
+    fn role(&self) -> Role;
+    /// See [`RaftLog::is_leader`].
+    fn is_leader(&self) -> bool;
+    /// See [`RaftLog::leader_id`].
+    fn leader_id(&self) -> Option<u64>;
+    /// See [`RaftLog::matched`].
+    fn matched(&self, id: u64) -> Option<u64>;
+    /// See [`RaftLog::term`].
+    fn term(&self) -> u64;
+    /// See [`RaftLog::term_at`].
+    fn term_at(&self, index: u64) -> Option<u64>;
+    /// See [`RaftLog::entry`].
+    fn entry(&self, index: u64) -> Option<crate::eraftpb::Entry>;
+    /// See [`RaftLog::commit_index`].
+    fn commit_index(&self) -> u64;
+    /// See [`RaftLog::handed_out`].
+    fn handed_out(&self) -> u64;
+    /// See [`RaftLog::has_committed_in_term`].
+    fn has_committed_in_term(&self) -> bool;
+    /// See [`RaftLog::snapshot_index`].
+    fn snapshot_index(&self) -> u64;
+    /// See [`RaftLog::last_index`].
+    fn last_index(&self) -> u64;
+}
+
+impl<R: Record> LogControl for RaftLog<R> {
+    fn id(&self) -> u64 {
+        RaftLog::id(self)
+    }
+    fn voters(&self) -> &[u64] {
+        RaftLog::voters(self)
+    }
+    fn tick(&mut self) {
+        RaftLog::tick(self)
+    }
+    fn campaign(&mut self) -> Result<(), RaftError> {
+        RaftLog::campaign(self)
+    }
+    fn step_bytes(&mut self, bytes: &[u8]) -> Result<(), RaftError> {
+        RaftLog::step_bytes(self, bytes)
+    }
+    fn step_snapshot(&mut self, envelope: &[u8], data: Bytes) -> Result<(), RaftError> {
+        RaftLog::step_snapshot(self, envelope, data)
+    }
+    fn has_ready(&self) -> bool {
+        RaftLog::has_ready(self)
+    }
+    fn ready(&mut self) -> Result<Option<Ready>, RaftError> {
+        RaftLog::ready(self)
+    }
+    fn advance(&mut self, number: u64) {
+        RaftLog::advance(self, number)
+    }
+    fn report_snapshot(&mut self, to: u64, delivered: bool) {
+        RaftLog::report_snapshot(self, to, delivered)
+    }
+    fn can_compact(&self, index: u64) -> bool {
+        RaftLog::can_compact(self, index)
+    }
+    fn compact(&mut self, index: u64, data: Bytes) -> Result<SnapshotData, RaftError> {
+        RaftLog::compact(self, index, data)
+    }
+    fn snapshot_data(&self) -> Option<&[u8]> {
+        RaftLog::snapshot_data(self)
+    }
+    fn role(&self) -> Role {
+        RaftLog::role(self)
+    }
+    fn is_leader(&self) -> bool {
+        RaftLog::is_leader(self)
+    }
+    fn leader_id(&self) -> Option<u64> {
+        RaftLog::leader_id(self)
+    }
+    fn matched(&self, id: u64) -> Option<u64> {
+        RaftLog::matched(self, id)
+    }
+    fn term(&self) -> u64 {
+        RaftLog::term(self)
+    }
+    fn term_at(&self, index: u64) -> Option<u64> {
+        RaftLog::term_at(self, index)
+    }
+    fn entry(&self, index: u64) -> Option<crate::eraftpb::Entry> {
+        RaftLog::entry(self, index)
+    }
+    fn commit_index(&self) -> u64 {
+        RaftLog::commit_index(self)
+    }
+    fn handed_out(&self) -> u64 {
+        RaftLog::handed_out(self)
+    }
+    fn has_committed_in_term(&self) -> bool {
+        RaftLog::has_committed_in_term(self)
+    }
+    fn snapshot_index(&self) -> u64 {
+        RaftLog::snapshot_index(self)
+    }
+    fn last_index(&self) -> u64 {
+        RaftLog::last_index(self)
+    }
+}
+
+/// One replica of a shard as a protocol's state machine over its Raft log: the shard leader
+/// when its log leads (and it has caught up), a follower otherwise. Inputs are clients'
+/// messages and other shards' leaders' agreement batches; outputs are [`LeaderOutput`]s
+/// (replies, watermarks, batches for other shards, executions). The node
+/// (`luigi_node::ReplicaNode`) drives its log through [`ShardReplica::log_mut`] and calls
+/// [`ShardReplica::turn`] after each round of readies (see the module docs).
+///
+/// Object safe: the node holds a `Box<dyn ShardReplica>` from a [`ReplicaFactory`].
+pub trait ShardReplica: Send {
+    /// The Raft log, read-only (role, term, indexes).
+    fn log(&self) -> &dyn LogControl;
+
+    /// The Raft log (for the node to step messages into and drive its readies).
+    fn log_mut(&mut self) -> &mut dyn LogControl;
+
+    /// A client's message. A replica that does not serve answers a dispatch with
+    /// `NotLeader` and a hint.
+    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>);
+
+    /// Agreement items from another shard's leader. Returns whether they were taken (a
+    /// replica that does not serve drops them: the sender's recovery asks again).
+    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool;
+
+    /// Another shard has a new leader (its announcement reached this replica).
+    fn peer_leader_changed(&mut self, shard: ShardId);
+
+    /// After the node drove the log: applies committed records, switches role if leadership
+    /// moved, runs the leader's timers. Returns the transition, if any.
+    ///
+    /// # Errors
+    /// The replica cannot go on (e.g. a demoted leader cannot rebuild its state).
+    fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError>;
+
+    /// What the replica executed outside [`LeaderOutput::Executed`] outputs (a follower
+    /// applying its log) since the last call, in execution order.
+    fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)>;
+
+    /// When [`ShardReplica::turn`] next has timed work, if it has any.
+    fn next_deadline(&self) -> Option<TimeUs>;
+
+    /// True while this replica serves as its shard's leader.
+    fn is_serving(&self) -> bool;
+
+    /// Which replica (index from 0) clients should try: the leader this replica knows of.
+    fn leader_hint(&self) -> Option<u32>;
+
+    /// The store as this replica holds it (for checks and reports).
+    fn store(&self) -> &Store;
+
+    /// This replica's own snapshot, once its state reached `next_at` (the node's cadence) and
+    /// its protocol takes one now: a job the shell runs off its event loop. `None`: not now.
+    ///
+    /// # Errors
+    /// The replica cannot make one (a bug).
+    fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError>;
+
+    /// The decoder of this protocol's snapshot images (the node asks once, and hands it to
+    /// every check it starts).
+    fn snapshot_decoder(&self) -> Arc<dyn SnapshotDecoder>;
+
+    /// The log installed the leader's snapshot `data` (not decoded beforehand): the state is
+    /// replaced by the snapshot's (a serving replica stops serving). Returns the replaced
+    /// state, if any, to drop off the event loop.
+    ///
+    /// # Errors
+    /// The snapshot does not load (the replica cannot go on).
+    fn install_snapshot(&mut self, data: &[u8]) -> Result<Option<StateBox>, RaftError>;
+
+    /// As [`ShardReplica::install_snapshot`], with the snapshot already decoded by this
+    /// replica's [`SnapshotDecoder::decode`].
+    ///
+    /// # Errors
+    /// `state` is not what this replica's decoder makes (a bug).
+    fn install_decoded(&mut self, state: StateBox) -> Result<Option<StateBox>, RaftError>;
+
+    /// Fills in the state machine's part of a status report: `serving`, `watermark`,
+    /// `pending`, `stalled_count`, `stalled` (the node fills in the log's).
+    fn status(&self, now: TimeUs, status: &mut ReplicaStatus);
+
+    /// Checks what the state machine promises between any two calls (the simulator's
+    /// checks).
+    ///
+    /// # Errors
+    /// The broken invariant.
+    fn check_invariants(&self) -> Result<(), String>;
+
+    /// The replica's counters on one line (for logs).
+    fn stats_line(&self) -> String;
+
+    /// The replica, for a protocol-specific look (see `<dyn ShardReplica>::downcast_ref`).
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<'a> dyn ShardReplica + 'a {
+    /// The replica as its concrete type `T`, if it is one (e.g. Luigi's
+    /// [`crate::replica::Replica`], for its leader's counters).
+    pub fn downcast_ref<T: ShardReplica + 'static>(&self) -> Option<&T> {
+        self.as_any().downcast_ref()
+    }
+}
+
+/// What a [`ReplicaFactory`] builds a replica from.
+pub struct ReplicaSetup {
+    /// The shard.
+    pub shard: ShardId,
+    /// The replica's index in its group, from 0 (its Raft id is this + 1).
+    pub replica: u32,
+    /// Its Raft log's configuration.
+    pub raft: RaftConfig,
+    /// What its disk holds (default: fresh).
+    pub recovered: RecoveredState,
+    /// The shard leader's configuration.
+    pub leader: LeaderConfig,
+    /// The stored procedures.
+    pub registry: Registry,
+    /// The shard's state before its log's first entry.
+    pub initial: InitialStore,
+}
+
+/// Why a [`ReplicaFactory`] could not build a replica.
+#[derive(Debug)]
+pub struct BuildError {
+    /// What it was doing (e.g. "opening the log", "loading its snapshot").
+    pub what: &'static str,
+    /// The error.
+    pub source: RaftError,
+}
+
+/// Builds one protocol's replicas: opens a Raft log of the protocol's record type and puts
+/// the protocol's state machine over it. A node's configuration names one
+/// (`luigi_node::NodeConfig::protocol`).
+pub trait ReplicaFactory: Send + Sync {
+    /// The protocol's name (for logs).
+    fn name(&self) -> &'static str;
+
+    /// A replica from `setup`, starting as a follower from the recovered state.
+    ///
+    /// # Errors
+    /// The recovered state is inconsistent or its snapshot does not load.
+    fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError>;
+}
