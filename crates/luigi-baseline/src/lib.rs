@@ -38,7 +38,7 @@ pub mod state;
 
 pub use leader::{BaseConfig, BaseLeader};
 pub use record::BaseRecord;
-pub use replica::{BaseLog, BaseReplica, BaseSnapshotJob};
+pub use replica::{replicas_for, BaseLog, BaseReplica, BaseReplicas};
 pub use state::ShardState;
 
 use luigi_proto::types::Protocol;

@@ -4,13 +4,19 @@
 //! [`BaseLeader`]; a leader that loses leadership rebuilds its follower state from its log (it
 //! ran ahead of it). The replica node (`luigi-node`) drives it like Luigi's.
 
+use std::any::Any;
+use std::sync::Arc;
+
 use luigi_proto::leader::LeaderOutput;
 use luigi_proto::log::{LogEntry, ReplicatedLog};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError, TxnReply};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, TxnError, TxnReply};
 use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, TimeUs, TxnId};
-use luigi_raft::replica::{InitialStore, ReplicaStats, SnapshotImage, Transition};
-use luigi_raft::{RaftError, RaftLog, Replay};
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_raft::replica::{InitialStore, ReplicaStats};
+use luigi_raft::{
+    BuildError, LogControl, RaftError, RaftLog, Replay, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder,
+    SnapshotImage, SnapshotJob, StateBox, Transition,
+};
 use luigi_store::Store;
 
 use crate::leader::{BaseConfig, BaseLeader};
@@ -65,37 +71,39 @@ fn rebuild(
     Ok(state)
 }
 
-/// A baseline replica's own snapshot in the making (see `Replica::own_snapshot_due` for the
-/// why: a replay on another thread, so the event loop never serializes a large store).
-pub struct BaseSnapshotJob {
+/// A baseline replica's own snapshot (see Luigi's `Replica::own_snapshot_due` for the why: a
+/// replay on another thread, so the event loop never serializes a large store): the state at
+/// `index`, rebuilt from the log's snapshot and the records after it, serialized.
+fn make_snapshot(
     index: u64,
-    config: BaseConfig,
-    initial: InitialStore,
-    replay: Replay<BaseRecord>,
+    config: &BaseConfig,
+    initial: &InitialStore,
+    replay: &Replay<BaseRecord>,
+) -> Result<SnapshotImage, RaftError> {
+    let records = replay.records()?;
+    let state = rebuild(config, initial, replay.snapshot_data(), &records)?;
+    if state.applied_index() != index {
+        return Err(RaftError::Invalid(format!(
+            "the replay to index {index} rebuilt the state at index {}",
+            state.applied_index()
+        )));
+    }
+    Ok(SnapshotImage::new(index, state.snapshot().into()))
 }
 
-impl BaseSnapshotJob {
-    /// The log index it covers.
-    pub fn index(&self) -> u64 {
-        self.index
+/// Reads a baseline shard's snapshot images (off the event loop).
+struct StateImages {
+    shard: ShardId,
+}
+
+impl SnapshotDecoder for StateImages {
+    fn check(&self, index: u64, data: &[u8]) -> Result<(), String> {
+        ShardState::from_snapshot(self.shard, Some(index), data).map(|_| ()).map_err(|e| e.to_string())
     }
 
-    /// Makes the snapshot.
-    ///
-    /// # Errors
-    /// The replay does not decode or rebuilds another index.
-    pub fn run(self) -> Result<SnapshotImage, RaftError> {
-        let records = self.replay.records()?;
-        let state = rebuild(&self.config, &self.initial, self.replay.snapshot_data(), &records)?;
-        if state.applied_index() != self.index {
-            return Err(RaftError::Invalid(format!(
-                "the replay to index {} rebuilt the state at index {}",
-                self.index,
-                state.applied_index()
-            )));
-        }
-        let data = state.snapshot();
-        Ok(SnapshotImage { index: self.index, crc32: crc32fast::hash(&data), data: data.into() })
+    fn decode(&self, data: &[u8]) -> Result<StateBox, String> {
+        let state = ShardState::from_snapshot(self.shard, None, data).map_err(|e| e.to_string())?;
+        Ok(Box::new(state))
     }
 }
 
@@ -163,7 +171,7 @@ impl BaseReplica {
     ///
     /// # Errors
     /// An entry is missing from the log's memory (a bug).
-    pub fn own_snapshot_due(&self, next_at: u64) -> Result<Option<BaseSnapshotJob>, RaftError> {
+    pub fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
         let log = match &self.role {
             Role::Follower(_, log) => log,
             Role::Leader(l) if l.log().voters().len() == 1 => l.log(),
@@ -178,7 +186,8 @@ impl BaseReplica {
         if replay.last_record_index() != Some(index) {
             return Err(RaftError::Invalid(format!("the replay does not end with the record at {index}")));
         }
-        Ok(Some(BaseSnapshotJob { index, config: self.config.clone(), initial: self.initial.clone(), replay }))
+        let (config, initial) = (self.config.clone(), self.initial.clone());
+        Ok(Some(SnapshotJob::new(index, move || make_snapshot(index, &config, &initial, &replay))))
     }
 
     /// The Raft log.
@@ -357,5 +366,139 @@ impl BaseReplica {
                 Err(e)
             }
         }
+    }
+}
+
+impl ShardReplica for BaseReplica {
+    fn log(&self) -> &dyn LogControl {
+        BaseReplica::log(self)
+    }
+
+    fn log_mut(&mut self) -> &mut dyn LogControl {
+        BaseReplica::log_mut(self)
+    }
+
+    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+        BaseReplica::on_client(self, now, client, msg, out)
+    }
+
+    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
+        BaseReplica::on_peer(self, now, batch, out)
+    }
+
+    /// Nothing to do: items sent to the old leader are lost with it, and their senders'
+    /// round timeouts (abort or resolution) take over.
+    fn peer_leader_changed(&mut self, _shard: ShardId) {}
+
+    fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+        BaseReplica::turn(self, now, out)
+    }
+
+    fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
+        BaseReplica::take_executed(self)
+    }
+
+    fn next_deadline(&self) -> Option<TimeUs> {
+        BaseReplica::next_deadline(self)
+    }
+
+    fn is_serving(&self) -> bool {
+        BaseReplica::is_serving(self)
+    }
+
+    fn leader_hint(&self) -> Option<u32> {
+        BaseReplica::leader_hint(self)
+    }
+
+    fn store(&self) -> &Store {
+        BaseReplica::store(self)
+    }
+
+    fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
+        BaseReplica::own_snapshot_due(self, next_at)
+    }
+
+    fn snapshot_decoder(&self) -> Arc<dyn SnapshotDecoder> {
+        Arc::new(StateImages { shard: self.config.shard })
+    }
+
+    fn install_snapshot(&mut self, data: &[u8]) -> Result<Option<StateBox>, RaftError> {
+        let state =
+            ShardState::from_snapshot(self.config.shard, None, data).map_err(|e| RaftError::Invalid(e.to_string()))?;
+        Ok(self.install(state).map(|old| Box::new(old) as StateBox))
+    }
+
+    fn install_decoded(&mut self, state: StateBox) -> Result<Option<StateBox>, RaftError> {
+        let state = state
+            .downcast::<ShardState>()
+            .map_err(|_| RaftError::Invalid("a decoded snapshot of another protocol".into()))?;
+        Ok(self.install(*state).map(|old| Box::new(old) as StateBox))
+    }
+
+    fn status(&self, _now: TimeUs, status: &mut ReplicaStatus) {
+        match &self.role {
+            Role::Leader(l) => {
+                status.serving = true;
+                status.watermark = l.state().applied_index();
+                status.pending = l.pending_len() as u64;
+            }
+            Role::Follower(s, _) => (status.watermark, status.pending) = (s.applied_index(), s.prepared().len() as u64),
+            Role::Switching => {}
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        match &self.role {
+            Role::Leader(l) => l.check_invariants(),
+            Role::Follower(..) | Role::Switching => Ok(()),
+        }
+    }
+
+    fn stats_line(&self) -> String {
+        match &self.role {
+            Role::Leader(l) => format!("{:?} {:?}", l.stats(), self.stats),
+            Role::Follower(..) | Role::Switching => format!("{:?}", self.stats),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The baseline's replicas ([`BaseReplica`] over a [`BaseLog`]) for one [`crate::Mode`]: the
+/// [`ReplicaFactory`] a node of an `occ`, `2pl` or `direct` cluster is built with.
+#[derive(Clone, Copy, Debug)]
+pub struct BaseReplicas {
+    /// Which baseline.
+    pub mode: crate::Mode,
+}
+
+impl ReplicaFactory for BaseReplicas {
+    fn name(&self) -> &'static str {
+        self.mode.protocol().name()
+    }
+
+    fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError> {
+        let ReplicaSetup { raft, recovered, leader, registry, initial, .. } = setup;
+        let log = RaftLog::new_typed(raft, Some(recovered))
+            .map_err(|source| BuildError { what: "opening the log", source })?;
+        let mut config = BaseConfig::new(leader.shard, leader.shards, self.mode);
+        // One round of the protocol takes a few one-way delays; the leader's recovery timeout
+        // (derived from the one-way delay) bounds it the way it bounds Luigi's agreement.
+        config.round_timeout_us = leader.recover_after_us;
+        config.execution_ttl_us = 2 * leader.recover_after_us;
+        let replica = BaseReplica::new(config, registry, initial, log)
+            .map_err(|e| BuildError { what: "loading its snapshot", source: RaftError::Invalid(e.to_string()) })?;
+        Ok(Box::new(replica))
+    }
+}
+
+/// The replica factory of `protocol`: Luigi's, or the baseline's for its mode. The server and
+/// the simulator build their nodes with it, so a cluster runs the protocol its file names.
+pub fn replicas_for(protocol: luigi_proto::types::Protocol) -> Arc<dyn ReplicaFactory> {
+    match crate::Mode::of(protocol) {
+        Some(mode) => Arc::new(BaseReplicas { mode }),
+        None => Arc::new(luigi_raft::replica::LuigiReplicas),
     }
 }

@@ -144,7 +144,7 @@ impl Server {
                 }
             }
         }
-        info!(node = %node.name(), net = %config.net, replicas, "serving");
+        info!(node = %node.name(), net = %config.net, replicas, protocol = %config.protocol(), "serving");
         if config.secret.is_none() && config.shards.iter().map(|s| s.replicas.len()).sum::<usize>() > 1 {
             warn!(
                 "the cluster file has no `secret`: any process that reaches the servers and speaks the protocol \
@@ -157,7 +157,9 @@ impl Server {
             Storage::open(node, &config, &storage, move |r| reports.blocking_send(Inbound::Storage(r)).is_ok())?;
         let shape = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
         let (registry, initial) = hosted_workload(&config, node, registry)?;
-        let node_config = NodeConfig::new(node, shape, config.seed, config.tuning(), registry).with_initial(initial);
+        let node_config = NodeConfig::new(node, shape, config.seed, config.tuning(), registry)
+            .with_initial(initial)
+            .with_protocol(luigi_baseline::replicas_for(config.protocol()));
         let replica = ReplicaNode::new(node_config, recovered).map_err(|e| match e {
             NodeError::Raft { source: luigi_raft::RaftError::Recovered(_), .. } => {
                 anyhow::anyhow!("{e}; cannot restart from {}; {}", disk.dir().display(), rebuild_hint(replicas))
