@@ -112,6 +112,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             }
         };
         if written.is_empty() {
+            self.reads.push((id, self.last_logged));
             let reply = self.reply(id, me, Ok(output), arrival);
             return self.after_log(Wait::Client { client, reply }, out);
         }

@@ -148,6 +148,10 @@ pub struct BaseLeader<L> {
     outbox: BTreeMap<ShardId, Vec<PeerItem>>,
     inbox: VecDeque<BaseItem>,
     committed: Vec<LogEntry<BaseRecord>>,
+    /// Single-shard reads run since the last pump, reported like installs (they change no
+    /// state, but an observer ordering executions needs them): (transaction, the last index
+    /// logged when it ran).
+    reads: Vec<(TxnId, u64)>,
     now_us: TimeUs,
     stats: BaseStats,
 }
@@ -188,6 +192,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             outbox: BTreeMap::new(),
             inbox: VecDeque::new(),
             committed: Vec::new(),
+            reads: Vec::new(),
             now_us: now,
             stats: BaseStats::default(),
         }
@@ -340,6 +345,9 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             }
         }
         for (id, index) in self.state.take_executed() {
+            out.push(LeaderOutput::Executed { shard: self.config.shard, id, ts: index });
+        }
+        for (id, index) in self.reads.drain(..) {
             out.push(LeaderOutput::Executed { shard: self.config.shard, id, ts: index });
         }
     }
