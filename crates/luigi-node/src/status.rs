@@ -18,6 +18,7 @@ impl ReplicaNode {
         let mut status = ReplicaStatus {
             shard: me.shard,
             replica: me.replica,
+            protocol: self.config().protocol.name().to_string(),
             role: match log.role() {
                 luigi_raft::Role::Leader => ReplicaRole::Leader,
                 luigi_raft::Role::Follower => ReplicaRole::Follower,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::procedure::ProcError;
-use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use crate::types::{ClientId, Protocol, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 /// Client to leader.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -19,6 +19,9 @@ pub enum ClientMsg {
         /// HMAC-SHA256 of the connection's challenge under the cluster's client token, when
         /// the cluster has one (see [`WireMsg::Challenge`]).
         proof: Option<[u8; 32]>,
+        /// The protocol the client speaks: a server of a cluster running another one closes
+        /// the connection and says why.
+        protocol: Protocol,
     },
     /// A whole transaction. Sent again, unchanged, on retry.
     Dispatch {
@@ -72,6 +75,8 @@ pub struct ReplicaStatus {
     pub shard: ShardId,
     /// Its index in the shard's replica list (from 0).
     pub replica: u32,
+    /// The transaction protocol it runs (`luigi`, `occ`, `2pl`, `direct`).
+    pub protocol: String,
     /// Its Raft role.
     pub role: ReplicaRole,
     /// True while it serves as the shard leader: a Raft leader is elected first and serves

@@ -53,7 +53,7 @@ fn arb_client_msg(client: u64) -> impl Strategy<Value = ClientMsg> {
             ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: sent_us % 2_000_000, acked_below }
         }),
         any::<u64>().prop_map(|sent_us| ClientMsg::Ping { sent_us }),
-        Just(ClientMsg::Hello { client, proof: None }),
+        Just(ClientMsg::Hello { client, proof: None, protocol: luigi_proto::types::Protocol::Luigi }),
         Just(ClientMsg::Status),
     ]
 }

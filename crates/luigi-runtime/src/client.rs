@@ -115,7 +115,8 @@ impl Client {
                 let seed = config.seed ^ id.rotate_left(17) ^ u64::from(shard) ^ (u64::from(replica) << 40);
                 let link = delay_line.as_ref().map(|l| l.link(dist, seed));
                 let addr = config.node_addr(node).expect("nodes come from the validated config");
-                tokio::spawn(replica_link(node, addr, id, config.client_token.clone(), link, in_tx.clone()));
+                let token = config.client_token.clone();
+                tokio::spawn(replica_link(node, addr, id, token, config.protocol(), link, in_tx.clone()));
             }
         }
         drop(in_tx);
@@ -218,6 +219,7 @@ async fn replica_link(
     addr: std::net::SocketAddr,
     client: ClientId,
     token: Option<String>,
+    protocol: luigi_proto::types::Protocol,
     link: Option<DelayLink>,
     tx: mpsc::Sender<Event>,
 ) {
@@ -234,7 +236,7 @@ async fn replica_link(
                     }
                 };
                 let proof = token.as_deref().map(|t| auth::client_proof(t, &nonce, client));
-                if writer.send(&WireMsg::Client(ClientMsg::Hello { client, proof })).is_err() {
+                if writer.send(&WireMsg::Client(ClientMsg::Hello { client, proof, protocol })).is_err() {
                     continue;
                 }
                 if tx.send(Event::Up { node, writer }).await.is_err() {

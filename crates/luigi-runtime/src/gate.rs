@@ -17,7 +17,7 @@
 //! - anything else (server-bound frames, a second hello) is refused.
 
 use luigi_proto::msg::{ClientMsg, ReplicationMsg, WireMsg};
-use luigi_proto::types::{ClientId, ShardId};
+use luigi_proto::types::{ClientId, Protocol, ShardId};
 
 use crate::auth::{self, Nonce};
 use crate::config::NodeId;
@@ -50,6 +50,8 @@ pub struct GateConfig {
     pub secret: String,
     /// The client token, if clients must prove one.
     pub client_token: Option<String>,
+    /// The protocol the cluster runs (clients must speak it).
+    pub protocol: Protocol,
 }
 
 impl GateConfig {
@@ -85,7 +87,15 @@ pub fn check(
 ) -> Verdict {
     match msg {
         WireMsg::Client(ClientMsg::Status) => Verdict::Status,
-        WireMsg::Client(ClientMsg::Hello { client, proof }) => hello(cfg, auth, *client, proof.as_ref(), client_in_use),
+        WireMsg::Client(ClientMsg::Hello { client, proof, protocol }) => {
+            if *protocol != cfg.protocol {
+                return Verdict::Close(format!(
+                    "this cluster runs protocol {}, the client speaks {protocol}: use the cluster file's [protocol] kind",
+                    cfg.protocol
+                ));
+            }
+            hello(cfg, auth, *client, proof.as_ref(), client_in_use)
+        }
         WireMsg::Client(ClientMsg::Dispatch { txn, .. }) => match *auth {
             ConnAuth::Client { client } if client == txn.id.client => Verdict::Client(client),
             ConnAuth::Client { client } => {
@@ -193,6 +203,7 @@ mod tests {
             replicas: vec![3, 3],
             secret: "cluster secret 0123".into(),
             client_token: token.map(String::from),
+            protocol: Protocol::Luigi,
         }
     }
 
@@ -251,7 +262,7 @@ mod tests {
         let c = cfg(None);
         let mut a = pending();
         assert!(matches!(check(&c, &mut a, &dispatch(5), no_one), Verdict::Close(_)), "before hello");
-        let hello = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None });
+        let hello = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None, protocol: Protocol::Luigi });
         assert_eq!(check(&c, &mut a, &hello, no_one), Verdict::Client(5));
         assert_eq!(check(&c, &mut a, &dispatch(5), no_one), Verdict::Client(5));
         assert!(matches!(check(&c, &mut a, &dispatch(6), no_one), Verdict::Refuse(_)), "another client's");
@@ -261,16 +272,28 @@ mod tests {
     }
 
     #[test]
+    fn a_client_speaking_another_protocol_is_told_which_one_the_cluster_runs() {
+        let c = cfg(None);
+        let mut a = pending();
+        let occ = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None, protocol: Protocol::Occ });
+        match check(&c, &mut a, &occ, |_| false) {
+            Verdict::Close(why) => assert!(why.contains("runs protocol luigi, the client speaks occ"), "{why}"),
+            v => panic!("expected a refusal, got {v:?}"),
+        }
+        assert_eq!(a, pending(), "still nobody");
+    }
+
+    #[test]
     fn a_client_token_must_be_proven() {
         let c = cfg(Some("client token 012345"));
         let mut a = pending();
-        let none = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None });
+        let none = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None, protocol: Protocol::Luigi });
         assert!(matches!(check(&c, &mut a, &none, no_one), Verdict::Close(_)));
         let wrong = auth::client_proof("another token 0123", &nonce(), 5);
-        let bad = WireMsg::Client(ClientMsg::Hello { client: 5, proof: Some(wrong) });
+        let bad = WireMsg::Client(ClientMsg::Hello { client: 5, proof: Some(wrong), protocol: Protocol::Luigi });
         assert!(matches!(check(&c, &mut a, &bad, no_one), Verdict::Close(_)));
         let right = auth::client_proof("client token 012345", &nonce(), 5);
-        let good = WireMsg::Client(ClientMsg::Hello { client: 5, proof: Some(right) });
+        let good = WireMsg::Client(ClientMsg::Hello { client: 5, proof: Some(right), protocol: Protocol::Luigi });
         assert_eq!(check(&c, &mut a, &good, no_one), Verdict::Client(5));
     }
 

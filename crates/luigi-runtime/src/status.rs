@@ -150,6 +150,7 @@ mod tests {
         let status = serving.map(|(serving, term)| ReplicaStatus {
             shard,
             replica,
+            protocol: "luigi".into(),
             role: if serving { ReplicaRole::Leader } else { ReplicaRole::Follower },
             serving,
             term,

@@ -19,6 +19,7 @@ fn gate_config() -> GateConfig {
         replicas: vec![3, 3],
         secret: "the cluster secret 0123".into(),
         client_token: None,
+        protocol: luigi_proto::types::Protocol::Luigi,
     }
 }
 
@@ -76,8 +77,9 @@ fn arb_wire() -> impl Strategy<Value = WireMsg> {
             replica,
             proof
         }),
-        (any::<u64>(), proptest::option::of(any::<[u8; 32]>()))
-            .prop_map(|(client, proof)| WireMsg::Client(ClientMsg::Hello { client, proof })),
+        (any::<u64>(), proptest::option::of(any::<[u8; 32]>())).prop_map(|(client, proof)| WireMsg::Client(
+            ClientMsg::Hello { client, proof, protocol: luigi_proto::types::Protocol::Occ }
+        )),
         any::<[u8; 16]>().prop_map(|nonce| WireMsg::Challenge { nonce }),
     ]
 }

@@ -56,6 +56,13 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         println!("{doc}");
     } else {
         print!("{}", render_table(&reports));
+        let mut protocols: Vec<&str> =
+            reports.iter().filter_map(|r| r.status.as_ref().ok()).map(|s| s.protocol.as_str()).collect();
+        protocols.sort_unstable();
+        protocols.dedup();
+        if !protocols.is_empty() {
+            println!("protocol: {}", protocols.join(", "));
+        }
         if health.is_healthy() {
             println!("cluster ok: {summary}");
         }

@@ -156,7 +156,11 @@ fn forged_frames_are_refused_and_the_cluster_keeps_committing() {
     let mut rejected = 0;
     for (r, port) in ports[0].iter().enumerate() {
         let (mut raw, _) = Raw::connect(*port);
-        raw.send(&WireMsg::Client(ClientMsg::Hello { client: 900 + r as u64, proof: None }));
+        raw.send(&WireMsg::Client(ClientMsg::Hello {
+            client: 900 + r as u64,
+            proof: None,
+            protocol: luigi_proto::types::Protocol::Luigi,
+        }));
         raw.send(&poison(900 + r as u64));
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(5) {
@@ -180,11 +184,19 @@ fn forged_frames_are_refused_and_the_cluster_keeps_committing() {
     assert_eq!(rejected, 1, "the leader refuses it; followers say they do not lead");
     // A second connection cannot take over a connected client's id.
     let (mut owner, _) = Raw::connect(ports[0][0]);
-    owner.send(&WireMsg::Client(ClientMsg::Hello { client: 950, proof: None }));
+    owner.send(&WireMsg::Client(ClientMsg::Hello {
+        client: 950,
+        proof: None,
+        protocol: luigi_proto::types::Protocol::Luigi,
+    }));
     owner.send(&WireMsg::Client(ClientMsg::Ping { sent_us: 1 }));
     assert!(matches!(owner.recv(), Some(WireMsg::Server(ServerMsg::Pong { .. }))));
     let (mut thief, _) = Raw::connect(ports[0][0]);
-    thief.send(&WireMsg::Client(ClientMsg::Hello { client: 950, proof: None }));
+    thief.send(&WireMsg::Client(ClientMsg::Hello {
+        client: 950,
+        proof: None,
+        protocol: luigi_proto::types::Protocol::Luigi,
+    }));
     assert!(thief.refusal().contains("in use"));
     assert!(thief.closed());
     // A client cannot dispatch another client's transaction.
@@ -290,7 +302,11 @@ fn idle_and_stalled_connections_cost_little() {
     let mut stalled: Vec<TcpStream> = Vec::new();
     for i in 0..20 {
         let (mut raw, _) = Raw::connect(port);
-        raw.send(&WireMsg::Client(ClientMsg::Hello { client: 20_000 + i, proof: None }));
+        raw.send(&WireMsg::Client(ClientMsg::Hello {
+            client: 20_000 + i,
+            proof: None,
+            protocol: luigi_proto::types::Protocol::Luigi,
+        }));
         raw.0.write_all(&(8u32 << 20).to_be_bytes()).unwrap();
         raw.0.write_all(&chunk).unwrap();
         stalled.push(raw.0);

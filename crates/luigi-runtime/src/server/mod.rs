@@ -171,6 +171,7 @@ impl Server {
             replicas: config.shards.iter().map(|s| s.replicas.len() as u32).collect(),
             secret: config.secret.clone().unwrap_or_default(),
             client_token: config.client_token.clone(),
+            protocol: config.protocol(),
         };
         let shell =
             Shell { node: replica, disk, links: BTreeMap::new(), inbound: tx, fatal: None, persisted_inline: false };
