@@ -275,7 +275,12 @@ fn cells(r: &BenchResult) -> [String; NCOLS] {
         format!("{:.1}", r.abort_rate * 100.0),
         format_thousands(r.rejected),
         format_thousands(r.unknown),
-        format!("{:.1}", r.second_round_rate * 100.0),
+        // Luigi's agreement rounds; the baselines always take their two rounds (see docs/BASELINES.md).
+        if r.protocol == "luigi" || r.protocol.is_empty() {
+            format!("{:.1}", r.second_round_rate * 100.0)
+        } else {
+            "-".into()
+        },
     ]
 }
 
