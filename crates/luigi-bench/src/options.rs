@@ -106,9 +106,10 @@ pub struct BenchPlan {
     pub headroom_us: Option<u64>,
     /// Results file, checked writable.
     pub json: PathBuf,
-    /// The protocol the cluster runs: written into a local cluster's file; a cluster file's
-    /// own (which `--protocol` may only repeat).
-    pub protocol: Protocol,
+    /// The protocols to run, each in turn for every network and thread count (side by side,
+    /// same run): written into each local cluster's file; a cluster file's own (which
+    /// `--protocol` may only repeat).
+    pub protocols: Vec<Protocol>,
 }
 
 impl BenchPlan {
@@ -131,7 +132,15 @@ impl BenchOptions {
     pub fn validate(&self) -> anyhow::Result<BenchPlan> {
         self.check_ranges()?;
         let asked = match &self.protocol {
-            Some(name) => Some(name.parse::<Protocol>().map_err(|e| invalid("--protocol", name, e))?),
+            Some(list) => {
+                let mut protocols = Vec::new();
+                for name in list.split(',') {
+                    let p = name.trim().parse::<Protocol>().map_err(|e| invalid("--protocol", name, e))?;
+                    ensure!(!protocols.contains(&p), invalid("--protocol", list, format_args!("{p} is listed twice")));
+                    protocols.push(p);
+                }
+                Some(protocols)
+            }
             None => None,
         };
         let target = match &self.cluster {
@@ -147,21 +156,22 @@ impl BenchOptions {
                 durability: self.durability.unwrap_or("fsync"),
             },
         };
-        let protocol = match (&target, asked) {
-            (Target::Local { .. }, asked) => asked.unwrap_or_default(),
+        let protocols = match (&target, asked) {
+            (Target::Local { .. }, asked) => asked.unwrap_or_else(|| vec![Protocol::Luigi]),
             (Target::File { path, config }, asked) => {
                 let runs = config.protocol();
-                if let Some(asked) = asked.filter(|a| *a != runs) {
+                if let Some(asked) = asked.filter(|a| *a != [runs]) {
+                    let asked: Vec<&str> = asked.iter().map(|p| p.name()).collect();
                     bail!(invalid(
                         "--protocol",
-                        asked,
+                        asked.join(","),
                         format_args!(
                             "the servers of {} run {runs} (its [protocol] kind): with --cluster, the file decides",
                             path.display()
                         )
                     ));
                 }
-                runs
+                vec![runs]
             }
         };
         check_writable(&self.json)?;
@@ -173,7 +183,7 @@ impl BenchOptions {
             warmup: Duration::from_secs_f64(self.warmup_s),
             headroom_us: self.headroom_us,
             json: self.json.clone(),
-            protocol,
+            protocols,
         })
     }
 
@@ -374,11 +384,16 @@ mod tests {
     fn the_protocol_is_luigi_unless_asked_and_a_cluster_file_decides_it() {
         let dir = tempfile::tempdir().unwrap();
         let base = ok_options(dir.path());
-        assert_eq!(base.validate().unwrap().protocol, Protocol::Luigi);
+        assert_eq!(base.validate().unwrap().protocols, vec![Protocol::Luigi]);
         for p in Protocol::ALL {
             let plan = BenchOptions { protocol: Some(p.name().into()), ..base.clone() }.validate().unwrap();
-            assert_eq!(plan.protocol, p);
+            assert_eq!(plan.protocols, vec![p]);
         }
+        let all = BenchOptions { protocol: Some("luigi,occ, 2pl,direct".into()), ..base.clone() };
+        assert_eq!(all.validate().unwrap().protocols, Protocol::ALL.to_vec());
+        let msg =
+            refused(&BenchOptions { protocol: Some("occ,occ".into()), ..base.clone() }, "invalid --protocol occ,occ:");
+        assert!(msg.contains("occ is listed twice"), "{msg}");
         let msg = refused(&BenchOptions { protocol: Some("2pc".into()), ..base.clone() }, "invalid --protocol 2pc:");
         assert!(msg.contains("luigi, occ, 2pl, direct"), "the allowed values: {msg}");
         refused(&BenchOptions { protocol: Some("".into()), ..base.clone() }, "invalid --protocol :");
@@ -386,9 +401,9 @@ mod tests {
         let file = dir.path().join("occ.toml");
         std::fs::write(&file, "[protocol]\nkind = \"occ\"\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n").unwrap();
         let on_file = BenchOptions { cluster: Some(file.clone()), ..base.clone() };
-        assert_eq!(on_file.validate().unwrap().protocol, Protocol::Occ);
+        assert_eq!(on_file.validate().unwrap().protocols, vec![Protocol::Occ]);
         let same = BenchOptions { protocol: Some("occ".into()), ..on_file.clone() };
-        assert_eq!(same.validate().unwrap().protocol, Protocol::Occ);
+        assert_eq!(same.validate().unwrap().protocols, vec![Protocol::Occ]);
         let msg = refused(&BenchOptions { protocol: Some("2pl".into()), ..on_file.clone() }, "invalid --protocol 2pl:");
         assert!(msg.contains("run occ") && msg.contains("occ.toml"), "{msg}");
         let bad = dir.path().join("bad.toml");

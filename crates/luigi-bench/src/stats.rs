@@ -76,7 +76,9 @@ impl LatencyRecorder {
             avg: self.hist.mean(),
             p50: self.hist.value_at_quantile(0.50),
             p90: self.hist.value_at_quantile(0.90),
+            p95: self.hist.value_at_quantile(0.95),
             p99: self.hist.value_at_quantile(0.99),
+            stddev: self.hist.stdev(),
             p999: self.hist.value_at_quantile(0.999),
             max: self.hist.max(),
         }
@@ -106,8 +108,14 @@ pub struct LatencySummary {
     pub p50: u64,
     /// 90th percentile latency.
     pub p90: u64,
+    /// 95th percentile latency.
+    #[serde(default)]
+    pub p95: u64,
     /// 99th percentile latency.
     pub p99: u64,
+    /// Standard deviation (histogram).
+    #[serde(default)]
+    pub stddev: f64,
     /// 99.9th percentile latency.
     pub p999: u64,
     /// Maximum recorded latency.

@@ -175,8 +175,10 @@ struct RunArgs {
     /// Transaction protocol: luigi, occ (optimistic concurrency control with two-phase
     /// commit), 2pl (two-phase locking, no-wait, with two-phase commit) or direct (no
     /// transaction: each shard runs its piece at once; a lower bound, not transactional)
-    /// [default: luigi]. Written into the local cluster's file; with --cluster the file's
-    /// [protocol] kind decides, and --protocol may only repeat it.
+    /// [default: luigi]. A comma-separated list runs each in turn for every network and thread
+    /// count, side by side (e.g. luigi,occ,2pl,direct). Written into the local cluster's
+    /// file; with --cluster the file's [protocol] kind decides, and --protocol may only
+    /// repeat it.
     #[arg(long)]
     protocol: Option<String>,
 }
@@ -403,7 +405,7 @@ fn bench_runs(
     };
     let mut results: Vec<BenchResult> = Vec::new();
     for &net in &nets {
-        for &threads in &plan.threads {
+        for (&threads, &protocol) in plan.threads.iter().flat_map(|t| plan.protocols.iter().map(move |p| (t, p))) {
             let run = RunSpec {
                 shards: plan.shards(),
                 replicas,
@@ -414,7 +416,7 @@ fn bench_runs(
                 warmup: plan.warmup,
                 headroom_us: plan.headroom_us,
                 cluster_file: cluster_file.clone(),
-                protocol: plan.protocol,
+                protocol,
                 durability,
                 exe: exe.clone(),
                 progress,
@@ -476,9 +478,10 @@ fn tpcc(args: TpccArgs) -> anyhow::Result<ExitCode> {
     };
     let mut failed = Vec::new();
     let results = bench_runs(&plan, !args.run.no_progress, |run| {
+        let run_protocol = run.protocol;
         let (result, conditions) = run_tpcc(&TpccRun { run, tpcc: tpcc.clone() })?;
         let Some(conditions) = conditions else {
-            eprintln!("{}", conditions_skipped(plan.protocol).unwrap_or_default());
+            eprintln!("{}", conditions_skipped(run_protocol).unwrap_or_default());
             return Ok(result);
         };
         eprint!("{}", render_conditions(&conditions));
