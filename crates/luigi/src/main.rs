@@ -13,7 +13,10 @@ use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use luigi_bench::micro::{run_micro, MicroRun};
 use luigi_bench::options::{BenchOptions, BenchPlan, Target};
-use luigi_bench::report::{protocol_label, render_kinds, render_latency_split, render_table, write_json, BenchResult};
+use luigi_bench::report::{
+    protocol_label, read_json, render_kinds, render_latency_split, render_side_by_side, render_table, write_json,
+    BenchResult,
+};
 use luigi_bench::run::RunSpec;
 use luigi_bench::tpcc::{check_cluster, conditions_skipped, render_conditions, run_tpcc, TpccOptions, TpccRun};
 use luigi_bench::workload::micro::MicroOptions;
@@ -120,6 +123,18 @@ enum Bench {
     /// consistency conditions on the final state. The seeds' closed-loop client model (no
     /// keying or think times), not an audited tpmC.
     Tpcc(TpccArgs),
+    /// Renders results files (JSON, as `micro` and `tpcc` write them) side by side: one row
+    /// per workload, shape, network and thread count, one column per protocol (tx/s / avg ms,
+    /// aborts and retries).
+    Compare(CompareArgs),
+}
+
+/// `luigi bench compare` options.
+#[derive(Args)]
+struct CompareArgs {
+    /// Results files (JSON arrays written by `luigi bench micro|tpcc --json`).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
 }
 
 /// The options of every `luigi bench` command: the cluster, the client threads, the timing,
@@ -293,6 +308,7 @@ fn main() -> ExitCode {
         Command::Server(args) => server(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(Bench::Micro(args)) => micro(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(Bench::Tpcc(args)) => tpcc(args),
+        Command::Bench(Bench::Compare(args)) => compare(args).map(|()| ExitCode::SUCCESS),
         Command::Check(command) => check(command),
         Command::Status(args) => status::status(args),
         Command::Get(args) => kv::get(args),
@@ -438,6 +454,20 @@ fn bench_runs(
         }
     }
     Ok(results)
+}
+
+fn compare(args: CompareArgs) -> anyhow::Result<()> {
+    let mut results = Vec::new();
+    for file in &args.files {
+        results.extend(read_json(file)?);
+    }
+    anyhow::ensure!(
+        !results.is_empty(),
+        "no results in {}",
+        args.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+    );
+    print!("{}", render_side_by_side(&results));
+    Ok(())
 }
 
 fn micro(args: MicroArgs) -> anyhow::Result<()> {
