@@ -455,6 +455,72 @@ fn render_markdown_rows<const N: usize>(headers: &[&str; N], numeric: &[bool; N]
     out
 }
 
+/// What makes two results the same cell of a side-by-side comparison: everything but the
+/// protocol (the workload's own knobs included, e.g. TPC-C's remote-item share).
+fn cell_key(r: &BenchResult) -> (String, u32, u32, String, u32, u32, String) {
+    let knobs: Vec<String> = r
+        .params
+        .iter()
+        .filter(|(k, _)| PARAMS_COMPARED.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    (r.workload.clone(), r.shards, r.replicas, r.net.clone(), r.threads, r.in_flight, knobs.join(" "))
+}
+
+/// Workload knobs that tell cells apart in [`render_side_by_side`].
+const PARAMS_COMPARED: [&str; 6] = ["keys", "ops", "read_ratio", "cross_shard_pct", "remote_item_pct", "mix"];
+
+/// `results` side by side as a markdown table: one row per cell (workload, shape, network,
+/// threads, knobs), one column per protocol in the order first seen, each "tx/s / avg ms",
+/// with the share of business transactions the protocol aborted (after retries) and the
+/// retries per committed transaction when there were any.
+pub fn render_side_by_side(results: &[BenchResult]) -> String {
+    let mut protocols: Vec<String> = Vec::new();
+    let mut rows: Vec<(_, BTreeMap<String, &BenchResult>)> = Vec::new();
+    for r in results {
+        let label = protocol_label(r);
+        if !protocols.contains(&label) {
+            protocols.push(label.clone());
+        }
+        let key = cell_key(r);
+        match rows.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, by)) => {
+                by.insert(label, r);
+            }
+            None => rows.push((key, BTreeMap::from([(label, r)]))),
+        }
+    }
+    let mut out = String::from("| workload | shape | net | threads | in-flight | knobs |");
+    for p in &protocols {
+        out.push_str(&format!(" {p} |"));
+    }
+    out.push_str("\n|---|---|---|---|---|---|");
+    out.push_str(&"---|".repeat(protocols.len()));
+    out.push('\n');
+    for ((workload, shards, replicas, net, threads, in_flight, knobs), by) in &rows {
+        out.push_str(&format!("| {workload} | {shards}x{replicas} | {net} | {threads} | {in_flight} | {knobs} |"));
+        for p in &protocols {
+            let cell = match by.get(p) {
+                Some(r) => {
+                    let mut s =
+                        format!("{} / {}", format_thousands(r.throughput_tps.round() as u64), ms(r.latency_us.avg));
+                    if r.aborted > 0 {
+                        s.push_str(&format!(" ({:.1} % aborted)", r.abort_rate * 100.0));
+                    }
+                    if r.retries > 0 && r.committed > 0 {
+                        s.push_str(&format!(" [{:.2} retries/commit]", r.retries as f64 / r.committed as f64));
+                    }
+                    s
+                }
+                None => "-".into(),
+            };
+            out.push_str(&format!(" {cell} |"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -736,70 +802,4 @@ mod tests {
         let seps = |l: &str| l.matches('|').count();
         assert!(md.lines().all(|l| seps(l) == SPLIT_NCOLS + 1), "{md}");
     }
-}
-
-/// What makes two results the same cell of a side-by-side comparison: everything but the
-/// protocol (the workload's own knobs included, e.g. TPC-C's remote-item share).
-fn cell_key(r: &BenchResult) -> (String, u32, u32, String, u32, u32, String) {
-    let knobs: Vec<String> = r
-        .params
-        .iter()
-        .filter(|(k, _)| PARAMS_COMPARED.contains(&k.as_str()))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    (r.workload.clone(), r.shards, r.replicas, r.net.clone(), r.threads, r.in_flight, knobs.join(" "))
-}
-
-/// Workload knobs that tell cells apart in [`render_side_by_side`].
-const PARAMS_COMPARED: [&str; 6] = ["keys", "ops", "read_ratio", "cross_shard_pct", "remote_item_pct", "mix"];
-
-/// `results` side by side as a markdown table: one row per cell (workload, shape, network,
-/// threads, knobs), one column per protocol in the order first seen, each "tx/s / avg ms",
-/// with the share of business transactions the protocol aborted (after retries) and the
-/// retries per committed transaction when there were any.
-pub fn render_side_by_side(results: &[BenchResult]) -> String {
-    let mut protocols: Vec<String> = Vec::new();
-    let mut rows: Vec<(_, BTreeMap<String, &BenchResult>)> = Vec::new();
-    for r in results {
-        let label = protocol_label(r);
-        if !protocols.contains(&label) {
-            protocols.push(label.clone());
-        }
-        let key = cell_key(r);
-        match rows.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, by)) => {
-                by.insert(label, r);
-            }
-            None => rows.push((key, BTreeMap::from([(label, r)]))),
-        }
-    }
-    let mut out = String::from("| workload | shape | net | threads | in-flight | knobs |");
-    for p in &protocols {
-        out.push_str(&format!(" {p} |"));
-    }
-    out.push_str("\n|---|---|---|---|---|---|");
-    out.push_str(&"---|".repeat(protocols.len()));
-    out.push('\n');
-    for ((workload, shards, replicas, net, threads, in_flight, knobs), by) in &rows {
-        out.push_str(&format!("| {workload} | {shards}x{replicas} | {net} | {threads} | {in_flight} | {knobs} |"));
-        for p in &protocols {
-            let cell = match by.get(p) {
-                Some(r) => {
-                    let mut s =
-                        format!("{} / {}", format_thousands(r.throughput_tps.round() as u64), ms(r.latency_us.avg));
-                    if r.aborted > 0 {
-                        s.push_str(&format!(" ({:.1} % aborted)", r.abort_rate * 100.0));
-                    }
-                    if r.retries > 0 && r.committed > 0 {
-                        s.push_str(&format!(" [{:.2} retries/commit]", r.retries as f64 / r.committed as f64));
-                    }
-                    s
-                }
-                None => "-".into(),
-            };
-            out.push_str(&format!(" {cell} |"));
-        }
-        out.push('\n');
-    }
-    out
 }
