@@ -195,6 +195,17 @@ pub fn run(config: SimConfig) -> Result<RunReport, Violation> {
     let summary = config.summary();
     let tag = |v: Violation| v.in_run(config.seed, summary.clone());
     config.validate().map_err(|why| tag(Violation::new(ViolationKind::Config, why)))?;
+    match config.protocol {
+        luigi_proto::types::Protocol::Luigi => {}
+        // The ideal-log model is one Luigi `ShardLeader` per shard: the baselines run in the
+        // Raft model only.
+        p @ (luigi_proto::types::Protocol::Occ
+        | luigi_proto::types::Protocol::TwoPl
+        | luigi_proto::types::Protocol::Direct) => {
+            let why = format!("the ideal-log model runs Luigi only; run {} with run_replicated", p.name());
+            return Err(tag(Violation::new(ViolationKind::Config, why)));
+        }
+    }
     let mut sim = world::sim(&config);
     sim.run().map_err(tag)?;
     sim.finish().map_err(tag)

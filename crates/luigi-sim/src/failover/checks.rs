@@ -206,7 +206,7 @@ impl RaftGroups<'_> {
         self.report.txns = core.cs.submitted;
         self.report.orphans = core.cs.orphans.len() as u64;
         self.report.unknown = core.cs.unknown;
-        self.report.retries = core.cs.nodes.iter().map(|c| c.coord.stats().retries).sum();
+        self.report.retries = core.cs.nodes.iter().map(|c| c.coord.retries()).sum();
         self.report.events = core.events;
         self.report.messages = core.delivered;
         self.report.trace_hash = core.trace_hash;
