@@ -38,17 +38,26 @@ pub(super) struct BaseOracle {
     state: ShardState,
     /// Where each transaction was installed: the index of the record.
     pub(super) installed: BTreeMap<TxnId, u64>,
+    /// Every committed record of each transaction: (index, what it is), for reports.
+    records: HashMap<TxnId, Vec<(u64, String)>>,
 }
 
 impl BaseOracle {
     pub(super) fn new(shard: ShardId) -> Self {
         // The store only collects the writes; their placement is what the checks need.
-        BaseOracle { state: ShardState::new(shard, Store::new()), installed: BTreeMap::new() }
+        BaseOracle { state: ShardState::new(shard, Store::new()), installed: BTreeMap::new(), records: HashMap::new() }
     }
 
     /// Applies the committed entry at `index` (its payload `data`).
     pub(super) fn apply(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
         let record: BaseRecord = postcard::from_bytes(data).map_err(|e| format!("does not decode: {e}"))?;
+        let what = match &record {
+            BaseRecord::Local { .. } => "Local".to_string(),
+            BaseRecord::Prepare { .. } => "Prepare".to_string(),
+            BaseRecord::Commit { .. } => "Commit".to_string(),
+            BaseRecord::Abort { reason, .. } => format!("Abort({reason})"),
+        };
+        self.records.entry(record.id()).or_default().push((index, what));
         self.state.apply(&LogEntry { index, record });
         for (id, at) in self.state.take_executed() {
             if let Some(first) = self.installed.insert(id, at) {
@@ -186,7 +195,18 @@ impl RaftGroups<'_> {
         core: &Core<'_>,
     ) -> Result<(History, BTreeMap<TxnId, Option<Timestamp>>), Violation> {
         let placements = self.placements(core)?;
-        derive_order(&core.cs.history, &core.cs.orphans, &placements).map_err(|v| v.at(core.now))
+        derive_order(&core.cs.history, &core.cs.orphans, &placements).map_err(|mut v| {
+            // Name what each participant's committed log holds of the transactions named.
+            let named: Vec<&crate::checker::TxnRecord> =
+                core.cs.history.txns.iter().filter(|r| v.message.contains(&format!("{:?}", r.id))).take(4).collect();
+            for rec in named {
+                for s in shards_of(rec) {
+                    let records = self.oracle[s as usize].base.as_ref().and_then(|b| b.records.get(&rec.id));
+                    v.message.push_str(&format!("\n  {:?} in shard {s}'s committed log: {records:?}", rec.id));
+                }
+            }
+            v.at(core.now)
+        })
     }
 
     /// `direct` (not transactional: no serial order exists to check): every piece answered

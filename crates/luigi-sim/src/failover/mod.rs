@@ -248,7 +248,7 @@ impl<'a> RaftGroups<'a> {
             return false;
         }
         let mut leaders = Vec::new();
-        for group in &self.replicas {
+        for (s, group) in self.replicas.iter().enumerate() {
             let serving: Vec<&dyn ShardReplica> = group
                 .iter()
                 .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
@@ -260,6 +260,20 @@ impl<'a> RaftGroups<'a> {
             let same_size = group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().store().len() == len));
             if pending != 0 || !same_size {
                 return false;
+            }
+            match core.config.protocol {
+                Protocol::Luigi => {}
+                // Every record the leader logged is committed, known to the oracle and applied
+                // by every replica: a read-only piece's `Commit` changes no store, so equal
+                // stores alone do not say that the log has settled.
+                Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
+                    let last = leader.log().last_index();
+                    let applied =
+                        group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().log().handed_out() >= last));
+                    if leader.log().commit_index() < last || (self.oracle[s].entries.len() as u64) < last || !applied {
+                        return false;
+                    }
+                }
             }
             leaders.push((group, leader.store()));
         }
