@@ -90,9 +90,10 @@ impl RaftGroups<'_> {
             return Some(0);
         }
         let log = replica.log();
-        let installs = log.entry(ts).and_then(|e| postcard::from_bytes::<BaseRecord>(&e.data).ok()).is_some_and(|r| {
-            matches!(r, BaseRecord::Local { id: x, .. } | BaseRecord::Commit { id: x } if x == id)
-        });
+        let installs = log
+            .entry(ts)
+            .and_then(|e| postcard::from_bytes::<BaseRecord>(&e.data).ok())
+            .is_some_and(|r| matches!(r, BaseRecord::Local { id: x, .. } | BaseRecord::Commit { id: x } if x == id));
         if installs {
             return None;
         }
@@ -175,7 +176,8 @@ impl RaftGroups<'_> {
                 );
                 return Err(core.violation(ViolationKind::NotDurable, msg));
             };
-            let final_term = if index == 0 { Some(0) } else { self.oracle[s as usize].entries.get(index as usize - 1).map(|e| e.0) };
+            let final_term =
+                if index == 0 { Some(0) } else { self.oracle[s as usize].entries.get(index as usize - 1).map(|e| e.0) };
             if shard != s || final_term != Some(term) {
                 let msg = format!(
                     "{:?} was answered by a read of shard {shard} at index {index} (term {term}), but the final \

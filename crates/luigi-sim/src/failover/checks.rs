@@ -11,9 +11,9 @@ use luigi_proto::types::{Protocol, ShardId, Timestamp, TxnId};
 use luigi_raft::replica::Replica;
 use luigi_store::Store;
 
+use super::baseline::BaseOracle;
 use super::config::without_population;
 use super::replicas::{luigi, serving_pending};
-use super::baseline::BaseOracle;
 use super::{shards_of, FailoverReport, RaftGroups};
 use crate::checker::History;
 use crate::engine::{Core, Step};

@@ -40,6 +40,15 @@
 //! aborted) on every participant at the answered timestamp, and the [`checker`](crate::checker) replays every
 //! ordered transaction (and every executed orphan) against the final stores (from the hosted
 //! workload's population, if any, whose own consistency check follows; see [`crate::hosted`]).
+//!
+//! Under a baseline protocol ([`SimConfig::protocol`]) the same model runs the baseline's
+//! replicas and clients; the checks about Luigi's timestamps are replaced, by protocol, by the
+//! baseline's (`baseline.rs`): an oracle of where each committed record installed what, the
+//! placement of single-shard reads by the reply that answered them, nothing prepared or in a
+//! leader's care after healing, and the serial order derived from the logs and real time for
+//! the checker's replay (OCC, 2PL) or durability only (direct). The kill points map to the
+//! baseline's counterparts (a participant's first `Vote` for `Propose`, a coordinator's
+//! `Decide` for a decision).
 
 use std::collections::{HashMap, HashSet};
 

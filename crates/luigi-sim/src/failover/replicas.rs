@@ -2,11 +2,11 @@
 //! runs), and this file only executes its effects on the simulated network and disk, and
 //! crashes, restarts and cuts it.
 
+use luigi_baseline::{replicas_for, BaseReplica};
 use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
 use luigi_proto::leader::{LeaderConfig, LeaderStats, ShardLeader};
-use luigi_proto::msg::{PeerItem, ServerMsg};
-use luigi_baseline::{replicas_for, BaseReplica};
 use luigi_proto::msg::BaseItem;
+use luigi_proto::msg::{PeerItem, ServerMsg};
 use luigi_proto::types::{Protocol, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::replica::Replica;
