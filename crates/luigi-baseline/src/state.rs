@@ -2,7 +2,7 @@
 //! records to it; the leader applies each record as it logs it (so its state is the log's
 //! end, ahead of what is committed) and keeps its locks and coordinator state beside it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use luigi_proto::log::LogEntry;
 use luigi_proto::types::{ShardId, TxnId};
@@ -52,6 +52,13 @@ pub struct ShardState {
     store: Store,
     prepared: BTreeMap<TxnId, Prepared>,
     outcomes: BTreeMap<TxnId, Outcome>,
+    /// The outcomes of single-shard transactions (and direct pieces), which a client's
+    /// acknowledgement may prune. A cross-shard transaction's outcome is never pruned that way:
+    /// its client may hold the answer while another participant still has the piece prepared,
+    /// and that participant's resolution asks this shard; a shard that forgot a commit would
+    /// answer it never prepared the piece (and log a tombstone after its own commit), and the
+    /// resolution would abort a transaction its client was told committed.
+    local: BTreeSet<TxnId>,
     applied_index: u64,
     /// Installed since the last [`ShardState::take_executed`]: (transaction, log index).
     executed: Vec<(TxnId, u64)>,
@@ -65,6 +72,7 @@ struct Image {
     store: Vec<(Key, Value)>,
     prepared: Vec<(TxnId, Prepared)>,
     outcomes: Vec<(TxnId, Outcome)>,
+    local: Vec<TxnId>,
 }
 
 /// Why a snapshot does not load.
@@ -96,6 +104,7 @@ impl ShardState {
             store,
             prepared: BTreeMap::new(),
             outcomes: BTreeMap::new(),
+            local: BTreeSet::new(),
             applied_index: 0,
             executed: Vec::new(),
         }
@@ -145,6 +154,7 @@ impl ShardState {
                 install(&mut self.store, writes);
                 self.executed.push((*id, entry.index));
                 self.remember(*id, Outcome::Committed { output: output.clone() });
+                self.local.insert(*id);
                 self.prune(id.client, *acked_below);
             }
             BaseRecord::Prepare { id, shards, writes, output, read_locks, write_locks, acked_below } => {
@@ -180,19 +190,20 @@ impl ShardState {
 
     fn remember(&mut self, id: TxnId, outcome: Outcome) {
         if self.outcomes.len() >= OUTCOMES_MAX && !self.outcomes.contains_key(&id) {
-            self.outcomes.pop_first();
+            if let Some((oldest, _)) = self.outcomes.pop_first() {
+                self.local.remove(&oldest);
+            }
         }
         self.outcomes.insert(id, outcome);
     }
 
-    /// Forgets the outcomes of `client` below `acked_below`: it holds their answers.
+    /// Forgets the outcomes of `client`'s single-shard transactions below `acked_below`: it
+    /// holds their answers, and nobody else asks about them (see `local`).
     fn prune(&mut self, client: u64, acked_below: u64) {
-        let stale: Vec<TxnId> = self
-            .outcomes
-            .range(TxnId { client, seq: 0 }..TxnId { client, seq: acked_below })
-            .map(|(id, _)| *id)
-            .collect();
+        let stale: Vec<TxnId> =
+            self.local.range(TxnId { client, seq: 0 }..TxnId { client, seq: acked_below }).copied().collect();
         for id in stale {
+            self.local.remove(&id);
             self.outcomes.remove(&id);
         }
     }
@@ -205,6 +216,7 @@ impl ShardState {
             store: self.store.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             prepared: self.prepared.iter().map(|(id, p)| (*id, p.clone())).collect(),
             outcomes: self.outcomes.iter().map(|(id, o)| (*id, o.clone())).collect(),
+            local: self.local.iter().copied().collect(),
         };
         postcard::to_stdvec(&image).expect("serializing to memory cannot fail")
     }
@@ -232,6 +244,7 @@ impl ShardState {
             store,
             prepared: image.prepared.into_iter().collect(),
             outcomes: image.outcomes.into_iter().collect(),
+            local: image.local.into_iter().collect(),
             applied_index: image.applied_index,
             executed: Vec::new(),
         })
@@ -293,8 +306,12 @@ mod tests {
         // A tombstone for a piece never prepared, then the client acknowledges everything below 4.
         s.apply(&entry(6, BaseRecord::Abort { id: id(9), reason: "lost".into() }));
         s.apply(&entry(7, BaseRecord::Local { id: id(4), writes: vec![], output: vec![], acked_below: 4 }));
-        assert_eq!((s.outcome(id(1)), s.outcome(id(3))), (None, None), "acknowledged: forgotten");
+        assert_eq!(s.outcome(id(1)), None, "acknowledged: forgotten");
         assert!(s.outcome(id(9)).is_some() && s.outcome(id(4)).is_some());
+        // A cross-shard outcome outlives the acknowledgement: another participant's
+        // resolution may still ask about it.
+        assert_eq!(s.outcome(id(2)), Some(&Outcome::Committed { output: vec![2] }));
+        assert_eq!(s.outcome(id(3)), Some(&Outcome::Aborted { reason: "no".into() }));
 
         s.take_executed();
         let image = s.snapshot();

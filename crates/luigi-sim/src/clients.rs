@@ -1,5 +1,6 @@
-//! The clients of a simulated run, the same in every world: each is a [`Coordinator`] at its
-//! own clock offset, routing with the runtime client's rules ([`ClientRoutes`]), submitting
+//! The clients of a simulated run, the same in every world: each is a client core
+//! ([`ClientCore`]: Luigi's [`Coordinator`], or the baselines' [`BaseClient`]) at its own clock
+//! offset, routing with the runtime client's rules ([`ClientRoutes`]), submitting
 //! the workload's transactions into a window of `in_flight` (a business transaction of several
 //! steps keeps its slot: the next step is submitted as soon as the previous one committed),
 //! and recording what it was told into the history the checker replays. The engine
@@ -9,9 +10,10 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use luigi_node::ClientRoutes;
+use luigi_proto::base_client::{BaseClient, BaseClientConfig};
 use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
-use luigi_proto::msg::ClientMsg;
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_proto::msg::{ClientMsg, ServerMsg};
+use luigi_proto::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, Timestamp, TxnId};
 
 use crate::checker::{AnswerRecord, History, Moment, TxnRecord};
 use crate::config::SimConfig;
@@ -22,9 +24,134 @@ use crate::replies::ReplyLedger;
 use crate::source::{Drawn, TxnSource};
 use crate::violation::{Violation, ViolationKind};
 
+/// A client's protocol core: one shell drives either (as the runtime client does).
+pub(crate) enum ClientCore {
+    /// Luigi's coordinator.
+    Luigi(Coordinator),
+    /// The baselines' client (OCC, 2PL, direct).
+    Base(BaseClient),
+}
+
+impl ClientCore {
+    /// The core of client `id` for `config`'s protocol.
+    fn new(config: &SimConfig, id: ClientId) -> Self {
+        match config.protocol {
+            Protocol::Luigi => {
+                let commit_rule = match config.coordinator.commit_rule {
+                    CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
+                    rule @ CommitRule::Participants => rule,
+                };
+                ClientCore::Luigi(Coordinator::new(CoordinatorConfig {
+                    client: id,
+                    commit_rule,
+                    ..config.coordinator.clone()
+                }))
+            }
+            protocol @ (Protocol::Occ | Protocol::TwoPl | Protocol::Direct) => {
+                // The baselines' client takes the retry knobs of the run's coordinator template.
+                let c = &config.coordinator;
+                ClientCore::Base(BaseClient::new(BaseClientConfig {
+                    retry_timeout_us: c.retry_timeout_us,
+                    max_attempts: c.max_attempts,
+                    not_leader_retry_us: c.not_leader_retry_us,
+                    ..BaseClientConfig::new(id, protocol)
+                }))
+            }
+        }
+    }
+
+    /// Luigi's coordinator, if that is the core (the ideal-log model's checks of its counters).
+    pub(crate) fn luigi(&self) -> Option<&Coordinator> {
+        match self {
+            ClientCore::Luigi(c) => Some(c),
+            ClientCore::Base(_) => None,
+        }
+    }
+
+    pub(crate) fn submit(
+        &mut self,
+        now: TimeUs,
+        procedure: &str,
+        args: Vec<u8>,
+        pieces: Vec<ShardPiece>,
+        out: &mut Vec<CoordOutput>,
+    ) -> TxnId {
+        match self {
+            ClientCore::Luigi(c) => c.submit(now, procedure, args, pieces, out),
+            ClientCore::Base(c) => c.submit(now, procedure, args, pieces, out),
+        }
+    }
+
+    pub(crate) fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
+        match self {
+            ClientCore::Luigi(c) => c.on_message(now, msg, out),
+            ClientCore::Base(c) => c.on_message(now, msg, out),
+        }
+    }
+
+    pub(crate) fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
+        match self {
+            ClientCore::Luigi(c) => c.tick(now, out),
+            ClientCore::Base(c) => c.tick(now, out),
+        }
+    }
+
+    /// A ping for `shard`'s leader (Luigi's delay estimate; the baselines use none).
+    pub(crate) fn ping(&self, now: TimeUs, shard: ShardId, out: &mut Vec<CoordOutput>) {
+        match self {
+            ClientCore::Luigi(c) => c.ping(now, shard, out),
+            ClientCore::Base(_) => {}
+        }
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<TimeUs> {
+        match self {
+            ClientCore::Luigi(c) => c.next_deadline(),
+            ClientCore::Base(c) => c.next_deadline(),
+        }
+    }
+
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        match self {
+            ClientCore::Luigi(c) => c.check_invariants(),
+            ClientCore::Base(c) => c.check_invariants(),
+        }
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        match self {
+            ClientCore::Luigi(c) => c.in_flight(),
+            ClientCore::Base(c) => c.in_flight(),
+        }
+    }
+
+    pub(crate) fn unresolved(&self) -> usize {
+        match self {
+            ClientCore::Luigi(c) => c.unresolved(),
+            ClientCore::Base(c) => c.unresolved(),
+        }
+    }
+
+    /// Dispatches sent again.
+    pub(crate) fn retries(&self) -> u64 {
+        match self {
+            ClientCore::Luigi(c) => c.stats().retries,
+            ClientCore::Base(c) => c.stats().retries,
+        }
+    }
+
+    /// The core's counters, for a stuck run's report.
+    pub(crate) fn stats_line(&self) -> String {
+        match self {
+            ClientCore::Luigi(c) => format!("{:?}", c.stats()),
+            ClientCore::Base(c) => format!("{:?}", c.stats()),
+        }
+    }
+}
+
 /// One client.
 pub(crate) struct ClientNode {
-    pub(crate) coord: Coordinator,
+    pub(crate) coord: ClientCore,
     pub(crate) offset_us: i64,
     /// Started submitting its workload.
     pub(crate) started: bool,
@@ -43,12 +170,8 @@ pub(crate) struct ClientNode {
 impl ClientNode {
     /// Client `id` of `config`, in a cluster of `replicas` replicas per shard.
     pub(crate) fn new(config: &SimConfig, id: ClientId, replicas: u32, offset_us: i64) -> Self {
-        let commit_rule = match config.coordinator.commit_rule {
-            CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
-            rule @ CommitRule::Participants => rule,
-        };
         ClientNode {
-            coord: Coordinator::new(CoordinatorConfig { client: id, commit_rule, ..config.coordinator.clone() }),
+            coord: ClientCore::new(config, id),
             offset_us,
             started: false,
             dead: false,
@@ -86,6 +209,11 @@ pub(crate) struct ClientState {
     /// Transactions whose client died before they were answered, with (once the run is
     /// checked) the timestamp they executed at, if they did.
     pub(crate) orphans: BTreeMap<TxnId, Option<Timestamp>>,
+    /// The message being delivered to a client, if any: (the server that sent it, its hash).
+    pub(crate) delivering: Option<(Node, u64)>,
+    /// For each answer a delivered message produced, that message (see `delivering`): the
+    /// baselines' checks find which execution of a single-shard read was answered.
+    pub(crate) answered_by: HashMap<TxnId, (Node, u64)>,
     out: Vec<CoordOutput>,
 }
 
@@ -104,6 +232,8 @@ impl ClientState {
             last_answer_us: 0,
             replies: ReplyLedger::default(),
             orphans: BTreeMap::new(),
+            delivering: None,
+            answered_by: HashMap::new(),
             out: Vec::new(),
         }
     }
@@ -168,7 +298,7 @@ pub(crate) trait ClientWorld {
         &mut self,
         id: ClientId,
         sort: bool,
-        f: impl FnOnce(&mut Coordinator, TimeUs, ShardId, &mut Vec<CoordOutput>),
+        f: impl FnOnce(&mut ClientCore, TimeUs, ShardId, &mut Vec<CoordOutput>),
     ) -> Step {
         let now = self.now();
         let shards = self.sim_config().shards;
@@ -333,8 +463,18 @@ pub(crate) trait ClientWorld {
             let msg = format!("client {client} answered {:?}, another client's transaction", done.id);
             return Err(self.violation(ViolationKind::Invariant, msg));
         }
-        if let Err((kind, msg)) = self.clients().replies.check_completion(&done) {
-            return Err(self.violation(kind, msg));
+        match self.sim_config().protocol {
+            Protocol::Luigi => {
+                if let Err((kind, msg)) = self.clients().replies.check_completion(&done) {
+                    return Err(self.violation(kind, msg));
+                }
+            }
+            // The baselines' replies carry no timestamp (0): their serial order is derived
+            // from the shards' logs after the run (`failover::baseline`).
+            Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {}
+        }
+        if let Some(source) = self.clients().delivering {
+            self.clients().answered_by.insert(done.id, source);
         }
         let now = self.now();
         let c = self.clients();

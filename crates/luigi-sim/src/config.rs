@@ -7,7 +7,7 @@ use std::sync::Arc;
 use luigi_proto::coordinator::{CommitRule, CoordinatorConfig};
 use luigi_proto::leader::{LeaderConfig, Mutations};
 use luigi_proto::procedure::Registry;
-use luigi_proto::types::ShardId;
+use luigi_proto::types::{Protocol, ShardId};
 use luigi_store::Store;
 use luigi_workloads::micro::{MicroConfig, Placement, Spread};
 use luigi_workloads::Workload;
@@ -140,6 +140,13 @@ pub struct SimConfig {
     /// converged), the clients submit this many more transactions, which must all be
     /// answered in the settling time, and at least one must commit. 0: no such probe.
     pub probe_txns: u64,
+    /// The transaction protocol the servers and clients run (default [`Protocol::Luigi`]).
+    /// The baselines ([`Protocol::Occ`], [`Protocol::TwoPl`], [`Protocol::Direct`]) run only
+    /// in the Raft model ([`crate::run_replicated`]): their nodes are built with
+    /// `luigi_baseline::replicas_for`, their clients are `BaseClient`s, and the checks that
+    /// are about Luigi's timestamps and agreement are replaced by the baseline's (see
+    /// [`crate::failover`]).
+    pub protocol: Protocol,
     /// Print every event to stderr (for debugging one seed).
     pub trace: bool,
 }
@@ -183,6 +190,7 @@ impl SimConfig {
             check_log_order: true,
             workload: None,
             probe_txns: 0,
+            protocol: Protocol::Luigi,
             trace: false,
         }
     }
@@ -193,6 +201,12 @@ impl SimConfig {
         let hosted = HostedWorkload::new(workload, seed);
         self.shards = hosted.shards();
         self.workload = Some(hosted);
+        self
+    }
+
+    /// Runs `protocol` (see [`SimConfig::protocol`]).
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
         self
     }
 
@@ -438,11 +452,12 @@ impl SimConfig {
             None => String::new(),
         };
         format!(
-            "seed={} shards={} clients={} in_flight={} txns={} keys={} max_ops={} \
+            "protocol={} seed={} shards={} clients={} in_flight={} txns={} keys={} max_ops={} \
              delay={}±{}us drop={} reorder={} clock_offset=±{}us log_commit={}±{}us \
              cross_shard={} read_ratio={} ping_first={} headroom={}us retry={}us×{} \
              floor_lookahead={}us max_pending={} mutations={:?} commit_rule={:?} \
              link_overrides={} peer_links_fifo={} clock_offset_overrides={:?}{hosted}",
+            self.protocol.name(),
             self.seed,
             self.shards,
             self.clients,

@@ -396,7 +396,8 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
         }
         let core = &mut self.core;
         core.delivered += 1;
-        for x in [core.now, src.code(), dst.code(), msg.hash()] {
+        let hash = msg.hash();
+        for x in [core.now, src.code(), dst.code(), hash] {
             core.fold(x);
         }
         core.trace(|| match &msg {
@@ -420,7 +421,10 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
                 if let Node::Replica(shard, replica) = src {
                     self.client(client)?.routes.on_server_msg(NodeId { shard, replica }, &m);
                 }
-                self.call_client(client, false, |coord, local, _, out| coord.on_message(local, m, out))
+                self.core.cs.delivering = Some((src, hash));
+                let result = self.call_client(client, false, |coord, local, _, out| coord.on_message(local, m, out));
+                self.core.cs.delivering = None;
+                result
             }
             (src, dst, msg) => self.cluster.deliver(&mut self.core, src, dst, msg),
         }
@@ -484,7 +488,7 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
         msg.push_str(&format!("; unanswered (first 5): {}", waiting.join(", ")));
         msg.push_str(&self.cluster.describe(&self.core));
         for (c, node) in (1..).zip(&self.core.cs.nodes) {
-            msg.push_str(&format!("; c{c}: in flight {} stats {:?}", node.coord.in_flight(), node.coord.stats()));
+            msg.push_str(&format!("; c{c}: in flight {} stats {}", node.coord.in_flight(), node.coord.stats_line()));
         }
         self.core.violation(ViolationKind::Stuck, msg)
     }

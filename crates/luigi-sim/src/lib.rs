@@ -20,6 +20,13 @@
 //!
 //! Both models feed the same [`checker`].
 //!
+//! The Raft model also runs the baselines ([`SimConfig::protocol`]: `occ`, `2pl`, `direct`
+//! from `luigi-baseline`) with the same networks, clocks and faults: nodes built with
+//! `luigi_baseline::replicas_for`, clients driving the `BaseClient`. Luigi's own in-run checks
+//! (watermarks, rule 7, rule 4) are matched out by protocol; the baselines' serial order is
+//! derived from their committed logs and real time ([`checker::derive_order`]) and replayed by
+//! the same checker; `direct` is checked for durability only (see [`failover`]).
+//!
 //! - Virtual time is in µs. Every node has a clock offset drawn from
 //!   `[-clock_offset_max_us, +clock_offset_max_us]`; its local clock is virtual time plus the
 //!   offset, clamped at 0. Clocks only decide how long things wait: every check must hold
@@ -195,6 +202,17 @@ pub fn run(config: SimConfig) -> Result<RunReport, Violation> {
     let summary = config.summary();
     let tag = |v: Violation| v.in_run(config.seed, summary.clone());
     config.validate().map_err(|why| tag(Violation::new(ViolationKind::Config, why)))?;
+    match config.protocol {
+        luigi_proto::types::Protocol::Luigi => {}
+        // The ideal-log model is one Luigi `ShardLeader` per shard: the baselines run in the
+        // Raft model only.
+        p @ (luigi_proto::types::Protocol::Occ
+        | luigi_proto::types::Protocol::TwoPl
+        | luigi_proto::types::Protocol::Direct) => {
+            let why = format!("the ideal-log model runs Luigi only; run {} with run_replicated", p.name());
+            return Err(tag(Violation::new(ViolationKind::Config, why)));
+        }
+    }
     let mut sim = world::sim(&config);
     sim.run().map_err(tag)?;
     sim.finish().map_err(tag)

@@ -12,15 +12,21 @@
 //! 4. Strict serializability: the per-key conflict order of the replay plus the real-time
 //!    order has no cycle, so one serial order explains every answer and respects real time.
 //!
+//! Protocols without timestamps (the OCC and 2PL baselines) get a serial order derived from
+//! their shards' committed logs and real time first (`derive`, [`derive_order`]), fed to the
+//! same checks as their timestamps.
+//!
 //! Split by concern: `history` (what the simulator records), `replay` (check 2: the
 //! sequential model), `realtime` (check 3), `serial` (check 4); checks 1 and the driver are
 //! here.
 
+mod derive;
 mod history;
 mod realtime;
 mod replay;
 mod serial;
 
+pub use derive::{derive_order, Placement, Placements};
 pub use history::{AnswerRecord, CheckOptions, CheckSummary, History, Moment, TxnRecord};
 pub(crate) use replay::show_key;
 

@@ -2,21 +2,36 @@
 //! against it (rule 4), every reply (rule 7), and the end-of-run checks (Raft safety,
 //! durability of every answer, orphans, the checker's replay).
 
+use std::collections::BTreeMap;
+
 use luigi_node::ReplicaNode;
 use luigi_proto::log::LogRecord;
 use luigi_proto::msg::{TxnError, TxnReply};
-use luigi_proto::types::{ShardId, TxnId};
+use luigi_proto::types::{Protocol, ShardId, Timestamp, TxnId};
 use luigi_raft::replica::Replica;
 use luigi_store::Store;
 
+use super::baseline::BaseOracle;
 use super::config::without_population;
-use super::replicas::luigi;
+use super::replicas::{luigi, serving_pending};
 use super::{shards_of, FailoverReport, RaftGroups};
+use crate::checker::History;
 use crate::engine::{Core, Step};
 use crate::hosted::check_run;
 use crate::log::{check_rule4, Durable};
 use crate::net::Node;
 use crate::violation::{Violation, ViolationKind};
+
+/// How a run's answers are checked at the end (by protocol).
+enum Checked {
+    /// Luigi: replayed in the order of the answered timestamps.
+    Timestamps,
+    /// OCC, 2PL: replayed in the serial order derived from the logs (this history and these
+    /// orphans carry it as their timestamps).
+    Derived(History, BTreeMap<TxnId, Option<Timestamp>>),
+    /// Direct: not transactional, durability only.
+    DurabilityOnly,
+}
 
 impl RaftGroups<'_> {
     /// Folds the entries replica `i` knows committed into the shard's oracle, checking that
@@ -47,6 +62,16 @@ impl RaftGroups<'_> {
             if e.entry_type as i32 != 0 || e.data.is_empty() {
                 continue;
             }
+            match core.config.protocol {
+                Protocol::Luigi => {}
+                Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
+                    let base = oracle.base.get_or_insert_with(|| BaseOracle::new(s));
+                    base.apply(index, &e.data).map_err(|why| {
+                        Violation::new(ViolationKind::Execution, format!("shard {s}: committed entry {index}: {why}"))
+                    })?;
+                    continue;
+                }
+            }
             let Ok(record) = postcard::from_bytes::<LogRecord>(&e.data) else {
                 return Err(Violation::new(
                     ViolationKind::Invariant,
@@ -71,9 +96,20 @@ impl RaftGroups<'_> {
         Ok(())
     }
 
-    /// Replica `i` of shard `s` executed `id`: once per state machine, as a participant, and
-    /// (rule 4) only once every participant durably holds its final timestamp.
-    pub(super) fn on_executed(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, shard: ShardId, id: TxnId) -> Step {
+    /// Replica `i` of shard `s` executed `id` (reported at `ts`): once per state machine, as a
+    /// participant, and (Luigi, rule 4) only once every participant durably holds its final
+    /// timestamp. A baseline's serving leader also reports the single-shard reads it runs (at
+    /// the last index it logged): those may run again (a retry), and are noted for placing
+    /// the answered one in the shard's order.
+    pub(super) fn on_executed(
+        &mut self,
+        core: &mut Core<'_>,
+        s: ShardId,
+        i: u32,
+        shard: ShardId,
+        id: TxnId,
+        ts: Timestamp,
+    ) -> Step {
         core.trace(|| format!("R{s}.{i} executes {id:?}"));
         core.fold(0xe8ec_u64 ^ Node::Replica(s, i).code());
         core.fold(id.seq ^ (id.client << 40));
@@ -87,9 +123,25 @@ impl RaftGroups<'_> {
                 format!("R{s}.{i} executed {id:?} as shard {shard}; its participants are {shards:?}"),
             ));
         }
+        match core.config.protocol {
+            Protocol::Luigi => {}
+            Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
+                if let Some(term) = self.read_at(s, i, id, ts) {
+                    core.trace(|| format!("R{s}.{i} read {id:?} at index {ts}"));
+                    self.note_read(s, i, id, ts, term);
+                    return Ok(());
+                }
+            }
+        }
         if !self.replicas[s as usize][i as usize].exec_seen.insert(id) {
             return Err(core
                 .violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?} twice in one state machine")));
+        }
+        match core.config.protocol {
+            Protocol::Luigi => {}
+            // Rule 4 is Luigi's agreement; a baseline installs a cross-shard piece only on its
+            // decision, which its answers' durability check at the end covers.
+            Protocol::Occ | Protocol::TwoPl | Protocol::Direct => return Ok(()),
         }
         if !core.config.check_durable_decisions {
             return Ok(());
@@ -128,6 +180,86 @@ impl RaftGroups<'_> {
                 }
             }
         }
+        // What is checked, by protocol: Luigi's answers against its committed records, then
+        // the replay in timestamp order; OCC's and 2PL's in the serial order derived from
+        // their logs; direct's durability only (it is not transactional).
+        let derived = match core.config.protocol {
+            Protocol::Luigi => {
+                self.luigi_durability(&mut core)?;
+                Checked::Timestamps
+            }
+            Protocol::Occ | Protocol::TwoPl => {
+                self.check_nothing_left(&core)?;
+                let (history, orphans) = self.derived_history(&core)?;
+                self.report.orphans_executed = orphans.values().filter(|ts| ts.is_some()).count() as u64;
+                Checked::Derived(history, orphans)
+            }
+            Protocol::Direct => {
+                self.check_nothing_left(&core)?;
+                Checked::DurabilityOnly
+            }
+        };
+        let mut stores: Vec<&Store> = Vec::new();
+        for group in &self.replicas {
+            let leader = group
+                .iter()
+                .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
+                .find(|r| r.is_serving())
+                .expect("converged");
+            stores.push(leader.store());
+            self.report.recover_sent += luigi(leader).and_then(Replica::leader).map_or(0, |l| l.stats().recover_sent);
+        }
+        // The workload's model knows nothing of the synthetic population.
+        let modelled: Vec<Store> = if self.faults.population_bytes > 0 {
+            stores.iter().map(|s| without_population(s)).collect()
+        } else {
+            Vec::new()
+        };
+        let checked: Vec<&Store> = if modelled.is_empty() { stores.clone() } else { modelled.iter().collect() };
+        let (committed, rejected) = match &derived {
+            Checked::Timestamps => {
+                let summary =
+                    check_run(core.config, &core.cs.history, &core.cs.orphans, &checked).map_err(|v| v.at(core.now))?;
+                (summary.committed, summary.rejected)
+            }
+            Checked::Derived(history, orphans) => {
+                let summary = check_run(core.config, history, orphans, &checked).map_err(|v| v.at(core.now))?;
+                (summary.committed, summary.rejected)
+            }
+            // Direct: no replay, no workload check (neither atomic nor isolated).
+            Checked::DurabilityOnly => self.check_direct(&core)?,
+        };
+        self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
+        // Every replica holds the replayed state, not only the leaders checked above.
+        for (s, group) in self.replicas.iter().enumerate() {
+            for (i, node) in group.iter().enumerate() {
+                let hash = node.node.as_ref().map(|n| n.replica().store().state_hash());
+                if hash != Some(self.report.shard_hashes[s]) {
+                    let msg = format!(
+                        "R{s}.{i}'s final store (hash {hash:?}) differs from its leader's, which the replay \
+                         rebuilt (hash {:#x})",
+                        self.report.shard_hashes[s]
+                    );
+                    return Err(core.violation(ViolationKind::StateMismatch, msg));
+                }
+            }
+        }
+        self.report.committed = committed;
+        self.report.rejected = rejected;
+        self.report.txns = core.cs.submitted;
+        self.report.orphans = core.cs.orphans.len() as u64;
+        self.report.unknown = core.cs.unknown;
+        self.report.retries = core.cs.nodes.iter().map(|c| c.coord.retries()).sum();
+        self.report.events = core.events;
+        self.report.messages = core.delivered;
+        self.report.trace_hash = core.trace_hash;
+        Ok(self.report)
+    }
+
+    /// Luigi: nothing answered is lost (every ordered answer is durable on every participant
+    /// at the answered timestamp), and each orphan was executed iff prepared everywhere and
+    /// aborted nowhere.
+    fn luigi_durability(&mut self, core: &mut Core<'_>) -> Step {
         // Nothing answered is lost: every ordered answer is durable on every participant at
         // the answered timestamp.
         for rec in &core.cs.history.txns {
@@ -167,50 +299,7 @@ impl RaftGroups<'_> {
             }
             core.cs.orphans.insert(id, if executed { ts } else { None });
         }
-        let mut stores: Vec<&Store> = Vec::new();
-        for group in &self.replicas {
-            let leader = group
-                .iter()
-                .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
-                .find(|r| r.is_serving())
-                .expect("converged");
-            stores.push(leader.store());
-            self.report.recover_sent += luigi(leader).and_then(Replica::leader).map_or(0, |l| l.stats().recover_sent);
-        }
-        // The workload's model knows nothing of the synthetic population.
-        let modelled: Vec<Store> = if self.faults.population_bytes > 0 {
-            stores.iter().map(|s| without_population(s)).collect()
-        } else {
-            Vec::new()
-        };
-        let checked: Vec<&Store> = if modelled.is_empty() { stores.clone() } else { modelled.iter().collect() };
-        let summary =
-            check_run(core.config, &core.cs.history, &core.cs.orphans, &checked).map_err(|v| v.at(core.now))?;
-        self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
-        // Every replica holds the replayed state, not only the leaders checked above.
-        for (s, group) in self.replicas.iter().enumerate() {
-            for (i, node) in group.iter().enumerate() {
-                let hash = node.node.as_ref().map(|n| n.replica().store().state_hash());
-                if hash != Some(self.report.shard_hashes[s]) {
-                    let msg = format!(
-                        "R{s}.{i}'s final store (hash {hash:?}) differs from its leader's, which the replay \
-                         rebuilt (hash {:#x})",
-                        self.report.shard_hashes[s]
-                    );
-                    return Err(core.violation(ViolationKind::StateMismatch, msg));
-                }
-            }
-        }
-        self.report.committed = summary.committed;
-        self.report.rejected = summary.rejected;
-        self.report.txns = core.cs.submitted;
-        self.report.orphans = core.cs.orphans.len() as u64;
-        self.report.unknown = core.cs.unknown;
-        self.report.retries = core.cs.nodes.iter().map(|c| c.coord.stats().retries).sum();
-        self.report.events = core.events;
-        self.report.messages = core.delivered;
-        self.report.trace_hash = core.trace_hash;
-        Ok(self.report)
+        Ok(())
     }
 
     pub(super) fn not_converged(&mut self, core: &Core<'_>) -> Violation {
@@ -226,7 +315,7 @@ impl RaftGroups<'_> {
                     Some(r) => msg.push_str(&format!(
                         "; R{s}.{i}: serving={} pending={} store={:#x} keys={} log={:?}",
                         r.is_serving(),
-                        luigi(r).and_then(Replica::leader).map_or(0, |l| l.pending_len()),
+                        serving_pending(self.protocol, r).unwrap_or(0),
                         r.store().state_hash(),
                         r.store().len(),
                         r.log()
@@ -248,7 +337,7 @@ impl RaftGroups<'_> {
                         "serving={} watermark={:?} pending={:?} {:?}",
                         r.is_serving(),
                         luigi(r).and_then(Replica::leader).map(|l| l.watermark()),
-                        luigi(r).and_then(Replica::leader).map(|l| l.pending_len()),
+                        serving_pending(self.protocol, r),
                         r.log()
                     ),
                 };

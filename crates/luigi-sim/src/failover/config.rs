@@ -8,7 +8,9 @@ use luigi_store::{table_key, ScanOrder, Store};
 use crate::config::{Delay, SimConfig};
 
 /// A named point in the life of a cross-shard transaction at which the serving leader of a
-/// participant (or the coordinator) is killed.
+/// participant (or the coordinator) is killed. Under a baseline protocol, "its first
+/// `Propose`" is a participant's first `Vote` (its `Prepare` record committed) and "decided"
+/// is a coordinator sending its `Decide`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KillPoint {
     /// (a) Its `PREPARE` committed, its `Propose` not sent: the leader crashes in the call

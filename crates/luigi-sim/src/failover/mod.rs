@@ -40,14 +40,22 @@
 //! aborted) on every participant at the answered timestamp, and the [`checker`](crate::checker) replays every
 //! ordered transaction (and every executed orphan) against the final stores (from the hosted
 //! workload's population, if any, whose own consistency check follows; see [`crate::hosted`]).
+//!
+//! Under a baseline protocol ([`SimConfig::protocol`]) the same model runs the baseline's
+//! replicas and clients; the checks about Luigi's timestamps are replaced, by protocol, by the
+//! baseline's (`baseline.rs`): an oracle of where each committed record installed what, the
+//! placement of single-shard reads by the reply that answered them, nothing prepared or in a
+//! leader's care after healing, and the serial order derived from the logs and real time for
+//! the checker's replay (OCC, 2PL) or durability only (direct). The kill points map to the
+//! baseline's counterparts (a participant's first `Vote` for `Propose`, a coordinator's
+//! `Decide` for a decision).
 
 use std::collections::{HashMap, HashSet};
 
 use luigi_node::NodeId;
 use luigi_node::ReplicaNode;
 use luigi_proto::msg::ClientMsg;
-use luigi_proto::types::{ClientId, ShardId, Timestamp, TxnId};
-use luigi_raft::replica::Replica;
+use luigi_proto::types::{ClientId, Protocol, ShardId, Timestamp, TxnId};
 use luigi_raft::ShardReplica;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -60,6 +68,7 @@ use crate::net::{EventKind, Network, Node, SimMsg, VirtualUs};
 use crate::source::TxnSource;
 use crate::violation::{Violation, ViolationKind};
 
+mod baseline;
 mod checks;
 mod config;
 mod faults;
@@ -104,7 +113,10 @@ fn sim<'a>(config: &'a SimConfig, faults: &'a FaultConfig) -> Result<Sim<'a, Raf
 struct Oracle {
     /// (term, data hash) of every committed entry, index 1 first.
     entries: Vec<(u64, u64)>,
+    /// Luigi: what each transaction's committed records say.
     durable: HashMap<TxnId, Durable>,
+    /// The baselines: the committed log applied, and where each transaction was installed.
+    base: Option<baseline::BaseOracle>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -120,6 +132,7 @@ enum FaultAction {
 /// The Raft cluster: per shard, a group of replicas running the real node, with faults.
 pub(crate) struct RaftGroups<'a> {
     faults: &'a FaultConfig,
+    protocol: Protocol,
     n: u32,
     disk_rng: ChaCha8Rng,
     fault_rng: ChaCha8Rng,
@@ -132,8 +145,10 @@ pub(crate) struct RaftGroups<'a> {
     fault_list: Vec<FaultAction>,
     kills_left: u32,
     next_kill_ok_at: VirtualUs,
-    /// (shard, transaction) pairs whose first `Propose` was seen.
+    /// (shard, transaction) pairs whose first `Propose` (a baseline's: `Vote`) was seen.
     proposed: HashSet<(ShardId, TxnId)>,
+    /// The baselines' single-shard reads and the replies they produced.
+    reads: baseline::ReadLedger,
     quiescing: bool,
     report: FailoverReport,
 }
@@ -160,6 +175,7 @@ impl<'a> RaftGroups<'a> {
         }
         Ok(RaftGroups {
             faults,
+            protocol: config.protocol,
             n,
             disk_rng,
             fault_rng,
@@ -171,6 +187,7 @@ impl<'a> RaftGroups<'a> {
             kills_left: faults.kills,
             next_kill_ok_at: 0,
             proposed: HashSet::new(),
+            reads: baseline::ReadLedger::default(),
             quiescing: false,
             report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
         })
@@ -240,20 +257,34 @@ impl<'a> RaftGroups<'a> {
             return false;
         }
         let mut leaders = Vec::new();
-        for group in &self.replicas {
+        for (s, group) in self.replicas.iter().enumerate() {
             let serving: Vec<&dyn ShardReplica> = group
                 .iter()
                 .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
                 .filter(|r| r.is_serving())
                 .collect();
             let [leader] = serving.as_slice() else { return false };
-            let l = replicas::luigi(*leader).and_then(Replica::leader).expect("serving");
-            let len = l.store().len();
+            let pending = replicas::serving_pending(core.config.protocol, *leader).expect("serving");
+            let len = leader.store().len();
             let same_size = group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().store().len() == len));
-            if l.pending_len() != 0 || !same_size {
+            if pending != 0 || !same_size {
                 return false;
             }
-            leaders.push((group, l.store()));
+            match core.config.protocol {
+                Protocol::Luigi => {}
+                // Every record the leader logged is committed, known to the oracle and applied
+                // by every replica: a read-only piece's `Commit` changes no store, so equal
+                // stores alone do not say that the log has settled.
+                Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
+                    let last = leader.log().last_index();
+                    let applied =
+                        group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().log().handed_out() >= last));
+                    if leader.log().commit_index() < last || (self.oracle[s].entries.len() as u64) < last || !applied {
+                        return false;
+                    }
+                }
+            }
+            leaders.push((group, leader.store()));
         }
         // Hashing a workload's population is costly: only once every cheaper condition holds.
         leaders.iter().all(|(group, store)| {
@@ -298,11 +329,17 @@ impl ClusterModel for RaftGroups<'_> {
     fn deliver(&mut self, core: &mut Core<'_>, src: Node, dst: Node, msg: SimMsg) -> Step {
         match (src, dst, msg) {
             (Node::Client(client), Node::Replica(s, i), SimMsg::ToLeader(m)) => {
-                if let ClientMsg::Dispatch { txn, .. } = &m {
-                    if self.serving(s, i) {
-                        let w = self.published[s as usize];
-                        core.cs.replies.arrived(txn.id, s, w);
+                match core.config.protocol {
+                    Protocol::Luigi => {
+                        if let ClientMsg::Dispatch { txn, .. } = &m {
+                            if self.serving(s, i) {
+                                let w = self.published[s as usize];
+                                core.cs.replies.arrived(txn.id, s, w);
+                            }
+                        }
                     }
+                    // No watermarks (rule 7 is Luigi's).
+                    Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {}
                 }
                 self.call_replica(core, s, i, false, |r, local, fx| {
                     r.on_client(local, client, m, fx);
@@ -310,9 +347,14 @@ impl ClusterModel for RaftGroups<'_> {
                 })
             }
             (Node::Replica(from, _), Node::Replica(to, i), SimMsg::Peer(batch)) if from != to && batch.from == from => {
-                if self.serving(to, i) {
-                    let w = self.published[to as usize];
-                    core.cs.replies.arrived_in_batch(to, w, &batch.items);
+                match core.config.protocol {
+                    Protocol::Luigi => {
+                        if self.serving(to, i) {
+                            let w = self.published[to as usize];
+                            core.cs.replies.arrived_in_batch(to, w, &batch.items);
+                        }
+                    }
+                    Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {}
                 }
                 self.call_replica(core, to, i, false, |r, local, fx| {
                     r.on_peer_batch(local, batch, fx);

@@ -2,16 +2,18 @@
 //! runs), and this file only executes its effects on the simulated network and disk, and
 //! crashes, restarts and cuts it.
 
+use luigi_baseline::{replicas_for, BaseReplica};
 use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
 use luigi_proto::leader::{LeaderConfig, LeaderStats, ShardLeader};
+use luigi_proto::msg::BaseItem;
 use luigi_proto::msg::{PeerItem, ServerMsg};
-use luigi_proto::types::{ShardId, TimeUs, Timestamp, TxnId};
+use luigi_proto::types::{Protocol, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::replica::Replica;
 use luigi_raft::Transition;
 use luigi_raft::{RaftLog, RecoveredState, ShardReplica};
 use luigi_wal::{Durability, SimFs, WalOptions};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use super::config::population;
@@ -79,6 +81,10 @@ pub(super) struct SimReplica {
     pub(super) exec_seen: HashSet<TxnId>,
     /// Last watermark of the current serving incarnation.
     pub(super) watermark: Timestamp,
+    /// Baselines: the single-shard reads the current serving incarnation ran and has not
+    /// answered yet, per transaction in the order they ran: (last index logged when it ran,
+    /// that entry's term).
+    pub(super) reads: HashMap<TxnId, VecDeque<(u64, u64)>>,
     busy_streak: u32,
 }
 
@@ -95,6 +101,7 @@ impl SimReplica {
             raft_cut: false,
             exec_seen: HashSet::new(),
             watermark: 0,
+            reads: HashMap::new(),
             busy_streak: 0,
         }
     }
@@ -142,6 +149,10 @@ pub(super) fn new_node(
         }
     }
     nc.leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
+    match config.protocol {
+        Protocol::Luigi => {} // the node's default factory
+        Protocol::Occ | Protocol::TwoPl | Protocol::Direct => nc = nc.with_protocol(replicas_for(config.protocol)),
+    }
     ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
 }
 
@@ -154,6 +165,23 @@ pub(super) fn luigi_leader(node: &ReplicaNode) -> Option<&ShardLeader<RaftLog>> 
 /// `replica` as Luigi's, if it is.
 pub(super) fn luigi(replica: &dyn ShardReplica) -> Option<&Replica> {
     replica.downcast_ref::<Replica>()
+}
+
+/// `replica` as a baseline's, if it is.
+pub(super) fn base(replica: &dyn ShardReplica) -> Option<&BaseReplica> {
+    replica.as_any().downcast_ref::<BaseReplica>()
+}
+
+/// What a serving leader still has in its care (`None`: `replica` does not serve): Luigi's
+/// pending transactions, or a baseline's transactions coordinated, resolved, executed and
+/// not prepared (2PL: holding locks), and prepared and not decided (holding locks).
+pub(super) fn serving_pending(protocol: Protocol, replica: &dyn ShardReplica) -> Option<usize> {
+    match protocol {
+        Protocol::Luigi => luigi(replica).and_then(Replica::leader).map(ShardLeader::pending_len),
+        Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
+            base(replica).and_then(BaseReplica::leader).map(|l| l.pending_len())
+        }
+    }
 }
 
 impl RaftGroups<'_> {
@@ -193,13 +221,20 @@ impl RaftGroups<'_> {
         let after = luigi_leader(node).map(|l| l.stats()).unwrap_or_default();
         if fx.iter().any(|e| matches!(e, Effect::Transition(_))) {
             r.watermark = 0; // a new serving incarnation, or none
+            r.reads.clear();
         }
-        if let Some(l) = luigi_leader(node) {
-            let w = l.watermark();
-            if w < r.watermark {
-                let msg = format!("{me}'s watermark went back from {} to {w}", r.watermark);
-                return Err(Violation::new(ViolationKind::Invariant, msg).at(now));
+        match core.config.protocol {
+            Protocol::Luigi => {
+                if let Some(l) = luigi_leader(node) {
+                    let w = l.watermark();
+                    if w < r.watermark {
+                        let msg = format!("{me}'s watermark went back from {} to {w}", r.watermark);
+                        return Err(Violation::new(ViolationKind::Invariant, msg).at(now));
+                    }
+                }
             }
+            // No watermarks: a baseline answers once durable.
+            Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {}
         }
         let kill = if was_serving && serving { self.kill_point(core, s, &fx, &executed, before, after) } else { None };
         if matches!(kill, Some(Kill::DropOutputs)) {
@@ -235,17 +270,17 @@ impl RaftGroups<'_> {
         self.report.snapshots_installed += stats.snapshots_installed - stats_before.snapshots_installed;
         self.report.leader_compactions += stats.compactions_behind_offers - stats_before.compactions_behind_offers;
         // Executions are observed through the node's effects, as any shell would see them.
-        let executed: Vec<(ShardId, TxnId)> = fx
+        let executed: Vec<(ShardId, TxnId, Timestamp)> = fx
             .iter()
             .filter_map(|e| match e {
-                Effect::Executed { shard, id, .. } => Some((*shard, *id)),
+                Effect::Executed { shard, id, ts } => Some((*shard, *id, *ts)),
                 _ => None,
             })
             .collect();
-        for &(shard, id) in &executed {
-            self.on_executed(core, s, i, shard, id)?;
+        for &(shard, id, ts) in &executed {
+            self.on_executed(core, s, i, shard, id, ts)?;
         }
-        Ok(executed)
+        Ok(executed.into_iter().map(|(shard, id, _)| (shard, id)).collect())
     }
 
     /// Executes `fx` for replica `i` of shard `s`; effects that call back into the node (an
@@ -279,7 +314,12 @@ impl RaftGroups<'_> {
         match e {
             Effect::ToClient { client, msg } => {
                 if let ServerMsg::Reply(r) = &msg {
-                    self.check_reply(core, s, r)?;
+                    match core.config.protocol {
+                        Protocol::Luigi => self.check_reply(core, s, r)?,
+                        Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
+                            self.bind_read_reply(s, i, r, &msg);
+                        }
+                    }
                 }
                 if client == 0 || client > u64::from(core.config.clients) {
                     let msg = format!("{me} sent {msg:?} to nonexistent client {client}");
@@ -368,6 +408,7 @@ impl RaftGroups<'_> {
             Effect::Transition(t) => {
                 let r = &mut self.replicas[s as usize][i as usize];
                 r.watermark = 0;
+                r.reads.clear();
                 match t {
                     Transition::Promoted => {
                         self.report.promotions += 1;
@@ -389,9 +430,15 @@ impl RaftGroups<'_> {
         let now = core.now;
         let r = &mut self.replicas[s as usize][i as usize];
         let node = r.node.as_ref().expect("up");
-        if let Some(l) = luigi_leader(node) {
-            r.watermark = l.watermark();
-            self.published[s as usize] = self.published[s as usize].max(r.watermark);
+        match core.config.protocol {
+            Protocol::Luigi => {
+                if let Some(l) = luigi_leader(node) {
+                    r.watermark = l.watermark();
+                    self.published[s as usize] = self.published[s as usize].max(r.watermark);
+                }
+            }
+            // No watermarks to publish.
+            Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {}
         }
         let mut deadline = virtual_deadline(node.next_deadline(), r.offset_us);
         if woken && deadline <= now {
@@ -414,6 +461,9 @@ impl RaftGroups<'_> {
         before: LeaderStats,
         after: LeaderStats,
     ) -> Option<Kill> {
+        // Luigi: the first `Propose` of a transaction (its `PREPARE` committed) and a
+        // `Confirm` (decided). The baselines' counterparts: a participant's first `Vote` (its
+        // `Prepare` record committed) and a coordinator's `Decide` (the outcome is decided).
         let mut first_propose = false;
         let mut confirm = false;
         for e in fx {
@@ -422,11 +472,20 @@ impl RaftGroups<'_> {
                     match item {
                         PeerItem::Propose { id, .. } => first_propose |= self.proposed.insert((s, *id)),
                         PeerItem::Confirm { .. } => confirm = true,
+                        PeerItem::Base(BaseItem::Vote { id, .. }) => first_propose |= self.proposed.insert((s, *id)),
+                        PeerItem::Base(BaseItem::Decide { .. }) => confirm = true,
                         PeerItem::Recover { .. }
                         | PeerItem::Executed { .. }
                         | PeerItem::Refuse { .. }
                         | PeerItem::Acknowledged { .. }
-                        | PeerItem::Base(_) => {}
+                        | PeerItem::Base(
+                            BaseItem::Execute { .. }
+                            | BaseItem::Executed { .. }
+                            | BaseItem::Prepare { .. }
+                            | BaseItem::Release { .. }
+                            | BaseItem::Status { .. }
+                            | BaseItem::StatusIs { .. },
+                        ) => {}
                     }
                 }
             }
@@ -497,6 +556,7 @@ impl RaftGroups<'_> {
         r.gen += 1;
         r.exec_seen.clear();
         r.watermark = 0;
+        r.reads.clear();
         r.busy_streak = 0;
         self.report.crashes += 1;
         core.schedule_wake(Node::Replica(s, i), None);

@@ -206,7 +206,12 @@ impl IdealLog {
     pub(super) fn finish_checks(mut self, core: Core<'_>) -> Result<RunReport, Violation> {
         let mut retries = 0;
         for (id, c) in (1..).zip(&core.cs.nodes) {
-            let stats = c.coord.stats();
+            // The ideal-log model runs Luigi only (`crate::run` refuses the baselines).
+            let Some(coord) = c.coord.luigi() else {
+                let msg = format!("client {id} is not Luigi's coordinator in the ideal-log model");
+                return Err(core.violation(ViolationKind::Config, msg));
+            };
+            let stats = coord.stats();
             retries += stats.retries;
             if stats.ts_mismatch != 0 {
                 return Err(core.violation(
