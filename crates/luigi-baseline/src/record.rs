@@ -47,6 +47,14 @@ pub enum BaseRecord {
         /// The transaction.
         id: TxnId,
     },
+    /// A single-shard transaction that changed nothing (a read, or a procedure that failed)
+    /// is answered once this is committed: it orders the answer after everything the leader
+    /// logged before it, and a leader that lost its group (it can commit nothing) never
+    /// answers from a state a newer leader has moved past. Changes no state.
+    Barrier {
+        /// The transaction answered.
+        id: TxnId,
+    },
     /// `id` aborts here: a prepared piece is dropped, and a piece not prepared never will be
     /// (this shard refuses to prepare it from now on).
     Abort {
@@ -64,6 +72,7 @@ impl BaseRecord {
             BaseRecord::Local { id, .. }
             | BaseRecord::Prepare { id, .. }
             | BaseRecord::Commit { id }
+            | BaseRecord::Barrier { id }
             | BaseRecord::Abort { id, .. } => *id,
         }
     }

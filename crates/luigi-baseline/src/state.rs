@@ -177,6 +177,7 @@ impl ShardState {
                     self.remember(*id, Outcome::Committed { output: p.output });
                 }
             }
+            BaseRecord::Barrier { .. } => {}
             BaseRecord::Abort { id, reason } => {
                 self.prepared.remove(id);
                 let committed = matches!(self.outcomes.get(id), Some(Outcome::Committed { .. }));

@@ -25,9 +25,19 @@ fn a_single_shard_write_is_installed_at_once_and_answered_once_durable() {
     let r = c.take_replies();
     assert_eq!(r.len(), 2);
     assert_eq!(output(&r[1]), vec![(2, Some(5))]);
-    // With nothing in the log's way, a read is answered at once.
+    // A read changes nothing, and still waits for a barrier it logs: a leader that lost its
+    // group (and can commit nothing) never answers from a state a newer leader moved past.
     c.dispatch(0, micro(3, 2, &[(4, None)]));
-    assert_eq!(c.take_replies().len(), 1);
+    assert!(c.take_replies().is_empty(), "not answered before its barrier commits");
+    let history = c.crash(0);
+    c.elect(0, history);
+    c.dispatch(0, micro(4, 2, &[(2, Some(6))]));
+    c.commit();
+    c.dispatch(0, micro(3, 2, &[(2, None)]));
+    c.commit();
+    let r = c.take_replies();
+    assert_eq!(r.len(), 2);
+    assert_eq!(output(&r[0]), vec![(2, Some(6))], "the read at the new leader sees the newer write");
 }
 
 #[test]

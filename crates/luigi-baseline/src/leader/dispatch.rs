@@ -104,18 +104,13 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         let written = ctx.writes();
         ctx.rollback();
         let output = match result {
-            Ok(output) => output,
-            Err(e) => {
-                // Decided on the current state, which may not be durable yet.
-                let reply = self.reply(id, me, Err(TxnError::Proc(e)), arrival);
-                return self.after_log(Wait::Client { client, reply }, out);
+            Ok(output) if written.is_empty() => {
+                return self.answer_after_barrier(client, id, Ok(output), arrival, true, out);
             }
+            Ok(output) => output,
+            // Decided on the current state, which may not be durable yet, nor current.
+            Err(e) => return self.answer_after_barrier(client, id, Err(TxnError::Proc(e)), arrival, false, out),
         };
-        if written.is_empty() {
-            self.reads.push((id, self.last_logged));
-            let reply = self.reply(id, me, Ok(output), arrival);
-            return self.after_log(Wait::Client { client, reply }, out);
-        }
         let record = BaseRecord::Local { id, writes: written, output: output.clone(), acked_below };
         match self.log_record(record) {
             Ok(index) => {
@@ -124,6 +119,35 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                 }
                 self.stats.local_commits += 1;
                 let reply = self.reply(id, me, Ok(output), arrival);
+                self.wait_for(index, Wait::Client { client, reply });
+            }
+            Err(e) => {
+                let reply = self.reply(id, me, Err(log_refusal(e)), arrival);
+                out.push(LeaderOutput::ToClient { client, msg: luigi_proto::msg::ServerMsg::Reply(reply) });
+            }
+        }
+    }
+}
+
+impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
+    /// Answers a single-shard transaction that changed nothing once a barrier logged after
+    /// it is committed (see [`BaseRecord::Barrier`]); `read`: report it as an execution.
+    fn answer_after_barrier(
+        &mut self,
+        client: ClientId,
+        id: luigi_proto::types::TxnId,
+        outcome: Result<Vec<u8>, TxnError>,
+        arrival: i64,
+        read: bool,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        let me = self.config.shard;
+        match self.log_record(BaseRecord::Barrier { id }) {
+            Ok(index) => {
+                if read {
+                    self.reads.push((id, index));
+                }
+                let reply = self.reply(id, me, outcome, arrival);
                 self.wait_for(index, Wait::Client { client, reply });
             }
             Err(e) => {

@@ -149,8 +149,8 @@ pub struct BaseLeader<L> {
     inbox: VecDeque<BaseItem>,
     committed: Vec<LogEntry<BaseRecord>>,
     /// Single-shard reads run since the last pump, reported like installs (they change no
-    /// state, but an observer ordering executions needs them): (transaction, the last index
-    /// logged when it ran).
+    /// state, but an observer ordering executions needs them): (transaction, the index of
+    /// the barrier its answer waits for).
     reads: Vec<(TxnId, u64)>,
     now_us: TimeUs,
     stats: BaseStats,
@@ -233,6 +233,11 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     /// and not decided.
     pub fn pending_len(&self) -> usize {
         self.coordinating.len() + self.resolving.len() + self.executions.len() + self.state.prepared().len()
+    }
+
+    /// Keys with a lock held (a healed cluster with nothing in its care holds none).
+    pub fn locks_held(&self) -> usize {
+        self.locks.len()
     }
 
     /// When [`BaseLeader::tick`] next has work: the earliest round timeout.
@@ -401,7 +406,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                     BaseRecord::Abort { id, .. } => {
                         self.tombstoning.remove(id);
                     }
-                    BaseRecord::Local { .. } | BaseRecord::Commit { .. } => {}
+                    BaseRecord::Local { .. } | BaseRecord::Commit { .. } | BaseRecord::Barrier { .. } => {}
                 }
             }
         }

@@ -4,8 +4,8 @@
 //! - **the oracle** applies each shard's committed records, as they become known, to a
 //!   [`ShardState`] of its own: where each transaction was installed (the index of its `Local`
 //!   record, or of the `Commit` of its prepared piece), at most once per shard;
-//! - **single-shard reads** log nothing: a serving leader reports each run at the last index
-//!   it had logged, and the reply it sends for it is remembered (by the message's hash), so the
+//! - **single-shard reads** log only a barrier their answer waits for: a serving leader reports
+//!   each run at its barrier's index, and the reply it sends for it is remembered (by the message's hash), so the
 //!   execution the client's answer came from is known; its log prefix must be the final one
 //!   (the entry at that index has the same term in the final log);
 //! - **after the run** (every fault healed, the cluster converged): no serving leader has a
@@ -55,6 +55,7 @@ impl BaseOracle {
             BaseRecord::Local { .. } => "Local".to_string(),
             BaseRecord::Prepare { .. } => "Prepare".to_string(),
             BaseRecord::Commit { .. } => "Commit".to_string(),
+            BaseRecord::Barrier { .. } => "Barrier".to_string(),
             BaseRecord::Abort { reason, .. } => format!("Abort({reason})"),
         };
         self.records.entry(record.id()).or_default().push((index, what));
@@ -132,12 +133,13 @@ impl RaftGroups<'_> {
                     continue;
                 };
                 let prepared: Vec<&TxnId> = leader.state().prepared().keys().collect();
-                if !prepared.is_empty() || leader.pending_len() != 0 {
+                if !prepared.is_empty() || leader.pending_len() != 0 || leader.locks_held() != 0 {
                     let msg = format!(
                         "R{s}.{i} serves the healed, converged shard with prepared pieces left {prepared:?} (holding \
                          their locks) and {} transactions in its care: a prepared transaction was never finished or \
-                         aborted",
-                        leader.pending_len()
+                         aborted ({} keys locked)",
+                        leader.pending_len(),
+                        leader.locks_held()
                     );
                     return Err(core.violation(ViolationKind::Stuck, msg));
                 }
