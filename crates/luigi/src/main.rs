@@ -14,8 +14,8 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use luigi_bench::micro::{run_micro, MicroRun};
 use luigi_bench::options::{BenchOptions, BenchPlan, Target};
 use luigi_bench::report::{
-    protocol_label, read_json, render_kinds, render_latency_split, render_side_by_side, render_table, write_json,
-    BenchResult,
+    protocol_label, read_json, render_kinds, render_latency_split, render_latency_split_markdown, render_side_by_side,
+    render_table, write_json, BenchResult,
 };
 use luigi_bench::run::RunSpec;
 use luigi_bench::tpcc::{check_cluster, conditions_skipped, render_conditions, run_tpcc, TpccOptions, TpccRun};
@@ -135,6 +135,10 @@ struct CompareArgs {
     /// Results files (JSON arrays written by `luigi bench micro|tpcc --json`).
     #[arg(required = true)]
     files: Vec<PathBuf>,
+    /// Print the single- versus cross-shard latency split of every run instead (avg, p50,
+    /// p99 of each, protocol aborts, aborts, retries).
+    #[arg(long)]
+    split: bool,
 }
 
 /// The options of every `luigi bench` command: the cluster, the client threads, the timing,
@@ -466,7 +470,11 @@ fn compare(args: CompareArgs) -> anyhow::Result<()> {
         "no results in {}",
         args.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
     );
-    print!("{}", render_side_by_side(&results));
+    if args.split {
+        print!("{}", render_latency_split_markdown(&results));
+    } else {
+        print!("{}", render_side_by_side(&results));
+    }
     Ok(())
 }
 
