@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use luigi_proto::leader::LeaderOutput;
 use luigi_proto::log::{LogEntry, ReplicatedLog};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, TxnError, TxnReply};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, TxnReply};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_raft::replica::{InitialStore, ReplicaStats};
@@ -172,20 +172,9 @@ impl BaseReplica {
     /// # Errors
     /// An entry is missing from the log's memory (a bug).
     pub fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
-        let log = match &self.role {
-            Role::Follower(_, log) => log,
-            Role::Leader(l) if l.log().voters().len() == 1 => l.log(),
-            Role::Leader(_) => return Ok(None),
-            Role::Switching => unreachable!("not observable"),
-        };
-        let Some(index) = log.last_record_at_or_below(log.handed_out()) else { return Ok(None) };
-        if index < next_at || !log.can_compact(index) {
+        let Some((index, replay)) = self.log().own_snapshot_replay(self.is_serving(), next_at)? else {
             return Ok(None);
-        }
-        let replay = log.replay()?;
-        if replay.last_record_index() != Some(index) {
-            return Err(RaftError::Invalid(format!("the replay does not end with the record at {index}")));
-        }
+        };
         let (config, initial) = (self.config.clone(), self.initial.clone());
         Ok(Some(SnapshotJob::new(index, move || make_snapshot(index, &config, &initial, &replay))))
     }
@@ -262,15 +251,7 @@ impl BaseReplica {
                 }),
                 ClientMsg::Dispatch { txn, sent_us, .. } => out.push(LeaderOutput::ToClient {
                     client,
-                    msg: ServerMsg::Reply(TxnReply {
-                        id: txn.id,
-                        shard,
-                        ts: 0,
-                        outcome: Err(TxnError::NotLeader { hint: hint(log) }),
-                        watermark: 0,
-                        arrival_delta_us: now as i64 - sent_us as i64,
-                        rounds: 0,
-                    }),
+                    msg: ServerMsg::Reply(TxnReply::not_leader(txn.id, shard, hint(log), now, sent_us)),
                 }),
             },
             Role::Switching => unreachable!("not observable"),
@@ -303,7 +284,7 @@ impl BaseReplica {
                     s.apply(&e);
                 }
                 self.executed.extend(s.take_executed());
-                if log.is_leader() && log.has_committed_in_term() && log.handed_out() >= log.commit_index() {
+                if log.may_serve() {
                     self.promote(now);
                     transition = Some(Transition::Promoted);
                 }

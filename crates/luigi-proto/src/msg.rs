@@ -149,6 +149,23 @@ pub struct TxnReply {
     pub rounds: u8,
 }
 
+impl TxnReply {
+    /// The answer of a replica that does not serve its shard to a dispatch of `id` sent at
+    /// the client's `sent_us` and arriving at `now`: nothing was stored, try `hint` (every
+    /// protocol's replica answers so).
+    pub fn not_leader(id: TxnId, shard: ShardId, hint: Option<u32>, now: TimeUs, sent_us: TimeUs) -> Self {
+        TxnReply {
+            id,
+            shard,
+            ts: 0,
+            outcome: Err(TxnError::NotLeader { hint }),
+            watermark: 0,
+            arrival_delta_us: now as i64 - sent_us as i64,
+            rounds: 0,
+        }
+    }
+}
+
 /// Why a participant did not return a procedure result.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum TxnError {

@@ -17,7 +17,7 @@
 use luigi_proto::leader::follower::{Follower, SnapshotError};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::{LogEntry, ReplicatedLog};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, StalledTxnInfo, TxnError, TxnReply};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, StalledTxnInfo, TxnReply};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_store::Store;
@@ -193,20 +193,9 @@ impl Replica {
     /// # Errors
     /// An entry is missing from the log's memory (a bug).
     pub fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
-        let log = match &self.state {
-            State::Follower(_, log) => log,
-            State::Leader(l) if l.log().voters().len() == 1 => l.log(),
-            State::Leader(_) => return Ok(None),
-            State::Switching => unreachable!("not observable"),
-        };
-        let Some(index) = log.last_record_at_or_below(log.handed_out()) else { return Ok(None) };
-        if index < next_at || !log.can_compact(index) {
+        let Some((index, replay)) = self.log().own_snapshot_replay(self.is_serving(), next_at)? else {
             return Ok(None);
-        }
-        let replay = log.replay()?;
-        if replay.last_record_index() != Some(index) {
-            return Err(RaftError::Invalid(format!("the replay does not end with the record at {index}")));
-        }
+        };
         let (shard, registry, initial) = (self.config.shard, self.registry.clone(), self.initial.clone());
         Ok(Some(SnapshotJob::new(index, move || follower_snapshot(index, shard, registry, initial, replay))))
     }
@@ -286,15 +275,7 @@ impl Replica {
                 }),
                 ClientMsg::Dispatch { txn, sent_us, .. } => out.push(LeaderOutput::ToClient {
                     client,
-                    msg: ServerMsg::Reply(TxnReply {
-                        id: txn.id,
-                        shard: self.config.shard,
-                        ts: 0,
-                        outcome: Err(TxnError::NotLeader { hint: hint(log) }),
-                        watermark: 0,
-                        arrival_delta_us: now as i64 - sent_us as i64,
-                        rounds: 0,
-                    }),
+                    msg: ServerMsg::Reply(TxnReply::not_leader(txn.id, self.config.shard, hint(log), now, sent_us)),
                 }),
             },
             State::Switching => unreachable!("not observable"),
@@ -337,9 +318,8 @@ impl Replica {
                     f.apply(&e);
                 }
                 self.executed.extend(f.take_executed());
-                // Everything committed must be applied before serving: the no-op of this
-                // term is committed and every committed entry has been handed out.
-                if log.is_leader() && log.has_committed_in_term() && log.handed_out() >= log.commit_index() {
+                // Everything committed must be applied before serving (see `may_serve`).
+                if log.may_serve() {
                     self.promote(now);
                     transition = Some(Transition::Promoted);
                 }
@@ -660,7 +640,7 @@ mod tests {
         let [LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) }] = out.as_slice() else {
             panic!("expected one reply, got {out:?}")
         };
-        assert_eq!(reply.outcome, Err(TxnError::NotLeader { hint: None }));
+        assert_eq!(reply.outcome, Err(luigi_proto::msg::TxnError::NotLeader { hint: None }));
         assert_eq!(reply.arrival_delta_us, 10);
         assert!(!r.on_peer(100, PeerBatch { from: 1, watermark: 0, items: vec![] }, &mut out));
 

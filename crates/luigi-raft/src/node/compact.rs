@@ -102,4 +102,27 @@ impl<R: Record> RaftLog<R> {
         let snapshot = self.raw.store().latest_snapshot();
         (snapshot.get_metadata().index > 0).then(|| SnapshotData::from_raft(snapshot))
     }
+
+    /// The rule every protocol's replica takes its own snapshot by (one copy): a follower, or
+    /// the leader of a group of one (`serving`: the replica runs ahead of its log as the
+    /// leader, so a leader with followers takes none and compacts behind theirs), once the
+    /// last record it applied reached `next_at` and the log may compact there. Returns the
+    /// snapshot's index and the replay that rebuilds the state at it (run off the event loop).
+    ///
+    /// # Errors
+    /// An entry is missing from the log's memory (a bug).
+    pub fn own_snapshot_replay(&self, serving: bool, next_at: u64) -> Result<Option<(u64, Replay<R>)>, RaftError> {
+        if serving && self.voters().len() > 1 {
+            return Ok(None);
+        }
+        let Some(index) = self.last_record_at_or_below(self.handed_out()) else { return Ok(None) };
+        if index < next_at || !self.can_compact(index) {
+            return Ok(None);
+        }
+        let replay = self.replay()?;
+        if replay.last_record_index() != Some(index) {
+            return Err(RaftError::Invalid(format!("the replay does not end with the record at {index}")));
+        }
+        Ok(Some((index, replay)))
+    }
 }

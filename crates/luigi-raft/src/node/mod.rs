@@ -407,6 +407,14 @@ impl<R: Record> RaftLog<R> {
         self.handed_out
     }
 
+    /// The rule every protocol's replica starts serving by (one copy): its log leads, an
+    /// entry of its term (the election no-op) is committed, and every committed entry has
+    /// been handed out, so the state rebuilt from them holds everything any earlier leader
+    /// made durable.
+    pub fn may_serve(&self) -> bool {
+        self.is_leader() && self.has_committed_in_term() && self.handed_out() >= self.commit_index()
+    }
+
     /// For a leader: whether an entry of its own term is committed (its election no-op at
     /// least). Before that, the leader cannot know which entries of earlier terms are
     /// committed; a shard leader should rebuild its state only after this turns true and it
