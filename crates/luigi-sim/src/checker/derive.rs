@@ -24,13 +24,14 @@
 //! every participant, a transaction answered otherwise on none, and an orphan (its client
 //! died) on all of its participants or none.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
 use luigi_proto::coordinator::TxnOutcome;
 use luigi_proto::keyhash::key_hash;
 use luigi_proto::types::{ShardId, Timestamp, TxnId};
 
 use super::realtime::answered_at;
+use super::serial::topological_order;
 use super::{History, Moment};
 use crate::violation::{Violation, ViolationKind};
 
@@ -218,55 +219,9 @@ fn topological(
     for p in present.iter_mut().skip(n) {
         *p = true;
     }
-    let mut indegree = vec![0usize; total];
-    for (v, s) in succ.iter().enumerate() {
-        if present[v] {
-            for &t in s {
-                indegree[t] += 1;
-            }
-        }
-    }
-    let mut ready: VecDeque<usize> = (0..total).filter(|&v| present[v] && indegree[v] == 0).collect();
-    let mut order = Vec::new();
-    let mut seen = 0;
-    let live = present.iter().filter(|p| **p).count();
-    while let Some(v) = ready.pop_front() {
-        seen += 1;
-        if v < n {
-            order.push(v);
-        }
-        for &t in &succ[v] {
-            indegree[t] -= 1;
-            if indegree[t] == 0 {
-                ready.push_back(t);
-            }
-        }
-    }
-    if seen == live {
-        return Ok(order);
-    }
-    // A cycle among the leftovers: walk leftover predecessors until one repeats.
-    let mut pred: Vec<Vec<usize>> = vec![Vec::new(); total];
-    for (v, s) in succ.iter().enumerate() {
-        for &t in s {
-            if present[v] && indegree[v] > 0 && indegree[t] > 0 {
-                pred[t].push(v);
-            }
-        }
-    }
-    let start = (0..total).find(|&v| present[v] && indegree[v] > 0).expect("a cycle is left over");
-    let mut path = vec![start];
-    let mut on_path: HashMap<usize, usize> = HashMap::from([(start, 0)]);
-    let cycle = loop {
-        let v = *path.last().expect("non-empty");
-        let p = *pred[v].first().expect("a leftover node has a leftover predecessor");
-        if let Some(&pos) = on_path.get(&p) {
-            let mut c = path[pos..].to_vec();
-            c.reverse();
-            break c;
-        }
-        on_path.insert(p, path.len());
-        path.push(p);
+    let cycle = match topological_order(&succ, &present) {
+        Ok(order) => return Ok(order.into_iter().filter(|&v| v < n).collect()),
+        Err(cycle) => cycle,
     };
     let describe: Vec<String> = cycle
         .iter()

@@ -33,7 +33,7 @@ pub(super) fn serializable(history: &History, ordered: &[usize], conflicts: &[Ed
             succ[n + before - 1].push(b);
         }
     }
-    // Kahn's algorithm over the nodes that exist (ordered transactions and time nodes).
+    // The nodes that exist: ordered transactions and time nodes.
     let mut present = vec![false; total];
     for &i in ordered {
         present[i] = true;
@@ -41,51 +41,7 @@ pub(super) fn serializable(history: &History, ordered: &[usize], conflicts: &[Ed
     for p in present.iter_mut().skip(n) {
         *p = true;
     }
-    let mut indegree = vec![0usize; total];
-    for s in &succ {
-        for &t in s {
-            indegree[t] += 1;
-        }
-    }
-    let mut ready: VecDeque<usize> = (0..total).filter(|&v| present[v] && indegree[v] == 0).collect();
-    let mut seen = 0;
-    let live = present.iter().filter(|p| **p).count();
-    while let Some(v) = ready.pop_front() {
-        seen += 1;
-        for &t in &succ[v] {
-            indegree[t] -= 1;
-            if indegree[t] == 0 {
-                ready.push_back(t);
-            }
-        }
-    }
-    if seen == live {
-        return Ok(());
-    }
-    // Find a cycle among the leftovers: walk predecessors that are left over.
-    let mut pred: Vec<Vec<usize>> = vec![Vec::new(); total];
-    for (v, s) in succ.iter().enumerate() {
-        for &t in s {
-            if indegree[v] > 0 && indegree[t] > 0 {
-                pred[t].push(v);
-            }
-        }
-    }
-    let start =
-        (0..total).find(|&v| present[v] && indegree[v] > 0).expect("a cycle leaves nodes with positive in-degree");
-    let mut path = vec![start];
-    let mut on_path: HashMap<usize, usize> = HashMap::from([(start, 0)]);
-    let cycle = loop {
-        let v = *path.last().expect("non-empty");
-        let p = *pred[v].first().expect("leftover nodes have leftover predecessors");
-        if let Some(&pos) = on_path.get(&p) {
-            let mut c = path[pos..].to_vec();
-            c.reverse();
-            break c;
-        }
-        on_path.insert(p, path.len());
-        path.push(p);
-    };
+    let Err(cycle) = topological_order(&succ, &present) else { return Ok(()) };
     let describe: Vec<String> = cycle
         .iter()
         .filter(|&&v| v < n)
@@ -108,4 +64,59 @@ pub(super) fn serializable(history: &History, ordered: &[usize], conflicts: &[Ed
             describe.join(" -> ")
         ),
     ))
+}
+
+/// Kahn's algorithm over the `present` nodes of the graph `succ` (successor lists; edges from
+/// absent nodes are ignored): every present node in an order that respects the edges, or, if
+/// there is none, a cycle among them (in edge order). Both the serializability check and the
+/// baselines' derived order use it.
+pub(super) fn topological_order(succ: &[Vec<usize>], present: &[bool]) -> Result<Vec<usize>, Vec<usize>> {
+    let total = present.len();
+    let mut indegree = vec![0usize; total];
+    for (v, s) in succ.iter().enumerate() {
+        if present[v] {
+            for &t in s {
+                indegree[t] += 1;
+            }
+        }
+    }
+    let mut ready: VecDeque<usize> = (0..total).filter(|&v| present[v] && indegree[v] == 0).collect();
+    let mut order = Vec::new();
+    let live = present.iter().filter(|p| **p).count();
+    while let Some(v) = ready.pop_front() {
+        order.push(v);
+        for &t in &succ[v] {
+            indegree[t] -= 1;
+            if indegree[t] == 0 {
+                ready.push_back(t);
+            }
+        }
+    }
+    if order.len() == live {
+        return Ok(order);
+    }
+    // A cycle among the leftovers: walk leftover predecessors until one repeats.
+    let mut pred: Vec<Vec<usize>> = vec![Vec::new(); total];
+    for (v, s) in succ.iter().enumerate() {
+        for &t in s {
+            if present[v] && indegree[v] > 0 && indegree[t] > 0 {
+                pred[t].push(v);
+            }
+        }
+    }
+    let start =
+        (0..total).find(|&v| present[v] && indegree[v] > 0).expect("a cycle leaves nodes with positive in-degree");
+    let mut path = vec![start];
+    let mut on_path: HashMap<usize, usize> = HashMap::from([(start, 0)]);
+    loop {
+        let v = *path.last().expect("non-empty");
+        let p = *pred[v].first().expect("leftover nodes have leftover predecessors");
+        if let Some(&pos) = on_path.get(&p) {
+            let mut c = path[pos..].to_vec();
+            c.reverse();
+            return Err(c);
+        }
+        on_path.insert(p, path.len());
+        path.push(p);
+    }
 }
