@@ -4,7 +4,7 @@
 # and 8 client threads; then the cross-shard study and seed 004's shape. Results go to
 # results/baselines-*.json; `luigi bench compare` renders them side by side.
 #
-# Usage: scripts/baselines.sh [micro|tpcc|cross|seed004|all] (default all)
+# Usage: scripts/baselines.sh [micro|tpcc|cross|seed004|latency|all] (default all)
 # LUIGI=path/to/luigi (default: target/release/luigi), DURATION/WARMUP in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +32,14 @@ if [[ $what == cross || $what == all ]]; then
   for pct in 5 10 15 20; do
     "$LUIGI" bench tpcc --shards 2 --replicas 3 --threads 8 --net geo --mix new-order --remote-item-pct "$pct" \
       --protocol "$PROTOCOLS" "${common[@]}" --json "results/baselines-tpcc-cross-remote$pct.json"
+  done
+fi
+if [[ $what == latency || $what == all ]]; then
+  # Unloaded latency in one-way delays: geo (150 ms +- 20 every hop), 8 transactions in flight
+  # over 100,000 keys (no contention, no queueing), every shape.
+  for shape in 1x1 1x3 2x1 2x3; do
+    "$LUIGI" bench micro --shards "${shape%x*}" --replicas "${shape#*x}" --threads 1 --in-flight 8 --net geo \
+      --protocol "$PROTOCOLS" --duration 15 --warmup 2 --no-progress --json "results/baselines-latency-$shape.json"
   done
 fi
 if [[ $what == seed004 || $what == all ]]; then
