@@ -472,8 +472,9 @@ const PARAMS_COMPARED: [&str; 6] = ["keys", "ops", "read_ratio", "cross_shard_pc
 
 /// `results` side by side as a markdown table: one row per cell (workload, shape, network,
 /// threads, knobs), one column per protocol in the order first seen, each "tx/s / avg ms",
-/// with the share of business transactions the protocol aborted (after retries) and the
-/// retries per committed transaction when there were any.
+/// with the share of business transactions the protocol aborted (after retries), the retries
+/// per committed transaction when there were any, and (several shards) the share of the
+/// committed transactions that were cross-shard.
 pub fn render_side_by_side(results: &[BenchResult]) -> String {
     let mut protocols: Vec<String> = Vec::new();
     let mut rows: Vec<(_, BTreeMap<String, &BenchResult>)> = Vec::new();
@@ -509,6 +510,12 @@ pub fn render_side_by_side(results: &[BenchResult]) -> String {
                     }
                     if r.retries > 0 && r.committed > 0 {
                         s.push_str(&format!(" [{:.2} retries/commit]", r.retries as f64 / r.committed as f64));
+                    }
+                    // Which transactions committed matters as much as how many: a protocol
+                    // that starves its cross-shard transactions shows it here.
+                    if r.shards > 1 && r.committed > 0 {
+                        let cross = r.cross_shard_committed as f64 / r.committed as f64 * 100.0;
+                        s.push_str(&format!(" {{{cross:.1} % cross}}"));
                     }
                     s
                 }
@@ -584,7 +591,7 @@ mod tests {
         assert!(lines[0].ends_with("| luigi | occ | direct (non-transactional) |"), "{}", lines[0]);
         assert!(lines[2].contains("| ycsb-a | 3x3 | lan | 8 | 16 |"), "{}", lines[2]);
         assert!(
-            lines[2].contains("| 12,345 / 5.01 (1.2 % aborted) [0.01 retries/commit] | 2,000 / 5.01"),
+            lines[2].contains("| 12,345 / 5.01 (1.2 % aborted) [0.01 retries/commit] {25.0 % cross} | 2,000 / 5.01"),
             "{}",
             lines[2]
         );
