@@ -51,3 +51,21 @@ if [[ $what == seed004 || $what == all ]]; then
       --json "results/baselines-seed004-$threads.json"
   done
 fi
+if [[ $what == seed004-memory || $what == all ]]; then
+  # The same without fsync (the seed's databases kept their data in memory).
+  for threads in 1 10; do
+    "$LUIGI" bench micro --shards 2 --replicas 1 --net none --threads "$threads" --in-flight 1 --ops 2 \
+      --read-ratio 0 --cross-shard 100 --protocol direct,2pl --durability none "${common[@]}" \
+      --json "results/baselines-seed004-memory-$threads.json"
+  done
+fi
+if [[ $what == tpcc-long || $what == all ]]; then
+  # TPC-C on two shards under geo for longer: a baseline transaction may take several retries
+  # of a few WAN round trips each, longer than the matrix's 5 s (a transaction still in flight
+  # when the measured interval ends is counted only if it ends rejected or unknown, so starved
+  # transactions show as missing commits there, and as aborts after their last retry here).
+  for shape in 2x1 2x3; do
+    "$LUIGI" bench tpcc --shards "${shape%x*}" --replicas "${shape#*x}" --threads 8 --net geo \
+      --protocol "$PROTOCOLS" --duration 30 --warmup 5 --no-progress --json "results/baselines-tpcc-long-$shape.json"
+  done
+fi
