@@ -30,9 +30,8 @@ use luigi_proto::coordinator::TxnOutcome;
 use luigi_proto::keyhash::key_hash;
 use luigi_proto::types::{ShardId, Timestamp, TxnId};
 
-use super::realtime::answered_at;
-use super::serial::topological_order;
-use super::{History, Moment};
+use super::serial::{add_real_time, topological_order};
+use super::History;
 use crate::violation::{Violation, ViolationKind};
 
 /// Where a transaction took effect in one shard's final committed log.
@@ -195,30 +194,7 @@ fn topological(
     mut succ: Vec<Vec<usize>>,
 ) -> Result<Vec<usize>, Violation> {
     let n = history.txns.len();
-    let mut by_answer = answered.to_vec();
-    by_answer.sort_by_key(|&i| answered_at(&history.txns[i]));
-    let answers: Vec<Moment> = by_answer.iter().map(|&i| answered_at(&history.txns[i])).collect();
-    let total = n + by_answer.len();
-    succ.resize(total, Vec::new());
-    for (k, &a) in by_answer.iter().enumerate() {
-        succ[a].push(n + k);
-        if k + 1 < by_answer.len() {
-            succ[n + k].push(n + k + 1);
-        }
-    }
-    for &b in answered {
-        let before = answers.partition_point(|m| *m < history.txns[b].dispatched);
-        if before > 0 {
-            succ[n + before - 1].push(b);
-        }
-    }
-    let mut present = vec![false; total];
-    for &i in nodes {
-        present[i] = true;
-    }
-    for p in present.iter_mut().skip(n) {
-        *p = true;
-    }
+    let present = add_real_time(history, nodes, answered, &mut succ);
     let cycle = match topological_order(&succ, &present) {
         Ok(order) => return Ok(order.into_iter().filter(|&v| v < n).collect()),
         Err(cycle) => cycle,

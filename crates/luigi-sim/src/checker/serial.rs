@@ -12,35 +12,11 @@ use crate::violation::{Violation, ViolationKind};
 /// T(k) -> T(k+1), and T(last answer before B's dispatch) -> B.
 pub(super) fn serializable(history: &History, ordered: &[usize], conflicts: &[Edge]) -> Result<(), Violation> {
     let n = history.txns.len();
-    let mut by_answer = ordered.to_vec();
-    by_answer.sort_by_key(|&i| answered_at(&history.txns[i]));
-    let answers: Vec<Moment> = by_answer.iter().map(|&i| answered_at(&history.txns[i])).collect();
-    let total = n + by_answer.len();
-    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); total];
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
     for &(from, to) in conflicts {
         succ[from].push(to);
     }
-    for (k, &a) in by_answer.iter().enumerate() {
-        succ[a].push(n + k);
-        if k + 1 < by_answer.len() {
-            succ[n + k].push(n + k + 1);
-        }
-    }
-    for &b in ordered {
-        let d = history.txns[b].dispatched;
-        let before = answers.partition_point(|m| *m < d);
-        if before > 0 {
-            succ[n + before - 1].push(b);
-        }
-    }
-    // The nodes that exist: ordered transactions and time nodes.
-    let mut present = vec![false; total];
-    for &i in ordered {
-        present[i] = true;
-    }
-    for p in present.iter_mut().skip(n) {
-        *p = true;
-    }
+    let present = add_real_time(history, ordered, ordered, &mut succ);
     let Err(cycle) = topological_order(&succ, &present) else { return Ok(()) };
     let describe: Vec<String> = cycle
         .iter()
@@ -64,6 +40,44 @@ pub(super) fn serializable(history: &History, ordered: &[usize], conflicts: &[Ed
             describe.join(" -> ")
         ),
     ))
+}
+
+/// Adds real time among `answered` to the graph `succ` over `history`'s transactions (as
+/// many nodes as transactions): a chain of time nodes, one per answer in answer order, each
+/// after its transaction and before every transaction dispatched after that answer (so the
+/// real-time order costs O(n) edges). Returns which nodes exist: `nodes` and the time nodes.
+pub(super) fn add_real_time(
+    history: &History,
+    nodes: &[usize],
+    answered: &[usize],
+    succ: &mut Vec<Vec<usize>>,
+) -> Vec<bool> {
+    let n = history.txns.len();
+    let mut by_answer = answered.to_vec();
+    by_answer.sort_by_key(|&i| answered_at(&history.txns[i]));
+    let answers: Vec<Moment> = by_answer.iter().map(|&i| answered_at(&history.txns[i])).collect();
+    let total = n + by_answer.len();
+    succ.resize(total, Vec::new());
+    for (k, &a) in by_answer.iter().enumerate() {
+        succ[a].push(n + k);
+        if k + 1 < by_answer.len() {
+            succ[n + k].push(n + k + 1);
+        }
+    }
+    for &b in answered {
+        let before = answers.partition_point(|m| *m < history.txns[b].dispatched);
+        if before > 0 {
+            succ[n + before - 1].push(b);
+        }
+    }
+    let mut present = vec![false; total];
+    for &i in nodes {
+        present[i] = true;
+    }
+    for p in present.iter_mut().skip(n) {
+        *p = true;
+    }
+    present
 }
 
 /// Kahn's algorithm over the `present` nodes of the graph `succ` (successor lists; edges from
