@@ -243,11 +243,7 @@ impl BaseReplica {
                 ClientMsg::Hello { .. } | ClientMsg::Status => {}
                 ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
                     client,
-                    msg: ServerMsg::Pong {
-                        shard,
-                        arrival_delta_us: now as i64 - sent_us as i64,
-                        watermark: s.applied_index(),
-                    },
+                    msg: ServerMsg::pong(shard, now, sent_us, s.applied_index()),
                 }),
                 ClientMsg::Dispatch { txn, sent_us, .. } => out.push(LeaderOutput::ToClient {
                     client,

@@ -149,6 +149,14 @@ pub struct TxnReply {
     pub rounds: u8,
 }
 
+impl ServerMsg {
+    /// A replica of `shard`'s answer, at `now`, to a ping sent at the client's `sent_us`, with
+    /// the watermark it can promise (every protocol's replica answers so).
+    pub fn pong(shard: ShardId, now: TimeUs, sent_us: TimeUs, watermark: Timestamp) -> Self {
+        ServerMsg::Pong { shard, arrival_delta_us: now as i64 - sent_us as i64, watermark }
+    }
+}
+
 impl TxnReply {
     /// The answer of a replica that does not serve its shard to a dispatch of `id` sent at
     /// the client's `sent_us` and arriving at `now`: nothing was stored, try `hint` (every

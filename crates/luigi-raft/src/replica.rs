@@ -267,11 +267,7 @@ impl Replica {
                 ClientMsg::Hello { .. } | ClientMsg::Status => {} // status: answered by the shell
                 ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
                     client,
-                    msg: ServerMsg::Pong {
-                        shard: self.config.shard,
-                        arrival_delta_us: now as i64 - sent_us as i64,
-                        watermark: f.applied_ts(),
-                    },
+                    msg: ServerMsg::pong(self.config.shard, now, sent_us, f.applied_ts()),
                 }),
                 ClientMsg::Dispatch { txn, sent_us, .. } => out.push(LeaderOutput::ToClient {
                     client,

@@ -260,11 +260,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             ClientMsg::Hello { .. } | ClientMsg::Status => {} // the shell answers status
             ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
                 client,
-                msg: ServerMsg::Pong {
-                    shard: self.config.shard,
-                    arrival_delta_us: now as i64 - sent_us as i64,
-                    watermark: self.committed_index,
-                },
+                msg: ServerMsg::pong(self.config.shard, now, sent_us, self.committed_index),
             }),
             ClientMsg::Dispatch { txn, sent_us, acked_below } => {
                 let arrival = now as i64 - sent_us as i64;

@@ -429,11 +429,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             ClientMsg::Hello { .. } => {}
             ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
                 client,
-                msg: ServerMsg::Pong {
-                    shard: self.config.shard,
-                    arrival_delta_us: now as i64 - sent_us as i64,
-                    watermark: self.watermark,
-                },
+                msg: ServerMsg::pong(self.config.shard, now, sent_us, self.watermark),
             }),
             ClientMsg::Dispatch { txn, sent_us, acked_below } => {
                 let arrival_delta_us = now as i64 - sent_us as i64;
