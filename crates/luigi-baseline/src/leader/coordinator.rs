@@ -134,25 +134,19 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         if c.phase != Phase::Preparing || c.txn.piece(from).is_none() {
             return;
         }
-        let commit = match outcome {
-            Ok(()) => {
-                c.votes.insert(from);
-                if c.votes.len() < c.txn.pieces.len() {
-                    return;
-                }
-                true
+        if let Err(why) = outcome {
+            let c = self.coordinating.remove(&id).expect("present");
+            self.stats.coordinated_aborts += 1;
+            self.decide(&c.txn, false);
+            for reply in self.replies(&c.txn, c.arrival, |_| Err(TxnError::Aborted(why.clone()))) {
+                out.push(LeaderOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 2)) });
             }
-            Err(why) => {
-                let c = self.coordinating.remove(&id).expect("present");
-                self.stats.coordinated_aborts += 1;
-                self.decide(&c.txn, false);
-                for reply in self.replies(&c.txn, c.arrival, |_| Err(TxnError::Aborted(why.clone()))) {
-                    out.push(LeaderOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 2)) });
-                }
-                return;
-            }
-        };
-        debug_assert!(commit);
+            return;
+        }
+        c.votes.insert(from);
+        if c.votes.len() < c.txn.pieces.len() {
+            return;
+        }
         // Every participant prepared durably: committed.
         let c = self.coordinating.remove(&id).expect("present");
         self.stats.coordinated_commits += 1;

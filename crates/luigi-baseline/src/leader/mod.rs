@@ -307,7 +307,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             BaseItem::Executed { id, outcome } => self.on_executed(from, id, outcome, out),
             BaseItem::Prepare { id } => self.on_prepare(from, id),
             BaseItem::Vote { id, outcome } => self.on_vote(from, id, outcome, out),
-            BaseItem::Decide { id, commit } => self.on_decide(id, commit, out),
+            BaseItem::Decide { id, commit } => self.on_decide(id, commit),
             BaseItem::Release { id } => self.on_release(id),
             BaseItem::Status { id } => self.on_status(from, id, out),
             BaseItem::StatusIs { id, state } => self.on_status_is(from, id, state, out),

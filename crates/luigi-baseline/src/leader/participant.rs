@@ -159,16 +159,17 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         }
     }
 
+    /// Sends `item` to `to` once everything logged so far is committed (see `after_log`).
     fn after_log_peer(&mut self, to: ShardId, item: BaseItem) {
-        // No client output can come of a peer wait: a scratch vector suffices.
-        let mut none = Vec::new();
-        self.after_log(Wait::Peer { to, item }, &mut none);
-        debug_assert!(none.is_empty());
+        if self.last_logged <= self.committed_index {
+            self.send(to, item);
+        } else {
+            self.wait_for(self.last_logged, Wait::Peer { to, item });
+        }
     }
 
     /// The decision on `id`: install or drop the prepared piece (or drop its execution).
-    pub(super) fn on_decide(&mut self, id: TxnId, commit: bool, out: &mut Vec<LeaderOutput>) {
-        let _ = out;
+    pub(super) fn on_decide(&mut self, id: TxnId, commit: bool) {
         self.prepared_since.remove(&id);
         let Some(p) = self.state.prepared().get(&id).cloned() else {
             // Not prepared here: a duplicate, or an abort of a piece executed only.
@@ -238,9 +239,8 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
 
     /// Decisions the log refused earlier, logged now.
     pub(super) fn log_unlogged_decisions(&mut self) {
-        let mut none = Vec::new();
         for (id, commit) in std::mem::take(&mut self.unlogged_decisions) {
-            self.on_decide(id, commit, &mut none);
+            self.on_decide(id, commit);
         }
     }
 
