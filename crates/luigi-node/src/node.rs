@@ -24,9 +24,10 @@ use bytes::Bytes;
 use std::sync::Arc;
 
 use luigi_proto::leader::{LeaderConfig, LeaderOutput};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg, SnapshotKind, TransferId};
+use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ReplicationMsg, ServerMsg, SnapshotKind, TransferId};
 use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, TimeUs};
+use luigi_proto::progress::{LogPos, ProgressReport};
+use luigi_proto::types::{ClientId, ShardId, TimeUs};
 use luigi_raft::replica::{empty_store, InitialStore, LuigiReplicas};
 use luigi_raft::{
     OutMessage, RaftConfig, RaftError, RecoveredState, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotData,
@@ -75,6 +76,7 @@ impl NodeConfig {
         let mut leader = LeaderConfig::new(node.shard, replicas.len() as u32);
         leader.floor_lookahead_us = tuning.floor_lookahead_us;
         leader.recover_after_us = tuning.recover_after_us;
+        leader.group_sizes = replicas.clone();
         let transfers = TransferConfig::new(&tuning);
         NodeConfig {
             node,
@@ -166,6 +168,11 @@ pub struct ReplicaNode {
     linked: BTreeSet<u32>,
     /// Readies written and waiting for their sync: (number, messages to send after it).
     awaiting: VecDeque<(u64, Vec<OutMessage>)>,
+    /// The core's messages held until the log is durable here up to the index they were
+    /// produced at (rule 14: what they tell may rest on this replica's copy), in order.
+    held: VecDeque<(u64, Held)>,
+    /// The last progress report sent, and when the next may go.
+    progress: (Option<ProgressReport>, TimeUs),
     snapshots: Cadence,
     routes: ShardRoutes,
     /// The Raft term this replica serves in (0: not serving).
@@ -198,6 +205,12 @@ pub struct ReplicaNode {
     /// (seconds for hundreds of MB) before its log moves; Raft's probes meanwhile find it
     /// behind and ask for the snapshot again, which would send the same image over and over.
     installs_delivered: BTreeMap<u64, (u64, TimeUs)>,
+}
+
+/// A message of the core waiting for the log to be durable (see `ReplicaNode::held`).
+enum Held {
+    Effect(Effect),
+    Batch(ShardId, PeerBatch),
 }
 
 /// A snapshot received whole, waiting for its [`SnapshotCheck`].
@@ -275,6 +288,8 @@ impl ReplicaNode {
             may_campaign,
             linked: BTreeSet::new(),
             awaiting: VecDeque::new(),
+            held: VecDeque::new(),
+            progress: (None, 0),
             snapshots,
             routes,
             serving_term: 0,
@@ -333,7 +348,10 @@ impl ReplicaNode {
     /// deadline or a snapshot transfer's timeout.
     pub fn next_deadline(&self) -> TimeUs {
         let tick = self.next_tick_us.unwrap_or(0);
-        let at = self.replica.next_deadline().map_or(tick, |d| d.min(tick));
+        let mut at = self.replica.next_deadline().map_or(tick, |d| d.min(tick));
+        if self.progress.0 != self.progress_report() {
+            at = at.min(self.progress.1);
+        }
         self.transfers.next_deadline().map_or(at, |d| d.min(at))
     }
 
@@ -420,6 +438,57 @@ impl ReplicaNode {
         }
         if let Some(n) = advanced {
             self.replica.log_mut().advance(n);
+        }
+        self.release_held(fx);
+    }
+
+    /// Sends the held messages the log's durable prefix now covers, in the order they were
+    /// produced (one waits for those before it).
+    fn release_held(&mut self, fx: &mut Vec<Effect>) {
+        let durable = self.replica.log().persisted_index();
+        while self.held.front().is_some_and(|(need, _)| *need <= durable) {
+            match self.held.pop_front().expect("checked").1 {
+                Held::Effect(e) => fx.push(e),
+                Held::Batch(shard, batch) => self.routes.push(shard, batch),
+            }
+        }
+        self.send_batches(fx);
+    }
+
+    /// This replica's progress (rule 14): a follower's last durable acknowledgement, a
+    /// leader's commit index; `None` for protocols that do not use it.
+    fn progress_report(&self) -> Option<ProgressReport> {
+        if !self.config.protocol.progress_reports() {
+            return None;
+        }
+        let log = self.replica.log();
+        let me = self.config.node;
+        let (pos, committed) = if log.is_leader() {
+            (LogPos { term: log.term(), index: log.commit_index() }, true)
+        } else {
+            let (term, index) = log.acked();
+            (LogPos { term, index }, false)
+        };
+        Some(ProgressReport { shard: me.shard, replica: me.replica, term: log.term(), pos, committed })
+    }
+
+    /// Sends this replica's progress, when it moved and at most every watermark broadcast
+    /// period, to every connected client and to the other shards' leaders (rule 14).
+    fn report_progress(&mut self, now: TimeUs, fx: &mut Vec<Effect>) {
+        let report = self.progress_report();
+        if report == self.progress.0 || now < self.progress.1 {
+            return;
+        }
+        let Some(r) = report else { return };
+        self.progress = (report, now + self.config.leader.watermark_broadcast_us);
+        fx.push(Effect::ToAllClients { msg: ServerMsg::Progress(r) });
+        let me = self.config.node.shard;
+        for shard in (0..self.config.replicas.len() as ShardId).filter(|s| *s != me) {
+            // Best effort, never queued: a later report supersedes this one.
+            if let Some(to) = self.routes.reachable_leader(shard) {
+                let batch = PeerBatch { from: me, watermark: 0, items: vec![PeerItem::Progress(r)] };
+                fx.push(Effect::ToPeer { to, batch });
+            }
         }
     }
 
@@ -574,7 +643,8 @@ impl ReplicaNode {
         self.snapshot_if_due(fx)?;
         self.tend_transfers(now, fx);
         self.drive(fx)?;
-        self.send_batches(fx);
+        self.release_held(fx);
+        self.report_progress(now, fx);
         // A decoded snapshot serves only the readies of the turn after it was stepped (Raft
         // hands it out at once, unless it refused it).
         self.restored = None;
@@ -687,6 +757,7 @@ impl ReplicaNode {
             } else {
                 self.send_raft(persisted_messages, fx);
                 self.replica.log_mut().advance(number);
+                self.release_held(fx);
             }
         }
         Err(NodeError::Livelock { node, rounds: DRIVE_ROUNDS_MAX })
@@ -898,20 +969,35 @@ impl ReplicaNode {
     /// Turns the core's outputs into effects; agreement batches wait in the routes until
     /// [`ReplicaNode::send_batches`].
     fn emit(&mut self, fx: &mut Vec<Effect>) {
-        for o in self.out.drain(..) {
-            match o {
-                LeaderOutput::ToClient { client, msg } => fx.push(Effect::ToClient { client, msg }),
-                LeaderOutput::ToClients { clients, msg } => fx.push(Effect::ToClients { clients, msg }),
-                LeaderOutput::ToAllClients { msg } => fx.push(Effect::ToAllClients { msg }),
-                LeaderOutput::ToPeer { shard, batch } => self.routes.push(shard, batch),
-                LeaderOutput::Executed { shard, id, ts } => fx.push(Effect::Executed { shard, id, ts }),
+        // A message naming a position of this replica's log (a speculative answer, a
+        // proposal sent at admission) leaves once the log is durable here up to it (rule 14:
+        // the receiver counts this copy towards the majority that commits it); the others
+        // rest on committed records and leave at once.
+        let durable = self.replica.log().persisted_index();
+        for o in std::mem::take(&mut self.out) {
+            let (need, held) = match o {
+                LeaderOutput::ToClient { client, msg } => {
+                    (position_in(&msg), Held::Effect(Effect::ToClient { client, msg }))
+                }
+                LeaderOutput::ToClients { clients, msg } => (0, Held::Effect(Effect::ToClients { clients, msg })),
+                LeaderOutput::ToAllClients { msg } => (0, Held::Effect(Effect::ToAllClients { msg })),
+                LeaderOutput::ToPeer { shard, batch } => (proposal_positions(&batch), Held::Batch(shard, batch)),
+                LeaderOutput::Executed { shard, id, ts } => (0, Held::Effect(Effect::Executed { shard, id, ts })),
+            };
+            if need <= durable {
+                match held {
+                    Held::Effect(e) => fx.push(e),
+                    Held::Batch(shard, batch) => self.routes.push(shard, batch),
+                }
+            } else {
+                self.held.push_back((need, held));
             }
         }
         let shard = self.config.node.shard;
         for (id, ts) in self.replica.take_executed() {
             fx.push(Effect::Executed { shard, id, ts });
         }
-        self.send_batches(fx);
+        self.release_held(fx);
     }
 
     fn send_batches(&mut self, fx: &mut Vec<Effect>) {
@@ -920,6 +1006,28 @@ impl ReplicaNode {
             fx.push(Effect::ToPeer { to, batch });
         }
     }
+}
+
+/// The log position a message to a client rests on (a speculative answer's), or 0.
+fn position_in(msg: &ServerMsg) -> u64 {
+    match msg {
+        ServerMsg::Reply(r) => r.position.map_or(0, |p| p.index),
+        ServerMsg::Pong { .. }
+        | ServerMsg::Watermark { .. }
+        | ServerMsg::Status(_)
+        | ServerMsg::Progress(_)
+        | ServerMsg::Promise { .. } => 0,
+    }
+}
+
+/// The highest log position a batch's proposals rest on, or 0.
+fn proposal_positions(batch: &PeerBatch) -> u64 {
+    batch
+        .items
+        .iter()
+        .filter_map(|item| if let PeerItem::Propose { at: Some(pos), .. } = item { Some(pos.index) } else { None })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The one-line description of lost entries, in node names.

@@ -84,6 +84,12 @@ impl ShardRoutes {
         self.leader_of.get(&shard).map_or(0, |(replica, _)| *replica)
     }
 
+    /// The node believed to lead `shard`, if a link to it is up.
+    pub fn reachable_leader(&self, shard: ShardId) -> Option<NodeId> {
+        let to = NodeId { shard, replica: self.leader_of(shard) };
+        self.reachable.contains(&to).then_some(to)
+    }
+
     /// A link to `node` is up (`true`) or gone.
     pub fn set_reachable(&mut self, node: NodeId, up: bool) {
         if up {
@@ -238,7 +244,8 @@ impl ClientRoutes {
                     }
                 }
             }
-            ServerMsg::Pong { .. } | ServerMsg::Status(_) => {}
+            // A progress report names no leader a client could route by.
+            ServerMsg::Pong { .. } | ServerMsg::Status(_) | ServerMsg::Progress(_) | ServerMsg::Promise { .. } => {}
         }
     }
 

@@ -280,6 +280,7 @@ fn clients_follow_hints_newer_watermarks_and_move_on_after_a_resend_without_news
             watermark: 0,
             arrival_delta_us: 0,
             rounds: 0,
+            position: None,
         })
     };
     routes.on_server_msg(NodeId { shard: 0, replica: 1 }, &not_leader(Some(2)));

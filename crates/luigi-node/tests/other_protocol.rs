@@ -81,7 +81,16 @@ impl Counter {
     }
 
     fn reply(&self, id: TxnId, ts: Timestamp, outcome: Result<Vec<u8>, TxnError>) -> ServerMsg {
-        ServerMsg::Reply(TxnReply { id, shard: self.shard, ts, outcome, watermark: 0, arrival_delta_us: 0, rounds: 0 })
+        ServerMsg::Reply(TxnReply {
+            id,
+            shard: self.shard,
+            ts,
+            outcome,
+            watermark: 0,
+            arrival_delta_us: 0,
+            rounds: 0,
+            position: None,
+        })
     }
 }
 

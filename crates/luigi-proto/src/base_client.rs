@@ -213,7 +213,11 @@ impl BaseClient {
     pub fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
         match msg {
             ServerMsg::Reply(reply) => self.on_reply(now, reply, out),
-            ServerMsg::Pong { .. } | ServerMsg::Watermark { .. } | ServerMsg::Status(_) => {}
+            ServerMsg::Pong { .. }
+            | ServerMsg::Watermark { .. }
+            | ServerMsg::Status(_)
+            | ServerMsg::Progress(_)
+            | ServerMsg::Promise { .. } => {}
         }
     }
 

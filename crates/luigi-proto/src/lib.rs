@@ -22,6 +22,7 @@ pub mod owd;
 pub mod partition;
 pub mod procedure;
 pub mod procedures;
+pub mod progress;
 pub mod types;
 
 /// Hash map with fixed-key hashing: identical behaviour (including iteration order) on every

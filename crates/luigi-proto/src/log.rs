@@ -95,6 +95,11 @@ pub trait ReplicatedLog<R = LogRecord> {
     fn propose(&mut self, record: R) -> Result<LogIndex, LogError>;
     /// Moves every newly committed entry, in log order, into `out`.
     fn take_committed(&mut self, out: &mut Vec<LogEntry<R>>);
+    /// The term of the log's leader, the term every record proposed now belongs to (a
+    /// log without terms, like [`LocalLog`], is all term 0).
+    fn term(&self) -> u64 {
+        0
+    }
 }
 
 /// An in-memory log where a record commits as soon as it is appended, for the protocol's

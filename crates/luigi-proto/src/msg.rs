@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::procedure::ProcError;
+use crate::progress::{LogPos, ProgressReport};
 use crate::types::{ClientId, Protocol, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 /// Client to leader.
@@ -66,6 +67,18 @@ pub enum ServerMsg {
     },
     /// Answer to [`ClientMsg::Status`].
     Status(ReplicaStatus),
+    /// A replica's progress (DESIGN.md rule 14): what proves a reply's position committed.
+    Progress(ProgressReport),
+    /// The leader of `shard` in `term` holds a committed floor promise `floor`: every later
+    /// leader of the shard admits only above it (DESIGN.md rules 8 and 15).
+    Promise {
+        /// Shard.
+        shard: ShardId,
+        /// The promising leader's term.
+        term: u64,
+        /// The promise.
+        floor: Timestamp,
+    },
 }
 
 /// One replica's state as an operator sees it (`luigi status`).
@@ -147,6 +160,10 @@ pub struct TxnReply {
     /// Agreement rounds this transaction needed: 0 single shard (or refused), 1 cross-shard
     /// with equal proposals, 2 when proposals differed (DECIDE and confirmations).
     pub rounds: u8,
+    /// The log position this answer depends on, if it may not be committed yet (DESIGN.md
+    /// rule 14): the coordinator uses the answer only once the shard's progress reports
+    /// prove it committed. `None`: everything it depends on is committed.
+    pub position: Option<LogPos>,
 }
 
 impl ServerMsg {
@@ -170,6 +187,7 @@ impl TxnReply {
             watermark: 0,
             arrival_delta_us: now as i64 - sent_us as i64,
             rounds: 0,
+            position: None,
         }
     }
 }
@@ -218,12 +236,16 @@ pub struct PeerBatch {
 /// One agreement message between participant leaders (DESIGN.md rule 4).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerItem {
-    /// My `PREPARE` of `id` is committed with proposal `ts`.
+    /// I prepared `id` with proposal `ts`. Sent at admission (DESIGN.md rule 14): `at` is the
+    /// position of my `PREPARE`, and the receiver uses the proposal only once my shard's
+    /// progress reports prove it committed. `None`: the `PREPARE` is committed already.
     Propose {
         /// Transaction.
         id: TxnId,
         /// The sender's proposal.
         ts: Timestamp,
+        /// Where the sender's `PREPARE` is, if it may not be committed yet.
+        at: Option<LogPos>,
     },
     /// I durably adopted the final timestamp `ts` of `id` (my `DECIDE` is committed).
     Confirm {
@@ -267,6 +289,9 @@ pub enum PeerItem {
         /// Transaction.
         id: TxnId,
     },
+    /// A replica of the sending shard reports its progress (DESIGN.md rule 14): what proves
+    /// that shard's proposals committed. Sent by followers and leaders alike.
+    Progress(ProgressReport),
     /// A baseline protocol's message (OCC or 2PL with two-phase commit, see
     /// [`BaseItem`]). A Luigi leader drops it: servers of one cluster run one protocol.
     Base(BaseItem),

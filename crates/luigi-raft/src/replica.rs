@@ -522,6 +522,10 @@ impl ReplicaFactory for LuigiReplicas {
         "luigi"
     }
 
+    fn progress_reports(&self) -> bool {
+        true
+    }
+
     fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError> {
         let ReplicaSetup { raft, recovered, leader, registry, initial, .. } = setup;
         let log =
@@ -585,11 +589,12 @@ mod tests {
         // The election's no-op and the new leader's floor promise.
         let elected_at = r.log_mut().handed_out();
         assert!(r.own_snapshot_due(elected_at + 1).unwrap().is_none(), "not due yet");
+        let mut out = Vec::new();
         for seq in 1..=5 {
-            r.on_client(1_000 * seq, 4, dispatch(seq), &mut Vec::new());
+            r.on_client(1_000 * seq, 4, dispatch(seq), &mut out);
         }
         // Long after every timestamp: executed, answered, and covered by an Applied marker.
-        let out = settle(&mut r, 60_000_000);
+        out.extend(settle(&mut r, 60_000_000));
         let replies = out.iter().filter(|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(_), .. }));
         assert_eq!(replies.count(), 5, "{out:?}");
         let index = r.log_mut().handed_out();
@@ -653,8 +658,18 @@ mod tests {
         assert_eq!(r.log().handed_out(), r.log().commit_index(), "everything committed was applied");
         out.clear();
         r.on_client(400, 4, dispatch(2), &mut out);
-        assert!(out.is_empty(), "admitted, not refused: {out:?}");
-        assert_eq!(r.leader().unwrap().pending_len(), 1);
+        // Rule 14: admitted and executed at once (its timestamp has passed), before its
+        // PREPARE commits. Its answer waits for the watermark, which the new leader's first
+        // floor promise holds until it commits.
+        assert!(matches!(out.as_slice(), [LeaderOutput::Executed { ts: 400, .. }]), "{out:?}");
+        assert!(r.log().commit_index() < r.log().last_index(), "not committed yet");
+        assert_eq!(r.leader().unwrap().pending_len(), 0);
+        let out = settle(&mut r, 500);
+        let replies: Vec<_> = out.iter().filter(|o| matches!(o, LeaderOutput::ToClient { .. })).collect();
+        assert!(
+            matches!(replies.as_slice(), [LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) }] if reply.outcome.is_ok()),
+            "{out:?}"
+        );
         assert_eq!(r.stats(), ReplicaStats { promotions: 1, demotions: 0 });
     }
 }

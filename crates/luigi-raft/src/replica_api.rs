@@ -190,6 +190,10 @@ pub trait LogControl: Debug {
     fn snapshot_index(&self) -> u64;
     /// See [`RaftLog::last_index`].
     fn last_index(&self) -> u64;
+    /// See [`RaftLog::persisted_index`].
+    fn persisted_index(&self) -> u64;
+    /// See [`RaftLog::acked`].
+    fn acked(&self) -> (u64, u64);
 }
 
 impl<R: Record> LogControl for RaftLog<R> {
@@ -267,6 +271,12 @@ impl<R: Record> LogControl for RaftLog<R> {
     }
     fn last_index(&self) -> u64 {
         RaftLog::last_index(self)
+    }
+    fn persisted_index(&self) -> u64 {
+        RaftLog::persisted_index(self)
+    }
+    fn acked(&self) -> (u64, u64) {
+        RaftLog::acked(self)
     }
 }
 
@@ -404,6 +414,12 @@ pub struct BuildError {
 pub trait ReplicaFactory: Send + Sync {
     /// The protocol's name (for logs).
     fn name(&self) -> &'static str;
+
+    /// Whether the protocol's coordinators and leaders use the replicas' progress reports
+    /// (Luigi's rule 14); the node sends them only then.
+    fn progress_reports(&self) -> bool {
+        false
+    }
 
     /// A replica from `setup`, starting as a follower from the recovered state.
     ///

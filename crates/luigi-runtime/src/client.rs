@@ -298,7 +298,7 @@ impl Routes {
 /// (connections, routing, delay links, authentication) is one for every protocol.
 enum Core {
     /// Luigi's coordinator.
-    Luigi(Coordinator),
+    Luigi(Box<Coordinator>),
     /// The baselines' client (OCC, 2PL, direct).
     Base(BaseClient),
 }
@@ -312,7 +312,8 @@ impl Core {
                 c.retry_timeout_us = config.retry_timeout_us();
                 c.initial_owd_us = config.scenario().delay().mean_us;
                 c.commit_rule = CommitRule::AllShards { shards: config.shard_count() };
-                Core::Luigi(Coordinator::new(c))
+                c.group_sizes = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
+                Core::Luigi(Box::new(Coordinator::new(c)))
             }
             Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
                 let mut c = BaseClientConfig::new(id, protocol);

@@ -41,7 +41,13 @@ pub async fn replica_status(addr: SocketAddr, timeout: Duration) -> Result<Repli
             match msg {
                 WireMsg::Server(ServerMsg::Status(status)) => return Ok(status),
                 // Nothing else is sent to a connection that said no hello; skip it if it is.
-                WireMsg::Server(ServerMsg::Reply(_) | ServerMsg::Pong { .. } | ServerMsg::Watermark { .. })
+                WireMsg::Server(
+                    ServerMsg::Reply(_)
+                    | ServerMsg::Pong { .. }
+                    | ServerMsg::Watermark { .. }
+                    | ServerMsg::Progress(_)
+                    | ServerMsg::Promise { .. },
+                )
                 | WireMsg::Client(_)
                 | WireMsg::Peer(_)
                 | WireMsg::Replication(_)

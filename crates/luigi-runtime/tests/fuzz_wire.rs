@@ -5,6 +5,7 @@
 
 use bytes::BytesMut;
 use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ReplicationMsg, SnapshotKind, SnapshotRefusal, WireMsg};
+use luigi_proto::progress::{LogPos, ProgressReport};
 use luigi_proto::types::TxnId;
 use luigi_runtime::auth;
 use luigi_runtime::config::NodeId;
@@ -26,7 +27,20 @@ fn gate_config() -> GateConfig {
 fn arb_wire() -> impl Strategy<Value = WireMsg> {
     let id = (any::<u64>(), any::<u64>()).prop_map(|(client, seq)| TxnId { client, seq });
     let item = prop_oneof![
-        (id.clone(), any::<u64>()).prop_map(|(id, ts)| PeerItem::Propose { id, ts }),
+        (id.clone(), any::<u64>(), any::<Option<(u64, u64)>>()).prop_map(|(id, ts, at)| PeerItem::Propose {
+            id,
+            ts,
+            at: at.map(|(term, index)| LogPos { term, index })
+        }),
+        (any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
+            |(shard, replica, term, index, committed)| PeerItem::Progress(ProgressReport {
+                shard,
+                replica,
+                term,
+                pos: LogPos { term, index },
+                committed
+            })
+        ),
         (id.clone(), any::<u64>()).prop_map(|(id, ts)| PeerItem::Confirm { id, ts }),
         id.clone().prop_map(|id| PeerItem::Acknowledged { id }),
     ];

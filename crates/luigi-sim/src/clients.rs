@@ -27,25 +27,26 @@ use crate::violation::{Violation, ViolationKind};
 /// A client's protocol core: one shell drives either (as the runtime client does).
 pub(crate) enum ClientCore {
     /// Luigi's coordinator.
-    Luigi(Coordinator),
+    Luigi(Box<Coordinator>),
     /// The baselines' client (OCC, 2PL, direct).
     Base(BaseClient),
 }
 
 impl ClientCore {
     /// The core of client `id` for `config`'s protocol.
-    fn new(config: &SimConfig, id: ClientId) -> Self {
+    fn new(config: &SimConfig, id: ClientId, replicas: u32) -> Self {
         match config.protocol {
             Protocol::Luigi => {
                 let commit_rule = match config.coordinator.commit_rule {
                     CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
                     rule @ CommitRule::Participants => rule,
                 };
-                ClientCore::Luigi(Coordinator::new(CoordinatorConfig {
+                ClientCore::Luigi(Box::new(Coordinator::new(CoordinatorConfig {
                     client: id,
                     commit_rule,
+                    group_sizes: vec![replicas; config.shards as usize],
                     ..config.coordinator.clone()
-                }))
+                })))
             }
             protocol @ (Protocol::Occ | Protocol::TwoPl | Protocol::Direct) => {
                 // The baselines' client takes the retry knobs of the run's coordinator template.
@@ -171,7 +172,7 @@ impl ClientNode {
     /// Client `id` of `config`, in a cluster of `replicas` replicas per shard.
     pub(crate) fn new(config: &SimConfig, id: ClientId, replicas: u32, offset_us: i64) -> Self {
         ClientNode {
-            coord: ClientCore::new(config, id),
+            coord: ClientCore::new(config, id, replicas),
             offset_us,
             started: false,
             dead: false,

@@ -65,16 +65,21 @@ impl Durable {
     }
 }
 
-/// DESIGN.md rule 4 at the moment `who` executes `id`, given what each participant's
-/// committed log holds of it (`durable`, one entry per participant): every participant's
-/// `PREPARE` is committed (once, and no `ABORT`), and if the proposals differed, every
-/// participant's committed log already holds the final timestamp (a `DECIDE` at it, or its own
-/// `PREPARE` if that was the largest). Without this a replica or a new leader of a participant
-/// that only holds the old, smaller proposal would order the transaction differently from what
-/// was executed. Both cluster models check every execution with it.
-pub(crate) fn check_rule4(who: &str, id: TxnId, durable: &[(ShardId, Durable)]) -> Result<(), String> {
+/// DESIGN.md rules 4 and 14 at the moment `who`, a replica of shard `own`, executes `id`, given
+/// what each participant's committed log holds of it (`durable`, one entry per participant):
+/// every other participant's `PREPARE` is committed (once, and no `ABORT`), and if the
+/// proposals differed, every participant's committed log already holds the final timestamp (a
+/// `DECIDE` at it, or its own `PREPARE` if that was the largest). Without this a replica or a
+/// new leader of a participant that only holds the old, smaller proposal would order the
+/// transaction differently from what was executed. The executing shard's own `PREPARE` may
+/// still be on its way (rule 14: a leader executes speculatively; whoever acts on the result
+/// waits for its position to commit, which the end-of-run checks hold answers to). Both
+/// cluster models check every execution with it.
+pub(crate) fn check_rule4(who: &str, own: ShardId, id: TxnId, durable: &[(ShardId, Durable)]) -> Result<(), String> {
     let mut proposals = Vec::new();
-    for (p, d) in durable {
+    let speculative = |p: ShardId, d: &Durable| p == own && d.prepared.is_none() && d.prepares == 0 && !d.aborted;
+    let durable: Vec<(ShardId, Durable)> = durable.iter().filter(|(p, d)| !speculative(*p, d)).copied().collect();
+    for (p, d) in &durable {
         let why = if d.prepares > 1 {
             Some(format!("shard {p} has {} committed PREPAREs of it", d.prepares))
         } else if d.aborted {

@@ -18,8 +18,11 @@ pub type Finding = (ViolationKind, String);
 /// What the ledger has seen, per (transaction, shard).
 #[derive(Debug, Default)]
 pub struct ReplyLedger {
-    /// The timestamp of the non-rejected replies.
+    /// The timestamp of the non-rejected replies whose position is committed.
     reply_ts: HashMap<(TxnId, ShardId), Timestamp>,
+    /// The timestamps of speculative replies (rule 14): any may be the one a client uses,
+    /// once proven.
+    speculative_ts: HashMap<(TxnId, ShardId), Vec<Timestamp>>,
     /// The shard's published watermark when the transaction first reached it.
     watermark_at_arrival: HashMap<(TxnId, ShardId), Timestamp>,
 }
@@ -65,6 +68,16 @@ impl ReplyLedger {
                 return Err((ViolationKind::Invariant, msg));
             }
         }
+        if r.position.is_some() {
+            // Speculative (rule 14): it may be lost with its leader, and the transaction
+            // answered later at another timestamp; only a proven answer counts, which the
+            // coordinator waits for and the end-of-run checks hold to the committed logs.
+            let seen = self.speculative_ts.entry((r.id, shard)).or_default();
+            if !seen.contains(&r.ts) {
+                seen.push(r.ts);
+            }
+            return Ok(());
+        }
         match self.reply_ts.insert((r.id, shard), r.ts) {
             Some(old) if old != r.ts => Err((
                 ViolationKind::TimestampMismatch,
@@ -78,8 +91,10 @@ impl ReplyLedger {
     pub fn check_completion(&self, done: &Completion) -> Result<(), Finding> {
         let TxnOutcome::Ordered { ts, results } = &done.outcome else { return Ok(()) };
         for (shard, _) in results {
+            let speculative = self.speculative_ts.get(&(done.id, *shard)).is_some_and(|seen| seen.contains(ts));
             match self.reply_ts.get(&(done.id, *shard)) {
                 Some(t) if t == ts => {}
+                _ if speculative => {}
                 other => {
                     return Err((
                         ViolationKind::TimestampMismatch,

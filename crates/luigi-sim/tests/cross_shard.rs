@@ -178,6 +178,23 @@ fn participants_commit_rule_with_clock_skew_is_not_strictly_serializable() {
     }
 }
 
+/// DESIGN.md rule 15 without its guard: a shard passed over on its floor promise alone
+/// (without a majority of it past the promising leader's term) is the participants' rule in
+/// disguise, and clock skew shows it.
+#[test]
+fn passing_over_a_live_shard_on_its_promise_alone_is_caught() {
+    let mut caught = 0;
+    for seed in seeds(0..6) {
+        let mut config = cross(seed).clock_offset_max(20_000);
+        config.coordinator.mutations.pass_over_without_term_change = true;
+        if let Err(v) = run(traced(config)) {
+            assert_eq!(v.kind, ViolationKind::RealTime, "seed {seed}: {v}");
+            caught += 1;
+        }
+    }
+    assert!(caught > 0, "no seed caught a shard passed over while its leader still admitted");
+}
+
 #[test]
 fn agreement_runs_are_deterministic() {
     // Reordering on every link (leader links included), lossy client links and retries below

@@ -206,12 +206,13 @@ fn acknowledging_unsynced_writes_is_caught() {
 /// A harsher configuration drawn from `seed`: 2-3 shards, lossy and reordering links, clock
 /// offsets, frequent faults, and kills at a point drawn from the seed on top.
 fn harsh(seed: u64) -> (SimConfig, FaultConfig) {
-    const POINTS: [KillPoint; 5] = [
+    const POINTS: [KillPoint; 6] = [
         KillPoint::PrepareCommitted,
         KillPoint::ProposeSent,
         KillPoint::Decided,
         KillPoint::Executed,
         KillPoint::CoordinatorPartial,
+        KillPoint::SpeculativeAnswer,
     ];
     let pick = |n: u64, salt: u64| (seed / salt) % n;
     let mut c = failover_config(seed, shards(seed))
@@ -231,7 +232,7 @@ fn harsh(seed: u64) -> (SimConfig, FaultConfig) {
         fault_gap: luigi_sim::Delay::new(30_000, 25_000),
         down: luigi_sim::Delay::new(60_000, 55_000),
         faults_until_us: 1_500_000,
-        kill: Some(POINTS[pick(5, 17) as usize]),
+        kill: Some(POINTS[pick(6, 17) as usize]),
         kills: 3,
         kill_gap_us: 50_000,
         ..FaultConfig::new()

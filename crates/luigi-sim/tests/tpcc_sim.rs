@@ -102,7 +102,10 @@ fn tpcc_ideal_log_sweep() {
 #[test]
 fn tpcc_replay_catches_execution_out_of_timestamp_order() {
     let mut caught = Vec::new();
-    for seed in 0..4 {
+    // Single-shard transactions are decided at admission (rule 14), so a conflicting one is
+    // still pending when a later one is due only behind a cross-shard transaction's
+    // agreement: seeds 7 and 11 of these have one.
+    for seed in 7..12 {
         let mut config = hosted(seed).clock_offset_max(0);
         config.leader.max_pending = SimConfig::new(seed).leader.max_pending;
         config.leader.mutations = Mutations { release_ignores_conflicts: true, ..Mutations::default() };

@@ -22,7 +22,7 @@ use luigi_proto::types::ShardId;
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 
-use common::{scratch, start_durable as start, three_replica_cluster, transfer, ServerProc};
+use common::{scratch, start_all, start_durable as start, three_replica_cluster, transfer};
 
 const ACCOUNTS: u64 = 16;
 const WORKERS: u64 = 8;
@@ -41,12 +41,7 @@ fn run(protocol: &str) {
     let extra = format!("kind = \"{protocol}\"\nsnapshot_entries = 2000\n");
     let (config_path, ports) = three_replica_cluster(&dir, 2, "none", &extra);
     let logs = dir.join("servers.log");
-    let mut servers: Vec<Option<ServerProc>> = Vec::new();
-    for (shard, p) in ports.iter().enumerate() {
-        for (replica, port) in p.iter().enumerate() {
-            servers.push(Some(start(&config_path, &data, &format!("s{shard}r{replica}"), *port, &logs)));
-        }
-    }
+    let mut servers = start_all(&config_path, &data, &ports, &logs);
     let config = ClusterConfig::load(&config_path).unwrap();
     assert_eq!(config.protocol().name(), protocol);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

@@ -20,7 +20,7 @@ use luigi_proto::procedures::{account_key, TransferArgs};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 
-use common::{latest_leader, scratch, start_durable as start, three_replica_cluster, transfer, ServerProc};
+use common::{latest_leader, scratch, start_all, start_durable as start, three_replica_cluster, transfer};
 
 const ACCOUNTS: u64 = 16;
 const WORKERS: u64 = 8;
@@ -38,12 +38,7 @@ fn killing_a_shard_leader_under_load_loses_and_doubles_nothing() {
     let data = dir.join("data");
     let (config_path, ports) = three_replica_cluster(&dir, 2, "none", "snapshot_entries = 2000\n");
     let logs = dir.join("servers.log");
-    let mut servers: Vec<Option<ServerProc>> = Vec::new();
-    for (shard, p) in ports.iter().enumerate() {
-        for (replica, port) in p.iter().enumerate() {
-            servers.push(Some(start(&config_path, &data, &format!("s{shard}r{replica}"), *port, &logs)));
-        }
-    }
+    let mut servers = start_all(&config_path, &data, &ports, &logs);
     let config = ClusterConfig::load(&config_path).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let client = rt.block_on(Client::connect(&config, 501)).unwrap();

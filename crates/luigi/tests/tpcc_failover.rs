@@ -19,7 +19,7 @@ use luigi_runtime::config::ClusterConfig;
 use luigi_workloads::tpcc::{Mix, TpccConfig, TpccLoad, TpccWorkload};
 use luigi_workloads::Workload;
 
-use common::{latest_leader, scratch, start_durable as start, three_replica_cluster_with, ServerProc};
+use common::{latest_leader, scratch, start_all, start_durable as start, three_replica_cluster_with};
 
 const WORKERS: u64 = 6;
 const WAREHOUSES: u32 = 2;
@@ -32,12 +32,7 @@ fn tpcc_survives_a_leader_kill_with_every_condition_holding() {
     let top = format!("net = \"none\"\n[workload]\nkind = \"tpcc\"\nwarehouses = {WAREHOUSES}\nscale = {SCALE}\n");
     let (config_path, ports) = three_replica_cluster_with(&dir, 2, &top, "snapshot_entries = 1500\n");
     let logs = dir.join("servers.log");
-    let mut servers: Vec<Option<ServerProc>> = Vec::new();
-    for (shard, p) in ports.iter().enumerate() {
-        for (replica, port) in p.iter().enumerate() {
-            servers.push(Some(start(&config_path, &data, &format!("s{shard}r{replica}"), *port, &logs)));
-        }
-    }
+    let mut servers = start_all(&config_path, &data, &ports, &logs);
     let config = ClusterConfig::load(&config_path).unwrap();
     let tpcc = TpccConfig { warehouses: WAREHOUSES, scale: SCALE, ..TpccConfig::default() };
     let load = TpccLoad { mix: Mix::Standard, remote_item_pct: 10.0, remote_payment_pct: 30.0 };

@@ -282,7 +282,8 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                 | PeerItem::Recover { .. }
                 | PeerItem::Executed { .. }
                 | PeerItem::Refuse { .. }
-                | PeerItem::Acknowledged { .. } => {
+                | PeerItem::Acknowledged { .. }
+                | PeerItem::Progress(_) => {
                     tracing::warn!(from, ?item, "Luigi agreement item at a baseline leader; dropped")
                 }
             }
@@ -419,7 +420,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
 
     fn reply(&self, id: TxnId, shard: ShardId, outcome: Result<Vec<u8>, TxnError>, arrival: i64) -> TxnReply {
         let rounds = 0;
-        TxnReply { id, shard, ts: 0, outcome, watermark: 0, arrival_delta_us: arrival, rounds }
+        TxnReply { id, shard, ts: 0, outcome, watermark: 0, arrival_delta_us: arrival, rounds, position: None }
     }
 
     /// One reply per participant of `txn`, each with `outcome(shard)`.

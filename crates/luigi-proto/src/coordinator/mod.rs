@@ -28,6 +28,7 @@ use std::sync::Arc;
 use crate::msg::{ClientMsg, TxnError, TxnReply};
 use crate::owd::OwdEstimator;
 use crate::procedure::ProcError;
+use crate::progress::Progress;
 use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 // `Coordinator`'s methods, by concern (each file adds an `impl Coordinator` block).
@@ -66,6 +67,10 @@ pub struct CoordinatorConfig {
     /// While anything is in flight, every shard the commit rule waits on is pinged this
     /// often: servers broadcast watermarks only to clients they heard from recently.
     pub keepalive_us: u64,
+    /// Replicas per shard, indexed by shard: how many follower progress reports prove an
+    /// answer's position committed (DESIGN.md rule 14). Empty: only the leaders' commit
+    /// reports do.
+    pub group_sizes: Vec<u32>,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: CoordMutations,
 }
@@ -76,6 +81,14 @@ pub struct CoordMutations {
     /// Forget (and so acknowledge) a transaction as soon as it is reported unknown: the bug
     /// that let a participant that never saw it take it for answered.
     pub acknowledge_unknown: bool,
+    /// Complete a transaction on speculative answers without the proof that their
+    /// positions are committed.
+    pub trust_unproven_answers: bool,
+    /// Count progress reports of any term as proof (not only the answer's own term).
+    pub accept_reports_of_any_term: bool,
+    /// Pass over a shard whose floor promise covers a transaction without waiting for a
+    /// majority of it to move past the promising leader's term (rule 15 without its guard).
+    pub pass_over_without_term_change: bool,
 }
 
 /// Which shards' watermarks must have passed a transaction's timestamp before the client is
@@ -107,6 +120,7 @@ impl CoordinatorConfig {
             not_leader_retry_us: 50_000,
             commit_rule: CommitRule::Participants,
             keepalive_us: 250_000,
+            group_sizes: Vec::new(),
             mutations: CoordMutations::default(),
         }
     }
@@ -262,8 +276,13 @@ pub struct Coordinator {
     watermarks: Map<ShardId, Timestamp>,
     in_flight: Map<TxnId, InFlight>,
     in_flight_seqs: BTreeSet<u64>,
-    /// Answered by every participant, waiting for a watermark to pass the timestamp.
+    /// Answered by every participant, waiting for a watermark to pass the timestamp or for
+    /// the proof that an answer's position is committed.
     awaiting_watermark: BTreeSet<TxnId>,
+    /// The replicas' progress reports (rule 14).
+    progress: Progress,
+    /// Per shard, the latest committed floor promise heard: (term, floor) (rule 15).
+    promises: Map<ShardId, (u64, Timestamp)>,
     /// When the shards are next pinged to stay among the clients they send watermarks to.
     keepalive_at_us: TimeUs,
     stats: CoordStats,
@@ -273,6 +292,11 @@ impl Coordinator {
     /// A coordinator with `config`.
     pub fn new(config: CoordinatorConfig) -> Self {
         Self {
+            progress: if config.mutations.accept_reports_of_any_term {
+                Progress::new(&config.group_sizes).accepting_any_term()
+            } else {
+                Progress::new(&config.group_sizes)
+            },
             config,
             next_seq: 1,
             owd: Map::default(),
@@ -280,6 +304,7 @@ impl Coordinator {
             in_flight: Map::default(),
             in_flight_seqs: BTreeSet::new(),
             awaiting_watermark: BTreeSet::new(),
+            promises: Map::default(),
             keepalive_at_us: 0,
             stats: CoordStats::default(),
         }

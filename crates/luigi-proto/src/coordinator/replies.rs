@@ -3,6 +3,7 @@
 //! timestamp, or at once when a participant refused it; it is forgotten (acknowledged) only
 //! once every participant answered.
 
+use super::submit::settled;
 use super::{CommitRule, Completion, CoordOutput, Coordinator, Reported, TxnOutcome};
 use crate::msg::{ServerMsg, TxnError, TxnReply};
 use crate::types::{ShardId, TimeUs, Timestamp, TxnId};
@@ -24,7 +25,36 @@ impl Coordinator {
             }
             ServerMsg::Reply(reply) => self.on_reply(now, reply, out),
             ServerMsg::Status(_) => {} // an operator query's answer; the coordinator sends none
+            ServerMsg::Progress(report) => {
+                if self.progress.on_report(&report) {
+                    self.retry_waiting(out);
+                }
+            }
+            ServerMsg::Promise { shard, term, floor } => {
+                let promise = self.promises.entry(shard).or_default();
+                if (term, floor) > *promise {
+                    *promise = (term, floor);
+                    self.retry_waiting(out);
+                }
+            }
         }
+    }
+
+    /// Tries again every transaction waiting for a watermark or a proof.
+    fn retry_waiting(&mut self, out: &mut Vec<CoordOutput>) {
+        let waiting: Vec<TxnId> = self.awaiting_watermark.iter().copied().collect();
+        for id in waiting {
+            self.try_complete_txn(id, out);
+        }
+    }
+
+    /// Rule 15: `shard` admits nothing at or below `ts` any more, whatever its watermark says:
+    /// its leader of some term promised a committed floor at or above `ts`, and a majority of
+    /// its replicas have moved past that term (that leader commits nothing more; every later
+    /// one admits above the floor).
+    fn passed_over(&self, shard: ShardId, ts: Timestamp) -> bool {
+        let Some(&(term, floor)) = self.promises.get(&shard) else { return false };
+        floor >= ts && (self.config.mutations.pass_over_without_term_change || self.progress.moved_past(shard, term))
     }
 
     pub(super) fn note_watermark(&mut self, shard: ShardId, watermark: Timestamp) {
@@ -52,7 +82,10 @@ impl Coordinator {
             self.owd.entry(shard).or_default().record(reply.arrival_delta_us);
         }
         let id = reply.id;
-        flight.replies[slot] = Some(reply);
+        // A proven answer stays: a later one can only come from a retry or a stale leader.
+        if !settled(&self.progress, &flight.replies[slot]) {
+            flight.replies[slot] = Some(reply);
+        }
         self.try_complete_txn(id, out);
     }
 
@@ -87,12 +120,18 @@ impl Coordinator {
             self.stats.ts_mismatch += 1;
         }
         let passed = |shard: &ShardId| self.watermarks.get(shard).is_some_and(|w| *w >= ts);
+        let participant = |shard: ShardId| replies.iter().any(|r| r.shard == shard);
         let covered = match self.config.commit_rule {
             CommitRule::Participants => replies.iter().all(|r| passed(&r.shard)),
-            CommitRule::AllShards { shards } => (0..shards).all(|s| passed(&s)),
+            CommitRule::AllShards { shards } => {
+                (0..shards).all(|s| passed(&s) || (!participant(s) && self.passed_over(s, ts)))
+            }
         };
-        if !covered {
-            self.awaiting_watermark.insert(id); // a later watermark completes it
+        // Rule 14: every answer's position must be proven committed (a speculative result
+        // could still be lost with its leader).
+        let proven = self.config.mutations.trust_unproven_answers || self.all_settled(flight);
+        if !covered || !proven {
+            self.awaiting_watermark.insert(id); // a later watermark or progress report completes it
             return;
         }
         let results = replies.iter().map(|r| (r.shard, r.outcome.clone())).collect();

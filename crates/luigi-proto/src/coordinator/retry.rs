@@ -30,10 +30,11 @@ impl Coordinator {
         let timeout = self.config.retry_timeout_us;
         let due: Vec<TxnId> = self.in_flight.iter().filter(|(_, f)| now >= f.retry_at_us).map(|(id, _)| *id).collect();
         for id in due {
+            // Every participant answered (with proven answers) and only a watermark is
+            // missing: the outcome is settled, the answer waits for the commit rule (never
+            // reported unknown). An unproven answer may be lost: asked again like silence.
+            let silent = !self.all_settled(&self.in_flight[&id]);
             let flight = self.in_flight.get_mut(&id).expect("listed");
-            // Every participant answered and only a watermark is missing: the outcome is
-            // settled, the answer waits for the commit rule (never reported unknown).
-            let silent = flight.replies.iter().any(Option::is_none);
             let mut gave_up = None;
             if flight.leader_wait {
                 flight.leader_wait = false;

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::{CoordOutput, Coordinator, InFlight};
-use crate::msg::ClientMsg;
+use crate::msg::{ClientMsg, TxnReply};
+use crate::progress::Progress;
 use crate::types::{ShardId, ShardPiece, TimeUs, Txn, TxnId};
 
 impl Coordinator {
@@ -51,8 +52,10 @@ impl Coordinator {
     /// whichever replica the shell picks next, instead of after the full retry timeout.
     pub fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
         let soon = now + self.config.not_leader_retry_us;
+        let progress = &self.progress;
         for flight in self.in_flight.values_mut() {
-            let waiting = flight.txn.pieces.iter().zip(&flight.replies).any(|(p, r)| p.shard == shard && r.is_none());
+            let waiting =
+                flight.txn.pieces.iter().zip(&flight.replies).any(|(p, r)| p.shard == shard && !settled(progress, r));
             if waiting && flight.retry_at_us > soon {
                 flight.retry_at_us = soon;
                 flight.leader_wait = true;
@@ -67,12 +70,24 @@ impl Coordinator {
     pub(super) fn send_dispatch(&self, now: TimeUs, flight: &InFlight, out: &mut Vec<CoordOutput>) {
         let acked_below = self.acked_below();
         for (piece, reply) in flight.txn.pieces.iter().zip(&flight.replies) {
-            if reply.is_none() {
+            if !settled(&self.progress, reply) {
                 out.push(CoordOutput::Send {
                     shard: piece.shard,
                     msg: ClientMsg::Dispatch { txn: flight.txn.clone(), sent_us: now, acked_below },
                 });
             }
         }
+    }
+}
+
+/// A participant's answer that counts: there, and its position proven committed (rule 14).
+pub(super) fn settled(progress: &Progress, reply: &Option<TxnReply>) -> bool {
+    reply.as_ref().is_some_and(|r| r.position.is_none_or(|pos| progress.proven(r.shard, pos)))
+}
+
+impl Coordinator {
+    /// Every participant's answer counts (see [`settled`]).
+    pub(super) fn all_settled(&self, flight: &InFlight) -> bool {
+        flight.replies.iter().all(|r| settled(&self.progress, r))
     }
 }

@@ -63,6 +63,7 @@ fn reply(id: TxnId, shard: ShardId, ts: Timestamp, watermark: Timestamp, delta: 
         watermark,
         arrival_delta_us: delta,
         rounds: 0,
+        position: None,
     })
 }
 
@@ -151,6 +152,7 @@ fn rejected(id: TxnId, shard: ShardId) -> ServerMsg {
         watermark: 0,
         arrival_delta_us: 0,
         rounds: 0,
+        position: None,
     })
 }
 
@@ -235,6 +237,7 @@ fn busy_answers_are_resent_soon_like_not_leader() {
         watermark: 0,
         arrival_delta_us: 0,
         rounds: 0,
+        position: None,
     };
     out.clear();
     c.on_message(10, ServerMsg::Reply(busy), &mut out);
@@ -298,6 +301,7 @@ fn not_leader_answers_are_resent_soon_without_using_attempts() {
         watermark: 0,
         arrival_delta_us: 0,
         rounds: 0,
+        position: None,
     });
     for round in 0..3u64 {
         out.clear();
@@ -385,4 +389,116 @@ fn invariants_hold_after_every_step_and_a_lost_watermark_wait_is_reported() {
     c.corrupt_drop_awaiting(single);
     let err = c.check_invariants().unwrap_err();
     assert!(err.contains("waiting for a watermark: false"), "{err}");
+}
+
+fn speculative(id: TxnId, shard: ShardId, ts: Timestamp, term: u64, index: u64, value: u8) -> ServerMsg {
+    ServerMsg::Reply(TxnReply {
+        id,
+        shard,
+        ts,
+        outcome: Ok(vec![value]),
+        watermark: ts,
+        arrival_delta_us: 1,
+        rounds: 0,
+        position: Some(crate::progress::LogPos { term, index }),
+    })
+}
+
+fn progress(shard: ShardId, replica: u32, term: u64, index: u64, committed: bool) -> ServerMsg {
+    let pos = crate::progress::LogPos { term, index };
+    ServerMsg::Progress(crate::progress::ProgressReport { shard, replica, term, pos, committed })
+}
+
+#[test]
+fn a_speculative_answer_completes_only_once_its_position_is_proven_committed() {
+    let mut c = Coordinator::new(CoordinatorConfig { group_sizes: vec![3], ..quiet(1) });
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    out.clear();
+    c.on_message(10, speculative(id, 0, 100, 4, 20, 7), &mut out);
+    assert!(out.is_empty(), "answered and watermark passed, position 20 of term 4 not proven");
+    c.on_message(11, progress(0, 1, 3, 50, false), &mut out);
+    assert!(out.is_empty(), "a follower of an older term proves nothing");
+    c.on_message(12, progress(0, 2, 4, 19, false), &mut out);
+    assert!(out.is_empty(), "a follower of the term, below the position");
+    c.on_message(13, progress(0, 2, 4, 20, false), &mut out);
+    let [CoordOutput::Done(done)] = out.as_slice() else { panic!("expected completion, got {out:?}") };
+    assert!(matches!(&done.outcome, TxnOutcome::Ordered { results, .. } if results == &vec![(0, Ok(vec![7]))]));
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn an_unproven_answer_is_replaced_by_a_later_one_and_a_proven_one_is_kept() {
+    let mut c = Coordinator::new(CoordinatorConfig { group_sizes: vec![3, 3], ..quiet(1) });
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    out.clear();
+    // A leader answered speculatively and lost its log; the retry's answer (a new leader's,
+    // executed at another timestamp) is the one that counts.
+    c.on_message(10, speculative(id, 0, 100, 4, 20, 1), &mut out);
+    c.on_message(20, speculative(id, 0, 300, 5, 30, 2), &mut out);
+    c.on_message(21, progress(0, 0, 5, 30, true), &mut out);
+    let [CoordOutput::Done(done)] = out.as_slice() else { panic!("expected completion, got {out:?}") };
+    assert!(matches!(&done.outcome, TxnOutcome::Ordered { ts: 300, results } if results == &vec![(0, Ok(vec![2]))]));
+
+    let id = c.submit(30, "p", vec![], vec![piece(1)], &mut out);
+    out.clear();
+    c.on_message(40, progress(1, 1, 6, 9, false), &mut out);
+    c.on_message(41, speculative(id, 1, 500, 6, 9, 3), &mut out);
+    let [CoordOutput::Done(done)] = out.as_slice() else { panic!("proven at once, got {out:?}") };
+    assert!(matches!(&done.outcome, TxnOutcome::Ordered { ts: 500, .. }));
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn the_mutation_that_trusts_unproven_answers_completes_at_once() {
+    let mutations = CoordMutations { trust_unproven_answers: true, ..CoordMutations::default() };
+    let mut c = Coordinator::new(CoordinatorConfig { group_sizes: vec![3], mutations, ..quiet(1) });
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    out.clear();
+    c.on_message(10, speculative(id, 0, 100, 4, 20, 7), &mut out);
+    assert!(matches!(out.as_slice(), [CoordOutput::Done(_)]), "{out:?}");
+}
+
+#[test]
+fn a_shard_failing_over_is_passed_over_once_a_majority_moved_past_its_promising_term() {
+    let cfg =
+        CoordinatorConfig { commit_rule: CommitRule::AllShards { shards: 2 }, group_sizes: vec![3, 3], ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    out.clear();
+    c.on_message(5, ServerMsg::Watermark { shard: 1, watermark: 50 }, &mut out);
+    c.on_message(5, ServerMsg::Promise { shard: 1, term: 4, floor: 900 }, &mut out);
+    c.on_message(5, reply(id, 0, 100, 100, 1), &mut out);
+    assert!(out.is_empty(), "shard 1's watermark is below the timestamp and its leader of term 4 may still admit");
+    c.on_message(6, progress(1, 1, 5, 0, false), &mut out);
+    assert!(out.is_empty(), "one replica of three voted in term 5");
+    c.on_message(7, progress(1, 2, 5, 0, false), &mut out);
+    assert!(matches!(out.as_slice(), [CoordOutput::Done(d)] if d.outcome.is_committed()), "{out:?}");
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn a_promise_below_the_timestamp_or_of_a_participant_passes_nothing_over() {
+    let cfg =
+        CoordinatorConfig { commit_rule: CommitRule::AllShards { shards: 2 }, group_sizes: vec![3, 3], ..quiet(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let both = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    out.clear();
+    c.on_message(5, ServerMsg::Watermark { shard: 1, watermark: 50 }, &mut out);
+    c.on_message(5, ServerMsg::Promise { shard: 1, term: 4, floor: 99 }, &mut out);
+    for r in 1..3 {
+        c.on_message(6, progress(1, r, 5, 0, false), &mut out);
+    }
+    c.on_message(7, reply(id, 0, 100, 100, 1), &mut out);
+    c.on_message(7, reply(both, 0, 100, 100, 1), &mut out);
+    c.on_message(7, reply(both, 1, 100, 50, 1), &mut out);
+    assert!(out.is_empty(), "the promise stops below 100: {out:?}");
+    c.on_message(8, ServerMsg::Promise { shard: 1, term: 4, floor: 500 }, &mut out);
+    let [CoordOutput::Done(d)] = out.as_slice() else { panic!("only the single-shard one, got {out:?}") };
+    assert_eq!(d.id, id, "a participant's own watermark must pass: its answer may rest on it");
 }

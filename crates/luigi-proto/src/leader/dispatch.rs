@@ -87,8 +87,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let floor = self.watermark.max(self.admission_floor);
         let proposal = admission::propose(txn.ts, now, floor, &self.floors, keys);
         let record = LogRecord::Prepare { txn: txn.clone(), ts: proposal, arrival_delta_us, acked_below };
-        match self.log.propose(record) {
-            Ok(_) => {}
+        let prepare_index = match self.log.propose(record) {
+            Ok(index) => index,
             // Not stored: this replica may lead soon (election) or another one does; the
             // coordinator retries under the same id.
             Err(LogError::NotLeader) => {
@@ -100,13 +100,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.reply_now(id, 0, Err(TxnError::Busy(e.to_string())), arrival_delta_us, 0, out);
                 return;
             }
-        }
+        };
         self.stats.admitted += 1;
         if proposal != txn.ts {
             self.stats.bumped += 1;
         }
         self.queue.insert(id, proposal, keys);
         let agreement = txn.is_cross_shard().then(|| Agreement::new(txn.shards().collect()));
+        let cross = agreement.is_some();
+        let others: Vec<_> = txn.shards().filter(|s| *s != self.config.shard).collect();
         self.insert_pending(
             id,
             Pending {
@@ -116,12 +118,27 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 confirmed: false,
                 recover_at: None,
                 durable: false,
+                prepare_index,
                 arrival_delta_us,
                 agreement,
                 aborting: None,
                 admitted_us: now,
             },
         );
+        // Rule 14: decided without waiting for the PREPARE to commit. A single-shard
+        // transaction is decided by its admission; a cross-shard one announces its proposal
+        // now, with the PREPARE's position, and counts its own proposal at once (what it
+        // executes stays speculative until its position commits).
+        if !cross {
+            self.queue.mark_ready(id);
+        }
+        let at = Some(self.pos(prepare_index));
+        for shard in others {
+            self.queue_peer(shard, PeerItem::Propose { id, ts: proposal, at });
+        }
+        if cross {
+            self.on_proposal(id, self.config.shard, proposal);
+        }
         if let Some(early) = self.early.remove(&id) {
             for (shard, ts) in early.proposals {
                 self.on_proposal(id, shard, ts);

@@ -1,6 +1,7 @@
-//! Release from the hold queue and execution (DESIGN.md rule 5): a released transaction runs
-//! its procedure on this shard's piece, its answer is stored (sent once the watermark passes
-//! it), and the execution is reported as a [`LeaderOutput::Executed`] effect.
+//! Release from the hold queue and execution (DESIGN.md rules 5 and 14): a released
+//! transaction runs its procedure on this shard's piece, its answer is stored (sent once the
+//! watermark passes it, with the log position it depends on), and the execution is reported
+//! as a [`LeaderOutput::Executed`] effect.
 
 use super::agreement::Agreement;
 use super::answers::Answer;
@@ -24,7 +25,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// Runs a released transaction's piece, stores its answer and reports the execution.
     pub(super) fn execute(&mut self, id: TxnId, out: &mut Vec<LeaderOutput>) {
         let p = self.remove_pending(id).expect("released transactions are pending");
-        assert!(p.durable, "executing a transaction whose PREPARE is not committed");
         assert!(
             p.agreement.as_ref().is_none_or(Agreement::is_decided),
             "executing an undecided cross-shard transaction"
@@ -33,6 +33,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let keys = p.txn.piece(shard).expect("participant");
         let outcome =
             self.registry.execute(&p.txn.procedure, &p.txn.args, &mut self.store, keys, shard).map_err(TxnError::from);
+        // Speculative (rule 14): what it read may rest on records not committed yet.
+        let committed = self.committed_index;
+        let position = self.spec.position_for(keys, p.prepare_index, committed);
+        self.spec.executed(id, keys, position, committed);
         self.floors.record_release(keys, p.ts);
         self.stats.executed += 1;
         self.max_executed_ts = self.max_executed_ts.max(p.ts);

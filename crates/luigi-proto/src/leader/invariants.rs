@@ -17,8 +17,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     ///   most the watermark (rules 6 and 7), and the watermark below the timestamp of every
     ///   pending transaction (rule 7: nothing at or below it is still to run);
     /// - the hold queue holds exactly the pending transactions, each at its current
-    ///   timestamp and ready exactly when it is durable and decided (rules 4 and 5), and its
-    ///   own indexes agree;
+    ///   timestamp and ready exactly when it is decided (rules 4, 5 and 14: a single-shard
+    ///   transaction from its admission, whether or not its `PREPARE` committed yet), and
+    ///   its own indexes agree; a `PREPARE` not committed yet is of this leader's own log;
     /// - pending transactions have no stored answer, no refusal in progress and no buffered
     ///   early agreement items; every executed, unanswered transaction has its answer stored
     ///   at its timestamp, above the watermark (rule 7, exactly once);
@@ -74,7 +75,13 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         for (id, p) in &self.pending {
             *per_client.entry(id.client).or_default() += 1;
             let decided = p.agreement.as_ref().is_none_or(Agreement::is_decided);
-            let ready = p.durable && decided;
+            let ready = decided;
+            if !p.durable && (p.prepare_index == 0 || p.prepare_index <= self.committed_index) {
+                return Err(self.broken(format!(
+                    "pending {id:?}'s PREPARE at {} is not durable, with the log committed to {}",
+                    p.prepare_index, self.committed_index
+                )));
+            }
             match self.queue.position(*id) {
                 None => return Err(self.broken(format!("pending {id:?} is not in the hold queue"))),
                 Some((ts, r)) if ts != p.ts || r != ready => {
@@ -156,6 +163,13 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if self.early.len() > self.config.max_early || self.early_dropped.len() > EARLY_DROPPED_MAX {
             let (e, d) = (self.early.len(), self.early_dropped.len());
             return Err(self.broken(format!("early buffers over their bounds: {e} buffered, {d} dropped")));
+        }
+        if self.spec.unproven_len() > self.config.max_early {
+            return Err(self.broken(format!("{} proposals held for proof, over the bound", self.spec.unproven_len())));
+        }
+        // Rule 14: an answer waits for a position only while that position is not committed.
+        if self.spec.answers_len() > 0 && self.spec.min_answer_position() <= Some(self.committed_index) {
+            return Err(self.broken(format!("an answer waits for a committed position ({})", self.committed_index)));
         }
         let s = &self.stats;
         let came = s.admitted + self.taken_over;

@@ -31,6 +31,7 @@ mod execute;
 mod invariants;
 mod peer;
 mod recovery;
+mod speculation;
 mod watermark;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,9 +39,10 @@ use std::sync::Arc;
 
 use luigi_store::Store;
 
-use crate::log::{LogEntry, LogRecord, ReplicatedLog};
+use crate::log::{LogEntry, LogIndex, LogRecord, ReplicatedLog};
 use crate::msg::{ClientMsg, PeerBatch, PeerItem, ServerMsg};
 use crate::procedure::Registry;
+use crate::progress::{LogPos, Progress};
 use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 use crate::Map;
 
@@ -48,6 +50,7 @@ use admission::Floors;
 use agreement::Agreement;
 use answers::Answers;
 use queue::HoldQueue;
+use speculation::Speculation;
 
 /// Transactions remembered as having lost an early agreement item.
 const EARLY_DROPPED_MAX: usize = 1 << 16;
@@ -91,6 +94,10 @@ pub struct LeaderConfig {
     /// the other participants (`Recover`), and asks again every period after that. Must
     /// exceed a normal agreement (a few one-way delays plus a log round).
     pub recover_after_us: u64,
+    /// Replicas per shard, indexed by shard: how many follower reports prove another shard's
+    /// proposal committed (DESIGN.md rule 14). Empty: only the other leaders' commit reports
+    /// do.
+    pub group_sizes: Vec<u32>,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: Mutations,
 }
@@ -112,6 +119,7 @@ impl LeaderConfig {
             all_clients_broadcast_us: 100_000,
             applied_marker_us: 1_000,
             recover_after_us: 2_000_000,
+            group_sizes: Vec::new(),
             mutations: Mutations::default(),
         }
     }
@@ -124,6 +132,10 @@ pub struct Mutations {
     pub release_ignores_conflicts: bool,
     /// Decide a cross-shard transaction on the first round even when proposals differed.
     pub skip_second_round: bool,
+    /// Use another shard's proposal at once, without the proof that its `PREPARE` committed.
+    pub trust_unproven_proposals: bool,
+    /// Send answers without the position they depend on (as if everything were committed).
+    pub hide_positions: bool,
 }
 
 /// An effect of the leader for its shell to carry out.
@@ -185,6 +197,8 @@ struct Pending {
     recover_at: Option<TimeUs>,
     /// Its `PREPARE` is committed in the log.
     durable: bool,
+    /// Where its `PREPARE` is in this leader's log (0: taken over, committed).
+    prepare_index: LogIndex,
     arrival_delta_us: i64,
     /// Cross-shard agreement (None for single-shard transactions).
     agreement: Option<Agreement>,
@@ -293,6 +307,8 @@ pub struct ShardLeader<L: ReplicatedLog> {
     floor_committed: Timestamp,
     /// Highest `Floor` proposed (committed or not).
     floor_proposed: Timestamp,
+    /// Highest committed floor promise sent to clients (rule 15).
+    promise_sent: Timestamp,
     /// When the watermark was last broadcast, and its value then.
     broadcast_at: (TimeUs, Timestamp),
     /// When the last `Applied` marker was logged, and its value.
@@ -312,11 +328,24 @@ pub struct ShardLeader<L: ReplicatedLog> {
     /// Prepared transactions taken over from earlier leaders (see [`ShardLeader::recover`]):
     /// with `admitted` they are every transaction this leader made pending.
     taken_over: u64,
+    /// The Raft term this leader serves (every record it appends is of this term).
+    term: u64,
+    /// Highest log index taken committed.
+    committed_index: LogIndex,
+    /// Speculative execution's bookkeeping (rule 14).
+    spec: Speculation,
+    /// The other shards' progress reports: what proves their proposals committed.
+    progress: Progress,
+    /// Per shard, the highest position of a proposal sent to it before it was committed:
+    /// this leader's commit is reported to it once it passes that (`report_commit`).
+    commit_owed: BTreeMap<ShardId, LogIndex>,
 }
 
 impl<L: ReplicatedLog> ShardLeader<L> {
     /// A leader over `store` with `log`, running `registry`'s procedures.
     pub fn new(config: LeaderConfig, log: L, store: Store, registry: Registry) -> Self {
+        let term = log.term();
+        let progress = Progress::new(&config.group_sizes);
         Self {
             config,
             log,
@@ -339,6 +368,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             admission_floor: 0,
             floor_committed: 0,
             floor_proposed: 0,
+            promise_sent: 0,
             broadcast_at: (0, 0),
             applied_at: (0, 0),
             max_executed_ts: 0,
@@ -348,7 +378,17 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             now: 0,
             stats: LeaderStats::default(),
             taken_over: 0,
+            term,
+            committed_index: 0,
+            spec: Speculation::default(),
+            progress,
+            commit_owed: BTreeMap::new(),
         }
+    }
+
+    /// The position `index` of this leader's log.
+    fn pos(&self, index: LogIndex) -> LogPos {
+        LogPos { term: self.term, index }
     }
 
     /// This shard.
@@ -396,6 +436,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     pub fn next_deadline(&self) -> Option<TimeUs> {
         if !self.outbox.is_empty() || !self.log_retry.is_empty() {
             return Some(0); // now
+        }
+        if self.commit_owed.values().any(|index| *index <= self.committed_index) {
+            return Some(0); // a commit to report
         }
         let renew = self.floor_proposed.saturating_sub(self.floor_margin_us());
         // Wake up to broadcast only if the watermark can have moved past the last broadcast
@@ -447,7 +490,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let from = batch.from;
         for item in batch.items {
             match item {
-                PeerItem::Propose { id, ts } => self.on_proposal(id, from, ts),
+                PeerItem::Propose { id, ts, at } => self.on_announced(id, from, ts, at),
+                PeerItem::Progress(report) => self.on_progress(report),
                 PeerItem::Confirm { id, ts } => self.on_confirm(id, from, ts),
                 PeerItem::Recover { txn, ts } => self.on_recover(txn, from, ts, out),
                 PeerItem::Executed { id, ts } => self.on_executed(id, from, ts),
@@ -470,6 +514,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if now >= self.applied_at.0 + self.config.applied_marker_us {
             self.log_applied_marker(now);
         }
+        self.report_commit();
         self.flush_outbox(out);
     }
 
@@ -497,9 +542,12 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     fn apply_committed(&mut self, out: &mut Vec<LeaderOutput>) {
         let mut entries = std::mem::take(&mut self.committed_buf);
         self.log.take_committed(&mut entries);
+        if let Some(last) = entries.last() {
+            self.committed_index = self.committed_index.max(last.index);
+        }
         for entry in entries.drain(..) {
             match entry.record {
-                LogRecord::Prepare { txn, ts, .. } => self.on_prepared(txn.id, ts),
+                LogRecord::Prepare { txn, .. } => self.on_prepared(txn.id),
                 LogRecord::Decide { id, ts } => self.on_decide_logged(id, ts),
                 LogRecord::Abort { id } => self.on_abort_logged(id, out),
                 LogRecord::Refuse { id, reason, arrival_delta_us } => {
@@ -510,6 +558,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             }
         }
         self.committed_buf = entries;
+        for d in self.spec.on_committed(self.committed_index) {
+            self.on_recover(d.txn, d.from, d.ts, out);
+        }
     }
 }
 
@@ -521,3 +572,5 @@ mod tests_common;
 mod tests_cross;
 #[cfg(test)]
 mod tests_recovery;
+#[cfg(test)]
+mod tests_speculation;

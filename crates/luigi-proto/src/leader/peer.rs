@@ -7,6 +7,7 @@ use super::agreement::{Agreement, Step};
 use super::{Early, LeaderOutput, ShardLeader, EARLY_DROPPED_MAX};
 use crate::log::{LogRecord, ReplicatedLog};
 use crate::msg::{PeerBatch, PeerItem, TxnError};
+use crate::progress::{LogPos, ProgressReport};
 use crate::types::{ShardId, Timestamp, TxnId};
 
 impl<L: ReplicatedLog> ShardLeader<L> {
@@ -22,10 +23,11 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let mut items = Vec::new();
         for (id, p) in &self.pending {
             let shared = p.agreement.as_ref().is_some_and(|a| a.shards().contains(&shard));
-            if !shared || !p.durable {
+            if !shared {
                 continue;
             }
-            items.push(PeerItem::Propose { id: *id, ts: p.proposal });
+            let at = (!p.durable).then(|| self.pos(p.prepare_index));
+            items.push(PeerItem::Propose { id: *id, ts: p.proposal, at });
             if p.confirmed {
                 items.push(PeerItem::Confirm { id: *id, ts: p.ts });
             }
@@ -35,22 +37,54 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    pub(super) fn on_prepared(&mut self, id: TxnId, proposal: Timestamp) {
-        let shard = self.config.shard;
+    /// A `PREPARE` committed. Its proposal went out at admission (rule 14); a cross-shard
+    /// transaction still undecided is now recovered if it stays so for too long (rule 10).
+    pub(super) fn on_prepared(&mut self, id: TxnId) {
         let Some(p) = self.pending.get_mut(&id) else { return };
         p.durable = true;
-        let Some(agreement) = p.agreement.as_ref() else {
-            self.queue.mark_ready(id); // single shard: decided once durable
-            return;
-        };
-        let others: Vec<ShardId> = agreement.shards().iter().copied().filter(|s| *s != shard).collect();
-        let at = self.now + self.config.recover_after_us;
-        p.recover_at = Some(at);
-        self.recover_queue.insert((at, id));
-        for s in others {
-            self.queue_peer(s, PeerItem::Propose { id, ts: proposal });
+        if p.agreement.as_ref().is_some_and(|a| !a.is_decided()) {
+            let at = self.now + self.config.recover_after_us;
+            p.recover_at = Some(at);
+            self.recover_queue.insert((at, id));
         }
-        self.on_proposal(id, shard, proposal);
+    }
+
+    /// Shard `from` announced its proposal `ts` for `id`, with the position of its `PREPARE`
+    /// if that may not be committed yet: used once `from`'s progress proves it (rule 14).
+    pub(super) fn on_announced(&mut self, id: TxnId, from: ShardId, ts: Timestamp, at: Option<LogPos>) {
+        let trust = self.config.mutations.trust_unproven_proposals;
+        match at {
+            Some(at) if !trust && !self.progress.proven(from, at) => {
+                if !self.spec.hold_proposal(from, at, id, ts, self.config.max_early) {
+                    self.stats.early_overflow += 1;
+                }
+            }
+            _ => self.on_proposal(id, from, ts),
+        }
+    }
+
+    /// Tells every shard sent a proposal not committed then that this log's commit has
+    /// reached it (rule 14). The followers' reports usually prove it a hop earlier; this is
+    /// the path that does not depend on them (lost reports, a log without followers).
+    pub(super) fn report_commit(&mut self) {
+        let committed = self.committed_index;
+        let due: Vec<ShardId> = self.commit_owed.iter().filter(|(_, i)| **i <= committed).map(|(s, _)| *s).collect();
+        for shard in due {
+            self.commit_owed.remove(&shard);
+            let pos = self.pos(committed);
+            let report = ProgressReport { shard: self.config.shard, replica: 0, term: self.term, pos, committed: true };
+            self.queue_peer(shard, PeerItem::Progress(report));
+        }
+    }
+
+    /// A replica of another shard reported its progress: proposals it proves are used now.
+    pub(super) fn on_progress(&mut self, report: ProgressReport) {
+        if report.shard == self.config.shard || !self.progress.on_report(&report) {
+            return;
+        }
+        for (id, ts) in self.spec.proven_proposals(report.shard, &self.progress) {
+            self.on_proposal(id, report.shard, ts);
+        }
     }
 
     pub(super) fn on_decide_logged(&mut self, id: TxnId, ts: Timestamp) {
@@ -185,7 +219,21 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     pub(super) fn flush_outbox(&mut self, out: &mut Vec<LeaderOutput>) {
-        for (shard, items) in std::mem::take(&mut self.outbox) {
+        let committed = self.committed_index;
+        for (shard, mut items) in std::mem::take(&mut self.outbox) {
+            for item in &mut items {
+                // Committed by now: the receiver needs no proof.
+                if let PeerItem::Propose { at: at @ Some(_), .. } = item {
+                    match *at {
+                        Some(pos) if pos.index <= committed => *at = None,
+                        Some(pos) => {
+                            let awaited = self.commit_owed.entry(shard).or_default();
+                            *awaited = (*awaited).max(pos.index);
+                        }
+                        None => {}
+                    }
+                }
+            }
             let batch = PeerBatch { from: self.config.shard, watermark: self.watermark, items };
             out.push(LeaderOutput::ToPeer { shard, batch });
         }

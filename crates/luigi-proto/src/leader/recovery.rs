@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::agreement::{Agreement, Step};
 use super::answers::{Answer, Known};
 use super::follower::Handover;
+use super::speculation::DeferredRecover;
 use super::{LeaderConfig, LeaderOutput, Pending, ShardLeader, StalledTxn};
 use crate::log::ReplicatedLog;
 use crate::msg::{PeerItem, TxnError};
@@ -57,6 +58,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 confirmed: false,
                 recover_at,
                 durable: true,
+                prepare_index: 0,
                 arrival_delta_us: p.arrival_delta_us,
                 agreement,
                 aborting: None,
@@ -124,10 +126,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             return; // `Refuse` goes to every participant once its record commits
         }
         if let Some(p) = self.pending.get(&id) {
-            let (durable, confirmed, proposal, current) = (p.durable, p.confirmed, p.proposal, p.ts);
-            if durable {
-                self.queue_peer(from, PeerItem::Propose { id, ts: proposal });
-            } // else: the Propose goes out when the PREPARE commits
+            let (confirmed, proposal, current) = (p.confirmed, p.proposal, p.ts);
+            let at = (!p.durable).then(|| self.pos(p.prepare_index));
+            self.queue_peer(from, PeerItem::Propose { id, ts: proposal, at });
             if confirmed {
                 self.queue_peer(from, PeerItem::Confirm { id, ts: current });
             }
@@ -143,8 +144,18 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.queue_peer(from, PeerItem::Refuse { id, reason });
             }
             // Executed here at its final timestamp: the maximum of every proposal, confirmed.
+            // A speculative execution is told only once its position commits (rule 14): the
+            // execution, and with it this shard's PREPARE, could still be lost.
             Known::Answered(&Answer { ts: final_ts, .. }) | Known::Acknowledged(Some(final_ts)) => {
-                self.queue_peer(from, PeerItem::Executed { id, ts: final_ts });
+                match self.spec.answer_position(id) {
+                    Some(position) => {
+                        let deferred = DeferredRecover { txn, from, ts };
+                        if !self.spec.defer_recover(position, deferred, self.config.max_early) {
+                            self.stats.early_overflow += 1; // asked again a period later
+                        }
+                    }
+                    None => self.queue_peer(from, PeerItem::Executed { id, ts: final_ts }),
+                }
             }
             // Answered here and acknowledged: the client had every participant's answer.
             Known::Acknowledged(None) => {

@@ -5,6 +5,7 @@
 use super::{LeaderOutput, ShardLeader};
 use crate::log::{LogRecord, ReplicatedLog};
 use crate::msg::{ServerMsg, TxnError, TxnReply};
+use crate::progress::LogPos;
 use crate::types::{TimeUs, Timestamp, TxnId};
 
 impl<L: ReplicatedLog> ShardLeader<L> {
@@ -46,8 +47,17 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 watermark: self.watermark,
                 arrival_delta_us,
                 rounds,
+                position: self.answer_position(id),
             }),
         });
+    }
+
+    /// The position `id`'s answer depends on, while it is not known committed (rule 14).
+    fn answer_position(&self, id: TxnId) -> Option<LogPos> {
+        if self.config.mutations.hide_positions {
+            return None;
+        }
+        self.spec.answer_position(id).filter(|index| *index > self.committed_index).map(|index| self.pos(index))
     }
 
     /// Sends the watermark, if it moved since the last broadcast and a period has passed, to
@@ -57,15 +67,26 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let (at, w) = self.broadcast_at;
         if now >= at + self.config.watermark_broadcast_us && self.watermark > w {
             self.broadcast_at = (now, self.watermark);
-            let msg = ServerMsg::Watermark { shard: self.config.shard, watermark: self.watermark };
+            let shard = self.config.shard;
+            let mut msgs = vec![ServerMsg::Watermark { shard, watermark: self.watermark }];
+            if self.floor_committed > self.promise_sent {
+                // Rule 15: what lets clients pass over this shard while it fails over.
+                self.promise_sent = self.floor_committed;
+                msgs.push(ServerMsg::Promise { shard, term: self.term, floor: self.floor_committed });
+            }
             let since = now.saturating_sub(self.config.active_client_us);
             self.clients_heard.retain(|_, heard| *heard >= since);
-            if now >= self.all_clients_at + self.config.all_clients_broadcast_us {
+            let everyone = now >= self.all_clients_at + self.config.all_clients_broadcast_us;
+            if everyone {
                 self.all_clients_at = now;
-                out.push(LeaderOutput::ToAllClients { msg });
-            } else if !self.clients_heard.is_empty() {
-                let clients = self.clients_heard.keys().copied().collect();
-                out.push(LeaderOutput::ToClients { clients, msg });
+            }
+            for msg in msgs {
+                if everyone {
+                    out.push(LeaderOutput::ToAllClients { msg });
+                } else if !self.clients_heard.is_empty() {
+                    let clients = self.clients_heard.keys().copied().collect();
+                    out.push(LeaderOutput::ToClients { clients, msg });
+                }
             }
         }
     }

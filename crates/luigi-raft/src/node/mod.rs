@@ -119,6 +119,10 @@ pub struct RaftLog<R = LogRecord> {
     lost: Option<(u64, u64, u64, u64)>,
     /// Snapshots travel outside Raft's messages (see [`RaftConfig::external_snapshots`]).
     external_snapshots: bool,
+    /// Acknowledgements to a leader sent in readies not yet advanced: (ready, term, index).
+    acks_in_flight: VecDeque<(u64, u64, LogIndex)>,
+    /// The last acknowledgement whose ready was advanced (durable): term and index.
+    acked: (u64, LogIndex),
 }
 
 impl<R: Record> std::fmt::Debug for RaftLog<R> {
@@ -228,6 +232,8 @@ impl<R: Record> RaftLog<R> {
             rejoin_done: false,
             lost: None,
             external_snapshots: config.external_snapshots,
+            acks_in_flight: VecDeque::new(),
+            acked: (0, 0),
         };
         log.redraw_election_timeout();
         Ok(log)
@@ -363,6 +369,13 @@ impl<R: Record> RaftLog<R> {
         self.raw.raft.term
     }
 
+    /// The term and index of the last acknowledgement this replica sent its leader whose
+    /// entries are durable here: its log matches that term's leader up to the index (what a
+    /// follower reports as its progress, DESIGN.md rule 14).
+    pub fn acked(&self) -> (u64, LogIndex) {
+        self.acked
+    }
+
     /// Highest index known committed.
     pub fn commit_index(&self) -> LogIndex {
         self.raw.raft.raft_log.committed
@@ -450,6 +463,10 @@ fn decode_committed<R: Record>(e: &Entry) -> Result<Option<LogEntry<R>>, RaftErr
 }
 
 impl<R: Record> ReplicatedLog<R> for RaftLog<R> {
+    fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
     /// Appends `record` to the leader's log and returns its index. Indexes increase but are
     /// not consecutive: election no-ops take indexes too.
     ///

@@ -168,6 +168,11 @@ impl<R: Record> RaftLog<R> {
                 }
             }
         }
+        for m in messages.iter().chain(&persisted_messages) {
+            if m.get_msg_type() == MessageType::MsgAppendResponse && !m.reject {
+                self.acks_in_flight.push_back((out.number, m.term, m.index));
+            }
+        }
         let external = self.external_snapshots;
         out.messages = messages.into_iter().map(|m| out_message(m, external)).collect();
         out.persisted_messages = persisted_messages.into_iter().map(|m| out_message(m, external)).collect();
@@ -197,6 +202,13 @@ impl<R: Record> RaftLog<R> {
     /// quorum; new messages and commits show up in the next [`RaftLog::ready`].
     pub fn advance(&mut self, number: u64) {
         self.raw.on_persist_ready(number);
+        while let Some(&(ready, term, index)) = self.acks_in_flight.front() {
+            if ready > number {
+                break;
+            }
+            self.acks_in_flight.pop_front();
+            self.acked = self.acked.max((term, index));
+        }
         let log = &self.raw.raft.raft_log;
         let applied = self.handed_out.min(log.committed).min(log.persisted);
         if applied > log.applied {

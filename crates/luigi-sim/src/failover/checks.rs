@@ -146,11 +146,31 @@ impl RaftGroups<'_> {
         if !core.config.check_durable_decisions {
             return Ok(());
         }
-        let durable: Vec<(ShardId, Durable)> = shards
-            .iter()
-            .map(|&p| (p, self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default()))
-            .collect();
-        check_rule4(&format!("R{s}.{i}"), id, &durable).map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
+        let durable = self.durable_of(id, &shards);
+        // Another participant's PREPARE stored on a majority of its group (what its progress
+        // reports proved) is committed before any of its replicas knows it: the check waits
+        // for the final logs then.
+        if durable.iter().any(|(p, d)| *p != s && d.prepares == 0 && !d.aborted) {
+            self.rule4_later.push((format!("R{s}.{i}"), s, id));
+            return Ok(());
+        }
+        check_rule4(&format!("R{s}.{i}"), s, id, &durable).map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
+    }
+
+    /// What each of `shards`' committed logs holds of `id`.
+    fn durable_of(&self, id: TxnId, shards: &[ShardId]) -> Vec<(ShardId, Durable)> {
+        shards.iter().map(|&p| (p, self.oracle[p as usize].durable.get(&id).copied().unwrap_or_default())).collect()
+    }
+
+    /// Rule 4 for the executions that ran before another participant's commit was known, over
+    /// the final logs: the proposals they relied on were committed.
+    fn check_rule4_later(&mut self, core: &Core<'_>) -> Step {
+        for (who, s, id) in std::mem::take(&mut self.rule4_later) {
+            let shards = shards_of(&core.cs.history.txns[core.cs.index[&id]]);
+            check_rule4(&format!("{who} (checked at the end)"), s, id, &self.durable_of(id, &shards))
+                .map_err(|msg| core.violation(ViolationKind::NotDurable, msg))?;
+        }
+        Ok(())
     }
 
     pub(super) fn check_reply(&mut self, core: &mut Core<'_>, shard: ShardId, r: &TxnReply) -> Step {
@@ -185,6 +205,7 @@ impl RaftGroups<'_> {
         // their logs; direct's durability only (it is not transactional).
         let derived = match core.config.protocol {
             Protocol::Luigi => {
+                self.check_rule4_later(&core)?;
                 self.luigi_durability(&mut core)?;
                 Checked::Timestamps
             }

@@ -28,6 +28,10 @@ pub enum KillPoint {
     /// (e) The coordinator dispatches a cross-shard transaction to its first participant only
     /// and dies (every transaction it had in flight is orphaned).
     CoordinatorPartial,
+    /// (f) A speculative answer sent, its log position not known committed (DESIGN.md rule
+    /// 14): the leader crashes right after the call that sent it, before its followers may
+    /// have the records the answer rests on.
+    SpeculativeAnswer,
 }
 
 /// Replication and fault knobs of a replicated run (the rest comes from [`SimConfig`]).

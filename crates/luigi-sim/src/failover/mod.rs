@@ -147,6 +147,10 @@ pub(crate) struct RaftGroups<'a> {
     next_kill_ok_at: VirtualUs,
     /// (shard, transaction) pairs whose first `Propose` (a baseline's: `Vote`) was seen.
     proposed: HashSet<(ShardId, TxnId)>,
+    /// Executions that relied on another shard's proposal proven committed by its progress
+    /// reports before any replica there knew its commit (rule 14): checked against the final
+    /// logs (who, executing shard, transaction).
+    rule4_later: Vec<(String, ShardId, TxnId)>,
     /// The baselines' single-shard reads and the replies they produced.
     reads: baseline::ReadLedger,
     quiescing: bool,
@@ -187,6 +191,7 @@ impl<'a> RaftGroups<'a> {
             kills_left: faults.kills,
             next_kill_ok_at: 0,
             proposed: HashSet::new(),
+            rule4_later: Vec::new(),
             reads: baseline::ReadLedger::default(),
             quiescing: false,
             report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
@@ -270,19 +275,14 @@ impl<'a> RaftGroups<'a> {
             if pending != 0 || !same_size {
                 return false;
             }
-            match core.config.protocol {
-                Protocol::Luigi => {}
-                // Every record the leader logged is committed, known to the oracle and applied
-                // by every replica: a read-only piece's `Commit` changes no store, so equal
-                // stores alone do not say that the log has settled.
-                Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
-                    let last = leader.log().last_index();
-                    let applied =
-                        group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().log().handed_out() >= last));
-                    if leader.log().commit_index() < last || (self.oracle[s].entries.len() as u64) < last || !applied {
-                        return false;
-                    }
-                }
+            // Every record the leader logged is committed, known to the oracle and applied by
+            // every replica: a read-only piece's record changes no store, and a leader executes
+            // before its records commit (Luigi's rule 14), so neither equal stores nor an empty
+            // pending table say that the log has settled.
+            let last = leader.log().last_index();
+            let applied = group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().log().handed_out() >= last));
+            if leader.log().commit_index() < last || (self.oracle[s].entries.len() as u64) < last || !applied {
+                return false;
             }
             leaders.push((group, leader.store()));
         }

@@ -130,8 +130,7 @@ pub(super) fn new_node(
     tuning.election_ticks = faults.election_ticks;
     tuning.snapshot_entries = faults.snapshot_entries.unwrap_or(u64::MAX);
     let node = NodeId { shard: s, replica: i };
-    let shape = vec![faults.replicas; config.shards as usize];
-    let mut nc = NodeConfig::new(node, shape, config.seed, tuning, config.registry());
+    let mut nc = NodeConfig::new(node, shape_of(config, faults), config.seed, tuning, config.registry());
     // The hosted workload's population, plus the synthetic rows of `population_bytes`.
     let hosted = config.workload.as_ref().map(|h| h.initial_store(s));
     match (hosted, faults.population_bytes) {
@@ -148,12 +147,22 @@ pub(super) fn new_node(
             }))
         }
     }
-    nc.leader = LeaderConfig { shard: s, shards: config.shards, ..config.leader.clone() };
+    nc.leader = LeaderConfig {
+        shard: s,
+        shards: config.shards,
+        group_sizes: shape_of(config, faults),
+        ..config.leader.clone()
+    };
     match config.protocol {
         Protocol::Luigi => {} // the node's default factory
         Protocol::Occ | Protocol::TwoPl | Protocol::Direct => nc = nc.with_protocol(replicas_for(config.protocol)),
     }
     ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
+}
+
+/// Replicas per shard.
+fn shape_of(config: &SimConfig, faults: &FaultConfig) -> Vec<u32> {
+    vec![faults.replicas; config.shards as usize]
 }
 
 /// The serving Luigi shard leader of `node`, if it is one (the model's checks of Luigi's
@@ -478,6 +487,7 @@ impl RaftGroups<'_> {
                         | PeerItem::Executed { .. }
                         | PeerItem::Refuse { .. }
                         | PeerItem::Acknowledged { .. }
+                        | PeerItem::Progress(_)
                         | PeerItem::Base(
                             BaseItem::Execute { .. }
                             | BaseItem::Executed { .. }
@@ -501,17 +511,22 @@ impl RaftGroups<'_> {
         let replied = |id: &TxnId| {
             fx.iter().any(|e| matches!(e, Effect::ToClient { msg: ServerMsg::Reply(r), .. } if r.id == *id))
         };
+        let speculative = fx.iter().any(|e| {
+            matches!(e, Effect::ToClient { msg: ServerMsg::Reply(r), .. } if r.position.is_some() && r.outcome.is_ok())
+        });
         let cross = |id: &TxnId| core.cs.index.get(id).is_some_and(|&k| core.cs.history.txns[k].pieces.len() > 1);
         match point {
             KillPoint::PrepareCommitted if first_propose => Some(Kill::DropOutputs),
             KillPoint::ProposeSent if first_propose => Some(Kill::AfterOutputs),
             KillPoint::Decided if after.cross_decided > before.cross_decided || confirm => Some(Kill::DropOutputs),
             KillPoint::Executed if executed.iter().any(|(_, id)| cross(id) && !replied(id)) => Some(Kill::DropOutputs),
+            KillPoint::SpeculativeAnswer if speculative => Some(Kill::AfterOutputs),
             KillPoint::PrepareCommitted
             | KillPoint::ProposeSent
             | KillPoint::Decided
             | KillPoint::Executed
-            | KillPoint::CoordinatorPartial => None,
+            | KillPoint::CoordinatorPartial
+            | KillPoint::SpeculativeAnswer => None,
         }
     }
 

@@ -55,7 +55,7 @@ impl IdealLog {
         let now = core.now;
         let durable: Vec<(ShardId, Durable)> =
             shards.iter().map(|&p| (p, self.leaders[p as usize].leader.log_mut().durable(id, now))).collect();
-        check_rule4(&format!("shard {shard}"), id, &durable)
+        check_rule4(&format!("shard {shard}"), shard, id, &durable)
             .map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
     }
 

@@ -105,14 +105,15 @@ pub fn hosted_config(seed: u64, txns: u64) -> SimConfig {
 /// - the others: 3 replicas under random crashes, isolations and Raft-only cuts, a kill point
 ///   on top every other seed, followers snapshotting every 40 records one seed in five.
 pub fn hosted_faults(seed: u64, shards: u32) -> FaultConfig {
-    const POINTS: [KillPoint; 5] = [
+    const POINTS: [KillPoint; 6] = [
         KillPoint::PrepareCommitted,
         KillPoint::ProposeSent,
         KillPoint::Decided,
         KillPoint::Executed,
         KillPoint::CoordinatorPartial,
+        KillPoint::SpeculativeAnswer,
     ];
-    let point = POINTS[((seed / 3) % 5) as usize];
+    let point = POINTS[((seed / 3) % 6) as usize];
     if gives_up(seed) {
         let first = (seed / 7 % u64::from(shards)) as u32;
         let down_us = |k: u64| 300_000 + (seed.wrapping_mul(7919).wrapping_add(k * 104_729) % 500_000);

@@ -97,6 +97,18 @@ pub fn three_replica_cluster_with(
     (path, ports)
 }
 
+/// Starts every replica of cluster file `config` (its `ports`, by shard) with fsync
+/// durability, data under `data` and logs appended to `log`; slot `3 * shard + replica`.
+pub fn start_all(config: &Path, data: &Path, ports: &[[u16; 3]], log: &Path) -> Vec<Option<ServerProc>> {
+    let mut servers = Vec::new();
+    for (shard, p) in ports.iter().enumerate() {
+        for (replica, port) in p.iter().enumerate() {
+            servers.push(Some(start_durable(config, data, &format!("s{shard}r{replica}"), *port, log)));
+        }
+    }
+    servers
+}
+
 /// Starts server `node` of cluster file `config` with fsync durability and its data under
 /// `data`, appending its log (`RUST_LOG=info`) to `log`, and waits until it listens on `port`.
 pub fn start_durable(config: &Path, data: &Path, node: &str, port: u16, log: &Path) -> ServerProc {
