@@ -116,6 +116,7 @@ impl NodeConfig {
         let mut rc =
             RaftConfig::new(self.node.raft_id(), voters, self.seed ^ u64::from(self.node.shard).rotate_left(40));
         rc.election_ticks = self.tuning.election_ticks;
+        rc.election_spacing_ticks = self.tuning.election_spacing_ticks;
         // A snapshot's data travels in chunks (`snapshot_transfer`), never inside a message.
         rc.external_snapshots = true;
         rc

@@ -29,6 +29,10 @@ pub struct Tuning {
     pub raft_tick_us: u64,
     /// Raft election timeout base, in ticks: 10, and at least [`ELECTION_TIMEOUT_MIN_US`].
     pub election_ticks: usize,
+    /// Ticks between the election timeouts of a group's replicas (see
+    /// `luigi_raft::RaftConfig::election_spacing_ticks`): 3 one-way delays (a pre-vote round
+    /// trip and the vote requests' trip), so one follower's election is not raced by another.
+    pub election_spacing_ticks: usize,
     /// A leader asks the other participants about a transaction stalled this long, µs: 16
     /// one-way delays, at least [`RECOVERY_MIN_US`].
     pub recover_after_us: u64,
@@ -60,6 +64,7 @@ impl Tuning {
         Tuning {
             raft_tick_us,
             election_ticks: (ELECTION_TIMEOUT_MIN_US.div_ceil(raft_tick_us) as usize).max(10),
+            election_spacing_ticks: (3 * one_way_us).div_ceil(raft_tick_us).max(1) as usize,
             recover_after_us: (one_way_us * 16).max(RECOVERY_MIN_US),
             floor_lookahead_us: 300_000 + 4 * one_way_us,
             retry_timeout_us: 8 * one_way_us + RECOVERY_MIN_US,

@@ -103,7 +103,7 @@ pub struct ProtocolConfig {
     /// A follower snapshots its state and compacts its log every this many applied records.
     pub snapshot_entries: Option<u64>,
     /// Raft's election timeout base, µs (rounded up to whole ticks; the timeout is drawn
-    /// from it to twice it). Default: 10 ticks, 100 ms on loopback.
+    /// from it to twice it). Default: 10 ticks and at least 1 s (`luigi_node::tuning`).
     pub election_timeout_us: Option<u64>,
 }
 

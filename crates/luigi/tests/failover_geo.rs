@@ -6,6 +6,8 @@
 //! 0 serves again. Checks that no answered transfer was lost or applied twice.
 //!
 //! Takes about 25 s: `cargo test -p luigi --test failover_geo -- --ignored --nocapture`.
+//! `LUIGI_ELECTION_TIMEOUT_US=n` sets the cluster file's `[protocol] election_timeout_us`
+//! (default: the derived one, at least 1 s) to see what a shorter one buys.
 
 mod common;
 
@@ -43,7 +45,9 @@ fn accounts_on(shard: u32) -> Vec<u64> {
 fn killing_a_leader_under_geo_pauses_its_shard_and_barely_the_other() {
     let dir = scratch("failover-geo");
     let data = dir.join("data");
-    let (config_path, ports) = three_replica_cluster(&dir, 2, "geo", "");
+    let election = std::env::var("LUIGI_ELECTION_TIMEOUT_US").ok();
+    let protocol = election.as_ref().map_or(String::new(), |us| format!("election_timeout_us = {us}\n"));
+    let (config_path, ports) = three_replica_cluster(&dir, 2, "geo", &protocol);
     let logs = dir.join("servers.log");
     let mut servers = start_all(&config_path, &data, &ports, &logs);
     let config = ClusterConfig::load(&config_path).unwrap();
@@ -99,7 +103,8 @@ fn killing_a_leader_under_geo_pauses_its_shard_and_barely_the_other() {
     let done = committed.lock().unwrap().clone();
 
     // The timeline: commits per bucket of each shard, from 2 s before the kill to 6 s after.
-    println!("failover under geo: kill -9 of s0r0 (shard 0's leader) at t = 0; commits per {BUCKET:?}");
+    let timeout = election.map_or("derived".to_string(), |us| format!("{us} us"));
+    println!("failover under geo (election timeout {timeout}): kill -9 of s0r0 (shard 0's leader) at t = 0; commits per {BUCKET:?}");
     println!("{:>7} {:>8} {:>8}", "t(s)", "shard 0", "shard 1");
     let from = killed_at - Duration::from_secs(2);
     for b in 0..32 {

@@ -33,6 +33,13 @@ pub struct RaftConfig {
     /// `election_ticks` whether a quorum was active during it and steps down if not
     /// (check-quorum), i.e. 1 to 2 `election_ticks` after it lost its quorum. Default 10.
     pub election_ticks: usize,
+    /// Ticks between the election timeouts of a group's replicas in one term. 1 (the
+    /// default): each replica's timeout is a distinct draw from the whole range. More: the
+    /// replicas' timeouts are spaced this far apart (within the range), so that a follower
+    /// whose election is under way (a pre-vote round trip, then its vote requests' one-way
+    /// trip) is not raced by a second one: a split vote costs a whole timeout, over a second
+    /// on wide-area links. Set to cover 3 one-way delays (`luigi_node::Tuning`).
+    pub election_spacing_ticks: usize,
     /// Append messages a leader keeps in flight per follower (pipelining). Default 256.
     pub max_inflight_msgs: usize,
     /// Byte budget of one append message's entries (at least one entry is always sent).
@@ -66,6 +73,7 @@ impl RaftConfig {
             seed,
             heartbeat_ticks: 1,
             election_ticks: 10,
+            election_spacing_ticks: 1,
             max_inflight_msgs: 256,
             max_size_per_msg: 1 << 20,
             max_pending: 1 << 16,

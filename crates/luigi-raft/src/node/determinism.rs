@@ -16,11 +16,24 @@ fn timeout_offset(seed: u64, term: u64, slot: usize, base: usize) -> usize {
     perm[slot % base]
 }
 
+/// The election-timeout offset of the replica in `slot` of a group of `n` whose timeouts are
+/// spaced `spacing` ticks apart within `0..base`: its place in a permutation of the group drawn
+/// from `(seed, term)`, times the spacing (narrowed to fit the range).
+fn spaced_offset(seed: u64, term: u64, slot: usize, n: usize, base: usize, spacing: usize) -> usize {
+    let spacing = spacing.min((base - 1) / n.saturating_sub(1).max(1)).max(1);
+    timeout_offset(seed, term, slot, n.max(1)) * spacing
+}
+
 impl<R: Record> RaftLog<R> {
     pub(super) fn redraw_election_timeout(&mut self) {
         let base = self.election_base;
-        let t = base + timeout_offset(self.seed, self.raw.raft.term, self.slot, base);
-        self.raw.raft.set_randomized_election_timeout(t);
+        let term = self.raw.raft.term;
+        let offset = if self.election_spacing > 1 {
+            spaced_offset(self.seed, term, self.slot, self.voters.len(), base, self.election_spacing)
+        } else {
+            timeout_offset(self.seed, term, self.slot, base)
+        };
+        self.raw.raft.set_randomized_election_timeout(base + offset);
     }
 
     /// Called after every call into raft-rs: redraw the election timeout if raft-rs reset it.
@@ -30,5 +43,27 @@ impl<R: Record> RaftLog<R> {
             self.observed = now;
             self.redraw_election_timeout();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spaced_timeouts_are_a_spacing_apart_within_the_range() {
+        for term in 0..50 {
+            let mut offsets: Vec<usize> = (0..3).map(|slot| spaced_offset(7, term, slot, 3, 14, 6)).collect();
+            offsets.sort();
+            assert_eq!(offsets, vec![0, 6, 12], "term {term}");
+        }
+        // Narrowed to fit: 5 replicas in a range of 14 ticks are 3 apart.
+        let mut five: Vec<usize> = (0..5).map(|slot| spaced_offset(7, 1, slot, 5, 14, 6)).collect();
+        five.sort();
+        assert_eq!(five, vec![0, 3, 6, 9, 12]);
+        // Who times out first changes with the term.
+        let firsts: std::collections::BTreeSet<usize> =
+            (0..30).map(|term| (0..3).find(|&slot| spaced_offset(7, term, slot, 3, 14, 6) == 0).unwrap()).collect();
+        assert_eq!(firsts.len(), 3);
     }
 }

@@ -99,6 +99,8 @@ pub struct RaftLog<R = LogRecord> {
     id: u64,
     voters: Vec<u64>,
     election_base: usize,
+    /// Ticks between the group's election timeouts in a term (1: distinct draws).
+    election_spacing: usize,
     seed: u64,
     /// Position of `id` among the sorted voters.
     slot: usize,
@@ -222,6 +224,7 @@ impl<R: Record> RaftLog<R> {
             id: config.id,
             voters,
             election_base: base,
+            election_spacing: config.election_spacing_ticks.max(1),
             seed: config.seed,
             slot,
             observed,
