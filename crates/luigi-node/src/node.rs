@@ -592,6 +592,10 @@ impl ReplicaNode {
             self.transfers.link_up(self.now_us, peer.raft_id(), &mut self.transfer_events);
         } else {
             self.linked.remove(&replica);
+            // A leader whose connections all broke at once has most likely crashed: its
+            // followers elect the next one without waiting out their timeouts (rule 15's
+            // pass-over then follows one hop after the vote).
+            self.replica.log_mut().leader_link_lost(peer.raft_id());
         }
     }
 

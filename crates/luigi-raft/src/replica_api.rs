@@ -194,6 +194,8 @@ pub trait LogControl: Debug {
     fn persisted_index(&self) -> u64;
     /// See [`RaftLog::acked`].
     fn acked(&self) -> (u64, u64);
+    /// See [`RaftLog::leader_link_lost`].
+    fn leader_link_lost(&mut self, lost: u64);
 }
 
 impl<R: Record> LogControl for RaftLog<R> {
@@ -277,6 +279,9 @@ impl<R: Record> LogControl for RaftLog<R> {
     }
     fn acked(&self) -> (u64, u64) {
         RaftLog::acked(self)
+    }
+    fn leader_link_lost(&mut self, lost: u64) {
+        RaftLog::leader_link_lost(self, lost)
     }
 }
 

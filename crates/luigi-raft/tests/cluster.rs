@@ -115,6 +115,46 @@ fn c_leader_failover_and_rejoin() {
     }
 }
 
+/// With spaced election timeouts (3 one-way delays apart, as on wide-area links) and a
+/// leader whose connections broke (a crash: both followers see it), the followers elect a new
+/// leader without waiting out their timeouts, in one round; a follower that alone lost its
+/// link gets no pre-vote from one that still hears the leader, so a live leader stays.
+#[test]
+fn a_leader_whose_links_broke_is_replaced_without_the_election_timeout() {
+    let spaced = |c: &mut luigi_raft::RaftConfig| {
+        c.election_ticks = 20;
+        c.election_spacing_ticks = 6;
+    };
+    for seed in 0..6 {
+        let mut c = Cluster::build(3, 40 + seed, None, spaced);
+        propose_many(&mut c, 5);
+        c.run(3 * TICK);
+        let old = c.live_leader().expect("leader");
+        let old_term = c.log(old).term();
+        c.isolated.insert(old);
+        for id in (1..=3).filter(|id| *id != old) {
+            c.node_mut(id).log.leader_link_lost(old);
+        }
+        let took = c.run_until(40 * TICK, |c| c.live_leader().is_some_and(|l| l != old)).expect("a new leader soon");
+        let ticks = took.div_ceil(TICK);
+        assert!(ticks <= 8, "seed {seed}: {ticks} ticks, not the 20-tick timeout");
+        assert_eq!(c.log(c.live_leader().unwrap()).term(), old_term + 1, "seed {seed}: one round, no split vote");
+        c.isolated.clear();
+        c.check_log_matching();
+    }
+    // One follower alone lost its link: the leader keeps its term.
+    let mut c = Cluster::build(3, 77, None, spaced);
+    propose_many(&mut c, 5);
+    c.run(3 * TICK);
+    let leader = c.live_leader().expect("leader");
+    let term = c.log(leader).term();
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    c.node_mut(follower).log.leader_link_lost(leader);
+    c.run(30 * TICK);
+    assert_eq!(c.live_leader(), Some(leader));
+    assert_eq!(c.log(leader).term(), term, "no election deposed a live leader");
+}
+
 /// A fixed scenario with drops, reordering, a leader isolation and a heal; returns what
 /// happened.
 fn scenario(seed: u64) -> (Vec<Event>, Vec<(u64, LogRecord)>) {

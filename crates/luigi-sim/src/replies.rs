@@ -58,26 +58,20 @@ impl ReplyLedger {
                 format!("shard {shard} answered {:?} at ts {} with watermark {} below it", r.id, r.ts, r.watermark);
             return Err((ViolationKind::Invariant, msg));
         }
-        if let Some(&w) = self.watermark_at_arrival.get(&(r.id, shard)) {
-            if r.ts <= w {
-                let msg = format!(
-                    "shard {shard} ordered {:?} at ts {} although its watermark was already {w} when the \
-                     transaction first reached it (rule 7)",
-                    r.id, r.ts
-                );
-                return Err((ViolationKind::Invariant, msg));
-            }
-        }
         if r.position.is_some() {
-            // Speculative (rule 14): it may be lost with its leader, and the transaction
-            // answered later at another timestamp; only a proven answer counts, which the
-            // coordinator waits for and the end-of-run checks hold to the committed logs.
+            // Speculative (rule 14): it may be lost with its leader (a deposed leader that
+            // still serves clients for a while answers so, below what its successor
+            // published), and the transaction answered later at another timestamp; only a
+            // proven answer counts, which the coordinator waits for: its completion is checked
+            // against the watermarks (`check_completion`), and the end-of-run checks hold it
+            // to the committed logs.
             let seen = self.speculative_ts.entry((r.id, shard)).or_default();
             if !seen.contains(&r.ts) {
                 seen.push(r.ts);
             }
             return Ok(());
         }
+        self.above_arrival_watermark(r.id, shard, r.ts)?;
         match self.reply_ts.insert((r.id, shard), r.ts) {
             Some(old) if old != r.ts => Err((
                 ViolationKind::TimestampMismatch,
@@ -87,10 +81,26 @@ impl ReplyLedger {
         }
     }
 
+    /// Rule 7: `shard` ordered `id` at `ts` above the watermark it had published when the
+    /// transaction first reached it.
+    fn above_arrival_watermark(&self, id: TxnId, shard: ShardId, ts: Timestamp) -> Result<(), Finding> {
+        match self.watermark_at_arrival.get(&(id, shard)) {
+            Some(&w) if ts <= w => Err((
+                ViolationKind::Invariant,
+                format!(
+                    "shard {shard} ordered {id:?} at ts {ts} although its watermark was already {w} when the \
+                     transaction first reached it (rule 7)"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks a client's answer against the participants' replies.
     pub fn check_completion(&self, done: &Completion) -> Result<(), Finding> {
         let TxnOutcome::Ordered { ts, results } = &done.outcome else { return Ok(()) };
         for (shard, _) in results {
+            self.above_arrival_watermark(done.id, *shard, *ts)?;
             let speculative = self.speculative_ts.get(&(done.id, *shard)).is_some_and(|seen| seen.contains(ts));
             match self.reply_ts.get(&(done.id, *shard)) {
                 Some(t) if t == ts => {}

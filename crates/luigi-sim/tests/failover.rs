@@ -264,6 +264,22 @@ fn regression_real_proposal_after_executed_stand_in() {
     assert!(r.kills > 0 && r.committed > 0, "{r:?}");
 }
 
+/// Seed 2079 of `random_faults_with_snapshots_sweep`, found once a follower whose link to
+/// its leader broke started its election at once: it had compacted its log past what raft-rs
+/// counted as applied (entries handed out and durable, the `advance` not yet called), and
+/// raft-rs panicked reading those entries before campaigning. Compaction now stops at
+/// raft-rs's applied index (`RaftLog::compact_limit`).
+#[test]
+fn regression_compaction_past_raft_applied_before_a_campaign() {
+    let faults = FaultConfig { snapshot_entries: Some(15), replicas: 5, ..FaultConfig::new() };
+    let r = must_pass(
+        "regression_compaction_past_raft_applied_before_a_campaign",
+        failover_config(2079, shards(2079)),
+        &faults,
+    );
+    assert!(r.compactions > 0 && r.committed > 0, "{r:?}");
+}
+
 /// Two successive majority losses (the shape of a cluster-wide stall users hit: one shard
 /// without a quorum for many election timeouts, repaired, then another), with random
 /// minority faults on top and coordinators that give up after 3 attempts (about 180 ms), so

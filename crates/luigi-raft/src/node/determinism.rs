@@ -25,15 +25,20 @@ fn spaced_offset(seed: u64, term: u64, slot: usize, n: usize, base: usize, spaci
 }
 
 impl<R: Record> RaftLog<R> {
-    pub(super) fn redraw_election_timeout(&mut self) {
+    /// The election-timeout offset, in ticks above the base, of the replica in `slot` of this
+    /// group of `n` in `term`.
+    pub(super) fn election_offset(&self, term: u64, slot: usize, n: usize) -> usize {
         let base = self.election_base;
-        let term = self.raw.raft.term;
-        let offset = if self.election_spacing > 1 {
-            spaced_offset(self.seed, term, self.slot, self.voters.len(), base, self.election_spacing)
+        if self.election_spacing > 1 {
+            spaced_offset(self.seed, term, slot, n, base, self.election_spacing)
         } else {
-            timeout_offset(self.seed, term, self.slot, base)
-        };
-        self.raw.raft.set_randomized_election_timeout(base + offset);
+            timeout_offset(self.seed, term, slot, base)
+        }
+    }
+
+    pub(super) fn redraw_election_timeout(&mut self) {
+        let offset = self.election_offset(self.raw.raft.term, self.slot, self.voters.len());
+        self.raw.raft.set_randomized_election_timeout(self.election_base + offset);
     }
 
     /// Called after every call into raft-rs: redraw the election timeout if raft-rs reset it.

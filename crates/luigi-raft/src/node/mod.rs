@@ -319,6 +319,32 @@ impl<R: Record> RaftLog<R> {
         result.map_err(RaftError::from)
     }
 
+    /// The connection to replica `lost` broke. If it is this follower's leader, the follower
+    /// stops waiting out the leader's silence: it counts the election timeout's base as
+    /// elapsed, so it no longer defends the leader's lease (it grants pre-votes), and the
+    /// group's election order of the term goes on from the first surviving replica at the
+    /// next tick, the others still spaced after it. Elections keep pre-vote: a follower whose
+    /// link alone broke gets no pre-vote from one that still hears the leader, so a live
+    /// leader is not deposed; a crashed one is replaced without the election timeout.
+    pub fn leader_link_lost(&mut self, lost: u64) {
+        let (state, leader, term) = (self.raw.raft.state, self.raw.raft.leader_id, self.raw.raft.term);
+        if state != StateRole::Follower || leader != lost || self.rejoin.is_some() {
+            return;
+        }
+        let n = self.voters.len();
+        let first_survivor = self
+            .voters
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v != lost)
+            .map(|(slot, _)| self.election_offset(term, slot, n))
+            .min()
+            .unwrap_or(0);
+        let elapsed = self.election_base + first_survivor;
+        let raft = &mut self.raw.raft;
+        raft.election_elapsed = raft.election_elapsed.max(elapsed);
+    }
+
     /// Asks the leader (this replica) to hand leadership to `to` once it is up to date.
     /// Proposals are refused ([`LogError::NotLeader`]) while the transfer is pending.
     pub fn transfer_leader(&mut self, to: u64) {
