@@ -32,7 +32,8 @@ pub struct LogPos {
 pub struct ProgressReport {
     /// The reporting replica's shard.
     pub shard: ShardId,
-    /// Its index in the shard's replica list.
+    /// Its index in the shard's replica list (not used for a leader's report: the
+    /// leader's term speaks for the majority that elected it).
     pub replica: u32,
     /// Its current Raft term (a follower that voted in an election is past its old leader's
     /// term before it acknowledges anything of the new one).
@@ -98,10 +99,12 @@ impl Progress {
     pub fn on_report(&mut self, r: &ProgressReport) -> bool {
         let s = self.shard_mut(r.shard);
         let mut news = false;
-        if let Some(term) = s.terms.get_mut(r.replica as usize) {
-            if r.term > *term {
-                *term = r.term;
-                news = true;
+        if !r.committed {
+            if let Some(term) = s.terms.get_mut(r.replica as usize) {
+                if r.term > *term {
+                    *term = r.term;
+                    news = true;
+                }
             }
         }
         let slot = if r.committed {
@@ -119,11 +122,16 @@ impl Progress {
         news
     }
 
-    /// True once a majority of `shard`'s replicas reported a term above `term`: the leader
-    /// of `term` can no longer commit anything (a majority refuses its messages), and every
-    /// later leader's log holds what was committed in `term` (DESIGN.md rule 15).
+    /// True once a majority of `shard`'s replicas is known to be past `term`: a majority of
+    /// them reported a later term, or a leader of a later term reported (a majority voted
+    /// for it there). Then the leader of `term` can no longer commit anything (a majority
+    /// refuses its messages), and every later leader's log holds what was committed in `term`
+    /// (DESIGN.md rule 15).
     pub fn moved_past(&self, shard: ShardId, term: u64) -> bool {
         let Some(s) = self.shards.get(shard as usize) else { return false };
+        if s.committed.term > term {
+            return true;
+        }
         let past = s.terms.iter().filter(|t| **t > term).count() as u32;
         s.group > 0 && past > s.group / 2
     }
@@ -214,6 +222,11 @@ mod tests {
         assert!(p.moved_past(0, 4), "two of three");
         assert!(!p.moved_past(0, 5));
         assert!(!Progress::new(&[]).moved_past(0, 0), "an unknown group never");
+        // A leader of a later term speaks for the majority that elected it, whatever replica
+        // index it gives.
+        let mut q = Progress::new(&[3]);
+        q.on_report(&report(0, 6, 2, true));
+        assert!(q.moved_past(0, 5) && !q.moved_past(0, 6));
     }
 
     #[test]
