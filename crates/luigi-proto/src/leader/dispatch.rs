@@ -117,7 +117,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 proposal,
                 confirmed: false,
                 recover_at: None,
-                durable: false,
                 prepare_index,
                 arrival_delta_us,
                 agreement,
@@ -132,7 +131,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if !cross {
             self.queue.mark_ready(id);
         }
-        let at = Some(self.pos(prepare_index));
+        let at = self.uncommitted(prepare_index);
         for shard in others {
             self.queue_peer(shard, PeerItem::Propose { id, ts: proposal, at });
         }

@@ -19,7 +19,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// - the hold queue holds exactly the pending transactions, each at its current
     ///   timestamp and ready exactly when it is decided (rules 4, 5 and 14: a single-shard
     ///   transaction from its admission, whether or not its `PREPARE` committed yet), and
-    ///   its own indexes agree; a `PREPARE` not committed yet is of this leader's own log;
+    ///   its own indexes agree;
     /// - pending transactions have no stored answer, no refusal in progress and no buffered
     ///   early agreement items; every executed, unanswered transaction has its answer stored
     ///   at its timestamp, above the watermark (rule 7, exactly once);
@@ -76,12 +76,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             *per_client.entry(id.client).or_default() += 1;
             let decided = p.agreement.as_ref().is_none_or(Agreement::is_decided);
             let ready = decided;
-            if !p.durable && (p.prepare_index == 0 || p.prepare_index <= self.committed_index) {
-                return Err(self.broken(format!(
-                    "pending {id:?}'s PREPARE at {} is not durable, with the log committed to {}",
-                    p.prepare_index, self.committed_index
-                )));
-            }
             match self.queue.position(*id) {
                 None => return Err(self.broken(format!("pending {id:?} is not in the hold queue"))),
                 Some((ts, r)) if ts != p.ts || r != ready => {
@@ -134,7 +128,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 return Err(self.broken(format!("{id:?}'s recovery deadline {at} is not queued")));
             }
             let undecided = p.agreement.as_ref().is_some_and(|a| !a.is_decided());
-            if !p.durable || !undecided {
+            if self.uncommitted(p.prepare_index).is_some() || !undecided {
                 return Err(self.broken(format!("{id:?} has a recovery deadline but is not durable and undecided")));
             }
         }

@@ -195,9 +195,8 @@ struct Pending {
     confirmed: bool,
     /// When it counts as stalled (cross-shard, durable, undecided).
     recover_at: Option<TimeUs>,
-    /// Its `PREPARE` is committed in the log.
-    durable: bool,
-    /// Where its `PREPARE` is in this leader's log (0: taken over, committed).
+    /// Where its `PREPARE` is in this leader's log (0: taken over, committed); committed once
+    /// the log is (see [`ShardLeader::uncommitted`]).
     prepare_index: LogIndex,
     arrival_delta_us: i64,
     /// Cross-shard agreement (None for single-shard transactions).
@@ -386,9 +385,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    /// The position `index` of this leader's log.
-    fn pos(&self, index: LogIndex) -> LogPos {
-        LogPos { term: self.term, index }
+    /// The position `index` of this leader's log while it is not known committed (rule 14:
+    /// what an answer or a proposal names for its receiver to wait on), `None` once it is.
+    fn uncommitted(&self, index: LogIndex) -> Option<LogPos> {
+        (index > self.committed_index).then_some(LogPos { term: self.term, index })
     }
 
     /// This shard.

@@ -26,7 +26,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             if !shared {
                 continue;
             }
-            let at = (!p.durable).then(|| self.pos(p.prepare_index));
+            let at = self.uncommitted(p.prepare_index);
             items.push(PeerItem::Propose { id: *id, ts: p.proposal, at });
             if p.confirmed {
                 items.push(PeerItem::Confirm { id: *id, ts: p.ts });
@@ -41,7 +41,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// transaction still undecided is now recovered if it stays so for too long (rule 10).
     pub(super) fn on_prepared(&mut self, id: TxnId) {
         let Some(p) = self.pending.get_mut(&id) else { return };
-        p.durable = true;
         if p.agreement.as_ref().is_some_and(|a| !a.is_decided()) {
             let at = self.now + self.config.recover_after_us;
             p.recover_at = Some(at);
@@ -71,7 +70,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let due: Vec<ShardId> = self.commit_owed.iter().filter(|(_, i)| **i <= committed).map(|(s, _)| *s).collect();
         for shard in due {
             self.commit_owed.remove(&shard);
-            let pos = self.pos(committed);
+            let pos = LogPos { term: self.term, index: committed };
             let report = ProgressReport { shard: self.config.shard, replica: 0, term: self.term, pos, committed: true };
             self.queue_peer(shard, PeerItem::Progress(report));
         }
@@ -219,19 +218,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     pub(super) fn flush_outbox(&mut self, out: &mut Vec<LeaderOutput>) {
-        let committed = self.committed_index;
         for (shard, mut items) in std::mem::take(&mut self.outbox) {
             for item in &mut items {
+                let PeerItem::Propose { at, .. } = item else { continue };
+                let Some(pos) = *at else { continue };
                 // Committed by now: the receiver needs no proof.
-                if let PeerItem::Propose { at: at @ Some(_), .. } = item {
-                    match *at {
-                        Some(pos) if pos.index <= committed => *at = None,
-                        Some(pos) => {
-                            let awaited = self.commit_owed.entry(shard).or_default();
-                            *awaited = (*awaited).max(pos.index);
-                        }
-                        None => {}
-                    }
+                *at = self.uncommitted(pos.index);
+                if at.is_some() {
+                    let awaited = self.commit_owed.entry(shard).or_default();
+                    *awaited = (*awaited).max(pos.index);
                 }
             }
             let batch = PeerBatch { from: self.config.shard, watermark: self.watermark, items };

@@ -57,7 +57,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 proposal: p.proposal,
                 confirmed: false,
                 recover_at,
-                durable: true,
                 prepare_index: 0,
                 arrival_delta_us: p.arrival_delta_us,
                 agreement,
@@ -84,7 +83,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 id: *id,
                 shards: p.txn.shards().collect(),
                 age_us: now - p.admitted_us,
-                durable: p.durable,
+                durable: self.uncommitted(p.prepare_index).is_none(),
             })
             .collect();
         out.sort_by(|a, b| b.age_us.cmp(&a.age_us).then(a.id.cmp(&b.id)));
@@ -102,7 +101,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.recover_queue.pop_first();
             let next = now + self.config.recover_after_us;
             let p = self.pending.get_mut(&id).expect("recovery deadlines belong to pending transactions");
-            debug_assert!(p.durable && p.agreement.as_ref().is_some_and(|a| !a.is_decided()));
+            debug_assert!(p.agreement.as_ref().is_some_and(|a| !a.is_decided()));
             p.recover_at = Some(next);
             let (txn, ts) = (p.txn.clone(), p.proposal);
             self.recover_queue.insert((next, id));
@@ -127,7 +126,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
         if let Some(p) = self.pending.get(&id) {
             let (confirmed, proposal, current) = (p.confirmed, p.proposal, p.ts);
-            let at = (!p.durable).then(|| self.pos(p.prepare_index));
+            let at = self.uncommitted(p.prepare_index);
             self.queue_peer(from, PeerItem::Propose { id, ts: proposal, at });
             if confirmed {
                 self.queue_peer(from, PeerItem::Confirm { id, ts: current });

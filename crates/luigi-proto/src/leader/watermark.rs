@@ -57,7 +57,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if self.config.mutations.hide_positions {
             return None;
         }
-        self.spec.answer_position(id).filter(|index| *index > self.committed_index).map(|index| self.pos(index))
+        self.spec.answer_position(id).and_then(|index| self.uncommitted(index))
     }
 
     /// Sends the watermark, if it moved since the last broadcast and a period has passed, to
@@ -76,17 +76,12 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             }
             let since = now.saturating_sub(self.config.active_client_us);
             self.clients_heard.retain(|_, heard| *heard >= since);
-            let everyone = now >= self.all_clients_at + self.config.all_clients_broadcast_us;
-            if everyone {
+            if now >= self.all_clients_at + self.config.all_clients_broadcast_us {
                 self.all_clients_at = now;
-            }
-            for msg in msgs {
-                if everyone {
-                    out.push(LeaderOutput::ToAllClients { msg });
-                } else if !self.clients_heard.is_empty() {
-                    let clients = self.clients_heard.keys().copied().collect();
-                    out.push(LeaderOutput::ToClients { clients, msg });
-                }
+                out.extend(msgs.into_iter().map(|msg| LeaderOutput::ToAllClients { msg }));
+            } else if !self.clients_heard.is_empty() {
+                let clients: Vec<_> = self.clients_heard.keys().copied().collect();
+                out.extend(msgs.into_iter().map(|msg| LeaderOutput::ToClients { clients: clients.clone(), msg }));
             }
         }
     }
