@@ -169,8 +169,8 @@ pub struct ReplicaNode {
     linked: BTreeSet<u32>,
     /// Readies written and waiting for their sync: (number, messages to send after it).
     awaiting: VecDeque<(u64, Vec<OutMessage>)>,
-    /// The core's messages held until the log is durable here up to the index they were
-    /// produced at (rule 14: what they tell may rest on this replica's copy), in order.
+    /// The core's messages that name a position of this replica's log, held until the log is
+    /// durable here up to it (rule 14), in the order they were produced.
     held: VecDeque<(u64, Held)>,
     /// The last progress report sent, and when the next may go.
     progress: (Option<ProgressReport>, TimeUs),
@@ -448,12 +448,18 @@ impl ReplicaNode {
     fn release_held(&mut self, fx: &mut Vec<Effect>) {
         let durable = self.replica.log().persisted_index();
         while self.held.front().is_some_and(|(need, _)| *need <= durable) {
-            match self.held.pop_front().expect("checked").1 {
-                Held::Effect(e) => fx.push(e),
-                Held::Batch(shard, batch) => self.routes.push(shard, batch),
-            }
+            let (_, held) = self.held.pop_front().expect("checked");
+            self.let_go(held, fx);
         }
         self.send_batches(fx);
+    }
+
+    /// A message of the core leaves: an effect now, a batch into its shard's route.
+    fn let_go(&mut self, held: Held, fx: &mut Vec<Effect>) {
+        match held {
+            Held::Effect(e) => fx.push(e),
+            Held::Batch(shard, batch) => self.routes.push(shard, batch),
+        }
     }
 
     /// This replica's progress (rule 14): a follower's last durable acknowledgement, a
@@ -990,10 +996,7 @@ impl ReplicaNode {
                 LeaderOutput::Executed { shard, id, ts } => (0, Held::Effect(Effect::Executed { shard, id, ts })),
             };
             if need <= durable {
-                match held {
-                    Held::Effect(e) => fx.push(e),
-                    Held::Batch(shard, batch) => self.routes.push(shard, batch),
-                }
+                self.let_go(held, fx);
             } else {
                 self.held.push_back((need, held));
             }
