@@ -74,16 +74,8 @@ fn caught(seeds: std::ops::Range<u64>, point: KillPoint, cross_shard: f64, mutat
             kills: 4,
             ..FaultConfig::new()
         };
-        match std::panic::catch_unwind(|| run_replicated(&config, &faults)) {
-            Ok(Ok(_)) => {}
-            Ok(Err(v)) => {
-                eprintln!("seed {seed}: caught {:?}: {}", v.kind, v.message.chars().take(160).collect::<String>());
-                caught += 1;
-            }
-            Err(_) => {
-                eprintln!("seed {seed}: an assertion in the code caught it");
-                caught += 1;
-            }
+        if common::caught_replicated(&config, &faults) {
+            caught += 1;
         }
     }
     caught

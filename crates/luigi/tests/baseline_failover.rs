@@ -22,7 +22,7 @@ use luigi_proto::types::ShardId;
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 
-use common::{scratch, start_all, start_durable as start, three_replica_cluster, transfer};
+use common::{read_balances, scratch, start_all, start_durable as start, three_replica_cluster, transfer};
 
 const ACCOUNTS: u64 = 16;
 const WORKERS: u64 = 8;
@@ -117,18 +117,8 @@ fn run(protocol: &str) {
             }
         }
     }
-    let mut actual = vec![None; ACCOUNTS as usize];
-    for a in (0..ACCOUNTS).step_by(2) {
-        let outcome = rt.block_on(transfer(&client, TransferArgs { from: a, to: a + 1, amount: 0 }));
-        let TxnOutcome::Ordered { results, .. } = outcome else { panic!("{protocol}: read failed: {outcome:?}") };
-        for (_, r) in results {
-            let balances: Vec<(u64, i64)> = postcard::from_bytes(&r.expect("read committed")).unwrap();
-            for (account, balance) in balances {
-                actual[account as usize] = Some(balance);
-            }
-        }
-    }
-    let actual: Vec<i64> = actual.into_iter().map(|b| b.expect("every account read")).collect();
+    let read = read_balances(&rt, &client, (0..ACCOUNTS).step_by(2).map(|a| (a, a + 1)));
+    let actual: Vec<i64> = (0..ACCOUNTS).map(|a| *read.get(&a).expect("every account read")).collect();
     assert_eq!(actual, expected, "{protocol}: balances differ from the answered transfers: lost or doubled");
     let aborted = done.iter().filter(|d| !complete(d)).count();
     eprintln!(

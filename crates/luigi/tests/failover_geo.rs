@@ -20,7 +20,7 @@ use luigi_proto::procedures::{account_key, TransferArgs};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 
-use common::{scratch, start_all, start_durable as start, three_replica_cluster, transfer};
+use common::{read_balances, scratch, start_all, start_durable as start, three_replica_cluster, transfer};
 
 /// Accounts per shard, and client tasks per shard.
 const ACCOUNTS: usize = 8;
@@ -134,16 +134,8 @@ fn killing_a_leader_under_geo_pauses_its_shard_and_barely_the_other() {
         *expected.entry(d.args.from).or_default() -= d.args.amount;
         *expected.entry(d.args.to).or_default() += d.args.amount;
     }
-    for a in accounts.iter() {
-        for pair in a.chunks(2) {
-            let outcome = rt.block_on(transfer(&client, TransferArgs { from: pair[0], to: pair[1], amount: 0 }));
-            let TxnOutcome::Ordered { results, .. } = outcome else { panic!("read failed: {outcome:?}") };
-            for (_, r) in results {
-                let balances: Vec<(u64, i64)> = postcard::from_bytes(&r.expect("read committed")).unwrap();
-                for (account, balance) in balances {
-                    assert_eq!(balance, expected.get(&account).copied().unwrap_or(0), "account {account}");
-                }
-            }
-        }
+    let pairs = accounts.iter().flat_map(|a| a.chunks(2).map(|pair| (pair[0], pair[1])));
+    for (account, balance) in read_balances(&rt, &client, pairs) {
+        assert_eq!(balance, expected.get(&account).copied().unwrap_or(0), "account {account}");
     }
 }

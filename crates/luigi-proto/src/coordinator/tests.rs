@@ -461,11 +461,18 @@ fn the_mutation_that_trusts_unproven_answers_completes_at_once() {
     assert!(matches!(out.as_slice(), [CoordOutput::Done(_)]), "{out:?}");
 }
 
+/// A coordinator of client 1 under the all-shards rule over 2 shards of 3 replicas.
+fn two_shards_of_three() -> Coordinator {
+    Coordinator::new(CoordinatorConfig {
+        commit_rule: CommitRule::AllShards { shards: 2 },
+        group_sizes: vec![3, 3],
+        ..quiet(1)
+    })
+}
+
 #[test]
 fn a_shard_failing_over_is_passed_over_once_a_majority_moved_past_its_promising_term() {
-    let cfg =
-        CoordinatorConfig { commit_rule: CommitRule::AllShards { shards: 2 }, group_sizes: vec![3, 3], ..quiet(1) };
-    let mut c = Coordinator::new(cfg);
+    let mut c = two_shards_of_three();
     let mut out = Vec::new();
     let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
     out.clear();
@@ -482,9 +489,7 @@ fn a_shard_failing_over_is_passed_over_once_a_majority_moved_past_its_promising_
 
 #[test]
 fn a_promise_below_the_timestamp_or_of_a_participant_passes_nothing_over() {
-    let cfg =
-        CoordinatorConfig { commit_rule: CommitRule::AllShards { shards: 2 }, group_sizes: vec![3, 3], ..quiet(1) };
-    let mut c = Coordinator::new(cfg);
+    let mut c = two_shards_of_three();
     let mut out = Vec::new();
     let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
     let both = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test file uses a subset
 
-use luigi_sim::{run, Node, RunReport, SimConfig, SEED_ENV, TRACE_ENV};
+use luigi_sim::{run, run_replicated, FaultConfig, Node, RunReport, SimConfig, SEED_ENV, TRACE_ENV};
 
 /// The seeds to run: `range`, or only the one named by `LUIGI_SIM_SEED`.
 pub fn seeds(range: std::ops::Range<u64>) -> Vec<u64> {
@@ -17,6 +17,23 @@ pub fn seeds(range: std::ops::Range<u64>) -> Vec<u64> {
 pub fn traced(mut config: SimConfig) -> SimConfig {
     config.trace = std::env::var(TRACE_ENV).is_ok_and(|v| v != "0");
     config
+}
+
+/// Runs `config` replicated with `faults` (a run with a deliberate bug) and says whether it
+/// was caught: by a violation, or by a panic (an assertion in the code, or raft-rs's own).
+pub fn caught_replicated(config: &SimConfig, faults: &FaultConfig) -> bool {
+    let seed = config.seed;
+    match std::panic::catch_unwind(|| run_replicated(config, faults)) {
+        Ok(Ok(_)) => false,
+        Ok(Err(v)) => {
+            eprintln!("seed {seed}: caught {:?}: {}", v.kind, v.message.chars().take(200).collect::<String>());
+            true
+        }
+        Err(_) => {
+            eprintln!("seed {seed}: a panic (an assertion in the code, or raft-rs's) caught it");
+            true
+        }
+    }
 }
 
 /// Runs `config`; on a violation, fails with the violation and the command that reruns it.

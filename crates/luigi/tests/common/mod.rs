@@ -4,6 +4,7 @@
 
 pub mod subset;
 
+use std::collections::BTreeMap;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -152,4 +153,23 @@ pub async fn transfer(client: &Client, args: TransferArgs) -> TxnOutcome {
     let done =
         client.execute(Transfer::NAME, postcard::to_stdvec(&args).unwrap(), vec![], keys).await.expect("client alive");
     done.outcome
+}
+
+/// The balances of the accounts in `pairs`, read with one zero transfer per pair (it returns
+/// both balances, from every participant).
+pub fn read_balances(
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    pairs: impl IntoIterator<Item = (u64, u64)>,
+) -> BTreeMap<u64, i64> {
+    let mut balances = BTreeMap::new();
+    for (from, to) in pairs {
+        let outcome = rt.block_on(transfer(client, TransferArgs { from, to, amount: 0 }));
+        let TxnOutcome::Ordered { results, .. } = outcome else { panic!("read failed: {outcome:?}") };
+        for (_, r) in results {
+            let read: Vec<(u64, i64)> = postcard::from_bytes(&r.expect("read committed")).unwrap();
+            balances.extend(read);
+        }
+    }
+    balances
 }
