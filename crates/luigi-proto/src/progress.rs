@@ -69,13 +69,15 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// A table for shards whose groups have `group_sizes[s]` replicas. A shard not listed
-    /// (or listed with 0) is proven only by its leader's commit reports.
-    pub fn new(group_sizes: &[u32]) -> Self {
-        let shards = group_sizes.iter().map(|&n| ShardProgress {
-            group: n,
-            acked: vec![LogPos::default(); n as usize],
-            terms: vec![0; n as usize],
+    /// A table for `shards` shards whose groups have `group_sizes[s]` replicas. A shard not
+    /// listed (or listed with 0) is proven only by its leader's commit reports; a report about
+    /// a shard past `shards` is ignored.
+    pub fn new(group_sizes: &[u32], shards: u32) -> Self {
+        let size = |s: usize| group_sizes.get(s).copied().unwrap_or(0);
+        let shards = (0..group_sizes.len().max(shards as usize)).map(|s| ShardProgress {
+            group: size(s),
+            acked: vec![LogPos::default(); size(s) as usize],
+            terms: vec![0; size(s) as usize],
             ..Default::default()
         });
         Progress { shards: shards.collect(), any_term: false }
@@ -87,17 +89,9 @@ impl Progress {
         self
     }
 
-    fn shard_mut(&mut self, shard: ShardId) -> &mut ShardProgress {
-        let s = shard as usize;
-        if s >= self.shards.len() {
-            self.shards.resize_with(s + 1, ShardProgress::default);
-        }
-        &mut self.shards[s]
-    }
-
     /// Takes a report in. Returns true if it taught something new (a later position or term).
     pub fn on_report(&mut self, r: &ProgressReport) -> bool {
-        let s = self.shard_mut(r.shard);
+        let Some(s) = self.shards.get_mut(r.shard as usize) else { return false };
         let mut news = false;
         if !r.committed {
             if let Some(term) = s.terms.get_mut(r.replica as usize) {
@@ -169,7 +163,7 @@ mod tests {
 
     #[test]
     fn one_follower_of_the_term_proves_a_position_in_a_group_of_three() {
-        let mut p = Progress::new(&[3]);
+        let mut p = Progress::new(&[3], 1);
         let pos = LogPos { term: 2, index: 10 };
         assert!(!p.proven(0, pos));
         assert!(p.on_report(&report(1, 2, 9, false)));
@@ -181,14 +175,14 @@ mod tests {
 
     #[test]
     fn reports_of_another_term_prove_nothing() {
-        let mut p = Progress::new(&[3]);
+        let mut p = Progress::new(&[3], 1);
         let pos = LogPos { term: 2, index: 10 };
         p.on_report(&report(1, 1, 50, false));
         p.on_report(&report(2, 3, 50, false));
         assert!(!p.proven(0, pos), "a stale term and a newer term");
         p.on_report(&report(0, 3, 50, true));
         assert!(!p.proven(0, pos), "a later leader's commit index is about its own log");
-        let mut q = Progress::new(&[3]);
+        let mut q = Progress::new(&[3], 1);
         q.on_report(&report(0, 2, 10, true));
         assert!(q.proven(0, pos), "the leader of the term says committed");
         assert!(!q.on_report(&report(0, 1, 90, true)), "an older term's leader is old news");
@@ -196,7 +190,7 @@ mod tests {
 
     #[test]
     fn five_replicas_need_two_followers_and_one_needs_none() {
-        let mut p = Progress::new(&[5, 1]);
+        let mut p = Progress::new(&[5, 1], 3);
         let pos = LogPos { term: 1, index: 4 };
         p.on_report(&report(1, 1, 4, false));
         assert!(!p.proven(0, pos));
@@ -206,11 +200,15 @@ mod tests {
         assert!(p.proven(0, pos));
         assert!(p.proven(1, pos), "a group of one: the leader's durable copy is the majority");
         assert!(!p.proven(2, pos), "an unknown shard needs its leader's word");
+        let leader =
+            ProgressReport { shard: 2, replica: 0, term: 1, pos: LogPos { term: 1, index: 4 }, committed: true };
+        assert!(p.on_report(&leader));
+        assert!(p.proven(2, pos), "and takes it");
     }
 
     #[test]
     fn a_majority_past_a_term_is_counted_from_current_terms() {
-        let mut p = Progress::new(&[3]);
+        let mut p = Progress::new(&[3], 1);
         assert!(!p.moved_past(0, 4));
         // A follower that voted in term 5 still holds what it acknowledged in term 4.
         let voted =
@@ -221,18 +219,23 @@ mod tests {
         p.on_report(&report(2, 5, 0, false));
         assert!(p.moved_past(0, 4), "two of three");
         assert!(!p.moved_past(0, 5));
-        assert!(!Progress::new(&[]).moved_past(0, 0), "an unknown group never");
+        assert!(!Progress::new(&[], 0).moved_past(0, 0), "an unknown group never");
         // A leader of a later term speaks for the majority that elected it, whatever replica
         // index it gives.
-        let mut q = Progress::new(&[3]);
+        let mut q = Progress::new(&[3], 1);
         q.on_report(&report(0, 6, 2, true));
         assert!(q.moved_past(0, 5) && !q.moved_past(0, 6));
     }
 
     #[test]
-    fn reports_from_replicas_outside_the_group_are_ignored() {
-        let mut p = Progress::new(&[3]);
+    fn reports_from_replicas_or_shards_outside_the_table_are_ignored() {
+        let mut p = Progress::new(&[3], 1);
         assert!(!p.on_report(&report(7, 1, 100, false)));
+        // Nor from a shard past the table: a garbled shard id grows nothing.
+        let stranger =
+            ProgressReport { shard: u32::MAX, replica: 0, term: 9, pos: LogPos { term: 9, index: 9 }, committed: true };
+        assert!(!p.on_report(&stranger));
+        assert_eq!(p.shards.len(), 1);
         assert!(!p.proven(0, LogPos { term: 1, index: 1 }));
         assert_eq!(p.newest_term(0), 0);
     }

@@ -292,10 +292,14 @@ impl Coordinator {
     /// A coordinator with `config`.
     pub fn new(config: CoordinatorConfig) -> Self {
         Self {
-            progress: if config.mutations.accept_reports_of_any_term {
-                Progress::new(&config.group_sizes).accepting_any_term()
-            } else {
-                Progress::new(&config.group_sizes)
+            progress: {
+                // Reports matter only for the shards whose groups are known.
+                let progress = Progress::new(&config.group_sizes, 0);
+                if config.mutations.accept_reports_of_any_term {
+                    progress.accepting_any_term()
+                } else {
+                    progress
+                }
             },
             config,
             next_seq: 1,

@@ -344,7 +344,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// A leader over `store` with `log`, running `registry`'s procedures.
     pub fn new(config: LeaderConfig, log: L, store: Store, registry: Registry) -> Self {
         let term = log.term();
-        let progress = Progress::new(&config.group_sizes);
+        let progress = Progress::new(&config.group_sizes, config.shards);
         Self {
             config,
             log,

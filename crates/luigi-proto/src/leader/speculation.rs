@@ -198,7 +198,7 @@ mod tests {
     #[test]
     fn proposals_wait_for_their_proof_and_stale_terms_are_dropped() {
         let mut s = Speculation::default();
-        let mut progress = Progress::new(&[3, 3]);
+        let mut progress = Progress::new(&[3, 3], 2);
         s.hold_proposal(1, LogPos { term: 2, index: 7 }, id(1), 100, 16);
         s.hold_proposal(1, LogPos { term: 2, index: 9 }, id(2), 110, 16);
         s.hold_proposal(1, LogPos { term: 1, index: 3 }, id(3), 90, 16);
