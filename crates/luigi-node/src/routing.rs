@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError};
-use luigi_proto::types::{ShardId, Timestamp, TxnId};
+use luigi_proto::types::{Protocol, ShardId, Timestamp, TxnId};
 
 /// Identity of a server node: one replica of one shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -161,12 +161,25 @@ pub const SENDS_REMEMBERED_MAX: usize = 1 << 20;
 /// (only a serving leader broadcasts watermarks), and a resend of the same transaction with
 /// no news since the last send moves it to the next replica: the guessed leader may be cut
 /// off, crashed with its connection still open, or deposed without knowing.
+///
+/// A guess made without news (the next replica after a lost connection, a resend, or a
+/// `NotLeader` naming nobody) is unsure: while it is, a dispatch goes to every reachable
+/// replica of the shard. During an election the replicas hold it until they know the
+/// winner (`luigi-raft`'s `waiting`): the winner admits it as soon as it serves, and the
+/// others name the winner. The client does not walk the group a round trip per guess. Only
+/// for protocols whose leaders answer a duplicate dispatch as they answered the first
+/// ([`ClientRoutes::broadcasting_when_unsure`]): Luigi's do (rule 7's answer table); the
+/// baselines' do not for an abort they never logged.
 #[derive(Debug)]
 pub struct ClientRoutes {
     /// Replicas per shard.
     replicas: Vec<u32>,
     /// Per shard: the guessed replica, and a counter bumped whenever the guess changes.
     guess: Vec<(u32, u64)>,
+    /// Per shard: whether the guess was made without news of a leader.
+    unsure: Vec<bool>,
+    /// Whether an unsure guess sends a dispatch to every reachable replica.
+    broadcast: bool,
     /// Highest watermark heard from any replica of each shard.
     best_watermark: Vec<Timestamp>,
     /// Per (transaction, shard): the guess counter when its dispatch was last sent.
@@ -174,10 +187,34 @@ pub struct ClientRoutes {
 }
 
 impl ClientRoutes {
-    /// Routes for shards of `replicas[s]` replicas each, first guessing replica 0.
+    /// Routes for shards of `replicas[s]` replicas each, first guessing replica 0 (a fresh
+    /// cluster's first election is started by replica 0).
     pub fn new(replicas: Vec<u32>) -> Self {
         let n = replicas.len();
-        ClientRoutes { replicas, guess: vec![(0, 0); n], best_watermark: vec![0; n], sent_with: HashMap::new() }
+        ClientRoutes {
+            replicas,
+            guess: vec![(0, 0); n],
+            unsure: vec![false; n],
+            broadcast: false,
+            best_watermark: vec![0; n],
+            sent_with: HashMap::new(),
+        }
+    }
+
+    /// Routes that send a dispatch to every reachable replica of a shard while the guess of
+    /// its leader is unsure.
+    pub fn broadcasting_when_unsure(mut self) -> Self {
+        self.broadcast = true;
+        self
+    }
+
+    /// The routes a client of `protocol` uses: broadcasting while unsure for Luigi only.
+    pub fn for_protocol(replicas: Vec<u32>, protocol: Protocol) -> Self {
+        let routes = Self::new(replicas);
+        match protocol {
+            Protocol::Luigi => routes.broadcasting_when_unsure(),
+            Protocol::Occ | Protocol::TwoPl | Protocol::Direct => routes,
+        }
     }
 
     /// Shards in the cluster.
@@ -190,14 +227,15 @@ impl ClientRoutes {
         self.replicas.get(shard as usize).copied().unwrap_or(0)
     }
 
-    /// The replica to send `msg` for `shard` to, among those `reachable` says the client
-    /// can reach (`None`: none of them). Records a dispatch's send, so that a resend with no
-    /// news in between tries the next replica.
-    pub fn route(&mut self, shard: ShardId, msg: &ClientMsg, reachable: impl Fn(u32) -> bool) -> Option<u32> {
+    /// The replicas to send `msg` for `shard` to, among those `reachable` says the client
+    /// can reach (none: none of them): the guessed leader, or (when broadcasting) for a
+    /// dispatch while the guess is unsure every reachable replica, the guess first. Records a dispatch's send, so that
+    /// a resend with no news in between tries the next replica.
+    pub fn route(&mut self, shard: ShardId, msg: &ClientMsg, reachable: impl Fn(u32) -> bool) -> Vec<u32> {
         let s = shard as usize;
-        let n = *self.replicas.get(s)?;
+        let Some(&n) = self.replicas.get(s) else { return Vec::new() };
         if n == 0 {
-            return None;
+            return Vec::new();
         }
         let key = match msg {
             ClientMsg::Dispatch { txn, .. } => Some((txn.id, shard)),
@@ -205,22 +243,26 @@ impl ClientRoutes {
         };
         if let Some(k) = key {
             if self.sent_with.get(&k) == Some(&self.guess[s].1) {
-                self.move_guess(s, (self.guess[s].0 + 1) % n);
+                self.move_guess(s, (self.guess[s].0 + 1) % n, true);
             }
         }
         let start = self.guess[s].0;
-        let replica = (0..n).map(|step| (start + step) % n).find(|r| reachable(*r))?;
+        let Some(replica) = (0..n).map(|step| (start + step) % n).find(|r| reachable(*r)) else {
+            return Vec::new();
+        };
         if replica != start {
-            self.move_guess(s, replica);
+            self.move_guess(s, replica, true);
         }
-        if let Some(k) = key {
-            if self.sent_with.len() >= SENDS_REMEMBERED_MAX {
-                // Bounded: forgetting only costs a resend's move to the next replica.
-                self.sent_with.clear();
-            }
-            self.sent_with.insert(k, self.guess[s].1);
+        let Some(k) = key else { return vec![replica] };
+        if self.sent_with.len() >= SENDS_REMEMBERED_MAX {
+            // Bounded: forgetting only costs a resend's move to the next replica.
+            self.sent_with.clear();
         }
-        Some(replica)
+        self.sent_with.insert(k, self.guess[s].1);
+        if !(self.broadcast && self.unsure[s]) {
+            return vec![replica];
+        }
+        (0..n).map(|step| (replica + step) % n).filter(|r| reachable(*r)).collect()
     }
 
     /// `msg` came from `node`: follows a `NotLeader` hint or a newer watermark.
@@ -230,17 +272,20 @@ impl ClientRoutes {
         match msg {
             ServerMsg::Reply(r) => {
                 if let Err(TxnError::NotLeader { hint }) = &r.outcome {
-                    if self.guess[s].0 == node.replica {
-                        let next = (node.replica + 1) % n;
-                        self.move_guess(s, hint.filter(|h| *h != node.replica && *h < n).unwrap_or(next));
+                    let named = hint.filter(|h| *h != node.replica && *h < n);
+                    if let Some(leader) = named.filter(|_| self.unsure[s] || self.guess[s].0 == node.replica) {
+                        // A replica names the leader only once it heard from it.
+                        self.move_guess(s, leader, false);
+                    } else if self.guess[s].0 == node.replica {
+                        self.move_guess(s, (node.replica + 1) % n, true);
                     }
                 }
             }
             ServerMsg::Watermark { watermark, .. } => {
                 if *watermark > self.best_watermark[s] {
                     self.best_watermark[s] = *watermark;
-                    if self.guess[s].0 != node.replica {
-                        self.move_guess(s, node.replica);
+                    if self.guess[s].0 != node.replica || self.unsure[s] {
+                        self.move_guess(s, node.replica, false);
                     }
                 }
             }
@@ -266,7 +311,13 @@ impl ClientRoutes {
         self.sent_with.len()
     }
 
-    fn move_guess(&mut self, s: usize, replica: u32) {
+    /// Whether the guess for `shard` was made without news of a leader.
+    pub fn is_unsure(&self, shard: ShardId) -> bool {
+        self.unsure.get(shard as usize).copied().unwrap_or(false)
+    }
+
+    fn move_guess(&mut self, s: usize, replica: u32, unsure: bool) {
         self.guess[s] = (replica, self.guess[s].1 + 1);
+        self.unsure[s] = unsure;
     }
 }

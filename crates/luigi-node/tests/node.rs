@@ -6,7 +6,7 @@
 use luigi_node::{ClientRoutes, Effect, NodeConfig, NodeId, ReplicaNode, ShardRoutes, Tuning};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg, ServerMsg, TxnError, TxnReply};
 use luigi_proto::procedure::Registry;
-use luigi_proto::types::{Txn, TxnId};
+use luigi_proto::types::{Protocol, Txn, TxnId};
 use luigi_raft::replica::Transition;
 use luigi_raft::{decode_message, HardState, RecoveredState};
 
@@ -20,6 +20,12 @@ fn config(node: NodeId, replicas: Vec<u32>) -> NodeConfig {
 
 fn node(shard: u32, replica: u32, replicas: Vec<u32>) -> ReplicaNode {
     ReplicaNode::new(config(NodeId { shard, replica }, replicas), RecoveredState::default()).unwrap()
+}
+
+/// A transaction of `client` numbered `seq` (its contents matter to no test here).
+fn kv_txn(client: u64, seq: u64) -> std::sync::Arc<Txn> {
+    let id = TxnId { client, seq };
+    std::sync::Arc::new(Txn { id, procedure: "kv".into(), args: Vec::new(), pieces: Vec::new(), ts: 5 })
 }
 
 /// The Raft message types of `fx`'s replication effects, by destination.
@@ -196,23 +202,41 @@ fn a_new_leader_announces_itself_on_every_link_and_on_links_that_come_up_later()
 }
 
 #[test]
-fn a_follower_answers_a_dispatch_with_not_leader_and_its_hint() {
+fn a_follower_holds_a_dispatch_until_it_hears_of_a_leader_then_names_it() {
     let mut n = node(0, 1, vec![3]);
-    let txn = std::sync::Arc::new(Txn {
-        id: TxnId { client: 7, seq: 1 },
-        procedure: "kv".into(),
-        args: Vec::new(),
-        pieces: Vec::new(),
-        ts: 5,
-    });
+    let txn = kv_txn(7, 1);
     let mut fx = Vec::new();
-    n.on_client(100, 7, ClientMsg::Dispatch { txn, sent_us: 90, acked_below: 0 }, &mut fx);
-    match fx.as_slice() {
-        [Effect::ToClient { client: 7, msg: ServerMsg::Reply(r) }] => {
-            assert_eq!(r.outcome, Err(TxnError::NotLeader { hint: None }));
-        }
-        other => panic!("{} effects", other.len()),
-    }
+    n.on_client(100, 7, ClientMsg::Dispatch { txn: txn.clone(), sent_us: 90, acked_below: 0 }, &mut fx);
+    n.turn(200, &mut fx).unwrap();
+    assert!(!fx.iter().any(|e| matches!(e, Effect::ToClient { .. })), "no leader known yet: held");
+    // Replica 0 (Raft id 1) leads term 1: its heartbeat names it.
+    let mut hb = luigi_raft::eraftpb::Message::default();
+    hb.set_msg_type(luigi_raft::eraftpb::MessageType::MsgHeartbeat);
+    (hb.from, hb.to, hb.term) = (1, 2, 1);
+    let bytes = luigi_raft::encode_message(&hb);
+    n.on_replication(NodeId { shard: 0, replica: 0 }, ReplicationMsg::Raft { shard: 0, from: 1, bytes }, &mut fx)
+        .unwrap();
+    fx.clear();
+    n.turn(5_000, &mut fx).unwrap();
+    let replies: Vec<&TxnReply> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ToClient { client: 7, msg: ServerMsg::Reply(r) } => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replies.len(), 1, "{} effects", fx.len());
+    assert_eq!(replies[0].outcome, Err(TxnError::NotLeader { hint: Some(0) }));
+    assert_eq!(replies[0].arrival_delta_us, 10, "the wait is not counted as delay");
+    // Now that it knows the leader, it answers at once.
+    fx.clear();
+    n.on_client(6_000, 7, ClientMsg::Dispatch { txn, sent_us: 5_990, acked_below: 0 }, &mut fx);
+    assert!(
+        matches!(fx.as_slice(), [Effect::ToClient { client: 7, msg: ServerMsg::Reply(r) }]
+            if r.outcome == Err(TxnError::NotLeader { hint: Some(0) })),
+        "{} effects",
+        fx.len()
+    );
 }
 
 #[test]
@@ -258,19 +282,14 @@ fn batches_wait_for_a_reachable_leader_and_go_out_in_order() {
 }
 
 #[test]
-fn clients_follow_hints_newer_watermarks_and_move_on_after_a_resend_without_news() {
-    let mut routes = ClientRoutes::new(vec![3]);
-    let txn = std::sync::Arc::new(Txn {
-        id: TxnId { client: 1, seq: 1 },
-        procedure: "kv".into(),
-        args: Vec::new(),
-        pieces: Vec::new(),
-        ts: 5,
-    });
-    let dispatch = ClientMsg::Dispatch { txn, sent_us: 0, acked_below: 0 };
-    assert_eq!(routes.route(0, &dispatch, |_| true), Some(0));
-    // Resent with no news: the guessed leader may be cut off; try the next.
-    assert_eq!(routes.route(0, &dispatch, |_| true), Some(1));
+fn clients_follow_hints_newer_watermarks_and_move_on_after_a_resend_without_news_to_every_replica() {
+    let mut routes = ClientRoutes::for_protocol(vec![3], Protocol::Luigi);
+    let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0 };
+    assert_eq!(routes.route(0, &dispatch, |_| true), vec![0]);
+    // Resent with no news: the guessed leader may be cut off; the next is only a guess, so
+    // the dispatch goes to every replica, the guess first.
+    assert_eq!(routes.route(0, &dispatch, |_| true), vec![1, 2, 0]);
+    assert!(routes.is_unsure(0));
     let not_leader = |hint| {
         ServerMsg::Reply(TxnReply {
             id: TxnId { client: 1, seq: 1 },
@@ -283,17 +302,35 @@ fn clients_follow_hints_newer_watermarks_and_move_on_after_a_resend_without_news
             position: None,
         })
     };
-    routes.on_server_msg(NodeId { shard: 0, replica: 1 }, &not_leader(Some(2)));
-    assert_eq!(routes.guess(0), 2);
-    // A hint from a replica that is not the guess changes nothing.
+    // While unsure, any replica naming the leader is followed.
+    routes.on_server_msg(NodeId { shard: 0, replica: 0 }, &not_leader(Some(2)));
+    assert_eq!((routes.guess(0), routes.is_unsure(0)), (2, false));
+    // Sure again: a hint from a replica that is not the guess changes nothing.
     routes.on_server_msg(NodeId { shard: 0, replica: 0 }, &not_leader(Some(0)));
     assert_eq!(routes.guess(0), 2);
+    // The guess itself naming nobody: the next one, unsure.
+    routes.on_server_msg(NodeId { shard: 0, replica: 2 }, &not_leader(None));
+    assert_eq!((routes.guess(0), routes.is_unsure(0)), (0, true));
     routes.on_server_msg(NodeId { shard: 0, replica: 0 }, &ServerMsg::Watermark { shard: 0, watermark: 10 });
-    assert_eq!(routes.guess(0), 0, "only a leader broadcasts a newer watermark");
+    assert_eq!((routes.guess(0), routes.is_unsure(0)), (0, false), "only a leader broadcasts a newer watermark");
     routes.on_server_msg(NodeId { shard: 0, replica: 1 }, &ServerMsg::Watermark { shard: 0, watermark: 9 });
     assert_eq!(routes.guess(0), 0, "an older one changes nothing");
-    // An unreachable guess falls to the next reachable replica.
-    assert_eq!(routes.route(0, &ClientMsg::Ping { sent_us: 0 }, |r| r != 0), Some(1));
+    // An unreachable guess falls to the next reachable replica; a ping goes to one only.
+    assert_eq!(routes.route(0, &ClientMsg::Ping { sent_us: 0 }, |r| r != 0), vec![1]);
+    let other = ClientMsg::Dispatch { txn: kv_txn(1, 2), sent_us: 0, acked_below: 0 };
+    assert_eq!(routes.route(0, &other, |r| r != 0), vec![1, 2], "every reachable replica while unsure");
     routes.forget(TxnId { client: 1, seq: 1 });
+    routes.forget(TxnId { client: 1, seq: 2 });
     assert_eq!(routes.remembered(), 0);
+}
+
+#[test]
+fn baseline_clients_never_broadcast_a_dispatch() {
+    // Their leaders answer a lock conflict without logging it: a second copy of the same
+    // transaction could run after the first was answered `Aborted`.
+    let mut routes = ClientRoutes::for_protocol(vec![3], Protocol::TwoPl);
+    let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0 };
+    assert_eq!(routes.route(0, &dispatch, |_| true), vec![0]);
+    assert_eq!(routes.route(0, &dispatch, |_| true), vec![1], "unsure, and still one replica");
+    assert!(routes.is_unsure(0));
 }

@@ -62,6 +62,7 @@ pub mod replica;
 pub mod replica_api;
 mod rng;
 mod store;
+pub mod waiting;
 
 pub use codec::{decode_message, encode_message, DecodeError, HardState, PersistEntry};
 pub use node::{

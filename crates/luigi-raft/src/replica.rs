@@ -17,7 +17,7 @@
 use luigi_proto::leader::follower::{Follower, SnapshotError};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::{LogEntry, ReplicatedLog};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, StalledTxnInfo, TxnReply};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, StalledTxnInfo};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_store::Store;
@@ -28,6 +28,7 @@ use crate::replica_api::{
     BuildError, LogControl, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, StateBox,
 };
 pub use crate::replica_api::{SnapshotImage, SnapshotJob, Transition};
+use crate::waiting::{Held, Waiting};
 use crate::{RaftError, RaftLog, Replay};
 
 /// Builds a shard's initial store: a workload's population (e.g. TPC-C's tables, generated
@@ -44,6 +45,13 @@ pub fn empty_store() -> InitialStore {
 /// The replica index (from 0) of the leader `log` knows of; Raft ids are indexes + 1.
 fn hint(log: &RaftLog) -> Option<u32> {
     log.leader_id().map(|id| (id - 1) as u32)
+}
+
+/// The other replica `log` knows to lead its group, if any: a client should go there. While
+/// there is none (an election, or this replica won one and waits for its first commit),
+/// dispatches wait here ([`Waiting`]).
+fn other_leader(log: &RaftLog) -> Option<u32> {
+    hint(log).filter(|_| !log.is_leader())
 }
 
 /// A replica's own snapshot in the making ([`Replica::own_snapshot_due`]): the follower
@@ -116,6 +124,8 @@ pub struct Replica {
     committed: Vec<LogEntry>,
     /// Executions of the follower state not yet taken (see [`Replica::take_executed`]).
     executed: Vec<(TxnId, Timestamp)>,
+    /// Dispatches that came while no serving leader was known.
+    waiting: Waiting,
     stats: ReplicaStats,
 }
 
@@ -143,6 +153,7 @@ impl Replica {
             state: State::Follower(follower, log),
             committed: Vec::new(),
             executed: Vec::new(),
+            waiting: Waiting::default(),
             stats: ReplicaStats::default(),
         })
     }
@@ -258,8 +269,9 @@ impl Replica {
         hint(self.log())
     }
 
-    /// A client's message. A non-serving replica answers a dispatch with `NotLeader` and a
-    /// hint, and a ping with its applied watermark (a valid, if older, promise).
+    /// A client's message. A non-serving replica answers a dispatch with `NotLeader` and the
+    /// leader it knows of, or holds it while it knows none (see [`Waiting`]), and answers a
+    /// ping with its applied watermark (a valid, if older, promise).
     pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
         match &mut self.state {
             State::Leader(l) => l.on_client(now, client, msg, out),
@@ -269,10 +281,17 @@ impl Replica {
                     client,
                     msg: ServerMsg::pong(self.config.shard, now, sent_us, f.applied_ts()),
                 }),
-                ClientMsg::Dispatch { txn, sent_us, .. } => out.push(LeaderOutput::ToClient {
-                    client,
-                    msg: ServerMsg::Reply(TxnReply::not_leader(txn.id, self.config.shard, hint(log), now, sent_us)),
-                }),
+                ClientMsg::Dispatch { txn, sent_us, acked_below } => {
+                    let held = Held { arrived: now, client, txn, sent_us, acked_below };
+                    let leader = other_leader(log);
+                    let refused = match leader {
+                        Some(_) => Err(held),
+                        None => self.waiting.hold(held),
+                    };
+                    if let Err(held) = refused {
+                        out.push(not_leader(self.config.shard, leader, now, held));
+                    }
+                }
             },
             State::Switching => unreachable!("not observable"),
         }
@@ -328,10 +347,40 @@ impl Replica {
             }
             State::Switching => unreachable!("not observable"),
         }
+        self.tend_waiting(now, out);
         if let State::Leader(l) = &mut self.state {
             l.tick(now, out);
         }
         Ok(transition)
+    }
+
+    /// Hands the waiting dispatches to this replica's leader state once it serves, answers
+    /// them with the leader's name once another replica is known to lead, and answers those
+    /// held too long without a name.
+    fn tend_waiting(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let shard = self.config.shard;
+        match &mut self.state {
+            State::Leader(l) => {
+                for held in self.waiting.release() {
+                    let (client, msg) = held.dispatch(now);
+                    l.on_client(now, client, msg, out);
+                }
+            }
+            State::Follower(_, log) => {
+                let leader = other_leader(log);
+                let answered: Vec<Held> = match leader {
+                    Some(_) => self.waiting.release().collect(),
+                    None => self.waiting.expired(now),
+                };
+                for held in answered {
+                    out.push(not_leader(shard, leader, now, held));
+                }
+            }
+            State::Switching => unreachable!("not observable"),
+        }
     }
 
     /// The transactions the follower state executed (applying `Applied` markers) since the
@@ -383,6 +432,12 @@ impl Replica {
             }
         }
     }
+}
+
+/// The `NotLeader` answer to `held`, naming `leader`.
+fn not_leader(shard: ShardId, leader: Option<u32>, now: TimeUs, held: Held) -> LeaderOutput {
+    let (client, msg) = held.not_leader(shard, leader, now);
+    LeaderOutput::ToClient { client, msg }
 }
 
 /// Stalled transactions listed (oldest first) in a status report.
@@ -637,12 +692,11 @@ mod tests {
     fn a_follower_answers_not_leader_then_serves_once_its_term_has_a_commit() {
         let mut r = lone_replica();
         let mut out = Vec::new();
+        // No leader known: the dispatch waits for one (see `Waiting`).
         r.on_client(100, 4, dispatch(1), &mut out);
-        let [LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) }] = out.as_slice() else {
-            panic!("expected one reply, got {out:?}")
-        };
-        assert_eq!(reply.outcome, Err(luigi_proto::msg::TxnError::NotLeader { hint: None }));
-        assert_eq!(reply.arrival_delta_us, 10);
+        assert!(out.is_empty(), "{out:?}");
+        r.turn(150, &mut out).unwrap();
+        assert!(out.is_empty(), "still no leader: {out:?}");
         assert!(!r.on_peer(100, PeerBatch { from: 1, watermark: 0, items: vec![] }, &mut out));
 
         r.log_mut().campaign().unwrap();
@@ -653,6 +707,19 @@ mod tests {
         drive(&mut r);
         assert_eq!(r.turn(300, &mut out).unwrap(), Some(Transition::Promoted));
         assert!(r.is_serving());
+        // The dispatch that waited is admitted the moment the replica serves (its timestamp
+        // has passed: moved up to the clock) and executed.
+        assert!(matches!(out.as_slice(), [LeaderOutput::Executed { ts: 300, .. }]), "{out:?}");
+        // A replica that knows no leader and waited too long says so, without a hint.
+        let mut other = lone_replica();
+        other.on_client(100, 4, dispatch(9), &mut Vec::new());
+        let mut late = Vec::new();
+        other.turn(100 + crate::waiting::WAITING_US_MAX + 1, &mut late).unwrap();
+        assert!(
+            matches!(late.as_slice(), [LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) }]
+                if reply.outcome == Err(luigi_proto::msg::TxnError::NotLeader { hint: None }) && reply.arrival_delta_us == 10),
+            "{late:?}"
+        );
         assert_eq!(r.leader_hint(), Some(0));
         assert_eq!((r.log().role(), r.log().term()), (crate::Role::Leader, 1));
         assert_eq!(r.log().handed_out(), r.log().commit_index(), "everything committed was applied");
@@ -665,11 +732,16 @@ mod tests {
         assert!(r.log().commit_index() < r.log().last_index(), "not committed yet");
         assert_eq!(r.leader().unwrap().pending_len(), 0);
         let out = settle(&mut r, 500);
-        let replies: Vec<_> = out.iter().filter(|o| matches!(o, LeaderOutput::ToClient { .. })).collect();
-        assert!(
-            matches!(replies.as_slice(), [LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) }] if reply.outcome.is_ok()),
-            "{out:?}"
-        );
+        let replies: Vec<(u64, Timestamp)> = out
+            .iter()
+            .filter_map(|o| match o {
+                LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) } if reply.outcome.is_ok() => {
+                    Some((reply.id.seq, reply.ts))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replies, vec![(1, 300), (2, 400)], "the one that waited and the one after: {out:?}");
         assert_eq!(r.stats(), ReplicaStats { promotions: 1, demotions: 0 });
     }
 }

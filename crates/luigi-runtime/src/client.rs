@@ -121,7 +121,7 @@ impl Client {
         }
         drop(in_tx);
         // Wait until every shard has a replica to talk to.
-        let mut routes = Routes::new(replicas);
+        let mut routes = Routes::new(replicas, config.protocol());
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         while let Some(shard) = routes.unreachable_shard() {
             let ev = tokio::time::timeout_at(deadline, in_rx.recv()).await.ok().flatten();
@@ -266,8 +266,8 @@ struct Routes {
 }
 
 impl Routes {
-    fn new(replicas: Vec<u32>) -> Self {
-        Self { writers: HashMap::new(), guess: ClientRoutes::new(replicas) }
+    fn new(replicas: Vec<u32>, protocol: Protocol) -> Self {
+        Self { writers: HashMap::new(), guess: ClientRoutes::for_protocol(replicas, protocol) }
     }
 
     fn unreachable_shard(&self) -> Option<ShardId> {
@@ -286,11 +286,11 @@ impl Routes {
         }
     }
 
-    /// The writer for `msg` to `shard` (see [`ClientRoutes::route`]).
-    fn writer(&mut self, shard: ShardId, msg: &ClientMsg) -> Option<&PeerWriter<WireMsg>> {
+    /// The writers for `msg` to `shard` (see [`ClientRoutes::route`]).
+    fn writers(&mut self, shard: ShardId, msg: &ClientMsg) -> Vec<&PeerWriter<WireMsg>> {
         let writers = &self.writers;
-        let replica = self.guess.route(shard, msg, |replica| writers.contains_key(&NodeId { shard, replica }))?;
-        self.writers.get(&NodeId { shard, replica })
+        let replicas = self.guess.route(shard, msg, |replica| writers.contains_key(&NodeId { shard, replica }));
+        replicas.into_iter().filter_map(|replica| self.writers.get(&NodeId { shard, replica })).collect()
     }
 }
 
@@ -465,15 +465,19 @@ impl Driver {
     fn flush(&mut self) {
         for o in self.out.drain(..) {
             match o {
-                CoordOutput::Send { shard, msg } => match self.routes.writer(shard, &msg) {
-                    // A failed send is retried by the coordinator's timeout under the same id.
-                    Some(w) => {
-                        if let Err(e) = w.send(&WireMsg::Client(msg)) {
-                            debug!(shard, error = %e, "send to leader failed; will retry");
+                CoordOutput::Send { shard, msg } => {
+                    let writers = self.routes.writers(shard, &msg);
+                    if writers.is_empty() {
+                        debug!(shard, "no replica of the shard connected; will retry");
+                    }
+                    let msg = WireMsg::Client(msg);
+                    for w in writers {
+                        // A failed send is retried by the coordinator's timeout under the same id.
+                        if let Err(e) = w.send(&msg) {
+                            debug!(shard, error = %e, "send to a replica failed; will retry");
                         }
                     }
-                    None => debug!(shard, "no replica of the shard connected; will retry"),
-                },
+                }
                 CoordOutput::Done(c) => {
                     if !matches!(c.outcome, TxnOutcome::Unknown(_)) {
                         self.routes.guess.forget(c.id);

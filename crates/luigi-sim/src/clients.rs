@@ -178,7 +178,7 @@ impl ClientNode {
             dead: false,
             outstanding: 0,
             next_seq: 1,
-            routes: ClientRoutes::new(vec![replicas; config.shards as usize]),
+            routes: ClientRoutes::for_protocol(vec![replicas; config.shards as usize], config.protocol),
             steps: VecDeque::new(),
         }
     }
@@ -338,10 +338,13 @@ pub(crate) trait ClientWorld {
             return Err(self.violation(ViolationKind::Invariant, msg));
         }
         // Every replica is reachable as far as the client knows (faults lose messages).
-        let Some(target) = self.client(id)?.routes.route(shard, &msg, |_| true) else {
+        let targets = self.client(id)?.routes.route(shard, &msg, |_| true);
+        if targets.is_empty() {
             return Err(self.violation(ViolationKind::Invariant, format!("client {id} has no route to shard {shard}")));
-        };
-        self.send_to_replica(id, shard, target, msg);
+        }
+        for target in targets {
+            self.send_to_replica(id, shard, target, msg.clone());
+        }
         Ok(())
     }
 

@@ -331,11 +331,11 @@ impl ClusterModel for RaftGroups<'_> {
             (Node::Client(client), Node::Replica(s, i), SimMsg::ToLeader(m)) => {
                 match core.config.protocol {
                     Protocol::Luigi => {
+                        // Any replica: one that does not serve yet holds the dispatch
+                        // until it does (`luigi-raft`'s `waiting`), or names the leader.
                         if let ClientMsg::Dispatch { txn, .. } = &m {
-                            if self.serving(s, i) {
-                                let w = self.published[s as usize];
-                                core.cs.replies.arrived(txn.id, s, w);
-                            }
+                            let w = self.published[s as usize];
+                            core.cs.replies.arrived(txn.id, s, w);
                         }
                     }
                     // No watermarks (rule 7 is Luigi's).
