@@ -14,6 +14,7 @@
 
 pub mod base_client;
 pub mod coordinator;
+pub mod fast;
 pub mod keyhash;
 pub mod leader;
 pub mod log;

@@ -1,0 +1,333 @@
+//! The fast path's order bookkeeping (DESIGN.md, "Planned, not built: the fast path"): the
+//! first piece of issue 13's step 2, not called by the leader, the followers or the
+//! coordinator yet.
+//!
+//! - [`RecentOrder`]: per key hash, the recent transactions a replica knows, and the *order
+//!   hash* of a transaction over them (the XOR of a mix of `(id, ts)` over the distinct
+//!   conflicting entries before it). A leader fills it with what it executes; a follower with
+//!   what it accepts and what its log prepares. Equal order hashes on every replica mean the
+//!   same recent conflicting predecessors everywhere.
+//! - [`Acceptor`]: a follower's accept rule (F0): a transaction is accepted at the
+//!   coordinator's timestamp when it arrives before it and nothing conflicting the follower
+//!   knows is above it; a follower never moves a timestamp. Bounded; kept until the log
+//!   decides each accept (a `PREPARE` of it, an `Applied` marker at or above it, or a
+//!   conflicting `PREPARE` above it).
+//!
+//! Sans-I/O like the rest of the protocol: the caller passes its clock and the log records.
+
+use std::collections::BTreeMap;
+
+use crate::keyhash::{key_hash, HashKeyMap};
+use crate::types::{Access, KeySet, Timestamp, TxnId};
+use crate::Map;
+
+/// Accepts a follower keeps undecided at most (past it, it accepts nothing more: those
+/// transactions take rule 14's path).
+pub const ACCEPTS_MAX: usize = 1 << 16;
+
+/// The mix of one entry of an order hash: `(id, ts)` through SplitMix64's finalizer, so that
+/// XORs of different sets collide only by chance.
+pub fn entry_hash(id: TxnId, ts: Timestamp) -> u64 {
+    let mut z = id.client.rotate_left(32) ^ id.seq ^ ts.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A transaction's keys as (hash, access) pairs.
+pub fn hashed_keys(keys: &KeySet) -> Vec<(u64, Access)> {
+    keys.entries().map(|(k, a)| (key_hash(k), a)).collect()
+}
+
+type Pos = (Timestamp, TxnId);
+
+/// Per key hash, the recent transactions a replica knows and how they touch the key.
+#[derive(Debug, Default)]
+pub struct RecentOrder {
+    per_key: HashKeyMap<Vec<(Pos, Access)>>,
+    /// Each entry's keys, to move or drop it.
+    keys: Map<TxnId, (Timestamp, Vec<(u64, Access)>)>,
+    /// Entries by position, to prune.
+    by_pos: BTreeMap<Pos, ()>,
+}
+
+impl RecentOrder {
+    /// Records `id` at `ts` on `keys` (again: moved to `ts`).
+    pub fn record(&mut self, id: TxnId, ts: Timestamp, keys: &[(u64, Access)]) {
+        self.remove(id);
+        for (k, a) in keys {
+            let list = self.per_key.entry(*k).or_default();
+            if !list.iter().any(|(p, _)| p.1 == id) {
+                list.push(((ts, id), *a));
+            }
+        }
+        self.by_pos.insert((ts, id), ());
+        self.keys.insert(id, (ts, keys.to_vec()));
+    }
+
+    /// Forgets `id`.
+    pub fn remove(&mut self, id: TxnId) {
+        let Some((ts, keys)) = self.keys.remove(&id) else { return };
+        self.by_pos.remove(&(ts, id));
+        for (k, _) in keys {
+            if let Some(list) = self.per_key.get_mut(&k) {
+                list.retain(|(p, _)| p.1 != id);
+                if list.is_empty() {
+                    self.per_key.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// Forgets every entry at or below `ts` (an `Applied` marker covers them).
+    pub fn prune_to(&mut self, ts: Timestamp) {
+        while let Some((&(at, id), _)) = self.by_pos.first_key_value() {
+            if at > ts {
+                break;
+            }
+            self.remove(id);
+        }
+    }
+
+    /// The order hash of `id` at `ts` on `keys`: the XOR of [`entry_hash`] over the distinct
+    /// entries that conflict with it and come before `(ts, id)`.
+    pub fn order_hash(&self, id: TxnId, ts: Timestamp, keys: &[(u64, Access)]) -> u64 {
+        let mut seen: Vec<TxnId> = Vec::new();
+        let mut hash = 0;
+        for (k, a) in keys {
+            for ((at, other), b) in self.per_key.get(k).into_iter().flatten() {
+                if (*at, *other) < (ts, id) && a.conflicts(*b) && !seen.contains(other) {
+                    seen.push(*other);
+                    hash ^= entry_hash(*other, *at);
+                }
+            }
+        }
+        hash
+    }
+
+    /// Whether an entry other than `id` conflicts with `keys` and comes after `(ts, id)`.
+    pub fn conflict_above(&self, id: TxnId, ts: Timestamp, keys: &[(u64, Access)]) -> bool {
+        keys.iter().any(|(k, a)| {
+            self.per_key.get(k).into_iter().flatten().any(|(p, b)| p.1 != id && *p > (ts, id) && a.conflicts(*b))
+        })
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// A follower's answer to a transaction it accepted on the fast path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accepted {
+    /// The transaction.
+    pub id: TxnId,
+    /// The coordinator's timestamp, unmoved.
+    pub ts: Timestamp,
+    /// Its order hash here.
+    pub order: u64,
+}
+
+/// Why a follower did not accept (the transaction takes rule 14's path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotAccepted {
+    /// It arrived at or after its timestamp on the follower's clock.
+    Late,
+    /// A conflicting transaction the follower knows is above it: accepting would need a
+    /// move, which only the leader may make.
+    Overtaken,
+    /// The follower holds [`ACCEPTS_MAX`] undecided accepts.
+    Full,
+    /// Already accepted (the first answer stands; it is sent again).
+    Again(Accepted),
+}
+
+/// An accept the log has not decided yet: its timestamp, order hash and keys.
+type Undecided = (Timestamp, u64, Vec<(u64, Access)>);
+
+/// A follower's fast-path accept rule and its undecided accepts.
+#[derive(Debug, Default)]
+pub struct Acceptor {
+    order: RecentOrder,
+    /// Accepted and not yet decided by the log.
+    accepts: Map<TxnId, Undecided>,
+}
+
+impl Acceptor {
+    /// Rule F0: `id` at the coordinator's `ts` on `keys`, arriving at `now` on this
+    /// follower's clock, is accepted when it arrives before `ts` and no conflicting
+    /// transaction this follower knows comes after it.
+    pub fn offer(&mut self, now: Timestamp, id: TxnId, ts: Timestamp, keys: &KeySet) -> Result<Accepted, NotAccepted> {
+        if let Some((at, order, _)) = self.accepts.get(&id) {
+            return Err(NotAccepted::Again(Accepted { id, ts: *at, order: *order }));
+        }
+        if now >= ts {
+            return Err(NotAccepted::Late);
+        }
+        if self.accepts.len() >= ACCEPTS_MAX {
+            return Err(NotAccepted::Full);
+        }
+        let keys = hashed_keys(keys);
+        if self.order.conflict_above(id, ts, &keys) {
+            return Err(NotAccepted::Overtaken);
+        }
+        let order = self.order.order_hash(id, ts, &keys);
+        self.order.record(id, ts, &keys);
+        self.accepts.insert(id, (ts, order, keys));
+        Ok(Accepted { id, ts, order })
+    }
+
+    /// The follower's *committed* log prepared `id` at `ts` on `keys` (or decided it there):
+    /// it is known at that timestamp, and an accept of it is decided (the log wins, rule
+    /// R1). An accept of another transaction below it that conflicts is decided too: had
+    /// that one been answered fast, its `PREPARE` would have come first (F2). Only committed
+    /// records decide: an uncommitted one may be replaced by a later leader's log, which
+    /// may answer the accepted transaction fast after all.
+    pub fn on_prepared(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
+        let keys = hashed_keys(keys);
+        self.accepts.remove(&id);
+        let overtaken: Vec<TxnId> = self
+            .accepts
+            .iter()
+            .filter(|(other, (at, _, theirs))| {
+                (*at, **other) < (ts, id)
+                    && theirs.iter().any(|(k, a)| keys.iter().any(|(l, b)| k == l && a.conflicts(*b)))
+            })
+            .map(|(other, _)| *other)
+            .collect();
+        for other in overtaken {
+            self.accepts.remove(&other);
+            self.order.remove(other);
+        }
+        self.order.record(id, ts, &keys);
+    }
+
+    /// A committed `Applied` marker at `ts`: everything at or below it was executed by the
+    /// leader; an accept there without a `PREPARE` before the marker was not, and never
+    /// will be.
+    pub fn on_applied(&mut self, ts: Timestamp) {
+        self.accepts.retain(|_, (at, _, _)| *at > ts);
+        self.order.prune_to(ts);
+    }
+
+    /// The undecided accepts, for a new leader's recovery (rules R1-R3), in `(ts, id)` order.
+    pub fn undecided(&self) -> Vec<(Timestamp, TxnId)> {
+        let mut out: Vec<(Timestamp, TxnId)> = self.accepts.iter().map(|(id, (ts, _, _))| (*ts, *id)).collect();
+        out.sort();
+        out
+    }
+
+    /// The order table (for its order hashes).
+    pub fn order(&self) -> &RecentOrder {
+        &self.order
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(seq: u64) -> TxnId {
+        TxnId { client: 1, seq }
+    }
+
+    fn writes(keys: &[&str]) -> KeySet {
+        KeySet::new(vec![], keys.iter().map(|k| k.as_bytes().to_vec()).collect())
+    }
+
+    fn reads(keys: &[&str]) -> KeySet {
+        KeySet::new(keys.iter().map(|k| k.as_bytes().to_vec()).collect(), vec![])
+    }
+
+    #[test]
+    fn the_order_hash_covers_the_distinct_conflicting_entries_before_a_transaction() {
+        let mut o = RecentOrder::default();
+        o.record(id(1), 10, &hashed_keys(&writes(&["a", "b"])));
+        o.record(id(2), 20, &hashed_keys(&reads(&["a"])));
+        o.record(id(3), 30, &hashed_keys(&writes(&["c"])));
+        o.record(id(4), 50, &hashed_keys(&writes(&["a"])));
+        let t = hashed_keys(&writes(&["a", "b"]));
+        // 1 conflicts on two keys and counts once; 2's read conflicts with a write; 3 touches
+        // another key; 4 comes after.
+        assert_eq!(o.order_hash(id(9), 40, &t), entry_hash(id(1), 10) ^ entry_hash(id(2), 20));
+        // A reader does not conflict with 2's read.
+        assert_eq!(o.order_hash(id(9), 40, &hashed_keys(&reads(&["a"]))), entry_hash(id(1), 10));
+        assert!(o.conflict_above(id(9), 40, &t), "4 writes a after 40");
+        assert!(!o.conflict_above(id(9), 60, &t));
+        // A moved entry hashes at its new timestamp; pruning forgets what a marker covers.
+        o.record(id(2), 45, &hashed_keys(&reads(&["a"])));
+        assert_eq!(o.order_hash(id(9), 40, &t), entry_hash(id(1), 10));
+        o.prune_to(30);
+        assert_eq!(o.order_hash(id(9), 60, &t), entry_hash(id(2), 45) ^ entry_hash(id(4), 50));
+        assert_eq!(o.len(), 2);
+    }
+
+    #[test]
+    fn a_hash_differs_when_a_predecessor_differs_in_id_or_timestamp() {
+        let keys = hashed_keys(&writes(&["k"]));
+        let hash_with = |entries: &[(u64, Timestamp)]| {
+            let mut o = RecentOrder::default();
+            for (seq, ts) in entries {
+                o.record(id(*seq), *ts, &keys);
+            }
+            o.order_hash(id(99), 100, &keys)
+        };
+        let base = hash_with(&[(1, 10), (2, 20)]);
+        assert_eq!(base, hash_with(&[(2, 20), (1, 10)]), "order of learning does not matter");
+        assert_ne!(base, hash_with(&[(1, 10), (2, 21)]));
+        assert_ne!(base, hash_with(&[(1, 10), (3, 20)]));
+        assert_ne!(base, hash_with(&[(1, 10)]));
+        assert_eq!(hash_with(&[]), 0);
+    }
+
+    #[test]
+    fn a_follower_accepts_only_early_and_unovertaken_and_never_moves_a_timestamp() {
+        let mut f = Acceptor::default();
+        assert_eq!(f.offer(100, id(1), 100, &writes(&["a"])), Err(NotAccepted::Late));
+        let first = f.offer(50, id(1), 100, &writes(&["a"])).unwrap();
+        assert_eq!((first.ts, first.order), (100, 0));
+        assert_eq!(f.offer(60, id(1), 300, &writes(&["a"])), Err(NotAccepted::Again(first)), "no second timestamp");
+        // Below a conflicting accept: refused. Above it: accepted, with it in its hash.
+        assert_eq!(f.offer(60, id(2), 90, &writes(&["a"])), Err(NotAccepted::Overtaken));
+        let second = f.offer(60, id(3), 120, &reads(&["a"])).unwrap();
+        assert_eq!(second.order, entry_hash(id(1), 100));
+        // Another key: no conflict either way.
+        assert_eq!(f.offer(60, id(4), 90, &writes(&["b"])).unwrap().order, 0);
+        // A conflicting PREPARE from the log counts like an accept.
+        f.on_prepared(id(5), 200, &writes(&["c"]));
+        assert_eq!(f.offer(70, id(6), 150, &reads(&["c"])), Err(NotAccepted::Overtaken));
+        assert_eq!(f.undecided(), vec![(90, id(4)), (100, id(1)), (120, id(3))]);
+    }
+
+    #[test]
+    fn the_log_decides_accepts_by_their_prepare_an_applied_marker_or_a_conflicting_prepare_above() {
+        let mut f = Acceptor::default();
+        for (seq, ts, key) in [(1, 100, "a"), (2, 110, "b"), (3, 120, "c"), (4, 130, "d")] {
+            f.offer(0, id(seq), ts, &writes(&[key])).unwrap();
+        }
+        // R1: its own PREPARE (here moved to 105).
+        f.on_prepared(id(1), 105, &writes(&["a"]));
+        // R2: a conflicting PREPARE above an accept overtakes it (the moved-`X` case).
+        f.on_prepared(id(9), 115, &writes(&["b"]));
+        assert_eq!(f.undecided(), vec![(120, id(3)), (130, id(4))]);
+        // An Applied marker at or above an accept decides it too.
+        f.on_applied(120);
+        assert_eq!(f.undecided(), vec![(130, id(4))]);
+        assert_eq!(f.order().len(), 1, "the marker pruned the order table up to 120");
+    }
+
+    #[test]
+    fn accepts_are_bounded() {
+        let mut f = Acceptor::default();
+        for seq in 0..ACCEPTS_MAX as u64 {
+            f.offer(0, id(seq), 10 + seq, &writes(&[&format!("k{seq}")])).unwrap();
+        }
+        assert_eq!(f.offer(0, id(u64::MAX), 5, &writes(&["new"])), Err(NotAccepted::Full));
+    }
+}
