@@ -300,6 +300,7 @@ fn clients_follow_hints_newer_watermarks_and_move_on_after_a_resend_without_news
             arrival_delta_us: 0,
             rounds: 0,
             position: None,
+            order: None,
         })
     };
     // While unsure, any replica naming the leader is followed.

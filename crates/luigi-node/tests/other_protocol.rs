@@ -90,6 +90,7 @@ impl Counter {
             arrival_delta_us: 0,
             rounds: 0,
             position: None,
+            order: None,
         })
     }
 }

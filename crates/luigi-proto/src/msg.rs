@@ -164,6 +164,10 @@ pub struct TxnReply {
     /// rule 14): the coordinator uses the answer only once the shard's progress reports
     /// prove it committed. `None`: everything it depends on is committed.
     pub position: Option<LogPos>,
+    /// The fast path's order hash, when this answer is fast-eligible (DESIGN.md, "Planned,
+    /// not built: the fast path"): the leader kept the coordinator's timestamp and admitted
+    /// nothing conflicting above it first. `None` on every other answer.
+    pub order: Option<u64>,
 }
 
 impl ServerMsg {
@@ -188,6 +192,7 @@ impl TxnReply {
             arrival_delta_us: now as i64 - sent_us as i64,
             rounds: 0,
             position: None,
+            order: None,
         }
     }
 }

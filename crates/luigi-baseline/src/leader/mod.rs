@@ -420,7 +420,17 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
 
     fn reply(&self, id: TxnId, shard: ShardId, outcome: Result<Vec<u8>, TxnError>, arrival: i64) -> TxnReply {
         let rounds = 0;
-        TxnReply { id, shard, ts: 0, outcome, watermark: 0, arrival_delta_us: arrival, rounds, position: None }
+        TxnReply {
+            id,
+            shard,
+            ts: 0,
+            outcome,
+            watermark: 0,
+            arrival_delta_us: arrival,
+            rounds,
+            position: None,
+            order: None,
+        }
     }
 
     /// One reply per participant of `txn`, each with `outcome(shard)`.

@@ -22,7 +22,17 @@ fn piece(shard: ShardId) -> ShardPiece {
 }
 
 fn reply(id: TxnId, shard: ShardId, ts: Timestamp, outcome: Result<Vec<u8>, TxnError>) -> ServerMsg {
-    ServerMsg::Reply(TxnReply { id, shard, ts, outcome, watermark: 0, arrival_delta_us: 0, rounds: 1, position: None })
+    ServerMsg::Reply(TxnReply {
+        id,
+        shard,
+        ts,
+        outcome,
+        watermark: 0,
+        arrival_delta_us: 0,
+        rounds: 1,
+        position: None,
+        order: None,
+    })
 }
 
 /// The transaction `c` dispatched as `id` (as it travels).

@@ -64,6 +64,7 @@ fn reply(id: TxnId, shard: ShardId, ts: Timestamp, watermark: Timestamp, delta: 
         arrival_delta_us: delta,
         rounds: 0,
         position: None,
+        order: None,
     })
 }
 
@@ -153,6 +154,7 @@ fn rejected(id: TxnId, shard: ShardId) -> ServerMsg {
         arrival_delta_us: 0,
         rounds: 0,
         position: None,
+        order: None,
     })
 }
 
@@ -238,6 +240,7 @@ fn busy_answers_are_resent_soon_like_not_leader() {
         arrival_delta_us: 0,
         rounds: 0,
         position: None,
+        order: None,
     };
     out.clear();
     c.on_message(10, ServerMsg::Reply(busy), &mut out);
@@ -302,6 +305,7 @@ fn not_leader_answers_are_resent_soon_without_using_attempts() {
         arrival_delta_us: 0,
         rounds: 0,
         position: None,
+        order: None,
     });
     for round in 0..3u64 {
         out.clear();
@@ -401,6 +405,7 @@ fn speculative(id: TxnId, shard: ShardId, ts: Timestamp, term: u64, index: u64, 
         arrival_delta_us: 1,
         rounds: 0,
         position: Some(crate::progress::LogPos { term, index }),
+        order: None,
     })
 }
 

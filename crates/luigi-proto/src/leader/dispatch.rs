@@ -106,6 +106,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.stats.bumped += 1;
         }
         self.queue.insert(id, proposal, keys);
+        if let Some(f) = self.fast.as_mut() {
+            f.admitted(&txn, proposal, keys);
+        }
         let agreement = txn.is_cross_shard().then(|| Agreement::new(txn.shards().collect()));
         let cross = agreement.is_some();
         let others: Vec<_> = txn.shards().filter(|s| *s != self.config.shard).collect();

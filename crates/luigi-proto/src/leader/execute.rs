@@ -38,6 +38,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let position = self.spec.position_for(keys, p.prepare_index, committed);
         self.spec.executed(id, keys, position, committed);
         self.floors.record_release(keys, p.ts);
+        if let Some(f) = self.fast.as_mut() {
+            f.executed(id, p.ts, keys);
+        }
         self.stats.executed += 1;
         self.max_executed_ts = self.max_executed_ts.max(p.ts);
         let rounds = p.agreement.as_ref().map_or(0, Agreement::rounds);

@@ -28,6 +28,7 @@ pub mod queue;
 // `ShardLeader`'s methods, by concern (each file adds an `impl ShardLeader` block).
 mod dispatch;
 mod execute;
+pub mod fast;
 mod invariants;
 mod peer;
 mod recovery;
@@ -98,6 +99,9 @@ pub struct LeaderConfig {
     /// proposal committed (DESIGN.md rule 14). Empty: only the other leaders' commit reports
     /// do.
     pub group_sizes: Vec<u32>,
+    /// Keep the fast path's order table and mark fast-eligible answers with their order hash
+    /// (see [`fast`]; not wired end to end yet: nothing sets it outside tests).
+    pub fast_path: bool,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: Mutations,
 }
@@ -120,6 +124,7 @@ impl LeaderConfig {
             applied_marker_us: 1_000,
             recover_after_us: 2_000_000,
             group_sizes: Vec::new(),
+            fast_path: false,
             mutations: Mutations::default(),
         }
     }
@@ -333,6 +338,8 @@ pub struct ShardLeader<L: ReplicatedLog> {
     committed_index: LogIndex,
     /// Speculative execution's bookkeeping (rule 14).
     spec: Speculation,
+    /// The fast path's order table, when the cluster runs it.
+    fast: Option<fast::FastOrder>,
     /// The other shards' progress reports: what proves their proposals committed.
     progress: Progress,
     /// Per shard, the highest position of a proposal sent to it before it was committed:
@@ -345,6 +352,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     pub fn new(config: LeaderConfig, log: L, store: Store, registry: Registry) -> Self {
         let term = log.term();
         let progress = Progress::new(&config.group_sizes, config.shards);
+        let fast = config.fast_path.then(fast::FastOrder::default);
         Self {
             config,
             log,
@@ -380,6 +388,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             term,
             committed_index: 0,
             spec: Speculation::default(),
+            fast,
             progress,
             commit_owed: BTreeMap::new(),
         }
@@ -554,7 +563,12 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                     self.on_refuse_logged(id, reason, arrival_delta_us, out)
                 }
                 LogRecord::Floor { ts } => self.floor_committed = self.floor_committed.max(ts),
-                LogRecord::Applied { .. } => {} // for followers; the leader executed already
+                // For followers (the leader executed already); the fast path's table prunes.
+                LogRecord::Applied { ts } => {
+                    if let Some(f) = self.fast.as_mut() {
+                        f.applied(ts);
+                    }
+                }
             }
         }
         self.committed_buf = entries;

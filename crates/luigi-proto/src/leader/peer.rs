@@ -108,6 +108,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.cancel_recovery(id);
         let Some(p) = self.remove_pending(id) else { return };
         self.queue.remove(id);
+        if let Some(f) = self.fast.as_mut() {
+            f.dropped(id);
+        }
         self.undecided_moves.retain(|(_, moved)| *moved != id);
         self.stats.aborted += 1;
         let reason = p.aborting.unwrap_or_else(|| "aborted by recovery".into());
@@ -210,6 +213,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if ts != p.ts {
             p.ts = ts;
             self.queue.reposition(id, ts);
+            if let Some(f) = self.fast.as_mut() {
+                f.moved(id, ts, p.txn.piece(self.config.shard).expect("pending here, so a participant"));
+            }
         }
     }
 

@@ -37,6 +37,11 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             let id = p.txn.id;
             let keys = p.txn.piece(me).expect("prepared here, so a participant");
             l.queue.insert(id, p.proposal, keys);
+            if let Some(f) = l.fast.as_mut() {
+                // Known here, never fast (F1 needs this leader's admission); later
+                // admissions below it are not fast either (F2).
+                f.moved(id, p.proposal, keys);
+            }
             let mut agreement = p.txn.is_cross_shard().then(|| Agreement::new(p.txn.shards().collect()));
             let recover_at = match agreement.as_mut() {
                 None => {

@@ -2,6 +2,7 @@
 //! releases, its broadcast to the client audience, the `Floor` promises that let it follow
 //! the clock, and the `Applied` markers followers execute by.
 
+use super::answers::Answer;
 use super::{LeaderOutput, ShardLeader};
 use crate::log::{LogRecord, ReplicatedLog};
 use crate::msg::{ServerMsg, TxnError, TxnReply};
@@ -24,7 +25,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             let Some(answer) = self.answers.get(id).cloned() else {
                 continue;
             };
-            self.reply_now(id, answer.ts, answer.outcome, answer.arrival_delta_us, answer.rounds, out);
+            let order = self.fast.as_mut().and_then(|f| f.take_hash(id));
+            self.reply_with_order(id, answer, order, out);
         }
     }
 
@@ -37,6 +39,12 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         rounds: u8,
         out: &mut Vec<LeaderOutput>,
     ) {
+        self.reply_with_order(id, Answer { ts, outcome, arrival_delta_us, rounds }, None, out);
+    }
+
+    /// `answer` to its client, fast-eligible when `order` is set (the fast path's order hash).
+    fn reply_with_order(&self, id: TxnId, answer: Answer, order: Option<u64>, out: &mut Vec<LeaderOutput>) {
+        let Answer { ts, outcome, arrival_delta_us, rounds } = answer;
         out.push(LeaderOutput::ToClient {
             client: id.client,
             msg: ServerMsg::Reply(TxnReply {
@@ -48,6 +56,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 arrival_delta_us,
                 rounds,
                 position: self.answer_position(id),
+                order,
             }),
         });
     }
