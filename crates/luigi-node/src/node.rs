@@ -1025,6 +1025,9 @@ fn position_in(msg: &ServerMsg) -> u64 {
         | ServerMsg::Status(_)
         | ServerMsg::Progress(_)
         | ServerMsg::Promise { .. } => 0,
+        // Rests on the follower's accept log, not on a Raft position (no replica sends one
+        // yet; DESIGN.md, the fast path).
+        ServerMsg::FastAccept { .. } => 0,
     }
 }
 

@@ -290,7 +290,11 @@ impl ClientRoutes {
                 }
             }
             // A progress report names no leader a client could route by.
-            ServerMsg::Pong { .. } | ServerMsg::Status(_) | ServerMsg::Progress(_) | ServerMsg::Promise { .. } => {}
+            ServerMsg::Pong { .. }
+            | ServerMsg::Status(_)
+            | ServerMsg::Progress(_)
+            | ServerMsg::Promise { .. }
+            | ServerMsg::FastAccept { .. } => {}
         }
     }
 

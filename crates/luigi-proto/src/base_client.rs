@@ -217,7 +217,8 @@ impl BaseClient {
             | ServerMsg::Watermark { .. }
             | ServerMsg::Status(_)
             | ServerMsg::Progress(_)
-            | ServerMsg::Promise { .. } => {}
+            | ServerMsg::Promise { .. }
+            | ServerMsg::FastAccept { .. } => {}
         }
     }
 

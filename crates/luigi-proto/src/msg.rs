@@ -79,6 +79,20 @@ pub enum ServerMsg {
         /// The promise.
         floor: Timestamp,
     },
+    /// A follower accepted `id` at the coordinator's `ts`, durably, with its order hash (the
+    /// fast path, DESIGN.md "Planned, not built"; no replica sends it yet).
+    FastAccept {
+        /// Shard.
+        shard: ShardId,
+        /// The accepting replica (index from 0).
+        replica: u32,
+        /// The transaction.
+        id: TxnId,
+        /// The coordinator's timestamp, unmoved.
+        ts: Timestamp,
+        /// Its order hash at the follower.
+        order: u64,
+    },
 }
 
 /// One replica's state as an operator sees it (`luigi status`).

@@ -46,7 +46,8 @@ pub async fn replica_status(addr: SocketAddr, timeout: Duration) -> Result<Repli
                     | ServerMsg::Pong { .. }
                     | ServerMsg::Watermark { .. }
                     | ServerMsg::Progress(_)
-                    | ServerMsg::Promise { .. },
+                    | ServerMsg::Promise { .. }
+                    | ServerMsg::FastAccept { .. },
                 )
                 | WireMsg::Client(_)
                 | WireMsg::Peer(_)

@@ -32,6 +32,7 @@ use crate::progress::Progress;
 use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 // `Coordinator`'s methods, by concern (each file adds an `impl Coordinator` block).
+pub mod fast;
 mod invariants;
 mod replies;
 mod retry;
@@ -240,6 +241,8 @@ struct InFlight {
     attempts: u32,
     /// One slot per participant, in `txn.pieces` order.
     replies: Vec<Option<TxnReply>>,
+    /// The followers' fast-path accepts, one slot per participant like `replies`.
+    accepts: Vec<fast::Accepts>,
     /// Its `Done` went out already (unknown, or rejected by some participant); it stays until
     /// every participant has answered, then goes without acknowledging anything unanswered.
     reported: Option<Reported>,
@@ -266,6 +269,9 @@ pub struct CoordStats {
     pub unknown: u64,
     /// Of those, the ones whose outcome was learned later.
     pub resolved: u64,
+    /// Transactions completed on the fast path alone: every participant's answer committed
+    /// by its followers' accepts before its position was proven.
+    pub fast: u64,
 }
 
 /// The coordinator state machine of one client.

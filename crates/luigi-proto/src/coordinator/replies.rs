@@ -3,7 +3,8 @@
 //! timestamp, or at once when a participant refused it; it is forgotten (acknowledged) only
 //! once every participant answered.
 
-use super::submit::settled;
+use super::fast::Accept;
+use super::submit::{fast_settled, settled};
 use super::{CommitRule, Completion, CoordOutput, Coordinator, Reported, TxnOutcome};
 use crate::msg::{ServerMsg, TxnError, TxnReply};
 use crate::types::{ShardId, TimeUs, Timestamp, TxnId};
@@ -37,7 +38,19 @@ impl Coordinator {
                     self.retry_waiting(out);
                 }
             }
+            ServerMsg::FastAccept { shard, replica, id, ts, order } => {
+                self.on_accept(shard, id, Accept { replica, ts, order }, out)
+            }
         }
+    }
+
+    /// A follower's fast-path accept of `id` on `shard`.
+    fn on_accept(&mut self, shard: ShardId, id: TxnId, accept: Accept, out: &mut Vec<CoordOutput>) {
+        let Some(flight) = self.in_flight.get_mut(&id) else { return };
+        let Some(slot) = flight.txn.pieces.iter().position(|p| p.shard == shard) else { return };
+        let n = self.config.group_sizes.get(shard as usize).copied().unwrap_or(0);
+        flight.accepts[slot].note(accept, n);
+        self.try_complete_txn(id, out);
     }
 
     /// Tries again every transaction waiting for a watermark or a proof.
@@ -83,7 +96,7 @@ impl Coordinator {
         }
         let id = reply.id;
         // A proven answer stays: a later one can only come from a retry or a stale leader.
-        if !settled(&self.progress, &flight.replies[slot]) {
+        if !settled(&self.progress, &self.config.group_sizes, flight, slot) {
             flight.replies[slot] = Some(reply);
         }
         self.try_complete_txn(id, out);
@@ -135,6 +148,16 @@ impl Coordinator {
             return;
         }
         let results = replies.iter().map(|r| (r.shard, r.outcome.clone())).collect();
+        let fast = (0..flight.replies.len()).all(|slot| {
+            let unproven = flight.replies[slot]
+                .as_ref()
+                .and_then(|r| r.position)
+                .is_some_and(|pos| !self.progress.proven(flight.txn.pieces[slot].shard, pos));
+            unproven && fast_settled(&self.config.group_sizes, flight, slot)
+        });
+        if fast {
+            self.stats.fast += 1;
+        }
         self.report(id, TxnOutcome::Ordered { ts, results }, out);
         self.forget(id);
     }

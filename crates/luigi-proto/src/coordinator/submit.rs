@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::{CoordOutput, Coordinator, InFlight};
-use crate::msg::{ClientMsg, TxnReply};
+use super::{fast, CoordOutput, Coordinator, InFlight};
+use crate::msg::ClientMsg;
 use crate::progress::Progress;
 use crate::types::{ShardId, ShardPiece, TimeUs, Txn, TxnId};
 
@@ -34,6 +34,7 @@ impl Coordinator {
             leader_waits: 0,
             attempts: 1,
             replies: vec![None; slots],
+            accepts: vec![fast::Accepts::default(); slots],
             reported: None,
         };
         if self.in_flight.is_empty() {
@@ -52,10 +53,10 @@ impl Coordinator {
     /// whichever replica the shell picks next, instead of after the full retry timeout.
     pub fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
         let soon = now + self.config.not_leader_retry_us;
-        let progress = &self.progress;
+        let (progress, sizes) = (&self.progress, &self.config.group_sizes);
         for flight in self.in_flight.values_mut() {
-            let waiting =
-                flight.txn.pieces.iter().zip(&flight.replies).any(|(p, r)| p.shard == shard && !settled(progress, r));
+            let waiting = (0..flight.replies.len())
+                .any(|slot| flight.txn.pieces[slot].shard == shard && !settled(progress, sizes, flight, slot));
             if waiting && flight.retry_at_us > soon {
                 flight.retry_at_us = soon;
                 flight.leader_wait = true;
@@ -69,8 +70,8 @@ impl Coordinator {
 
     pub(super) fn send_dispatch(&self, now: TimeUs, flight: &InFlight, out: &mut Vec<CoordOutput>) {
         let acked_below = self.acked_below();
-        for (piece, reply) in flight.txn.pieces.iter().zip(&flight.replies) {
-            if !settled(&self.progress, reply) {
+        for (slot, piece) in flight.txn.pieces.iter().enumerate() {
+            if !settled(&self.progress, &self.config.group_sizes, flight, slot) {
                 out.push(CoordOutput::Send {
                     shard: piece.shard,
                     msg: ClientMsg::Dispatch { txn: flight.txn.clone(), sent_us: now, acked_below },
@@ -80,14 +81,23 @@ impl Coordinator {
     }
 }
 
-/// A participant's answer that counts: there, and its position proven committed (rule 14).
-pub(super) fn settled(progress: &Progress, reply: &Option<TxnReply>) -> bool {
-    reply.as_ref().is_some_and(|r| r.position.is_none_or(|pos| progress.proven(r.shard, pos)))
+/// Participant `slot`'s answer counts: there, and its position proven committed (rule 14),
+/// or committed on the fast path (`group_sizes`: replicas per shard).
+pub(super) fn settled(progress: &Progress, group_sizes: &[u32], flight: &InFlight, slot: usize) -> bool {
+    let Some(r) = flight.replies[slot].as_ref() else { return false };
+    r.position.is_none_or(|pos| progress.proven(r.shard, pos)) || fast_settled(group_sizes, flight, slot)
+}
+
+/// Participant `slot`'s answer committed on the fast path.
+pub(super) fn fast_settled(group_sizes: &[u32], flight: &InFlight, slot: usize) -> bool {
+    let Some(r) = flight.replies[slot].as_ref() else { return false };
+    let n = group_sizes.get(r.shard as usize).copied().unwrap_or(0);
+    flight.accepts[slot].fast_commits(r, flight.txn.ts, n)
 }
 
 impl Coordinator {
     /// Every participant's answer counts (see [`settled`]).
     pub(super) fn all_settled(&self, flight: &InFlight) -> bool {
-        flight.replies.iter().all(|r| settled(&self.progress, r))
+        (0..flight.replies.len()).all(|slot| settled(&self.progress, &self.config.group_sizes, flight, slot))
     }
 }

@@ -512,3 +512,63 @@ fn a_promise_below_the_timestamp_or_of_a_participant_passes_nothing_over() {
     let [CoordOutput::Done(d)] = out.as_slice() else { panic!("only the single-shard one, got {out:?}") };
     assert_eq!(d.id, id, "a participant's own watermark must pass: its answer may rest on it");
 }
+
+/// The timestamp the coordinator stamped on the dispatches in `out`.
+fn stamped(out: &[CoordOutput]) -> Timestamp {
+    out.iter()
+        .find_map(|o| match o {
+            CoordOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => Some(txn.ts),
+            CoordOutput::Send { .. } | CoordOutput::Done(_) | CoordOutput::Resolved(_) => None,
+        })
+        .expect("a dispatch")
+}
+
+/// A fast-eligible answer resting on position `index` of term 4.
+fn fast_answer(id: TxnId, ts: Timestamp, index: u64, order: u64) -> ServerMsg {
+    let ServerMsg::Reply(mut r) = speculative(id, 0, ts, 4, index, 7) else { unreachable!("a reply") };
+    r.order = Some(order);
+    ServerMsg::Reply(r)
+}
+
+fn accept(id: TxnId, replica: u32, ts: Timestamp, order: u64) -> ServerMsg {
+    ServerMsg::FastAccept { shard: 0, replica, id, ts, order }
+}
+
+#[test]
+fn a_fast_answer_completes_once_every_follower_accepted_it_at_the_stamped_timestamp_and_order() {
+    let mut c = Coordinator::new(CoordinatorConfig { group_sizes: vec![3], ..quiet(1) });
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let ts = stamped(&out);
+    out.clear();
+    c.on_message(10, fast_answer(id, ts, 20, 5), &mut out);
+    c.on_message(11, accept(id, 1, ts, 5), &mut out);
+    assert!(out.is_empty(), "one follower of two: {out:?}");
+    c.on_message(12, accept(id, 2, ts, 5), &mut out);
+    let [CoordOutput::Done(done)] = out.as_slice() else { panic!("expected completion, got {out:?}") };
+    assert!(matches!(&done.outcome, TxnOutcome::Ordered { ts: t, .. } if *t == ts));
+    assert_eq!(c.stats().fast, 1);
+
+    // A follower that saw another order before it: no fast commit; the proof completes it.
+    let id = c.submit(20, "p", vec![], vec![piece(0)], &mut out);
+    let ts = stamped(&out);
+    out.clear();
+    c.on_message(30, fast_answer(id, ts, 20, 5), &mut out);
+    c.on_message(31, accept(id, 1, ts, 5), &mut out);
+    c.on_message(32, accept(id, 2, ts, 6), &mut out);
+    c.on_message(33, accept(id, 2, ts, 5), &mut out);
+    assert!(out.is_empty(), "a replica's first accept stands: {out:?}");
+    c.on_message(34, progress(0, 1, 4, 20, false), &mut out);
+    assert!(matches!(out.as_slice(), [CoordOutput::Done(_)]), "{out:?}");
+    assert_eq!(c.stats().fast, 1, "not a fast commit");
+
+    // Accepts at another timestamp than the stamped one count for nothing.
+    let id = c.submit(40, "p", vec![], vec![piece(0)], &mut out);
+    let ts = stamped(&out);
+    out.clear();
+    c.on_message(50, fast_answer(id, ts, 40, 0), &mut out);
+    c.on_message(51, accept(id, 1, ts + 1, 0), &mut out);
+    c.on_message(52, accept(id, 2, ts + 1, 0), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    c.check_invariants().unwrap();
+}
