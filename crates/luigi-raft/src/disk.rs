@@ -27,6 +27,8 @@
 //!   (which could vote twice in a term).
 //! - **snapshots** (`snapshot-<index>.snap`, `luigi-wal`'s format) with the membership as the
 //!   metadata's extra bytes (voter ids as u64 LE).
+//! - the fast path's **accept log** in `accepts/` (see [`crate::accepts`]), synced before the
+//!   Raft log by [`DiskStorage::sync`] (nothing writes to it yet);
 //! - `raft-rejoin`, while the replica is being rebuilt from its peers ([`prepare_rejoin`],
 //!   [`RecoveredState::rejoining`]): it lost its vote and its log, and must not vote or
 //!   campaign before it has caught up with a leader (see [`crate::RaftLog`], "Rejoining").
@@ -53,6 +55,7 @@ use std::sync::Arc;
 use luigi_wal::fs::{ensure_dir, Fs, OpenMode, RealFs};
 use luigi_wal::{load_latest_snapshot_in, save_snapshot_in, Durability, SnapshotMeta, Wal, WalError, WalOptions};
 
+use crate::accepts::{AcceptLog, FoundAccepts};
 use crate::codec::{decode_hard_state, encode_hard_state, HardState, PersistEntry};
 use crate::node::{Ready, RecoveredState, SnapshotData};
 
@@ -200,6 +203,10 @@ pub struct DiskStorage {
     rejoining: bool,
     /// A ready written since the last sync ended the rejoin: remove the marker after syncing.
     rejoin_done: bool,
+    /// The fast path's accept log (see [`crate::accepts`]), synced with the Raft log.
+    accepts: AcceptLog,
+    /// The accepts found at open, until taken.
+    accepts_found: FoundAccepts,
 }
 
 impl DiskStorage {
@@ -247,6 +254,7 @@ impl DiskStorage {
             }
             None => None,
         };
+        let (accepts, accepts_found) = AcceptLog::open_in(Arc::clone(&fs), &dir, options.clone())?;
         let (mut wal, _report) = Wal::open_in(Arc::clone(&fs), &dir, options)?;
         let hard_state = read_hard_state(&*fs, &dir)?;
         let fresh = hard_state.is_none();
@@ -299,6 +307,8 @@ impl DiskStorage {
             snapshot_index: snap_index,
             rejoining,
             rejoin_done: false,
+            accepts,
+            accepts_found,
         };
         if fresh {
             // Before any entry: from now on a log without a hard state means a lost file.
@@ -408,6 +418,7 @@ impl DiskStorage {
     /// # Errors
     /// I/O errors; the replica must stop.
     pub fn sync(&mut self) -> Result<(), DiskError> {
+        self.accepts.sync()?;
         self.wal.sync()?;
         if self.hs_dirty {
             self.write_hard_state(self.latest_hs)?;
@@ -421,6 +432,29 @@ impl DiskStorage {
             self.rejoin_done = false;
         }
         Ok(())
+    }
+
+    /// Stages fast-path accept records (see [`crate::accepts`]), durable with the next
+    /// [`DiskStorage::sync`]; returns the number of the last one.
+    ///
+    /// # Errors
+    /// I/O errors; the replica must stop.
+    pub fn write_accepts(&mut self, records: &[Vec<u8>]) -> Result<u64, DiskError> {
+        Ok(self.accepts.append(records)?)
+    }
+
+    /// Drops accept records numbered below `number` (decided), a segment at a time.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn compact_accepts_below(&mut self, number: u64) -> Result<(), DiskError> {
+        self.accepts.compact_below(number)?;
+        Ok(())
+    }
+
+    /// The accept records found when the directory was opened, oldest first (taken once).
+    pub fn take_found_accepts(&mut self) -> FoundAccepts {
+        std::mem::take(&mut self.accepts_found)
     }
 
     /// Writes the hard state with the newest commit index now (e.g. at a clean shutdown, so a

@@ -55,6 +55,7 @@
 
 #![warn(missing_docs)]
 
+pub mod accepts;
 pub mod codec;
 pub mod disk;
 mod node;

@@ -336,3 +336,23 @@ fn a_snapshot_written_apart_compacts_the_log_once_saved() {
     assert_eq!(rec.snapshot, Some(snap(8)));
     assert_eq!(rec.entries.iter().map(|e| e.index).collect::<Vec<_>>(), vec![9, 10, 11, 12]);
 }
+
+#[test]
+fn accepts_are_durable_with_the_group_commit_and_come_back_after_a_crash() {
+    use luigi_wal::fs::{Fs, SimFs};
+    use std::sync::Arc;
+    let sim = SimFs::new(11);
+    let fs: Arc<dyn Fs> = Arc::new(sim.clone());
+    let options = WalOptions { durability: Durability::Fsync, ..WalOptions::default() };
+    let dir = std::path::Path::new("/replica");
+    let (mut disk, _) = DiskStorage::open_with(Arc::clone(&fs), dir, options.clone()).unwrap();
+    assert_eq!(disk.write_accepts(&[b"x".to_vec(), b"y".to_vec()]).unwrap(), 2);
+    disk.persist(&ready_with(1..=3, 1, 1)).unwrap(); // the same sync makes both durable
+    assert_eq!(disk.write_accepts(&[b"lost".to_vec()]).unwrap(), 3);
+    drop(disk);
+    sim.crash();
+    let (mut disk, rec) = DiskStorage::open_with(fs, dir, options).unwrap();
+    assert_eq!(rec.entries.len(), 3, "the Raft log is intact beside it");
+    assert_eq!(disk.take_found_accepts(), vec![(1, b"x".to_vec()), (2, b"y".to_vec())], "only what was synced");
+    assert!(disk.take_found_accepts().is_empty(), "taken once");
+}
