@@ -16,9 +16,11 @@
 //! Sans-I/O like the rest of the protocol: the caller passes its clock and the log records.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::keyhash::{key_hash, HashKeyMap};
-use crate::types::{Access, KeySet, Timestamp, TxnId};
+use crate::log::LogRecord;
+use crate::types::{Access, KeySet, ShardId, Timestamp, Txn, TxnId};
 use crate::Map;
 
 /// Accepts a follower keeps undecided at most (past it, it accepts nothing more: those
@@ -229,6 +231,59 @@ impl Acceptor {
     }
 }
 
+/// One replica's undecided accept, as a new leader reads it: the transaction and the
+/// timestamp it was accepted at.
+pub type AcceptedTxn = (Arc<Txn>, Timestamp);
+
+/// Rules R1-R3 (DESIGN.md, the fast path): which transactions a new leader of `shard` must
+/// prepare at their accepted timestamps before it serves, given the undecided accepts of a
+/// majority of its group (`sets`, its own among them) and its whole log (`log`, committed or
+/// not: it commits all of it), in `(ts, id)` order.
+///
+/// - R1: a transaction with a `PREPARE` in the log is the log's (rule 8).
+/// - R2: one the log shows overtaken (a conflicting `PREPARE` or `DECIDE` above its
+///   timestamp, or an `Applied` marker at or above it) was not fast-committed.
+/// - R3: any other one found in every set at the same timestamp may have been: prepared.
+pub fn to_recover<'a>(
+    shard: ShardId,
+    sets: &[Vec<AcceptedTxn>],
+    log: impl IntoIterator<Item = &'a LogRecord>,
+) -> Vec<AcceptedTxn> {
+    let Some((first, rest)) = sets.split_first() else { return Vec::new() };
+    let mut prepared: Map<TxnId, (Timestamp, Vec<(u64, Access)>)> = Map::default();
+    let mut applied: Timestamp = 0;
+    for record in log {
+        match record {
+            LogRecord::Prepare { txn, ts, .. } => {
+                let keys = txn.piece(shard).map(hashed_keys).unwrap_or_default();
+                prepared.insert(txn.id, (*ts, keys));
+            }
+            LogRecord::Decide { id, ts } => {
+                if let Some(p) = prepared.get_mut(id) {
+                    p.0 = p.0.max(*ts);
+                }
+            }
+            LogRecord::Applied { ts } => applied = applied.max(*ts),
+            LogRecord::Abort { .. } | LogRecord::Refuse { .. } | LogRecord::Floor { .. } => {}
+        }
+    }
+    let mut out: Vec<AcceptedTxn> = first
+        .iter()
+        .filter(|(txn, ts)| rest.iter().all(|set| set.iter().any(|(t, at)| t.id == txn.id && at == ts)))
+        .filter(|(txn, _)| !prepared.contains_key(&txn.id))
+        .filter(|(txn, ts)| {
+            let keys = txn.piece(shard).map(hashed_keys).unwrap_or_default();
+            let overtaken = prepared.values().any(|(at, theirs)| {
+                at > ts && theirs.iter().any(|(k, a)| keys.iter().any(|(l, b)| k == l && a.conflicts(*b)))
+            });
+            *ts > applied && !overtaken
+        })
+        .cloned()
+        .collect();
+    out.sort_by_key(|(txn, ts)| (*ts, txn.id));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,5 +384,54 @@ mod tests {
             f.offer(0, id(seq), 10 + seq, &writes(&[&format!("k{seq}")])).unwrap();
         }
         assert_eq!(f.offer(0, id(u64::MAX), 5, &writes(&["new"])), Err(NotAccepted::Full));
+    }
+
+    fn txn(seq: u64, ts: Timestamp, key: &str, write: bool) -> Arc<Txn> {
+        let keys = if write { writes(&[key]) } else { reads(&[key]) };
+        let pieces = vec![crate::types::ShardPiece { shard: 0, keys }];
+        Arc::new(Txn { id: id(seq), procedure: "kv".into(), args: vec![], pieces, ts })
+    }
+
+    fn prepare(t: &Arc<Txn>, ts: Timestamp) -> LogRecord {
+        LogRecord::Prepare { txn: t.clone(), ts, arrival_delta_us: 0, acked_below: 0 }
+    }
+
+    fn seqs(out: &[AcceptedTxn]) -> Vec<(u64, Timestamp)> {
+        out.iter().map(|(t, ts)| (t.id.seq, *ts)).collect()
+    }
+
+    #[test]
+    fn recovery_prepares_what_every_set_read_holds_unless_the_log_decided_or_overtook_it() {
+        let (a, b, c, d) =
+            (txn(1, 100, "a", true), txn(2, 200, "b", true), txn(3, 300, "c", true), txn(4, 400, "d", true));
+        let both = vec![(a.clone(), 100), (b.clone(), 200), (c.clone(), 300), (d.clone(), 400)];
+        let one_only = vec![(a.clone(), 100), (b.clone(), 200), (c.clone(), 310), (d.clone(), 400)];
+        // R3: in every set at the same timestamp; c differs in timestamp: not fast-committed.
+        assert_eq!(seqs(&to_recover(0, &[both.clone(), one_only], &[])), vec![(1, 100), (2, 200), (4, 400)]);
+        // R1: a's PREPARE is in the log (even moved): the log wins.
+        let log = [prepare(&a, 150)];
+        assert_eq!(seqs(&to_recover(0, &[both.clone(), both.clone()], &log)), vec![(2, 200), (3, 300), (4, 400)]);
+        // R2: an Applied marker at 200 covers a and b.
+        let log = [LogRecord::Applied { ts: 200 }];
+        assert_eq!(seqs(&to_recover(0, &[both.clone(), both.clone()], &log)), vec![(3, 300), (4, 400)]);
+        assert!(to_recover(0, &[], &log).is_empty(), "nothing read, nothing recovered");
+    }
+
+    #[test]
+    fn the_counterexample_a_moved_transaction_overtaken_by_an_answered_one_is_not_recovered() {
+        // Both followers accepted X at 100; the leader released a conflicting Y at 200 first
+        // (answered, its PREPARE committed) and moved X, whose moved PREPARE was lost.
+        let x = txn(1, 100, "k", true);
+        let y = txn(2, 200, "k", false);
+        let sets = vec![vec![(x.clone(), 100)], vec![(x.clone(), 100)]];
+        assert!(to_recover(0, &sets, &[prepare(&y, 200)]).is_empty(), "R2: Y overtook X");
+        // A conflicting PREPARE below X, or on another key, does not overtake it.
+        let below = txn(3, 50, "k", true);
+        let elsewhere = txn(4, 500, "z", true);
+        assert_eq!(seqs(&to_recover(0, &sets, &[prepare(&below, 50), prepare(&elsewhere, 500)])), vec![(1, 100)]);
+        // A DECIDE that raised a conflicting transaction above X overtakes it too.
+        let raised = txn(5, 90, "k", true);
+        let log = [prepare(&raised, 90), LogRecord::Decide { id: raised.id, ts: 150 }];
+        assert!(to_recover(0, &sets, &log).is_empty());
     }
 }
