@@ -93,10 +93,11 @@ impl Discarded {
     }
 }
 
-/// A write of one Raft ready (its messages already taken out). Write `ready`'s snapshot,
-/// entries and hard state in the order the effects came. If `sync`, make it durable and then
-/// call [`crate::ReplicaNode::persisted`] with `number` (several may be synced together and
-/// reported with the last number).
+/// A write of one Raft ready (its messages already taken out). Write `accepts` to the accept
+/// log, then `ready`'s snapshot, entries and hard state, in the order the effects came. If
+/// `sync`, make it durable and then call [`crate::ReplicaNode::persisted`] with `number`
+/// (several may be synced together and reported with the last number). A write of accepts
+/// alone carries an empty ready and the number of the last ready issued.
 pub struct Persist {
     /// The ready's number.
     pub number: u64,
@@ -104,4 +105,6 @@ pub struct Persist {
     pub sync: bool,
     /// What to write.
     pub ready: Ready,
+    /// Fast-path accept records for the accept log (`luigi-raft`'s `accepts`), first.
+    pub accepts: Vec<Vec<u8>>,
 }

@@ -169,6 +169,11 @@ pub struct ReplicaNode {
     linked: BTreeSet<u32>,
     /// Readies written and waiting for their sync: (number, messages to send after it).
     awaiting: VecDeque<(u64, Vec<OutMessage>)>,
+    /// The number of the last ready issued (a write of accepts alone reuses it).
+    last_ready: u64,
+    /// Messages that wait for the accept log (see `LeaderOutput::ToClientDurably`), by the
+    /// persist number that makes their records durable.
+    awaiting_accepts: VecDeque<(u64, Vec<Effect>)>,
     /// The core's messages that name a position of this replica's log, held until the log is
     /// durable here up to it (rule 14), in the order they were produced.
     held: VecDeque<(u64, Held)>,
@@ -209,6 +214,7 @@ pub struct ReplicaNode {
 }
 
 /// A message of the core waiting for the log to be durable (see `ReplicaNode::held`).
+#[allow(clippy::large_enum_variant)] // few and short-lived; boxing would allocate per answer
 enum Held {
     Effect(Effect),
     Batch(ShardId, PeerBatch),
@@ -289,6 +295,8 @@ impl ReplicaNode {
             may_campaign,
             linked: BTreeSet::new(),
             awaiting: VecDeque::new(),
+            last_ready: 0,
+            awaiting_accepts: VecDeque::new(),
             held: VecDeque::new(),
             progress: (None, 0),
             snapshots,
@@ -439,6 +447,10 @@ impl ReplicaNode {
         }
         if let Some(n) = advanced {
             self.replica.log_mut().advance(n);
+        }
+        while self.awaiting_accepts.front().is_some_and(|(n, _)| *n <= number) {
+            let (_, msgs) = self.awaiting_accepts.pop_front().expect("checked");
+            fx.extend(msgs);
         }
         self.release_held(fx);
     }
@@ -758,10 +770,11 @@ impl ReplicaNode {
                 tracing::info!(node = %node, "rejoined: caught up with the leader; votes again from the next term on");
             }
             let number = rd.number;
+            self.last_ready = number;
             let persisted_messages = std::mem::take(&mut rd.persisted_messages);
             let wait = rd.must_sync || !self.awaiting.is_empty();
             if rd.has_persist_work() || wait {
-                fx.push(Effect::Persist(Persist { number, sync: wait, ready: rd }));
+                fx.push(Effect::Persist(Persist { number, sync: wait, ready: rd, accepts: Vec::new() }));
             }
             if wait {
                 self.awaiting.push_back((number, persisted_messages));
@@ -985,8 +998,14 @@ impl ReplicaNode {
         // the receiver counts this copy towards the majority that commits it); the others
         // rest on committed records and leave at once.
         let durable = self.replica.log().persisted_index();
+        let (mut records, mut after_records) = (Vec::new(), Vec::new());
         for o in std::mem::take(&mut self.out) {
             let (need, held) = match o {
+                LeaderOutput::ToClientDurably { client, msg, record } => {
+                    records.extend(record);
+                    after_records.push(Effect::ToClient { client, msg });
+                    continue;
+                }
                 LeaderOutput::ToClient { client, msg } => {
                     (position_in(&msg), Held::Effect(Effect::ToClient { client, msg }))
                 }
@@ -1000,6 +1019,14 @@ impl ReplicaNode {
             } else {
                 self.held.push_back((need, held));
             }
+        }
+        if !after_records.is_empty() {
+            // One group commit of the accept log (with whatever the Raft log has buffered);
+            // the answers leave when it is reported.
+            let number = self.last_ready;
+            let ready = luigi_raft::Ready { number, ..Default::default() };
+            fx.push(Effect::Persist(Persist { number, sync: true, ready, accepts: records }));
+            self.awaiting_accepts.push_back((number, after_records));
         }
         let shard = self.config.node.shard;
         for (id, ts) in self.replica.take_executed() {

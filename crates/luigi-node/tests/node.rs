@@ -335,3 +335,64 @@ fn baseline_clients_never_broadcast_a_dispatch() {
     assert_eq!(routes.route(0, &dispatch, |_| true), vec![1], "unsure, and still one replica");
     assert!(routes.is_unsure(0));
 }
+
+/// A follower of a 3-replica shard running the fast path, told by a heartbeat that replica 0
+/// leads term 1.
+fn fast_follower() -> ReplicaNode {
+    let mut config = config(NodeId { shard: 0, replica: 1 }, vec![3]);
+    config.leader.fast_path = true;
+    let mut n = ReplicaNode::new(config, RecoveredState::default()).unwrap();
+    let mut hb = luigi_raft::eraftpb::Message::default();
+    hb.set_msg_type(luigi_raft::eraftpb::MessageType::MsgHeartbeat);
+    (hb.from, hb.to, hb.term) = (1, 2, 1);
+    let bytes = luigi_raft::encode_message(&hb);
+    let mut fx = Vec::new();
+    n.on_replication(NodeId { shard: 0, replica: 0 }, ReplicationMsg::Raft { shard: 0, from: 1, bytes }, &mut fx)
+        .unwrap();
+    n.turn(1_000, &mut fx).unwrap();
+    n
+}
+
+#[test]
+fn a_fast_path_follower_answers_an_early_dispatch_with_an_accept_once_its_record_is_durable() {
+    let mut n = fast_follower();
+    let txn = std::sync::Arc::new(Txn {
+        id: TxnId { client: 7, seq: 1 },
+        procedure: "kv".into(),
+        args: Vec::new(),
+        pieces: vec![luigi_proto::types::ShardPiece {
+            shard: 0,
+            keys: luigi_proto::types::KeySet::new(vec![], vec![b"k".to_vec()]),
+        }],
+        ts: 50_000,
+    });
+    let mut fx = Vec::new();
+    n.on_client(2_000, 7, ClientMsg::Dispatch { txn: txn.clone(), sent_us: 1_900, acked_below: 0 }, &mut fx);
+    let writes: Vec<(u64, usize)> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Persist(p) if !p.accepts.is_empty() => Some((p.number, p.accepts.len())),
+            _ => None,
+        })
+        .collect();
+    let [(number, 1)] = writes.as_slice() else { panic!("one accept record to write, got {writes:?}") };
+    assert!(!fx.iter().any(|e| matches!(e, Effect::ToClient { .. })), "nothing leaves before the record is durable");
+    fx.clear();
+    n.persisted(*number, &mut fx);
+    let accepts: Vec<&ServerMsg> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ToClient { client: 7, msg } => Some(msg),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(accepts.as_slice(), [ServerMsg::FastAccept { shard: 0, replica: 1, ts: 50_000, order: 0, .. }]),
+        "{accepts:?}"
+    );
+    // Late (after its timestamp on this clock): no accept, and no NotLeader either.
+    let late = std::sync::Arc::new(Txn { id: TxnId { client: 7, seq: 2 }, ts: 2_500, ..(*txn).clone() });
+    fx.clear();
+    n.on_client(3_000, 7, ClientMsg::Dispatch { txn: late, sent_us: 2_900, acked_below: 0 }, &mut fx);
+    assert!(!fx.iter().any(|e| matches!(e, Effect::ToClient { .. } | Effect::Persist(_))), "nothing to say");
+}

@@ -114,6 +114,11 @@ impl RecentOrder {
         })
     }
 
+    /// The keys `id` was recorded with, if it is held.
+    pub fn keys_of(&self, id: TxnId) -> Option<Vec<(u64, Access)>> {
+        self.keys.get(&id).map(|(_, keys)| keys.clone())
+    }
+
     /// Entries held.
     pub fn len(&self) -> usize {
         self.keys.len()
@@ -152,6 +157,31 @@ pub enum NotAccepted {
 
 /// An accept the log has not decided yet: its timestamp, order hash and keys.
 type Undecided = (Timestamp, u64, Vec<(u64, Access)>);
+
+/// What a follower writes to its accept log before it answers `FastAccept`: the transaction
+/// (a new leader may have to prepare it) and the timestamp it was accepted at.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AcceptRecord {
+    /// The transaction.
+    pub txn: Arc<Txn>,
+    /// The coordinator's timestamp.
+    pub ts: Timestamp,
+}
+
+impl AcceptRecord {
+    /// The record's bytes (postcard).
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("an accept record always encodes")
+    }
+
+    /// A record from its bytes.
+    ///
+    /// # Errors
+    /// The bytes are not an accept record.
+    pub fn decode(bytes: &[u8]) -> Result<Self, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
+}
 
 /// A follower's fast-path accept rule and its undecided accepts.
 #[derive(Debug, Default)]
@@ -192,7 +222,10 @@ impl Acceptor {
     /// records decide: an uncommitted one may be replaced by a later leader's log, which
     /// may answer the accepted transaction fast after all.
     pub fn on_prepared(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
-        let keys = hashed_keys(keys);
+        self.decide(id, ts, hashed_keys(keys));
+    }
+
+    fn decide(&mut self, id: TxnId, ts: Timestamp, keys: Vec<(u64, Access)>) {
         self.accepts.remove(&id);
         let overtaken: Vec<TxnId> = self
             .accepts
@@ -208,6 +241,34 @@ impl Acceptor {
             self.order.remove(other);
         }
         self.order.record(id, ts, &keys);
+    }
+
+    /// The committed log decided `id` at `ts` (a `DECIDE` raised it): as [`Acceptor::on_prepared`]
+    /// with the keys its `PREPARE` had.
+    pub fn on_decided(&mut self, id: TxnId, ts: Timestamp) {
+        let Some(keys) = self.order.keys_of(id) else { return };
+        self.decide(id, ts, keys);
+    }
+
+    /// The committed log refused or aborted `id`: it will not run here.
+    pub fn on_dropped(&mut self, id: TxnId) {
+        self.accepts.remove(&id);
+        self.order.remove(id);
+    }
+
+    /// A committed `LogRecord` of `shard`'s log, whatever it is.
+    pub fn on_committed(&mut self, shard: ShardId, record: &LogRecord) {
+        match record {
+            LogRecord::Prepare { txn, ts, .. } => {
+                if let Some(keys) = txn.piece(shard) {
+                    self.on_prepared(txn.id, *ts, keys);
+                }
+            }
+            LogRecord::Decide { id, ts } => self.on_decided(*id, *ts),
+            LogRecord::Abort { id } | LogRecord::Refuse { id, .. } => self.on_dropped(*id),
+            LogRecord::Applied { ts } => self.on_applied(*ts),
+            LogRecord::Floor { .. } => {}
+        }
     }
 
     /// A committed `Applied` marker at `ts`: everything at or below it was executed by the
@@ -433,5 +494,25 @@ mod tests {
         let raised = txn(5, 90, "k", true);
         let log = [prepare(&raised, 90), LogRecord::Decide { id: raised.id, ts: 150 }];
         assert!(to_recover(0, &sets, &log).is_empty());
+    }
+
+    #[test]
+    fn committed_records_decide_accepts_and_records_round_trip() {
+        let mut f = Acceptor::default();
+        let (a, b, c) = (txn(1, 100, "a", true), txn(2, 200, "b", true), txn(3, 300, "c", true));
+        for t in [&a, &b, &c] {
+            f.offer(0, t.id, t.ts, t.piece(0).unwrap()).unwrap();
+        }
+        // b's DECIDE follows its PREPARE (keys from the order table); c is refused.
+        let x = txn(9, 150, "b", true);
+        f.on_committed(0, &prepare(&x, 150));
+        f.on_committed(0, &LogRecord::Decide { id: x.id, ts: 250 });
+        assert_eq!(f.undecided(), vec![(100, a.id), (300, c.id)], "x raised above b overtakes it");
+        f.on_committed(0, &LogRecord::Refuse { id: c.id, reason: "no".into(), arrival_delta_us: 0 });
+        f.on_committed(0, &LogRecord::Floor { ts: 1_000 });
+        assert_eq!(f.undecided(), vec![(100, a.id)]);
+        let record = AcceptRecord { txn: a.clone(), ts: 100 };
+        assert_eq!(AcceptRecord::decode(&record.encode()).unwrap(), record);
+        assert!(AcceptRecord::decode(b"garbage").is_err());
     }
 }

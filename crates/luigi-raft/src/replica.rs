@@ -14,12 +14,13 @@
 //! executed ahead of the log's `Applied` markers) and rebuilds a follower by replaying its
 //! log from the start.
 
+use luigi_proto::fast::{AcceptRecord, Accepted, Acceptor, NotAccepted};
 use luigi_proto::leader::follower::{Follower, SnapshotError};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::{LogEntry, ReplicatedLog};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, StalledTxnInfo};
 use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 use luigi_store::Store;
 use std::any::Any;
 use std::sync::Arc;
@@ -126,6 +127,10 @@ pub struct Replica {
     executed: Vec<(TxnId, Timestamp)>,
     /// Dispatches that came while no serving leader was known.
     waiting: Waiting,
+    /// The fast path's accept rule and undecided accepts (DESIGN.md, the fast path), when
+    /// the cluster runs it ([`LeaderConfig::fast_path`]); fed by the committed log while
+    /// this replica follows.
+    acceptor: Option<Acceptor>,
     stats: ReplicaStats,
 }
 
@@ -146,6 +151,7 @@ impl Replica {
             Some(data) => Follower::from_snapshot(config.shard, registry.clone(), data)?,
             None => Follower::new(config.shard, initial(), registry.clone()),
         };
+        let acceptor = config.fast_path.then(Acceptor::default);
         Ok(Self {
             config,
             registry,
@@ -154,6 +160,7 @@ impl Replica {
             committed: Vec::new(),
             executed: Vec::new(),
             waiting: Waiting::default(),
+            acceptor,
             stats: ReplicaStats::default(),
         })
     }
@@ -282,8 +289,14 @@ impl Replica {
                     msg: ServerMsg::pong(self.config.shard, now, sent_us, f.applied_ts()),
                 }),
                 ClientMsg::Dispatch { txn, sent_us, acked_below } => {
-                    let held = Held { arrived: now, client, txn, sent_us, acked_below };
                     let leader = other_leader(log);
+                    if let (Some(acceptor), Some(_)) = (self.acceptor.as_mut(), leader) {
+                        // The fast path: the client sent it to the leader too.
+                        let me = (log.id() - 1) as u32;
+                        out.extend(fast_accept(acceptor, self.config.shard, me, now, client, &txn));
+                        return;
+                    }
+                    let held = Held { arrived: now, client, txn, sent_us, acked_below };
                     let refused = match leader {
                         Some(_) => Err(held),
                         None => self.waiting.hold(held),
@@ -331,6 +344,9 @@ impl Replica {
                 log.take_committed(&mut self.committed);
                 for e in self.committed.drain(..) {
                     f.apply(&e);
+                    if let Some(a) = self.acceptor.as_mut() {
+                        a.on_committed(self.config.shard, &e.record);
+                    }
                 }
                 self.executed.extend(f.take_executed());
                 // Everything committed must be applied before serving (see `may_serve`).
@@ -432,6 +448,31 @@ impl Replica {
             }
         }
     }
+}
+
+/// A follower's answer to a fast-path dispatch of `txn` from `client` arriving at `now`: a
+/// `FastAccept` once its record is durable (a repeat goes out after the next sync), or
+/// nothing when rule F0 refuses it (the leader's answer takes rule 14's path).
+fn fast_accept(
+    acceptor: &mut Acceptor,
+    shard: ShardId,
+    me: u32,
+    now: TimeUs,
+    client: ClientId,
+    txn: &Arc<Txn>,
+) -> Option<LeaderOutput> {
+    let keys = txn.piece(shard)?;
+    let (accepted, record) = match acceptor.offer(now, txn.id, txn.ts, keys) {
+        Ok(a) => (a, Some(AcceptRecord { txn: txn.clone(), ts: txn.ts }.encode())),
+        Err(NotAccepted::Again(a)) => (a, None),
+        Err(NotAccepted::Late | NotAccepted::Overtaken | NotAccepted::Full) => return None,
+    };
+    let Accepted { id, ts, order } = accepted;
+    Some(LeaderOutput::ToClientDurably {
+        client,
+        msg: ServerMsg::FastAccept { shard, replica: me, id, ts, order },
+        record,
+    })
 }
 
 /// The `NotLeader` answer to `held`, naming `leader`.

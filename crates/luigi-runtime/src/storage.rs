@@ -272,6 +272,9 @@ fn apply(disk: &mut DiskStorage, op: StorageOp, synced: &mut Option<u64>) -> Res
     let dir = disk.dir().display().to_string();
     match op {
         StorageOp::Persist(p) => {
+            if !p.accepts.is_empty() {
+                disk.write_accepts(&p.accepts).map_err(|e| format!("writing the accept log in {dir}: {e}"))?;
+            }
             disk.write(&p.ready).map_err(|e| format!("writing the raft log in {dir}: {e}"))?;
             if p.sync {
                 *synced = Some(p.number);

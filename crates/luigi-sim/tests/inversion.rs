@@ -94,7 +94,10 @@ impl Leader {
                 LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => self.replies.push(r),
                 LeaderOutput::ToPeer { batch, .. } => batches.push(batch),
                 LeaderOutput::Executed { shard, id, .. } => self.executed.borrow_mut().push((shard, id)),
-                LeaderOutput::ToClient { .. } | LeaderOutput::ToClients { .. } | LeaderOutput::ToAllClients { .. } => {}
+                LeaderOutput::ToClient { .. }
+                | LeaderOutput::ToClientDurably { .. }
+                | LeaderOutput::ToClients { .. }
+                | LeaderOutput::ToAllClients { .. } => {}
             }
         }
         batches

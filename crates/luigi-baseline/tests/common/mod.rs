@@ -137,7 +137,10 @@ impl Cluster {
                     assert_eq!(client, CLIENT);
                     self.replies.push(r);
                 }
-                LeaderOutput::ToClient { .. } | LeaderOutput::ToClients { .. } | LeaderOutput::ToAllClients { .. } => {}
+                LeaderOutput::ToClient { .. }
+                | LeaderOutput::ToClientDurably { .. }
+                | LeaderOutput::ToClients { .. }
+                | LeaderOutput::ToAllClients { .. } => {}
                 LeaderOutput::ToPeer { shard, batch } => self.net.push_back((shard, batch)),
                 LeaderOutput::Executed { shard, id, .. } => self.executed.push((shard, id)),
             }

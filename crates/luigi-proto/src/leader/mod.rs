@@ -165,6 +165,17 @@ pub enum LeaderOutput {
         /// Message.
         msg: ServerMsg,
     },
+    /// Send `msg` to client `client` once `record` (if any) and everything written to the
+    /// accept log before it are durable there (a follower's `FastAccept`; DESIGN.md, the
+    /// fast path).
+    ToClientDurably {
+        /// Destination.
+        client: ClientId,
+        /// Message.
+        msg: ServerMsg,
+        /// An accept record ([`crate::fast::AcceptRecord`], encoded) to write first.
+        record: Option<Vec<u8>>,
+    },
     /// Send `batch` to the leader of `shard`.
     ToPeer {
         /// Destination shard.

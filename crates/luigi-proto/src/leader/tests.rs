@@ -38,6 +38,7 @@ pub(super) fn replies(out: &[LeaderOutput]) -> Vec<TxnReply> {
             | LeaderOutput::ToClients { .. }
             | LeaderOutput::ToAllClients { .. }
             | LeaderOutput::ToPeer { .. }
+            | LeaderOutput::ToClientDurably { .. }
             | LeaderOutput::Executed { .. } => None,
         })
         .collect()
@@ -49,6 +50,7 @@ pub(super) fn executed(out: &[LeaderOutput]) -> Vec<(ShardId, TxnId, Timestamp)>
         .filter_map(|o| match o {
             LeaderOutput::Executed { shard, id, ts } => Some((*shard, *id, *ts)),
             LeaderOutput::ToClient { .. }
+            | LeaderOutput::ToClientDurably { .. }
             | LeaderOutput::ToClients { .. }
             | LeaderOutput::ToAllClients { .. }
             | LeaderOutput::ToPeer { .. } => None,
@@ -239,6 +241,7 @@ fn watermarks_go_only_to_recently_heard_clients() {
                 | LeaderOutput::ToAllClients { .. }
                 | LeaderOutput::ToClient { .. }
                 | LeaderOutput::ToPeer { .. }
+                | LeaderOutput::ToClientDurably { .. }
                 | LeaderOutput::Executed { .. } => None,
             })
             .collect::<Vec<_>>()

@@ -72,6 +72,7 @@ pub(super) fn to_peer(out: &[LeaderOutput], shard: ShardId) -> Vec<PeerBatch> {
             | LeaderOutput::ToClient { .. }
             | LeaderOutput::ToClients { .. }
             | LeaderOutput::ToAllClients { .. }
+            | LeaderOutput::ToClientDurably { .. }
             | LeaderOutput::Executed { .. } => None,
         })
         .collect()

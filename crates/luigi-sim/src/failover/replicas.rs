@@ -358,6 +358,12 @@ impl RaftGroups<'_> {
             }
             Effect::Persist(p) => {
                 let r = &mut self.replicas[s as usize][i as usize];
+                if !p.accepts.is_empty() {
+                    if let Err(e) = r.disk.storage().write_accepts(&p.accepts) {
+                        let msg = format!("{me} cannot write its accept log: {e}");
+                        return Err(core.violation(ViolationKind::Invariant, msg));
+                    }
+                }
                 if let Err(e) = r.disk.storage().write(&p.ready) {
                     return Err(core.violation(ViolationKind::Invariant, format!("{me} cannot write its log: {e}")));
                 }

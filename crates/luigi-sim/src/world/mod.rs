@@ -166,6 +166,13 @@ impl IdealLog {
                     }
                     core.send(me, Node::Client(client), SimMsg::ToClient(msg));
                 }
+                LeaderOutput::ToClientDurably { .. } => {
+                    // Only followers send these, and this world has leaders only.
+                    return Err(core.violation(
+                        ViolationKind::Invariant,
+                        format!("shard {shard}'s leader sent a follower's message: {o:?}"),
+                    ));
+                }
                 LeaderOutput::ToAllClients { msg } => {
                     for client in 1..=clients {
                         core.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
