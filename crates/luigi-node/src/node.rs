@@ -146,6 +146,14 @@ pub enum NodeError {
         /// The error.
         source: RaftError,
     },
+    /// Its accept log holds a record it cannot read (see `luigi-raft`'s `accepts`).
+    #[error("node {node}: its fast-path accept log is damaged: {reason}")]
+    Accepts {
+        /// The node.
+        node: NodeId,
+        /// What is wrong.
+        reason: String,
+    },
     /// The node keeps producing work without settling (a bug).
     #[error("node {node}: the log never settles ({rounds} rounds in one turn)")]
     Livelock {
@@ -435,6 +443,16 @@ impl ReplicaNode {
                 Ok(())
             }
         }
+    }
+
+    /// The accept records the shell's disk found at open (`DiskStorage::take_found_accepts`),
+    /// given right after [`ReplicaNode::new`].
+    ///
+    /// # Errors
+    /// A damaged record.
+    pub fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), NodeError> {
+        let node = self.config.node;
+        self.replica.restore_accepts(records).map_err(|reason| NodeError::Accepts { node, reason })
     }
 
     /// The shell made every [`Persist`] up to `number` durable (see the module docs).

@@ -396,3 +396,24 @@ fn a_fast_path_follower_answers_an_early_dispatch_with_an_accept_once_its_record
     n.on_client(3_000, 7, ClientMsg::Dispatch { txn: late, sent_us: 2_900, acked_below: 0 }, &mut fx);
     assert!(!fx.iter().any(|e| matches!(e, Effect::ToClient { .. } | Effect::Persist(_))), "nothing to say");
 }
+
+#[test]
+fn accepts_found_at_restart_are_undecided_again_and_a_damaged_one_is_refused_by_name() {
+    let mut config = config(NodeId { shard: 0, replica: 1 }, vec![3]);
+    config.leader.fast_path = true;
+    let mut n = ReplicaNode::new(config, RecoveredState::default()).unwrap();
+    let keys = luigi_proto::types::KeySet::new(vec![], vec![b"k".to_vec()]);
+    let txn = std::sync::Arc::new(Txn {
+        pieces: vec![luigi_proto::types::ShardPiece { shard: 0, keys }],
+        ..(*kv_txn(7, 1)).clone()
+    });
+    let record = luigi_proto::fast::AcceptRecord { txn, ts: 90_000 }.encode();
+    n.restore_accepts(&[(4, record)]).unwrap();
+    let undecided = |n: &ReplicaNode| {
+        let replica = n.replica().as_any().downcast_ref::<luigi_raft::replica::Replica>().unwrap();
+        replica.undecided_accepts()
+    };
+    assert_eq!(undecided(&n), vec![(90_000, TxnId { client: 7, seq: 1 })]);
+    let err = n.restore_accepts(&[(5, b"garbage".to_vec())]).unwrap_err().to_string();
+    assert!(err.contains("accept log is damaged") && err.contains("accept record 5"), "{err}");
+}

@@ -215,6 +215,15 @@ impl Acceptor {
         Ok(Accepted { id, ts, order })
     }
 
+    /// An accept found in the accept log at restart: undecided again, with its order hash
+    /// over what is known now (only the first answer's matters, and it was sent already).
+    pub fn restore(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
+        let keys = hashed_keys(keys);
+        let order = self.order.order_hash(id, ts, &keys);
+        self.order.record(id, ts, &keys);
+        self.accepts.insert(id, (ts, order, keys));
+    }
+
     /// The follower's *committed* log prepared `id` at `ts` on `keys` (or decided it there):
     /// it is known at that timestamp, and an accept of it is decided (the log wins, rule
     /// R1). An accept of another transaction below it that conflicts is decided too: had

@@ -399,6 +399,28 @@ impl Replica {
         }
     }
 
+    /// The accept records found on disk at restart: undecided again until the replayed log
+    /// decides them (a replica without the fast path ignores them: they are from a run that
+    /// had it, and a cluster never turns it off with transactions in flight).
+    ///
+    /// # Errors
+    /// A record that does not decode.
+    pub fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), String> {
+        let Some(acceptor) = self.acceptor.as_mut() else { return Ok(()) };
+        for (n, bytes) in records {
+            let r = AcceptRecord::decode(bytes).map_err(|e| format!("accept record {n}: {e}"))?;
+            if let Some(keys) = r.txn.piece(self.config.shard) {
+                acceptor.restore(r.txn.id, r.ts, keys);
+            }
+        }
+        Ok(())
+    }
+
+    /// The fast path's undecided accepts, `(ts, id)` in order (none without it).
+    pub fn undecided_accepts(&self) -> Vec<(Timestamp, TxnId)> {
+        self.acceptor.as_ref().map(Acceptor::undecided).unwrap_or_default()
+    }
+
     /// The transactions the follower state executed (applying `Applied` markers) since the
     /// last call, in execution order. A serving leader reports its own executions as
     /// [`LeaderOutput::Executed`] outputs instead.
@@ -593,6 +615,10 @@ impl ShardReplica for Replica {
             State::Follower(f, _) => f.check_invariants(),
             State::Switching => Ok(()),
         }
+    }
+
+    fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), String> {
+        Replica::restore_accepts(self, records)
     }
 
     fn stats_line(&self) -> String {

@@ -374,6 +374,19 @@ pub trait ShardReplica: Send {
     /// The replica's counters on one line (for logs).
     fn stats_line(&self) -> String;
 
+    /// The fast-path accept records its disk held at restart (see [`crate::accepts`]), given
+    /// before the first turn so that the replayed log decides them again. Protocols without
+    /// a fast path have none to take.
+    ///
+    /// # Errors
+    /// A record that does not decode (a damaged accept log).
+    fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), String> {
+        match records.first() {
+            None => Ok(()),
+            Some((n, _)) => Err(format!("accept record {n} found, but this protocol has no fast path")),
+        }
+    }
+
     /// The replica, for a protocol-specific look (see `<dyn ShardReplica>::downcast_ref`).
     fn as_any(&self) -> &dyn Any;
 }

@@ -17,6 +17,7 @@ use std::sync::mpsc as std_mpsc;
 
 use anyhow::Context;
 use luigi_node::{NodeId, Persist};
+use luigi_raft::accepts::FoundAccepts;
 use luigi_raft::disk::{DiskStorage, SnapshotWriter};
 use luigi_raft::{RecoveredState, SnapshotData};
 use luigi_wal::{Durability, WalOptions};
@@ -71,12 +72,20 @@ pub struct Storage {
     snapshots: Option<std_mpsc::Sender<SnapshotData>>,
     snapshot_thread: Option<std::thread::JoinHandle<Result<(), String>>>,
     dir: PathBuf,
+    /// The fast-path accepts found at open, until the node takes them.
+    found_accepts: FoundAccepts,
 }
 
 /// Ops the thread takes in one round before it syncs (bounds a round's latency).
 const OPS_PER_SYNC_MAX: usize = 4096;
 
 impl Storage {
+    /// The fast-path accepts the disk held at open (taken once, for
+    /// `ReplicaNode::restore_accepts`).
+    pub fn take_found_accepts(&mut self) -> FoundAccepts {
+        std::mem::take(&mut self.found_accepts)
+    }
+
     /// Opens `node`'s directory (checked against the cluster shape, see [`crate::datadir`];
     /// moved aside first with `storage.rejoin`) and starts its thread, which reports with
     /// `report`. Lost or damaged Raft state is refused with one line naming it and the way out.
@@ -89,7 +98,7 @@ impl Storage {
         let replicas = cluster.shards[node.shard as usize].replicas.len() as u32;
         let options = WalOptions { durability: storage.durability, ..WalOptions::default() };
         let dir = crate::datadir::prepare(cluster, node, &storage.data_dir, storage.rejoin)?;
-        let (disk, recovered) = match DiskStorage::open(&dir, options) {
+        let (mut disk, recovered) = match DiskStorage::open(&dir, options) {
             Ok(x) => x,
             Err(e) if e.needs_rebuild() => {
                 anyhow::bail!("node {node}: cannot restart from {}: {e}; {}", dir.display(), rebuild_hint(replicas))
@@ -113,6 +122,7 @@ impl Storage {
                 dir.display()
             );
         }
+        let found_accepts = disk.take_found_accepts();
         let report = std::sync::Arc::new(report);
         let (snapshots, snapshot_rx) = std_mpsc::channel();
         let (writer, snapshot_report) = (disk.snapshot_writer(), std::sync::Arc::clone(&report));
@@ -127,6 +137,7 @@ impl Storage {
             snapshots: Some(snapshots),
             snapshot_thread: Some(snapshot_thread),
             dir,
+            found_accepts,
         };
         if storage.durability == Durability::None {
             handle.inline = Some(disk);

@@ -153,19 +153,20 @@ impl Server {
         }
         // Every shard is a Raft group, one replica or more, with its disk on a thread.
         let reports = tx.clone();
-        let (disk, recovered) =
+        let (mut disk, recovered) =
             Storage::open(node, &config, &storage, move |r| reports.blocking_send(Inbound::Storage(r)).is_ok())?;
         let shape = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
         let (registry, initial) = hosted_workload(&config, node, registry)?;
         let node_config = NodeConfig::new(node, shape, config.seed, config.tuning(), registry)
             .with_initial(initial)
             .with_protocol(luigi_baseline::replicas_for(config.protocol()));
-        let replica = ReplicaNode::new(node_config, recovered).map_err(|e| match e {
+        let mut replica = ReplicaNode::new(node_config, recovered).map_err(|e| match e {
             NodeError::Raft { source: luigi_raft::RaftError::Recovered(_), .. } => {
                 anyhow::anyhow!("{e}; cannot restart from {}; {}", disk.dir().display(), rebuild_hint(replicas))
             }
             e => anyhow::Error::new(e),
         })?;
+        replica.restore_accepts(&disk.take_found_accepts())?;
         let gate = GateConfig {
             me: node,
             replicas: config.shards.iter().map(|s| s.replicas.len() as u32).collect(),

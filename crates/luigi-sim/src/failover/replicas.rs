@@ -3,11 +3,12 @@
 //! crashes, restarts and cuts it.
 
 use luigi_baseline::{replicas_for, BaseReplica};
-use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
+use luigi_node::{Effect, NodeConfig, NodeError, NodeId, ReplicaNode, Tuning};
 use luigi_proto::leader::{LeaderConfig, LeaderStats, ShardLeader};
 use luigi_proto::msg::BaseItem;
 use luigi_proto::msg::{PeerItem, ServerMsg};
 use luigi_proto::types::{Protocol, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_raft::accepts::FoundAccepts;
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::replica::Replica;
 use luigi_raft::Transition;
@@ -43,13 +44,15 @@ impl SimDisk {
         SimDisk { fs: SimFs::new(seed), storage: None }
     }
 
-    /// Opens the storage as a restarting server does; returns what it recovered.
-    fn open(&mut self) -> Result<RecoveredState, String> {
+    /// Opens the storage as a restarting server does; returns what it recovered, and the
+    /// fast-path accepts it found.
+    fn open(&mut self) -> Result<(RecoveredState, FoundAccepts), String> {
         let options = WalOptions { durability: Durability::Fsync, ..WalOptions::default() };
-        let (storage, recovered) =
+        let (mut storage, recovered) =
             DiskStorage::open_with(Arc::new(self.fs.clone()), DATA_DIR, options).map_err(|e| e.to_string())?;
+        let accepts = storage.take_found_accepts();
         self.storage = Some(storage);
-        Ok(recovered)
+        Ok((recovered, accepts))
     }
 
     fn storage(&mut self) -> &mut DiskStorage {
@@ -122,7 +125,7 @@ pub(super) fn new_node(
     i: u32,
     disk: &mut SimDisk,
 ) -> Result<ReplicaNode, Violation> {
-    let recovered = disk
+    let (recovered, accepts) = disk
         .open()
         .map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i} cannot open its disk: {e}")))?;
     let mut tuning = Tuning::for_delay(config.link.delay.mean_us, config.link.delay.jitter_us);
@@ -157,7 +160,10 @@ pub(super) fn new_node(
         Protocol::Luigi => {} // the node's default factory
         Protocol::Occ | Protocol::TwoPl | Protocol::Direct => nc = nc.with_protocol(replicas_for(config.protocol)),
     }
-    ReplicaNode::new(nc, recovered).map_err(|e| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}")))
+    let invariant = |e: NodeError| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}"));
+    let mut node = ReplicaNode::new(nc, recovered).map_err(invariant)?;
+    node.restore_accepts(&accepts).map_err(invariant)?;
+    Ok(node)
 }
 
 /// Replicas per shard.
