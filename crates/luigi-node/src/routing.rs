@@ -180,6 +180,8 @@ pub struct ClientRoutes {
     unsure: Vec<bool>,
     /// Whether an unsure guess sends a dispatch to every reachable replica.
     broadcast: bool,
+    /// Whether every dispatch goes to every reachable replica (the fast path).
+    fan_out: bool,
     /// Highest watermark heard from any replica of each shard.
     best_watermark: Vec<Timestamp>,
     /// Per (transaction, shard): the guess counter when its dispatch was last sent.
@@ -196,6 +198,7 @@ impl ClientRoutes {
             guess: vec![(0, 0); n],
             unsure: vec![false; n],
             broadcast: false,
+            fan_out: false,
             best_watermark: vec![0; n],
             sent_with: HashMap::new(),
         }
@@ -204,6 +207,14 @@ impl ClientRoutes {
     /// Routes that send a dispatch to every reachable replica of a shard while the guess of
     /// its leader is unsure.
     pub fn broadcasting_when_unsure(mut self) -> Self {
+        self.broadcast = true;
+        self
+    }
+
+    /// Routes that send every dispatch to every reachable replica, the guessed leader first:
+    /// the fast path's followers accept it directly (DESIGN.md, the fast path).
+    pub fn fanning_out(mut self) -> Self {
+        self.fan_out = true;
         self.broadcast = true;
         self
     }
@@ -259,7 +270,7 @@ impl ClientRoutes {
             self.sent_with.clear();
         }
         self.sent_with.insert(k, self.guess[s].1);
-        if !(self.broadcast && self.unsure[s]) {
+        if !(self.fan_out || self.broadcast && self.unsure[s]) {
             return vec![replica];
         }
         (0..n).map(|step| (replica + step) % n).filter(|r| reachable(*r)).collect()

@@ -178,7 +178,14 @@ impl ClientNode {
             dead: false,
             outstanding: 0,
             next_seq: 1,
-            routes: ClientRoutes::for_protocol(vec![replicas; config.shards as usize], config.protocol),
+            routes: {
+                let routes = ClientRoutes::for_protocol(vec![replicas; config.shards as usize], config.protocol);
+                if config.leader.fast_path {
+                    routes.fanning_out()
+                } else {
+                    routes
+                }
+            },
             steps: VecDeque::new(),
         }
     }

@@ -9,7 +9,7 @@
 
 mod common;
 
-use luigi_sim::{failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint, SimConfig, SEED_ENV};
+use luigi_sim::{failover_config, FailoverReport, FaultConfig, KillPoint, SimConfig};
 
 /// A contended replicated run: 2 keys per shard, so later transactions read what a killed
 /// leader wrote speculatively.
@@ -20,14 +20,7 @@ fn contended(seed: u64, cross_shard: f64) -> SimConfig {
 }
 
 fn run(test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverReport {
-    let seed = config.seed;
-    match run_replicated(&common::traced(config), faults) {
-        Ok(report) => report,
-        Err(v) => panic!(
-            "{test}: {v}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim --test speculation \
-             {test} -- --nocapture"
-        ),
-    }
+    common::must_pass_replicated("speculation", test, config, faults)
 }
 
 #[test]

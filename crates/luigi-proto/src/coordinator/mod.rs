@@ -269,8 +269,8 @@ pub struct CoordStats {
     pub unknown: u64,
     /// Of those, the ones whose outcome was learned later.
     pub resolved: u64,
-    /// Transactions completed on the fast path alone: every participant's answer committed
-    /// by its followers' accepts before its position was proven.
+    /// Transactions completed on the fast path: every participant's answer committed by
+    /// its followers' accepts (its position may have been proven by then too).
     pub fast: u64,
 }
 

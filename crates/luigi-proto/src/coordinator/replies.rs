@@ -148,13 +148,7 @@ impl Coordinator {
             return;
         }
         let results = replies.iter().map(|r| (r.shard, r.outcome.clone())).collect();
-        let fast = (0..flight.replies.len()).all(|slot| {
-            let unproven = flight.replies[slot]
-                .as_ref()
-                .and_then(|r| r.position)
-                .is_some_and(|pos| !self.progress.proven(flight.txn.pieces[slot].shard, pos));
-            unproven && fast_settled(&self.config.group_sizes, flight, slot)
-        });
+        let fast = (0..flight.replies.len()).all(|slot| fast_settled(&self.config.group_sizes, flight, slot));
         if fast {
             self.stats.fast += 1;
         }

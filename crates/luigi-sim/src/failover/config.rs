@@ -251,6 +251,8 @@ pub struct FailoverReport {
     pub installed_bytes_max: u64,
     /// Dispatches the coordinators sent again.
     pub retries: u64,
+    /// Transactions completed on the fast path alone (`CoordStats::fast`).
+    pub fast_commits: u64,
     /// Leader counters, summed over every serving incarnation that was still alive at the
     /// end (a crashed leader's counters are lost with it).
     pub recover_sent: u64,
@@ -288,6 +290,7 @@ impl FailoverReport {
         self.snapshots_installed += r.snapshots_installed;
         self.installed_bytes_max = self.installed_bytes_max.max(r.installed_bytes_max);
         self.retries += r.retries;
+        self.fast_commits += r.fast_commits;
         self.recover_sent += r.recover_sent;
         self.end_us = self.end_us.max(r.end_us);
         self.events += r.events;

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test file uses a subset
 
-use luigi_sim::{run, run_replicated, FaultConfig, Node, RunReport, SimConfig, SEED_ENV, TRACE_ENV};
+use luigi_sim::{run, run_replicated, FailoverReport, FaultConfig, Node, RunReport, SimConfig, SEED_ENV, TRACE_ENV};
 
 /// The seeds to run: `range`, or only the one named by `LUIGI_SIM_SEED`.
 pub fn seeds(range: std::ops::Range<u64>) -> Vec<u64> {
@@ -40,6 +40,19 @@ pub fn caught_replicated(config: &SimConfig, faults: &FaultConfig) -> bool {
 pub fn must_pass(file: &str, test: &str, config: SimConfig) -> RunReport {
     let seed = config.seed;
     match run(traced(config)) {
+        Ok(report) => report,
+        Err(v) => panic!(
+            "{test}: {v}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim \
+             --test {file} {test} -- --nocapture (add {TRACE_ENV}=1 for every event)"
+        ),
+    }
+}
+
+/// Runs `config` replicated with `faults`; on a violation, fails with it and the command that
+/// reruns the seed.
+pub fn must_pass_replicated(file: &str, test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverReport {
+    let seed = config.seed;
+    match run_replicated(&traced(config), faults) {
         Ok(report) => report,
         Err(v) => panic!(
             "{test}: {v}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim \

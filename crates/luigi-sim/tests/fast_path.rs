@@ -1,0 +1,46 @@
+//! The fast path's parts together in the replicated world, without faults (DESIGN.md,
+//! "Planned, not built: the fast path"): clients send every dispatch to every replica,
+//! followers accept early transactions and answer `FastAccept` once the record is durable,
+//! leaders mark unmoved answers with their order hash, and coordinators commit on the
+//! accepts. The new leader's recovery of fast commits (R1-R3) is not built, so these runs
+//! have no faults; the checker still holds every answer to the committed logs.
+//!
+//! A failing seed prints the command that reruns it; `LUIGI_SIM_TRACE=1` prints every event.
+
+mod common;
+
+use luigi_sim::{failover_config, FailoverReport, FaultConfig, SimConfig};
+
+/// Two 3-replica shards, single-shard transactions over `keys` keys, clocks within 100 µs
+/// (the fast path needs clocks close next to the one-way delays, as Tiga's does), and
+/// `headroom_us` on top of the delay estimate.
+fn fast(seed: u64, keys: u64, headroom_us: u64) -> SimConfig {
+    let mut c = failover_config(seed, 2).keys(keys).cross_shard(0.0).clock_offset_max(100);
+    c.leader.fast_path = true;
+    c.coordinator.headroom_us = headroom_us;
+    c
+}
+
+/// The runs of `seeds` with `keys` keys, without faults, summed.
+fn runs(test: &str, seeds: std::ops::Range<u64>, keys: u64) -> FailoverReport {
+    let faults = FaultConfig { random_faults: false, ..FaultConfig::new() };
+    let mut total = FailoverReport::default();
+    for seed in common::seeds(seeds) {
+        total.absorb(&common::must_pass_replicated("fast_path", test, fast(seed, keys, 1_000), &faults));
+    }
+    eprintln!("{total:?}");
+    total
+}
+
+#[test]
+fn without_faults_most_uncontended_transactions_commit_on_the_fast_path_and_the_checks_hold() {
+    let total =
+        runs("without_faults_most_uncontended_transactions_commit_on_the_fast_path_and_the_checks_hold", 1..9, 4_000);
+    assert!(total.committed > 0 && total.fast_commits * 2 > total.committed, "{total:?}");
+}
+
+#[test]
+fn under_contention_fewer_commit_fast_and_every_answer_still_matches_the_logs() {
+    let total = runs("under_contention_fewer_commit_fast_and_every_answer_still_matches_the_logs", 11..19, 4);
+    assert!(total.committed > 0 && total.fast_commits < total.committed / 2, "{total:?}");
+}
