@@ -86,6 +86,10 @@ pub enum ServerMsg {
         shard: ShardId,
         /// The accepting replica (index from 0).
         replica: u32,
+        /// Its Raft term when it accepted: only a leader's answer of the same term counts
+        /// with it (a deposed leader's fast answer meets accepts of the new term, which the
+        /// new leader's recovery has read or will see in its log).
+        term: u64,
         /// The transaction.
         id: TxnId,
         /// The coordinator's timestamp, unmoved.

@@ -293,7 +293,8 @@ impl Replica {
                     if let (Some(acceptor), Some(_)) = (self.acceptor.as_mut(), leader) {
                         // The fast path: the client sent it to the leader too.
                         let me = (log.id() - 1) as u32;
-                        out.extend(fast_accept(acceptor, self.config.shard, me, now, client, &txn));
+                        let term = log.term();
+                        out.extend(fast_accept(acceptor, self.config.shard, me, term, now, client, &txn));
                         return;
                     }
                     let held = Held { arrived: now, client, txn, sent_us, acked_below };
@@ -475,10 +476,12 @@ impl Replica {
 /// A follower's answer to a fast-path dispatch of `txn` from `client` arriving at `now`: a
 /// `FastAccept` once its record is durable (a repeat goes out after the next sync), or
 /// nothing when rule F0 refuses it (the leader's answer takes rule 14's path).
+#[allow(clippy::too_many_arguments)] // the parts of the answer
 fn fast_accept(
     acceptor: &mut Acceptor,
     shard: ShardId,
     me: u32,
+    term: u64,
     now: TimeUs,
     client: ClientId,
     txn: &Arc<Txn>,
@@ -492,7 +495,7 @@ fn fast_accept(
     let Accepted { id, ts, order } = accepted;
     Some(LeaderOutput::ToClientDurably {
         client,
-        msg: ServerMsg::FastAccept { shard, replica: me, id, ts, order },
+        msg: ServerMsg::FastAccept { shard, replica: me, term, id, ts, order },
         record,
     })
 }

@@ -13,6 +13,8 @@ use crate::types::Timestamp;
 pub struct Accept {
     /// The accepting replica (index from 0).
     pub replica: u32,
+    /// Its Raft term when it accepted.
+    pub term: u64,
     /// The timestamp it accepted at.
     pub ts: Timestamp,
     /// Its order hash.
@@ -36,14 +38,16 @@ impl Accepts {
 
     /// Whether `reply`, the leader's answer, commits on the fast path with these accepts:
     /// the leader marked it fast at the coordinator's `ts`, and `group_size - 1` other
-    /// replicas accepted it at `ts` with the leader's order hash. Only in replicated groups
-    /// (3 replicas or more): a lone replica's answers are proven as they leave it.
+    /// replicas of the leader's term accepted it at `ts` with the leader's order hash. Only
+    /// in replicated groups (3 replicas or more): a lone replica's answers are proven as
+    /// they leave it. An answer without a position rests on committed records: it needs no
+    /// fast path.
     pub fn fast_commits(&self, reply: &TxnReply, ts: Timestamp, group_size: u32) -> bool {
-        let Some(order) = reply.order else { return false };
+        let (Some(order), Some(pos)) = (reply.order, reply.position) else { return false };
         if reply.ts != ts || reply.outcome.is_err() || group_size < 3 {
             return false;
         }
-        let agreeing = self.0.iter().filter(|a| a.ts == ts && a.order == order).count();
+        let agreeing = self.0.iter().filter(|a| a.term == pos.term && a.ts == ts && a.order == order).count();
         agreeing + 1 >= group_size as usize
     }
 }
@@ -72,22 +76,28 @@ mod tests {
     fn fast_only_with_every_other_replica_agreeing_on_timestamp_and_order() {
         let mut a = Accepts::default();
         let leader = reply(100, Some(7));
-        a.note(Accept { replica: 1, ts: 100, order: 7 }, 3);
+        a.note(Accept { replica: 1, term: 1, ts: 100, order: 7 }, 3);
         assert!(!a.fast_commits(&leader, 100, 3), "one follower of two");
-        a.note(Accept { replica: 1, ts: 100, order: 7 }, 3);
+        a.note(Accept { replica: 1, term: 1, ts: 100, order: 7 }, 3);
         assert!(!a.fast_commits(&leader, 100, 3), "the same follower twice counts once");
-        a.note(Accept { replica: 2, ts: 100, order: 8 }, 3);
+        a.note(Accept { replica: 2, term: 1, ts: 100, order: 8 }, 3);
         assert!(!a.fast_commits(&leader, 100, 3), "another order before it");
         let mut b = Accepts::default();
-        b.note(Accept { replica: 1, ts: 100, order: 7 }, 3);
-        b.note(Accept { replica: 2, ts: 100, order: 7 }, 3);
+        b.note(Accept { replica: 1, term: 1, ts: 100, order: 7 }, 3);
+        b.note(Accept { replica: 2, term: 1, ts: 100, order: 7 }, 3);
         assert!(b.fast_commits(&leader, 100, 3));
         assert!(!b.fast_commits(&reply(100, None), 100, 3), "the leader did not mark it fast");
         assert!(!b.fast_commits(&reply(120, Some(7)), 100, 3), "the leader moved it");
         let mut failed = reply(100, Some(7));
         failed.outcome = Err(TxnError::Busy("x".into()));
         assert!(!b.fast_commits(&failed, 100, 3));
-        b.note(Accept { replica: 9, ts: 100, order: 7 }, 3);
+        let mut newer = reply(100, Some(7));
+        newer.position = Some(crate::progress::LogPos { term: 2, index: 9 });
+        assert!(!b.fast_commits(&newer, 100, 3), "accepts of term 1 and a leader of term 2");
+        let mut committed = reply(100, Some(7));
+        committed.position = None;
+        assert!(!b.fast_commits(&committed, 100, 3), "committed already: no fast path needed");
+        b.note(Accept { replica: 9, term: 1, ts: 100, order: 7 }, 3);
         assert_eq!(b.0.len(), 2, "no replica 9 in a group of 3");
         // A group of one has no fast path (its answers are proven as they leave it).
         assert!(!Accepts::default().fast_commits(&leader, 100, 1));

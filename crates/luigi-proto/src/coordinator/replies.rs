@@ -38,8 +38,8 @@ impl Coordinator {
                     self.retry_waiting(out);
                 }
             }
-            ServerMsg::FastAccept { shard, replica, id, ts, order } => {
-                self.on_accept(shard, id, Accept { replica, ts, order }, out)
+            ServerMsg::FastAccept { shard, replica, term, id, ts, order } => {
+                self.on_accept(shard, id, Accept { replica, term, ts, order }, out)
             }
         }
     }

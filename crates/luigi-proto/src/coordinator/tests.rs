@@ -531,7 +531,7 @@ fn fast_answer(id: TxnId, ts: Timestamp, index: u64, order: u64) -> ServerMsg {
 }
 
 fn accept(id: TxnId, replica: u32, ts: Timestamp, order: u64) -> ServerMsg {
-    ServerMsg::FastAccept { shard: 0, replica, id, ts, order }
+    ServerMsg::FastAccept { shard: 0, replica, term: 4, id, ts, order }
 }
 
 #[test]
