@@ -214,7 +214,9 @@ fn sender_of(msg: &ReplicationMsg) -> u64 {
         | ReplicationMsg::SnapshotAck { from, .. }
         | ReplicationMsg::SnapshotCancel { from, .. }
         | ReplicationMsg::SnapshotRefuse { from, .. }
-        | ReplicationMsg::Raft { from, .. } => *from,
+        | ReplicationMsg::Raft { from, .. }
+        | ReplicationMsg::AcceptsQuery { from, .. }
+        | ReplicationMsg::Accepts { from, .. } => *from,
         ReplicationMsg::LeaderIs { replica, .. } => u64::from(*replica) + 1,
     }
 }

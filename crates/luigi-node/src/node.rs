@@ -164,6 +164,9 @@ pub enum NodeError {
     },
 }
 
+/// How long a new leader waits for the group's accepts before asking again.
+pub const ACCEPTS_ASK_AGAIN_US: TimeUs = 200_000;
+
 /// One replica of a shard (see the module docs).
 pub struct ReplicaNode {
     config: NodeConfig,
@@ -179,6 +182,8 @@ pub struct ReplicaNode {
     awaiting: VecDeque<(u64, Vec<OutMessage>)>,
     /// The number of the last ready issued (a write of accepts alone reuses it).
     last_ready: u64,
+    /// The term and time of the last question for the group's accepts.
+    accepts_asked: (u64, TimeUs),
     /// Messages that wait for the accept log (see `LeaderOutput::ToClientDurably`), by the
     /// persist number that makes their records durable.
     awaiting_accepts: VecDeque<(u64, Vec<Effect>)>,
@@ -304,6 +309,7 @@ impl ReplicaNode {
             linked: BTreeSet::new(),
             awaiting: VecDeque::new(),
             last_ready: 0,
+            accepts_asked: (0, 0),
             awaiting_accepts: VecDeque::new(),
             held: VecDeque::new(),
             progress: (None, 0),
@@ -432,6 +438,21 @@ impl ReplicaNode {
                 self.transfer_effects(fx);
                 result
             }
+            ReplicationMsg::AcceptsQuery { shard, from: sender, term } => {
+                if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me {
+                    return Err(format!("accepts query for shard {shard} from raft id {sender} by {from}"));
+                }
+                let records = self.replica.accepts_of();
+                let msg = ReplicationMsg::Accepts { shard, from: me.raft_id(), term, records };
+                fx.push(Effect::Replicate { to: from, msg });
+                Ok(())
+            }
+            ReplicationMsg::Accepts { shard, from: sender, term, records } => {
+                if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me {
+                    return Err(format!("accepts of shard {shard} from raft id {sender} by {from}"));
+                }
+                self.replica.accepts_from(from.replica, term, &records)
+            }
             ReplicationMsg::LeaderIs { shard, replica, term } => {
                 if shard == me.shard || from != (NodeId { shard, replica }) {
                     return Err(format!("leader announcement of s{shard}r{replica} from {from}"));
@@ -442,6 +463,23 @@ impl ReplicaNode {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// A new leader's fast-path recovery round waits for the group's undecided accepts: asks
+    /// every other replica of the group, again every [`ACCEPTS_ASK_AGAIN_US`] while it waits
+    /// (a question or an answer may be lost).
+    fn ask_for_accepts(&mut self, now: TimeUs, fx: &mut Vec<Effect>) {
+        let Some(term) = self.replica.accepts_wanted() else { return };
+        let (asked_term, asked_at) = self.accepts_asked;
+        if asked_term == term && now < asked_at + ACCEPTS_ASK_AGAIN_US {
+            return;
+        }
+        self.accepts_asked = (term, now);
+        let me = self.config.node;
+        for replica in (0..self.config.group_size()).filter(|r| *r != me.replica) {
+            let msg = ReplicationMsg::AcceptsQuery { shard: me.shard, from: me.raft_id(), term };
+            fx.push(Effect::Replicate { to: NodeId { shard: me.shard, replica }, msg });
         }
     }
 
@@ -683,6 +721,7 @@ impl ReplicaNode {
         }
         self.snapshot_if_due(fx)?;
         self.tend_transfers(now, fx);
+        self.ask_for_accepts(now, fx);
         self.drive(fx)?;
         self.release_held(fx);
         self.report_progress(now, fx);

@@ -491,9 +491,10 @@ impl Transfers {
                 self.stats.dropped += (before - self.incoming.len()) as u64;
             }
             ReplicationMsg::SnapshotRefuse { transfer, reason, .. } => self.on_refuse(now, from, transfer, reason, out),
-            ReplicationMsg::Raft { .. } | ReplicationMsg::LeaderIs { .. } => {
-                return Err("not a snapshot transfer message".into())
-            }
+            ReplicationMsg::Raft { .. }
+            | ReplicationMsg::LeaderIs { .. }
+            | ReplicationMsg::AcceptsQuery { .. }
+            | ReplicationMsg::Accepts { .. } => return Err("not a snapshot transfer message".into()),
         }
         Ok(())
     }

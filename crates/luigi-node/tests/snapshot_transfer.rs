@@ -67,7 +67,10 @@ fn show_msg(msg: &ReplicationMsg) -> String {
         }
         ReplicationMsg::SnapshotCancel { transfer, .. } => format!("cancel {transfer}"),
         ReplicationMsg::SnapshotRefuse { transfer, reason, .. } => format!("refuse {transfer}: {reason:?}"),
-        ReplicationMsg::Raft { .. } | ReplicationMsg::LeaderIs { .. } => format!("{msg:?}"),
+        ReplicationMsg::Raft { .. }
+        | ReplicationMsg::LeaderIs { .. }
+        | ReplicationMsg::AcceptsQuery { .. }
+        | ReplicationMsg::Accepts { .. } => format!("{msg:?}"),
     }
 }
 
@@ -89,7 +92,9 @@ fn sender_of(msg: &ReplicationMsg) -> u64 {
         | ReplicationMsg::SnapshotAck { from, .. }
         | ReplicationMsg::SnapshotCancel { from, .. }
         | ReplicationMsg::SnapshotRefuse { from, .. }
-        | ReplicationMsg::Raft { from, .. } => *from,
+        | ReplicationMsg::Raft { from, .. }
+        | ReplicationMsg::AcceptsQuery { from, .. }
+        | ReplicationMsg::Accepts { from, .. } => *from,
         ReplicationMsg::LeaderIs { .. } => unreachable!("not a transfer message"),
     }
 }

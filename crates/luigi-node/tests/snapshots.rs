@@ -175,6 +175,8 @@ fn line(from: u32, to: u32, msg: &ReplicationMsg) -> String {
         ReplicationMsg::SnapshotCancel { .. } => "cancel".into(),
         ReplicationMsg::SnapshotRefuse { reason, .. } => format!("refuse {reason:?}"),
         ReplicationMsg::LeaderIs { .. } => "leader is".into(),
+        ReplicationMsg::AcceptsQuery { term, .. } => format!("accepts query {term}"),
+        ReplicationMsg::Accepts { records, .. } => format!("accepts ({})", records.len()),
     };
     format!("{from}->{to} {what}")
 }

@@ -155,8 +155,9 @@ pub enum NotAccepted {
     Again(Accepted),
 }
 
-/// An accept the log has not decided yet: its timestamp, order hash and keys.
-type Undecided = (Timestamp, u64, Vec<(u64, Access)>);
+/// An accept the log has not decided yet: its timestamp, order hash, keys, and the
+/// transaction (what a new leader's recovery may prepare) when it was offered whole.
+type Undecided = (Timestamp, u64, Vec<(u64, Access)>, Option<Arc<Txn>>);
 
 /// What a follower writes to its accept log before it answers `FastAccept`: the transaction
 /// (a new leader may have to prepare it) and the timestamp it was accepted at.
@@ -196,7 +197,7 @@ impl Acceptor {
     /// follower's clock, is accepted when it arrives before `ts` and no conflicting
     /// transaction this follower knows comes after it.
     pub fn offer(&mut self, now: Timestamp, id: TxnId, ts: Timestamp, keys: &KeySet) -> Result<Accepted, NotAccepted> {
-        if let Some((at, order, _)) = self.accepts.get(&id) {
+        if let Some((at, order, ..)) = self.accepts.get(&id) {
             return Err(NotAccepted::Again(Accepted { id, ts: *at, order: *order }));
         }
         if now >= ts {
@@ -211,17 +212,39 @@ impl Acceptor {
         }
         let order = self.order.order_hash(id, ts, &keys);
         self.order.record(id, ts, &keys);
-        self.accepts.insert(id, (ts, order, keys));
+        self.accepts.insert(id, (ts, order, keys, None));
         Ok(Accepted { id, ts, order })
+    }
+
+    /// [`Acceptor::offer`] of `txn` (its piece `keys` here) at its own timestamp, keeping the
+    /// transaction for a new leader's recovery ([`Acceptor::undecided_records`]).
+    pub fn offer_txn(&mut self, now: Timestamp, txn: &Arc<Txn>, keys: &KeySet) -> Result<Accepted, NotAccepted> {
+        let accepted = self.offer(now, txn.id, txn.ts, keys)?;
+        if let Some(u) = self.accepts.get_mut(&txn.id) {
+            u.3 = Some(txn.clone());
+        }
+        Ok(accepted)
     }
 
     /// An accept found in the accept log at restart: undecided again, with its order hash
     /// over what is known now (only the first answer's matters, and it was sent already).
-    pub fn restore(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
+    pub fn restore(&mut self, record: &AcceptRecord, keys: &KeySet) {
+        let (id, ts) = (record.txn.id, record.ts);
         let keys = hashed_keys(keys);
         let order = self.order.order_hash(id, ts, &keys);
         self.order.record(id, ts, &keys);
-        self.accepts.insert(id, (ts, order, keys));
+        self.accepts.insert(id, (ts, order, keys, Some(record.txn.clone())));
+    }
+
+    /// The undecided accepts offered whole, for a new leader's recovery.
+    pub fn undecided_records(&self) -> Vec<AcceptRecord> {
+        let mut out: Vec<AcceptRecord> = self
+            .accepts
+            .values()
+            .filter_map(|(ts, _, _, txn)| txn.as_ref().map(|txn| AcceptRecord { txn: txn.clone(), ts: *ts }))
+            .collect();
+        out.sort_by_key(|r| (r.ts, r.txn.id));
+        out
     }
 
     /// The follower's *committed* log prepared `id` at `ts` on `keys` (or decided it there):
@@ -239,7 +262,7 @@ impl Acceptor {
         let overtaken: Vec<TxnId> = self
             .accepts
             .iter()
-            .filter(|(other, (at, _, theirs))| {
+            .filter(|(other, (at, _, theirs, _))| {
                 (*at, **other) < (ts, id)
                     && theirs.iter().any(|(k, a)| keys.iter().any(|(l, b)| k == l && a.conflicts(*b)))
             })
@@ -284,13 +307,13 @@ impl Acceptor {
     /// leader; an accept there without a `PREPARE` before the marker was not, and never
     /// will be.
     pub fn on_applied(&mut self, ts: Timestamp) {
-        self.accepts.retain(|_, (at, _, _)| *at > ts);
+        self.accepts.retain(|_, (at, ..)| *at > ts);
         self.order.prune_to(ts);
     }
 
     /// The undecided accepts, for a new leader's recovery (rules R1-R3), in `(ts, id)` order.
     pub fn undecided(&self) -> Vec<(Timestamp, TxnId)> {
-        let mut out: Vec<(Timestamp, TxnId)> = self.accepts.iter().map(|(id, (ts, _, _))| (*ts, *id)).collect();
+        let mut out: Vec<(Timestamp, TxnId)> = self.accepts.iter().map(|(id, (ts, ..))| (*ts, *id)).collect();
         out.sort();
         out
     }
@@ -310,7 +333,8 @@ pub type AcceptedTxn = (Arc<Txn>, Timestamp);
 /// majority of its group (`sets`, its own among them) and its whole log (`log`, committed or
 /// not: it commits all of it), in `(ts, id)` order.
 ///
-/// - R1: a transaction with a `PREPARE` in the log is the log's (rule 8).
+/// - R1: a transaction with a `PREPARE` (or a refusal) in the log, or that `known` says the
+///   state rebuilt from the log answered, is the log's (rule 8).
 /// - R2: one the log shows overtaken (a conflicting `PREPARE` or `DECIDE` above its
 ///   timestamp, or an `Applied` marker at or above it) was not fast-committed.
 /// - R3: any other one found in every set at the same timestamp may have been: prepared.
@@ -318,6 +342,7 @@ pub fn to_recover<'a>(
     shard: ShardId,
     sets: &[Vec<AcceptedTxn>],
     log: impl IntoIterator<Item = &'a LogRecord>,
+    known: impl Fn(TxnId) -> bool,
 ) -> Vec<AcceptedTxn> {
     let Some((first, rest)) = sets.split_first() else { return Vec::new() };
     let mut prepared: Map<TxnId, (Timestamp, Vec<(u64, Access)>)> = Map::default();
@@ -334,13 +359,16 @@ pub fn to_recover<'a>(
                 }
             }
             LogRecord::Applied { ts } => applied = applied.max(*ts),
-            LogRecord::Abort { .. } | LogRecord::Refuse { .. } | LogRecord::Floor { .. } => {}
+            LogRecord::Abort { id } | LogRecord::Refuse { id, .. } => {
+                prepared.insert(*id, (0, Vec::new()));
+            }
+            LogRecord::Floor { .. } => {}
         }
     }
     let mut out: Vec<AcceptedTxn> = first
         .iter()
         .filter(|(txn, ts)| rest.iter().all(|set| set.iter().any(|(t, at)| t.id == txn.id && at == ts)))
-        .filter(|(txn, _)| !prepared.contains_key(&txn.id))
+        .filter(|(txn, _)| !prepared.contains_key(&txn.id) && !known(txn.id))
         .filter(|(txn, ts)| {
             let keys = txn.piece(shard).map(hashed_keys).unwrap_or_default();
             let overtaken = prepared.values().any(|(at, theirs)| {
@@ -477,14 +505,27 @@ mod tests {
         let both = vec![(a.clone(), 100), (b.clone(), 200), (c.clone(), 300), (d.clone(), 400)];
         let one_only = vec![(a.clone(), 100), (b.clone(), 200), (c.clone(), 310), (d.clone(), 400)];
         // R3: in every set at the same timestamp; c differs in timestamp: not fast-committed.
-        assert_eq!(seqs(&to_recover(0, &[both.clone(), one_only], &[])), vec![(1, 100), (2, 200), (4, 400)]);
+        assert_eq!(seqs(&to_recover(0, &[both.clone(), one_only], &[], |_| false)), vec![(1, 100), (2, 200), (4, 400)]);
         // R1: a's PREPARE is in the log (even moved): the log wins.
         let log = [prepare(&a, 150)];
-        assert_eq!(seqs(&to_recover(0, &[both.clone(), both.clone()], &log)), vec![(2, 200), (3, 300), (4, 400)]);
+        assert_eq!(
+            seqs(&to_recover(0, &[both.clone(), both.clone()], &log, |_| false)),
+            vec![(2, 200), (3, 300), (4, 400)]
+        );
         // R2: an Applied marker at 200 covers a and b.
         let log = [LogRecord::Applied { ts: 200 }];
-        assert_eq!(seqs(&to_recover(0, &[both.clone(), both.clone()], &log)), vec![(3, 300), (4, 400)]);
-        assert!(to_recover(0, &[], &log).is_empty(), "nothing read, nothing recovered");
+        assert_eq!(seqs(&to_recover(0, &[both.clone(), both.clone()], &log, |_| false)), vec![(3, 300), (4, 400)]);
+        assert!(to_recover(0, &[], &log, |_| false).is_empty(), "nothing read, nothing recovered");
+        // R1 from the state rebuilt from the log (an answered or refused transaction).
+        assert_eq!(
+            seqs(&to_recover(0, std::slice::from_ref(&both), &[], |id| id.seq == 2)),
+            vec![(1, 100), (3, 300), (4, 400)]
+        );
+        let refused = [LogRecord::Refuse { id: a.id, reason: "no".into(), arrival_delta_us: 0 }];
+        assert_eq!(
+            seqs(&to_recover(0, std::slice::from_ref(&both), &refused, |_| false)),
+            vec![(2, 200), (3, 300), (4, 400)]
+        );
     }
 
     #[test]
@@ -494,15 +535,18 @@ mod tests {
         let x = txn(1, 100, "k", true);
         let y = txn(2, 200, "k", false);
         let sets = vec![vec![(x.clone(), 100)], vec![(x.clone(), 100)]];
-        assert!(to_recover(0, &sets, &[prepare(&y, 200)]).is_empty(), "R2: Y overtook X");
+        assert!(to_recover(0, &sets, &[prepare(&y, 200)], |_| false).is_empty(), "R2: Y overtook X");
         // A conflicting PREPARE below X, or on another key, does not overtake it.
         let below = txn(3, 50, "k", true);
         let elsewhere = txn(4, 500, "z", true);
-        assert_eq!(seqs(&to_recover(0, &sets, &[prepare(&below, 50), prepare(&elsewhere, 500)])), vec![(1, 100)]);
+        assert_eq!(
+            seqs(&to_recover(0, &sets, &[prepare(&below, 50), prepare(&elsewhere, 500)], |_| false)),
+            vec![(1, 100)]
+        );
         // A DECIDE that raised a conflicting transaction above X overtakes it too.
         let raised = txn(5, 90, "k", true);
         let log = [prepare(&raised, 90), LogRecord::Decide { id: raised.id, ts: 150 }];
-        assert!(to_recover(0, &sets, &log).is_empty());
+        assert!(to_recover(0, &sets, &log, |_| false).is_empty());
     }
 
     #[test]

@@ -533,6 +533,28 @@ pub enum ReplicationMsg {
         /// The Raft term it leads in: an announcement from an older term is stale.
         term: u64,
     },
+    /// Between the replicas of one shard: the leader of `term`, before it serves, asks for
+    /// the sender's undecided fast-path accepts (DESIGN.md, the fast path, R1-R3).
+    AcceptsQuery {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// The asking replica (Raft id, from 1).
+        from: u64,
+        /// Its term.
+        term: u64,
+    },
+    /// The answer to [`ReplicationMsg::AcceptsQuery`]: every undecided accept record
+    /// (`fast::AcceptRecord`, encoded) of the answering replica.
+    Accepts {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// The answering replica (Raft id, from 1).
+        from: u64,
+        /// The term asked about.
+        term: u64,
+        /// The records.
+        records: Vec<Vec<u8>>,
+    },
 }
 
 /// A snapshot transfer's number, chosen by its sender.

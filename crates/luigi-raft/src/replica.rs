@@ -14,9 +14,11 @@
 //! executed ahead of the log's `Applied` markers) and rebuilds a follower by replaying its
 //! log from the start.
 
-use luigi_proto::fast::{AcceptRecord, Accepted, Acceptor, NotAccepted};
+use luigi_proto::fast::{to_recover, AcceptRecord, Accepted, AcceptedTxn, Acceptor, NotAccepted};
+use luigi_proto::leader::answers::Known;
 use luigi_proto::leader::follower::{Follower, SnapshotError};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use luigi_proto::log::LogRecord;
 use luigi_proto::log::{LogEntry, ReplicatedLog};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, StalledTxnInfo};
 use luigi_proto::procedure::Registry;
@@ -127,6 +129,8 @@ pub struct Replica {
     executed: Vec<(TxnId, Timestamp)>,
     /// Dispatches that came while no serving leader was known.
     waiting: Waiting,
+    /// The fast path's recovery round of the term this replica leads and does not serve yet.
+    recovery: Option<FastRecovery>,
     /// The fast path's accept rule and undecided accepts (DESIGN.md, the fast path), when
     /// the cluster runs it ([`LeaderConfig::fast_path`]); fed by the committed log while
     /// this replica follows.
@@ -160,6 +164,7 @@ impl Replica {
             committed: Vec::new(),
             executed: Vec::new(),
             waiting: Waiting::default(),
+            recovery: None,
             acceptor,
             stats: ReplicaStats::default(),
         })
@@ -350,8 +355,10 @@ impl Replica {
                     }
                 }
                 self.executed.extend(f.take_executed());
-                // Everything committed must be applied before serving (see `may_serve`).
-                if log.may_serve() {
+                // Everything committed must be applied before serving (see `may_serve`), and
+                // with the fast path, what may have been fast-committed recovered (R1-R3).
+                let skip = self.config.mutations.skip_fast_recovery;
+                if log.may_serve() && fast_recovered(self.acceptor.as_ref(), &mut self.recovery, f, log, skip) {
                     self.promote(now);
                     transition = Some(Transition::Promoted);
                 }
@@ -411,9 +418,39 @@ impl Replica {
         for (n, bytes) in records {
             let r = AcceptRecord::decode(bytes).map_err(|e| format!("accept record {n}: {e}"))?;
             if let Some(keys) = r.txn.piece(self.config.shard) {
-                acceptor.restore(r.txn.id, r.ts, keys);
+                acceptor.restore(&r, keys);
             }
         }
+        Ok(())
+    }
+
+    /// The term whose fast-path recovery round waits for other replicas' accepts, if any
+    /// (see [`ShardReplica::accepts_wanted`]).
+    pub fn accepts_wanted(&self) -> Option<u64> {
+        self.acceptor.as_ref()?;
+        let State::Follower(_, log) = &self.state else { return None };
+        if !log.may_serve() {
+            return None;
+        }
+        let have = self.recovery.as_ref().filter(|r| r.term == log.term()).map_or(0, |r| r.sets.len());
+        (have < log.voters().len() / 2 + 1).then(|| log.term())
+    }
+
+    /// `replica`'s undecided accepts, asked about in `term` (ignored unless this replica's
+    /// round for `term` is on).
+    ///
+    /// # Errors
+    /// An undecodable record: the whole answer is dropped (the question is asked again).
+    pub fn accepts_from(&mut self, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
+        let Some(rec) = self.recovery.as_mut().filter(|r| r.term == term && r.proposed.is_none()) else {
+            return Ok(());
+        };
+        let set = records
+            .iter()
+            .map(|b| AcceptRecord::decode(b).map(|r| (r.txn, r.ts)))
+            .collect::<Result<Vec<AcceptedTxn>, _>>()
+            .map_err(|e| format!("undecodable accepts from replica {replica}: {e}"))?;
+        rec.sets.insert(replica, set);
         Ok(())
     }
 
@@ -473,6 +510,71 @@ impl Replica {
     }
 }
 
+/// A new leader's fast-path recovery round (DESIGN.md, the fast path, R1-R3).
+#[derive(Debug)]
+struct FastRecovery {
+    term: u64,
+    /// The undecided accepts heard, per replica (its own included).
+    sets: std::collections::BTreeMap<u32, Vec<AcceptedTxn>>,
+    /// Recovered and proposed: the last index proposed, once every one is.
+    proposed: Option<u64>,
+    /// Those proposed so far (a full log refuses some: the rest go at a later turn).
+    done: std::collections::BTreeSet<TxnId>,
+}
+
+/// Whether a replica elected in `log.term()` (and with everything committed applied to `f`)
+/// has recovered what a majority's accepts say may have been fast-committed: with the fast
+/// path, it reads a majority's undecided accepts, prepares what `to_recover` returns before
+/// anything else it admits, and waits for those records to commit. Without, at once.
+fn fast_recovered(
+    acceptor: Option<&Acceptor>,
+    recovery: &mut Option<FastRecovery>,
+    f: &Follower,
+    log: &mut RaftLog,
+    skip_recovery: bool,
+) -> bool {
+    let Some(acceptor) = acceptor else { return true };
+    let term = log.term();
+    let me = (log.id() - 1) as u32;
+    let rec = match recovery {
+        Some(r) if r.term == term => r,
+        _ => recovery.insert(FastRecovery {
+            term,
+            sets: [(me, acceptor.undecided_records().into_iter().map(|r| (r.txn, r.ts)).collect())].into(),
+            proposed: None,
+            done: Default::default(),
+        }),
+    };
+    if let Some(last) = rec.proposed {
+        return log.commit_index() >= last;
+    }
+    if rec.sets.len() < log.voters().len() / 2 + 1 {
+        return false;
+    }
+    let sets: Vec<Vec<AcceptedTxn>> = rec.sets.values().cloned().collect();
+    let records = f.recovery_records();
+    let mut recovered = to_recover(f.shard(), &sets, &records, |id| f.answers().known(id) != Known::Unknown);
+    if skip_recovery {
+        recovered.clear(); // the mutation: a broken rule the simulator must catch
+    }
+    let mut last = 0;
+    for (txn, ts) in recovered {
+        if rec.done.contains(&txn.id) {
+            continue;
+        }
+        let id = txn.id;
+        match log.propose(LogRecord::Prepare { txn, ts, arrival_delta_us: 0, acked_below: 0 }) {
+            Ok(index) => {
+                rec.done.insert(id);
+                last = index;
+            }
+            Err(_) => return false, // a full backlog: the rest at a later turn
+        }
+    }
+    rec.proposed = Some(last.max(log.commit_index()));
+    log.commit_index() >= last
+}
+
 /// A follower's answer to a fast-path dispatch of `txn` from `client` arriving at `now`: a
 /// `FastAccept` once its record is durable (a repeat goes out after the next sync), or
 /// nothing when rule F0 refuses it (the leader's answer takes rule 14's path).
@@ -487,7 +589,7 @@ fn fast_accept(
     txn: &Arc<Txn>,
 ) -> Option<LeaderOutput> {
     let keys = txn.piece(shard)?;
-    let (accepted, record) = match acceptor.offer(now, txn.id, txn.ts, keys) {
+    let (accepted, record) = match acceptor.offer_txn(now, txn, keys) {
         Ok(a) => (a, Some(AcceptRecord { txn: txn.clone(), ts: txn.ts }.encode())),
         Err(NotAccepted::Again(a)) => (a, None),
         Err(NotAccepted::Late | NotAccepted::Overtaken | NotAccepted::Full) => return None,
@@ -622,6 +724,20 @@ impl ShardReplica for Replica {
 
     fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), String> {
         Replica::restore_accepts(self, records)
+    }
+
+    fn accepts_wanted(&self) -> Option<u64> {
+        Replica::accepts_wanted(self)
+    }
+
+    fn accepts_of(&self) -> Vec<Vec<u8>> {
+        self.acceptor
+            .as_ref()
+            .map_or_else(Vec::new, |a| a.undecided_records().iter().map(AcceptRecord::encode).collect())
+    }
+
+    fn accepts_from(&mut self, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
+        Replica::accepts_from(self, replica, term, records)
     }
 
     fn stats_line(&self) -> String {

@@ -374,6 +374,28 @@ pub trait ShardReplica: Send {
     /// The replica's counters on one line (for logs).
     fn stats_line(&self) -> String;
 
+    /// The term whose fast-path recovery round this replica, elected and not serving yet,
+    /// waits for: the shell asks the group for their undecided accepts
+    /// ([`ShardReplica::accepts_of`]) and hands the answers to
+    /// [`ShardReplica::accepts_from`]. `None` for protocols without a fast path.
+    fn accepts_wanted(&self) -> Option<u64> {
+        None
+    }
+
+    /// This replica's undecided fast-path accept records, encoded (the answer to a new
+    /// leader's question).
+    fn accepts_of(&self) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+
+    /// `replica`'s undecided accepts, asked about in `term`.
+    ///
+    /// # Errors
+    /// A record that does not decode (the answer is dropped).
+    fn accepts_from(&mut self, _replica: u32, _term: u64, _records: &[Vec<u8>]) -> Result<(), String> {
+        Ok(())
+    }
+
     /// The fast-path accept records its disk held at restart (see [`crate::accepts`]), given
     /// before the first turn so that the replayed log decides them again. Protocols without
     /// a fast path have none to take.

@@ -132,7 +132,9 @@ pub fn check(
             | ReplicationMsg::SnapshotChunk { shard, from, .. }
             | ReplicationMsg::SnapshotAck { shard, from, .. }
             | ReplicationMsg::SnapshotCancel { shard, from, .. }
-            | ReplicationMsg::SnapshotRefuse { shard, from, .. },
+            | ReplicationMsg::SnapshotRefuse { shard, from, .. }
+            | ReplicationMsg::AcceptsQuery { shard, from, .. }
+            | ReplicationMsg::Accepts { shard, from, .. },
         ) => from_peer(auth, |node| same_group(cfg, node, *shard, *from)),
         WireMsg::Replication(ReplicationMsg::LeaderIs { shard, replica, .. }) => from_peer(auth, |node| {
             (node == NodeId { shard: *shard, replica: *replica })

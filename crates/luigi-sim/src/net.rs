@@ -79,7 +79,9 @@ impl SimMsg {
                 | ReplicationMsg::SnapshotBegin { .. }
                 | ReplicationMsg::SnapshotAck { .. }
                 | ReplicationMsg::SnapshotCancel { .. }
-                | ReplicationMsg::SnapshotRefuse { .. }),
+                | ReplicationMsg::SnapshotRefuse { .. }
+                | ReplicationMsg::AcceptsQuery { .. }
+                | ReplicationMsg::Accepts { .. }),
             ) => postcard::to_stdvec(m).map(|b| (6u8, b)),
         };
         match encoded {

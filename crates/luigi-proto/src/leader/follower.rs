@@ -329,6 +329,30 @@ impl Follower {
         Ok(())
     }
 
+    /// What a new leader's fast-path recovery (`fast::to_recover`) needs of the log this
+    /// state was rebuilt from: a `PREPARE` per prepared transaction at its current
+    /// timestamp, and the last `Applied` marker (executed and refused ones are in
+    /// [`Follower::answers`]).
+    pub fn recovery_records(&self) -> Vec<LogRecord> {
+        let mut out: Vec<LogRecord> = self
+            .prepared
+            .values()
+            .map(|p| LogRecord::Prepare {
+                txn: p.txn.clone(),
+                ts: p.ts(),
+                arrival_delta_us: p.arrival_delta_us,
+                acked_below: 0,
+            })
+            .collect();
+        out.push(LogRecord::Applied { ts: self.applied_ts });
+        out
+    }
+
+    /// This replica's shard.
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
     /// The last `Applied` marker: everything at or below it is executed here.
     pub fn applied_ts(&self) -> Timestamp {
         self.applied_ts

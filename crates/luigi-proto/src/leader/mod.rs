@@ -141,6 +141,9 @@ pub struct Mutations {
     pub trust_unproven_proposals: bool,
     /// Send answers without the position they depend on (as if everything were committed).
     pub hide_positions: bool,
+    /// A new leader serves without preparing what a majority's fast-path accepts say may
+    /// have been fast-committed (rule R3 skipped).
+    pub skip_fast_recovery: bool,
 }
 
 /// An effect of the leader for its shell to carry out.
