@@ -9,7 +9,8 @@
 #
 # Usage: scripts/latency.sh [nets|exact|colocated|all] (default all)
 # LUIGI=path/to/luigi (default target/release/luigi), TAG=name in the results files (default
-# "now"), DURATION/WARMUP in seconds. Results: results/latency-<TAG>-<variant>-<shape>.json.
+# "now"), DURATION/WARMUP in seconds, FAST_PATH=1 to turn on Luigi's fast path in the
+# cluster files of "exact" and "colocated" (`[protocol] fast_path = true`). Results: results/latency-<TAG>-<variant>-<shape>.json.
 # The "exact" and "colocated" clusters are started from a cluster file with per-link
 # overrides (ports 7400-7405, data under a temporary directory, removed at the end).
 set -euo pipefail
@@ -29,6 +30,7 @@ cluster_file() {
   echo 'net = "geo"'
   echo 'seed = 7'
   echo 'secret = "latency script secret 0123456789"'
+  if [[ ${FAST_PATH:-0} == 1 ]]; then printf '[protocol]\nfast_path = true\n'; fi
   for ((s = 0; s < shards; s++)); do
     echo '[[shards]]'
     echo "replicas = [\"127.0.0.1:$((7400 + 3 * s))\", \"127.0.0.1:$((7401 + 3 * s))\", \"127.0.0.1:$((7402 + 3 * s))\"]"

@@ -121,7 +121,7 @@ impl Client {
         }
         drop(in_tx);
         // Wait until every shard has a replica to talk to.
-        let mut routes = Routes::new(replicas, config.protocol());
+        let mut routes = Routes::new(replicas, config.protocol(), config.fast_path());
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         while let Some(shard) = routes.unreachable_shard() {
             let ev = tokio::time::timeout_at(deadline, in_rx.recv()).await.ok().flatten();
@@ -266,8 +266,10 @@ struct Routes {
 }
 
 impl Routes {
-    fn new(replicas: Vec<u32>, protocol: Protocol) -> Self {
-        Self { writers: HashMap::new(), guess: ClientRoutes::for_protocol(replicas, protocol) }
+    fn new(replicas: Vec<u32>, protocol: Protocol, fast_path: bool) -> Self {
+        let guess = ClientRoutes::for_protocol(replicas, protocol);
+        let guess = if fast_path { guess.fanning_out() } else { guess };
+        Self { writers: HashMap::new(), guess }
     }
 
     fn unreachable_shard(&self) -> Option<ShardId> {

@@ -9,6 +9,7 @@
 //! kind = "luigi"               # luigi | occ | 2pl | direct (default luigi); every server and
 //!                              # client of the cluster runs it
 //! headroom_us = 450            # default: per scenario (half the jitter + 200 µs)
+//! fast_path = false            # Luigi's fast path (experimental, see DESIGN.md)
 //!
 //! [[shards]]
 //! replicas = ["127.0.0.1:7100"]
@@ -105,6 +106,12 @@ pub struct ProtocolConfig {
     /// Raft's election timeout base, µs (rounded up to whole ticks; the timeout is drawn
     /// from it to twice it). Default: 10 ticks and at least 1 s (`luigi_node::tuning`).
     pub election_timeout_us: Option<u64>,
+    /// Luigi's fast path (DESIGN.md, "the fast path"): clients send every dispatch to every
+    /// replica, followers accept, and an uncontended single-shard transaction commits in 2
+    /// one-way delays. Experimental and off by default: its simulator coverage is partial
+    /// (see DESIGN.md). Luigi only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_path: Option<bool>,
 }
 
 /// One shard.
@@ -236,6 +243,12 @@ impl ClusterConfig {
         if self.protocol.retry_timeout_us == Some(0) {
             return Err(invalid("protocol.retry_timeout_us".into(), "must be positive".into()));
         }
+        if self.fast_path() && self.protocol() != Protocol::Luigi {
+            return Err(invalid(
+                "protocol.fast_path".into(),
+                format!("is Luigi's; this cluster runs {}", self.protocol()),
+            ));
+        }
         if self.protocol.election_timeout_us == Some(0) {
             return Err(invalid("protocol.election_timeout_us".into(), "must be positive".into()));
         }
@@ -288,6 +301,11 @@ impl ClusterConfig {
             model.set_link(link.from.clone(), link.to.clone(), DelayDist::new(link.mean_us, link.jitter_us));
         }
         model
+    }
+
+    /// Whether the cluster runs Luigi's fast path (`[protocol] fast_path`).
+    pub fn fast_path(&self) -> bool {
+        self.protocol.fast_path.unwrap_or(false)
     }
 
     /// Coordinator headroom: configured, or half the scenario's jitter plus 200 µs.
@@ -384,6 +402,12 @@ mod tests {
         assert!(e.contains("links[0].from") && e.contains("s9r0"), "{e}");
         let e = parse("[[shards]]\nreplicas = 5").unwrap_err();
         assert!(e.contains("c.toml") && e.contains("replicas"), "{e}");
+        let e = parse("[protocol]\nkind = \"occ\"\nfast_path = true\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]")
+            .unwrap_err();
+        assert!(e.contains("protocol.fast_path") && e.contains("occ"), "{e}");
+        let c = parse("[protocol]\nfast_path = true\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap();
+        assert!(c.fast_path());
+        assert!(!parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap().fast_path(), "off by default");
         let e = parse("[protocol]\nelection_timeout_us = 0\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap_err();
         assert!(e.contains("protocol.election_timeout_us") && e.contains("positive"), "{e}");
         let e =

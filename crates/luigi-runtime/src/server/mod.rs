@@ -157,9 +157,10 @@ impl Server {
             Storage::open(node, &config, &storage, move |r| reports.blocking_send(Inbound::Storage(r)).is_ok())?;
         let shape = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
         let (registry, initial) = hosted_workload(&config, node, registry)?;
-        let node_config = NodeConfig::new(node, shape, config.seed, config.tuning(), registry)
+        let mut node_config = NodeConfig::new(node, shape, config.seed, config.tuning(), registry)
             .with_initial(initial)
             .with_protocol(luigi_baseline::replicas_for(config.protocol()));
+        node_config.leader.fast_path = config.fast_path();
         let mut replica = ReplicaNode::new(node_config, recovered).map_err(|e| match e {
             NodeError::Raft { source: luigi_raft::RaftError::Recovered(_), .. } => {
                 anyhow::anyhow!("{e}; cannot restart from {}; {}", disk.dir().display(), rebuild_hint(replicas))
