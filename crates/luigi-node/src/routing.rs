@@ -240,8 +240,8 @@ impl ClientRoutes {
 
     /// The replicas to send `msg` for `shard` to, among those `reachable` says the client
     /// can reach (none: none of them): the guessed leader, or (when broadcasting) for a
-    /// dispatch while the guess is unsure every reachable replica, the guess first. Records a dispatch's send, so that
-    /// a resend with no news in between tries the next replica.
+    /// dispatch while the guess is unsure every reachable replica, the guess first. Records
+    /// a dispatch's send, so that a resend with no news in between tries the next replica.
     pub fn route(&mut self, shard: ShardId, msg: &ClientMsg, reachable: impl Fn(u32) -> bool) -> Vec<u32> {
         let s = shard as usize;
         let Some(&n) = self.replicas.get(s) else { return Vec::new() };

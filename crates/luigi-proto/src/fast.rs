@@ -41,6 +41,11 @@ pub fn hashed_keys(keys: &KeySet) -> Vec<(u64, Access)> {
     keys.entries().map(|(k, a)| (key_hash(k), a)).collect()
 }
 
+/// Whether two transactions' hashed keys conflict on some key (write-write or read-write).
+fn keys_conflict(a: &[(u64, Access)], b: &[(u64, Access)]) -> bool {
+    a.iter().any(|(k, x)| b.iter().any(|(l, y)| k == l && x.conflicts(*y)))
+}
+
 type Pos = (Timestamp, TxnId);
 
 /// Per key hash, the recent transactions a replica knows and how they touch the key.
@@ -156,8 +161,8 @@ pub enum NotAccepted {
 }
 
 /// An accept the log has not decided yet: its timestamp, order hash, keys, and the
-/// transaction (what a new leader's recovery may prepare) when it was offered whole.
-type Undecided = (Timestamp, u64, Vec<(u64, Access)>, Option<Arc<Txn>>);
+/// transaction (what a new leader's recovery may prepare).
+type Undecided = (Timestamp, u64, Vec<(u64, Access)>, Arc<Txn>);
 
 /// What a follower writes to its accept log before it answers `FastAccept`: the transaction
 /// (a new leader may have to prepare it) and the timestamp it was accepted at.
@@ -193,10 +198,12 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
-    /// Rule F0: `id` at the coordinator's `ts` on `keys`, arriving at `now` on this
-    /// follower's clock, is accepted when it arrives before `ts` and no conflicting
-    /// transaction this follower knows comes after it.
-    pub fn offer(&mut self, now: Timestamp, id: TxnId, ts: Timestamp, keys: &KeySet) -> Result<Accepted, NotAccepted> {
+    /// Rule F0: `txn` at the coordinator's timestamp, its piece `keys` here, arriving at
+    /// `now` on this follower's clock, is accepted when it arrives before its timestamp and
+    /// no conflicting transaction this follower knows comes after it. The transaction is
+    /// kept for a new leader's recovery ([`Acceptor::undecided_records`]).
+    pub fn offer(&mut self, now: Timestamp, txn: &Arc<Txn>, keys: &KeySet) -> Result<Accepted, NotAccepted> {
+        let (id, ts) = (txn.id, txn.ts);
         if let Some((at, order, ..)) = self.accepts.get(&id) {
             return Err(NotAccepted::Again(Accepted { id, ts: *at, order: *order }));
         }
@@ -212,18 +219,8 @@ impl Acceptor {
         }
         let order = self.order.order_hash(id, ts, &keys);
         self.order.record(id, ts, &keys);
-        self.accepts.insert(id, (ts, order, keys, None));
+        self.accepts.insert(id, (ts, order, keys, txn.clone()));
         Ok(Accepted { id, ts, order })
-    }
-
-    /// [`Acceptor::offer`] of `txn` (its piece `keys` here) at its own timestamp, keeping the
-    /// transaction for a new leader's recovery ([`Acceptor::undecided_records`]).
-    pub fn offer_txn(&mut self, now: Timestamp, txn: &Arc<Txn>, keys: &KeySet) -> Result<Accepted, NotAccepted> {
-        let accepted = self.offer(now, txn.id, txn.ts, keys)?;
-        if let Some(u) = self.accepts.get_mut(&txn.id) {
-            u.3 = Some(txn.clone());
-        }
-        Ok(accepted)
     }
 
     /// An accept found in the accept log at restart: undecided again, with its order hash
@@ -233,16 +230,13 @@ impl Acceptor {
         let keys = hashed_keys(keys);
         let order = self.order.order_hash(id, ts, &keys);
         self.order.record(id, ts, &keys);
-        self.accepts.insert(id, (ts, order, keys, Some(record.txn.clone())));
+        self.accepts.insert(id, (ts, order, keys, record.txn.clone()));
     }
 
-    /// The undecided accepts offered whole, for a new leader's recovery.
+    /// The undecided accepts, for a new leader's recovery.
     pub fn undecided_records(&self) -> Vec<AcceptRecord> {
-        let mut out: Vec<AcceptRecord> = self
-            .accepts
-            .values()
-            .filter_map(|(ts, _, _, txn)| txn.as_ref().map(|txn| AcceptRecord { txn: txn.clone(), ts: *ts }))
-            .collect();
+        let mut out: Vec<AcceptRecord> =
+            self.accepts.values().map(|(ts, _, _, txn)| AcceptRecord { txn: txn.clone(), ts: *ts }).collect();
         out.sort_by_key(|r| (r.ts, r.txn.id));
         out
     }
@@ -262,10 +256,7 @@ impl Acceptor {
         let overtaken: Vec<TxnId> = self
             .accepts
             .iter()
-            .filter(|(other, (at, _, theirs, _))| {
-                (*at, **other) < (ts, id)
-                    && theirs.iter().any(|(k, a)| keys.iter().any(|(l, b)| k == l && a.conflicts(*b)))
-            })
+            .filter(|(other, (at, _, theirs, _))| (*at, **other) < (ts, id) && keys_conflict(theirs, &keys))
             .map(|(other, _)| *other)
             .collect();
         for other in overtaken {
@@ -346,6 +337,7 @@ pub fn to_recover<'a>(
 ) -> Vec<AcceptedTxn> {
     let Some((first, rest)) = sets.split_first() else { return Vec::new() };
     let mut prepared: Map<TxnId, (Timestamp, Vec<(u64, Access)>)> = Map::default();
+    let mut refused: Map<TxnId, ()> = Map::default();
     let mut applied: Timestamp = 0;
     for record in log {
         match record {
@@ -360,7 +352,7 @@ pub fn to_recover<'a>(
             }
             LogRecord::Applied { ts } => applied = applied.max(*ts),
             LogRecord::Abort { id } | LogRecord::Refuse { id, .. } => {
-                prepared.insert(*id, (0, Vec::new()));
+                refused.insert(*id, ());
             }
             LogRecord::Floor { .. } => {}
         }
@@ -368,12 +360,10 @@ pub fn to_recover<'a>(
     let mut out: Vec<AcceptedTxn> = first
         .iter()
         .filter(|(txn, ts)| rest.iter().all(|set| set.iter().any(|(t, at)| t.id == txn.id && at == ts)))
-        .filter(|(txn, _)| !prepared.contains_key(&txn.id) && !known(txn.id))
+        .filter(|(txn, _)| !prepared.contains_key(&txn.id) && !refused.contains_key(&txn.id) && !known(txn.id))
         .filter(|(txn, ts)| {
             let keys = txn.piece(shard).map(hashed_keys).unwrap_or_default();
-            let overtaken = prepared.values().any(|(at, theirs)| {
-                at > ts && theirs.iter().any(|(k, a)| keys.iter().any(|(l, b)| k == l && a.conflicts(*b)))
-            });
+            let overtaken = prepared.values().any(|(at, theirs)| at > ts && keys_conflict(&keys, theirs));
             *ts > applied && !overtaken
         })
         .cloned()
@@ -442,19 +432,19 @@ mod tests {
     #[test]
     fn a_follower_accepts_only_early_and_unovertaken_and_never_moves_a_timestamp() {
         let mut f = Acceptor::default();
-        assert_eq!(f.offer(100, id(1), 100, &writes(&["a"])), Err(NotAccepted::Late));
-        let first = f.offer(50, id(1), 100, &writes(&["a"])).unwrap();
+        assert_eq!(offered(&mut f, 100, 1, 100, &writes(&["a"])), Err(NotAccepted::Late));
+        let first = offered(&mut f, 50, 1, 100, &writes(&["a"])).unwrap();
         assert_eq!((first.ts, first.order), (100, 0));
-        assert_eq!(f.offer(60, id(1), 300, &writes(&["a"])), Err(NotAccepted::Again(first)), "no second timestamp");
+        assert_eq!(offered(&mut f, 60, 1, 300, &writes(&["a"])), Err(NotAccepted::Again(first)), "no second timestamp");
         // Below a conflicting accept: refused. Above it: accepted, with it in its hash.
-        assert_eq!(f.offer(60, id(2), 90, &writes(&["a"])), Err(NotAccepted::Overtaken));
-        let second = f.offer(60, id(3), 120, &reads(&["a"])).unwrap();
+        assert_eq!(offered(&mut f, 60, 2, 90, &writes(&["a"])), Err(NotAccepted::Overtaken));
+        let second = offered(&mut f, 60, 3, 120, &reads(&["a"])).unwrap();
         assert_eq!(second.order, entry_hash(id(1), 100));
         // Another key: no conflict either way.
-        assert_eq!(f.offer(60, id(4), 90, &writes(&["b"])).unwrap().order, 0);
+        assert_eq!(offered(&mut f, 60, 4, 90, &writes(&["b"])).unwrap().order, 0);
         // A conflicting PREPARE from the log counts like an accept.
         f.on_prepared(id(5), 200, &writes(&["c"]));
-        assert_eq!(f.offer(70, id(6), 150, &reads(&["c"])), Err(NotAccepted::Overtaken));
+        assert_eq!(offered(&mut f, 70, 6, 150, &reads(&["c"])), Err(NotAccepted::Overtaken));
         assert_eq!(f.undecided(), vec![(90, id(4)), (100, id(1)), (120, id(3))]);
     }
 
@@ -462,7 +452,7 @@ mod tests {
     fn the_log_decides_accepts_by_their_prepare_an_applied_marker_or_a_conflicting_prepare_above() {
         let mut f = Acceptor::default();
         for (seq, ts, key) in [(1, 100, "a"), (2, 110, "b"), (3, 120, "c"), (4, 130, "d")] {
-            f.offer(0, id(seq), ts, &writes(&[key])).unwrap();
+            offered(&mut f, 0, seq, ts, &writes(&[key])).unwrap();
         }
         // R1: its own PREPARE (here moved to 105).
         f.on_prepared(id(1), 105, &writes(&["a"]));
@@ -479,15 +469,30 @@ mod tests {
     fn accepts_are_bounded() {
         let mut f = Acceptor::default();
         for seq in 0..ACCEPTS_MAX as u64 {
-            f.offer(0, id(seq), 10 + seq, &writes(&[&format!("k{seq}")])).unwrap();
+            offered(&mut f, 0, seq, 10 + seq, &writes(&[&format!("k{seq}")])).unwrap();
         }
-        assert_eq!(f.offer(0, id(u64::MAX), 5, &writes(&["new"])), Err(NotAccepted::Full));
+        assert_eq!(offered(&mut f, 0, u64::MAX, 5, &writes(&["new"])), Err(NotAccepted::Full));
     }
 
     fn txn(seq: u64, ts: Timestamp, key: &str, write: bool) -> Arc<Txn> {
-        let keys = if write { writes(&[key]) } else { reads(&[key]) };
+        txn_on(seq, ts, if write { writes(&[key]) } else { reads(&[key]) })
+    }
+
+    /// Transaction `seq` at `ts` with its piece `keys` on shard 0.
+    fn txn_on(seq: u64, ts: Timestamp, keys: KeySet) -> Arc<Txn> {
         let pieces = vec![crate::types::ShardPiece { shard: 0, keys }];
         Arc::new(Txn { id: id(seq), procedure: "kv".into(), args: vec![], pieces, ts })
+    }
+
+    /// `f` is offered transaction `seq` at `ts` on `keys`, arriving at `now`.
+    fn offered(
+        f: &mut Acceptor,
+        now: Timestamp,
+        seq: u64,
+        ts: Timestamp,
+        keys: &KeySet,
+    ) -> Result<Accepted, NotAccepted> {
+        f.offer(now, &txn_on(seq, ts, keys.clone()), keys)
     }
 
     fn prepare(t: &Arc<Txn>, ts: Timestamp) -> LogRecord {
@@ -554,7 +559,7 @@ mod tests {
         let mut f = Acceptor::default();
         let (a, b, c) = (txn(1, 100, "a", true), txn(2, 200, "b", true), txn(3, 300, "c", true));
         for t in [&a, &b, &c] {
-            f.offer(0, t.id, t.ts, t.piece(0).unwrap()).unwrap();
+            f.offer(0, t, t.piece(0).unwrap()).unwrap();
         }
         // b's DECIDE follows its PREPARE (keys from the order table); c is refused.
         let x = txn(9, 150, "b", true);

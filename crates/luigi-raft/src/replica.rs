@@ -433,7 +433,7 @@ impl Replica {
             return None;
         }
         let have = self.recovery.as_ref().filter(|r| r.term == log.term()).map_or(0, |r| r.sets.len());
-        (have < log.voters().len() / 2 + 1).then(|| log.term())
+        (have < majority(log)).then(|| log.term())
     }
 
     /// `replica`'s undecided accepts, asked about in `term` (ignored unless this replica's
@@ -516,10 +516,18 @@ struct FastRecovery {
     term: u64,
     /// The undecided accepts heard, per replica (its own included).
     sets: std::collections::BTreeMap<u32, Vec<AcceptedTxn>>,
-    /// Recovered and proposed: the last index proposed, once every one is.
+    /// Recovered and proposed: the index the new leader's log must commit before it serves,
+    /// once every one is.
     proposed: Option<u64>,
-    /// Those proposed so far (a full log refuses some: the rest go at a later turn).
+    /// Those proposed so far (a full log refuses some: the rest go at a later turn), and the
+    /// highest index they took.
     done: std::collections::BTreeSet<TxnId>,
+    last_index: u64,
+}
+
+/// Replicas of `log`'s group that make a majority.
+fn majority(log: &RaftLog) -> usize {
+    log.voters().len() / 2 + 1
 }
 
 /// Whether a replica elected in `log.term()` (and with everything committed applied to `f`)
@@ -543,12 +551,13 @@ fn fast_recovered(
             sets: [(me, acceptor.undecided_records().into_iter().map(|r| (r.txn, r.ts)).collect())].into(),
             proposed: None,
             done: Default::default(),
+            last_index: 0,
         }),
     };
     if let Some(last) = rec.proposed {
         return log.commit_index() >= last;
     }
-    if rec.sets.len() < log.voters().len() / 2 + 1 {
+    if rec.sets.len() < majority(log) {
         return false;
     }
     let sets: Vec<Vec<AcceptedTxn>> = rec.sets.values().cloned().collect();
@@ -557,7 +566,6 @@ fn fast_recovered(
     if skip_recovery {
         recovered.clear(); // the mutation: a broken rule the simulator must catch
     }
-    let mut last = 0;
     for (txn, ts) in recovered {
         if rec.done.contains(&txn.id) {
             continue;
@@ -566,13 +574,14 @@ fn fast_recovered(
         match log.propose(LogRecord::Prepare { txn, ts, arrival_delta_us: 0, acked_below: 0 }) {
             Ok(index) => {
                 rec.done.insert(id);
-                last = index;
+                rec.last_index = rec.last_index.max(index);
             }
             Err(_) => return false, // a full backlog: the rest at a later turn
         }
     }
-    rec.proposed = Some(last.max(log.commit_index()));
-    log.commit_index() >= last
+    // Every recovered PREPARE, including those proposed at earlier turns, must commit first.
+    rec.proposed = Some(rec.last_index);
+    log.commit_index() >= rec.last_index
 }
 
 /// A follower's answer to a fast-path dispatch of `txn` from `client` arriving at `now`: a
@@ -589,7 +598,7 @@ fn fast_accept(
     txn: &Arc<Txn>,
 ) -> Option<LeaderOutput> {
     let keys = txn.piece(shard)?;
-    let (accepted, record) = match acceptor.offer_txn(now, txn, keys) {
+    let (accepted, record) = match acceptor.offer(now, txn, keys) {
         Ok(a) => (a, Some(AcceptRecord { txn: txn.clone(), ts: txn.ts }.encode())),
         Err(NotAccepted::Again(a)) => (a, None),
         Err(NotAccepted::Late | NotAccepted::Overtaken | NotAccepted::Full) => return None,
