@@ -107,4 +107,7 @@ pub struct Persist {
     pub ready: Ready,
     /// Fast-path accept records for the accept log (`luigi-raft`'s `accepts`), first.
     pub accepts: Vec<Vec<u8>>,
+    /// `accepts` are every accept record the replica still needs: once they are durable,
+    /// the records written before them may go (`DiskStorage::write_accepts`).
+    pub accepts_rewrite: bool,
 }

@@ -184,9 +184,12 @@ pub struct ReplicaNode {
     last_ready: u64,
     /// The term and time of the last question for the group's accepts.
     accepts_asked: (u64, TimeUs),
+    /// Accept records written since the last rewrite of the live ones (see
+    /// [`Tuning::accepts_rewrite_records`]).
+    accepts_written: u64,
     /// Messages that wait for the accept log (see `LeaderOutput::ToClientDurably`), by the
     /// persist number that makes their records durable.
-    awaiting_accepts: VecDeque<(u64, Vec<Effect>)>,
+    awaiting_accepts: VecDeque<(u64, Vec<(u64, Held)>)>,
     /// The core's messages that name a position of this replica's log, held until the log is
     /// durable here up to it (rule 14), in the order they were produced.
     held: VecDeque<(u64, Held)>,
@@ -310,6 +313,7 @@ impl ReplicaNode {
             awaiting: VecDeque::new(),
             last_ready: 0,
             accepts_asked: (0, 0),
+            accepts_written: 0,
             awaiting_accepts: VecDeque::new(),
             held: VecDeque::new(),
             progress: (None, 0),
@@ -442,7 +446,9 @@ impl ReplicaNode {
                 if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me {
                     return Err(format!("accepts query for shard {shard} from raft id {sender} by {from}"));
                 }
-                let records = self.replica.accepts_of();
+                let Some(records) = self.replica.accepts_of(term) else {
+                    return Ok(()); // its term is older: asked again soon
+                };
                 let msg = ReplicationMsg::Accepts { shard, from: me.raft_id(), term, records };
                 fx.push(Effect::Replicate { to: from, msg });
                 Ok(())
@@ -490,6 +496,7 @@ impl ReplicaNode {
     /// A damaged record.
     pub fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), NodeError> {
         let node = self.config.node;
+        self.accepts_written = records.len() as u64; // a long log found is rewritten soon
         self.replica.restore_accepts(records).map_err(|reason| NodeError::Accepts { node, reason })
     }
 
@@ -506,7 +513,7 @@ impl ReplicaNode {
         }
         while self.awaiting_accepts.front().is_some_and(|(n, _)| *n <= number) {
             let (_, msgs) = self.awaiting_accepts.pop_front().expect("checked");
-            fx.extend(msgs);
+            self.held.extend(msgs);
         }
         self.release_held(fx);
     }
@@ -831,7 +838,8 @@ impl ReplicaNode {
             let persisted_messages = std::mem::take(&mut rd.persisted_messages);
             let wait = rd.must_sync || !self.awaiting.is_empty();
             if rd.has_persist_work() || wait {
-                fx.push(Effect::Persist(Persist { number, sync: wait, ready: rd, accepts: Vec::new() }));
+                let accepts = Vec::new();
+                fx.push(Effect::Persist(Persist { number, sync: wait, ready: rd, accepts, accepts_rewrite: false }));
             }
             if wait {
                 self.awaiting.push_back((number, persisted_messages));
@@ -1059,8 +1067,9 @@ impl ReplicaNode {
         for o in std::mem::take(&mut self.out) {
             let (need, held) = match o {
                 LeaderOutput::ToClientDurably { client, msg, record } => {
+                    // A leader's fast answer also names a position: it waits for both.
                     records.extend(record);
-                    after_records.push(Effect::ToClient { client, msg });
+                    after_records.push((position_in(&msg), Held::Effect(Effect::ToClient { client, msg })));
                     continue;
                 }
                 LeaderOutput::ToClient { client, msg } => {
@@ -1080,9 +1089,17 @@ impl ReplicaNode {
         if !after_records.is_empty() {
             // One group commit of the accept log (with whatever the Raft log has buffered);
             // the answers leave when it is reported.
+            self.accepts_written += records.len() as u64;
+            let rewrite = self.accepts_written >= self.config.tuning.accepts_rewrite_records;
+            if rewrite {
+                // Every record still needed (these ones among them), written again: the
+                // accept log then drops what came before.
+                records = self.replica.accepts_live();
+                self.accepts_written = 0;
+            }
             let number = self.last_ready;
             let ready = luigi_raft::Ready { number, ..Default::default() };
-            fx.push(Effect::Persist(Persist { number, sync: true, ready, accepts: records }));
+            fx.push(Effect::Persist(Persist { number, sync: true, ready, accepts: records, accepts_rewrite: rewrite }));
             self.awaiting_accepts.push_back((number, after_records));
         }
         let shard = self.config.node.shard;
@@ -1109,8 +1126,8 @@ fn position_in(msg: &ServerMsg) -> u64 {
         | ServerMsg::Status(_)
         | ServerMsg::Progress(_)
         | ServerMsg::Promise { .. } => 0,
-        // Rests on the follower's accept log, not on a Raft position (no replica sends one
-        // yet; DESIGN.md, the fast path).
+        // Rests on the follower's accept log, not on a Raft position (DESIGN.md, the fast
+        // path): sent as `LeaderOutput::ToClientDurably`.
         ServerMsg::FastAccept { .. } => 0,
     }
 }

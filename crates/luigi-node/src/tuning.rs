@@ -55,6 +55,9 @@ pub struct Tuning {
     /// acknowledged one by one, so it must outlast a round trip plus one chunk's time on the
     /// link (a 1 MiB chunk takes 84 ms at 100 Mbit/s), not a whole window's.
     pub snapshot_ack_timeout_us: u64,
+    /// Fast-path accept records a replica writes between two rewrites of its live ones
+    /// (after a rewrite is durable, the accept log drops what came before it).
+    pub accepts_rewrite_records: u64,
 }
 
 impl Tuning {
@@ -71,6 +74,7 @@ impl Tuning {
             headroom_us: jitter_us / 2 + 200,
             snapshot_entries: 100_000,
             snapshot_ack_timeout_us: 8 * one_way_us + RECOVERY_MIN_US,
+            accepts_rewrite_records: 4_096,
         }
     }
 }

@@ -339,18 +339,29 @@ fn baseline_clients_never_broadcast_a_dispatch() {
 /// A follower of a 3-replica shard running the fast path, told by a heartbeat that replica 0
 /// leads term 1.
 fn fast_follower() -> ReplicaNode {
+    fast_follower_rewriting_every(4_096)
+}
+
+/// As [`fast_follower`], rewriting its live accepts every `records` records.
+fn fast_follower_rewriting_every(records: u64) -> ReplicaNode {
     let mut config = config(NodeId { shard: 0, replica: 1 }, vec![3]);
+    config.tuning.accepts_rewrite_records = records;
     config.leader.fast_path = true;
     let mut n = ReplicaNode::new(config, RecoveredState::default()).unwrap();
+    heartbeat(&mut n, 0, 1, 1_000);
+    n
+}
+
+/// A heartbeat of term `term` from `leader` (replica index) to replica 1 of shard 0.
+fn heartbeat(n: &mut ReplicaNode, leader: u32, term: u64, now: u64) {
     let mut hb = luigi_raft::eraftpb::Message::default();
     hb.set_msg_type(luigi_raft::eraftpb::MessageType::MsgHeartbeat);
-    (hb.from, hb.to, hb.term) = (1, 2, 1);
+    (hb.from, hb.to, hb.term) = (u64::from(leader) + 1, 2, term);
     let bytes = luigi_raft::encode_message(&hb);
     let mut fx = Vec::new();
-    n.on_replication(NodeId { shard: 0, replica: 0 }, ReplicationMsg::Raft { shard: 0, from: 1, bytes }, &mut fx)
-        .unwrap();
-    n.turn(1_000, &mut fx).unwrap();
-    n
+    let from = NodeId { shard: 0, replica: leader };
+    n.on_replication(from, ReplicationMsg::Raft { shard: 0, from: from.raft_id(), bytes }, &mut fx).unwrap();
+    n.turn(now, &mut fx).unwrap();
 }
 
 #[test]
@@ -416,4 +427,66 @@ fn accepts_found_at_restart_are_undecided_again_and_a_damaged_one_is_refused_by_
     assert_eq!(undecided(&n), vec![(90_000, TxnId { client: 7, seq: 1 })]);
     let err = n.restore_accepts(&[(5, b"garbage".to_vec())]).unwrap_err().to_string();
     assert!(err.contains("accept log is damaged") && err.contains("accept record 5"), "{err}");
+}
+
+#[test]
+fn a_question_for_accepts_is_answered_only_once_the_replicas_term_has_reached_it() {
+    let mut n = fast_follower();
+    let keys = luigi_proto::types::KeySet::new(vec![], vec![b"k".to_vec()]);
+    let txn = std::sync::Arc::new(Txn {
+        pieces: vec![luigi_proto::types::ShardPiece { shard: 0, keys }],
+        ts: 50_000,
+        ..(*kv_txn(7, 1)).clone()
+    });
+    let mut fx = Vec::new();
+    n.on_client(2_000, 7, ClientMsg::Dispatch { txn: txn.clone(), sent_us: 1_900, acked_below: 0 }, &mut fx);
+    // Replica 2, elected in term 2, asks; this replica has not heard of term 2 yet. Had it
+    // answered, it could still accept in term 1 and count towards a fast commit the answer
+    // did not show (DESIGN.md, the fast path: "the leader's vote").
+    let asker = NodeId { shard: 0, replica: 2 };
+    let question = ReplicationMsg::AcceptsQuery { shard: 0, from: asker.raft_id(), term: 2 };
+    let answers = |fx: &[Effect]| -> Vec<(u64, usize)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Replicate { to, msg: ReplicationMsg::Accepts { term, records, .. } } if *to == asker => {
+                    Some((*term, records.len()))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    fx.clear();
+    n.on_replication(asker, question.clone(), &mut fx).unwrap();
+    assert_eq!(answers(&fx), vec![], "term 1 < 2: no answer yet");
+    heartbeat(&mut n, 2, 2, 3_000);
+    fx.clear();
+    n.on_replication(asker, question, &mut fx).unwrap();
+    assert_eq!(answers(&fx), vec![(2, 1)], "in term 2: the accept of term 1 in the answer");
+}
+
+#[test]
+fn every_few_accepts_the_live_ones_are_written_again_so_the_accept_log_can_drop_the_rest() {
+    let mut n = fast_follower_rewriting_every(3);
+    let txn = |seq: u64| {
+        let keys = luigi_proto::types::KeySet::new(vec![], vec![format!("k{seq}").into_bytes()]);
+        std::sync::Arc::new(Txn {
+            pieces: vec![luigi_proto::types::ShardPiece { shard: 0, keys }],
+            ts: 50_000 + seq,
+            ..(*kv_txn(7, seq)).clone()
+        })
+    };
+    let mut writes = Vec::new();
+    for seq in 1..=4 {
+        let mut fx = Vec::new();
+        n.on_client(2_000, 7, ClientMsg::Dispatch { txn: txn(seq), sent_us: 1_900, acked_below: 0 }, &mut fx);
+        writes.extend(fx.into_iter().filter_map(|e| match e {
+            Effect::Persist(p) if !p.accepts.is_empty() || p.accepts_rewrite => {
+                Some((p.accepts.len(), p.accepts_rewrite))
+            }
+            _ => None,
+        }));
+    }
+    // Accepts 1 and 2 go as they are; the third write is a rewrite of the three undecided
+    // ones (the log has decided none); the fourth counts from there.
+    assert_eq!(writes, vec![(1, false), (1, false), (3, true), (1, false)]);
 }

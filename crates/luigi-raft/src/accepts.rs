@@ -1,10 +1,10 @@
-//! A follower's fast-accept log (DESIGN.md, "Planned, not built: the fast path"): the
+//! A replica's fast-accept log (DESIGN.md, "Planned, not built: the fast path"): the
 //! accepts a follower must not forget before it answers `FastAccept`, in their own
 //! `luigi-wal` log (`accepts/` under the replica's directory), group-committed with the Raft
 //! log by [`crate::disk::DiskStorage::sync`]. Records are opaque bytes numbered from 1 (the
-//! protocol encodes them); the oldest are dropped once the log has decided them
-//! ([`AcceptLog::compact_below`]). Not used by a replica yet: the followers' side of the fast
-//! path is not wired.
+//! protocol encodes them). A leader writes its votes here too. The replica rewrites its
+//! live records now and then; the records before a durable rewrite are dropped
+//! ([`AcceptLog::compact_below`], called by [`crate::disk::DiskStorage::sync`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

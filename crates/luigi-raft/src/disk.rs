@@ -207,6 +207,9 @@ pub struct DiskStorage {
     accepts: AcceptLog,
     /// The accepts found at open, until taken.
     accepts_found: FoundAccepts,
+    /// The first record of the last rewrite of the accept log's live records, not synced
+    /// yet: the next sync drops what came before it.
+    accepts_compact_below: Option<u64>,
 }
 
 impl DiskStorage {
@@ -309,6 +312,7 @@ impl DiskStorage {
             rejoin_done: false,
             accepts,
             accepts_found,
+            accepts_compact_below: None,
         };
         if fresh {
             // Before any entry: from now on a log without a hard state means a lost file.
@@ -419,6 +423,10 @@ impl DiskStorage {
     /// I/O errors; the replica must stop.
     pub fn sync(&mut self) -> Result<(), DiskError> {
         self.accepts.sync()?;
+        if let Some(first) = self.accepts_compact_below.take() {
+            // What came before a rewrite is decided or written again: durable now.
+            self.accepts.compact_below(first)?;
+        }
         self.wal.sync()?;
         if self.hs_dirty {
             self.write_hard_state(self.latest_hs)?;
@@ -435,20 +443,20 @@ impl DiskStorage {
     }
 
     /// Stages fast-path accept records (see [`crate::accepts`]), durable with the next
-    /// [`DiskStorage::sync`]; returns the number of the last one.
+    /// [`DiskStorage::sync`]. With `rewrite`, `records` are every record still needed (the
+    /// replica's undecided accepts, written again): once they are durable, the sync drops
+    /// the records written before them, a segment at a time.
     ///
     /// # Errors
     /// I/O errors; the replica must stop.
-    pub fn write_accepts(&mut self, records: &[Vec<u8>]) -> Result<u64, DiskError> {
-        Ok(self.accepts.append(records)?)
-    }
-
-    /// Drops accept records numbered below `number` (decided), a segment at a time.
-    ///
-    /// # Errors
-    /// I/O errors.
-    pub fn compact_accepts_below(&mut self, number: u64) -> Result<(), DiskError> {
-        self.accepts.compact_below(number)?;
+    pub fn write_accepts(&mut self, records: &[Vec<u8>], rewrite: bool) -> Result<(), DiskError> {
+        let first = self.accepts.last().map_or(1, |last| last + 1);
+        if !records.is_empty() {
+            self.accepts.append(records)?;
+        }
+        if rewrite {
+            self.accepts_compact_below = Some(first);
+        }
         Ok(())
     }
 

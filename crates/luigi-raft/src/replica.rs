@@ -428,12 +428,14 @@ impl Replica {
     /// (see [`ShardReplica::accepts_wanted`]).
     pub fn accepts_wanted(&self) -> Option<u64> {
         self.acceptor.as_ref()?;
+        // Asked from the election on, in parallel with the no-op: the answers do not depend
+        // on this replica's log (the shell answers once its term has reached this one).
         let State::Follower(_, log) = &self.state else { return None };
-        if !log.may_serve() {
+        if !log.is_leader() {
             return None;
         }
-        let have = self.recovery.as_ref().filter(|r| r.term == log.term()).map_or(0, |r| r.sets.len());
-        (have < majority(log)).then(|| log.term())
+        let heard = self.recovery.as_ref().filter(|r| r.term == log.term()).map_or(0, |r| r.others.len());
+        (heard + 1 < majority(log)).then(|| log.term())
     }
 
     /// `replica`'s undecided accepts, asked about in `term` (ignored unless this replica's
@@ -442,16 +444,45 @@ impl Replica {
     /// # Errors
     /// An undecodable record: the whole answer is dropped (the question is asked again).
     pub fn accepts_from(&mut self, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
-        let Some(rec) = self.recovery.as_mut().filter(|r| r.term == term && r.proposed.is_none()) else {
+        let State::Follower(_, log) = &self.state else { return Ok(()) };
+        if !log.is_leader() || log.term() != term {
             return Ok(());
-        };
+        }
+        let rec = FastRecovery::of_term(&mut self.recovery, term);
+        if rec.proposed.is_some() {
+            return Ok(());
+        }
         let set = records
             .iter()
             .map(|b| AcceptRecord::decode(b).map(|r| (r.txn, r.ts)))
             .collect::<Result<Vec<AcceptedTxn>, _>>()
             .map_err(|e| format!("undecodable accepts from replica {replica}: {e}"))?;
-        rec.sets.insert(replica, set);
+        rec.others.insert(replica, set);
         Ok(())
+    }
+
+    /// What this replica answers a new leader's recovery round of `term`: its undecided
+    /// accepts and, while its leader state is still in place (its log may have moved to the
+    /// new term already), that leader's votes not known committed. `None` while its own term
+    /// is older than `term`: only from that term on has it made every accept and vote of the
+    /// earlier terms it ever will (its later accepts carry the new term, and a leader state
+    /// of an older term no longer votes), so the answer cannot miss one that a fast commit
+    /// of an earlier term counted.
+    pub fn accepts_of(&self, term: u64) -> Option<Vec<AcceptRecord>> {
+        if self.log().term() < term && !self.config.mutations.answer_accepts_in_old_term {
+            return None;
+        }
+        Some(self.live_accepts())
+    }
+
+    /// Every accept record this replica still needs: its undecided accepts and its leader
+    /// state's votes not known committed.
+    pub fn live_accepts(&self) -> Vec<AcceptRecord> {
+        let mut records = self.acceptor.as_ref().map(Acceptor::undecided_records).unwrap_or_default();
+        if let State::Leader(l) = &self.state {
+            records.extend(l.fast_votes());
+        }
+        records
     }
 
     /// The fast path's undecided accepts, `(ts, id)` in order (none without it).
@@ -483,6 +514,12 @@ impl Replica {
         };
         let leader = ShardLeader::recover(self.config.clone(), log, f.into_handover(), now);
         self.state = State::Leader(leader);
+        if self.acceptor.is_some() {
+            // Recovery put every transaction that may have been fast-committed in earlier
+            // terms into the committed log: the accepts held so far decide nothing more.
+            self.acceptor = Some(Acceptor::default());
+        }
+        self.recovery = None;
         self.stats.promotions += 1;
     }
 
@@ -490,13 +527,19 @@ impl Replica {
         let State::Leader(l) = std::mem::replace(&mut self.state, State::Switching) else {
             unreachable!("demote is called on a leader")
         };
+        let votes = l.fast_votes();
         let mut log = l.into_log();
         let empty = Follower::new(self.config.shard, Store::new(), self.registry.clone());
         let rebuilt = log.replay_for_rebuild().and_then(|replay| {
-            rebuild(self.config.shard, &self.registry, &self.initial, replay.snapshot_data(), &replay.records()?)
+            let records = replay.records()?;
+            let follower = rebuild(self.config.shard, &self.registry, &self.initial, replay.snapshot_data(), &records)?;
+            Ok((follower, records))
         });
         match rebuilt {
-            Ok(follower) => {
+            Ok((follower, records)) => {
+                if self.acceptor.is_some() {
+                    self.acceptor = Some(acceptor_after_leading(self.config.shard, &records, &votes));
+                }
                 self.state = State::Follower(follower, log);
                 self.stats.demotions += 1;
                 Ok(())
@@ -514,8 +557,9 @@ impl Replica {
 #[derive(Debug)]
 struct FastRecovery {
     term: u64,
-    /// The undecided accepts heard, per replica (its own included).
-    sets: std::collections::BTreeMap<u32, Vec<AcceptedTxn>>,
+    /// The undecided accepts heard from the other replicas (its own are read when it has
+    /// heard enough).
+    others: std::collections::BTreeMap<u32, Vec<AcceptedTxn>>,
     /// Recovered and proposed: the index the new leader's log must commit before it serves,
     /// once every one is.
     proposed: Option<u64>,
@@ -523,6 +567,22 @@ struct FastRecovery {
     /// highest index they took.
     done: std::collections::BTreeSet<TxnId>,
     last_index: u64,
+}
+
+impl FastRecovery {
+    /// The round of `term` (a new one if `slot` holds another term's or none).
+    fn of_term(slot: &mut Option<FastRecovery>, term: u64) -> &mut FastRecovery {
+        if slot.as_ref().is_none_or(|r| r.term != term) {
+            *slot = Some(FastRecovery {
+                term,
+                others: Default::default(),
+                proposed: None,
+                done: Default::default(),
+                last_index: 0,
+            });
+        }
+        slot.as_mut().expect("just set")
+    }
 }
 
 /// Replicas of `log`'s group that make a majority.
@@ -542,25 +602,15 @@ fn fast_recovered(
     skip_recovery: bool,
 ) -> bool {
     let Some(acceptor) = acceptor else { return true };
-    let term = log.term();
-    let me = (log.id() - 1) as u32;
-    let rec = match recovery {
-        Some(r) if r.term == term => r,
-        _ => recovery.insert(FastRecovery {
-            term,
-            sets: [(me, acceptor.undecided_records().into_iter().map(|r| (r.txn, r.ts)).collect())].into(),
-            proposed: None,
-            done: Default::default(),
-            last_index: 0,
-        }),
-    };
+    let rec = FastRecovery::of_term(recovery, log.term());
     if let Some(last) = rec.proposed {
         return log.commit_index() >= last;
     }
-    if rec.sets.len() < majority(log) {
+    if rec.others.len() + 1 < majority(log) {
         return false;
     }
-    let sets: Vec<Vec<AcceptedTxn>> = rec.sets.values().cloned().collect();
+    let own: Vec<AcceptedTxn> = acceptor.undecided_records().into_iter().map(|r| (r.txn, r.ts)).collect();
+    let sets: Vec<Vec<AcceptedTxn>> = std::iter::once(own).chain(rec.others.values().cloned()).collect();
     let records = f.recovery_records();
     let mut recovered = to_recover(f.shard(), &sets, &records, |id| f.answers().known(id) != Known::Unknown);
     if skip_recovery {
@@ -582,6 +632,22 @@ fn fast_recovered(
     // Every recovered PREPARE, including those proposed at earlier turns, must commit first.
     rec.proposed = Some(rec.last_index);
     log.commit_index() >= rec.last_index
+}
+
+/// A stepped-down leader's acceptor: its order table rebuilt from the committed records
+/// `replayed`, and its own fast answers whose `PREPARE` is not known committed (`votes`)
+/// undecided, like accepts, until its log decides them.
+fn acceptor_after_leading(shard: ShardId, replayed: &[LogEntry], votes: &[AcceptRecord]) -> Acceptor {
+    let mut acceptor = Acceptor::default();
+    for e in replayed {
+        acceptor.on_committed(shard, &e.record);
+    }
+    for vote in votes {
+        if let Some(keys) = vote.txn.piece(shard) {
+            acceptor.restore(vote, keys);
+        }
+    }
+    acceptor
 }
 
 /// A follower's answer to a fast-path dispatch of `txn` from `client` arriving at `now`: a
@@ -739,10 +805,12 @@ impl ShardReplica for Replica {
         Replica::accepts_wanted(self)
     }
 
-    fn accepts_of(&self) -> Vec<Vec<u8>> {
-        self.acceptor
-            .as_ref()
-            .map_or_else(Vec::new, |a| a.undecided_records().iter().map(AcceptRecord::encode).collect())
+    fn accepts_live(&self) -> Vec<Vec<u8>> {
+        self.live_accepts().iter().map(AcceptRecord::encode).collect()
+    }
+
+    fn accepts_of(&self, term: u64) -> Option<Vec<Vec<u8>>> {
+        Some(Replica::accepts_of(self, term)?.iter().map(AcceptRecord::encode).collect())
     }
 
     fn accepts_from(&mut self, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {

@@ -382,10 +382,17 @@ pub trait ShardReplica: Send {
         None
     }
 
-    /// This replica's undecided fast-path accept records, encoded (the answer to a new
-    /// leader's question).
-    fn accepts_of(&self) -> Vec<Vec<u8>> {
+    /// Every fast-path accept record this replica still needs, encoded: its undecided
+    /// accepts and its leader state's votes (what a rewrite of the accept log keeps).
+    fn accepts_live(&self) -> Vec<Vec<u8>> {
         Vec::new()
+    }
+
+    /// This replica's undecided fast-path accept records, encoded: the answer to a new
+    /// leader's question of `term`, or `None` while this replica's own term is older (it
+    /// answers when asked again).
+    fn accepts_of(&self, _term: u64) -> Option<Vec<Vec<u8>>> {
+        Some(Vec::new())
     }
 
     /// `replica`'s undecided accepts, asked about in `term`.

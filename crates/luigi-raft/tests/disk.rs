@@ -346,13 +346,41 @@ fn accepts_are_durable_with_the_group_commit_and_come_back_after_a_crash() {
     let options = WalOptions { durability: Durability::Fsync, ..WalOptions::default() };
     let dir = std::path::Path::new("/replica");
     let (mut disk, _) = DiskStorage::open_with(Arc::clone(&fs), dir, options.clone()).unwrap();
-    assert_eq!(disk.write_accepts(&[b"x".to_vec(), b"y".to_vec()]).unwrap(), 2);
+    disk.write_accepts(&[b"x".to_vec(), b"y".to_vec()], false).unwrap();
     disk.persist(&ready_with(1..=3, 1, 1)).unwrap(); // the same sync makes both durable
-    assert_eq!(disk.write_accepts(&[b"lost".to_vec()]).unwrap(), 3);
+    disk.write_accepts(&[b"lost".to_vec()], false).unwrap();
     drop(disk);
     sim.crash();
     let (mut disk, rec) = DiskStorage::open_with(fs, dir, options).unwrap();
     assert_eq!(rec.entries.len(), 3, "the Raft log is intact beside it");
     assert_eq!(disk.take_found_accepts(), vec![(1, b"x".to_vec()), (2, b"y".to_vec())], "only what was synced");
     assert!(disk.take_found_accepts().is_empty(), "taken once");
+}
+
+#[test]
+fn a_durable_rewrite_of_the_live_accepts_drops_the_records_before_it_and_a_crash_before_keeps_them() {
+    use luigi_wal::fs::{Fs, SimFs};
+    use std::sync::Arc;
+    let sim = SimFs::new(12);
+    let fs: Arc<dyn Fs> = Arc::new(sim.clone());
+    let options = WalOptions { segment_bytes: 256, durability: Durability::Fsync, ..WalOptions::default() };
+    let dir = std::path::Path::new("/replica");
+    let (mut disk, _) = DiskStorage::open_with(Arc::clone(&fs), dir, options.clone()).unwrap();
+    for i in 0..30u8 {
+        disk.write_accepts(&[vec![i; 40]], false).unwrap();
+        disk.sync().unwrap();
+    }
+    // Only record 25 is undecided: rewritten, and lost in a crash before the sync.
+    disk.write_accepts(&[vec![25; 40]], true).unwrap();
+    drop(disk);
+    sim.crash();
+    let (mut disk, _) = DiskStorage::open_with(Arc::clone(&fs), dir, options.clone()).unwrap();
+    assert_eq!(disk.take_found_accepts().len(), 30, "not durable: nothing dropped");
+    disk.write_accepts(&[vec![25; 40]], true).unwrap();
+    disk.sync().unwrap();
+    drop(disk);
+    let (mut disk, _) = DiskStorage::open_with(fs, dir, options).unwrap();
+    let found = disk.take_found_accepts();
+    assert!(found.len() < 10, "the segments before the rewrite went: {} records left", found.len());
+    assert_eq!(found.last(), Some(&(31, vec![25; 40])), "the rewrite is the newest record");
 }

@@ -41,14 +41,6 @@ fn must_pass(test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverRep
     }
 }
 
-/// The seeds of a long sweep: `LUIGI_SIM_SWEEP` of them (default `count`) from
-/// `LUIGI_SIM_SWEEP_FROM` (default `from`).
-fn sweep(from: u64, count: u64) -> std::ops::Range<u64> {
-    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default);
-    let from = env("LUIGI_SIM_SWEEP_FROM", from);
-    from..from + env("LUIGI_SIM_SWEEP", count)
-}
-
 /// 2 or 3 shards by seed.
 fn shards(seed: u64) -> u32 {
     2 + (seed % 2) as u32
@@ -58,7 +50,7 @@ fn shards(seed: u64) -> u32 {
 fn random_faults_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
-    for seed in common::seeds(sweep(1, 80)) {
+    for seed in common::sweep(1, 80) {
         let r = must_pass("random_faults_sweep", failover_config(seed, shards(seed)), &FaultConfig::new());
         total.absorb(&r);
         if std::env::var(SEED_ENV).is_ok() {
@@ -80,7 +72,7 @@ fn random_faults_with_snapshots_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
     let faults = FaultConfig { snapshot_entries: Some(15), replicas: 5, ..FaultConfig::new() };
-    for seed in common::seeds(sweep(2_001, 60)) {
+    for seed in common::sweep(2_001, 60) {
         let r = must_pass("random_faults_with_snapshots_sweep", failover_config(seed, shards(seed)), &faults);
         total.absorb(&r);
         if std::env::var(SEED_ENV).is_ok() {
@@ -236,7 +228,7 @@ fn harsh(seed: u64) -> (SimConfig, FaultConfig) {
 fn harsh_faults_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
-    for seed in common::seeds(sweep(1_000, 50)) {
+    for seed in common::sweep(1_000, 50) {
         let (config, faults) = harsh(seed);
         let r = must_pass("harsh_faults_sweep", config, &faults);
         total.absorb(&r);
@@ -301,7 +293,7 @@ fn majority_loss(seed: u64) -> (SimConfig, FaultConfig) {
 fn majority_loss_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
-    let seeds = common::seeds(sweep(4_000, 40));
+    let seeds = common::sweep(4_000, 40);
     let runs = seeds.len() as u64;
     for seed in seeds {
         let (config, faults) = majority_loss(seed);
@@ -369,7 +361,7 @@ fn a_follower_behind_compaction_catches_up_through_a_snapshot_larger_than_a_fram
     let started = Instant::now();
     let faults = FaultConfig { snapshot_entries: Some(40), population_bytes: 20 << 20, ..FaultConfig::new() };
     let mut total = FailoverReport::default();
-    for seed in common::seeds(sweep(5_001, 2)) {
+    for seed in common::sweep(5_001, 2) {
         let r = must_pass(
             "a_follower_behind_compaction_catches_up_through_a_snapshot_larger_than_a_frame",
             failover_config(seed, 2),

@@ -1,11 +1,14 @@
-//! The fast path's parts together in the replicated world, without faults (DESIGN.md,
+//! The fast path's parts together in the replicated world, with and without faults (DESIGN.md,
 //! "Planned, not built: the fast path"): clients send every dispatch to every replica,
 //! followers accept early transactions and answer `FastAccept` once the record is durable,
 //! leaders mark unmoved answers with their order hash, and coordinators commit on the
-//! accepts. The new leader's recovery of fast commits (R1-R3) is not built, so these runs
-//! have no faults; the checker still holds every answer to the committed logs.
+//! accepts. With faults, a new leader recovers what may have been fast-committed (R1-R3)
+//! before it serves; the checker holds every answer to the committed logs.
 //!
 //! A failing seed prints the command that reruns it; `LUIGI_SIM_TRACE=1` prints every event.
+//! `LUIGI_SIM_SWEEP=n` / `LUIGI_SIM_SWEEP_FROM=n` size the two fault sweeps (defaults: 12
+//! seeds from 21 with kills, 12 from 41 with random faults), e.g.
+//! `LUIGI_SIM_SWEEP=3000 cargo test --release -p luigi-sim --test fast_path random -- --nocapture`.
 
 mod common;
 
@@ -46,9 +49,9 @@ fn under_contention_fewer_commit_fast_and_every_answer_still_matches_the_logs() 
 }
 
 /// As [`runs`], with `faults`.
-fn runs_with(test: &str, seeds: std::ops::Range<u64>, keys: u64, faults: &FaultConfig) -> FailoverReport {
+fn runs_with(test: &str, seeds: Vec<u64>, keys: u64, faults: &FaultConfig) -> FailoverReport {
     let mut total = FailoverReport::default();
-    for seed in common::seeds(seeds) {
+    for seed in seeds {
         total.absorb(&common::must_pass_replicated("fast_path", test, fast(seed, keys, 1_000), faults));
     }
     eprintln!("{total:?}");
@@ -58,36 +61,55 @@ fn runs_with(test: &str, seeds: std::ops::Range<u64>, keys: u64, faults: &FaultC
 #[test]
 fn leaders_killed_right_after_answering_lose_no_fast_commit() {
     let faults = FaultConfig::kill_at(luigi_sim::KillPoint::SpeculativeAnswer, 3);
-    let total = runs_with("leaders_killed_right_after_answering_lose_no_fast_commit", 21..33, 40, &faults);
+    let total =
+        runs_with("leaders_killed_right_after_answering_lose_no_fast_commit", common::sweep(21, 12), 40, &faults);
     assert!(total.kills >= 12 && total.fast_commits > 0, "{total:?}");
 }
 
 #[test]
 fn random_faults_with_the_fast_path_on() {
-    let total = runs_with("random_faults_with_the_fast_path_on", 41..53, 40, &FaultConfig::new());
+    let total = runs_with("random_faults_with_the_fast_path_on", common::sweep(41, 12), 40, &FaultConfig::new());
     assert!(total.crashes > 0 && total.fast_commits > 0, "{total:?}");
+}
+
+/// Whether random faults catch the broken rule `mutate` sets on some seed of `seeds`.
+fn caught_on_some_seed(seeds: std::ops::Range<u64>, mutate: impl Fn(&mut luigi_proto::leader::Mutations)) -> bool {
+    seeds.into_iter().any(|seed| {
+        let mut config = fast(seed, 40, 1_000);
+        mutate(&mut config.leader.mutations);
+        common::caught_replicated(&config, &FaultConfig::new())
+    })
 }
 
 #[test]
 fn a_new_leader_that_skips_the_fast_recovery_is_caught() {
-    // Found with random faults (seed 45: a Raft-only partition cut a leader off from its
-    // followers while clients still reached all three; they fast-committed, and the new
-    // leader never saw the PREPARE).
-    let mut config = fast(45, 40, 1_000);
-    config.leader.mutations.skip_fast_recovery = true;
-    assert!(common::caught_replicated(&config, &FaultConfig::new()), "losing fast commits went unnoticed");
+    // Random faults catch it within a few dozen seeds (first at seed 45 when the round was
+    // asked after the election no-op, at seed 58 since it is asked at the election: a
+    // Raft-only partition cut a leader off from its followers while clients still reached
+    // all three; they fast-committed, and the new leader never saw the PREPARE).
+    let caught = caught_on_some_seed(41..90, |m| m.skip_fast_recovery = true);
+    assert!(caught, "losing fast commits went unnoticed on seeds 41..90");
 }
 
 #[test]
-#[ignore = "fails today: the known hole in DESIGN.md (a deposed leader's vote is not in its \
-            accept set); un-ignore once it is closed"]
+fn a_leader_that_answers_fast_without_its_vote_is_caught() {
+    // Found by a release search of seeds 41..600 with the mutation on: seed 389 (a deposed
+    // leader's PREPARE truncated, its answer to the new leader's question without the
+    // transaction it had answered fast; a later reader's result no longer matches).
+    let caught = caught_on_some_seed(385..395, |m| m.skip_leader_vote = true);
+    assert!(caught, "a leader's lost vote went unnoticed on seeds 385..395");
+}
+
+#[test]
 fn regression_seed_2379_a_fast_commit_lost_under_random_faults() {
     // Found by a release sweep of `random_faults_with_the_fast_path_on` over seeds 41..3041:
     // client 1's seq 59 on shard 1 is fast-committed at ts 84921 (leader R1.0's answer, both
     // followers' accepts). R1.0 is isolated, steps down and rebuilds; R1.2 wins term 3, asks
     // for accepts, and R1.0 answers first with an empty set (its vote was its PREPARE, not an
     // accept): the majority read {R1.2, R1.0} does not hold the transaction in every set, R3
-    // skips it, and it is lost. Rerun with LUIGI_SIM_TRACE=1 to see every event.
+    // skips it, and it is lost. Closed by the leader's vote in its accept log and by
+    // answering only from the question's term. Rerun with LUIGI_SIM_TRACE=1 to see every
+    // event.
     common::must_pass_replicated(
         "fast_path",
         "regression_seed_2379_a_fast_commit_lost_under_random_faults",

@@ -8,12 +8,19 @@
 //!   `PREPARE` precedes, in the log, every conflicting `PREPARE` above it; recovery rule R2
 //!   relies on it.
 //!
+//! A fast answer is this leader's vote for the transaction at its timestamp. Until its
+//! `PREPARE` is known committed, the vote is kept here and written to the accept log before
+//! the answer leaves ([`FastOrder::vote`]), so a new leader's recovery reads it even if the
+//! `PREPARE` is lost from this replica's log (DESIGN.md, the fast path, "the leader's vote").
+//!
 //! The order table holds what this leader admitted (moved when a decision raises a
 //! timestamp, dropped when refused or aborted) and is pruned at each committed `Applied`
 //! marker. By the time a transaction executes, every conflicting entry before it has
 //! executed (rule 5), so its order hash is over its executed recent predecessors.
 
-use crate::fast::{hashed_keys, RecentOrder};
+use std::sync::Arc;
+
+use crate::fast::{hashed_keys, AcceptRecord, RecentOrder};
 use crate::types::{KeySet, Timestamp, Txn, TxnId};
 use crate::Map;
 
@@ -22,20 +29,22 @@ use crate::Map;
 pub struct FastOrder {
     order: RecentOrder,
     /// Admitted transactions that are fast-eligible and not executed yet.
-    eligible: Map<TxnId, ()>,
+    eligible: Map<TxnId, Arc<Txn>>,
     /// Executed fast-eligible transactions whose answer is not sent yet: their order hash.
-    hashes: Map<TxnId, u64>,
+    hashes: Map<TxnId, (u64, Arc<Txn>)>,
+    /// Fast answers sent whose `PREPARE` is not known committed: this leader's votes.
+    votes: Map<TxnId, AcceptRecord>,
 }
 
 impl FastOrder {
     /// `txn` was admitted here at `proposal` on `keys`; returns whether it is fast-eligible.
-    pub fn admitted(&mut self, txn: &Txn, proposal: Timestamp, keys: &KeySet) -> bool {
+    pub fn admitted(&mut self, txn: &Arc<Txn>, proposal: Timestamp, keys: &KeySet) -> bool {
         let keys = hashed_keys(keys);
         let eligible =
             !txn.is_cross_shard() && proposal == txn.ts && !self.order.conflict_above(txn.id, proposal, &keys);
         self.order.record(txn.id, proposal, &keys);
         if eligible {
-            self.eligible.insert(txn.id, ());
+            self.eligible.insert(txn.id, txn.clone());
         }
         eligible
     }
@@ -54,16 +63,39 @@ impl FastOrder {
 
     /// `id` executed at `ts` on `keys`: a fast-eligible one gets its order hash.
     pub fn executed(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
-        if self.eligible.remove(&id).is_some() {
+        if let Some(txn) = self.eligible.remove(&id) {
             let hash = self.order.order_hash(id, ts, &hashed_keys(keys));
-            self.hashes.insert(id, hash);
+            self.hashes.insert(id, (hash, txn));
         }
     }
 
-    /// The order hash `id`'s answer carries, if it is fast; taken once (a resent answer goes
-    /// without it and takes rule 14's path).
-    pub fn take_hash(&mut self, id: TxnId) -> Option<u64> {
+    /// The order hash `id`'s answer carries, if it is fast, with the transaction (for the
+    /// vote); taken once (a resent answer goes without it and takes rule 14's path).
+    pub fn take_hash(&mut self, id: TxnId) -> Option<(u64, Arc<Txn>)> {
         self.hashes.remove(&id)
+    }
+
+    /// A fast answer to `txn` at `ts` is about to leave while its `PREPARE` is not known
+    /// committed: this leader's vote, kept until the `PREPARE` commits. Returns the accept
+    /// record to make durable before the answer leaves.
+    pub fn vote(&mut self, txn: Arc<Txn>, ts: Timestamp) -> AcceptRecord {
+        let record = AcceptRecord { txn, ts };
+        self.votes.insert(record.txn.id, record.clone());
+        record
+    }
+
+    /// `id`'s `PREPARE` committed: every later leader's log holds it (rule R1), so its vote
+    /// is no longer needed.
+    pub fn prepare_committed(&mut self, id: TxnId) {
+        self.votes.remove(&id);
+    }
+
+    /// The votes whose `PREPARE` is not known committed, in `(ts, id)` order (what a new
+    /// leader's recovery must read from this replica).
+    pub fn votes(&self) -> Vec<AcceptRecord> {
+        let mut out: Vec<AcceptRecord> = self.votes.values().cloned().collect();
+        out.sort_by_key(|r| (r.ts, r.txn.id));
+        out
     }
 
     /// A committed `Applied` marker at `ts`: entries at or below it are committed and
@@ -89,15 +121,15 @@ mod tests {
     use crate::fast::entry_hash;
     use crate::types::ShardPiece;
 
-    fn txn(seq: u64, ts: Timestamp, shards: &[u32], key: &str) -> Txn {
+    fn txn(seq: u64, ts: Timestamp, shards: &[u32], key: &str) -> Arc<Txn> {
         let keys = KeySet::new(vec![], vec![key.as_bytes().to_vec()]);
-        Txn {
+        Arc::new(Txn {
             id: TxnId { client: 2, seq },
             procedure: "kv".into(),
             args: vec![],
             pieces: shards.iter().map(|s| ShardPiece { shard: *s, keys: keys.clone() }).collect(),
             ts,
-        }
+        })
     }
 
     fn keys(t: &Txn) -> KeySet {
@@ -121,7 +153,7 @@ mod tests {
         f.executed(below.id, 50, &keys(&below));
         f.executed(a.id, 100, &keys(&a));
         assert_eq!(f.take_hash(below.id), None);
-        assert_eq!(f.take_hash(a.id), Some(entry_hash(below.id, 50)));
+        assert_eq!(f.take_hash(a.id), Some((entry_hash(below.id, 50), a.clone())));
         assert_eq!(f.take_hash(a.id), None, "taken once");
     }
 
@@ -134,7 +166,7 @@ mod tests {
         assert!(f.admitted(&b, 200, &keys(&b)));
         f.moved(a.id, 250, &keys(&a));
         f.executed(b.id, 200, &keys(&b));
-        assert_eq!(f.take_hash(b.id), Some(0), "a moved above b");
+        assert_eq!(f.take_hash(b.id).map(|(hash, _)| hash), Some(0), "a moved above b");
         f.executed(a.id, 250, &keys(&a));
         assert_eq!(f.take_hash(a.id), None, "a moved: not fast");
         let c = txn(3, 300, &[0], "k");
@@ -142,6 +174,20 @@ mod tests {
         f.dropped(c.id);
         f.applied(200);
         assert_eq!(f.len(), 1, "only a (at 250) is left");
+    }
+
+    #[test]
+    fn a_vote_is_kept_until_its_prepare_commits() {
+        let mut f = FastOrder::default();
+        let (a, b) = (txn(1, 100, &[0], "k"), txn(2, 50, &[0], "x"));
+        let record = f.vote(a.clone(), 100);
+        assert_eq!(record, AcceptRecord { txn: a.clone(), ts: 100 });
+        f.vote(b.clone(), 50);
+        assert_eq!(f.votes(), vec![AcceptRecord { txn: b.clone(), ts: 50 }, record], "in (ts, id) order");
+        f.prepare_committed(b.id);
+        assert_eq!(f.votes().len(), 1);
+        f.prepare_committed(a.id);
+        assert!(f.votes().is_empty());
     }
 }
 

@@ -144,6 +144,11 @@ pub struct Mutations {
     /// A new leader serves without preparing what a majority's fast-path accepts say may
     /// have been fast-committed (rule R3 skipped).
     pub skip_fast_recovery: bool,
+    /// A leader's fast answers leave without its vote in the accept log (DESIGN.md, the
+    /// fast path, "the leader's vote").
+    pub skip_leader_vote: bool,
+    /// A replica answers a new leader's question for accepts while its own term is older.
+    pub answer_accepts_in_old_term: bool,
 }
 
 /// An effect of the leader for its shell to carry out.
@@ -430,6 +435,13 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         &self.store
     }
 
+    /// This leader's fast-path votes whose `PREPARE` is not known committed (see
+    /// [`fast::FastOrder::vote`]): part of this replica's answer to a new leader's recovery,
+    /// and its undecided accepts once it steps down.
+    pub fn fast_votes(&self) -> Vec<crate::fast::AcceptRecord> {
+        self.fast.as_ref().map(fast::FastOrder::votes).unwrap_or_default()
+    }
+
     /// Counters.
     pub fn stats(&self) -> LeaderStats {
         self.stats
@@ -570,7 +582,12 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
         for entry in entries.drain(..) {
             match entry.record {
-                LogRecord::Prepare { txn, .. } => self.on_prepared(txn.id),
+                LogRecord::Prepare { txn, .. } => {
+                    if let Some(f) = self.fast.as_mut() {
+                        f.prepare_committed(txn.id);
+                    }
+                    self.on_prepared(txn.id)
+                }
                 LogRecord::Decide { id, ts } => self.on_decide_logged(id, ts),
                 LogRecord::Abort { id } => self.on_abort_logged(id, out),
                 LogRecord::Refuse { id, reason, arrival_delta_us } => {

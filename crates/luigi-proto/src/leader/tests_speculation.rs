@@ -12,7 +12,7 @@ use super::tests::{executed, replies};
 use super::tests_common::{deliver, dispatch, id, items, tick, to_peer, txn};
 use super::*;
 use crate::log::{LogError, LogIndex};
-use crate::msg::{PeerBatch, PeerItem};
+use crate::msg::{PeerBatch, PeerItem, TxnReply};
 use crate::progress::{LogPos, ProgressReport};
 
 /// A log of term `term` whose records commit when [`HeldLog::commit_through`] says so.
@@ -173,4 +173,74 @@ fn recover_about_a_speculative_execution_is_answered_once_it_is_committed() {
         vec![PeerItem::Executed { id: id(1), ts: 1_000 }, PeerItem::Progress(committed)],
         "the answer, and this shard's commit for the proposal it sent before it was committed"
     );
+}
+
+/// The client messages in `out` and the accept records they wait for.
+fn client_msgs(out: &[LeaderOutput]) -> Vec<(TxnReply, Option<Vec<u8>>)> {
+    out.iter()
+        .filter_map(|o| match o {
+            LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => Some((r.clone(), None)),
+            LeaderOutput::ToClientDurably { msg: ServerMsg::Reply(r), record, .. } => Some((r.clone(), record.clone())),
+            LeaderOutput::ToClient { .. }
+            | LeaderOutput::ToClientDurably { .. }
+            | LeaderOutput::ToClients { .. }
+            | LeaderOutput::ToAllClients { .. }
+            | LeaderOutput::ToPeer { .. }
+            | LeaderOutput::Executed { .. } => None,
+        })
+        .collect()
+}
+
+fn fast_leader(mutations: Mutations) -> Leader {
+    let mut config = LeaderConfig::new(0, 1);
+    config.group_sizes = vec![3];
+    config.fast_path = true;
+    config.mutations = mutations;
+    let mut l = ShardLeader::new(config, HeldLog::new(3), Store::new(), Registry::with_builtins());
+    tick(&mut l, 0);
+    commit_all(&mut l, 1);
+    l
+}
+
+#[test]
+fn a_fast_answer_before_its_prepare_commits_carries_the_leaders_vote_until_it_commits() {
+    let mut l = fast_leader(Mutations::default());
+    let t = txn(1, 1_000, &[(0, 1, Some(5))]);
+    dispatch(&mut l, 100, &t);
+    let prepare = l.log().last_index();
+    let sent = client_msgs(&tick(&mut l, 1_000));
+    let record = crate::fast::AcceptRecord { txn: t.clone(), ts: 1_000 };
+    let [(reply, Some(bytes))] = sent.as_slice() else { panic!("one answer waiting for its vote, got {sent:?}") };
+    assert_eq!((reply.order, reply.position), (Some(0), pos(prepare)));
+    assert_eq!(crate::fast::AcceptRecord::decode(bytes).unwrap(), record, "the vote written first");
+    assert_eq!(l.fast_votes(), vec![record], "kept for a new leader's recovery");
+    commit_all(&mut l, 1_001);
+    assert!(l.fast_votes().is_empty(), "its PREPARE committed: every later log holds it");
+    // Committed before the watermark passes it: a plain answer, no vote needed.
+    let u = txn(2, 2_000, &[(0, 2, Some(5))]);
+    dispatch(&mut l, 1_100, &u);
+    commit_all(&mut l, 1_200);
+    let sent = client_msgs(&tick(&mut l, 2_000));
+    assert!(matches!(sent.as_slice(), [(r, None)] if r.position.is_none()), "{sent:?}");
+    assert!(l.fast_votes().is_empty());
+}
+
+#[test]
+fn a_leader_whose_log_moved_to_a_later_term_no_longer_votes() {
+    let mut l = fast_leader(Mutations::default());
+    let t = txn(1, 1_000, &[(0, 1, Some(5))]);
+    dispatch(&mut l, 100, &t);
+    l.log_mut().term = 4; // deposed: a new leader may have read this replica's accepts already
+    let sent = client_msgs(&tick(&mut l, 1_000));
+    assert!(matches!(sent.as_slice(), [(r, None)] if r.order.is_none()), "not fast: {sent:?}");
+    assert!(l.fast_votes().is_empty());
+}
+
+#[test]
+fn the_mutation_that_skips_the_vote_answers_fast_with_nothing_written() {
+    let mut l = fast_leader(Mutations { skip_leader_vote: true, ..Mutations::default() });
+    dispatch(&mut l, 100, &txn(1, 1_000, &[(0, 1, Some(5))]));
+    let sent = client_msgs(&tick(&mut l, 1_000));
+    assert!(matches!(sent.as_slice(), [(r, None)] if r.order.is_some() && r.position.is_some()), "{sent:?}");
+    assert!(l.fast_votes().is_empty());
 }

@@ -7,7 +7,8 @@ use super::{LeaderOutput, ShardLeader};
 use crate::log::{LogRecord, ReplicatedLog};
 use crate::msg::{ServerMsg, TxnError, TxnReply};
 use crate::progress::LogPos;
-use crate::types::{TimeUs, Timestamp, TxnId};
+use crate::types::{TimeUs, Timestamp, Txn, TxnId};
+use std::sync::Arc;
 
 impl<L: ReplicatedLog> ShardLeader<L> {
     pub(super) fn advance_watermark(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
@@ -25,9 +26,30 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             let Some(answer) = self.answers.get(id).cloned() else {
                 continue;
             };
-            let order = self.fast.as_mut().and_then(|f| f.take_hash(id));
-            self.reply_with_order(id, answer, order, out);
+            match self.fast.as_mut().and_then(|f| f.take_hash(id)) {
+                Some((order, txn)) => self.reply_fast(id, txn, answer, order, out),
+                None => self.reply_with_order(id, answer, None, out),
+            }
         }
+    }
+
+    /// The answer to a fast-eligible `txn` (F1, F2), marked with its order hash `order`.
+    /// While its position is not known committed, the answer is this leader's vote for `txn`
+    /// at its timestamp: kept, and written to the accept log before the answer leaves, so
+    /// that a new leader's recovery reads it even if the `PREPARE` is lost from this log. A
+    /// leader whose log has moved to a later term no longer votes: its answer goes without
+    /// the mark (a new leader may already have read this replica's accepts).
+    fn reply_fast(&mut self, id: TxnId, txn: Arc<Txn>, answer: Answer, order: u64, out: &mut Vec<LeaderOutput>) {
+        if self.log.term() != self.term {
+            return self.reply_with_order(id, answer, None, out);
+        }
+        if self.answer_position(id).is_none() || self.config.mutations.skip_leader_vote {
+            // Its PREPARE is committed: no vote needed, and no fast path either.
+            return self.reply_with_order(id, answer, Some(order), out);
+        }
+        let record = self.fast.as_mut().expect("a fast answer needs the fast path").vote(txn, answer.ts);
+        let msg = self.reply_msg(id, answer, Some(order));
+        out.push(LeaderOutput::ToClientDurably { client: id.client, msg, record: Some(record.encode()) });
     }
 
     pub(super) fn reply_now(
@@ -44,21 +66,22 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     /// `answer` to its client, fast-eligible when `order` is set (the fast path's order hash).
     fn reply_with_order(&self, id: TxnId, answer: Answer, order: Option<u64>, out: &mut Vec<LeaderOutput>) {
+        out.push(LeaderOutput::ToClient { client: id.client, msg: self.reply_msg(id, answer, order) });
+    }
+
+    fn reply_msg(&self, id: TxnId, answer: Answer, order: Option<u64>) -> ServerMsg {
         let Answer { ts, outcome, arrival_delta_us, rounds } = answer;
-        out.push(LeaderOutput::ToClient {
-            client: id.client,
-            msg: ServerMsg::Reply(TxnReply {
-                id,
-                shard: self.config.shard,
-                ts,
-                outcome,
-                watermark: self.watermark,
-                arrival_delta_us,
-                rounds,
-                position: self.answer_position(id),
-                order,
-            }),
-        });
+        ServerMsg::Reply(TxnReply {
+            id,
+            shard: self.config.shard,
+            ts,
+            outcome,
+            watermark: self.watermark,
+            arrival_delta_us,
+            rounds,
+            position: self.answer_position(id),
+            order,
+        })
     }
 
     /// The position `id`'s answer depends on, while it is not known committed (rule 14).

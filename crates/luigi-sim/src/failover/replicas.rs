@@ -132,6 +132,8 @@ pub(super) fn new_node(
     tuning.raft_tick_us = faults.raft_tick_us;
     tuning.election_ticks = faults.election_ticks;
     tuning.snapshot_entries = faults.snapshot_entries.unwrap_or(u64::MAX);
+    // Often, so that crashes meet rewrites of the accept log (the fast path).
+    tuning.accepts_rewrite_records = 16;
     let node = NodeId { shard: s, replica: i };
     let mut nc = NodeConfig::new(node, shape_of(config, faults), config.seed, tuning, config.registry());
     // The hosted workload's population, plus the synthetic rows of `population_bytes`.
@@ -364,8 +366,8 @@ impl RaftGroups<'_> {
             }
             Effect::Persist(p) => {
                 let r = &mut self.replicas[s as usize][i as usize];
-                if !p.accepts.is_empty() {
-                    if let Err(e) = r.disk.storage().write_accepts(&p.accepts) {
+                if !p.accepts.is_empty() || p.accepts_rewrite {
+                    if let Err(e) = r.disk.storage().write_accepts(&p.accepts, p.accepts_rewrite) {
                         let msg = format!("{me} cannot write its accept log: {e}");
                         return Err(core.violation(ViolationKind::Invariant, msg));
                     }

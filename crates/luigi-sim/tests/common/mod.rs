@@ -13,6 +13,14 @@ pub fn seeds(range: std::ops::Range<u64>) -> Vec<u64> {
     }
 }
 
+/// The seeds of a sweep: `LUIGI_SIM_SWEEP` of them (default `count`) from
+/// `LUIGI_SIM_SWEEP_FROM` (default `from`), or only `LUIGI_SIM_SEED`.
+pub fn sweep(from: u64, count: u64) -> Vec<u64> {
+    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default);
+    let from = env("LUIGI_SIM_SWEEP_FROM", from);
+    seeds(from..from + env("LUIGI_SIM_SWEEP", count))
+}
+
 /// Turns on event tracing when `LUIGI_SIM_TRACE` is set.
 pub fn traced(mut config: SimConfig) -> SimConfig {
     config.trace = std::env::var(TRACE_ENV).is_ok_and(|v| v != "0");

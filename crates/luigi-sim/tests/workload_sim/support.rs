@@ -33,13 +33,7 @@ pub fn must_pass(file: &str, test: &str, config: SimConfig, faults: &FaultConfig
     }
 }
 
-/// The seeds of a sweep: `LUIGI_SIM_SWEEP` of them (default `count`) from
-/// `LUIGI_SIM_SWEEP_FROM` (default `from`), or only `LUIGI_SIM_SEED`.
-pub fn sweep(from: u64, count: u64) -> Vec<u64> {
-    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default);
-    let from = env("LUIGI_SIM_SWEEP_FROM", from);
-    common::seeds(from..from + env("LUIGI_SIM_SWEEP", count))
-}
+pub use crate::common::sweep;
 
 /// True when `LUIGI_SIM_SEED` picks one seed (sweep-wide assertions are skipped then).
 pub fn one_seed() -> bool {
