@@ -53,6 +53,8 @@ pub struct TxnResult {
     /// round sufficed, 2 when a second was needed (for Luigi: the participants' proposals
     /// differed).
     pub rounds: u8,
+    /// Every participant's answer committed on Luigi's fast path (DESIGN.md, the fast path).
+    pub fast: bool,
     /// Each participant's output, by shard, when it committed (empty otherwise): what a
     /// multi-step business transaction's next step is built from.
     pub outputs: Vec<(ShardId, Vec<u8>)>,
@@ -80,7 +82,7 @@ impl From<&Completion> for TxnResult {
             TxnOutcome::Ordered { .. } | TxnOutcome::Rejected(_) | TxnOutcome::Unknown(_) => Vec::new(),
         };
         let protocol_aborts = u32::from(done.outcome.protocol_abort().is_some());
-        Self { status, attempts: done.attempts, rounds: done.rounds, outputs, protocol_aborts }
+        Self { status, attempts: done.attempts, rounds: done.rounds, fast: done.fast, outputs, protocol_aborts }
     }
 }
 
@@ -246,6 +248,7 @@ mod tests {
                 submitted_us: 0,
                 attempts: 2,
                 rounds: 0,
+                fast: false,
                 outcome,
             };
             Box::pin(async move { Ok(TxnResult::from(&done)) })
@@ -282,6 +285,7 @@ mod tests {
             submitted_us: 0,
             attempts: 1,
             rounds: 1,
+            fast: false,
             outcome: TxnOutcome::Ordered { ts: 0, results: vec![(0, Err(TxnError::Aborted("x".into())))] },
         };
         let r = TxnResult::from(&aborted);

@@ -91,6 +91,7 @@ impl LoadReport {
                     c.committed += 1;
                     c.cross_shard += u64::from(business.cross);
                     c.second_round += u64::from(business.rounds > 1);
+                    c.fast_path += u64::from(business.fast);
                     recorder.record_duration(latency);
                 }
                 TxnStatus::RolledBack => c.rolled_back += 1,
@@ -117,6 +118,8 @@ struct Business {
     rounds: u8,
     /// Some step spans several shards.
     cross: bool,
+    /// Every answered step committed on the fast path.
+    fast: bool,
     /// Protocol aborts over its answered steps (each retried as a new transaction, but the
     /// last of a step that never committed).
     protocol_aborts: u32,
@@ -132,6 +135,7 @@ impl Business {
             attempts: 0,
             rounds: 0,
             cross,
+            fast: true,
             protocol_aborts: 0,
         }
     }
@@ -244,6 +248,7 @@ async fn thread_load(
         let done = done?;
         business.attempts += done.attempts;
         business.rounds = business.rounds.max(done.rounds);
+        business.fast &= done.fast;
         business.protocol_aborts = business.protocol_aborts.saturating_add(done.protocol_aborts);
         // A committed step may have a next one: the business transaction goes on.
         if done.status == TxnStatus::Committed {

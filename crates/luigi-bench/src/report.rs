@@ -91,6 +91,10 @@ pub struct BenchResult {
     /// Share of committed cross-shard transactions whose proposals differed (second round).
     #[serde(default)]
     pub second_round_rate: f64,
+    /// Share of committed transactions that committed on Luigi's fast path (0 when it is off
+    /// and for the baselines).
+    #[serde(default)]
+    pub fast_path_rate: f64,
     /// The same figures per kind of business transaction (e.g. TPC-C's five), when the
     /// workload has several.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -218,7 +222,7 @@ pub fn format_thousands(n: u64) -> String {
 }
 
 /// Number of table columns.
-const NCOLS: usize = 19;
+const NCOLS: usize = 20;
 
 /// Column headers shared by the text and markdown tables.
 const HEADERS: [&str; NCOLS] = [
@@ -241,11 +245,13 @@ const HEADERS: [&str; NCOLS] = [
     "rejected",
     "unknown",
     "2nd-round %",
+    "fast %",
 ];
 
 /// Whether each column is numeric (right-aligned) or text (left-aligned).
 const NUMERIC: [bool; NCOLS] = [
-    false, false, true, true, true, true, false, true, true, true, true, true, true, true, true, true, true, true, true,
+    false, false, true, true, true, true, false, true, true, true, true, true, true, true, true, true, true, true,
+    true, true,
 ];
 
 fn ms(us: f64) -> String {
@@ -278,6 +284,12 @@ fn cells(r: &BenchResult) -> [String; NCOLS] {
         // Luigi's agreement rounds; the baselines always take their two rounds (see docs/BASELINES.md).
         if r.protocol == "luigi" || r.protocol.is_empty() {
             format!("{:.1}", r.second_round_rate * 100.0)
+        } else {
+            "-".into()
+        },
+        // Only Luigi has a fast path (off by default: 0).
+        if r.protocol == "luigi" || r.protocol.is_empty() {
+            format!("{:.1}", r.fast_path_rate * 100.0)
         } else {
             "-".into()
         },
@@ -571,6 +583,7 @@ mod tests {
             params,
             started_at_unix_s: 1_700_000_000,
             second_round_rate: 0.25,
+            fast_path_rate: 0.5,
             by_kind: BTreeMap::new(),
         }
     }
@@ -686,7 +699,7 @@ mod tests {
             assert_eq!(l.chars().count(), width, "misaligned:\n{table}");
         }
         assert!(lines[0].starts_with("protocol"));
-        assert!(lines[0].ends_with("2nd-round %"));
+        assert!(lines[0].ends_with("2nd-round %  fast %"));
         for h in HEADERS {
             assert!(lines[0].contains(h), "missing header {h}");
         }
@@ -701,7 +714,7 @@ mod tests {
         let abort_end = lines[0].find("abort %").unwrap() + "abort %".len();
         assert_eq!(lines[1][..abort_end].trim_end().rsplit(' ').next(), Some("0.1"), "{}", lines[1]);
         assert_eq!(lines[3][..abort_end].trim_end().rsplit(' ').next(), Some("100.0"), "{}", lines[3]);
-        assert!(lines[1].trim_end().ends_with("25.0"), "{}", lines[1]);
+        assert!(lines[1].trim_end().ends_with("25.0    50.0"), "{}", lines[1]);
     }
 
     #[test]
@@ -720,7 +733,7 @@ mod tests {
         let lines: Vec<&str> = md.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("| protocol | workload |"));
-        assert!(lines[0].ends_with("| abort % | rejected | unknown | 2nd-round % |"));
+        assert!(lines[0].ends_with("| abort % | rejected | unknown | 2nd-round % | fast % |"));
         assert!(lines[1].starts_with("| --- | --- | ---: |"));
         assert!(lines[2].contains("| 52,314 |"));
         assert!(lines[2].contains("a\\|b"));

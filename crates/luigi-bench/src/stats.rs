@@ -148,6 +148,9 @@ pub struct Counters {
     /// Of those, the ones whose proposals differed (a second agreement round).
     #[serde(default)]
     pub second_round: u64,
+    /// Committed ones whose every step committed on Luigi's fast path.
+    #[serde(default)]
+    pub fast_path: u64,
     /// Protocol aborts (a baseline's lock conflict or failed validation), each retried as a
     /// new transaction but the last of a transaction out of retries (counted in `aborted`).
     #[serde(default)]
@@ -165,6 +168,7 @@ impl Counters {
         self.unknown = self.unknown.saturating_add(other.unknown);
         self.cross_shard = self.cross_shard.saturating_add(other.cross_shard);
         self.second_round = self.second_round.saturating_add(other.second_round);
+        self.fast_path = self.fast_path.saturating_add(other.fast_path);
         self.protocol_aborts = self.protocol_aborts.saturating_add(other.protocol_aborts);
     }
 }
@@ -267,6 +271,7 @@ mod tests {
             unknown: 2,
             cross_shard: 4,
             second_round: 1,
+            fast_path: 6,
             protocol_aborts: 9,
         };
         let b = Counters {
@@ -278,6 +283,7 @@ mod tests {
             unknown: 1,
             cross_shard: 2,
             second_round: 2,
+            fast_path: 3,
             protocol_aborts: 1,
         };
         a.merge(&b);
@@ -292,6 +298,7 @@ mod tests {
                 unknown: 3,
                 cross_shard: 6,
                 second_round: 3,
+                fast_path: 9,
                 protocol_aborts: 10,
             }
         );

@@ -1069,7 +1069,12 @@ impl ReplicaNode {
                 LeaderOutput::ToClientDurably { client, msg, record } => {
                     // A leader's fast answer also names a position: it waits for both.
                     records.extend(record);
-                    after_records.push((position_in(&msg), Held::Effect(Effect::ToClient { client, msg })));
+                    let held = (position_in(&msg), Held::Effect(Effect::ToClient { client, msg }));
+                    if self.config.leader.mutations.accept_before_durable {
+                        self.held.push_back(held); // the broken rule: not after the record
+                    } else {
+                        after_records.push(held);
+                    }
                     continue;
                 }
                 LeaderOutput::ToClient { client, msg } => {
@@ -1086,7 +1091,7 @@ impl ReplicaNode {
                 self.held.push_back((need, held));
             }
         }
-        if !after_records.is_empty() {
+        if !records.is_empty() || !after_records.is_empty() {
             // One group commit of the accept log (with whatever the Raft log has buffered);
             // the answers leave when it is reported.
             self.accepts_written += records.len() as u64;

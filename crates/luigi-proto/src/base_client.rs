@@ -279,8 +279,14 @@ impl BaseClient {
         debug_assert!(!matches!(outcome, TxnOutcome::Unknown(_)), "a finished transaction has a definite outcome");
         let flight = self.in_flight.remove(&id).expect("finishing an in-flight transaction");
         assert!(self.in_flight_seqs.remove(&id.seq), "{id:?} was held back");
-        let completion =
-            Completion { id, submitted_us: flight.submitted_us, attempts: flight.attempts, rounds, outcome };
+        let completion = Completion {
+            id,
+            submitted_us: flight.submitted_us,
+            attempts: flight.attempts,
+            rounds,
+            fast: false,
+            outcome,
+        };
         if flight.reported_unknown {
             self.stats.resolved += 1;
             out.push(CoordOutput::Resolved(completion));
@@ -316,6 +322,7 @@ impl BaseClient {
                     submitted_us: flight.submitted_us,
                     attempts: flight.attempts,
                     rounds: 0,
+                    fast: false,
                     outcome: TxnOutcome::Unknown(why),
                 };
                 out.push(CoordOutput::Done(completion));

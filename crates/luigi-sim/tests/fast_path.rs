@@ -73,10 +73,10 @@ fn random_faults_with_the_fast_path_on() {
 }
 
 /// Whether random faults catch the broken rule `mutate` sets on some seed of `seeds`.
-fn caught_on_some_seed(seeds: std::ops::Range<u64>, mutate: impl Fn(&mut luigi_proto::leader::Mutations)) -> bool {
+fn caught_on_some_seed(seeds: std::ops::Range<u64>, mutate: impl Fn(&mut SimConfig)) -> bool {
     seeds.into_iter().any(|seed| {
         let mut config = fast(seed, 40, 1_000);
-        mutate(&mut config.leader.mutations);
+        mutate(&mut config);
         common::caught_replicated(&config, &FaultConfig::new())
     })
 }
@@ -87,7 +87,7 @@ fn a_new_leader_that_skips_the_fast_recovery_is_caught() {
     // asked after the election no-op, at seed 58 since it is asked at the election: a
     // Raft-only partition cut a leader off from its followers while clients still reached
     // all three; they fast-committed, and the new leader never saw the PREPARE).
-    let caught = caught_on_some_seed(41..90, |m| m.skip_fast_recovery = true);
+    let caught = caught_on_some_seed(41..90, |c| c.leader.mutations.skip_fast_recovery = true);
     assert!(caught, "losing fast commits went unnoticed on seeds 41..90");
 }
 
@@ -96,8 +96,28 @@ fn a_leader_that_answers_fast_without_its_vote_is_caught() {
     // Found by a release search of seeds 41..600 with the mutation on: seed 389 (a deposed
     // leader's PREPARE truncated, its answer to the new leader's question without the
     // transaction it had answered fast; a later reader's result no longer matches).
-    let caught = caught_on_some_seed(385..395, |m| m.skip_leader_vote = true);
+    let caught = caught_on_some_seed(385..395, |c| c.leader.mutations.skip_leader_vote = true);
     assert!(caught, "a leader's lost vote went unnoticed on seeds 385..395");
+}
+
+#[test]
+fn a_coordinator_that_commits_fast_on_different_order_hashes_is_caught() {
+    // Found by a release search (first catch at seed 92 with 40 keys, 113 with 8): after a
+    // failover, an answer no longer matches the serial replay of the committed logs
+    // (ResultMismatch). Equal hashes are what make the followers' recent order the
+    // leader's.
+    let caught = caught_on_some_seed(88..96, |c| c.coordinator.mutations.fast_ignores_order = true);
+    assert!(caught, "fast commits on differing order hashes went unnoticed on seeds 88..96");
+}
+
+#[test]
+fn a_leader_that_marks_answers_fast_without_rule_f2_is_caught() {
+    // Rare under random faults: the first catch in seeds 41..3000 (with 8 and 40 keys) is
+    // seed 2838 with 40 keys. A transaction answered fast although a conflicting one above it
+    // was admitted first; the new leader's log showed that one's PREPARE above it, R2 skipped
+    // the transaction as overtaken, and it was lost (NotDurable).
+    let caught = caught_on_some_seed(2838..2839, |c| c.leader.mutations.fast_ignores_f2 = true);
+    assert!(caught, "answers marked fast without F2 went unnoticed at seed 2838");
 }
 
 #[test]

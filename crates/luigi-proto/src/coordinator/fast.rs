@@ -42,12 +42,14 @@ impl Accepts {
     /// in replicated groups (3 replicas or more): a lone replica's answers are proven as
     /// they leave it. An answer without a position rests on committed records: it needs no
     /// fast path.
-    pub fn fast_commits(&self, reply: &TxnReply, ts: Timestamp, group_size: u32) -> bool {
+    /// `ignore_order` is the mutation `CoordMutations::fast_ignores_order`.
+    pub fn fast_commits(&self, reply: &TxnReply, ts: Timestamp, group_size: u32, ignore_order: bool) -> bool {
         let (Some(order), Some(pos)) = (reply.order, reply.position) else { return false };
         if reply.ts != ts || reply.outcome.is_err() || group_size < 3 {
             return false;
         }
-        let agreeing = self.0.iter().filter(|a| a.term == pos.term && a.ts == ts && a.order == order).count();
+        let agreeing =
+            self.0.iter().filter(|a| a.term == pos.term && a.ts == ts && (a.order == order || ignore_order)).count();
         agreeing + 1 >= group_size as usize
     }
 }
@@ -77,29 +79,29 @@ mod tests {
         let mut a = Accepts::default();
         let leader = reply(100, Some(7));
         a.note(Accept { replica: 1, term: 1, ts: 100, order: 7 }, 3);
-        assert!(!a.fast_commits(&leader, 100, 3), "one follower of two");
+        assert!(!a.fast_commits(&leader, 100, 3, false), "one follower of two");
         a.note(Accept { replica: 1, term: 1, ts: 100, order: 7 }, 3);
-        assert!(!a.fast_commits(&leader, 100, 3), "the same follower twice counts once");
+        assert!(!a.fast_commits(&leader, 100, 3, false), "the same follower twice counts once");
         a.note(Accept { replica: 2, term: 1, ts: 100, order: 8 }, 3);
-        assert!(!a.fast_commits(&leader, 100, 3), "another order before it");
+        assert!(!a.fast_commits(&leader, 100, 3, false), "another order before it");
         let mut b = Accepts::default();
         b.note(Accept { replica: 1, term: 1, ts: 100, order: 7 }, 3);
         b.note(Accept { replica: 2, term: 1, ts: 100, order: 7 }, 3);
-        assert!(b.fast_commits(&leader, 100, 3));
-        assert!(!b.fast_commits(&reply(100, None), 100, 3), "the leader did not mark it fast");
-        assert!(!b.fast_commits(&reply(120, Some(7)), 100, 3), "the leader moved it");
+        assert!(b.fast_commits(&leader, 100, 3, false));
+        assert!(!b.fast_commits(&reply(100, None), 100, 3, false), "the leader did not mark it fast");
+        assert!(!b.fast_commits(&reply(120, Some(7)), 100, 3, false), "the leader moved it");
         let mut failed = reply(100, Some(7));
         failed.outcome = Err(TxnError::Busy("x".into()));
-        assert!(!b.fast_commits(&failed, 100, 3));
+        assert!(!b.fast_commits(&failed, 100, 3, false));
         let mut newer = reply(100, Some(7));
         newer.position = Some(crate::progress::LogPos { term: 2, index: 9 });
-        assert!(!b.fast_commits(&newer, 100, 3), "accepts of term 1 and a leader of term 2");
+        assert!(!b.fast_commits(&newer, 100, 3, false), "accepts of term 1 and a leader of term 2");
         let mut committed = reply(100, Some(7));
         committed.position = None;
-        assert!(!b.fast_commits(&committed, 100, 3), "committed already: no fast path needed");
+        assert!(!b.fast_commits(&committed, 100, 3, false), "committed already: no fast path needed");
         b.note(Accept { replica: 9, term: 1, ts: 100, order: 7 }, 3);
         assert_eq!(b.0.len(), 2, "no replica 9 in a group of 3");
         // A group of one has no fast path (its answers are proven as they leave it).
-        assert!(!Accepts::default().fast_commits(&leader, 100, 1));
+        assert!(!Accepts::default().fast_commits(&leader, 100, 1, false));
     }
 }

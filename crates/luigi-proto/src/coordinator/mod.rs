@@ -90,6 +90,9 @@ pub struct CoordMutations {
     /// Pass over a shard whose floor promise covers a transaction without waiting for a
     /// majority of it to move past the promising leader's term (rule 15 without its guard).
     pub pass_over_without_term_change: bool,
+    /// Commit on the fast path on accepts whose order hash differs from the leader's (the
+    /// accepting replicas saw other recent conflicting predecessors).
+    pub fast_ignores_order: bool,
 }
 
 /// Which shards' watermarks must have passed a transaction's timestamp before the client is
@@ -155,6 +158,8 @@ pub struct Completion {
     pub attempts: u32,
     /// Agreement rounds the participants needed (0 single shard, 1 equal proposals, 2 differed).
     pub rounds: u8,
+    /// Every participant's answer committed on the fast path (DESIGN.md, the fast path).
+    pub fast: bool,
     /// What happened.
     pub outcome: TxnOutcome,
 }

@@ -96,7 +96,7 @@ impl Coordinator {
         }
         let id = reply.id;
         // A proven answer stays: a later one can only come from a retry or a stale leader.
-        if !settled(&self.progress, &self.config.group_sizes, flight, slot) {
+        if !settled(&self.progress, &self.config, flight, slot) {
             flight.replies[slot] = Some(reply);
         }
         self.try_complete_txn(id, out);
@@ -148,10 +148,6 @@ impl Coordinator {
             return;
         }
         let results = replies.iter().map(|r| (r.shard, r.outcome.clone())).collect();
-        let fast = (0..flight.replies.len()).all(|slot| fast_settled(&self.config.group_sizes, flight, slot));
-        if fast {
-            self.stats.fast += 1;
-        }
         self.report(id, TxnOutcome::Ordered { ts, results }, out);
         self.forget(id);
     }
@@ -160,13 +156,16 @@ impl Coordinator {
     pub(super) fn report(&mut self, id: TxnId, outcome: TxnOutcome, out: &mut Vec<CoordOutput>) {
         let flight = self.in_flight.get_mut(&id).expect("reporting an in-flight transaction");
         let rounds = flight.replies.iter().flatten().map(|r| r.rounds).max().unwrap_or(0);
+        let fast = matches!(outcome, TxnOutcome::Ordered { .. })
+            && (0..flight.replies.len()).all(|slot| fast_settled(&self.config, flight, slot));
         let earlier = flight.reported;
         flight.reported = Some(match outcome {
             TxnOutcome::Unknown(_) => Reported::Unknown,
             TxnOutcome::Ordered { .. } | TxnOutcome::Rejected(_) => Reported::Rejected,
         });
+        self.stats.fast += u64::from(fast);
         let completion =
-            Completion { id, submitted_us: flight.submitted_us, attempts: flight.attempts, rounds, outcome };
+            Completion { id, submitted_us: flight.submitted_us, attempts: flight.attempts, rounds, fast, outcome };
         match earlier {
             None => out.push(CoordOutput::Done(completion)),
             Some(Reported::Unknown) => {

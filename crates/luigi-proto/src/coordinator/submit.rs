@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{fast, CoordOutput, Coordinator, InFlight};
+use super::{fast, CoordOutput, Coordinator, CoordinatorConfig, InFlight};
 use crate::msg::ClientMsg;
 use crate::progress::Progress;
 use crate::types::{ShardId, ShardPiece, TimeUs, Txn, TxnId};
@@ -53,10 +53,10 @@ impl Coordinator {
     /// whichever replica the shell picks next, instead of after the full retry timeout.
     pub fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
         let soon = now + self.config.not_leader_retry_us;
-        let (progress, sizes) = (&self.progress, &self.config.group_sizes);
+        let (progress, config) = (&self.progress, &self.config);
         for flight in self.in_flight.values_mut() {
             let waiting = (0..flight.replies.len())
-                .any(|slot| flight.txn.pieces[slot].shard == shard && !settled(progress, sizes, flight, slot));
+                .any(|slot| flight.txn.pieces[slot].shard == shard && !settled(progress, config, flight, slot));
             if waiting && flight.retry_at_us > soon {
                 flight.retry_at_us = soon;
                 flight.leader_wait = true;
@@ -71,7 +71,7 @@ impl Coordinator {
     pub(super) fn send_dispatch(&self, now: TimeUs, flight: &InFlight, out: &mut Vec<CoordOutput>) {
         let acked_below = self.acked_below();
         for (slot, piece) in flight.txn.pieces.iter().enumerate() {
-            if !settled(&self.progress, &self.config.group_sizes, flight, slot) {
+            if !settled(&self.progress, &self.config, flight, slot) {
                 out.push(CoordOutput::Send {
                     shard: piece.shard,
                     msg: ClientMsg::Dispatch { txn: flight.txn.clone(), sent_us: now, acked_below },
@@ -83,21 +83,21 @@ impl Coordinator {
 
 /// Participant `slot`'s answer counts: there, and its position proven committed (rule 14),
 /// or committed on the fast path (`group_sizes`: replicas per shard).
-pub(super) fn settled(progress: &Progress, group_sizes: &[u32], flight: &InFlight, slot: usize) -> bool {
+pub(super) fn settled(progress: &Progress, config: &CoordinatorConfig, flight: &InFlight, slot: usize) -> bool {
     let Some(r) = flight.replies[slot].as_ref() else { return false };
-    r.position.is_none_or(|pos| progress.proven(r.shard, pos)) || fast_settled(group_sizes, flight, slot)
+    r.position.is_none_or(|pos| progress.proven(r.shard, pos)) || fast_settled(config, flight, slot)
 }
 
 /// Participant `slot`'s answer committed on the fast path.
-pub(super) fn fast_settled(group_sizes: &[u32], flight: &InFlight, slot: usize) -> bool {
+pub(super) fn fast_settled(config: &CoordinatorConfig, flight: &InFlight, slot: usize) -> bool {
     let Some(r) = flight.replies[slot].as_ref() else { return false };
-    let n = group_sizes.get(r.shard as usize).copied().unwrap_or(0);
-    flight.accepts[slot].fast_commits(r, flight.txn.ts, n)
+    let n = config.group_sizes.get(r.shard as usize).copied().unwrap_or(0);
+    flight.accepts[slot].fast_commits(r, flight.txn.ts, n, config.mutations.fast_ignores_order)
 }
 
 impl Coordinator {
     /// Every participant's answer counts (see [`settled`]).
     pub(super) fn all_settled(&self, flight: &InFlight) -> bool {
-        (0..flight.replies.len()).all(|slot| settled(&self.progress, &self.config.group_sizes, flight, slot))
+        (0..flight.replies.len()).all(|slot| settled(&self.progress, &self.config, flight, slot))
     }
 }

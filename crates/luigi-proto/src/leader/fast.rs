@@ -34,14 +34,21 @@ pub struct FastOrder {
     hashes: Map<TxnId, (u64, Arc<Txn>)>,
     /// Fast answers sent whose `PREPARE` is not known committed: this leader's votes.
     votes: Map<TxnId, AcceptRecord>,
+    /// The mutation `Mutations::fast_ignores_f2`.
+    ignore_f2: bool,
 }
 
 impl FastOrder {
+    /// An empty table; `ignore_f2` is the mutation `Mutations::fast_ignores_f2`.
+    pub fn new(ignore_f2: bool) -> Self {
+        FastOrder { ignore_f2, ..FastOrder::default() }
+    }
+
     /// `txn` was admitted here at `proposal` on `keys`; returns whether it is fast-eligible.
     pub fn admitted(&mut self, txn: &Arc<Txn>, proposal: Timestamp, keys: &KeySet) -> bool {
         let keys = hashed_keys(keys);
-        let eligible =
-            !txn.is_cross_shard() && proposal == txn.ts && !self.order.conflict_above(txn.id, proposal, &keys);
+        let f2 = self.ignore_f2 || !self.order.conflict_above(txn.id, proposal, &keys);
+        let eligible = !txn.is_cross_shard() && proposal == txn.ts && f2;
         self.order.record(txn.id, proposal, &keys);
         if eligible {
             self.eligible.insert(txn.id, txn.clone());

@@ -149,6 +149,11 @@ pub struct Mutations {
     pub skip_leader_vote: bool,
     /// A replica answers a new leader's question for accepts while its own term is older.
     pub answer_accepts_in_old_term: bool,
+    /// A leader marks answers fast without rule F2 (a conflicting transaction above admitted
+    /// first).
+    pub fast_ignores_f2: bool,
+    /// A follower's `FastAccept` leaves before its accept record is durable.
+    pub accept_before_durable: bool,
 }
 
 /// An effect of the leader for its shell to carry out.
@@ -371,7 +376,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     pub fn new(config: LeaderConfig, log: L, store: Store, registry: Registry) -> Self {
         let term = log.term();
         let progress = Progress::new(&config.group_sizes, config.shards);
-        let fast = config.fast_path.then(fast::FastOrder::default);
+        let fast = config.fast_path.then(|| fast::FastOrder::new(config.mutations.fast_ignores_f2));
         Self {
             config,
             log,
