@@ -356,9 +356,13 @@ impl Replica {
                 }
                 self.executed.extend(f.take_executed());
                 // Everything committed must be applied before serving (see `may_serve`), and
-                // with the fast path, what may have been fast-committed recovered (R1-R3).
+                // with the fast path, what may have been fast-committed recovered (R1-R3):
+                // from the election on, in parallel with the no-op.
                 let skip = self.config.mutations.skip_fast_recovery;
-                if log.may_serve() && fast_recovered(self.acceptor.as_ref(), &mut self.recovery, f, log, skip) {
+                if log.is_leader()
+                    && fast_recovered(self.acceptor.as_ref(), &mut self.recovery, f, log, skip)?
+                    && log.may_serve()
+                {
                     self.promote(now);
                     transition = Some(Transition::Promoted);
                 }
@@ -428,10 +432,11 @@ impl Replica {
     /// (see [`ShardReplica::accepts_wanted`]).
     pub fn accepts_wanted(&self) -> Option<u64> {
         self.acceptor.as_ref()?;
-        // Asked from the election on, in parallel with the no-op: the answers do not depend
-        // on this replica's log (the shell answers once its term has reached this one).
+        // Asked from the candidacy on, beside the vote requests: an answer does not depend on
+        // this replica's log, and counts only if it wins this term (the other replica
+        // answers once its own term has reached it, as granting the vote makes it).
         let State::Follower(_, log) = &self.state else { return None };
-        if !log.is_leader() {
+        if !running_for_or_leading(log) {
             return None;
         }
         let heard = self.recovery.as_ref().filter(|r| r.term == log.term()).map_or(0, |r| r.others.len());
@@ -445,7 +450,7 @@ impl Replica {
     /// An undecodable record: the whole answer is dropped (the question is asked again).
     pub fn accepts_from(&mut self, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
         let State::Follower(_, log) = &self.state else { return Ok(()) };
-        if !log.is_leader() || log.term() != term {
+        if !running_for_or_leading(log) || log.term() != term {
             return Ok(());
         }
         let rec = FastRecovery::of_term(&mut self.recovery, term);
@@ -590,28 +595,39 @@ fn majority(log: &RaftLog) -> usize {
     log.voters().len() / 2 + 1
 }
 
-/// Whether a replica elected in `log.term()` (and with everything committed applied to `f`)
+/// Whether `log` runs for or holds leadership in its term (a candidate or the leader).
+fn running_for_or_leading(log: &RaftLog) -> bool {
+    matches!(log.role(), crate::Role::Candidate | crate::Role::Leader)
+}
+
+/// Whether a replica elected in `log.term()` (with everything handed out applied to `f`)
 /// has recovered what a majority's accepts say may have been fast-committed: with the fast
 /// path, it reads a majority's undecided accepts, prepares what `to_recover` returns before
-/// anything else it admits, and waits for those records to commit. Without, at once.
+/// anything else it admits, and waits for those records to commit. Without, at once. It
+/// need not wait for its no-op: its whole log (the state applied and the records after it,
+/// committed or not) is what it will commit, and R1-R3 read that.
+///
+/// # Errors
+/// The log's tail does not decode (see [`RaftLog::records_after_handed_out`]).
 fn fast_recovered(
     acceptor: Option<&Acceptor>,
     recovery: &mut Option<FastRecovery>,
     f: &Follower,
     log: &mut RaftLog,
     skip_recovery: bool,
-) -> bool {
-    let Some(acceptor) = acceptor else { return true };
+) -> Result<bool, RaftError> {
+    let Some(acceptor) = acceptor else { return Ok(true) };
     let rec = FastRecovery::of_term(recovery, log.term());
     if let Some(last) = rec.proposed {
-        return log.commit_index() >= last;
+        return Ok(log.commit_index() >= last);
     }
     if rec.others.len() + 1 < majority(log) {
-        return false;
+        return Ok(false);
     }
     let own: Vec<AcceptedTxn> = acceptor.undecided_records().into_iter().map(|r| (r.txn, r.ts)).collect();
     let sets: Vec<Vec<AcceptedTxn>> = std::iter::once(own).chain(rec.others.values().cloned()).collect();
-    let records = f.recovery_records();
+    let mut records = f.recovery_records();
+    records.extend(log.records_after_handed_out()?.into_iter().map(|e| e.record));
     let mut recovered = to_recover(f.shard(), &sets, &records, |id| f.answers().known(id) != Known::Unknown);
     if skip_recovery {
         recovered.clear(); // the mutation: a broken rule the simulator must catch
@@ -626,12 +642,12 @@ fn fast_recovered(
                 rec.done.insert(id);
                 rec.last_index = rec.last_index.max(index);
             }
-            Err(_) => return false, // a full backlog: the rest at a later turn
+            Err(_) => return Ok(false), // a full backlog: the rest at a later turn
         }
     }
     // Every recovered PREPARE, including those proposed at earlier turns, must commit first.
     rec.proposed = Some(rec.last_index);
-    log.commit_index() >= rec.last_index
+    Ok(log.commit_index() >= rec.last_index)
 }
 
 /// A stepped-down leader's acceptor: its order table rebuilt from the committed records

@@ -83,8 +83,7 @@ fn caught_on_some_seed(seeds: std::ops::Range<u64>, mutate: impl Fn(&mut SimConf
 
 #[test]
 fn a_new_leader_that_skips_the_fast_recovery_is_caught() {
-    // Random faults catch it within a few dozen seeds (first at seed 45 when the round was
-    // asked after the election no-op, at seed 58 since it is asked at the election: a
+    // Random faults catch it within a few dozen seeds (the first catch, at seed 45: a
     // Raft-only partition cut a leader off from its followers while clients still reached
     // all three; they fast-committed, and the new leader never saw the PREPARE).
     let caught = caught_on_some_seed(41..90, |c| c.leader.mutations.skip_fast_recovery = true);
@@ -93,31 +92,31 @@ fn a_new_leader_that_skips_the_fast_recovery_is_caught() {
 
 #[test]
 fn a_leader_that_answers_fast_without_its_vote_is_caught() {
-    // Found by a release search of seeds 41..600 with the mutation on: seed 389 (a deposed
-    // leader's PREPARE truncated, its answer to the new leader's question without the
-    // transaction it had answered fast; a later reader's result no longer matches).
-    let caught = caught_on_some_seed(385..395, |c| c.leader.mutations.skip_leader_vote = true);
-    assert!(caught, "a leader's lost vote went unnoticed on seeds 385..395");
+    // Found by a release search with the mutation on (seed 389 while the recovery waited for
+    // the no-op, seed 60 since it is computed at the election): a deposed leader's PREPARE
+    // truncated, its answer to the new leader's question without the transaction it had
+    // answered fast; the transaction is lost (NotDurable).
+    let caught = caught_on_some_seed(55..65, |c| c.leader.mutations.skip_leader_vote = true);
+    assert!(caught, "a leader's lost vote went unnoticed on seeds 55..65");
 }
 
 #[test]
 fn a_coordinator_that_commits_fast_on_different_order_hashes_is_caught() {
-    // Found by a release search (first catch at seed 92 with 40 keys, 113 with 8): after a
-    // failover, an answer no longer matches the serial replay of the committed logs
-    // (ResultMismatch). Equal hashes are what make the followers' recent order the
-    // leader's.
-    let caught = caught_on_some_seed(88..96, |c| c.coordinator.mutations.fast_ignores_order = true);
-    assert!(caught, "fast commits on differing order hashes went unnoticed on seeds 88..96");
+    // Found by a release search (first catch at seed 123 with 40 keys): after a failover,
+    // an answer no longer matches the serial replay of the committed logs (ResultMismatch).
+    // Equal hashes are what make the followers' recent order the leader's.
+    let caught = caught_on_some_seed(120..126, |c| c.coordinator.mutations.fast_ignores_order = true);
+    assert!(caught, "fast commits on differing order hashes went unnoticed on seeds 120..126");
 }
 
 #[test]
 fn a_leader_that_marks_answers_fast_without_rule_f2_is_caught() {
-    // Rare under random faults: the first catch in seeds 41..3000 (with 8 and 40 keys) is
-    // seed 2838 with 40 keys. A transaction answered fast although a conflicting one above it
-    // was admitted first; the new leader's log showed that one's PREPARE above it, R2 skipped
-    // the transaction as overtaken, and it was lost (NotDurable).
-    let caught = caught_on_some_seed(2838..2839, |c| c.leader.mutations.fast_ignores_f2 = true);
-    assert!(caught, "answers marked fast without F2 went unnoticed at seed 2838");
+    // Rare under random faults: a release search found seed 2838 while the recovery waited
+    // for the no-op, and seed 4992 (none in 41..4000 with 8 or 40 keys) since it runs at the
+    // election. A transaction answered fast although a conflicting one above it was
+    // admitted first; after a failover an answer no longer matches the serial replay.
+    let caught = caught_on_some_seed(4992..4993, |c| c.leader.mutations.fast_ignores_f2 = true);
+    assert!(caught, "answers marked fast without F2 went unnoticed at seed 4992");
 }
 
 #[test]
@@ -134,6 +133,24 @@ fn regression_seed_2379_a_fast_commit_lost_under_random_faults() {
         "fast_path",
         "regression_seed_2379_a_fast_commit_lost_under_random_faults",
         fast(2379, 40, 1_000),
+        &FaultConfig::new(),
+    );
+}
+
+#[test]
+#[ignore = "fails today: hole 3 in DESIGN.md (a fast commit rests on a predecessor that was not \
+            fast itself and that recovery does not find in every set read); un-ignore once closed"]
+fn regression_seed_1053_a_fast_commit_read_a_predecessor_recovery_loses() {
+    // Found by a release sweep of `random_faults_with_the_fast_path_on` (seeds 41..6041, the
+    // first failure): R0.0 executes W (c1/5, ts 313397, not fast-eligible) and then T (c2/6,
+    // ts 313740), which reads W's writes; both followers accepted both, with equal order
+    // hashes, so T commits fast. R0.1 wins term 2 and reads {its own set, R0.0's}: R0.0's
+    // holds its vote for T but nothing for W (it voted only for its own fast answers), so
+    // R3 recovers T at 313740 without W before it, and T's answer no longer matches.
+    common::must_pass_replicated(
+        "fast_path",
+        "regression_seed_1053_a_fast_commit_read_a_predecessor_recovery_loses",
+        fast(1053, 40, 1_000),
         &FaultConfig::new(),
     );
 }

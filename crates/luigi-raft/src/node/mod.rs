@@ -449,6 +449,20 @@ impl<R: Record> RaftLog<R> {
         self.handed_out
     }
 
+    /// The records after those handed out, committed or not, in log order: for a new
+    /// leader, what it will commit on top of the state it applied.
+    ///
+    /// # Errors
+    /// An entry missing from memory (a bug) or one that does not decode.
+    pub fn records_after_handed_out(&self) -> Result<Vec<LogEntry<R>>, RaftError> {
+        let mut out = Vec::new();
+        for index in self.handed_out + 1..=self.last_index() {
+            let e = self.entry(index).ok_or_else(|| RaftError::Invalid(format!("log entry {index} not in memory")))?;
+            out.extend(decode_committed(&e)?);
+        }
+        Ok(out)
+    }
+
     /// The rule every protocol's replica starts serving by (one copy): its log leads, an
     /// entry of its term (the election no-op) is committed, and every committed entry has
     /// been handed out, so the state rebuilt from them holds everything any earlier leader
