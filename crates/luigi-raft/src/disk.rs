@@ -445,7 +445,8 @@ impl DiskStorage {
     /// Stages fast-path accept records (see [`crate::accepts`]), durable with the next
     /// [`DiskStorage::sync`]. With `rewrite`, `records` are every record still needed (the
     /// replica's undecided accepts, written again): once they are durable, the sync drops
-    /// the records written before them, a segment at a time.
+    /// the records written before them, a segment at a time. Nothing to do for no records
+    /// and no rewrite (most persists), so a shell calls it for every persist.
     ///
     /// # Errors
     /// I/O errors; the replica must stop.

@@ -283,10 +283,8 @@ fn apply(disk: &mut DiskStorage, op: StorageOp, synced: &mut Option<u64>) -> Res
     let dir = disk.dir().display().to_string();
     match op {
         StorageOp::Persist(p) => {
-            if !p.accepts.is_empty() || p.accepts_rewrite {
-                disk.write_accepts(&p.accepts, p.accepts_rewrite)
-                    .map_err(|e| format!("writing the accept log in {dir}: {e}"))?;
-            }
+            disk.write_accepts(&p.accepts, p.accepts_rewrite)
+                .map_err(|e| format!("writing the accept log in {dir}: {e}"))?;
             disk.write(&p.ready).map_err(|e| format!("writing the raft log in {dir}: {e}"))?;
             if p.sync {
                 *synced = Some(p.number);

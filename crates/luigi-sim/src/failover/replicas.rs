@@ -366,11 +366,9 @@ impl RaftGroups<'_> {
             }
             Effect::Persist(p) => {
                 let r = &mut self.replicas[s as usize][i as usize];
-                if !p.accepts.is_empty() || p.accepts_rewrite {
-                    if let Err(e) = r.disk.storage().write_accepts(&p.accepts, p.accepts_rewrite) {
-                        let msg = format!("{me} cannot write its accept log: {e}");
-                        return Err(core.violation(ViolationKind::Invariant, msg));
-                    }
+                if let Err(e) = r.disk.storage().write_accepts(&p.accepts, p.accepts_rewrite) {
+                    let msg = format!("{me} cannot write its accept log: {e}");
+                    return Err(core.violation(ViolationKind::Invariant, msg));
                 }
                 if let Err(e) = r.disk.storage().write(&p.ready) {
                     return Err(core.violation(ViolationKind::Invariant, format!("{me} cannot write its log: {e}")));
