@@ -1,6 +1,5 @@
-//! The fast path's order bookkeeping (DESIGN.md, "Planned, not built: the fast path"): the
-//! first piece of issue 13's step 2, not called by the leader, the followers or the
-//! coordinator yet.
+//! The fast path's order bookkeeping (DESIGN.md, "The fast path"): what followers accept,
+//! and what a new leader recovers (R1-R3).
 //!
 //! - [`RecentOrder`]: per key hash, the recent transactions a replica knows, and the *order
 //!   hash* of a transaction over them (the XOR of a mix of `(id, ts)` over the distinct

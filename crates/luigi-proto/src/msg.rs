@@ -80,7 +80,7 @@ pub enum ServerMsg {
         floor: Timestamp,
     },
     /// A follower accepted `id` at the coordinator's `ts`, durably, with its order hash (the
-    /// fast path, DESIGN.md "Planned, not built"; no replica sends it yet).
+    /// fast path, DESIGN.md "The fast path").
     FastAccept {
         /// Shard.
         shard: ShardId,
@@ -533,8 +533,9 @@ pub enum ReplicationMsg {
         /// The Raft term it leads in: an announcement from an older term is stale.
         term: u64,
     },
-    /// Between the replicas of one shard: the leader of `term`, before it serves, asks for
-    /// the sender's undecided fast-path accepts (DESIGN.md, the fast path, R1-R3).
+    /// Between the replicas of one shard: a candidate for (or the leader of) `term`, before
+    /// it serves, asks for the receiver's undecided fast-path accepts and votes (DESIGN.md,
+    /// the fast path, R1-R3).
     AcceptsQuery {
         /// The shard whose group this is.
         shard: ShardId,

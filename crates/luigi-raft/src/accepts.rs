@@ -1,4 +1,4 @@
-//! A replica's fast-accept log (DESIGN.md, "Planned, not built: the fast path"): the
+//! A replica's fast-accept log (DESIGN.md, "The fast path"): the
 //! accepts a follower must not forget before it answers `FastAccept`, in their own
 //! `luigi-wal` log (`accepts/` under the replica's directory), group-committed with the Raft
 //! log by [`crate::disk::DiskStorage::sync`]. Records are opaque bytes numbered from 1 (the

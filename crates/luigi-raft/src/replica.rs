@@ -129,7 +129,8 @@ pub struct Replica {
     executed: Vec<(TxnId, Timestamp)>,
     /// Dispatches that came while no serving leader was known.
     waiting: Waiting,
-    /// The fast path's recovery round of the term this replica leads and does not serve yet.
+    /// The fast path's recovery round of the term this replica runs for, or leads and does
+    /// not serve yet.
     recovery: Option<FastRecovery>,
     /// The fast path's accept rule and undecided accepts (DESIGN.md, the fast path), when
     /// the cluster runs it ([`LeaderConfig::fast_path`]); fed by the committed log while
@@ -443,8 +444,8 @@ impl Replica {
         (heard + 1 < majority(log)).then(|| log.term())
     }
 
-    /// `replica`'s undecided accepts, asked about in `term` (ignored unless this replica's
-    /// round for `term` is on).
+    /// `replica`'s undecided accepts, asked about in `term` (ignored unless this replica runs
+    /// for or leads `term` and has not proposed its recovery yet).
     ///
     /// # Errors
     /// An undecodable record: the whole answer is dropped (the question is asked again).

@@ -374,8 +374,8 @@ pub trait ShardReplica: Send {
     /// The replica's counters on one line (for logs).
     fn stats_line(&self) -> String;
 
-    /// The term whose fast-path recovery round this replica, elected and not serving yet,
-    /// waits for: the shell asks the group for their undecided accepts
+    /// The term whose fast-path recovery round this replica, running for it or elected and
+    /// not serving yet, waits for: the shell asks the group for their undecided accepts
     /// ([`ShardReplica::accepts_of`]) and hands the answers to
     /// [`ShardReplica::accepts_from`]. `None` for protocols without a fast path.
     fn accepts_wanted(&self) -> Option<u64> {

@@ -1,5 +1,5 @@
 //! The fast path's parts together in the replicated world, with and without faults (DESIGN.md,
-//! "Planned, not built: the fast path"): clients send every dispatch to every replica,
+//! "The fast path"): clients send every dispatch to every replica,
 //! followers accept early transactions and answer `FastAccept` once the record is durable,
 //! leaders mark unmoved answers with their order hash, and coordinators commit on the
 //! accepts. With faults, a new leader recovers what may have been fast-committed (R1-R3)

@@ -1,9 +1,8 @@
-//! The coordinator's fast-commit rule (DESIGN.md, "Planned, not built: the fast path"): a
+//! The coordinator's fast-commit rule (DESIGN.md, "The fast path"): a
 //! participant's answer counts without a proven position when its leader marked it fast
 //! (an order hash, the coordinator's timestamp unmoved) and every other replica of the shard
 //! accepted the transaction at that timestamp with the same order hash. Followers' accepts
-//! arrive as [`ServerMsg::FastAccept`](crate::msg::ServerMsg::FastAccept); nothing sends them
-//! yet (the followers' side is not wired).
+//! arrive as [`ServerMsg::FastAccept`](crate::msg::ServerMsg::FastAccept).
 
 use crate::msg::TxnReply;
 use crate::types::Timestamp;

@@ -1,4 +1,4 @@
-//! The leader's side of the fast path (DESIGN.md, "Planned, not built: the fast path"):
+//! The leader's side of the fast path (DESIGN.md, "The fast path"):
 //! which answers are fast-eligible (F1, F2) and their order hashes. Kept only when the
 //! cluster runs the fast path ([`LeaderConfig::fast_path`](super::LeaderConfig::fast_path)).
 //!

@@ -99,8 +99,8 @@ pub struct LeaderConfig {
     /// proposal committed (DESIGN.md rule 14). Empty: only the other leaders' commit reports
     /// do.
     pub group_sizes: Vec<u32>,
-    /// Keep the fast path's order table and mark fast-eligible answers with their order hash
-    /// (see [`fast`]; not wired end to end yet: nothing sets it outside tests).
+    /// Keep the fast path's order table, mark fast-eligible answers with their order hash
+    /// and vote for them (see [`fast`]); set from the cluster file's `[protocol] fast_path`.
     pub fast_path: bool,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: Mutations,
@@ -152,7 +152,8 @@ pub struct Mutations {
     /// A leader marks answers fast without rule F2 (a conflicting transaction above admitted
     /// first).
     pub fast_ignores_f2: bool,
-    /// A follower's `FastAccept` leaves before its accept record is durable.
+    /// A message waiting for its accept record (a follower's `FastAccept`, a leader's vote)
+    /// leaves before the record is durable.
     pub accept_before_durable: bool,
 }
 

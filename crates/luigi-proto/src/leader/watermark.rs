@@ -44,7 +44,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             return self.reply_with_order(id, answer, None, out);
         }
         if self.answer_position(id).is_none() || self.config.mutations.skip_leader_vote {
-            // Its PREPARE is committed: no vote needed, and no fast path either.
+            // Its PREPARE is committed: no vote needed, and no fast path either (or the
+            // mutation that answers without writing the vote).
             return self.reply_with_order(id, answer, Some(order), out);
         }
         let record = self.fast.as_mut().expect("a fast answer needs the fast path").vote(txn, answer.ts);
