@@ -26,6 +26,10 @@ use crate::Map;
 /// transactions take rule 14's path).
 pub const ACCEPTS_MAX: usize = 1 << 16;
 
+/// Predecessors an order hash covers at most: a transaction with more is not fast (a leader
+/// marks no hash, a follower does not accept), which bounds the work of each answer.
+pub const PREDECESSORS_MAX: usize = 256;
+
 /// The mix of one entry of an order hash: `(id, ts)` through SplitMix64's finalizer, so that
 /// XORs of different sets collide only by chance.
 pub fn entry_hash(id: TxnId, ts: Timestamp) -> u64 {
@@ -95,20 +99,46 @@ impl RecentOrder {
         }
     }
 
-    /// The order hash of `id` at `ts` on `keys`: the XOR of [`entry_hash`] over the distinct
-    /// entries that conflict with it and come before `(ts, id)`.
-    pub fn order_hash(&self, id: TxnId, ts: Timestamp, keys: &[(u64, Access)]) -> u64 {
-        let mut seen: Vec<TxnId> = Vec::new();
-        let mut hash = 0;
-        for (k, a) in keys {
-            for ((at, other), b) in self.per_key.get(k).into_iter().flatten() {
-                if (*at, *other) < (ts, id) && a.conflicts(*b) && !seen.contains(other) {
-                    seen.push(*other);
-                    hash ^= entry_hash(*other, *at);
+    /// What `id` at `ts` on `keys` depends on here: the entries that conflict with it and
+    /// come before `(ts, id)`, and, when `transitive`, the entries before those that conflict
+    /// with them, and so on (rule H: a recovered `T` re-executes on what its predecessors
+    /// wrote, so every replica must know their predecessors too). `None` past
+    /// [`PREDECESSORS_MAX`]. Each once, in no particular order.
+    pub fn predecessors(
+        &self,
+        id: TxnId,
+        ts: Timestamp,
+        keys: &[(u64, Access)],
+        transitive: bool,
+    ) -> Option<Vec<(TxnId, Timestamp)>> {
+        let mut found: Map<TxnId, Timestamp> = Map::default();
+        let mut frontier: Vec<(Pos, &[(u64, Access)])> = vec![((ts, id), keys)];
+        while let Some((pos, keys)) = frontier.pop() {
+            for (k, a) in keys {
+                for ((at, other), b) in self.per_key.get(k).into_iter().flatten() {
+                    if (*at, *other) >= pos || !a.conflicts(*b) || found.contains_key(other) {
+                        continue;
+                    }
+                    if found.len() == PREDECESSORS_MAX {
+                        return None;
+                    }
+                    found.insert(*other, *at);
+                    if transitive {
+                        let (_, theirs) = self.keys.get(other).expect("an entry's keys are kept with it");
+                        frontier.push(((*at, *other), theirs));
+                    }
                 }
             }
         }
-        hash
+        Some(found.into_iter().collect())
+    }
+
+    /// The order hash of `id` at `ts` on `keys`: the XOR of [`entry_hash`] over its
+    /// [`RecentOrder::predecessors`] (transitive unless the mutation `direct` is set). `None`
+    /// when there are too many to hash: not fast.
+    pub fn order_hash(&self, id: TxnId, ts: Timestamp, keys: &[(u64, Access)], direct: bool) -> Option<u64> {
+        let found = self.predecessors(id, ts, keys, !direct)?;
+        Some(found.iter().fold(0, |hash, (other, at)| hash ^ entry_hash(*other, *at)))
     }
 
     /// Whether an entry other than `id` conflicts with `keys` and comes after `(ts, id)`.
@@ -155,6 +185,8 @@ pub enum NotAccepted {
     Overtaken,
     /// The follower holds [`ACCEPTS_MAX`] undecided accepts.
     Full,
+    /// It has more than [`PREDECESSORS_MAX`] predecessors here to hash.
+    Tangled,
     /// Already accepted (the first answer stands; it is sent again).
     Again(Accepted),
 }
@@ -194,9 +226,17 @@ pub struct Acceptor {
     order: RecentOrder,
     /// Accepted and not yet decided by the log.
     accepts: Map<TxnId, Undecided>,
+    /// The mutation `Mutations::fast_hashes_direct_predecessors`.
+    direct_hash: bool,
 }
 
 impl Acceptor {
+    /// An empty acceptor; `direct_hash` is the mutation
+    /// `Mutations::fast_hashes_direct_predecessors` (the default, `false`, is rule H).
+    pub fn new(direct_hash: bool) -> Self {
+        Acceptor { direct_hash, ..Acceptor::default() }
+    }
+
     /// Rule F0: `txn` at the coordinator's timestamp, its piece `keys` here, arriving at
     /// `now` on this follower's clock, is accepted when it arrives before its timestamp and
     /// no conflicting transaction this follower knows comes after it. The transaction is
@@ -216,7 +256,9 @@ impl Acceptor {
         if self.order.conflict_above(id, ts, &keys) {
             return Err(NotAccepted::Overtaken);
         }
-        let order = self.order.order_hash(id, ts, &keys);
+        let Some(order) = self.order.order_hash(id, ts, &keys, self.direct_hash) else {
+            return Err(NotAccepted::Tangled);
+        };
         self.order.record(id, ts, &keys);
         self.accepts.insert(id, (ts, order, keys, txn.clone()));
         Ok(Accepted { id, ts, order })
@@ -227,7 +269,8 @@ impl Acceptor {
     pub fn restore(&mut self, record: &AcceptRecord, keys: &KeySet) {
         let (id, ts) = (record.txn.id, record.ts);
         let keys = hashed_keys(keys);
-        let order = self.order.order_hash(id, ts, &keys);
+        // Past the bound the hash is moot: the first answer went out already.
+        let order = self.order.order_hash(id, ts, &keys, self.direct_hash).unwrap_or(0);
         self.order.record(id, ts, &keys);
         self.accepts.insert(id, (ts, order, keys, record.txn.clone()));
     }
@@ -397,16 +440,16 @@ mod tests {
         let t = hashed_keys(&writes(&["a", "b"]));
         // 1 conflicts on two keys and counts once; 2's read conflicts with a write; 3 touches
         // another key; 4 comes after.
-        assert_eq!(o.order_hash(id(9), 40, &t), entry_hash(id(1), 10) ^ entry_hash(id(2), 20));
+        assert_eq!(o.order_hash(id(9), 40, &t, false), Some(entry_hash(id(1), 10) ^ entry_hash(id(2), 20)));
         // A reader does not conflict with 2's read.
-        assert_eq!(o.order_hash(id(9), 40, &hashed_keys(&reads(&["a"]))), entry_hash(id(1), 10));
+        assert_eq!(o.order_hash(id(9), 40, &hashed_keys(&reads(&["a"])), false), Some(entry_hash(id(1), 10)));
         assert!(o.conflict_above(id(9), 40, &t), "4 writes a after 40");
         assert!(!o.conflict_above(id(9), 60, &t));
         // A moved entry hashes at its new timestamp; pruning forgets what a marker covers.
         o.record(id(2), 45, &hashed_keys(&reads(&["a"])));
-        assert_eq!(o.order_hash(id(9), 40, &t), entry_hash(id(1), 10));
+        assert_eq!(o.order_hash(id(9), 40, &t, false), Some(entry_hash(id(1), 10)));
         o.prune_to(30);
-        assert_eq!(o.order_hash(id(9), 60, &t), entry_hash(id(2), 45) ^ entry_hash(id(4), 50));
+        assert_eq!(o.order_hash(id(9), 60, &t, false), Some(entry_hash(id(2), 45) ^ entry_hash(id(4), 50)));
         assert_eq!(o.len(), 2);
     }
 
@@ -418,7 +461,7 @@ mod tests {
             for (seq, ts) in entries {
                 o.record(id(*seq), *ts, &keys);
             }
-            o.order_hash(id(99), 100, &keys)
+            o.order_hash(id(99), 100, &keys, false).expect("few predecessors")
         };
         let base = hash_with(&[(1, 10), (2, 20)]);
         assert_eq!(base, hash_with(&[(2, 20), (1, 10)]), "order of learning does not matter");
@@ -426,6 +469,29 @@ mod tests {
         assert_ne!(base, hash_with(&[(1, 10), (3, 20)]));
         assert_ne!(base, hash_with(&[(1, 10)]));
         assert_eq!(hash_with(&[]), 0);
+    }
+
+    #[test]
+    fn the_order_hash_covers_predecessors_of_predecessors_and_gives_up_past_the_bound() {
+        // q writes x; w reads x and writes k; t writes k. t conflicts only with w, but w's
+        // result depends on q (rule H).
+        let mut o = RecentOrder::default();
+        o.record(id(1), 10, &hashed_keys(&writes(&["x"])));
+        o.record(id(2), 20, &hashed_keys(&KeySet::new(vec![b"x".to_vec()], vec![b"k".to_vec()])));
+        o.record(id(3), 25, &hashed_keys(&writes(&["y"])));
+        let t = hashed_keys(&writes(&["k"]));
+        assert_eq!(o.order_hash(id(9), 30, &t, false), Some(entry_hash(id(1), 10) ^ entry_hash(id(2), 20)));
+        assert_eq!(o.order_hash(id(9), 30, &t, true), Some(entry_hash(id(2), 20)), "the mutation: direct only");
+        // Only what comes before each step counts: a writer of x above w is not w's.
+        o.record(id(4), 22, &hashed_keys(&writes(&["x"])));
+        assert_eq!(o.order_hash(id(9), 30, &t, false), Some(entry_hash(id(1), 10) ^ entry_hash(id(2), 20)));
+        let mut long = RecentOrder::default();
+        for seq in 0..=PREDECESSORS_MAX as u64 {
+            long.record(id(seq + 100), seq + 1, &t);
+        }
+        assert_eq!(long.order_hash(id(9), 1_000_000, &t, false), None, "too many to hash: not fast");
+        long.prune_to(1);
+        assert!(long.order_hash(id(9), 1_000_000, &t, false).is_some());
     }
 
     #[test]

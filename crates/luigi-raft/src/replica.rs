@@ -156,7 +156,8 @@ impl Replica {
             Some(data) => Follower::from_snapshot(config.shard, registry.clone(), data)?,
             None => Follower::new(config.shard, initial(), registry.clone()),
         };
-        let acceptor = config.fast_path.then(Acceptor::default);
+        let direct = config.mutations.fast_hashes_direct_predecessors;
+        let acceptor = config.fast_path.then(|| Acceptor::new(direct));
         Ok(Self {
             config,
             registry,
@@ -523,7 +524,7 @@ impl Replica {
         if self.acceptor.is_some() {
             // Recovery put every transaction that may have been fast-committed in earlier
             // terms into the committed log: the accepts held so far decide nothing more.
-            self.acceptor = Some(Acceptor::default());
+            self.acceptor = Some(Acceptor::new(self.config.mutations.fast_hashes_direct_predecessors));
         }
         self.recovery = None;
         self.stats.promotions += 1;
@@ -544,7 +545,7 @@ impl Replica {
         match rebuilt {
             Ok((follower, records)) => {
                 if self.acceptor.is_some() {
-                    self.acceptor = Some(acceptor_after_leading(self.config.shard, &records, &votes));
+                    self.acceptor = Some(acceptor_after_leading(&self.config, &records, &votes));
                 }
                 self.state = State::Follower(follower, log);
                 self.stats.demotions += 1;
@@ -654,8 +655,9 @@ fn fast_recovered(
 /// A stepped-down leader's acceptor: its order table rebuilt from the committed records
 /// `replayed`, and its own fast answers whose `PREPARE` is not known committed (`votes`)
 /// undecided, like accepts, until its log decides them.
-fn acceptor_after_leading(shard: ShardId, replayed: &[LogEntry], votes: &[AcceptRecord]) -> Acceptor {
-    let mut acceptor = Acceptor::default();
+fn acceptor_after_leading(config: &LeaderConfig, replayed: &[LogEntry], votes: &[AcceptRecord]) -> Acceptor {
+    let shard = config.shard;
+    let mut acceptor = Acceptor::new(config.mutations.fast_hashes_direct_predecessors);
     for e in replayed {
         acceptor.on_committed(shard, &e.record);
     }
@@ -684,7 +686,7 @@ fn fast_accept(
     let (accepted, record) = match acceptor.offer(now, txn, keys) {
         Ok(a) => (a, Some(AcceptRecord { txn: txn.clone(), ts: txn.ts }.encode())),
         Err(NotAccepted::Again(a)) => (a, None),
-        Err(NotAccepted::Late | NotAccepted::Overtaken | NotAccepted::Full) => return None,
+        Err(NotAccepted::Late | NotAccepted::Overtaken | NotAccepted::Full | NotAccepted::Tangled) => return None,
     };
     let Accepted { id, ts, order } = accepted;
     Some(LeaderOutput::ToClientDurably {

@@ -7,6 +7,10 @@
 //! - F2: no conflicting transaction with a higher timestamp was admitted before it, so its
 //!   `PREPARE` precedes, in the log, every conflicting `PREPARE` above it; recovery rule R2
 //!   relies on it.
+//! - C: every predecessor in the order table (transitively, rule H) is clean: fast-eligible
+//!   with clean predecessors itself. Its answer left first, marked fast, so it is committed
+//!   or voted for, and a new leader recovers it with the transaction (DESIGN.md, "Rules C
+//!   and H").
 //!
 //! A fast answer is this leader's vote for the transaction at its timestamp. Until its
 //! `PREPARE` is known committed, the vote is kept here and written to the accept log before
@@ -20,7 +24,8 @@
 
 use std::sync::Arc;
 
-use crate::fast::{hashed_keys, AcceptRecord, RecentOrder};
+use super::Mutations;
+use crate::fast::{entry_hash, hashed_keys, AcceptRecord, RecentOrder};
 use crate::types::{KeySet, Timestamp, Txn, TxnId};
 use crate::Map;
 
@@ -34,20 +39,23 @@ pub struct FastOrder {
     hashes: Map<TxnId, (u64, Arc<Txn>)>,
     /// Fast answers sent whose `PREPARE` is not known committed: this leader's votes.
     votes: Map<TxnId, AcceptRecord>,
-    /// The mutation `Mutations::fast_ignores_f2`.
-    ignore_f2: bool,
+    /// Executed entries of the order table that were clean (rule C): fast-eligible, with
+    /// every predecessor clean; by their timestamp, to prune with the table.
+    clean: Map<TxnId, Timestamp>,
+    /// The mutations of the fast path's leader rules.
+    mutations: Mutations,
 }
 
 impl FastOrder {
-    /// An empty table; `ignore_f2` is the mutation `Mutations::fast_ignores_f2`.
-    pub fn new(ignore_f2: bool) -> Self {
-        FastOrder { ignore_f2, ..FastOrder::default() }
+    /// An empty table, with the leader's `mutations` (those of F2, C and H apply here).
+    pub fn new(mutations: &Mutations) -> Self {
+        FastOrder { mutations: *mutations, ..FastOrder::default() }
     }
 
     /// `txn` was admitted here at `proposal` on `keys`; returns whether it is fast-eligible.
     pub fn admitted(&mut self, txn: &Arc<Txn>, proposal: Timestamp, keys: &KeySet) -> bool {
         let keys = hashed_keys(keys);
-        let f2 = self.ignore_f2 || !self.order.conflict_above(txn.id, proposal, &keys);
+        let f2 = self.mutations.fast_ignores_f2 || !self.order.conflict_above(txn.id, proposal, &keys);
         let eligible = !txn.is_cross_shard() && proposal == txn.ts && f2;
         self.order.record(txn.id, proposal, &keys);
         if eligible {
@@ -68,12 +76,22 @@ impl FastOrder {
         self.order.remove(id);
     }
 
-    /// `id` executed at `ts` on `keys`: a fast-eligible one gets its order hash.
+    /// `id` executed at `ts` on `keys`: a fast-eligible one whose predecessors here (rule H:
+    /// transitively) are all clean is clean itself (rule C) and gets its order hash. Its
+    /// predecessors all executed before it (rule 5), so their cleanliness is settled.
     pub fn executed(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
-        if let Some(txn) = self.eligible.remove(&id) {
-            let hash = self.order.order_hash(id, ts, &hashed_keys(keys));
-            self.hashes.insert(id, (hash, txn));
+        let Some(txn) = self.eligible.remove(&id) else { return };
+        let m = self.mutations;
+        let keys = hashed_keys(keys);
+        let Some(found) = self.order.predecessors(id, ts, &keys, !m.fast_hashes_direct_predecessors) else {
+            return;
+        };
+        if !m.fast_ignores_unclean_predecessors && !found.iter().all(|(p, _)| self.clean.contains_key(p)) {
+            return;
         }
+        let hash = found.iter().fold(0, |hash, (p, at)| hash ^ entry_hash(*p, *at));
+        self.clean.insert(id, ts);
+        self.hashes.insert(id, (hash, txn));
     }
 
     /// The order hash `id`'s answer carries, if it is fast, with the transaction (for the
@@ -109,6 +127,7 @@ impl FastOrder {
     /// executed everywhere they will be.
     pub fn applied(&mut self, ts: Timestamp) {
         self.order.prune_to(ts);
+        self.clean.retain(|_, at| *at > ts);
     }
 
     /// Entries in the order table.
@@ -125,7 +144,6 @@ impl FastOrder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fast::entry_hash;
     use crate::types::ShardPiece;
 
     fn txn(seq: u64, ts: Timestamp, shards: &[u32], key: &str) -> Arc<Txn> {
@@ -156,12 +174,36 @@ mod tests {
         assert!(!f.admitted(&below, 50, &keys(&below)), "F2: a conflicting transaction above was admitted first");
         let other_key = txn(5, 50, &[0], "z");
         assert!(f.admitted(&other_key, 50, &keys(&other_key)));
-        // Executed in timestamp order: 4 (not fast) then 1, whose hash covers 4.
+        // Executed in timestamp order: 4 (not fast) then 1, which read 4's writes: 4 is not
+        // clean, so neither is 1 (rule C).
         f.executed(below.id, 50, &keys(&below));
         f.executed(a.id, 100, &keys(&a));
         assert_eq!(f.take_hash(below.id), None);
-        assert_eq!(f.take_hash(a.id), Some((entry_hash(below.id, 50), a.clone())));
-        assert_eq!(f.take_hash(a.id), None, "taken once");
+        assert_eq!(f.take_hash(a.id), None, "rule C: a predecessor was not clean");
+        // 5 is clean; 6 after it on z is fast, its hash over 5; then taken once.
+        f.executed(other_key.id, 50, &keys(&other_key));
+        let after = txn(6, 120, &[0], "z");
+        assert!(f.admitted(&after, 120, &keys(&after)));
+        f.executed(after.id, 120, &keys(&after));
+        assert_eq!(f.take_hash(other_key.id), Some((0, other_key.clone())));
+        assert_eq!(f.take_hash(after.id), Some((entry_hash(other_key.id, 50), after.clone())));
+        assert_eq!(f.take_hash(after.id), None, "taken once");
+    }
+
+    #[test]
+    fn rule_c_is_the_mutations_to_break() {
+        let (below, a) = (txn(4, 50, &[0], "k"), txn(1, 100, &[0], "k"));
+        let run = |mutations: &Mutations| {
+            let mut f = FastOrder::new(mutations);
+            f.admitted(&a, 100, &keys(&a));
+            f.admitted(&below, 50, &keys(&below));
+            f.executed(below.id, 50, &keys(&below));
+            f.executed(a.id, 100, &keys(&a));
+            f.take_hash(a.id).map(|(hash, _)| hash)
+        };
+        assert_eq!(run(&Mutations::default()), None);
+        let m = Mutations { fast_ignores_unclean_predecessors: true, ..Mutations::default() };
+        assert_eq!(run(&m), Some(entry_hash(below.id, 50)));
     }
 
     #[test]
@@ -219,11 +261,16 @@ mod transcript {
     fn answers_of_unmoved_transactions_carry_their_order_hash_and_others_none() {
         let mut l = leader(true);
         // 1 at 100 (early: unmoved), 2 at 50 arrives late (moved to 60), 3 at 200 reads
-        // what 1 wrote, 4 at 150 conflicts with 3 admitted above it (F2).
+        // what 1 wrote, 4 at 150 conflicts with 3 admitted above it (F2), so 3, which reads
+        // 4's write too, is not clean (rule C); nor is 5, which reads what the moved 2
+        // wrote. 8 at 120 and 7 at 290 on key 3 are clean, 7's hash over 8.
         let mut out = dispatch(&mut l, 10, &txn(1, 100, &[(0, 1, Some(7))]));
         out.extend(dispatch(&mut l, 60, &txn(2, 50, &[(0, 2, Some(8))])));
         out.extend(dispatch(&mut l, 61, &txn(3, 200, &[(0, 1, None)])));
         out.extend(dispatch(&mut l, 62, &txn(4, 150, &[(0, 1, Some(9))])));
+        out.extend(dispatch(&mut l, 63, &txn(5, 250, &[(0, 2, None)])));
+        out.extend(dispatch(&mut l, 64, &txn(8, 120, &[(0, 3, Some(1))])));
+        out.extend(dispatch(&mut l, 65, &txn(7, 290, &[(0, 3, Some(2))])));
         for now in [100, 150, 200, 300] {
             out.extend(tick(&mut l, now));
         }
@@ -234,8 +281,11 @@ mod transcript {
             vec![
                 (1, 100, Some(0)),
                 (2, 60, None),
-                (3, 200, Some(entry_hash(id(1), 100) ^ entry_hash(id(4), 150))),
+                (3, 200, None),
                 (4, 150, None),
+                (5, 250, None),
+                (7, 290, Some(entry_hash(id(8), 120))),
+                (8, 120, Some(0)),
             ]
         );
         // Without the fast path nothing carries one.

@@ -152,6 +152,12 @@ pub struct Mutations {
     /// A leader marks answers fast without rule F2 (a conflicting transaction above admitted
     /// first).
     pub fast_ignores_f2: bool,
+    /// A leader marks answers fast even when a predecessor was not clean (rule C: every
+    /// predecessor fast-eligible and clean itself).
+    pub fast_ignores_unclean_predecessors: bool,
+    /// Order hashes (the leader's and the followers') cover only the direct predecessors,
+    /// not theirs (rule H).
+    pub fast_hashes_direct_predecessors: bool,
     /// A message waiting for its accept record (a follower's `FastAccept`, a leader's vote)
     /// leaves before the record is durable.
     pub accept_before_durable: bool,
@@ -377,7 +383,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     pub fn new(config: LeaderConfig, log: L, store: Store, registry: Registry) -> Self {
         let term = log.term();
         let progress = Progress::new(&config.group_sizes, config.shards);
-        let fast = config.fast_path.then(|| fast::FastOrder::new(config.mutations.fast_ignores_f2));
+        let fast = config.fast_path.then(|| fast::FastOrder::new(&config.mutations));
         Self {
             config,
             log,
@@ -621,6 +627,8 @@ mod tests;
 mod tests_common;
 #[cfg(test)]
 mod tests_cross;
+#[cfg(test)]
+mod tests_fast_recovery;
 #[cfg(test)]
 mod tests_recovery;
 #[cfg(test)]
