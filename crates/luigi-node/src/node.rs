@@ -1070,11 +1070,13 @@ impl ReplicaNode {
                     // A leader's fast answer also names a position: it waits for both.
                     records.extend(record);
                     let held = (position_in(&msg), Held::Effect(Effect::ToClient { client, msg }));
-                    if self.config.leader.mutations.accept_before_durable {
-                        self.held.push_back(held); // the broken rule: not after the record
-                    } else {
-                        after_records.push(held);
-                    }
+                    self.hold_for_accepts(held, &mut after_records);
+                    continue;
+                }
+                LeaderOutput::ToPeerDurably { shard, batch, records: theirs } => {
+                    // A marked proposal names its PREPARE's position too.
+                    records.extend(theirs);
+                    self.hold_for_accepts((proposal_positions(&batch), Held::Batch(shard, batch)), &mut after_records);
                     continue;
                 }
                 LeaderOutput::ToClient { client, msg } => {
@@ -1112,6 +1114,16 @@ impl ReplicaNode {
             fx.push(Effect::Executed { shard, id, ts });
         }
         self.release_held(fx);
+    }
+
+    /// `held` leaves after this turn's accept-log write is durable (`after`), and then once
+    /// the Raft log is durable up to its position.
+    fn hold_for_accepts(&mut self, held: (u64, Held), after: &mut Vec<(u64, Held)>) {
+        if self.config.leader.mutations.accept_before_durable {
+            self.held.push_back(held); // the broken rule: not after the record
+        } else {
+            after.push(held);
+        }
     }
 
     fn send_batches(&mut self, fx: &mut Vec<Effect>) {

@@ -4,7 +4,7 @@
 //! client's routing rules.
 
 use luigi_node::{ClientRoutes, Effect, NodeConfig, NodeId, ReplicaNode, ShardRoutes, Tuning};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg, ServerMsg, TxnError, TxnReply};
+use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ReplicationMsg, ServerMsg, TxnError, TxnReply};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{Protocol, Txn, TxnId};
 use luigi_raft::replica::Transition;
@@ -406,6 +406,55 @@ fn a_fast_path_follower_answers_an_early_dispatch_with_an_accept_once_its_record
     fx.clear();
     n.on_client(3_000, 7, ClientMsg::Dispatch { txn: late, sent_us: 2_900, acked_below: 0 }, &mut fx);
     assert!(!fx.iter().any(|e| matches!(e, Effect::ToClient { .. } | Effect::Persist(_))), "nothing to say");
+}
+
+#[test]
+fn a_fast_path_followers_accept_of_a_cross_shard_transaction_goes_to_the_other_leader_once_durable() {
+    // DESIGN.md rule 17: the other participant's leader may use a marked proposal on it.
+    let mut config = config(NodeId { shard: 0, replica: 1 }, vec![3, 3]);
+    config.leader.fast_path = true;
+    let mut n = ReplicaNode::new(config, RecoveredState::default()).unwrap();
+    heartbeat(&mut n, 0, 1, 1_000);
+    let mut fx = Vec::new();
+    n.shard_link(NodeId { shard: 1, replica: 0 }, true, &mut fx);
+    let piece = |shard, key: &[u8]| luigi_proto::types::ShardPiece {
+        shard,
+        keys: luigi_proto::types::KeySet::new(vec![], vec![key.to_vec()]),
+    };
+    let id = TxnId { client: 7, seq: 1 };
+    let txn = std::sync::Arc::new(Txn {
+        id,
+        pieces: vec![piece(0, b"k"), piece(1, b"j")],
+        ts: 50_000,
+        ..(*kv_txn(7, 1)).clone()
+    });
+    fx.clear();
+    n.on_client(2_000, 7, ClientMsg::Dispatch { txn, sent_us: 1_900, acked_below: 0 }, &mut fx);
+    let accepts_to_peers = |fx: &[Effect]| -> Vec<(NodeId, PeerItem)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::ToPeer { to, batch } => Some(batch.items.iter().map(|i| (*to, i.clone())).collect::<Vec<_>>()),
+                _ => None,
+            })
+            .flatten()
+            .filter(|(_, item)| matches!(item, PeerItem::FastAccept { .. }))
+            .collect()
+    };
+    assert!(accepts_to_peers(&fx).is_empty(), "nothing leaves before the record is durable");
+    let number = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Persist(p) if !p.accepts.is_empty() => Some(p.number),
+            _ => None,
+        })
+        .expect("the accept record is written");
+    fx.clear();
+    n.persisted(number, &mut fx);
+    assert_eq!(
+        accepts_to_peers(&fx),
+        vec![(NodeId { shard: 1, replica: 0 }, PeerItem::FastAccept { replica: 1, term: 1, id, ts: 50_000 })]
+    );
+    assert!(fx.iter().any(|e| matches!(e, Effect::ToClient { client: 7, msg: ServerMsg::FastAccept { .. } })));
 }
 
 #[test]

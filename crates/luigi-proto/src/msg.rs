@@ -269,6 +269,11 @@ pub enum PeerItem {
         ts: Timestamp,
         /// Where the sender's `PREPARE` is, if it may not be committed yet.
         at: Option<LogPos>,
+        /// Marked fast (DESIGN.md rule 16, the cross-shard fast path): the transaction is
+        /// fast-eligible at the sender (its proposal is the coordinator's timestamp, F2
+        /// holds) and the sender's vote for it is durable. The receiver may use it before
+        /// its proof once every follower of the sender's term accepted it (rule 18).
+        fast: bool,
     },
     /// I durably adopted the final timestamp `ts` of `id` (my `DECIDE` is committed).
     Confirm {
@@ -315,6 +320,19 @@ pub enum PeerItem {
     /// A replica of the sending shard reports its progress (DESIGN.md rule 14): what proves
     /// that shard's proposals committed. Sent by followers and leaders alike.
     Progress(ProgressReport),
+    /// A follower of the sending shard accepted cross-shard transaction `id` at `ts` in its
+    /// Raft term `term`, durably (DESIGN.md rule 17: the fast path's `FastAccept`, sent to
+    /// the other participants' leaders too).
+    FastAccept {
+        /// The accepting replica (index from 0).
+        replica: u32,
+        /// Its Raft term when it accepted.
+        term: u64,
+        /// Transaction.
+        id: TxnId,
+        /// The timestamp it accepted at (the coordinator's).
+        ts: Timestamp,
+    },
     /// A baseline protocol's message (OCC or 2PL with two-phase commit, see
     /// [`BaseItem`]). A Luigi leader drops it: servers of one cluster run one protocol.
     Base(BaseItem),

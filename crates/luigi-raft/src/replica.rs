@@ -20,7 +20,7 @@ use luigi_proto::leader::follower::{Follower, SnapshotError};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use luigi_proto::log::LogRecord;
 use luigi_proto::log::{LogEntry, ReplicatedLog};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, StalledTxnInfo};
+use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ReplicaStatus, ServerMsg, StalledTxnInfo};
 use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 use luigi_store::Store;
@@ -301,7 +301,7 @@ impl Replica {
                         // The fast path: the client sent it to the leader too.
                         let me = (log.id() - 1) as u32;
                         let term = log.term();
-                        out.extend(fast_accept(acceptor, self.config.shard, me, term, now, client, &txn));
+                        fast_accept(acceptor, (self.config.shard, me, term), now, client, &txn, out);
                         return;
                     }
                     let held = Held { arrived: now, client, txn, sent_us, acked_below };
@@ -669,31 +669,36 @@ fn acceptor_after_leading(config: &LeaderConfig, replayed: &[LogEntry], votes: &
     acceptor
 }
 
-/// A follower's answer to a fast-path dispatch of `txn` from `client` arriving at `now`: a
-/// `FastAccept` once its record is durable (a repeat goes out after the next sync), or
-/// nothing when rule F0 refuses it (the leader's answer takes rule 14's path).
-#[allow(clippy::too_many_arguments)] // the parts of the answer
+/// A follower's answer to a fast-path dispatch of `txn` from `client` arriving at `now`,
+/// from replica `me` of `shard` in `term`: a `FastAccept` once its record is durable (a
+/// repeat goes out after the next sync), to the client and, for a cross-shard transaction,
+/// to the other participants' leaders (DESIGN.md rule 17); or nothing when rule F0 refuses
+/// it (the leader's answer takes rule 14's path).
 fn fast_accept(
     acceptor: &mut Acceptor,
-    shard: ShardId,
-    me: u32,
-    term: u64,
+    (shard, me, term): (ShardId, u32, u64),
     now: TimeUs,
     client: ClientId,
     txn: &Arc<Txn>,
-) -> Option<LeaderOutput> {
-    let keys = txn.piece(shard)?;
+    out: &mut Vec<LeaderOutput>,
+) {
+    let Some(keys) = txn.piece(shard) else { return };
     let (accepted, record) = match acceptor.offer(now, txn, keys) {
         Ok(a) => (a, Some(AcceptRecord { txn: txn.clone(), ts: txn.ts }.encode())),
         Err(NotAccepted::Again(a)) => (a, None),
-        Err(NotAccepted::Late | NotAccepted::Overtaken | NotAccepted::Full | NotAccepted::Tangled) => return None,
+        Err(NotAccepted::Late | NotAccepted::Overtaken | NotAccepted::Full | NotAccepted::Tangled) => return,
     };
     let Accepted { id, ts, order } = accepted;
-    Some(LeaderOutput::ToClientDurably {
+    out.push(LeaderOutput::ToClientDurably {
         client,
         msg: ServerMsg::FastAccept { shard, replica: me, term, id, ts, order },
         record,
-    })
+    });
+    for other in txn.shards().filter(|s| *s != shard) {
+        let batch =
+            PeerBatch { from: shard, watermark: 0, items: vec![PeerItem::FastAccept { replica: me, term, id, ts }] };
+        out.push(LeaderOutput::ToPeerDurably { shard: other, batch, records: Vec::new() });
+    }
 }
 
 /// The `NotLeader` answer to `held`, naming `leader`.

@@ -108,9 +108,9 @@ pub struct ProtocolConfig {
     pub election_timeout_us: Option<u64>,
     /// Luigi's fast path (DESIGN.md, "the fast path"): clients send every dispatch to every
     /// replica, followers accept, and an uncontended single-shard transaction commits in 2
-    /// one-way delays. Experimental and off by default: no cross-shard fast path yet, and
-    /// its recovery (DESIGN.md, rules R1-R3, V1-V2, C and H) is younger than the rest.
-    /// Luigi only.
+    /// one-way delays, a cross-shard one in 3 (rules 16-19). Experimental and off by
+    /// default: its recovery (DESIGN.md, rules R1-R3, V1-V2, C and H) is younger than the
+    /// rest. Luigi only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<bool>,
 }

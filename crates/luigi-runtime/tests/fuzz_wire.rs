@@ -27,11 +27,11 @@ fn gate_config() -> GateConfig {
 fn arb_wire() -> impl Strategy<Value = WireMsg> {
     let id = (any::<u64>(), any::<u64>()).prop_map(|(client, seq)| TxnId { client, seq });
     let item = prop_oneof![
-        (id.clone(), any::<u64>(), any::<Option<(u64, u64)>>()).prop_map(|(id, ts, at)| PeerItem::Propose {
-            id,
-            ts,
-            at: at.map(|(term, index)| LogPos { term, index })
+        (id.clone(), any::<u64>(), any::<Option<(u64, u64)>>(), any::<bool>()).prop_map(|(id, ts, at, fast)| {
+            PeerItem::Propose { id, ts, at: at.map(|(term, index)| LogPos { term, index }), fast }
         }),
+        (id.clone(), any::<u32>(), any::<u64>(), any::<u64>())
+            .prop_map(|(id, replica, term, ts)| PeerItem::FastAccept { replica, term, id, ts }),
         (any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
             |(shard, replica, term, index, committed)| PeerItem::Progress(ProgressReport {
                 shard,

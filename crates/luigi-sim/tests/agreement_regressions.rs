@@ -55,7 +55,7 @@ fn an_early_refusal_is_not_lost_when_the_early_buffer_is_full() {
     let other = TxnId { client: 9, seq: 1 };
     let t = cross_txn(1, 1_000);
     let from_a = |items| PeerBatch { from: 0, watermark: 0, items };
-    b.on_peer(10, from_a(vec![PeerItem::Propose { id: other, ts: 500, at: None }]), &mut out);
+    b.on_peer(10, from_a(vec![PeerItem::Propose { id: other, ts: 500, at: None, fast: false }]), &mut out);
     b.on_peer(20, from_a(vec![PeerItem::Refuse { id: t.id, reason: "shard 0 is full".into() }]), &mut out);
     assert_eq!(b.stats().early_overflow, 1, "the refusal was dropped");
     let dispatch = ClientMsg::Dispatch { txn: t.clone(), sent_us: 25, acked_below: 1 };

@@ -154,8 +154,67 @@ fn a_leader_that_marks_answers_fast_over_an_unclean_predecessor_is_caught() {
     assert!(caught, "fast answers over unclean predecessors went unnoticed at seed 171");
 }
 
+/// As [`fast`], with every transaction cross-shard (both shards): the cross-shard fast path
+/// (DESIGN.md rules 16-19).
+fn fast_cross(seed: u64, keys: u64) -> SimConfig {
+    fast(seed, keys, 1_000).cross_shard(1.0)
+}
+
+/// The runs of `seeds` of [`fast_cross`] with `keys` keys and `faults`, summed.
+fn cross_runs(test: &str, seeds: Vec<u64>, keys: u64, faults: &FaultConfig) -> FailoverReport {
+    let mut total = FailoverReport::default();
+    for seed in seeds {
+        total.absorb(&common::must_pass_replicated("fast_path", test, fast_cross(seed, keys), faults));
+    }
+    eprintln!("{total:?}");
+    total
+}
+
+#[test]
+fn without_faults_most_uncontended_cross_shard_transactions_commit_on_the_fast_path() {
+    let faults = FaultConfig { random_faults: false, ..FaultConfig::new() };
+    let total = cross_runs(
+        "without_faults_most_uncontended_cross_shard_transactions_commit_on_the_fast_path",
+        common::seeds(1..9),
+        4_000,
+        &faults,
+    );
+    assert!(total.committed > 0 && total.fast_commits * 2 > total.committed, "{total:?}");
+    assert!(total.fast_proposals > 0, "rule 18: marked proposals used on their followers' accepts: {total:?}");
+}
+
+#[test]
+fn cross_shard_proposers_killed_after_their_proposal_left_lose_no_fast_commit() {
+    let faults = FaultConfig::kill_at(luigi_sim::KillPoint::ProposeSent, 3);
+    let total = cross_runs(
+        "cross_shard_proposers_killed_after_their_proposal_left_lose_no_fast_commit",
+        common::sweep(21, 12),
+        40,
+        &faults,
+    );
+    assert!(total.kills >= 12 && total.fast_commits > 0, "{total:?}");
+}
+
+#[test]
+fn random_faults_with_the_cross_shard_fast_path_on() {
+    let total =
+        cross_runs("random_faults_with_the_cross_shard_fast_path_on", common::sweep(41, 12), 40, &FaultConfig::new());
+    assert!(total.crashes > 0 && total.fast_commits > 0, "{total:?}");
+}
+
+#[test]
+fn a_leader_that_uses_a_marked_proposal_without_every_accept_is_caught() {
+    // Rule 18. Found by a release search (first catch at seed 56 with 40 keys): a leader
+    // decided on another shard's marked, unproven proposal that shard then lost; its new
+    // leader learned of the transaction from a `Recover` and prepared it above its floor, so
+    // the participants disagree on the final timestamp (an assertion in the agreement).
+    let mut config = fast_cross(56, 40);
+    config.leader.mutations.fast_trusts_marked_proposals = true;
+    assert!(common::caught_replicated(&config, &FaultConfig::new()), "went unnoticed at seed 56");
+}
+
 /// Searches seeds for one where random faults catch a broken rule, for the tests above:
-/// `S_MUT` (`c`, `h`, `f2`, `order`) over `S_FROM..S_TO` with `S_KEYS` keys (default 40)
+/// `S_MUT` (`c`, `h`, `f2`, `order`, `marked`: cross-shard) over `S_FROM..S_TO` with `S_KEYS` keys (default 40)
 /// and `S_DROP` of the messages on client and Raft links lost (default none), stopping at
 /// the first catch. Run in release, e.g.
 /// `S_MUT=h S_FROM=41 S_TO=6000 cargo test --release -p luigi-sim --test fast_path
@@ -175,7 +234,11 @@ fn search_for_a_seed_that_catches_a_mutation() {
             "h" => config.leader.mutations.fast_hashes_direct_predecessors = true,
             "f2" => config.leader.mutations.fast_ignores_f2 = true,
             "order" => config.coordinator.mutations.fast_ignores_order = true,
-            other => panic!("S_MUT={other}: one of c, h, f2, order"),
+            "marked" => {
+                config = config.cross_shard(1.0);
+                config.leader.mutations.fast_trusts_marked_proposals = true;
+            }
+            other => panic!("S_MUT={other}: one of c, h, f2, order, marked"),
         }
         if common::caught_replicated(&config, &FaultConfig::new()) {
             eprintln!("CAUGHT {which} at seed {seed}");

@@ -92,7 +92,7 @@ impl Leader {
         for o in out {
             match o {
                 LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => self.replies.push(r),
-                LeaderOutput::ToPeer { batch, .. } => batches.push(batch),
+                LeaderOutput::ToPeer { batch, .. } | LeaderOutput::ToPeerDurably { batch, .. } => batches.push(batch),
                 LeaderOutput::Executed { shard, id, .. } => self.executed.borrow_mut().push((shard, id)),
                 LeaderOutput::ToClient { .. }
                 | LeaderOutput::ToClientDurably { .. }

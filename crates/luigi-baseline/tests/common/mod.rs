@@ -141,7 +141,9 @@ impl Cluster {
                 | LeaderOutput::ToClientDurably { .. }
                 | LeaderOutput::ToClients { .. }
                 | LeaderOutput::ToAllClients { .. } => {}
-                LeaderOutput::ToPeer { shard, batch } => self.net.push_back((shard, batch)),
+                LeaderOutput::ToPeer { shard, batch } | LeaderOutput::ToPeerDurably { shard, batch, .. } => {
+                    self.net.push_back((shard, batch))
+                }
                 LeaderOutput::Executed { shard, id, .. } => self.executed.push((shard, id)),
             }
         }

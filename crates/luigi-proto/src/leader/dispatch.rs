@@ -10,7 +10,7 @@ use super::answers::{Answer, Known};
 use super::{LeaderOutput, Pending, Refusing, ShardLeader};
 use crate::log::{LogError, LogRecord, ReplicatedLog};
 use crate::msg::{PeerItem, TxnError};
-use crate::types::{ClientId, TimeUs, Txn, TxnId};
+use crate::types::{ClientId, TimeUs, Timestamp, Txn, TxnId};
 
 impl<L: ReplicatedLog> ShardLeader<L> {
     pub(super) fn on_dispatch(
@@ -106,12 +106,11 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.stats.bumped += 1;
         }
         self.queue.insert(id, proposal, keys);
-        if let Some(f) = self.fast.as_mut() {
-            f.admitted(&txn, proposal, keys);
-        }
+        let eligible = self.fast.as_mut().is_some_and(|f| f.admitted(&txn, proposal, keys));
         let agreement = txn.is_cross_shard().then(|| Agreement::new(txn.shards().collect()));
         let cross = agreement.is_some();
         let others: Vec<_> = txn.shards().filter(|s| *s != self.config.shard).collect();
+        let marked = txn.clone();
         self.insert_pending(
             id,
             Pending {
@@ -135,8 +134,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.queue.mark_ready(id);
         }
         let at = self.uncommitted(prepare_index);
+        let fast = cross && eligible && at.is_some() && self.mark_proposal(&marked, proposal);
         for shard in others {
-            self.queue_peer(shard, PeerItem::Propose { id, ts: proposal, at });
+            self.queue_peer(shard, PeerItem::Propose { id, ts: proposal, at, fast });
         }
         if cross {
             self.on_proposal(id, self.config.shard, proposal);
@@ -149,6 +149,22 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.on_confirm(id, shard, ts);
             }
         }
+    }
+
+    /// Rule 16: a fast-eligible cross-shard proposal not known committed is marked fast, and
+    /// is this leader's vote for `txn` at `proposal`, written before the proposal leaves
+    /// (kept until its `PREPARE` commits, like an answer's vote). A leader whose log has
+    /// moved to a later term marks nothing (V2).
+    fn mark_proposal(&mut self, txn: &Arc<Txn>, proposal: Timestamp) -> bool {
+        if self.log.term() != self.term {
+            return false;
+        }
+        let f = self.fast.as_mut().expect("only fast-eligible with the fast path");
+        if !self.config.mutations.skip_leader_vote {
+            let record = f.vote(txn.clone(), proposal);
+            self.outbox_votes.push(record.encode());
+        }
+        true
     }
 
     /// What any participant finds wrong with `txn` alike (its shape, this shard not among its

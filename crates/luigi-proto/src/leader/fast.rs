@@ -2,8 +2,9 @@
 //! which answers are fast-eligible (F1, F2) and their order hashes. Kept only when the
 //! cluster runs the fast path ([`LeaderConfig::fast_path`](super::LeaderConfig::fast_path)).
 //!
-//! - F1: the transaction kept the coordinator's timestamp (single-shard for now: a
-//!   cross-shard one would also need every leader to decide it there in one round).
+//! - F1: the transaction kept the coordinator's timestamp: admitted unmoved, and for a
+//!   cross-shard one, decided there (every proposal at it, rule 19; a decision that
+//!   raises it moves it, [`FastOrder::moved`]).
 //! - F2: no conflicting transaction with a higher timestamp was admitted before it, so its
 //!   `PREPARE` precedes, in the log, every conflicting `PREPARE` above it; recovery rule R2
 //!   relies on it.
@@ -56,7 +57,7 @@ impl FastOrder {
     pub fn admitted(&mut self, txn: &Arc<Txn>, proposal: Timestamp, keys: &KeySet) -> bool {
         let keys = hashed_keys(keys);
         let f2 = self.mutations.fast_ignores_f2 || !self.order.conflict_above(txn.id, proposal, &keys);
-        let eligible = !txn.is_cross_shard() && proposal == txn.ts && f2;
+        let eligible = proposal == txn.ts && f2;
         self.order.record(txn.id, proposal, &keys);
         if eligible {
             self.eligible.insert(txn.id, txn.clone());
@@ -162,14 +163,17 @@ mod tests {
     }
 
     #[test]
-    fn only_unmoved_single_shard_transactions_admitted_below_nothing_conflicting_are_fast() {
+    fn only_unmoved_transactions_admitted_below_nothing_conflicting_are_fast() {
         let mut f = FastOrder::default();
         let a = txn(1, 100, &[0], "k");
         assert!(f.admitted(&a, 100, &keys(&a)), "F1 and F2 hold");
         let moved = txn(2, 90, &[0], "x");
         assert!(!f.admitted(&moved, 95, &keys(&moved)), "F1: moved");
         let cross = txn(3, 300, &[0, 1], "y");
-        assert!(!f.admitted(&cross, 300, &keys(&cross)), "F1: cross-shard, not yet");
+        assert!(f.admitted(&cross, 300, &keys(&cross)), "F1 at admission: cross-shard too (rule 19)");
+        f.moved(cross.id, 310, &keys(&cross));
+        f.executed(cross.id, 310, &keys(&cross));
+        assert_eq!(f.take_hash(cross.id), None, "F1: the decision raised it");
         let below = txn(4, 50, &[0], "k");
         assert!(!f.admitted(&below, 50, &keys(&below)), "F2: a conflicting transaction above was admitted first");
         let other_key = txn(5, 50, &[0], "z");

@@ -161,6 +161,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if self.spec.unproven_len() > self.config.max_early {
             return Err(self.broken(format!("{} proposals held for proof, over the bound", self.spec.unproven_len())));
         }
+        let (accepts, marked) = self.fast_peers.len();
+        if accepts > self.config.max_early || marked > self.config.max_early {
+            return Err(self.broken(format!("{accepts} peer accepts and {marked} marked proposals, over the bound")));
+        }
         // Rule 14: an answer waits for a position only while that position is not committed.
         if self.spec.answers_len() > 0 && self.spec.min_answer_position() <= Some(self.committed_index) {
             return Err(self.broken(format!("an answer waits for a committed position ({})", self.committed_index)));

@@ -29,6 +29,7 @@ pub mod queue;
 mod dispatch;
 mod execute;
 pub mod fast;
+mod fast_cross;
 mod invariants;
 mod peer;
 mod recovery;
@@ -161,6 +162,9 @@ pub struct Mutations {
     /// A message waiting for its accept record (a follower's `FastAccept`, a leader's vote)
     /// leaves before the record is durable.
     pub accept_before_durable: bool,
+    /// A leader uses another shard's proposal marked fast at once, without the proof and
+    /// without every follower's accept (rule 18).
+    pub fast_trusts_marked_proposals: bool,
 }
 
 /// An effect of the leader for its shell to carry out.
@@ -195,6 +199,17 @@ pub enum LeaderOutput {
         msg: ServerMsg,
         /// An accept record ([`crate::fast::AcceptRecord`], encoded) to write first.
         record: Option<Vec<u8>>,
+    },
+    /// Send `batch` to the leader of `shard` once `records` and everything written to the
+    /// accept log before them are durable there (a leader's marked proposal after its vote,
+    /// a follower's `FastAccept` to another participant; DESIGN.md rules 16 and 17).
+    ToPeerDurably {
+        /// Destination shard.
+        shard: ShardId,
+        /// Agreement items.
+        batch: PeerBatch,
+        /// Accept records ([`crate::fast::AcceptRecord`], encoded) to write first.
+        records: Vec<Vec<u8>>,
     },
     /// Send `batch` to the leader of `shard`.
     ToPeer {
@@ -305,6 +320,9 @@ pub struct LeaderStats {
     /// `Acknowledged` answers received for a transaction still undecided here (it stays
     /// stalled: see `on_acknowledged`).
     pub recover_acknowledged: u64,
+    /// Other shards' proposals marked fast and used before their proof, on their
+    /// followers' accepts (DESIGN.md rule 18).
+    pub fast_proposals: u64,
 }
 
 /// The shard leader state machine.
@@ -371,6 +389,11 @@ pub struct ShardLeader<L: ReplicatedLog> {
     spec: Speculation,
     /// The fast path's order table, when the cluster runs it.
     fast: Option<fast::FastOrder>,
+    /// Other shards' marked proposals and their followers' accepts (rule 18; fed only
+    /// with the fast path).
+    fast_peers: fast_cross::PeerAccepts,
+    /// Votes for marked proposals in the outbox: written before the outbox leaves (rule 16).
+    outbox_votes: Vec<Vec<u8>>,
     /// The other shards' progress reports: what proves their proposals committed.
     progress: Progress,
     /// Per shard, the highest position of a proposal sent to it before it was committed:
@@ -420,6 +443,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             committed_index: 0,
             spec: Speculation::default(),
             fast,
+            fast_peers: fast_cross::PeerAccepts::default(),
+            outbox_votes: Vec::new(),
             progress,
             commit_owed: BTreeMap::new(),
         }
@@ -537,8 +562,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let from = batch.from;
         for item in batch.items {
             match item {
-                PeerItem::Propose { id, ts, at } => self.on_announced(id, from, ts, at),
+                PeerItem::Propose { id, ts, at, fast } => self.on_announced(id, from, ts, at, fast),
                 PeerItem::Progress(report) => self.on_progress(report),
+                PeerItem::FastAccept { replica, term, id, ts } => self.on_peer_accept(from, (replica, term, ts), id),
                 PeerItem::Confirm { id, ts } => self.on_confirm(id, from, ts),
                 PeerItem::Recover { txn, ts } => self.on_recover(txn, from, ts, out),
                 PeerItem::Executed { id, ts } => self.on_executed(id, from, ts),
@@ -627,6 +653,8 @@ mod tests;
 mod tests_common;
 #[cfg(test)]
 mod tests_cross;
+#[cfg(test)]
+mod tests_fast_cross;
 #[cfg(test)]
 mod tests_fast_recovery;
 #[cfg(test)]

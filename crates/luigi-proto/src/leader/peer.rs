@@ -27,7 +27,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 continue;
             }
             let at = self.uncommitted(p.prepare_index);
-            items.push(PeerItem::Propose { id: *id, ts: p.proposal, at });
+            items.push(PeerItem::Propose { id: *id, ts: p.proposal, at, fast: false });
             if p.confirmed {
                 items.push(PeerItem::Confirm { id: *id, ts: p.ts });
             }
@@ -49,17 +49,51 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     /// Shard `from` announced its proposal `ts` for `id`, with the position of its `PREPARE`
-    /// if that may not be committed yet: used once `from`'s progress proves it (rule 14).
-    pub(super) fn on_announced(&mut self, id: TxnId, from: ShardId, ts: Timestamp, at: Option<LogPos>) {
+    /// if that may not be committed yet: used once `from`'s progress proves it (rule 14), or,
+    /// when marked `fast`, once every follower of `from` accepted it there (rule 18).
+    pub(super) fn on_announced(&mut self, id: TxnId, from: ShardId, ts: Timestamp, at: Option<LogPos>, fast: bool) {
         let trust = self.config.mutations.trust_unproven_proposals;
         match at {
             Some(at) if !trust && !self.progress.proven(from, at) => {
                 if !self.spec.hold_proposal(from, at, id, ts, self.config.max_early) {
                     self.stats.early_overflow += 1;
+                    return;
+                }
+                if !fast || self.fast.is_none() {
+                    return;
+                }
+                let usable = self.config.mutations.fast_trusts_marked_proposals
+                    || self.fast_peers.on_marked(from, at, id, ts, self.group_size(from), self.config.max_early);
+                if usable {
+                    self.use_marked(from, at, id);
                 }
             }
             _ => self.on_proposal(id, from, ts),
         }
+    }
+
+    /// A follower of shard `from` accepted `id` (rule 17): a marked proposal it completes
+    /// is used now (rule 18).
+    pub(super) fn on_peer_accept(&mut self, from: ShardId, accept: (u32, u64, Timestamp), id: TxnId) {
+        if self.fast.is_none() {
+            return;
+        }
+        let size = self.group_size(from);
+        if let Some(at) = self.fast_peers.on_accept(from, accept, id, size, self.config.max_early) {
+            self.use_marked(from, at, id);
+        }
+    }
+
+    /// Uses `from`'s held proposal for `id` at `at` before its proof (rule 18).
+    fn use_marked(&mut self, from: ShardId, at: LogPos, id: TxnId) {
+        if let Some(ts) = self.spec.take_held(from, at, id) {
+            self.stats.fast_proposals += 1;
+            self.on_proposal(id, from, ts);
+        }
+    }
+
+    fn group_size(&self, shard: ShardId) -> u32 {
+        self.config.group_sizes.get(shard as usize).copied().unwrap_or(0)
     }
 
     /// Tells every shard sent a proposal not committed then that this log's commit has
@@ -224,6 +258,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     pub(super) fn flush_outbox(&mut self, out: &mut Vec<LeaderOutput>) {
+        // Marked proposals leave after their votes (rule 16): every batch of this flush waits
+        // for the one write that holds them.
+        let mut votes = (!self.outbox_votes.is_empty()).then(|| std::mem::take(&mut self.outbox_votes));
         for (shard, mut items) in std::mem::take(&mut self.outbox) {
             for item in &mut items {
                 let PeerItem::Propose { at, .. } = item else { continue };
@@ -236,7 +273,12 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 }
             }
             let batch = PeerBatch { from: self.config.shard, watermark: self.watermark, items };
-            out.push(LeaderOutput::ToPeer { shard, batch });
+            match votes.as_mut() {
+                Some(records) => {
+                    out.push(LeaderOutput::ToPeerDurably { shard, batch, records: std::mem::take(records) })
+                }
+                None => out.push(LeaderOutput::ToPeer { shard, batch }),
+            }
         }
     }
 }

@@ -132,7 +132,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if let Some(p) = self.pending.get(&id) {
             let (confirmed, proposal, current) = (p.confirmed, p.proposal, p.ts);
             let at = self.uncommitted(p.prepare_index);
-            self.queue_peer(from, PeerItem::Propose { id, ts: proposal, at });
+            self.queue_peer(from, PeerItem::Propose { id, ts: proposal, at, fast: false });
             if confirmed {
                 self.queue_peer(from, PeerItem::Confirm { id, ts: current });
             }

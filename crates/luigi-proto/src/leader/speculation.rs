@@ -141,6 +141,12 @@ impl Speculation {
         proven
     }
 
+    /// Takes `shard`'s held proposal for `id` at `at`, to use before its proof (DESIGN.md
+    /// rule 18); `None` if it is no longer held (proven and used, or dropped).
+    pub fn take_held(&mut self, shard: ShardId, at: LogPos, id: TxnId) -> Option<Timestamp> {
+        self.unproven.remove(&(shard, at, id))
+    }
+
     /// Proposals held for proof.
     pub fn unproven_len(&self) -> usize {
         self.unproven.len()

@@ -38,6 +38,7 @@ pub(super) fn replies(out: &[LeaderOutput]) -> Vec<TxnReply> {
             | LeaderOutput::ToClients { .. }
             | LeaderOutput::ToAllClients { .. }
             | LeaderOutput::ToPeer { .. }
+            | LeaderOutput::ToPeerDurably { .. }
             | LeaderOutput::ToClientDurably { .. }
             | LeaderOutput::Executed { .. } => None,
         })
@@ -53,7 +54,8 @@ pub(super) fn executed(out: &[LeaderOutput]) -> Vec<(ShardId, TxnId, Timestamp)>
             | LeaderOutput::ToClientDurably { .. }
             | LeaderOutput::ToClients { .. }
             | LeaderOutput::ToAllClients { .. }
-            | LeaderOutput::ToPeer { .. } => None,
+            | LeaderOutput::ToPeer { .. }
+            | LeaderOutput::ToPeerDurably { .. } => None,
         })
         .collect()
 }
@@ -241,6 +243,7 @@ fn watermarks_go_only_to_recently_heard_clients() {
                 | LeaderOutput::ToAllClients { .. }
                 | LeaderOutput::ToClient { .. }
                 | LeaderOutput::ToPeer { .. }
+                | LeaderOutput::ToPeerDurably { .. }
                 | LeaderOutput::ToClientDurably { .. }
                 | LeaderOutput::Executed { .. } => None,
             })

@@ -67,8 +67,13 @@ pub(super) fn deliver<L: ReplicatedLog>(
 pub(super) fn to_peer(out: &[LeaderOutput], shard: ShardId) -> Vec<PeerBatch> {
     out.iter()
         .filter_map(|o| match o {
-            LeaderOutput::ToPeer { shard: s, batch } if *s == shard => Some(batch.clone()),
+            LeaderOutput::ToPeer { shard: s, batch } | LeaderOutput::ToPeerDurably { shard: s, batch, .. }
+                if *s == shard =>
+            {
+                Some(batch.clone())
+            }
             LeaderOutput::ToPeer { .. }
+            | LeaderOutput::ToPeerDurably { .. }
             | LeaderOutput::ToClient { .. }
             | LeaderOutput::ToClients { .. }
             | LeaderOutput::ToAllClients { .. }

@@ -24,8 +24,8 @@ fn equal_proposals_decide_in_one_round_and_answer_at_the_common_timestamp() {
     let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
     let out_a = dispatch(&mut a, 100, &t);
     let out_b = dispatch(&mut b, 100, &t);
-    assert_eq!(items(&to_peer(&out_a, 1)), vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None }]);
-    assert_eq!(items(&to_peer(&out_b, 0)), vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None }]);
+    assert_eq!(items(&to_peer(&out_a, 1)), vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None, fast: false }]);
+    assert_eq!(items(&to_peer(&out_b, 0)), vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None, fast: false }]);
     deliver(&mut a, 200, to_peer(&out_b, 0));
     deliver(&mut b, 200, to_peer(&out_a, 1));
     assert!(replies(&tick(&mut a, 999)).is_empty(), "held until its timestamp");
@@ -68,7 +68,7 @@ fn differing_proposals_release_only_after_every_confirm() {
     let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
     let out_a = dispatch(&mut a, 100, &t);
     let out_b = dispatch(&mut b, 1_500, &t); // late at shard 1: proposal moves to its clock
-    assert_eq!(items(&to_peer(&out_b, 0)), vec![PeerItem::Propose { id: id(1), ts: 1_500, at: None }]);
+    assert_eq!(items(&to_peer(&out_b, 0)), vec![PeerItem::Propose { id: id(1), ts: 1_500, at: None, fast: false }]);
     // Shard 0 learns 1500 > 1000: logs DECIDE and confirms, but must wait for shard 1.
     let out = deliver(&mut a, 1_600, to_peer(&out_b, 0));
     assert_eq!(items(&to_peer(&out, 1)), vec![PeerItem::Confirm { id: id(1), ts: 1_500 }]);
@@ -94,7 +94,11 @@ fn with_the_second_round_skipped_a_shard_releases_before_the_other_adopted_the_t
     let mut a = leader(0, skip);
     let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
     dispatch(&mut a, 100, &t);
-    let late_b = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Propose { id: id(1), ts: 1_500, at: None }] };
+    let late_b = PeerBatch {
+        from: 1,
+        watermark: 0,
+        items: vec![PeerItem::Propose { id: id(1), ts: 1_500, at: None, fast: false }],
+    };
     deliver(&mut a, 1_600, vec![late_b]);
     tick(&mut a, 10_000);
     assert_eq!(a.stats().executed, 1, "the mutation releases on the first round");
@@ -109,7 +113,11 @@ fn agreement_moves_the_transaction_and_smaller_conflicting_ones_go_first() {
     dispatch(&mut a, 100, &t);
     let reader = txn(2, 1_200, &[(0, 1, None)]);
     dispatch(&mut a, 150, &reader);
-    let b_prop = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Propose { id: id(1), ts: 1_500, at: None }] };
+    let b_prop = PeerBatch {
+        from: 1,
+        watermark: 0,
+        items: vec![PeerItem::Propose { id: id(1), ts: 1_500, at: None, fast: false }],
+    };
     let b_conf = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Confirm { id: id(1), ts: 1_500 }] };
     deliver(&mut a, 200, vec![b_prop]);
     let r = replies(&tick(&mut a, 1_300));

@@ -126,7 +126,7 @@ fn a_new_leader_announces_an_unannounced_proposal_through_recover() {
     deliver(&mut a2, 600, to_peer(&out_b, 0)); // B's proposal reaches the new leader
     assert_eq!(items(&to_peer(&out, 1)), vec![PeerItem::Recover { txn: t.clone(), ts: 1_000 }]);
     let out_b = deliver(&mut b, 700, to_peer(&out, 1));
-    assert_eq!(items(&to_peer(&out_b, 0)), vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None }]);
+    assert_eq!(items(&to_peer(&out_b, 0)), vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None, fast: false }]);
     deliver(&mut a2, 800, to_peer(&out_b, 0));
     let (ra, rb) = (replies(&tick(&mut a2, 1_000)), replies(&tick(&mut b, 1_000)));
     assert_eq!((ra[0].ts, rb[0].ts), (1_000, 1_000));
@@ -221,14 +221,14 @@ fn a_new_peer_leader_is_sent_every_shared_proposal_again() {
     let shared = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
     let mine = txn(2, 1_000, &[(0, 3, Some(7))]);
     let lost = dispatch(&mut a, 100, &shared); // its Propose went to the old leader of shard 1
-    assert_eq!(items(&to_peer(&lost, 1)), vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None }]);
+    assert_eq!(items(&to_peer(&lost, 1)), vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None, fast: false }]);
     dispatch(&mut a, 100, &mine);
     a.peer_leader_changed(1);
     a.peer_leader_changed(0); // itself: nothing to do
     let again = to_peer(&tick(&mut a, 200), 1);
     assert_eq!(
         items(&again),
-        vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None }],
+        vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None, fast: false }],
         "single-shard ones are not sent"
     );
 }

@@ -16,7 +16,7 @@ use crate::msg::{PeerBatch, PeerItem, TxnReply};
 use crate::progress::{LogPos, ProgressReport};
 
 /// A log of term `term` whose records commit when [`HeldLog::commit_through`] says so.
-struct HeldLog {
+pub(super) struct HeldLog {
     term: u64,
     next: LogIndex,
     held: VecDeque<LogEntry>,
@@ -24,15 +24,15 @@ struct HeldLog {
 }
 
 impl HeldLog {
-    fn new(term: u64) -> Self {
+    pub(super) fn new(term: u64) -> Self {
         HeldLog { term, next: 1, held: VecDeque::new(), committed: VecDeque::new() }
     }
 
-    fn last_index(&self) -> LogIndex {
+    pub(super) fn last_index(&self) -> LogIndex {
         self.next - 1
     }
 
-    fn commit_through(&mut self, index: LogIndex) {
+    pub(super) fn commit_through(&mut self, index: LogIndex) {
         while self.held.front().is_some_and(|e| e.index <= index) {
             self.committed.push_back(self.held.pop_front().expect("checked"));
         }
@@ -56,7 +56,7 @@ impl ReplicatedLog for HeldLog {
     }
 }
 
-type Leader = ShardLeader<HeldLog>;
+pub(super) type Leader = ShardLeader<HeldLog>;
 
 /// Shard `shard`'s leader in term 3 of groups of 3, its first floor promise committed.
 fn leader(shard: ShardId, mutations: Mutations) -> Leader {
@@ -69,13 +69,13 @@ fn leader(shard: ShardId, mutations: Mutations) -> Leader {
     l
 }
 
-fn commit_all(l: &mut Leader, now: TimeUs) -> Vec<LeaderOutput> {
+pub(super) fn commit_all(l: &mut Leader, now: TimeUs) -> Vec<LeaderOutput> {
     let last = l.log().last_index();
     l.log_mut().commit_through(last);
     tick(l, now)
 }
 
-fn pos(index: LogIndex) -> Option<LogPos> {
+pub(super) fn pos(index: LogIndex) -> Option<LogPos> {
     Some(LogPos { term: 3, index })
 }
 
@@ -128,9 +128,12 @@ fn another_shards_proposal_is_used_only_once_its_progress_proves_it_committed() 
     let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
     let out = dispatch(&mut a, 100, &t);
     let mine = a.log().last_index();
-    assert_eq!(items(&to_peer(&out, 1)), vec![PeerItem::Propose { id: id(1), ts: 1_000, at: pos(mine) }]);
-    let theirs =
-        PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Propose { id: id(1), ts: 1_000, at: pos(9) }] };
+    assert_eq!(items(&to_peer(&out, 1)), vec![PeerItem::Propose { id: id(1), ts: 1_000, at: pos(mine), fast: false }]);
+    let theirs = PeerBatch {
+        from: 1,
+        watermark: 0,
+        items: vec![PeerItem::Propose { id: id(1), ts: 1_000, at: pos(9), fast: false }],
+    };
     deliver(&mut a, 200, vec![theirs]);
     assert!(executed(&tick(&mut a, 5_000)).is_empty(), "shard 1's PREPARE is not proven committed");
     assert!(executed(&deliver(&mut a, 5_001, vec![report(1, 1, 8)])).is_empty(), "below its position");
@@ -145,8 +148,11 @@ fn the_mutation_that_trusts_unproven_proposals_decides_at_once() {
     let mut a = leader(0, mutations);
     let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
     dispatch(&mut a, 100, &t);
-    let theirs =
-        PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Propose { id: id(1), ts: 1_000, at: pos(9) }] };
+    let theirs = PeerBatch {
+        from: 1,
+        watermark: 0,
+        items: vec![PeerItem::Propose { id: id(1), ts: 1_000, at: pos(9), fast: false }],
+    };
     assert_eq!(executed(&deliver(&mut a, 1_000, vec![theirs])).len(), 1);
 }
 
@@ -155,7 +161,11 @@ fn recover_about_a_speculative_execution_is_answered_once_it_is_committed() {
     let mut a = leader(0, Mutations::default());
     let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
     dispatch(&mut a, 100, &t);
-    let theirs = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None }] };
+    let theirs = PeerBatch {
+        from: 1,
+        watermark: 0,
+        items: vec![PeerItem::Propose { id: id(1), ts: 1_000, at: None, fast: false }],
+    };
     assert_eq!(executed(&deliver(&mut a, 1_000, vec![theirs])).len(), 1);
     let recover = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Recover { txn: t.clone(), ts: 1_000 }] };
     let out = deliver(&mut a, 1_001, vec![recover]);
@@ -186,6 +196,7 @@ fn client_msgs(out: &[LeaderOutput]) -> Vec<(TxnReply, Option<Vec<u8>>)> {
             | LeaderOutput::ToClients { .. }
             | LeaderOutput::ToAllClients { .. }
             | LeaderOutput::ToPeer { .. }
+            | LeaderOutput::ToPeerDurably { .. }
             | LeaderOutput::Executed { .. } => None,
         })
         .collect()

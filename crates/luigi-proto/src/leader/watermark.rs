@@ -100,6 +100,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let (at, w) = self.broadcast_at;
         if now >= at + self.config.watermark_broadcast_us && self.watermark > w {
             self.broadcast_at = (now, self.watermark);
+            self.fast_peers.prune_to(self.watermark);
             let shard = self.config.shard;
             let mut msgs = vec![ServerMsg::Watermark { shard, watermark: self.watermark }];
             if self.floor_committed > self.promise_sent {

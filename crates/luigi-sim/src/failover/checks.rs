@@ -228,7 +228,10 @@ impl RaftGroups<'_> {
                 .find(|r| r.is_serving())
                 .expect("converged");
             stores.push(leader.store());
-            self.report.recover_sent += luigi(leader).and_then(Replica::leader).map_or(0, |l| l.stats().recover_sent);
+            if let Some(stats) = luigi(leader).and_then(Replica::leader).map(|l| l.stats()) {
+                self.report.recover_sent += stats.recover_sent;
+                self.report.fast_proposals += stats.fast_proposals;
+            }
         }
         // The workload's model knows nothing of the synthetic population.
         let modelled: Vec<Store> = if self.faults.population_bytes > 0 {

@@ -256,6 +256,9 @@ pub struct FailoverReport {
     /// Leader counters, summed over every serving incarnation that was still alive at the
     /// end (a crashed leader's counters are lost with it).
     pub recover_sent: u64,
+    /// Other shards' marked proposals used before their proof (DESIGN.md rule 18), counted
+    /// like `recover_sent`.
+    pub fast_proposals: u64,
     /// Virtual time at which the last transaction was answered, µs.
     pub end_us: u64,
     /// Events processed.
@@ -292,6 +295,7 @@ impl FailoverReport {
         self.retries += r.retries;
         self.fast_commits += r.fast_commits;
         self.recover_sent += r.recover_sent;
+        self.fast_proposals += r.fast_proposals;
         self.end_us = self.end_us.max(r.end_us);
         self.events += r.events;
         self.messages += r.messages;

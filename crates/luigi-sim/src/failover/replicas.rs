@@ -500,6 +500,7 @@ impl RaftGroups<'_> {
                         | PeerItem::Refuse { .. }
                         | PeerItem::Acknowledged { .. }
                         | PeerItem::Progress(_)
+                        | PeerItem::FastAccept { .. }
                         | PeerItem::Base(
                             BaseItem::Execute { .. }
                             | BaseItem::Executed { .. }

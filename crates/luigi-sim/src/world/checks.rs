@@ -290,6 +290,7 @@ fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
         recover_sent: a.recover_sent + b.recover_sent,
         recover_forgotten: a.recover_forgotten + b.recover_forgotten,
         recover_acknowledged: a.recover_acknowledged + b.recover_acknowledged,
+        fast_proposals: a.fast_proposals + b.fast_proposals,
     }
 }
 

@@ -183,7 +183,8 @@ impl IdealLog {
                         core.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
                     }
                 }
-                LeaderOutput::ToPeer { shard: to, batch } => {
+                // Unreplicated: no accept log to wait for.
+                LeaderOutput::ToPeer { shard: to, batch } | LeaderOutput::ToPeerDurably { shard: to, batch, .. } => {
                     if to == shard || to >= core.config.shards || batch.from != shard {
                         return Err(core.violation(
                             ViolationKind::Invariant,

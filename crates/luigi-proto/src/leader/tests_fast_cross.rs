@@ -1,0 +1,101 @@
+//! Transcript tests of the cross-shard fast path at a leader (DESIGN.md rules 16-18), over a
+//! log that commits only when the test says so: a fast-eligible cross-shard proposal leaves
+//! marked and after the leader's vote; another shard's marked proposal is used before its
+//! proof once every follower of the proposer's term accepted it, and not otherwise.
+
+use luigi_store::Store;
+
+use super::tests::executed;
+use super::tests_common::{deliver, dispatch, id, tick, txn};
+use super::tests_speculation::{commit_all, pos, HeldLog, Leader};
+use super::*;
+use crate::fast::AcceptRecord;
+use crate::msg::{PeerBatch, PeerItem};
+
+/// Shard `shard`'s leader of 2 shards of 3 replicas in term 3, with the fast path.
+fn leader(shard: ShardId, mutations: Mutations) -> Leader {
+    let mut config = LeaderConfig::new(shard, 2);
+    config.group_sizes = vec![3, 3];
+    config.fast_path = true;
+    config.mutations = mutations;
+    let mut l = ShardLeader::new(config, HeldLog::new(3), Store::new(), Registry::with_builtins());
+    tick(&mut l, 0);
+    commit_all(&mut l, 1);
+    l
+}
+
+/// The batches to peers in `out`, with the accept records each waits for (`None`: sent at
+/// once).
+fn peer_sends(out: &[LeaderOutput]) -> Vec<(PeerBatch, Option<Vec<Vec<u8>>>)> {
+    out.iter()
+        .filter_map(|o| match o {
+            LeaderOutput::ToPeer { batch, .. } => Some((batch.clone(), None)),
+            LeaderOutput::ToPeerDurably { batch, records, .. } => Some((batch.clone(), Some(records.clone()))),
+            LeaderOutput::ToClient { .. }
+            | LeaderOutput::ToClientDurably { .. }
+            | LeaderOutput::ToClients { .. }
+            | LeaderOutput::ToAllClients { .. }
+            | LeaderOutput::Executed { .. } => None,
+        })
+        .collect()
+}
+
+fn from_1(items: Vec<PeerItem>) -> Vec<PeerBatch> {
+    vec![PeerBatch { from: 1, watermark: 0, items }]
+}
+
+fn accept(replica: u32, term: u64, ts: Timestamp) -> PeerItem {
+    PeerItem::FastAccept { replica, term, id: id(1), ts }
+}
+
+#[test]
+fn a_fast_eligible_cross_shard_proposal_leaves_marked_after_the_leaders_vote() {
+    let mut a = leader(0, Mutations::default());
+    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    let out = dispatch(&mut a, 100, &t);
+    let mine = a.log().last_index();
+    let vote = AcceptRecord { txn: t.clone(), ts: 1_000 };
+    let sent = peer_sends(&out);
+    let [(batch, Some(records))] = sent.as_slice() else { panic!("one batch waiting for the vote: {sent:?}") };
+    assert_eq!(batch.items, vec![PeerItem::Propose { id: id(1), ts: 1_000, at: pos(mine), fast: true }]);
+    assert_eq!(records, &vec![vote.encode()], "rule 16: the vote is written before the marked proposal leaves");
+    assert_eq!(a.fast_votes(), vec![vote], "kept for a new leader's recovery until its PREPARE commits");
+    // Arrived after its timestamp: moved, so neither marked nor voted for.
+    let late = txn(2, 500, &[(0, 3, Some(5)), (1, 4, Some(6))]);
+    let sent = peer_sends(&dispatch(&mut a, 600, &late));
+    assert!(matches!(sent.as_slice(), [(b, None)] if matches!(b.items[..], [PeerItem::Propose { fast: false, .. }])));
+    assert_eq!(a.fast_votes().len(), 1);
+    commit_all(&mut a, 700);
+    assert!(a.fast_votes().is_empty());
+}
+
+#[test]
+fn a_marked_proposal_is_used_before_its_proof_once_every_follower_of_its_term_accepted_it() {
+    let mut a = leader(0, Mutations::default());
+    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    dispatch(&mut a, 100, &t);
+    let marked = PeerItem::Propose { id: id(1), ts: 1_000, at: pos(9), fast: true };
+    assert!(executed(&deliver(&mut a, 200, from_1(vec![marked, accept(1, 3, 1_000)]))).is_empty());
+    assert!(executed(&tick(&mut a, 5_000)).is_empty(), "one follower of two");
+    assert!(executed(&deliver(&mut a, 5_001, from_1(vec![accept(2, 2, 1_000)]))).is_empty(), "of another term");
+    let out = deliver(&mut a, 5_002, from_1(vec![accept(2, 3, 1_000)]));
+    assert_eq!(executed(&out), vec![(0, id(1), 1_000)], "rule 18: both followers of term 3 accepted at 1000");
+    assert_eq!(a.stats().fast_proposals, 1);
+}
+
+#[test]
+fn accepts_make_no_unmarked_proposal_usable_and_the_mutation_needs_none() {
+    let mut a = leader(0, Mutations::default());
+    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    dispatch(&mut a, 100, &t);
+    let unmarked = PeerItem::Propose { id: id(1), ts: 1_000, at: pos(9), fast: false };
+    let out = deliver(&mut a, 200, from_1(vec![accept(1, 3, 1_000), accept(2, 3, 1_000), unmarked]));
+    assert!(executed(&out).is_empty());
+    assert!(executed(&tick(&mut a, 5_000)).is_empty(), "waits for its proof (rule 14)");
+
+    let mut b = leader(0, Mutations { fast_trusts_marked_proposals: true, ..Mutations::default() });
+    dispatch(&mut b, 100, &t);
+    let marked = PeerItem::Propose { id: id(1), ts: 1_000, at: pos(9), fast: true };
+    deliver(&mut b, 200, from_1(vec![marked]));
+    assert_eq!(executed(&tick(&mut b, 1_000)).len(), 1, "the mutation: decided without any accept");
+}
