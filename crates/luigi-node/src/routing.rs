@@ -276,6 +276,22 @@ impl ClientRoutes {
         (0..n).map(|step| (replica + step) % n).filter(|r| reachable(*r)).collect()
     }
 
+    /// As [`ClientRoutes::route`], and whether the replica believed to lead `shard` is among
+    /// the targets. A dispatch that missed it (its link is not up) should be sent again soon
+    /// rather than after the full retry timeout: the others may say nothing (a fast-path
+    /// follower only accepts, DESIGN.md "the fast path").
+    pub fn route_reaching_guess(
+        &mut self,
+        shard: ShardId,
+        msg: &ClientMsg,
+        reachable: impl Fn(u32) -> bool,
+    ) -> (Vec<u32>, bool) {
+        let guessed = self.guess(shard);
+        let targets = self.route(shard, msg, reachable);
+        let reached = targets.contains(&guessed);
+        (targets, reached)
+    }
+
     /// `msg` came from `node`: follows a `NotLeader` hint or a newer watermark.
     pub fn on_server_msg(&mut self, node: NodeId, msg: &ServerMsg) {
         let s = node.shard as usize;

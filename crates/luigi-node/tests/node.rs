@@ -282,6 +282,18 @@ fn batches_wait_for_a_reachable_leader_and_go_out_in_order() {
 }
 
 #[test]
+fn a_fan_out_dispatch_that_cannot_reach_the_believed_leader_says_so() {
+    // Found measuring the fast path: a client whose link to the leader was not up yet sent
+    // its first dispatch to the followers alone, which accepted it silently, and waited the
+    // whole retry timeout (2.2 s under geo). Its shell now asks again soon.
+    let mut routes = ClientRoutes::for_protocol(vec![3], Protocol::Luigi).fanning_out();
+    let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0 };
+    assert_eq!(routes.route_reaching_guess(0, &dispatch, |r| r != 0), (vec![1, 2], false));
+    let next = ClientMsg::Dispatch { txn: kv_txn(1, 2), sent_us: 0, acked_below: 0 };
+    assert_eq!(routes.route_reaching_guess(0, &next, |_| true), (vec![1, 2, 0], true), "the guess moved to 1");
+}
+
+#[test]
 fn clients_follow_hints_newer_watermarks_and_move_on_after_a_resend_without_news_to_every_replica() {
     let mut routes = ClientRoutes::for_protocol(vec![3], Protocol::Luigi);
     let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0 };

@@ -288,11 +288,14 @@ impl Routes {
         }
     }
 
-    /// The writers for `msg` to `shard` (see [`ClientRoutes::route`]).
-    fn writers(&mut self, shard: ShardId, msg: &ClientMsg) -> Vec<&PeerWriter<WireMsg>> {
+    /// The writers for `msg` to `shard` (see [`ClientRoutes::route`]), and whether the replica
+    /// believed to lead it was among them.
+    fn writers(&mut self, shard: ShardId, msg: &ClientMsg) -> (Vec<&PeerWriter<WireMsg>>, bool) {
         let writers = &self.writers;
-        let replicas = self.guess.route(shard, msg, |replica| writers.contains_key(&NodeId { shard, replica }));
-        replicas.into_iter().filter_map(|replica| self.writers.get(&NodeId { shard, replica })).collect()
+        let reachable = |replica| writers.contains_key(&NodeId { shard, replica });
+        let (replicas, reached_guess) = self.guess.route_reaching_guess(shard, msg, reachable);
+        let writers = replicas.into_iter().filter_map(|replica| self.writers.get(&NodeId { shard, replica }));
+        (writers.collect(), reached_guess)
     }
 }
 
@@ -468,7 +471,8 @@ impl Driver {
         for o in self.out.drain(..) {
             match o {
                 CoordOutput::Send { shard, msg } => {
-                    let writers = self.routes.writers(shard, &msg);
+                    let dispatch = matches!(msg, ClientMsg::Dispatch { .. });
+                    let (writers, reached_guess) = self.routes.writers(shard, &msg);
                     if writers.is_empty() {
                         debug!(shard, "no replica of the shard connected; will retry");
                     }
@@ -478,6 +482,12 @@ impl Driver {
                         if let Err(e) = w.send(&msg) {
                             debug!(shard, error = %e, "send to a replica failed; will retry");
                         }
+                    }
+                    if dispatch && !reached_guess {
+                        // The replica believed to lead is not connected (yet): the others may
+                        // not answer (a fast-path follower only accepts), so ask again soon,
+                        // as after losing that connection, not after the full retry timeout.
+                        self.core.shard_unreachable(clock::now_us(), shard);
                     }
                 }
                 CoordOutput::Done(c) => {
