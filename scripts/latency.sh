@@ -9,8 +9,9 @@
 #
 # Usage: scripts/latency.sh [nets|exact|colocated|all] (default all)
 # LUIGI=path/to/luigi (default target/release/luigi), TAG=name in the results files (default
-# "now"), DURATION/WARMUP in seconds, FAST_PATH=1 to turn on Luigi's fast path in the
-# cluster files of "exact" and "colocated" (`[protocol] fast_path = true`). Results: results/latency-<TAG>-<variant>-<shape>.json.
+# "now"), DURATION/WARMUP in seconds, FAST_PATH=1 to turn on Luigi's fast path (`--fast-path`
+# for "nets", `[protocol] fast_path = true` in the cluster files of "exact" and "colocated").
+# Results: results/latency-<TAG>-<variant>-<shape>.json.
 # The "exact" and "colocated" clusters are started from a cluster file with per-link
 # overrides (ports 7400-7405, data under a temporary directory, removed at the end).
 set -euo pipefail
@@ -21,6 +22,8 @@ DURATION=${DURATION:-12}
 WARMUP=${WARMUP:-2}
 what=${1:-all}
 common=(--duration "$DURATION" --warmup "$WARMUP" --no-progress --in-flight 1)
+fast=()
+if [[ ${FAST_PATH:-0} == 1 ]]; then fast=(--fast-path); fi
 
 # A cluster file: $1 shards of 3 replicas, every hop $2 us with jitter 0, and the leaders
 # (replica 0 of each shard) $3 us apart.
@@ -71,7 +74,8 @@ run_file_cluster() {
 if [[ $what == nets || $what == all ]]; then
   for shape in 1x3 2x3; do
     "$LUIGI" bench micro --shards "${shape%x*}" --replicas 3 --threads 1,8 \
-      --net same-region,same-continent,cross-continent,geo "${common[@]}" --json "results/latency-$TAG-nets-$shape.json"
+      --net same-region,same-continent,cross-continent,geo "${common[@]}" "${fast[@]}" \
+      --json "results/latency-$TAG-nets-$shape.json"
   done
 fi
 if [[ $what == exact || $what == all ]]; then

@@ -63,6 +63,9 @@ pub struct BenchOptions {
     pub cluster: Option<PathBuf>,
     /// `--protocol` (default: luigi, or the cluster file's `[protocol] kind`), as given.
     pub protocol: Option<String>,
+    /// `--fast-path` (local cluster only, Luigi only): the cluster file's `[protocol]
+    /// fast_path = true` (DESIGN.md, "The fast path").
+    pub fast_path: bool,
 }
 
 /// The cluster a benchmark runs against.
@@ -78,6 +81,8 @@ pub enum Target {
         nets: Vec<Scenario>,
         /// "fsync" or "none".
         durability: &'static str,
+        /// Luigi's fast path on.
+        fast_path: bool,
     },
     /// The servers of a cluster file (already running).
     File {
@@ -154,9 +159,14 @@ impl BenchOptions {
                 replicas: self.replicas.unwrap_or(1),
                 nets: self.net.clone().unwrap_or_else(|| vec![Scenario::SameRegion]),
                 durability: self.durability.unwrap_or("fsync"),
+                fast_path: self.fast_path,
             },
         };
         let protocols = match (&target, asked) {
+            (Target::Local { fast_path: true, .. }, Some(asked)) if asked != [Protocol::Luigi] => {
+                let asked: Vec<&str> = asked.iter().map(|p| p.name()).collect();
+                bail!(invalid("--protocol", asked.join(","), "--fast-path is Luigi's: use --protocol luigi"));
+            }
             (Target::Local { .. }, asked) => asked.unwrap_or_else(|| vec![Protocol::Luigi]),
             (Target::File { path, config }, asked) => {
                 let runs = config.protocol();
@@ -195,6 +205,7 @@ impl BenchOptions {
                 ("--replicas", self.replicas.is_some()),
                 ("--net", self.net.is_some()),
                 ("--durability", self.durability.is_some()),
+                ("--fast-path", self.fast_path),
             ]
             .into_iter()
             .filter_map(|(name, given)| given.then_some(name))
@@ -202,8 +213,8 @@ impl BenchOptions {
             ensure!(
                 local_only.is_empty(),
                 "{} cannot be used with --cluster: the cluster file and its running servers decide the shards, \
-                 replicas, network scenario and durability (these options only shape the local cluster the benchmark \
-                 starts without --cluster)",
+                 replicas, network scenario, durability and fast path (these options only shape the local cluster the \
+                 benchmark starts without --cluster)",
                 local_only.join(", ")
             );
         }
@@ -373,8 +384,11 @@ mod tests {
     fn defaults_are_a_local_cluster_and_the_json_check_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let plan = ok_options(dir.path()).validate().unwrap();
-        let Target::Local { shards, replicas, nets, durability } = &plan.target else { panic!("local") };
-        assert_eq!((*shards, *replicas, nets.as_slice(), *durability), (1, 1, &[Scenario::SameRegion][..], "fsync"));
+        let Target::Local { shards, replicas, nets, durability, fast_path } = &plan.target else { panic!("local") };
+        assert_eq!(
+            (*shards, *replicas, nets.as_slice(), *durability, *fast_path),
+            (1, 1, &[Scenario::SameRegion][..], "fsync", false)
+        );
         assert_eq!(plan.shards(), 1);
         assert_eq!((plan.duration, plan.warmup), (Duration::from_secs(10), Duration::from_secs(2)));
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no probe file or directory left");
@@ -502,6 +516,20 @@ mod tests {
     }
 
     #[test]
+    fn the_fast_path_is_a_local_luigi_clusters_and_off_by_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = ok_options(dir.path());
+        let local_fast = |plan: &BenchPlan| matches!(plan.target, Target::Local { fast_path, .. } if fast_path);
+        assert!(!local_fast(&base.validate().unwrap()), "off by default");
+        let on = BenchOptions { fast_path: true, ..base.clone() };
+        assert!(local_fast(&on.validate().unwrap()));
+        let luigi = BenchOptions { protocol: Some("luigi".into()), ..on.clone() };
+        assert_eq!(luigi.validate().unwrap().protocols, vec![Protocol::Luigi]);
+        let msg = refused(&BenchOptions { protocol: Some("luigi,occ".into()), ..on }, "invalid --protocol luigi,occ:");
+        assert!(msg.contains("--fast-path is Luigi's"), "{msg}");
+    }
+
+    #[test]
     fn a_cluster_file_excludes_the_local_cluster_options() {
         let dir = tempfile::tempdir().unwrap();
         let base = BenchOptions { cluster: Some(cluster_file(dir.path())), ..ok_options(dir.path()) };
@@ -519,6 +547,7 @@ mod tests {
             &BenchOptions { durability: Some("none"), ..base.clone() },
             "--durability cannot be used with --cluster",
         );
+        refused(&BenchOptions { fast_path: true, ..base.clone() }, "--fast-path cannot be used with --cluster");
         refused(
             &BenchOptions { shards: Some(2), net: Some(vec![Scenario::None]), ..base.clone() },
             "--shards, --net cannot be used",

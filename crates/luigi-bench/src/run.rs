@@ -59,6 +59,9 @@ pub struct RunSpec {
     pub protocol: Protocol,
     /// Log durability of the started servers: "fsync" or "none".
     pub durability: &'static str,
+    /// Luigi's fast path on the local cluster (`[protocol] fast_path`); a cluster file's
+    /// own setting decides for its servers.
+    pub fast_path: bool,
     /// The `luigi` binary used to start servers.
     pub exe: PathBuf,
     /// Draw a progress bar.
@@ -154,6 +157,7 @@ pub fn run_workload<T>(
             let mut config = ClusterConfig::local(run.shards, run.net, &vec![0; run.shards as usize]);
             config.protocol.headroom_us = run.headroom_us;
             config.set_protocol(run.protocol);
+            config.protocol.fast_path = run.fast_path.then_some(true);
             config.workload = hosted;
             for shard in &mut config.shards {
                 shard.replicas = vec!["127.0.0.1:0".into(); run.replicas as usize];
@@ -252,6 +256,7 @@ impl Measured {
         params.insert("cross_shard_committed".into(), serde_json::json!(c.cross_shard));
         params.insert("second_round_committed".into(), serde_json::json!(c.second_round));
         params.insert("fast_path_committed".into(), serde_json::json!(c.fast_path));
+        params.insert("fast_path".into(), serde_json::json!(self.config.fast_path()));
         params.insert("ready_s".into(), serde_json::json!(self.ready.as_secs_f64()));
         let protocol = self.config.protocol();
         BenchResult {

@@ -276,20 +276,13 @@ impl ClientRoutes {
         (0..n).map(|step| (replica + step) % n).filter(|r| reachable(*r)).collect()
     }
 
-    /// As [`ClientRoutes::route`], and whether the replica believed to lead `shard` is among
-    /// the targets. A dispatch that missed it (its link is not up) should be sent again soon
-    /// rather than after the full retry timeout: the others may say nothing (a fast-path
-    /// follower only accepts, DESIGN.md "the fast path").
-    pub fn route_reaching_guess(
-        &mut self,
-        shard: ShardId,
-        msg: &ClientMsg,
-        reachable: impl Fn(u32) -> bool,
-    ) -> (Vec<u32>, bool) {
-        let guessed = self.guess(shard);
-        let targets = self.route(shard, msg, reachable);
-        let reached = targets.contains(&guessed);
-        (targets, reached)
+    /// Whether the link to `replica` of `shard` coming up or going down should send the
+    /// dispatches still waiting on `shard` again soon rather than after the full retry
+    /// timeout: it is the replica believed to lead, or, fanning out, any replica (the
+    /// guess follows watermarks and may sit on a follower; a dispatch that missed the
+    /// leader's link goes unanswered, since a fast-path follower only accepts).
+    pub fn link_change_resends(&self, shard: ShardId, replica: u32) -> bool {
+        self.fan_out || self.guess(shard) == replica
     }
 
     /// `msg` came from `node`: follows a `NotLeader` hint or a newer watermark.

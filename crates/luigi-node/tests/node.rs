@@ -282,15 +282,20 @@ fn batches_wait_for_a_reachable_leader_and_go_out_in_order() {
 }
 
 #[test]
-fn a_fan_out_dispatch_that_cannot_reach_the_believed_leader_says_so() {
-    // Found measuring the fast path: a client whose link to the leader was not up yet sent
-    // its first dispatch to the followers alone, which accepted it silently, and waited the
-    // whole retry timeout (2.2 s under geo). Its shell now asks again soon.
-    let mut routes = ClientRoutes::for_protocol(vec![3], Protocol::Luigi).fanning_out();
+fn fanning_out_any_replicas_link_coming_or_going_resends_what_waits_on_its_shard() {
+    // Found measuring the fast path: a client whose link to the leader was not up yet (its
+    // guess had followed a follower's newer watermark) sent its first dispatch to the
+    // followers alone, which accepted it silently, and waited the whole retry timeout (2.2 s
+    // under geo). Its shell asks again when a link of the shard comes up or goes down.
+    let mut fanning = ClientRoutes::for_protocol(vec![3], Protocol::Luigi).fanning_out();
+    fanning.on_server_msg(NodeId { shard: 0, replica: 1 }, &ServerMsg::Watermark { shard: 0, watermark: 10 });
+    assert_eq!(fanning.guess(0), 1, "the guess follows the newer watermark, to a follower");
     let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0 };
-    assert_eq!(routes.route_reaching_guess(0, &dispatch, |r| r != 0), (vec![1, 2], false));
-    let next = ClientMsg::Dispatch { txn: kv_txn(1, 2), sent_us: 0, acked_below: 0 };
-    assert_eq!(routes.route_reaching_guess(0, &next, |_| true), (vec![1, 2, 0], true), "the guess moved to 1");
+    assert_eq!(fanning.route(0, &dispatch, |r| r != 0), vec![1, 2], "the leader's link is not up: missed");
+    assert!((0..3).all(|r| fanning.link_change_resends(0, r)));
+    // Not fanning out: only the believed leader's link matters (the others answer NotLeader).
+    let single = ClientRoutes::for_protocol(vec![3], Protocol::Luigi);
+    assert_eq!((single.link_change_resends(0, 0), single.link_change_resends(0, 1)), (true, false));
 }
 
 #[test]

@@ -288,14 +288,11 @@ impl Routes {
         }
     }
 
-    /// The writers for `msg` to `shard` (see [`ClientRoutes::route`]), and whether the replica
-    /// believed to lead it was among them.
-    fn writers(&mut self, shard: ShardId, msg: &ClientMsg) -> (Vec<&PeerWriter<WireMsg>>, bool) {
+    /// The writers for `msg` to `shard` (see [`ClientRoutes::route`]).
+    fn writers(&mut self, shard: ShardId, msg: &ClientMsg) -> Vec<&PeerWriter<WireMsg>> {
         let writers = &self.writers;
-        let reachable = |replica| writers.contains_key(&NodeId { shard, replica });
-        let (replicas, reached_guess) = self.guess.route_reaching_guess(shard, msg, reachable);
-        let writers = replicas.into_iter().filter_map(|replica| self.writers.get(&NodeId { shard, replica }));
-        (writers.collect(), reached_guess)
+        let replicas = self.guess.route(shard, msg, |replica| writers.contains_key(&NodeId { shard, replica }));
+        replicas.into_iter().filter_map(|replica| self.writers.get(&NodeId { shard, replica })).collect()
     }
 }
 
@@ -437,11 +434,15 @@ impl Driver {
         match ev {
             Event::Up { node, writer } => {
                 self.routes.writers.insert(node, writer);
+                // What was sent while it was down missed it: if it may lead, ask again.
+                if self.routes.guess.link_change_resends(node.shard, node.replica) {
+                    self.core.shard_unreachable(clock::now_us(), node.shard);
+                }
             }
             Event::Down { node } => {
                 warn!(node = %node.name(), "connection to replica lost; reconnecting");
                 self.routes.writers.remove(&node);
-                if self.routes.guess.guess(node.shard) == node.replica {
+                if self.routes.guess.link_change_resends(node.shard, node.replica) {
                     self.core.shard_unreachable(clock::now_us(), node.shard);
                 }
             }
@@ -471,8 +472,7 @@ impl Driver {
         for o in self.out.drain(..) {
             match o {
                 CoordOutput::Send { shard, msg } => {
-                    let dispatch = matches!(msg, ClientMsg::Dispatch { .. });
-                    let (writers, reached_guess) = self.routes.writers(shard, &msg);
+                    let writers = self.routes.writers(shard, &msg);
                     if writers.is_empty() {
                         debug!(shard, "no replica of the shard connected; will retry");
                     }
@@ -482,12 +482,6 @@ impl Driver {
                         if let Err(e) = w.send(&msg) {
                             debug!(shard, error = %e, "send to a replica failed; will retry");
                         }
-                    }
-                    if dispatch && !reached_guess {
-                        // The replica believed to lead is not connected (yet): the others may
-                        // not answer (a fast-path follower only accepts), so ask again soon,
-                        // as after losing that connection, not after the full retry timeout.
-                        self.core.shard_unreachable(clock::now_us(), shard);
                     }
                 }
                 CoordOutput::Done(c) => {

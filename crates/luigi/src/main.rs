@@ -200,6 +200,11 @@ struct RunArgs {
     /// repeat it.
     #[arg(long)]
     protocol: Option<String>,
+    /// Turn on Luigi's fast path in the local cluster's file (`[protocol] fast_path = true`;
+    /// experimental, DESIGN.md "The fast path"). Luigi only; not with --cluster (the file
+    /// decides).
+    #[arg(long)]
+    fast_path: bool,
 }
 
 /// `luigi bench micro` options: see also `MicroOptions::validate` in luigi-bench.
@@ -404,6 +409,7 @@ impl RunArgs {
             json: self.json.clone().unwrap_or_else(|| PathBuf::from(format!("results/{workload}.json"))),
             cluster: self.cluster.clone(),
             protocol: self.protocol.clone(),
+            fast_path: self.fast_path,
         }
     }
 }
@@ -416,11 +422,14 @@ fn bench_runs(
     mut run_one: impl FnMut(RunSpec) -> anyhow::Result<BenchResult>,
 ) -> anyhow::Result<Vec<BenchResult>> {
     let exe = std::env::current_exe().context("cannot locate the luigi binary")?;
-    let (nets, replicas, durability, cluster_file) = match &plan.target {
-        Target::Local { replicas, nets, durability, .. } => (nets.clone(), *replicas, *durability, None),
+    let (nets, replicas, durability, fast_path, cluster_file) = match &plan.target {
+        Target::Local { replicas, nets, durability, fast_path, .. } => {
+            (nets.clone(), *replicas, *durability, *fast_path, None)
+        }
         // The servers' durability is their own --durability, which the client cannot see.
         Target::File { path, config } => {
-            (vec![config.scenario()], config.shards[0].replicas.len() as u32, "unknown", Some(path.clone()))
+            let replicas = config.shards[0].replicas.len() as u32;
+            (vec![config.scenario()], replicas, "unknown", config.fast_path(), Some(path.clone()))
         }
     };
     let mut results: Vec<BenchResult> = Vec::new();
@@ -438,6 +447,7 @@ fn bench_runs(
                 cluster_file: cluster_file.clone(),
                 protocol,
                 durability,
+                fast_path,
                 exe: exe.clone(),
                 progress,
             };
