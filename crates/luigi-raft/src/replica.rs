@@ -136,6 +136,9 @@ pub struct Replica {
     /// the cluster runs it ([`LeaderConfig::fast_path`]); fed by the committed log while
     /// this replica follows.
     acceptor: Option<Acceptor>,
+    /// A leader that serves before its recovered `PREPARE`s commit keeps the accepts it
+    /// held until its commit reaches this index: dying first, it leaves them recoverable.
+    accepts_kept_until: Option<u64>,
     stats: ReplicaStats,
 }
 
@@ -167,6 +170,7 @@ impl Replica {
             executed: Vec::new(),
             waiting: Waiting::default(),
             recovery: None,
+            accepts_kept_until: None,
             acceptor,
             stats: ReplicaStats::default(),
         })
@@ -365,7 +369,8 @@ impl Replica {
                     && fast_recovered(self.acceptor.as_ref(), &mut self.recovery, f, log, skip)?
                     && log.may_serve()
                 {
-                    self.promote(now);
+                    let tail = log.records_after_handed_out()?;
+                    self.promote(now, tail);
                     transition = Some(Transition::Promoted);
                 }
             }
@@ -373,6 +378,10 @@ impl Replica {
                 if !l.log().is_leader() {
                     self.demote()?;
                     transition = Some(Transition::Demoted);
+                } else if self.accepts_kept_until.is_some_and(|last| l.log().commit_index() >= last) {
+                    // Its recovered PREPAREs are committed: the accepts decide nothing more.
+                    self.accepts_kept_until = None;
+                    self.acceptor = Some(Acceptor::new(self.config.mutations.fast_hashes_direct_predecessors));
                 }
             }
             State::Switching => unreachable!("not observable"),
@@ -515,16 +524,25 @@ impl Replica {
         }
     }
 
-    fn promote(&mut self, now: TimeUs) {
+    /// Takes office with the state applied so far and `tail`, the records after it (the
+    /// fast path's recovered `PREPARE`s, not committed yet).
+    fn promote(&mut self, now: TimeUs, tail: Vec<LogEntry>) {
         let State::Follower(f, log) = std::mem::replace(&mut self.state, State::Switching) else {
             unreachable!("promote is called on a follower")
         };
-        let leader = ShardLeader::recover(self.config.clone(), log, f.into_handover(), now);
+        // Serving before its recovered PREPAREs commit (they are its log's tail): the leader
+        // takes them over as its own, and the accepts stay until they commit.
+        let kept = self.recovery.as_ref().and_then(|r| r.proposed).filter(|last| *last > log.commit_index());
+        let mut leader = ShardLeader::recover(self.config.clone(), log, f.into_handover(), now);
+        leader.take_over_tail(tail);
         self.state = State::Leader(leader);
         if self.acceptor.is_some() {
             // Recovery put every transaction that may have been fast-committed in earlier
-            // terms into the committed log: the accepts held so far decide nothing more.
-            self.acceptor = Some(Acceptor::new(self.config.mutations.fast_hashes_direct_predecessors));
+            // terms into its log: once that commits, the accepts decide nothing more.
+            self.accepts_kept_until = kept;
+            if kept.is_none() {
+                self.acceptor = Some(Acceptor::new(self.config.mutations.fast_hashes_direct_predecessors));
+            }
         }
         self.recovery = None;
         self.stats.promotions += 1;
@@ -534,7 +552,12 @@ impl Replica {
         let State::Leader(l) = std::mem::replace(&mut self.state, State::Switching) else {
             unreachable!("demote is called on a leader")
         };
-        let votes = l.fast_votes();
+        let mut votes = l.fast_votes();
+        if self.accepts_kept_until.take().is_some() {
+            // Deposed before its recovered PREPAREs committed: the accepts it kept stay
+            // undecided, like its votes, until its log decides them.
+            votes.extend(self.acceptor.as_ref().map(Acceptor::undecided_records).unwrap_or_default());
+        }
         let mut log = l.into_log();
         let empty = Follower::new(self.config.shard, Store::new(), self.registry.clone());
         let rebuilt = log.replay_for_rebuild().and_then(|replay| {
@@ -604,8 +627,10 @@ fn running_for_or_leading(log: &RaftLog) -> bool {
 
 /// Whether a replica elected in `log.term()` (with everything handed out applied to `f`)
 /// has recovered what a majority's accepts say may have been fast-committed: with the fast
-/// path, it reads a majority's undecided accepts, prepares what `to_recover` returns before
-/// anything else it admits, and waits for those records to commit. Without, at once. It
+/// path, it reads a majority's undecided accepts and prepares what `to_recover` returns
+/// before anything else it admits; it serves with those records as its log's tail, not
+/// waiting for them to commit (one round trip more after the no-op, since raft-rs probes a
+/// follower until it answers the no-op's append). Without the fast path, at once. It
 /// need not wait for its no-op: its whole log (the state applied and the records after it,
 /// committed or not) is what it will commit, and R1-R3 read that.
 ///
@@ -620,8 +645,8 @@ fn fast_recovered(
 ) -> Result<bool, RaftError> {
     let Some(acceptor) = acceptor else { return Ok(true) };
     let rec = FastRecovery::of_term(recovery, log.term());
-    if let Some(last) = rec.proposed {
-        return Ok(log.commit_index() >= last);
+    if rec.proposed.is_some() {
+        return Ok(true);
     }
     if rec.others.len() + 1 < majority(log) {
         return Ok(false);
@@ -647,9 +672,10 @@ fn fast_recovered(
             Err(_) => return Ok(false), // a full backlog: the rest at a later turn
         }
     }
-    // Every recovered PREPARE, including those proposed at earlier turns, must commit first.
+    // Every recovered PREPARE is in the log: the leader serves with them as its log's tail
+    // (the answers wait for their positions, rule 14), keeping the accepts until they commit.
     rec.proposed = Some(rec.last_index);
-    Ok(log.commit_index() >= rec.last_index)
+    Ok(true)
 }
 
 /// A stepped-down leader's acceptor: its order table rebuilt from the committed records

@@ -9,7 +9,7 @@ use super::answers::{Answer, Known};
 use super::follower::Handover;
 use super::speculation::DeferredRecover;
 use super::{LeaderConfig, LeaderOutput, Pending, ShardLeader, StalledTxn};
-use crate::log::ReplicatedLog;
+use crate::log::{LogEntry, LogRecord, ReplicatedLog};
 use crate::msg::{PeerItem, TxnError};
 use crate::types::{ShardId, TimeUs, Timestamp, Txn, TxnId};
 
@@ -72,6 +72,56 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             l.taken_over += 1;
         }
         l
+    }
+
+    /// Takes over what this replica's fast-path recovery round (R3) appended after the state
+    /// it handed over: `PREPARE`s of its own term, not committed yet (DESIGN.md, "the fast
+    /// path", serving before they commit). Each is pending here like one of this leader's
+    /// admissions (its answer waits for its position, rule 14; a cross-shard one announces
+    /// its proposal with that position) but never fast (F1 needs an admission), and nothing
+    /// is admitted at or below it. Other records are not expected there and are left alone.
+    pub fn take_over_tail(&mut self, tail: Vec<LogEntry>) {
+        let me = self.config.shard;
+        for entry in tail {
+            let LogRecord::Prepare { txn, ts, arrival_delta_us, .. } = entry.record else { continue };
+            let id = txn.id;
+            let Some(keys) = txn.piece(me).cloned() else { continue };
+            if self.pending.contains_key(&id) {
+                continue;
+            }
+            self.admission_floor = self.admission_floor.max(ts);
+            self.queue.insert(id, ts, &keys);
+            if let Some(f) = self.fast.as_mut() {
+                f.moved(id, ts, &keys);
+            }
+            let cross = txn.is_cross_shard();
+            if !cross {
+                self.queue.mark_ready(id);
+            }
+            let others: Vec<ShardId> = txn.shards().filter(|s| *s != me).collect();
+            let agreement = cross.then(|| Agreement::new(txn.shards().collect()));
+            let pending = Pending {
+                txn,
+                ts,
+                proposal: ts,
+                confirmed: false,
+                recover_at: None,
+                prepare_index: entry.index,
+                arrival_delta_us,
+                agreement,
+                aborting: None,
+                admitted_us: self.now,
+            };
+            self.insert_pending(id, pending);
+            self.taken_over += 1;
+            let at = self.uncommitted(entry.index);
+            for shard in others {
+                self.queue_peer(shard, PeerItem::Propose { id, ts, at, fast: false });
+            }
+            if cross {
+                self.on_proposal(id, me, ts);
+            }
+        }
     }
 
     /// Transactions pending here for at least `recover_after_us` (a normal agreement takes a

@@ -255,3 +255,24 @@ fn the_mutation_that_skips_the_vote_answers_fast_with_nothing_written() {
     assert!(matches!(sent.as_slice(), [(r, None)] if r.order.is_some() && r.position.is_some()), "{sent:?}");
     assert!(l.fast_votes().is_empty());
 }
+
+#[test]
+fn a_recovered_tail_is_taken_over_pending_at_its_position_and_nothing_is_admitted_below_it() {
+    // The fast path's new leader serves with its recovered PREPAREs as its log's uncommitted
+    // tail (DESIGN.md, the fast path): they are its own, answered with their position.
+    let mut l = fast_leader(Mutations::default());
+    let t = txn(1, 1_000, &[(0, 1, Some(5))]);
+    let record = LogRecord::Prepare { txn: t.clone(), ts: 1_000, arrival_delta_us: 0, acked_below: 0 };
+    let index = l.log_mut().propose(record.clone()).unwrap();
+    l.take_over_tail(vec![LogEntry { index, record }]);
+    l.check_invariants().unwrap();
+    let below = txn(2, 900, &[(0, 1, Some(6))]);
+    dispatch(&mut l, 100, &below);
+    let out = tick(&mut l, 2_000);
+    let by_id = |seq| replies(&out).into_iter().find(|r| r.id == id(seq)).expect("answered");
+    let (answer, later) = (by_id(1), by_id(2));
+    assert_eq!((answer.ts, answer.position, answer.order), (1_000, pos(index), None), "its position, never fast");
+    assert!(later.ts > 1_000, "admitted above the recovered PREPARE, at {}", later.ts);
+    commit_all(&mut l, 2_001);
+    assert_eq!(l.stats().executed, 2);
+}
