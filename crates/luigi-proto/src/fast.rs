@@ -30,6 +30,12 @@ pub const ACCEPTS_MAX: usize = 1 << 16;
 /// marks no hash, a follower does not accept), which bounds the work of each answer.
 pub const PREDECESSORS_MAX: usize = 256;
 
+/// The order hash of a set of entries (as [`RecentOrder::predecessors`] returns them): the
+/// XOR of their [`entry_hash`]es, so the order they are found in does not matter.
+pub fn hash_of(entries: &[(TxnId, Timestamp)]) -> u64 {
+    entries.iter().fold(0, |hash, (id, ts)| hash ^ entry_hash(*id, *ts))
+}
+
 /// The mix of one entry of an order hash: `(id, ts)` through SplitMix64's finalizer, so that
 /// XORs of different sets collide only by chance.
 pub fn entry_hash(id: TxnId, ts: Timestamp) -> u64 {
@@ -137,8 +143,7 @@ impl RecentOrder {
     /// [`RecentOrder::predecessors`] (transitive unless the mutation `direct` is set). `None`
     /// when there are too many to hash: not fast.
     pub fn order_hash(&self, id: TxnId, ts: Timestamp, keys: &[(u64, Access)], direct: bool) -> Option<u64> {
-        let found = self.predecessors(id, ts, keys, !direct)?;
-        Some(found.iter().fold(0, |hash, (other, at)| hash ^ entry_hash(*other, *at)))
+        Some(hash_of(&self.predecessors(id, ts, keys, !direct)?))
     }
 
     /// Whether an entry other than `id` conflicts with `keys` and comes after `(ts, id)`.

@@ -159,8 +159,7 @@ impl Replica {
             Some(data) => Follower::from_snapshot(config.shard, registry.clone(), data)?,
             None => Follower::new(config.shard, initial(), registry.clone()),
         };
-        let direct = config.mutations.fast_hashes_direct_predecessors;
-        let acceptor = config.fast_path.then(|| Acceptor::new(direct));
+        let acceptor = config.fast_path.then(|| empty_acceptor(&config));
         Ok(Self {
             config,
             registry,
@@ -381,7 +380,7 @@ impl Replica {
                 } else if self.accepts_kept_until.is_some_and(|last| l.log().commit_index() >= last) {
                     // Its recovered PREPAREs are committed: the accepts decide nothing more.
                     self.accepts_kept_until = None;
-                    self.acceptor = Some(Acceptor::new(self.config.mutations.fast_hashes_direct_predecessors));
+                    self.acceptor = Some(empty_acceptor(&self.config));
                 }
             }
             State::Switching => unreachable!("not observable"),
@@ -541,7 +540,7 @@ impl Replica {
             // terms into its log: once that commits, the accepts decide nothing more.
             self.accepts_kept_until = kept;
             if kept.is_none() {
-                self.acceptor = Some(Acceptor::new(self.config.mutations.fast_hashes_direct_predecessors));
+                self.acceptor = Some(empty_acceptor(&self.config));
             }
         }
         self.recovery = None;
@@ -678,12 +677,17 @@ fn fast_recovered(
     Ok(true)
 }
 
+/// An acceptor holding nothing, with the mutation of rule H the config may set.
+fn empty_acceptor(config: &LeaderConfig) -> Acceptor {
+    Acceptor::new(config.mutations.fast_hashes_direct_predecessors)
+}
+
 /// A stepped-down leader's acceptor: its order table rebuilt from the committed records
 /// `replayed`, and its own fast answers whose `PREPARE` is not known committed (`votes`)
 /// undecided, like accepts, until its log decides them.
 fn acceptor_after_leading(config: &LeaderConfig, replayed: &[LogEntry], votes: &[AcceptRecord]) -> Acceptor {
     let shard = config.shard;
-    let mut acceptor = Acceptor::new(config.mutations.fast_hashes_direct_predecessors);
+    let mut acceptor = empty_acceptor(config);
     for e in replayed {
         acceptor.on_committed(shard, &e.record);
     }

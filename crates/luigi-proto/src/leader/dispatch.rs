@@ -110,7 +110,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let agreement = txn.is_cross_shard().then(|| Agreement::new(txn.shards().collect()));
         let cross = agreement.is_some();
         let others: Vec<_> = txn.shards().filter(|s| *s != self.config.shard).collect();
-        let marked = txn.clone();
+        let at = self.uncommitted(prepare_index);
+        let fast = cross && eligible && at.is_some() && self.mark_proposal(&txn, proposal);
         self.insert_pending(
             id,
             Pending {
@@ -133,8 +134,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if !cross {
             self.queue.mark_ready(id);
         }
-        let at = self.uncommitted(prepare_index);
-        let fast = cross && eligible && at.is_some() && self.mark_proposal(&marked, proposal);
         for shard in others {
             self.queue_peer(shard, PeerItem::Propose { id, ts: proposal, at, fast });
         }

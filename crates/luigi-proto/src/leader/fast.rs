@@ -26,7 +26,7 @@
 use std::sync::Arc;
 
 use super::Mutations;
-use crate::fast::{entry_hash, hashed_keys, AcceptRecord, RecentOrder};
+use crate::fast::{hash_of, hashed_keys, AcceptRecord, RecentOrder};
 use crate::types::{KeySet, Timestamp, Txn, TxnId};
 use crate::Map;
 
@@ -90,9 +90,8 @@ impl FastOrder {
         if !m.fast_ignores_unclean_predecessors && !found.iter().all(|(p, _)| self.clean.contains_key(p)) {
             return;
         }
-        let hash = found.iter().fold(0, |hash, (p, at)| hash ^ entry_hash(*p, *at));
         self.clean.insert(id, ts);
-        self.hashes.insert(id, (hash, txn));
+        self.hashes.insert(id, (hash_of(&found), txn));
     }
 
     /// The order hash `id`'s answer carries, if it is fast, with the transaction (for the
@@ -145,6 +144,7 @@ impl FastOrder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fast::entry_hash;
     use crate::types::ShardPiece;
 
     fn txn(seq: u64, ts: Timestamp, shards: &[u32], key: &str) -> Arc<Txn> {
