@@ -14,8 +14,10 @@
 //!
 //! Sans-I/O like the rest of the protocol: the caller passes its clock and the log records.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use crate::keyhash::{key_hash, HashKeyMap};
 use crate::log::LogRecord;
@@ -57,28 +59,33 @@ fn keys_conflict(a: &[(u64, Access)], b: &[(u64, Access)]) -> bool {
 
 type Pos = (Timestamp, TxnId);
 
+/// One key's recent entries: most keys have one or two, held inline (no allocation).
+type KeyEntries = SmallVec<[(Pos, Access); 2]>;
+
 /// Per key hash, the recent transactions a replica knows and how they touch the key.
 #[derive(Debug, Default)]
 pub struct RecentOrder {
-    per_key: HashKeyMap<Vec<(Pos, Access)>>,
+    per_key: HashKeyMap<KeyEntries>,
     /// Each entry's keys, to move or drop it.
     keys: Map<TxnId, (Timestamp, Vec<(u64, Access)>)>,
     /// Entries by position, to prune.
-    by_pos: BTreeMap<Pos, ()>,
+    by_pos: BTreeSet<Pos>,
 }
 
 impl RecentOrder {
-    /// Records `id` at `ts` on `keys` (again: moved to `ts`).
-    pub fn record(&mut self, id: TxnId, ts: Timestamp, keys: &[(u64, Access)]) {
+    /// Records `id` at `ts` on `keys` (again: moved to `ts`). Two keys of `id` with one hash
+    /// make one entry with the stronger access (a collision only adds conflicts).
+    pub fn record(&mut self, id: TxnId, ts: Timestamp, keys: Vec<(u64, Access)>) {
         self.remove(id);
-        for (k, a) in keys {
+        for (k, a) in &keys {
             let list = self.per_key.entry(*k).or_default();
-            if !list.iter().any(|(p, _)| p.1 == id) {
-                list.push(((ts, id), *a));
+            match list.iter_mut().find(|(p, _)| p.1 == id) {
+                Some((_, held)) => *held = if held.conflicts(*a) { Access::Write } else { *held },
+                None => list.push(((ts, id), *a)),
             }
         }
-        self.by_pos.insert((ts, id), ());
-        self.keys.insert(id, (ts, keys.to_vec()));
+        self.by_pos.insert((ts, id));
+        self.keys.insert(id, (ts, keys));
     }
 
     /// Forgets `id`.
@@ -95,9 +102,27 @@ impl RecentOrder {
         }
     }
 
+    /// The entries other than `id` that conflict with `keys` and come before `(ts, id)`
+    /// (its direct predecessors; an entry on several of the keys once per key).
+    pub fn conflicting_below<'a>(
+        &'a self,
+        id: TxnId,
+        ts: Timestamp,
+        keys: &'a [(u64, Access)],
+    ) -> impl Iterator<Item = TxnId> + 'a {
+        keys.iter().flat_map(move |(k, a)| {
+            self.per_key
+                .get(k)
+                .into_iter()
+                .flatten()
+                .filter(move |(p, b)| p.1 != id && *p < (ts, id) && a.conflicts(*b))
+                .map(|(p, _)| p.1)
+        })
+    }
+
     /// Forgets every entry at or below `ts` (an `Applied` marker covers them).
     pub fn prune_to(&mut self, ts: Timestamp) {
-        while let Some((&(at, id), _)) = self.by_pos.first_key_value() {
+        while let Some(&(at, id)) = self.by_pos.first() {
             if at > ts {
                 break;
             }
@@ -196,9 +221,9 @@ pub enum NotAccepted {
     Again(Accepted),
 }
 
-/// An accept the log has not decided yet: its timestamp, order hash, keys, and the
-/// transaction (what a new leader's recovery may prepare).
-type Undecided = (Timestamp, u64, Vec<(u64, Access)>, Arc<Txn>);
+/// An accept the log has not decided yet: its timestamp, order hash and the transaction
+/// (what a new leader's recovery may prepare). Its keys are in the order table.
+type Undecided = (Timestamp, u64, Arc<Txn>);
 
 /// What a follower writes to its accept log before it answers `FastAccept`: the transaction
 /// (a new leader may have to prepare it) and the timestamp it was accepted at.
@@ -264,8 +289,8 @@ impl Acceptor {
         let Some(order) = self.order.order_hash(id, ts, &keys, self.direct_hash) else {
             return Err(NotAccepted::Tangled);
         };
-        self.order.record(id, ts, &keys);
-        self.accepts.insert(id, (ts, order, keys, txn.clone()));
+        self.order.record(id, ts, keys);
+        self.accepts.insert(id, (ts, order, txn.clone()));
         Ok(Accepted { id, ts, order })
     }
 
@@ -276,14 +301,14 @@ impl Acceptor {
         let keys = hashed_keys(keys);
         // Past the bound the hash is moot: the first answer went out already.
         let order = self.order.order_hash(id, ts, &keys, self.direct_hash).unwrap_or(0);
-        self.order.record(id, ts, &keys);
-        self.accepts.insert(id, (ts, order, keys, record.txn.clone()));
+        self.order.record(id, ts, keys);
+        self.accepts.insert(id, (ts, order, record.txn.clone()));
     }
 
     /// The undecided accepts, for a new leader's recovery.
     pub fn undecided_records(&self) -> Vec<AcceptRecord> {
         let mut out: Vec<AcceptRecord> =
-            self.accepts.values().map(|(ts, _, _, txn)| AcceptRecord { txn: txn.clone(), ts: *ts }).collect();
+            self.accepts.values().map(|(ts, _, txn)| AcceptRecord { txn: txn.clone(), ts: *ts }).collect();
         out.sort_by_key(|r| (r.ts, r.txn.id));
         out
     }
@@ -300,17 +325,17 @@ impl Acceptor {
 
     fn decide(&mut self, id: TxnId, ts: Timestamp, keys: Vec<(u64, Access)>) {
         self.accepts.remove(&id);
-        let overtaken: Vec<TxnId> = self
-            .accepts
-            .iter()
-            .filter(|(other, (at, _, theirs, _))| (*at, **other) < (ts, id) && keys_conflict(theirs, &keys))
-            .map(|(other, _)| *other)
-            .collect();
+        // The order table holds every undecided accept at its timestamp on its keys: the
+        // overtaken ones are found per key, not by a scan of every accept.
+        let mut overtaken: Vec<TxnId> =
+            self.order.conflicting_below(id, ts, &keys).filter(|other| self.accepts.contains_key(other)).collect();
+        overtaken.sort_unstable();
+        overtaken.dedup();
         for other in overtaken {
             self.accepts.remove(&other);
             self.order.remove(other);
         }
-        self.order.record(id, ts, &keys);
+        self.order.record(id, ts, keys);
     }
 
     /// The committed log decided `id` at `ts` (a `DECIDE` raised it): as [`Acceptor::on_prepared`]
@@ -438,10 +463,10 @@ mod tests {
     #[test]
     fn the_order_hash_covers_the_distinct_conflicting_entries_before_a_transaction() {
         let mut o = RecentOrder::default();
-        o.record(id(1), 10, &hashed_keys(&writes(&["a", "b"])));
-        o.record(id(2), 20, &hashed_keys(&reads(&["a"])));
-        o.record(id(3), 30, &hashed_keys(&writes(&["c"])));
-        o.record(id(4), 50, &hashed_keys(&writes(&["a"])));
+        o.record(id(1), 10, hashed_keys(&writes(&["a", "b"])));
+        o.record(id(2), 20, hashed_keys(&reads(&["a"])));
+        o.record(id(3), 30, hashed_keys(&writes(&["c"])));
+        o.record(id(4), 50, hashed_keys(&writes(&["a"])));
         let t = hashed_keys(&writes(&["a", "b"]));
         // 1 conflicts on two keys and counts once; 2's read conflicts with a write; 3 touches
         // another key; 4 comes after.
@@ -451,7 +476,7 @@ mod tests {
         assert!(o.conflict_above(id(9), 40, &t), "4 writes a after 40");
         assert!(!o.conflict_above(id(9), 60, &t));
         // A moved entry hashes at its new timestamp; pruning forgets what a marker covers.
-        o.record(id(2), 45, &hashed_keys(&reads(&["a"])));
+        o.record(id(2), 45, hashed_keys(&reads(&["a"])));
         assert_eq!(o.order_hash(id(9), 40, &t, false), Some(entry_hash(id(1), 10)));
         o.prune_to(30);
         assert_eq!(o.order_hash(id(9), 60, &t, false), Some(entry_hash(id(2), 45) ^ entry_hash(id(4), 50)));
@@ -464,7 +489,7 @@ mod tests {
         let hash_with = |entries: &[(u64, Timestamp)]| {
             let mut o = RecentOrder::default();
             for (seq, ts) in entries {
-                o.record(id(*seq), *ts, &keys);
+                o.record(id(*seq), *ts, keys.clone());
             }
             o.order_hash(id(99), 100, &keys, false).expect("few predecessors")
         };
@@ -481,18 +506,18 @@ mod tests {
         // q writes x; w reads x and writes k; t writes k. t conflicts only with w, but w's
         // result depends on q (rule H).
         let mut o = RecentOrder::default();
-        o.record(id(1), 10, &hashed_keys(&writes(&["x"])));
-        o.record(id(2), 20, &hashed_keys(&KeySet::new(vec![b"x".to_vec()], vec![b"k".to_vec()])));
-        o.record(id(3), 25, &hashed_keys(&writes(&["y"])));
+        o.record(id(1), 10, hashed_keys(&writes(&["x"])));
+        o.record(id(2), 20, hashed_keys(&KeySet::new(vec![b"x".to_vec()], vec![b"k".to_vec()])));
+        o.record(id(3), 25, hashed_keys(&writes(&["y"])));
         let t = hashed_keys(&writes(&["k"]));
         assert_eq!(o.order_hash(id(9), 30, &t, false), Some(entry_hash(id(1), 10) ^ entry_hash(id(2), 20)));
         assert_eq!(o.order_hash(id(9), 30, &t, true), Some(entry_hash(id(2), 20)), "the mutation: direct only");
         // Only what comes before each step counts: a writer of x above w is not w's.
-        o.record(id(4), 22, &hashed_keys(&writes(&["x"])));
+        o.record(id(4), 22, hashed_keys(&writes(&["x"])));
         assert_eq!(o.order_hash(id(9), 30, &t, false), Some(entry_hash(id(1), 10) ^ entry_hash(id(2), 20)));
         let mut long = RecentOrder::default();
         for seq in 0..=PREDECESSORS_MAX as u64 {
-            long.record(id(seq + 100), seq + 1, &t);
+            long.record(id(seq + 100), seq + 1, t.clone());
         }
         assert_eq!(long.order_hash(id(9), 1_000_000, &t, false), None, "too many to hash: not fast");
         long.prune_to(1);
@@ -533,6 +558,30 @@ mod tests {
         f.on_applied(120);
         assert_eq!(f.undecided(), vec![(130, id(4))]);
         assert_eq!(f.order().len(), 1, "the marker pruned the order table up to 120");
+    }
+
+    #[test]
+    fn a_prepare_overtakes_only_the_accepts_below_it_that_conflict_on_some_key() {
+        let mut f = Acceptor::default();
+        offered(&mut f, 0, 1, 100, &reads(&["r"])).unwrap();
+        offered(&mut f, 0, 2, 101, &KeySet::new(vec![], vec![b"x".to_vec(), b"y".to_vec()])).unwrap();
+        offered(&mut f, 0, 3, 300, &writes(&["y"])).unwrap();
+        // A reader above a reader does not conflict; a writer of y above 2 overtakes it through
+        // its second key, and leaves 3 (above it) undecided.
+        f.on_prepared(id(8), 200, &reads(&["r"]));
+        f.on_prepared(id(9), 200, &writes(&["y"]));
+        assert_eq!(f.undecided(), vec![(100, id(1)), (300, id(3))]);
+        f.on_prepared(id(10), 150, &writes(&["r"]));
+        assert_eq!(f.undecided(), vec![(300, id(3))]);
+    }
+
+    #[test]
+    fn two_keys_of_one_transaction_with_one_hash_keep_the_stronger_access() {
+        let mut o = RecentOrder::default();
+        o.record(id(1), 10, vec![(7, Access::Read), (7, Access::Write)]);
+        assert!(o.conflict_above(id(2), 5, &[(7, Access::Read)]), "a collision only adds conflicts");
+        o.remove(id(1));
+        assert!(o.is_empty() && !o.conflict_above(id(2), 5, &[(7, Access::Write)]));
     }
 
     #[test]

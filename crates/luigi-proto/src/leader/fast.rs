@@ -58,7 +58,7 @@ impl FastOrder {
         let keys = hashed_keys(keys);
         let f2 = self.mutations.fast_ignores_f2 || !self.order.conflict_above(txn.id, proposal, &keys);
         let eligible = proposal == txn.ts && f2;
-        self.order.record(txn.id, proposal, &keys);
+        self.order.record(txn.id, proposal, keys);
         if eligible {
             self.eligible.insert(txn.id, txn.clone());
         }
@@ -68,7 +68,7 @@ impl FastOrder {
     /// `id`'s timestamp moved to `ts` (a decision raised it): no longer fast.
     pub fn moved(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
         self.eligible.remove(&id);
-        self.order.record(id, ts, &hashed_keys(keys));
+        self.order.record(id, ts, hashed_keys(keys));
     }
 
     /// `id` will not execute here (refused or aborted).
