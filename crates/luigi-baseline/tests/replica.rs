@@ -27,7 +27,7 @@ fn settle(r: &mut BaseReplica, now: u64) -> Vec<LeaderOutput> {
 }
 
 fn dispatch(seq: u64, value: u64) -> ClientMsg {
-    ClientMsg::Dispatch { txn: common::micro(seq, 1, &[(1, Some(value))]), sent_us: 0, acked_below: seq }
+    ClientMsg::Dispatch { txn: common::micro(seq, 1, &[(1, Some(value))]), sent_us: 0, acked_below: seq, fast: true }
 }
 
 #[test]

@@ -55,6 +55,8 @@ pub struct TxnResult {
     pub rounds: u8,
     /// Every participant's answer committed on Luigi's fast path (DESIGN.md, the fast path).
     pub fast: bool,
+    /// It asked for the fast path (DESIGN.md rule 20).
+    pub asked_fast: bool,
     /// Each participant's output, by shard, when it committed (empty otherwise): what a
     /// multi-step business transaction's next step is built from.
     pub outputs: Vec<(ShardId, Vec<u8>)>,
@@ -82,7 +84,15 @@ impl From<&Completion> for TxnResult {
             TxnOutcome::Ordered { .. } | TxnOutcome::Rejected(_) | TxnOutcome::Unknown(_) => Vec::new(),
         };
         let protocol_aborts = u32::from(done.outcome.protocol_abort().is_some());
-        Self { status, attempts: done.attempts, rounds: done.rounds, fast: done.fast, outputs, protocol_aborts }
+        Self {
+            status,
+            attempts: done.attempts,
+            rounds: done.rounds,
+            fast: done.fast,
+            asked_fast: done.asked_fast,
+            outputs,
+            protocol_aborts,
+        }
     }
 }
 
@@ -249,6 +259,7 @@ mod tests {
                 attempts: 2,
                 rounds: 0,
                 fast: false,
+                asked_fast: false,
                 outcome,
             };
             Box::pin(async move { Ok(TxnResult::from(&done)) })
@@ -286,6 +297,7 @@ mod tests {
             attempts: 1,
             rounds: 1,
             fast: false,
+            asked_fast: false,
             outcome: TxnOutcome::Ordered { ts: 0, results: vec![(0, Err(TxnError::Aborted("x".into())))] },
         };
         let r = TxnResult::from(&aborted);

@@ -92,6 +92,7 @@ impl LoadReport {
                     c.cross_shard += u64::from(business.cross);
                     c.second_round += u64::from(business.rounds > 1);
                     c.fast_path += u64::from(business.fast);
+                    c.fast_path_asked += u64::from(business.asked_fast);
                     recorder.record_duration(latency);
                 }
                 TxnStatus::RolledBack => c.rolled_back += 1,
@@ -120,6 +121,8 @@ struct Business {
     cross: bool,
     /// Every answered step committed on the fast path.
     fast: bool,
+    /// Every answered step asked for it.
+    asked_fast: bool,
     /// Protocol aborts over its answered steps (each retried as a new transaction, but the
     /// last of a step that never committed).
     protocol_aborts: u32,
@@ -136,6 +139,7 @@ impl Business {
             rounds: 0,
             cross,
             fast: true,
+            asked_fast: true,
             protocol_aborts: 0,
         }
     }
@@ -249,6 +253,7 @@ async fn thread_load(
         business.attempts += done.attempts;
         business.rounds = business.rounds.max(done.rounds);
         business.fast &= done.fast;
+        business.asked_fast &= done.asked_fast;
         business.protocol_aborts = business.protocol_aborts.saturating_add(done.protocol_aborts);
         // A committed step may have a next one: the business transaction goes on.
         if done.status == TxnStatus::Committed {

@@ -95,6 +95,10 @@ pub struct BenchResult {
     /// and for the baselines).
     #[serde(default)]
     pub fast_path_rate: f64,
+    /// Share of committed transactions that asked for the fast path (sent to every replica;
+    /// DESIGN.md rule 20: fewer than all when the client's policy samples under load).
+    #[serde(default)]
+    pub fast_path_asked_rate: f64,
     /// The same figures per kind of business transaction (e.g. TPC-C's five), when the
     /// workload has several.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -222,7 +226,7 @@ pub fn format_thousands(n: u64) -> String {
 }
 
 /// Number of table columns.
-const NCOLS: usize = 20;
+const NCOLS: usize = 21;
 
 /// Column headers shared by the text and markdown tables.
 const HEADERS: [&str; NCOLS] = [
@@ -246,12 +250,13 @@ const HEADERS: [&str; NCOLS] = [
     "unknown",
     "2nd-round %",
     "fast %",
+    "asked %",
 ];
 
 /// Whether each column is numeric (right-aligned) or text (left-aligned).
 const NUMERIC: [bool; NCOLS] = [
     false, false, true, true, true, true, false, true, true, true, true, true, true, true, true, true, true, true,
-    true, true,
+    true, true, true,
 ];
 
 fn ms(us: f64) -> String {
@@ -290,6 +295,11 @@ fn cells(r: &BenchResult) -> [String; NCOLS] {
         // Only Luigi has a fast path (off by default: 0).
         if r.protocol == "luigi" || r.protocol.is_empty() {
             format!("{:.1}", r.fast_path_rate * 100.0)
+        } else {
+            "-".into()
+        },
+        if r.protocol == "luigi" || r.protocol.is_empty() {
+            format!("{:.1}", r.fast_path_asked_rate * 100.0)
         } else {
             "-".into()
         },
@@ -584,6 +594,7 @@ mod tests {
             started_at_unix_s: 1_700_000_000,
             second_round_rate: 0.25,
             fast_path_rate: 0.5,
+            fast_path_asked_rate: 1.0,
             by_kind: BTreeMap::new(),
         }
     }
@@ -699,7 +710,7 @@ mod tests {
             assert_eq!(l.chars().count(), width, "misaligned:\n{table}");
         }
         assert!(lines[0].starts_with("protocol"));
-        assert!(lines[0].ends_with("2nd-round %  fast %"));
+        assert!(lines[0].ends_with("2nd-round %  fast %  asked %"));
         for h in HEADERS {
             assert!(lines[0].contains(h), "missing header {h}");
         }
@@ -714,7 +725,7 @@ mod tests {
         let abort_end = lines[0].find("abort %").unwrap() + "abort %".len();
         assert_eq!(lines[1][..abort_end].trim_end().rsplit(' ').next(), Some("0.1"), "{}", lines[1]);
         assert_eq!(lines[3][..abort_end].trim_end().rsplit(' ').next(), Some("100.0"), "{}", lines[3]);
-        assert!(lines[1].trim_end().ends_with("25.0    50.0"), "{}", lines[1]);
+        assert!(lines[1].trim_end().ends_with("25.0    50.0    100.0"), "{}", lines[1]);
     }
 
     #[test]
@@ -733,7 +744,7 @@ mod tests {
         let lines: Vec<&str> = md.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("| protocol | workload |"));
-        assert!(lines[0].ends_with("| abort % | rejected | unknown | 2nd-round % | fast % |"));
+        assert!(lines[0].ends_with("| abort % | rejected | unknown | 2nd-round % | fast % | asked % |"));
         assert!(lines[1].starts_with("| --- | --- | ---: |"));
         assert!(lines[2].contains("| 52,314 |"));
         assert!(lines[2].contains("a\\|b"));

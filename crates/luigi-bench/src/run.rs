@@ -256,6 +256,7 @@ impl Measured {
         params.insert("cross_shard_committed".into(), serde_json::json!(c.cross_shard));
         params.insert("second_round_committed".into(), serde_json::json!(c.second_round));
         params.insert("fast_path_committed".into(), serde_json::json!(c.fast_path));
+        params.insert("fast_path_asked_committed".into(), serde_json::json!(c.fast_path_asked));
         params.insert("fast_path".into(), serde_json::json!(self.config.fast_path()));
         params.insert("ready_s".into(), serde_json::json!(self.ready.as_secs_f64()));
         let protocol = self.config.protocol();
@@ -288,6 +289,7 @@ impl Measured {
             started_at_unix_s: self.started_at_unix_s,
             second_round_rate: if c.cross_shard == 0 { 0.0 } else { c.second_round as f64 / c.cross_shard as f64 },
             fast_path_rate: if c.committed == 0 { 0.0 } else { c.fast_path as f64 / c.committed as f64 },
+            fast_path_asked_rate: if c.committed == 0 { 0.0 } else { c.fast_path_asked as f64 / c.committed as f64 },
             by_kind: self.by_kind(),
         }
     }

@@ -151,6 +151,9 @@ pub struct Counters {
     /// Committed ones whose every step committed on Luigi's fast path.
     #[serde(default)]
     pub fast_path: u64,
+    /// Committed ones whose every step asked for the fast path.
+    #[serde(default)]
+    pub fast_path_asked: u64,
     /// Protocol aborts (a baseline's lock conflict or failed validation), each retried as a
     /// new transaction but the last of a transaction out of retries (counted in `aborted`).
     #[serde(default)]
@@ -169,6 +172,7 @@ impl Counters {
         self.cross_shard = self.cross_shard.saturating_add(other.cross_shard);
         self.second_round = self.second_round.saturating_add(other.second_round);
         self.fast_path = self.fast_path.saturating_add(other.fast_path);
+        self.fast_path_asked = self.fast_path_asked.saturating_add(other.fast_path_asked);
         self.protocol_aborts = self.protocol_aborts.saturating_add(other.protocol_aborts);
     }
 }
@@ -272,6 +276,7 @@ mod tests {
             cross_shard: 4,
             second_round: 1,
             fast_path: 6,
+            fast_path_asked: 8,
             protocol_aborts: 9,
         };
         let b = Counters {
@@ -284,6 +289,7 @@ mod tests {
             cross_shard: 2,
             second_round: 2,
             fast_path: 3,
+            fast_path_asked: 4,
             protocol_aborts: 1,
         };
         a.merge(&b);
@@ -299,6 +305,7 @@ mod tests {
                 cross_shard: 6,
                 second_round: 3,
                 fast_path: 9,
+                fast_path_asked: 12,
                 protocol_aborts: 10,
             }
         );

@@ -55,7 +55,7 @@ fn dispatch(seq: u64) -> ClientMsg {
         pieces: vec![ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![micro_key(seq % 1000)]) }],
         ts: 1,
     });
-    ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq }
+    ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq, fast: true }
 }
 
 /// Drives `r`'s log (persisting at once) and turns it at `now`.

@@ -180,7 +180,8 @@ pub struct ClientRoutes {
     unsure: Vec<bool>,
     /// Whether an unsure guess sends a dispatch to every reachable replica.
     broadcast: bool,
-    /// Whether every dispatch goes to every reachable replica (the fast path).
+    /// Whether the fast path is on: a dispatch that asks for it goes to every reachable
+    /// replica, and any replica's link changing resends what waits.
     fan_out: bool,
     /// Highest watermark heard from any replica of each shard.
     best_watermark: Vec<Timestamp>,
@@ -211,8 +212,9 @@ impl ClientRoutes {
         self
     }
 
-    /// Routes that send every dispatch to every reachable replica, the guessed leader first:
-    /// the fast path's followers accept it directly (DESIGN.md, the fast path).
+    /// Routes that send every dispatch asking for the fast path (`fast`, DESIGN.md rule 20)
+    /// to every reachable replica, the guessed leader first: the fast path's followers
+    /// accept it directly (DESIGN.md, the fast path).
     pub fn fanning_out(mut self) -> Self {
         self.fan_out = true;
         self.broadcast = true;
@@ -248,9 +250,9 @@ impl ClientRoutes {
         if n == 0 {
             return Vec::new();
         }
-        let key = match msg {
-            ClientMsg::Dispatch { txn, .. } => Some((txn.id, shard)),
-            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } | ClientMsg::Status => None,
+        let (key, fast) = match msg {
+            ClientMsg::Dispatch { txn, fast, .. } => (Some((txn.id, shard)), *fast),
+            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } | ClientMsg::Status => (None, false),
         };
         if let Some(k) = key {
             if self.sent_with.get(&k) == Some(&self.guess[s].1) {
@@ -270,7 +272,7 @@ impl ClientRoutes {
             self.sent_with.clear();
         }
         self.sent_with.insert(k, self.guess[s].1);
-        if !(self.fan_out || self.broadcast && self.unsure[s]) {
+        if !(self.fan_out && fast || self.broadcast && self.unsure[s]) {
             return vec![replica];
         }
         (0..n).map(|step| (replica + step) % n).filter(|r| reachable(*r)).collect()

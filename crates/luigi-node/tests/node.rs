@@ -206,7 +206,7 @@ fn a_follower_holds_a_dispatch_until_it_hears_of_a_leader_then_names_it() {
     let mut n = node(0, 1, vec![3]);
     let txn = kv_txn(7, 1);
     let mut fx = Vec::new();
-    n.on_client(100, 7, ClientMsg::Dispatch { txn: txn.clone(), sent_us: 90, acked_below: 0 }, &mut fx);
+    n.on_client(100, 7, ClientMsg::Dispatch { txn: txn.clone(), sent_us: 90, acked_below: 0, fast: true }, &mut fx);
     n.turn(200, &mut fx).unwrap();
     assert!(!fx.iter().any(|e| matches!(e, Effect::ToClient { .. })), "no leader known yet: held");
     // Replica 0 (Raft id 1) leads term 1: its heartbeat names it.
@@ -230,7 +230,7 @@ fn a_follower_holds_a_dispatch_until_it_hears_of_a_leader_then_names_it() {
     assert_eq!(replies[0].arrival_delta_us, 10, "the wait is not counted as delay");
     // Now that it knows the leader, it answers at once.
     fx.clear();
-    n.on_client(6_000, 7, ClientMsg::Dispatch { txn, sent_us: 5_990, acked_below: 0 }, &mut fx);
+    n.on_client(6_000, 7, ClientMsg::Dispatch { txn, sent_us: 5_990, acked_below: 0, fast: true }, &mut fx);
     assert!(
         matches!(fx.as_slice(), [Effect::ToClient { client: 7, msg: ServerMsg::Reply(r) }]
             if r.outcome == Err(TxnError::NotLeader { hint: Some(0) })),
@@ -290,9 +290,12 @@ fn fanning_out_any_replicas_link_coming_or_going_resends_what_waits_on_its_shard
     let mut fanning = ClientRoutes::for_protocol(vec![3], Protocol::Luigi).fanning_out();
     fanning.on_server_msg(NodeId { shard: 0, replica: 1 }, &ServerMsg::Watermark { shard: 0, watermark: 10 });
     assert_eq!(fanning.guess(0), 1, "the guess follows the newer watermark, to a follower");
-    let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0 };
+    let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0, fast: true };
     assert_eq!(fanning.route(0, &dispatch, |r| r != 0), vec![1, 2], "the leader's link is not up: missed");
     assert!((0..3).all(|r| fanning.link_change_resends(0, r)));
+    // Rule 20: a dispatch that does not ask for the fast path goes to the guess alone.
+    let quiet = ClientMsg::Dispatch { txn: kv_txn(1, 2), sent_us: 0, acked_below: 0, fast: false };
+    assert_eq!(fanning.route(0, &quiet, |_| true), vec![1]);
     // Not fanning out: only the believed leader's link matters (the others answer NotLeader).
     let single = ClientRoutes::for_protocol(vec![3], Protocol::Luigi);
     assert_eq!((single.link_change_resends(0, 0), single.link_change_resends(0, 1)), (true, false));
@@ -301,7 +304,7 @@ fn fanning_out_any_replicas_link_coming_or_going_resends_what_waits_on_its_shard
 #[test]
 fn clients_follow_hints_newer_watermarks_and_move_on_after_a_resend_without_news_to_every_replica() {
     let mut routes = ClientRoutes::for_protocol(vec![3], Protocol::Luigi);
-    let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0 };
+    let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0, fast: true };
     assert_eq!(routes.route(0, &dispatch, |_| true), vec![0]);
     // Resent with no news: the guessed leader may be cut off; the next is only a guess, so
     // the dispatch goes to every replica, the guess first.
@@ -335,7 +338,7 @@ fn clients_follow_hints_newer_watermarks_and_move_on_after_a_resend_without_news
     assert_eq!(routes.guess(0), 0, "an older one changes nothing");
     // An unreachable guess falls to the next reachable replica; a ping goes to one only.
     assert_eq!(routes.route(0, &ClientMsg::Ping { sent_us: 0 }, |r| r != 0), vec![1]);
-    let other = ClientMsg::Dispatch { txn: kv_txn(1, 2), sent_us: 0, acked_below: 0 };
+    let other = ClientMsg::Dispatch { txn: kv_txn(1, 2), sent_us: 0, acked_below: 0, fast: true };
     assert_eq!(routes.route(0, &other, |r| r != 0), vec![1, 2], "every reachable replica while unsure");
     routes.forget(TxnId { client: 1, seq: 1 });
     routes.forget(TxnId { client: 1, seq: 2 });
@@ -347,7 +350,7 @@ fn baseline_clients_never_broadcast_a_dispatch() {
     // Their leaders answer a lock conflict without logging it: a second copy of the same
     // transaction could run after the first was answered `Aborted`.
     let mut routes = ClientRoutes::for_protocol(vec![3], Protocol::TwoPl);
-    let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0 };
+    let dispatch = ClientMsg::Dispatch { txn: kv_txn(1, 1), sent_us: 0, acked_below: 0, fast: true };
     assert_eq!(routes.route(0, &dispatch, |_| true), vec![0]);
     assert_eq!(routes.route(0, &dispatch, |_| true), vec![1], "unsure, and still one replica");
     assert!(routes.is_unsure(0));
@@ -395,7 +398,12 @@ fn a_fast_path_follower_answers_an_early_dispatch_with_an_accept_once_its_record
         ts: 50_000,
     });
     let mut fx = Vec::new();
-    n.on_client(2_000, 7, ClientMsg::Dispatch { txn: txn.clone(), sent_us: 1_900, acked_below: 0 }, &mut fx);
+    n.on_client(
+        2_000,
+        7,
+        ClientMsg::Dispatch { txn: txn.clone(), sent_us: 1_900, acked_below: 0, fast: true },
+        &mut fx,
+    );
     let writes: Vec<(u64, usize)> = fx
         .iter()
         .filter_map(|e| match e {
@@ -421,8 +429,18 @@ fn a_fast_path_follower_answers_an_early_dispatch_with_an_accept_once_its_record
     // Late (after its timestamp on this clock): no accept, and no NotLeader either.
     let late = std::sync::Arc::new(Txn { id: TxnId { client: 7, seq: 2 }, ts: 2_500, ..(*txn).clone() });
     fx.clear();
-    n.on_client(3_000, 7, ClientMsg::Dispatch { txn: late, sent_us: 2_900, acked_below: 0 }, &mut fx);
+    n.on_client(3_000, 7, ClientMsg::Dispatch { txn: late, sent_us: 2_900, acked_below: 0, fast: true }, &mut fx);
     assert!(!fx.iter().any(|e| matches!(e, Effect::ToClient { .. } | Effect::Persist(_))), "nothing to say");
+    // Rule 20: one that did not ask for the fast path is any dispatch: the leader is named.
+    let quiet = std::sync::Arc::new(Txn { id: TxnId { client: 7, seq: 3 }, ..(*txn).clone() });
+    fx.clear();
+    n.on_client(3_000, 7, ClientMsg::Dispatch { txn: quiet, sent_us: 2_900, acked_below: 0, fast: false }, &mut fx);
+    assert!(!fx.iter().any(|e| matches!(e, Effect::Persist(_))), "no accept");
+    let named = fx.iter().any(|e| {
+        matches!(e, Effect::ToClient { client: 7, msg: ServerMsg::Reply(r) }
+            if r.outcome == Err(luigi_proto::msg::TxnError::NotLeader { hint: Some(0) }))
+    });
+    assert!(named, "NotLeader naming replica 0");
 }
 
 #[test]
@@ -446,7 +464,7 @@ fn a_fast_path_followers_accept_of_a_cross_shard_transaction_goes_to_the_other_l
         ..(*kv_txn(7, 1)).clone()
     });
     fx.clear();
-    n.on_client(2_000, 7, ClientMsg::Dispatch { txn, sent_us: 1_900, acked_below: 0 }, &mut fx);
+    n.on_client(2_000, 7, ClientMsg::Dispatch { txn, sent_us: 1_900, acked_below: 0, fast: true }, &mut fx);
     let accepts_to_peers = |fx: &[Effect]| -> Vec<(NodeId, PeerItem)> {
         fx.iter()
             .filter_map(|e| match e {
@@ -505,7 +523,12 @@ fn a_question_for_accepts_is_answered_only_once_the_replicas_term_has_reached_it
         ..(*kv_txn(7, 1)).clone()
     });
     let mut fx = Vec::new();
-    n.on_client(2_000, 7, ClientMsg::Dispatch { txn: txn.clone(), sent_us: 1_900, acked_below: 0 }, &mut fx);
+    n.on_client(
+        2_000,
+        7,
+        ClientMsg::Dispatch { txn: txn.clone(), sent_us: 1_900, acked_below: 0, fast: true },
+        &mut fx,
+    );
     // Replica 2, elected in term 2, asks; this replica has not heard of term 2 yet. Had it
     // answered, it could still accept in term 1 and count towards a fast commit the answer
     // did not show (DESIGN.md, the fast path: "the leader's vote").
@@ -544,7 +567,12 @@ fn every_few_accepts_the_live_ones_are_written_again_so_the_accept_log_can_drop_
     let mut writes = Vec::new();
     for seq in 1..=4 {
         let mut fx = Vec::new();
-        n.on_client(2_000, 7, ClientMsg::Dispatch { txn: txn(seq), sent_us: 1_900, acked_below: 0 }, &mut fx);
+        n.on_client(
+            2_000,
+            7,
+            ClientMsg::Dispatch { txn: txn(seq), sent_us: 1_900, acked_below: 0, fast: true },
+            &mut fx,
+        );
         writes.extend(fx.into_iter().filter_map(|e| match e {
             Effect::Persist(p) if !p.accepts.is_empty() || p.accepts_rewrite => {
                 Some((p.accepts.len(), p.accepts_rewrite))

@@ -281,7 +281,7 @@ fn add(seq: u64) -> ClientMsg {
         pieces: vec![],
         ts: 1,
     });
-    ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq }
+    ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq, fast: true }
 }
 
 /// Three replicas and the messages between them; `cut` replicas hear and say nothing.

@@ -46,7 +46,7 @@ fn dispatch(seq: u64) -> ClientMsg {
         pieces: vec![ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![micro_key(seq % 5)]) }],
         ts: 1,
     });
-    ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq }
+    ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq, fast: true }
 }
 
 /// Three replicas and the messages between them; `cut` replicas hear and say nothing.

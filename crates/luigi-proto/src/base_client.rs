@@ -285,6 +285,7 @@ impl BaseClient {
             attempts: flight.attempts,
             rounds,
             fast: false,
+            asked_fast: false,
             outcome,
         };
         if flight.reported_unknown {
@@ -323,6 +324,7 @@ impl BaseClient {
                     attempts: flight.attempts,
                     rounds: 0,
                     fast: false,
+                    asked_fast: false,
                     outcome: TxnOutcome::Unknown(why),
                 };
                 out.push(CoordOutput::Done(completion));
@@ -370,7 +372,7 @@ impl BaseClient {
     fn send_dispatch(&self, now: TimeUs, flight: &InFlight, out: &mut Vec<CoordOutput>) {
         let acked_below = self.acked_below();
         for shard in Self::targets(self.routing, flight) {
-            let msg = ClientMsg::Dispatch { txn: flight.txn.clone(), sent_us: now, acked_below };
+            let msg = ClientMsg::Dispatch { txn: flight.txn.clone(), sent_us: now, acked_below, fast: false };
             out.push(CoordOutput::Send { shard, msg });
         }
     }

@@ -33,6 +33,11 @@ pub enum ClientMsg {
         /// Every sequence number of this client below this one has been answered, so the
         /// server may forget those answers.
         acked_below: u64,
+        /// The client sent it to every replica of the shard and asks for the fast path
+        /// (DESIGN.md rule 20): the followers accept it and the leader marks its answer.
+        /// `false`: the leader's path alone (rule 14); a follower treats it as any dispatch
+        /// (it names the leader).
+        fast: bool,
     },
     /// Clock probe: the server answers with [`ServerMsg::Pong`].
     Ping {

@@ -50,7 +50,7 @@ fn arb_txn(client: u64) -> impl Strategy<Value = Txn> {
 fn arb_client_msg(client: u64) -> impl Strategy<Value = ClientMsg> {
     prop_oneof![
         arb_txn(client).prop_flat_map(|t| (Just(t), any::<u64>(), 0u64..60)).prop_map(|(txn, sent_us, acked_below)| {
-            ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: sent_us % 2_000_000, acked_below }
+            ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: sent_us % 2_000_000, acked_below, fast: true }
         }),
         any::<u64>().prop_map(|sent_us| ClientMsg::Ping { sent_us }),
         Just(ClientMsg::Hello { client, proof: None, protocol: luigi_proto::types::Protocol::Luigi }),
@@ -72,7 +72,7 @@ fn probe(seq: u64, ts: u64) -> ClientMsg {
         pieces: vec![ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![micro_key(99)]) }],
         ts,
     };
-    ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: ts, acked_below: seq }
+    ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: ts, acked_below: seq, fast: true }
 }
 
 fn committed(out: &[LeaderOutput], seq: u64) -> bool {
@@ -116,7 +116,7 @@ proptest! {
         for (i, t) in txns.into_iter().enumerate() {
             let malformed = t.check_shape(2).is_err() || t.piece(0).is_none() || t.procedure != Micro::NAME;
             let before = l.stats().admitted;
-            l.on_client(1_000 + i as u64, 7, ClientMsg::Dispatch { txn: Arc::new(t), sent_us: 0, acked_below: 0 }, &mut out);
+            l.on_client(1_000 + i as u64, 7, ClientMsg::Dispatch { txn: Arc::new(t), sent_us: 0, acked_below: 0, fast: true }, &mut out);
             prop_assert_eq!(l.check_invariants(), Ok(()));
             if malformed {
                 prop_assert_eq!(l.stats().admitted, before);

@@ -298,16 +298,16 @@ impl Replica {
                     client,
                     msg: ServerMsg::pong(self.config.shard, now, sent_us, f.applied_ts()),
                 }),
-                ClientMsg::Dispatch { txn, sent_us, acked_below } => {
+                ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
                     let leader = other_leader(log);
-                    if let (Some(acceptor), Some(_)) = (self.acceptor.as_mut(), leader) {
+                    if let (Some(acceptor), Some(_), true) = (self.acceptor.as_mut(), leader, fast) {
                         // The fast path: the client sent it to the leader too.
                         let me = (log.id() - 1) as u32;
                         let term = log.term();
                         fast_accept(acceptor, (self.config.shard, me, term), now, client, &txn, out);
                         return;
                     }
-                    let held = Held { arrived: now, client, txn, sent_us, acked_below };
+                    let held = Held { arrived: now, client, txn, sent_us, acked_below, fast };
                     let refused = match leader {
                         Some(_) => Err(held),
                         None => self.waiting.hold(held),
@@ -939,7 +939,7 @@ mod tests {
             pieces: vec![ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![micro_key(1)]) }],
             ts: 1,
         });
-        ClientMsg::Dispatch { txn, sent_us: 90, acked_below: 1 }
+        ClientMsg::Dispatch { txn, sent_us: 90, acked_below: 1, fast: true }
     }
 
     /// Drives `r` and turns it at `now` until nothing is left to do; returns the replies.

@@ -33,6 +33,8 @@ pub struct Held {
     pub sent_us: TimeUs,
     /// The client's acknowledgement (see [`ClientMsg::Dispatch`]).
     pub acked_below: u64,
+    /// Whether the client asked for the fast path (see [`ClientMsg::Dispatch`]).
+    pub fast: bool,
 }
 
 impl Held {
@@ -42,7 +44,7 @@ impl Held {
     /// picks) stay what the links warrant.
     pub fn dispatch(self, now: TimeUs) -> (ClientId, ClientMsg) {
         let sent_us = self.sent_at(now);
-        (self.client, ClientMsg::Dispatch { txn: self.txn, sent_us, acked_below: self.acked_below })
+        (self.client, ClientMsg::Dispatch { txn: self.txn, sent_us, acked_below: self.acked_below, fast: self.fast })
     }
 
     /// `NotLeader`, naming `leader`, to its client, from a replica of `shard`, at `now`.
@@ -106,7 +108,7 @@ mod tests {
 
     fn held(seq: u64, arrived: TimeUs, sent_us: TimeUs) -> Held {
         let txn = Txn { id: TxnId { client: 1, seq }, procedure: "noop".into(), args: vec![], pieces: vec![], ts: 1 };
-        Held { arrived, client: 7, txn: Arc::new(txn), sent_us, acked_below: 0 }
+        Held { arrived, client: 7, txn: Arc::new(txn), sent_us, acked_below: 0, fast: false }
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use luigi_node::ClientRoutes;
 use luigi_proto::base_client::{BaseClient, BaseClientConfig};
+use luigi_proto::coordinator::fast::FanOut;
 use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
 use luigi_proto::msg::{ClientMsg, ServerMsg, WireMsg};
 use luigi_proto::partition::{split, HashPartitioner, Partitioner};
@@ -315,6 +316,9 @@ impl Core {
                 c.initial_owd_us = config.scenario().delay().mean_us;
                 c.commit_rule = CommitRule::AllShards { shards: config.shard_count() };
                 c.group_sizes = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
+                // Rule 20: the fast path where it pays (under saturation few transactions
+                // commit fast, and fanning every one out costs the followers more).
+                c.fan_out = if config.fast_path() { FanOut::Adaptive } else { FanOut::Never };
                 Core::Luigi(Box::new(Coordinator::new(c)))
             }
             Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {

@@ -225,7 +225,7 @@ mod tests {
             pieces: vec![ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![b"k".to_vec()]) }],
             ts: 1,
         };
-        WireMsg::Client(ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: 0, acked_below: 1 })
+        WireMsg::Client(ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: 0, acked_below: 1, fast: true })
     }
 
     fn peer_hello(from: NodeId, secret: &str) -> WireMsg {

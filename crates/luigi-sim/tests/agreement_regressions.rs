@@ -58,7 +58,7 @@ fn an_early_refusal_is_not_lost_when_the_early_buffer_is_full() {
     b.on_peer(10, from_a(vec![PeerItem::Propose { id: other, ts: 500, at: None, fast: false }]), &mut out);
     b.on_peer(20, from_a(vec![PeerItem::Refuse { id: t.id, reason: "shard 0 is full".into() }]), &mut out);
     assert_eq!(b.stats().early_overflow, 1, "the refusal was dropped");
-    let dispatch = ClientMsg::Dispatch { txn: t.clone(), sent_us: 25, acked_below: 1 };
+    let dispatch = ClientMsg::Dispatch { txn: t.clone(), sent_us: 25, acked_below: 1, fast: true };
     b.on_client(30, 1, dispatch, &mut out);
     for now in (1_000..200_000).step_by(1_000) {
         b.tick(now, &mut out);
@@ -114,7 +114,7 @@ fn a_leader_does_not_ask_to_be_woken_in_the_past_right_after_a_tick() {
     let mut l = leader(0, 16);
     let mut out = Vec::new();
     let t = cross_txn(1, 1_000);
-    l.on_client(100, 1, ClientMsg::Dispatch { txn: t, sent_us: 90, acked_below: 1 }, &mut out);
+    l.on_client(100, 1, ClientMsg::Dispatch { txn: t, sent_us: 90, acked_below: 1, fast: true }, &mut out);
     l.tick(5_000, &mut out); // publishes watermark 999: T (1000) waits for shard 1's proposal
     assert_eq!(l.watermark(), 999);
     l.tick(7_000, &mut out); // nothing to do: the watermark is stalled at 999

@@ -12,6 +12,7 @@
 
 mod common;
 
+use luigi_proto::coordinator::fast::FanOut;
 use luigi_sim::{failover_config, FailoverReport, FaultConfig, SimConfig};
 
 /// Two 3-replica shards, single-shard transactions over `keys` keys, clocks within 100 µs
@@ -20,6 +21,8 @@ use luigi_sim::{failover_config, FailoverReport, FaultConfig, SimConfig};
 fn fast(seed: u64, keys: u64, headroom_us: u64) -> SimConfig {
     let mut c = failover_config(seed, 2).keys(keys).cross_shard(0.0).clock_offset_max(100);
     c.leader.fast_path = true;
+    // Every transaction asks for it: the most fast-path traffic to break.
+    c.coordinator.fan_out = FanOut::Always;
     c.coordinator.headroom_us = headroom_us;
     c
 }
@@ -46,6 +49,23 @@ fn without_faults_most_uncontended_transactions_commit_on_the_fast_path_and_the_
 fn under_contention_fewer_commit_fast_and_every_answer_still_matches_the_logs() {
     let total = runs("under_contention_fewer_commit_fast_and_every_answer_still_matches_the_logs", 11..19, 4);
     assert!(total.committed > 0 && total.fast_commits < total.committed / 2, "{total:?}");
+}
+
+#[test]
+fn adaptive_clients_under_contention_sample_and_every_answer_still_matches_the_logs() {
+    // Rule 20 in the world: on 4 keys few transactions commit fast, so each client soon asks
+    // for the fast path for samples only; which dispatches ask changes nothing the checks see.
+    let test = "adaptive_clients_under_contention_sample_and_every_answer_still_matches_the_logs";
+    let mut total = FailoverReport::default();
+    for seed in common::seeds(31..34) {
+        let mut config = fast(seed, 4, 1_000).clients(1).txns(1_500);
+        config.coordinator.fan_out = FanOut::Adaptive;
+        total.absorb(&common::must_pass_replicated("fast_path", test, config, &FaultConfig::new()));
+    }
+    eprintln!("{total:?}");
+    let window = u64::from(luigi_proto::coordinator::fast::FAN_OUT_WINDOW);
+    assert!(total.fanned_out >= 3 * window && total.fanned_out < total.txns / 2, "{total:?}");
+    assert!(total.crashes > 0 && total.fast_commits > 0, "{total:?}");
 }
 
 /// As [`runs`], with `faults`.

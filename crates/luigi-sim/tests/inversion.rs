@@ -104,7 +104,7 @@ impl Leader {
     }
 
     fn dispatch(&mut self, now: TimeUs, t: &Arc<Txn>) -> Vec<PeerBatch> {
-        let msg = ClientMsg::Dispatch { txn: t.clone(), sent_us: now - 50, acked_below: 1 };
+        let msg = ClientMsg::Dispatch { txn: t.clone(), sent_us: now - 50, acked_below: 1, fast: true };
         self.call(now, |l, now, out| l.on_client(now, t.id.client, msg, out))
     }
 

@@ -116,7 +116,7 @@ fn poison(client: u64) -> WireMsg {
         ],
         ts: 1,
     };
-    WireMsg::Client(ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: 0, acked_below: 1 })
+    WireMsg::Client(ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: 0, acked_below: 1, fast: true })
 }
 
 /// Runs `n` cross-shard transfers and requires them all to commit.

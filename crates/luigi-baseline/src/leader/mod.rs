@@ -262,7 +262,8 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                 client,
                 msg: ServerMsg::pong(self.config.shard, now, sent_us, self.committed_index),
             }),
-            ClientMsg::Dispatch { txn, sent_us, acked_below } => {
+            // The baselines have no fast path: `fast` is moot.
+            ClientMsg::Dispatch { txn, sent_us, acked_below, fast: _ } => {
                 let arrival = now as i64 - sent_us as i64;
                 self.on_dispatch(client, txn, arrival, acked_below, out);
             }

@@ -152,7 +152,7 @@ impl Cluster {
     pub fn dispatch(&mut self, to: ShardId, txn: Arc<Txn>) {
         let mut out = Vec::new();
         let now = self.now;
-        let msg = ClientMsg::Dispatch { txn, sent_us: now, acked_below: 0 };
+        let msg = ClientMsg::Dispatch { txn, sent_us: now, acked_below: 0, fast: true };
         if let Some(l) = self.leaders[to as usize].as_mut() {
             l.on_client(now, CLIENT, msg, &mut out);
         }

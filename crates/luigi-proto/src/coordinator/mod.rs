@@ -72,6 +72,9 @@ pub struct CoordinatorConfig {
     /// answer's position committed (DESIGN.md rule 14). Empty: only the leaders' commit
     /// reports do.
     pub group_sizes: Vec<u32>,
+    /// Which transactions ask for the fast path (DESIGN.md rule 20); `Never` unless the
+    /// cluster runs it.
+    pub fan_out: fast::FanOut,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: CoordMutations,
 }
@@ -125,6 +128,7 @@ impl CoordinatorConfig {
             commit_rule: CommitRule::Participants,
             keepalive_us: 250_000,
             group_sizes: Vec::new(),
+            fan_out: fast::FanOut::Never,
             mutations: CoordMutations::default(),
         }
     }
@@ -160,6 +164,8 @@ pub struct Completion {
     pub rounds: u8,
     /// Every participant's answer committed on the fast path (DESIGN.md, the fast path).
     pub fast: bool,
+    /// It asked for the fast path (rule 20: its dispatches went to every replica).
+    pub asked_fast: bool,
     /// What happened.
     pub outcome: TxnOutcome,
 }
@@ -248,6 +254,8 @@ struct InFlight {
     replies: Vec<Option<TxnReply>>,
     /// The followers' fast-path accepts, one slot per participant like `replies`.
     accepts: Vec<fast::Accepts>,
+    /// It asked for the fast path (its dispatches go to every replica).
+    fast: bool,
     /// Its `Done` went out already (unknown, or rejected by some participant); it stays until
     /// every participant has answered, then goes without acknowledging anything unanswered.
     reported: Option<Reported>,
@@ -277,6 +285,8 @@ pub struct CoordStats {
     /// Transactions completed on the fast path: every participant's answer committed by
     /// its followers' accepts (its position may have been proven by then too).
     pub fast: u64,
+    /// Transactions that asked for the fast path (see [`fast::FanOut`]).
+    pub fanned_out: u64,
 }
 
 /// The coordinator state machine of one client.
@@ -296,6 +306,8 @@ pub struct Coordinator {
     promises: Map<ShardId, (u64, Timestamp)>,
     /// When the shards are next pinged to stay among the clients they send watermarks to.
     keepalive_at_us: TimeUs,
+    /// Which transactions ask for the fast path.
+    fan_out: fast::FanOutPolicy,
     stats: CoordStats,
 }
 
@@ -303,6 +315,7 @@ impl Coordinator {
     /// A coordinator with `config`.
     pub fn new(config: CoordinatorConfig) -> Self {
         Self {
+            fan_out: fast::FanOutPolicy::new(config.fan_out),
             progress: {
                 // Reports matter only for the shards whose groups are known.
                 let progress = Progress::new(&config.group_sizes, 0);
@@ -328,6 +341,11 @@ impl Coordinator {
     /// This client's id.
     pub fn client(&self) -> ClientId {
         self.config.client
+    }
+
+    /// The fast path's fan-out policy (whether it samples now, its switches).
+    pub fn fan_out(&self) -> &fast::FanOutPolicy {
+        &self.fan_out
     }
 
     /// Counters.

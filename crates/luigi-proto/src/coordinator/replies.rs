@@ -164,8 +164,19 @@ impl Coordinator {
             TxnOutcome::Ordered { .. } | TxnOutcome::Rejected(_) => Reported::Rejected,
         });
         self.stats.fast += u64::from(fast);
-        let completion =
-            Completion { id, submitted_us: flight.submitted_us, attempts: flight.attempts, rounds, fast, outcome };
+        if flight.fast && earlier.is_none() {
+            self.fan_out.completed(fast);
+        }
+        let asked_fast = flight.fast;
+        let completion = Completion {
+            id,
+            submitted_us: flight.submitted_us,
+            attempts: flight.attempts,
+            rounds,
+            fast,
+            asked_fast,
+            outcome,
+        };
         match earlier {
             None => out.push(CoordOutput::Done(completion)),
             Some(Reported::Unknown) => {

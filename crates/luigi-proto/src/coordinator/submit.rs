@@ -25,6 +25,8 @@ impl Coordinator {
         let ts = self.stamp(now, pieces.iter().map(|p| p.shard));
         let txn = Arc::new(Txn { id, procedure: procedure.to_string(), args, pieces, ts });
         let slots = txn.pieces.len();
+        let fast = self.fan_out.ask();
+        self.stats.fanned_out += u64::from(fast);
         let retry_at_us = now + self.config.retry_timeout_us;
         let flight = InFlight {
             txn,
@@ -35,6 +37,7 @@ impl Coordinator {
             attempts: 1,
             replies: vec![None; slots],
             accepts: vec![fast::Accepts::default(); slots],
+            fast,
             reported: None,
         };
         if self.in_flight.is_empty() {
@@ -74,7 +77,7 @@ impl Coordinator {
             if !settled(&self.progress, &self.config, flight, slot) {
                 out.push(CoordOutput::Send {
                     shard: piece.shard,
-                    msg: ClientMsg::Dispatch { txn: flight.txn.clone(), sent_us: now, acked_below },
+                    msg: ClientMsg::Dispatch { txn: flight.txn.clone(), sent_us: now, acked_below, fast: flight.fast },
                 });
             }
         }

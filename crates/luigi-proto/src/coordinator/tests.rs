@@ -86,7 +86,7 @@ fn stamps_with_max_owd_plus_headroom_and_dispatches_to_all() {
     let id = c.submit(10_000, "p", vec![], vec![piece(1), piece(0)], &mut out);
     assert_eq!(id, TxnId { client: 7, seq: 1 });
     assert_eq!(sends(&out), vec![0, 1]);
-    let CoordOutput::Send { msg: ClientMsg::Dispatch { txn, sent_us, acked_below }, .. } = &out[0] else {
+    let CoordOutput::Send { msg: ClientMsg::Dispatch { txn, sent_us, acked_below, fast: false }, .. } = &out[0] else {
         panic!("expected a dispatch")
     };
     assert_eq!(txn.ts, 10_000 + 5_000 + 100);
@@ -570,5 +570,57 @@ fn a_fast_answer_completes_once_every_follower_accepted_it_at_the_stamped_timest
     c.on_message(51, accept(id, 1, ts + 1, 0), &mut out);
     c.on_message(52, accept(id, 2, ts + 1, 0), &mut out);
     assert!(out.is_empty(), "{out:?}");
+    c.check_invariants().unwrap();
+}
+
+fn asks_fast(out: &[CoordOutput]) -> bool {
+    out.iter()
+        .find_map(|o| match o {
+            CoordOutput::Send { msg: ClientMsg::Dispatch { fast, .. }, .. } => Some(*fast),
+            CoordOutput::Send { .. } | CoordOutput::Done(_) | CoordOutput::Resolved(_) => None,
+        })
+        .expect("a dispatch")
+}
+
+#[test]
+fn rule_20_an_adaptive_coordinator_samples_once_few_fanned_out_transactions_commit_fast_and_returns() {
+    let config = CoordinatorConfig { group_sizes: vec![3], fan_out: fast::FanOut::Adaptive, ..quiet(1) };
+    let mut c = Coordinator::new(config);
+    let mut out = Vec::new();
+    // Completes a transaction: fast when it asked and both followers accept (a leader marks
+    // only the answers of those that asked), otherwise on its proof.
+    let run = |c: &mut Coordinator, fast: bool, out: &mut Vec<CoordOutput>| {
+        out.clear();
+        let now = c.stats().submitted * 100;
+        let id = c.submit(now, "p", vec![], vec![piece(0)], out);
+        let (ts, asked) = (stamped(out), asks_fast(out));
+        out.clear();
+        c.on_message(now + 10, fast_answer(id, ts, id.seq, 5), out);
+        if fast && asked {
+            c.on_message(now + 11, accept(id, 1, ts, 5), out);
+            c.on_message(now + 12, accept(id, 2, ts, 5), out);
+        } else {
+            c.on_message(now + 11, progress(0, 1, 4, id.seq, false), out);
+        }
+        let [CoordOutput::Done(done)] = out.as_slice() else { panic!("expected completion, got {out:?}") };
+        assert_eq!((done.fast, done.asked_fast), (fast && asked, asked));
+        asked
+    };
+    for _ in 0..fast::FAN_OUT_WINDOW {
+        assert!(run(&mut c, false, &mut out), "every transaction asks at first");
+    }
+    assert!(c.fan_out().sampling(), "none of a window committed fast");
+    let asked = (0..fast::FAN_OUT_SAMPLE_EVERY * 2).filter(|_| run(&mut c, true, &mut out)).count();
+    assert_eq!(asked, 2, "one in FAN_OUT_SAMPLE_EVERY asks");
+    // Samples that all commit fast bring the fan out of everything back: 30 more make the
+    // window of FAN_OUT_SAMPLES.
+    let mut more = 0;
+    while c.fan_out().sampling() {
+        more += u64::from(run(&mut c, true, &mut out));
+    }
+    assert_eq!(more, u64::from(fast::FAN_OUT_SAMPLES) - 2);
+    assert!(run(&mut c, true, &mut out));
+    assert_eq!(c.stats().fanned_out, u64::from(fast::FAN_OUT_WINDOW + fast::FAN_OUT_SAMPLES) + 1);
+    assert_eq!(c.fan_out().switches, 2);
     c.check_invariants().unwrap();
 }

@@ -19,6 +19,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         txn: Arc<Txn>,
         arrival_delta_us: i64,
         acked_below: u64,
+        asked_fast: bool,
         out: &mut Vec<LeaderOutput>,
     ) {
         let id = txn.id;
@@ -106,7 +107,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.stats.bumped += 1;
         }
         self.queue.insert(id, proposal, keys);
-        let eligible = self.fast.as_mut().is_some_and(|f| f.admitted(&txn, proposal, keys));
+        let eligible = self.fast.as_mut().is_some_and(|f| f.admitted(&txn, proposal, keys, asked_fast));
         let agreement = txn.is_cross_shard().then(|| Agreement::new(txn.shards().collect()));
         let cross = agreement.is_some();
         let others: Vec<_> = txn.shards().filter(|s| *s != self.config.shard).collect();

@@ -53,11 +53,13 @@ impl FastOrder {
         FastOrder { mutations: *mutations, ..FastOrder::default() }
     }
 
-    /// `txn` was admitted here at `proposal` on `keys`; returns whether it is fast-eligible.
-    pub fn admitted(&mut self, txn: &Arc<Txn>, proposal: Timestamp, keys: &KeySet) -> bool {
+    /// `txn` was admitted here at `proposal` on `keys`; returns whether it is fast-eligible:
+    /// its client `asked` for the fast path (rule 20), and F1 and F2 hold. Recorded either
+    /// way (it is a predecessor of what comes later).
+    pub fn admitted(&mut self, txn: &Arc<Txn>, proposal: Timestamp, keys: &KeySet, asked: bool) -> bool {
         let keys = hashed_keys(keys);
         let f2 = self.mutations.fast_ignores_f2 || !self.order.conflict_above(txn.id, proposal, &keys);
-        let eligible = proposal == txn.ts && f2;
+        let eligible = asked && proposal == txn.ts && f2;
         self.order.record(txn.id, proposal, keys);
         if eligible {
             self.eligible.insert(txn.id, txn.clone());
@@ -166,18 +168,18 @@ mod tests {
     fn only_unmoved_transactions_admitted_below_nothing_conflicting_are_fast() {
         let mut f = FastOrder::default();
         let a = txn(1, 100, &[0], "k");
-        assert!(f.admitted(&a, 100, &keys(&a)), "F1 and F2 hold");
+        assert!(f.admitted(&a, 100, &keys(&a), true), "F1 and F2 hold");
         let moved = txn(2, 90, &[0], "x");
-        assert!(!f.admitted(&moved, 95, &keys(&moved)), "F1: moved");
+        assert!(!f.admitted(&moved, 95, &keys(&moved), true), "F1: moved");
         let cross = txn(3, 300, &[0, 1], "y");
-        assert!(f.admitted(&cross, 300, &keys(&cross)), "F1 at admission: cross-shard too (rule 19)");
+        assert!(f.admitted(&cross, 300, &keys(&cross), true), "F1 at admission: cross-shard too (rule 19)");
         f.moved(cross.id, 310, &keys(&cross));
         f.executed(cross.id, 310, &keys(&cross));
         assert_eq!(f.take_hash(cross.id), None, "F1: the decision raised it");
         let below = txn(4, 50, &[0], "k");
-        assert!(!f.admitted(&below, 50, &keys(&below)), "F2: a conflicting transaction above was admitted first");
+        assert!(!f.admitted(&below, 50, &keys(&below), true), "F2: a conflicting transaction above was admitted first");
         let other_key = txn(5, 50, &[0], "z");
-        assert!(f.admitted(&other_key, 50, &keys(&other_key)));
+        assert!(f.admitted(&other_key, 50, &keys(&other_key), true));
         // Executed in timestamp order: 4 (not fast) then 1, which read 4's writes: 4 is not
         // clean, so neither is 1 (rule C).
         f.executed(below.id, 50, &keys(&below));
@@ -187,7 +189,7 @@ mod tests {
         // 5 is clean; 6 after it on z is fast, its hash over 5; then taken once.
         f.executed(other_key.id, 50, &keys(&other_key));
         let after = txn(6, 120, &[0], "z");
-        assert!(f.admitted(&after, 120, &keys(&after)));
+        assert!(f.admitted(&after, 120, &keys(&after), true));
         f.executed(after.id, 120, &keys(&after));
         assert_eq!(f.take_hash(other_key.id), Some((0, other_key.clone())));
         assert_eq!(f.take_hash(after.id), Some((entry_hash(other_key.id, 50), after.clone())));
@@ -195,12 +197,28 @@ mod tests {
     }
 
     #[test]
+    fn rule_20_a_transaction_that_did_not_ask_is_not_fast_but_is_a_predecessor_of_those_that_did() {
+        let mut f = FastOrder::default();
+        let quiet = txn(1, 100, &[0], "k");
+        assert!(!f.admitted(&quiet, 100, &keys(&quiet), false), "F1 and F2 hold, but it did not ask");
+        f.executed(quiet.id, 100, &keys(&quiet));
+        assert_eq!(f.take_hash(quiet.id), None);
+        // One that asked after it on k: not clean behind it (rule C), yet its hash covers it.
+        let next = txn(2, 200, &[0], "k");
+        assert!(f.admitted(&next, 200, &keys(&next), true));
+        f.executed(next.id, 200, &keys(&next));
+        assert_eq!(f.take_hash(next.id), None, "rule C: its predecessor was not fast");
+        let below = txn(3, 50, &[0], "k");
+        assert!(!f.admitted(&below, 50, &keys(&below), true), "F2 sees the quiet one above it");
+    }
+
+    #[test]
     fn rule_c_is_the_mutations_to_break() {
         let (below, a) = (txn(4, 50, &[0], "k"), txn(1, 100, &[0], "k"));
         let run = |mutations: &Mutations| {
             let mut f = FastOrder::new(mutations);
-            f.admitted(&a, 100, &keys(&a));
-            f.admitted(&below, 50, &keys(&below));
+            f.admitted(&a, 100, &keys(&a), true);
+            f.admitted(&below, 50, &keys(&below), true);
             f.executed(below.id, 50, &keys(&below));
             f.executed(a.id, 100, &keys(&a));
             f.take_hash(a.id).map(|(hash, _)| hash)
@@ -215,15 +233,15 @@ mod tests {
         let mut f = FastOrder::default();
         let a = txn(1, 100, &[0], "k");
         let b = txn(2, 200, &[0], "k");
-        assert!(f.admitted(&a, 100, &keys(&a)));
-        assert!(f.admitted(&b, 200, &keys(&b)));
+        assert!(f.admitted(&a, 100, &keys(&a), true));
+        assert!(f.admitted(&b, 200, &keys(&b), true));
         f.moved(a.id, 250, &keys(&a));
         f.executed(b.id, 200, &keys(&b));
         assert_eq!(f.take_hash(b.id).map(|(hash, _)| hash), Some(0), "a moved above b");
         f.executed(a.id, 250, &keys(&a));
         assert_eq!(f.take_hash(a.id), None, "a moved: not fast");
         let c = txn(3, 300, &[0], "k");
-        assert!(f.admitted(&c, 300, &keys(&c)));
+        assert!(f.admitted(&c, 300, &keys(&c), true));
         f.dropped(c.id);
         f.applied(200);
         assert_eq!(f.len(), 1, "only a (at 250) is left");

@@ -546,10 +546,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 client,
                 msg: ServerMsg::pong(self.config.shard, now, sent_us, self.watermark),
             }),
-            ClientMsg::Dispatch { txn, sent_us, acked_below } => {
+            ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
                 let arrival_delta_us = now as i64 - sent_us as i64;
                 self.forget_acked(txn.id.client, acked_below);
-                self.on_dispatch(now, txn, arrival_delta_us, acked_below, out);
+                self.on_dispatch(now, txn, arrival_delta_us, acked_below, fast, out);
             }
             ClientMsg::Status => {} // answered by the shell, which sees the whole replica
         }

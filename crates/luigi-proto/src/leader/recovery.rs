@@ -219,7 +219,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             Known::Unknown => {
                 // Never dispatched here (its coordinator died, or the dispatch is late):
                 // prepare it now; a late dispatch is then a duplicate.
-                self.on_dispatch(self.now, txn, 0, 0, out);
+                // Not asked for the fast path: the leader's path alone (rule 14).
+                self.on_dispatch(self.now, txn, 0, 0, false, out);
                 self.on_proposal(id, from, ts);
             }
         }

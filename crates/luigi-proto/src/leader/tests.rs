@@ -25,7 +25,7 @@ fn txn(seq: u64, ts: Timestamp, ops: &[MicroOp]) -> Arc<Txn> {
 
 fn dispatch(l: &mut ShardLeader<LocalLog>, now: TimeUs, t: &Arc<Txn>) -> Vec<LeaderOutput> {
     let mut out = Vec::new();
-    l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now - 1, acked_below: 1 }, &mut out);
+    l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now - 1, acked_below: 1, fast: true }, &mut out);
     l.check_invariants().unwrap();
     out
 }
@@ -210,7 +210,7 @@ fn acknowledged_answers_are_forgotten() {
     tick(&mut l, 200);
     let mut out = Vec::new();
     let t2 = txn(2, 300, &[MicroOp { key: 2, write: W }]);
-    l.on_client(250, 9, ClientMsg::Dispatch { txn: t2, sent_us: 249, acked_below: 2 }, &mut out);
+    l.on_client(250, 9, ClientMsg::Dispatch { txn: t2, sent_us: 249, acked_below: 2, fast: true }, &mut out);
     let r = replies(&dispatch(&mut l, 260, &t1));
     assert_eq!(r[0].outcome, Err(TxnError::Forgotten));
 }

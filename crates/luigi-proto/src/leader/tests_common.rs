@@ -35,7 +35,7 @@ pub(super) fn txn(seq: u64, ts: Timestamp, ops: &[(ShardId, u64, Option<u64>)]) 
 /// Client 9 dispatches `t` at `now`; the leader ticks.
 pub(super) fn dispatch<L: ReplicatedLog>(l: &mut ShardLeader<L>, now: TimeUs, t: &Arc<Txn>) -> Vec<LeaderOutput> {
     let mut out = Vec::new();
-    l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now, acked_below: 1 }, &mut out);
+    l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now, acked_below: 1, fast: true }, &mut out);
     l.tick(now, &mut out);
     l.check_invariants().unwrap();
     out

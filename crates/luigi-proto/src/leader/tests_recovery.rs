@@ -294,7 +294,7 @@ fn recover_is_always_answered() {
     dispatch(&mut a, 100, &t); // refused here and answered
     let mut out = Vec::new();
     let next = txn(2, 2_000, &[(0, 3, Some(1))]);
-    a.on_client(200, 9, ClientMsg::Dispatch { txn: next, sent_us: 200, acked_below: 2 }, &mut out);
+    a.on_client(200, 9, ClientMsg::Dispatch { txn: next, sent_us: 200, acked_below: 2, fast: true }, &mut out);
     let recover = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Recover { txn: t.clone(), ts: 1_000 }] };
     let out = deliver(&mut a, 300, vec![recover.clone()]);
     assert_eq!(items(&to_peer(&out, 1)), vec![PeerItem::Acknowledged { id: id(1) }]);

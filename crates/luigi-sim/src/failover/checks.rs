@@ -274,7 +274,9 @@ impl RaftGroups<'_> {
         self.report.orphans = core.cs.orphans.len() as u64;
         self.report.unknown = core.cs.unknown;
         self.report.retries = core.cs.nodes.iter().map(|c| c.coord.retries()).sum();
-        self.report.fast_commits = core.cs.nodes.iter().filter_map(|c| c.coord.luigi()).map(|c| c.stats().fast).sum();
+        let coords = || core.cs.nodes.iter().filter_map(|c| c.coord.luigi());
+        self.report.fast_commits = coords().map(|c| c.stats().fast).sum();
+        self.report.fanned_out = coords().map(|c| c.stats().fanned_out).sum();
         self.report.events = core.events;
         self.report.messages = core.delivered;
         self.report.trace_hash = core.trace_hash;

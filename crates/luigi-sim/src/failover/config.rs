@@ -253,6 +253,8 @@ pub struct FailoverReport {
     pub retries: u64,
     /// Transactions completed on the fast path alone (`CoordStats::fast`).
     pub fast_commits: u64,
+    /// Transactions that asked for the fast path (`CoordStats::fanned_out`, DESIGN.md rule 20).
+    pub fanned_out: u64,
     /// Leader counters, summed over every serving incarnation that was still alive at the
     /// end (a crashed leader's counters are lost with it).
     pub recover_sent: u64,
@@ -294,6 +296,7 @@ impl FailoverReport {
         self.installed_bytes_max = self.installed_bytes_max.max(r.installed_bytes_max);
         self.retries += r.retries;
         self.fast_commits += r.fast_commits;
+        self.fanned_out += r.fanned_out;
         self.recover_sent += r.recover_sent;
         self.fast_proposals += r.fast_proposals;
         self.end_us = self.end_us.max(r.end_us);
