@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::keyhash::{key_hash, HashKeyMap};
+use crate::keyhash::{key_hash, HashKeyMap, IdMap};
 use crate::log::LogRecord;
 use crate::types::{Access, KeySet, ShardId, Timestamp, Txn, TxnId};
 use crate::Map;
@@ -67,7 +67,7 @@ type KeyEntries = SmallVec<[(Pos, Access); 2]>;
 pub struct RecentOrder {
     per_key: HashKeyMap<KeyEntries>,
     /// Each entry's keys, to move or drop it.
-    keys: Map<TxnId, (Timestamp, Vec<(u64, Access)>)>,
+    keys: IdMap<TxnId, (Timestamp, Vec<(u64, Access)>)>,
     /// Entries by position, to prune.
     by_pos: BTreeSet<Pos>,
 }
@@ -122,10 +122,8 @@ impl RecentOrder {
 
     /// Forgets every entry at or below `ts` (an `Applied` marker covers them).
     pub fn prune_to(&mut self, ts: Timestamp) {
-        while let Some(&(at, id)) = self.by_pos.first() {
-            if at > ts {
-                break;
-            }
+        while self.by_pos.first().is_some_and(|(at, _)| *at <= ts) {
+            let (_, id) = self.by_pos.pop_first().expect("just seen");
             self.remove(id);
         }
     }
@@ -142,7 +140,7 @@ impl RecentOrder {
         keys: &[(u64, Access)],
         transitive: bool,
     ) -> Option<Vec<(TxnId, Timestamp)>> {
-        let mut found: Map<TxnId, Timestamp> = Map::default();
+        let mut found: IdMap<TxnId, Timestamp> = IdMap::default();
         let mut frontier: Vec<(Pos, &[(u64, Access)])> = vec![((ts, id), keys)];
         while let Some((pos, keys)) = frontier.pop() {
             for (k, a) in keys {
@@ -162,6 +160,18 @@ impl RecentOrder {
             }
         }
         Some(found.into_iter().collect())
+    }
+
+    /// [`RecentOrder::predecessors`] of `id` at `ts` on the keys it was recorded with (`None`
+    /// also when it is not recorded).
+    pub fn predecessors_of(&self, id: TxnId, ts: Timestamp, transitive: bool) -> Option<Vec<(TxnId, Timestamp)>> {
+        let (_, keys) = self.keys.get(&id)?;
+        self.predecessors(id, ts, keys, transitive)
+    }
+
+    /// Whether `id` is recorded.
+    pub fn holds(&self, id: TxnId) -> bool {
+        self.keys.contains_key(&id)
     }
 
     /// The order hash of `id` at `ts` on `keys`: the XOR of [`entry_hash`] over its
@@ -255,7 +265,7 @@ impl AcceptRecord {
 pub struct Acceptor {
     order: RecentOrder,
     /// Accepted and not yet decided by the log.
-    accepts: Map<TxnId, Undecided>,
+    accepts: IdMap<TxnId, Undecided>,
     /// The mutation `Mutations::fast_hashes_direct_predecessors`.
     direct_hash: bool,
 }

@@ -37,6 +37,11 @@ impl Hasher for PrehashedHasher {
 /// A map keyed by key hashes.
 pub type HashKeyMap<V> = HashMap<u64, V, BuildHasherDefault<PrehashedHasher>>;
 
+/// A map keyed by transaction ids (two integers, a client's and its counter), mixed as
+/// cheaply as key hashes: the fast path's tables touch several per transaction and replica.
+/// Deterministic, like [`crate::Map`]; for tables whose iteration order reaches no output.
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<PrehashedHasher>>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,22 +27,22 @@ use std::sync::Arc;
 
 use super::Mutations;
 use crate::fast::{hash_of, hashed_keys, AcceptRecord, RecentOrder};
+use crate::keyhash::IdMap;
 use crate::types::{KeySet, Timestamp, Txn, TxnId};
-use crate::Map;
 
 /// Fast-path bookkeeping of a leader.
 #[derive(Debug, Default)]
 pub struct FastOrder {
     order: RecentOrder,
     /// Admitted transactions that are fast-eligible and not executed yet.
-    eligible: Map<TxnId, Arc<Txn>>,
+    eligible: IdMap<TxnId, Arc<Txn>>,
     /// Executed fast-eligible transactions whose answer is not sent yet: their order hash.
-    hashes: Map<TxnId, (u64, Arc<Txn>)>,
+    hashes: IdMap<TxnId, (u64, Arc<Txn>)>,
     /// Fast answers sent whose `PREPARE` is not known committed: this leader's votes.
-    votes: Map<TxnId, AcceptRecord>,
+    votes: IdMap<TxnId, AcceptRecord>,
     /// Executed entries of the order table that were clean (rule C): fast-eligible, with
     /// every predecessor clean; by their timestamp, to prune with the table.
-    clean: Map<TxnId, Timestamp>,
+    clean: IdMap<TxnId, Timestamp>,
     /// The mutations of the fast path's leader rules.
     mutations: Mutations,
 }
@@ -85,10 +85,16 @@ impl FastOrder {
     pub fn executed(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
         let Some(txn) = self.eligible.remove(&id) else { return };
         let m = self.mutations;
-        let keys = hashed_keys(keys);
-        let Some(found) = self.order.predecessors(id, ts, &keys, !m.fast_hashes_direct_predecessors) else {
-            return;
+        let transitive = !m.fast_hashes_direct_predecessors;
+        // Admitted, so recorded (its keys hashed then) until an `Applied` marker above it,
+        // which comes after its execution.
+        debug_assert!(self.order.holds(id), "an eligible transaction is in the order table");
+        let found = if self.order.holds(id) {
+            self.order.predecessors_of(id, ts, transitive)
+        } else {
+            self.order.predecessors(id, ts, &hashed_keys(keys), transitive)
         };
+        let Some(found) = found else { return };
         if !m.fast_ignores_unclean_predecessors && !found.iter().all(|(p, _)| self.clean.contains_key(p)) {
             return;
         }

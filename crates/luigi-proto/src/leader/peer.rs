@@ -258,9 +258,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     pub(super) fn flush_outbox(&mut self, out: &mut Vec<LeaderOutput>) {
-        // Marked proposals leave after their votes (rule 16): every batch of this flush waits
-        // for the one write that holds them.
-        let mut votes = (!self.outbox_votes.is_empty()).then(|| std::mem::take(&mut self.outbox_votes));
+        // Marked proposals leave after their votes (rule 16), in batches of their own that
+        // wait for the one write holding the votes; the other items leave at once (peer
+        // batches may arrive in any order: a held batch is overtaken by later ones anyway).
+        let mut votes = std::mem::take(&mut self.outbox_votes);
         for (shard, mut items) in std::mem::take(&mut self.outbox) {
             for item in &mut items {
                 let PeerItem::Propose { at, .. } = item else { continue };
@@ -272,13 +273,17 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                     *awaited = (*awaited).max(pos.index);
                 }
             }
-            let batch = PeerBatch { from: self.config.shard, watermark: self.watermark, items };
-            match votes.as_mut() {
-                Some(records) => {
-                    out.push(LeaderOutput::ToPeerDurably { shard, batch, records: std::mem::take(records) })
-                }
-                None => out.push(LeaderOutput::ToPeer { shard, batch }),
+            let (marked, unmarked): (Vec<_>, Vec<_>) =
+                items.into_iter().partition(|item| matches!(item, PeerItem::Propose { fast: true, .. }));
+            let batch = |items| PeerBatch { from: self.config.shard, watermark: self.watermark, items };
+            if !unmarked.is_empty() {
+                out.push(LeaderOutput::ToPeer { shard, batch: batch(unmarked) });
+            }
+            if !marked.is_empty() {
+                let records = std::mem::take(&mut votes);
+                out.push(LeaderOutput::ToPeerDurably { shard, batch: batch(marked), records });
             }
         }
+        debug_assert!(votes.is_empty(), "every vote goes out with the marked proposals it is for");
     }
 }

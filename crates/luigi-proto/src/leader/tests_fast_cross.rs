@@ -99,3 +99,20 @@ fn accepts_make_no_unmarked_proposal_usable_and_the_mutation_needs_none() {
     deliver(&mut b, 200, from_1(vec![marked]));
     assert_eq!(executed(&tick(&mut b, 1_000)).len(), 1, "the mutation: decided without any accept");
 }
+
+#[test]
+fn rule_20_a_dispatch_that_did_not_ask_leaves_its_proposal_unmarked_at_once_without_a_vote() {
+    let mut a = leader(0, Mutations::default());
+    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    let mut out = Vec::new();
+    let quiet = ClientMsg::Dispatch { txn: t.clone(), sent_us: 100, acked_below: 1, fast: false };
+    a.on_client(100, 9, quiet, &mut out);
+    a.tick(100, &mut out);
+    let sent = peer_sends(&out);
+    assert!(
+        matches!(sent.as_slice(), [(b, None)] if matches!(b.items[..], [PeerItem::Propose { fast: false, .. }])),
+        "{sent:?}"
+    );
+    assert!(a.fast_votes().is_empty(), "no vote: it cannot commit fast");
+    a.check_invariants().unwrap();
+}
