@@ -29,8 +29,11 @@ use crate::Map;
 pub const ACCEPTS_MAX: usize = 1 << 16;
 
 /// Predecessors an order hash covers at most: a transaction with more is not fast (a leader
-/// marks no hash, a follower does not accept), which bounds the work of each answer.
-pub const PREDECESSORS_MAX: usize = 256;
+/// marks no hash, a follower does not accept), which bounds the work of each answer. That
+/// many recent conflicting predecessors (transitively, before the next `Applied` marker)
+/// is contention under which few commit fast anyway; TPC-C's hot district rows walked 256
+/// on every sampled transaction (2026-11-26).
+pub const PREDECESSORS_MAX: usize = 64;
 
 /// The order hash of a set of entries (as [`RecentOrder::predecessors`] returns them): the
 /// XOR of their [`entry_hash`]es, so the order they are found in does not matter.
@@ -140,6 +143,19 @@ impl RecentOrder {
         keys: &[(u64, Access)],
         transitive: bool,
     ) -> Option<Vec<(TxnId, Timestamp)>> {
+        self.predecessors_unless(id, ts, keys, transitive, |_| false)
+    }
+
+    /// [`RecentOrder::predecessors`], or `None` as soon as one is found that `stop` refuses
+    /// (a leader stops at the first unclean one: rule C then marks nothing).
+    fn predecessors_unless(
+        &self,
+        id: TxnId,
+        ts: Timestamp,
+        keys: &[(u64, Access)],
+        transitive: bool,
+        stop: impl Fn(TxnId) -> bool,
+    ) -> Option<Vec<(TxnId, Timestamp)>> {
         let mut found: IdMap<TxnId, Timestamp> = IdMap::default();
         let mut frontier: Vec<(Pos, &[(u64, Access)])> = vec![((ts, id), keys)];
         while let Some((pos, keys)) = frontier.pop() {
@@ -148,7 +164,7 @@ impl RecentOrder {
                     if (*at, *other) >= pos || !a.conflicts(*b) || found.contains_key(other) {
                         continue;
                     }
-                    if found.len() == PREDECESSORS_MAX {
+                    if found.len() == PREDECESSORS_MAX || stop(*other) {
                         return None;
                     }
                     found.insert(*other, *at);
@@ -162,11 +178,17 @@ impl RecentOrder {
         Some(found.into_iter().collect())
     }
 
-    /// [`RecentOrder::predecessors`] of `id` at `ts` on the keys it was recorded with (`None`
-    /// also when it is not recorded).
-    pub fn predecessors_of(&self, id: TxnId, ts: Timestamp, transitive: bool) -> Option<Vec<(TxnId, Timestamp)>> {
+    /// [`RecentOrder::predecessors`] of `id` at `ts` on the keys it was recorded with, or
+    /// `None` as soon as one is found that `stop` refuses (also when `id` is not recorded).
+    pub fn predecessors_of_unless(
+        &self,
+        id: TxnId,
+        ts: Timestamp,
+        transitive: bool,
+        stop: impl Fn(TxnId) -> bool,
+    ) -> Option<Vec<(TxnId, Timestamp)>> {
         let (_, keys) = self.keys.get(&id)?;
-        self.predecessors(id, ts, keys, transitive)
+        self.predecessors_unless(id, ts, keys, transitive, stop)
     }
 
     /// Whether `id` is recorded.

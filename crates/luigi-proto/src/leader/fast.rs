@@ -89,15 +89,16 @@ impl FastOrder {
         // Admitted, so recorded (its keys hashed then) until an `Applied` marker above it,
         // which comes after its execution.
         debug_assert!(self.order.holds(id), "an eligible transaction is in the order table");
+        // Rule C: the walk stops at the first predecessor that is not clean.
+        let clean = &self.clean;
+        let unclean = |p: TxnId| !m.fast_ignores_unclean_predecessors && !clean.contains_key(&p);
         let found = if self.order.holds(id) {
-            self.order.predecessors_of(id, ts, transitive)
+            self.order.predecessors_of_unless(id, ts, transitive, unclean)
         } else {
-            self.order.predecessors(id, ts, &hashed_keys(keys), transitive)
+            let found = self.order.predecessors(id, ts, &hashed_keys(keys), transitive);
+            found.filter(|found| found.iter().all(|(p, _)| !unclean(*p)))
         };
         let Some(found) = found else { return };
-        if !m.fast_ignores_unclean_predecessors && !found.iter().all(|(p, _)| self.clean.contains_key(p)) {
-            return;
-        }
         self.clean.insert(id, ts);
         self.hashes.insert(id, (hash_of(&found), txn));
     }
