@@ -9,8 +9,9 @@
 #
 # Usage: scripts/latency.sh [nets|exact|colocated|all] (default all)
 # LUIGI=path/to/luigi (default target/release/luigi), TAG=name in the results files (default
-# "now"), DURATION/WARMUP in seconds, FAST_PATH=1 to turn on Luigi's fast path (`--fast-path`
-# for "nets", `[protocol] fast_path = true` in the cluster files of "exact" and "colocated").
+# "now"), DURATION/WARMUP in seconds, FAST_PATH=0 to turn off Luigi's fast path, on by
+# default (`--fast-path off` for "nets", `[protocol] fast_path = false` in the cluster files of
+# "exact" and "colocated"; FAST_PATH=1, the default, writes both explicitly on).
 # Results: results/latency-<TAG>-<variant>-<shape>.json.
 # The "exact" and "colocated" clusters are started from a cluster file with per-link
 # overrides (ports 7400-7405, data under a temporary directory, removed at the end).
@@ -22,8 +23,14 @@ DURATION=${DURATION:-12}
 WARMUP=${WARMUP:-2}
 what=${1:-all}
 common=(--duration "$DURATION" --warmup "$WARMUP" --no-progress --in-flight 1)
-fast=()
-if [[ ${FAST_PATH:-0} == 1 ]]; then fast=(--fast-path); fi
+FAST_PATH=${FAST_PATH:-1}
+fast=(--fast-path on)
+if [[ $FAST_PATH == 0 ]]; then fast=(--fast-path off); fi
+if ! "$LUIGI" bench micro --help | grep -q -- '--fast-path <on|off>'; then
+  # A build from before 2026-11-26: the fast path was a flag, off by default.
+  fast=()
+  if [[ $FAST_PATH == 1 ]]; then fast=(--fast-path); fi
+fi
 
 # A cluster file: $1 shards of 3 replicas, every hop $2 us with jitter 0, and the leaders
 # (replica 0 of each shard) $3 us apart.
@@ -33,7 +40,7 @@ cluster_file() {
   echo 'net = "geo"'
   echo 'seed = 7'
   echo 'secret = "latency script secret 0123456789"'
-  if [[ ${FAST_PATH:-0} == 1 ]]; then printf '[protocol]\nfast_path = true\n'; fi
+  if [[ $FAST_PATH == 0 ]]; then printf '[protocol]\nfast_path = false\n'; else printf '[protocol]\nfast_path = true\n'; fi
   for ((s = 0; s < shards; s++)); do
     echo '[[shards]]'
     echo "replicas = [\"127.0.0.1:$((7400 + 3 * s))\", \"127.0.0.1:$((7401 + 3 * s))\", \"127.0.0.1:$((7402 + 3 * s))\"]"

@@ -63,9 +63,9 @@ pub struct BenchOptions {
     pub cluster: Option<PathBuf>,
     /// `--protocol` (default: luigi, or the cluster file's `[protocol] kind`), as given.
     pub protocol: Option<String>,
-    /// `--fast-path` (local cluster only, Luigi only): the cluster file's `[protocol]
-    /// fast_path = true` (DESIGN.md, "The fast path").
-    pub fast_path: bool,
+    /// `--fast-path on|off` (local cluster only): the cluster file's `[protocol] fast_path`
+    /// (DESIGN.md, "The fast path"). Default: on for Luigi's runs; `on` is Luigi's only.
+    pub fast_path: Option<bool>,
 }
 
 /// The cluster a benchmark runs against.
@@ -81,7 +81,7 @@ pub enum Target {
         nets: Vec<Scenario>,
         /// "fsync" or "none".
         durability: &'static str,
-        /// Luigi's fast path on.
+        /// Luigi's fast path on (for Luigi's runs; the baselines have none).
         fast_path: bool,
     },
     /// The servers of a cluster file (already running).
@@ -159,13 +159,13 @@ impl BenchOptions {
                 replicas: self.replicas.unwrap_or(1),
                 nets: self.net.clone().unwrap_or_else(|| vec![Scenario::SameRegion]),
                 durability: self.durability.unwrap_or("fsync"),
-                fast_path: self.fast_path,
+                fast_path: self.fast_path.unwrap_or(true),
             },
         };
         let protocols = match (&target, asked) {
-            (Target::Local { fast_path: true, .. }, Some(asked)) if asked != [Protocol::Luigi] => {
+            (Target::Local { .. }, Some(asked)) if self.fast_path == Some(true) && asked != [Protocol::Luigi] => {
                 let asked: Vec<&str> = asked.iter().map(|p| p.name()).collect();
-                bail!(invalid("--protocol", asked.join(","), "--fast-path is Luigi's: use --protocol luigi"));
+                bail!(invalid("--protocol", asked.join(","), "--fast-path on is Luigi's: use --protocol luigi"));
             }
             (Target::Local { .. }, asked) => asked.unwrap_or_else(|| vec![Protocol::Luigi]),
             (Target::File { path, config }, asked) => {
@@ -205,7 +205,7 @@ impl BenchOptions {
                 ("--replicas", self.replicas.is_some()),
                 ("--net", self.net.is_some()),
                 ("--durability", self.durability.is_some()),
-                ("--fast-path", self.fast_path),
+                ("--fast-path", self.fast_path.is_some()),
             ]
             .into_iter()
             .filter_map(|(name, given)| given.then_some(name))
@@ -387,7 +387,7 @@ mod tests {
         let Target::Local { shards, replicas, nets, durability, fast_path } = &plan.target else { panic!("local") };
         assert_eq!(
             (*shards, *replicas, nets.as_slice(), *durability, *fast_path),
-            (1, 1, &[Scenario::SameRegion][..], "fsync", false)
+            (1, 1, &[Scenario::SameRegion][..], "fsync", true)
         );
         assert_eq!(plan.shards(), 1);
         assert_eq!((plan.duration, plan.warmup), (Duration::from_secs(10), Duration::from_secs(2)));
@@ -516,17 +516,20 @@ mod tests {
     }
 
     #[test]
-    fn the_fast_path_is_a_local_luigi_clusters_and_off_by_default() {
+    fn the_fast_path_is_a_local_luigi_clusters_and_on_by_default() {
         let dir = tempfile::tempdir().unwrap();
         let base = ok_options(dir.path());
         let local_fast = |plan: &BenchPlan| matches!(plan.target, Target::Local { fast_path, .. } if fast_path);
-        assert!(!local_fast(&base.validate().unwrap()), "off by default");
-        let on = BenchOptions { fast_path: true, ..base.clone() };
-        assert!(local_fast(&on.validate().unwrap()));
+        assert!(local_fast(&base.validate().unwrap()), "on by default");
+        let both = BenchOptions { protocol: Some("luigi,occ".into()), ..base.clone() };
+        assert!(local_fast(&both.validate().unwrap()), "for Luigi's runs (the baselines have none)");
+        let off = BenchOptions { fast_path: Some(false), ..base.clone() };
+        assert!(!local_fast(&off.validate().unwrap()));
+        let on = BenchOptions { fast_path: Some(true), ..base.clone() };
         let luigi = BenchOptions { protocol: Some("luigi".into()), ..on.clone() };
         assert_eq!(luigi.validate().unwrap().protocols, vec![Protocol::Luigi]);
         let msg = refused(&BenchOptions { protocol: Some("luigi,occ".into()), ..on }, "invalid --protocol luigi,occ:");
-        assert!(msg.contains("--fast-path is Luigi's"), "{msg}");
+        assert!(msg.contains("--fast-path on is Luigi's"), "{msg}");
     }
 
     #[test]
@@ -547,7 +550,7 @@ mod tests {
             &BenchOptions { durability: Some("none"), ..base.clone() },
             "--durability cannot be used with --cluster",
         );
-        refused(&BenchOptions { fast_path: true, ..base.clone() }, "--fast-path cannot be used with --cluster");
+        refused(&BenchOptions { fast_path: Some(false), ..base.clone() }, "--fast-path cannot be used with --cluster");
         refused(
             &BenchOptions { shards: Some(2), net: Some(vec![Scenario::None]), ..base.clone() },
             "--shards, --net cannot be used",

@@ -157,7 +157,8 @@ pub fn run_workload<T>(
             let mut config = ClusterConfig::local(run.shards, run.net, &vec![0; run.shards as usize]);
             config.protocol.headroom_us = run.headroom_us;
             config.set_protocol(run.protocol);
-            config.protocol.fast_path = run.fast_path.then_some(true);
+            // Written either way, so that the file says what ran.
+            config.protocol.fast_path = Some(run.fast_path && run.protocol == Protocol::Luigi);
             config.workload = hosted;
             for shard in &mut config.shards {
                 shard.replicas = vec!["127.0.0.1:0".into(); run.replicas as usize];

@@ -318,7 +318,8 @@ impl Core {
                 c.group_sizes = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
                 // Rule 20: the fast path where it pays (under saturation few transactions
                 // commit fast, and fanning every one out costs the followers more).
-                c.fan_out = if config.fast_path() { FanOut::Adaptive } else { FanOut::Never };
+                let anywhere = (0..config.shard_count()).any(|s| config.fast_path_on(s));
+                c.fan_out = if anywhere { FanOut::Adaptive } else { FanOut::Never };
                 Core::Luigi(Box::new(Coordinator::new(c)))
             }
             Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {

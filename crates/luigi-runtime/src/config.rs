@@ -9,7 +9,8 @@
 //! kind = "luigi"               # luigi | occ | 2pl | direct (default luigi); every server and
 //!                              # client of the cluster runs it
 //! headroom_us = 450            # default: per scenario (half the jitter + 200 µs)
-//! fast_path = false            # Luigi's fast path (experimental, see DESIGN.md)
+//! fast_path = true             # Luigi's fast path (default: on, for shards of 3 replicas
+//!                              # or more; DESIGN.md, "The fast path")
 //!
 //! [[shards]]
 //! replicas = ["127.0.0.1:7100"]
@@ -43,6 +44,9 @@ use crate::net::wan::{DelayDist, DelayModel, Scenario};
 
 /// Name standing for every client in link overrides.
 pub const CLIENT_NODE: &str = "client";
+
+/// Replicas a shard needs for the fast path (a leader and a super-quorum of 2 followers).
+pub const FAST_PATH_REPLICAS_MIN: usize = 3;
 
 /// A parsed and validated cluster file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -108,9 +112,10 @@ pub struct ProtocolConfig {
     pub election_timeout_us: Option<u64>,
     /// Luigi's fast path (DESIGN.md, "the fast path"): clients send every dispatch to every
     /// replica, followers accept, and an uncontended single-shard transaction commits in 2
-    /// one-way delays, a cross-shard one in 3 (rules 16-19). Experimental and off by
-    /// default: its recovery (DESIGN.md, rules R1-R3, V1-V2, C and H) is younger than the
-    /// rest. Luigi only.
+    /// one-way delays, a cross-shard one in 3 (rules 16-19); clients fan out only while it
+    /// pays (rule 20). Default: on for Luigi, on shards of 3 replicas or more
+    /// ([`ClusterConfig::fast_path_on`]); `false` turns it off (rule 14's path alone).
+    /// Luigi only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<bool>,
 }
@@ -244,7 +249,7 @@ impl ClusterConfig {
         if self.protocol.retry_timeout_us == Some(0) {
             return Err(invalid("protocol.retry_timeout_us".into(), "must be positive".into()));
         }
-        if self.fast_path() && self.protocol() != Protocol::Luigi {
+        if self.protocol.fast_path == Some(true) && self.protocol() != Protocol::Luigi {
             return Err(invalid(
                 "protocol.fast_path".into(),
                 format!("is Luigi's; this cluster runs {}", self.protocol()),
@@ -304,9 +309,17 @@ impl ClusterConfig {
         model
     }
 
-    /// Whether the cluster runs Luigi's fast path (`[protocol] fast_path`).
+    /// Whether the cluster runs Luigi's fast path (`[protocol] fast_path`; on by default
+    /// for Luigi, off for the baselines, which have none).
     pub fn fast_path(&self) -> bool {
-        self.protocol.fast_path.unwrap_or(false)
+        self.protocol.fast_path.unwrap_or(self.protocol() == Protocol::Luigi)
+    }
+
+    /// Whether `shard` runs the fast path: the cluster does and the shard has 3 replicas or
+    /// more (a fast commit needs every follower's accept; a smaller group gains nothing
+    /// from the bookkeeping and the leader's vote writes).
+    pub fn fast_path_on(&self, shard: ShardId) -> bool {
+        self.fast_path() && self.shards.get(shard as usize).is_some_and(|s| s.replicas.len() >= FAST_PATH_REPLICAS_MIN)
     }
 
     /// Coordinator headroom: configured, or half the scenario's jitter plus 200 µs.
@@ -408,7 +421,20 @@ mod tests {
         assert!(e.contains("protocol.fast_path") && e.contains("occ"), "{e}");
         let c = parse("[protocol]\nfast_path = true\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap();
         assert!(c.fast_path());
-        assert!(!parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap().fast_path(), "off by default");
+        let default = parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[[shards]]\nreplicas = [\"127.0.0.1:2\", \"127.0.0.1:3\", \"127.0.0.1:4\"]").unwrap();
+        assert!(default.fast_path(), "on by default");
+        assert_eq!(
+            (default.fast_path_on(0), default.fast_path_on(1)),
+            (false, true),
+            "on shards of 3 replicas or more"
+        );
+        let off = parse(
+            "[protocol]\nfast_path = false\n[[shards]]\nreplicas = [\"127.0.0.1:2\", \"127.0.0.1:3\", \"127.0.0.1:4\"]",
+        )
+        .unwrap();
+        assert!(!off.fast_path() && !off.fast_path_on(0));
+        let occ = parse("[protocol]\nkind = \"occ\"\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap();
+        assert!(!occ.fast_path(), "the baselines have none");
         let e = parse("[protocol]\nelection_timeout_us = 0\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap_err();
         assert!(e.contains("protocol.election_timeout_us") && e.contains("positive"), "{e}");
         let e =

@@ -99,6 +99,13 @@ struct ServerArgs {
     exit_on_stdin_eof: bool,
 }
 
+/// `--fast-path` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
 /// `--durability` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum DurabilityArg {
@@ -200,11 +207,11 @@ struct RunArgs {
     /// repeat it.
     #[arg(long)]
     protocol: Option<String>,
-    /// Turn on Luigi's fast path in the local cluster's file (`[protocol] fast_path = true`;
-    /// experimental, DESIGN.md "The fast path"). Luigi only; not with --cluster (the file
-    /// decides).
-    #[arg(long)]
-    fast_path: bool,
+    /// Luigi's fast path in the local cluster's file (`[protocol] fast_path`; DESIGN.md "The
+    /// fast path") [default: on for Luigi's runs, on shards of 3 replicas or more]. `off`
+    /// measures rule 14's path alone. Not with --cluster (the file decides).
+    #[arg(long, value_name = "on|off")]
+    fast_path: Option<OnOff>,
 }
 
 /// `luigi bench micro` options: see also `MicroOptions::validate` in luigi-bench.
@@ -409,7 +416,7 @@ impl RunArgs {
             json: self.json.clone().unwrap_or_else(|| PathBuf::from(format!("results/{workload}.json"))),
             cluster: self.cluster.clone(),
             protocol: self.protocol.clone(),
-            fast_path: self.fast_path,
+            fast_path: self.fast_path.map(|f| f == OnOff::On),
         }
     }
 }

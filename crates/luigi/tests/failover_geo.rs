@@ -8,7 +8,7 @@
 //! Takes about 25 s: `cargo test -p luigi --test failover_geo -- --ignored --nocapture`.
 //! `LUIGI_ELECTION_TIMEOUT_US=n` sets the cluster file's `[protocol] election_timeout_us`
 //! (default: the derived one, at least 1 s) to see what a shorter one buys;
-//! `LUIGI_FAST_PATH=1` turns on the fast path (`[protocol] fast_path = true`).
+//! `LUIGI_FAST_PATH=0` turns off the fast path, on by default (`[protocol] fast_path = false`).
 
 mod common;
 
@@ -48,8 +48,8 @@ fn killing_a_leader_under_geo_pauses_its_shard_and_barely_the_other() {
     let data = dir.join("data");
     let election = std::env::var("LUIGI_ELECTION_TIMEOUT_US").ok();
     let mut protocol = election.as_ref().map_or(String::new(), |us| format!("election_timeout_us = {us}\n"));
-    if std::env::var("LUIGI_FAST_PATH").is_ok_and(|v| v == "1") {
-        protocol.push_str("fast_path = true\n");
+    if std::env::var("LUIGI_FAST_PATH").is_ok_and(|v| v == "0") {
+        protocol.push_str("fast_path = false\n");
     }
     let (config_path, ports) = three_replica_cluster(&dir, 2, "geo", &protocol);
     let logs = dir.join("servers.log");

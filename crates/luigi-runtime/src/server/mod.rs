@@ -160,7 +160,7 @@ impl Server {
         let mut node_config = NodeConfig::new(node, shape, config.seed, config.tuning(), registry)
             .with_initial(initial)
             .with_protocol(luigi_baseline::replicas_for(config.protocol()));
-        node_config.leader.fast_path = config.fast_path();
+        node_config.leader.fast_path = config.fast_path_on(node.shard);
         let mut replica = ReplicaNode::new(node_config, recovered).map_err(|e| match e {
             NodeError::Raft { source: luigi_raft::RaftError::Recovered(_), .. } => {
                 anyhow::anyhow!("{e}; cannot restart from {}; {}", disk.dir().display(), rebuild_hint(replicas))
