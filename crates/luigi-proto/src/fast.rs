@@ -95,11 +95,17 @@ impl RecentOrder {
     pub fn remove(&mut self, id: TxnId) {
         let Some((ts, keys)) = self.keys.remove(&id) else { return };
         self.by_pos.remove(&(ts, id));
+        self.unlist(id, &keys);
+    }
+
+    /// Takes `id` off the lists of its `keys` (one lookup per key, which drops a list left
+    /// empty).
+    fn unlist(&mut self, id: TxnId, keys: &[(u64, Access)]) {
         for (k, _) in keys {
-            if let Some(list) = self.per_key.get_mut(&k) {
-                list.retain(|(p, _)| p.1 != id);
-                if list.is_empty() {
-                    self.per_key.remove(&k);
+            if let std::collections::hash_map::Entry::Occupied(mut list) = self.per_key.entry(*k) {
+                list.get_mut().retain(|(p, _)| p.1 != id);
+                if list.get().is_empty() {
+                    list.remove();
                 }
             }
         }
@@ -127,7 +133,8 @@ impl RecentOrder {
     pub fn prune_to(&mut self, ts: Timestamp) {
         while self.by_pos.first().is_some_and(|(at, _)| *at <= ts) {
             let (_, id) = self.by_pos.pop_first().expect("just seen");
-            self.remove(id);
+            let (_, keys) = self.keys.remove(&id).expect("an entry's keys are kept with it");
+            self.unlist(id, &keys);
         }
     }
 
