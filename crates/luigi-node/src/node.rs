@@ -184,6 +184,11 @@ pub struct ReplicaNode {
     last_ready: u64,
     /// The term and time of the last question for the group's accepts.
     accepts_asked: (u64, TimeUs),
+    /// Questions for accepts (`AcceptsQuery`) of a term this replica has not reached yet, by
+    /// asker: answered as soon as it reaches it (rule V2), not dropped for the asker's next
+    /// try (with jitter a candidate's question often overtakes its vote request). One per
+    /// replica of the group (the newest term asked).
+    accepts_questions: Vec<(NodeId, u64)>,
     /// Accept records written since the last rewrite of the live ones (see
     /// [`Tuning::accepts_rewrite_records`]).
     accepts_written: u64,
@@ -313,6 +318,7 @@ impl ReplicaNode {
             awaiting: VecDeque::new(),
             last_ready: 0,
             accepts_asked: (0, 0),
+            accepts_questions: Vec::new(),
             accepts_written: 0,
             awaiting_accepts: VecDeque::new(),
             held: VecDeque::new(),
@@ -443,14 +449,13 @@ impl ReplicaNode {
                 result
             }
             ReplicationMsg::AcceptsQuery { shard, from: sender, term } => {
-                if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me {
+                let stranger = from.replica >= self.config.group_size();
+                if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me || stranger {
                     return Err(format!("accepts query for shard {shard} from raft id {sender} by {from}"));
                 }
-                let Some(records) = self.replica.accepts_of(term) else {
-                    return Ok(()); // its term is older: asked again soon
-                };
-                let msg = ReplicationMsg::Accepts { shard, from: me.raft_id(), term, records };
-                fx.push(Effect::Replicate { to: from, msg });
+                self.accepts_questions.retain(|(asker, _)| *asker != from);
+                self.accepts_questions.push((from, term));
+                self.answer_accepts_questions(fx);
                 Ok(())
             }
             ReplicationMsg::Accepts { shard, from: sender, term, records } => {
@@ -470,6 +475,19 @@ impl ReplicaNode {
                 Ok(())
             }
         }
+    }
+
+    /// Answers the questions for accepts whose term this replica has reached (V2); the
+    /// others wait for it.
+    fn answer_accepts_questions(&mut self, fx: &mut Vec<Effect>) {
+        let me = self.config.node;
+        let replica = &self.replica;
+        self.accepts_questions.retain(|&(asker, term)| {
+            let Some(records) = replica.accepts_of(term) else { return true };
+            let msg = ReplicationMsg::Accepts { shard: me.shard, from: me.raft_id(), term, records };
+            fx.push(Effect::Replicate { to: asker, msg });
+            false
+        });
     }
 
     /// A new leader's fast-path recovery round waits for the group's undecided accepts: asks
@@ -729,6 +747,9 @@ impl ReplicaNode {
         self.snapshot_if_due(fx)?;
         self.tend_transfers(now, fx);
         self.ask_for_accepts(now, fx);
+        if !self.accepts_questions.is_empty() {
+            self.answer_accepts_questions(fx);
+        }
         self.drive(fx)?;
         self.release_held(fx);
         self.report_progress(now, fx);
