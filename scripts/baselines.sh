@@ -5,7 +5,9 @@
 # results/baselines-*.json; `luigi bench compare` renders them side by side.
 #
 # Usage: scripts/baselines.sh [micro|tpcc|cross|seed004|latency|all] (default all)
-# LUIGI=path/to/luigi (default: target/release/luigi), DURATION/WARMUP in seconds.
+# LUIGI=path/to/luigi (default: target/release/luigi), DURATION/WARMUP in seconds,
+# FAST_PATH=0 to run Luigi without its fast path (on by default since 2026-11-26; the
+# README's tables of before were made with it off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LUIGI=${LUIGI:-target/release/luigi}
@@ -15,6 +17,9 @@ NETS=same-region,same-continent,cross-continent,geo
 PROTOCOLS=luigi,occ,2pl,direct
 what=${1:-all}
 common=(--duration "$DURATION" --warmup "$WARMUP" --no-progress)
+if [[ ${FAST_PATH:-1} == 0 ]] && "$LUIGI" bench micro --help | grep -q -- '--fast-path <on|off>'; then
+  common+=(--fast-path off) # an older build has it off already
+fi
 
 if [[ $what == micro || $what == all ]]; then
   for shape in 1x1 1x3 2x1 2x3; do
