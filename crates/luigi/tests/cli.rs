@@ -80,12 +80,22 @@ fn data_commands_and_status_against_a_real_cluster() {
         );
     }
 
-    // Wait until both groups elected a leader that serves.
+    // Wait until both groups elected a leader that serves, and every follower has heard of a
+    // commit (a follower learns the commit index with the leader's next append or heartbeat,
+    // which can come after the leader serves).
     let deadline = Instant::now() + Duration::from_secs(15);
+    let committed_everywhere = |status: &Value| {
+        status["replicas"]
+            .as_array()
+            .is_some_and(|rs| rs.iter().all(|r| r["status"]["commit_index"].as_u64().is_some_and(|c| c >= 1)))
+    };
     let status = loop {
         let o = luigi(&config, &["status", "--json"]);
         if o.status.success() {
-            break json(&stdout(&o));
+            let status = json(&stdout(&o));
+            if committed_everywhere(&status) {
+                break status;
+            }
         }
         assert!(Instant::now() < deadline, "no leader everywhere: {}{}", stdout(&o), stderr(&o));
         std::thread::sleep(Duration::from_millis(100));
