@@ -267,6 +267,14 @@ fn cells(r: &BenchResult) -> [String; NCOLS] {
     // `as u64` saturates: negative / NaN become 0.
     let tps = r.throughput_tps.round() as u64;
     let l = &r.latency_us;
+    // A share only Luigi has, in percent; "-" for the baselines.
+    let luigi_pct = |rate: f64| {
+        if r.protocol == "luigi" || r.protocol.is_empty() {
+            format!("{:.1}", rate * 100.0)
+        } else {
+            "-".into()
+        }
+    };
     [
         protocol_label(r),
         r.workload.clone(),
@@ -287,22 +295,10 @@ fn cells(r: &BenchResult) -> [String; NCOLS] {
         format_thousands(r.rejected),
         format_thousands(r.unknown),
         // Luigi's agreement rounds; the baselines always take their two rounds (see docs/BASELINES.md).
-        if r.protocol == "luigi" || r.protocol.is_empty() {
-            format!("{:.1}", r.second_round_rate * 100.0)
-        } else {
-            "-".into()
-        },
-        // Only Luigi has a fast path (off by default: 0).
-        if r.protocol == "luigi" || r.protocol.is_empty() {
-            format!("{:.1}", r.fast_path_rate * 100.0)
-        } else {
-            "-".into()
-        },
-        if r.protocol == "luigi" || r.protocol.is_empty() {
-            format!("{:.1}", r.fast_path_asked_rate * 100.0)
-        } else {
-            "-".into()
-        },
+        luigi_pct(r.second_round_rate),
+        // Only Luigi has a fast path.
+        luigi_pct(r.fast_path_rate),
+        luigi_pct(r.fast_path_asked_rate),
     ]
 }
 

@@ -70,7 +70,7 @@ type KeyEntries = SmallVec<[(Pos, Access); 2]>;
 pub struct RecentOrder {
     per_key: HashKeyMap<KeyEntries>,
     /// Each entry's keys, to move or drop it.
-    keys: IdMap<TxnId, (Timestamp, Vec<(u64, Access)>)>,
+    keys: IdMap<(Timestamp, Vec<(u64, Access)>)>,
     /// Entries by position, to prune.
     by_pos: BTreeSet<Pos>,
 }
@@ -163,7 +163,7 @@ impl RecentOrder {
         transitive: bool,
         stop: impl Fn(TxnId) -> bool,
     ) -> Option<Vec<(TxnId, Timestamp)>> {
-        let mut found: IdMap<TxnId, Timestamp> = IdMap::default();
+        let mut found: IdMap<Timestamp> = IdMap::default();
         let mut frontier: Vec<(Pos, &[(u64, Access)])> = vec![((ts, id), keys)];
         while let Some((pos, keys)) = frontier.pop() {
             for (k, a) in keys {
@@ -294,7 +294,7 @@ impl AcceptRecord {
 pub struct Acceptor {
     order: RecentOrder,
     /// Accepted and not yet decided by the log.
-    accepts: IdMap<TxnId, Undecided>,
+    accepts: IdMap<Undecided>,
     /// The mutation `Mutations::fast_hashes_direct_predecessors`.
     direct_hash: bool,
 }

@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::types::TxnId;
+
 /// FNV-1a of `key`, 64 bits.
 pub fn key_hash(key: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -40,7 +42,7 @@ pub type HashKeyMap<V> = HashMap<u64, V, BuildHasherDefault<PrehashedHasher>>;
 /// A map keyed by transaction ids (two integers, a client's and its counter), mixed as
 /// cheaply as key hashes: the fast path's tables touch several per transaction and replica.
 /// Deterministic, like [`crate::Map`]; for tables whose iteration order reaches no output.
-pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<PrehashedHasher>>;
+pub type IdMap<V> = HashMap<TxnId, V, BuildHasherDefault<PrehashedHasher>>;
 
 #[cfg(test)]
 mod tests {

@@ -122,7 +122,7 @@ impl Client {
         }
         drop(in_tx);
         // Wait until every shard has a replica to talk to.
-        let mut routes = Routes::new(replicas, config.protocol(), config.fast_path());
+        let mut routes = Routes::new(replicas, config.protocol(), config.fast_path_anywhere());
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         while let Some(shard) = routes.unreachable_shard() {
             let ev = tokio::time::timeout_at(deadline, in_rx.recv()).await.ok().flatten();
@@ -318,8 +318,7 @@ impl Core {
                 c.group_sizes = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
                 // Rule 20: the fast path where it pays (under saturation few transactions
                 // commit fast, and fanning every one out costs the followers more).
-                let anywhere = (0..config.shard_count()).any(|s| config.fast_path_on(s));
-                c.fan_out = if anywhere { FanOut::Adaptive } else { FanOut::Never };
+                c.fan_out = if config.fast_path_anywhere() { FanOut::Adaptive } else { FanOut::Never };
                 Core::Luigi(Box::new(Coordinator::new(c)))
             }
             Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {

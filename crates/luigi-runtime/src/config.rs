@@ -315,6 +315,12 @@ impl ClusterConfig {
         self.protocol.fast_path.unwrap_or(self.protocol() == Protocol::Luigi)
     }
 
+    /// Whether some shard runs the fast path ([`ClusterConfig::fast_path_on`]): a client then
+    /// fans out the dispatches that ask for it (DESIGN.md rule 20).
+    pub fn fast_path_anywhere(&self) -> bool {
+        (0..self.shard_count()).any(|s| self.fast_path_on(s))
+    }
+
     /// Whether `shard` runs the fast path: the cluster does and the shard has 3 replicas or
     /// more (a fast commit needs every follower's accept; a smaller group gains nothing
     /// from the bookkeeping and the leader's vote writes).
@@ -421,6 +427,7 @@ mod tests {
         assert!(e.contains("protocol.fast_path") && e.contains("occ"), "{e}");
         let c = parse("[protocol]\nfast_path = true\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap();
         assert!(c.fast_path());
+        assert!(!c.fast_path_anywhere(), "no shard of 3 replicas: no client fans out");
         let default = parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[[shards]]\nreplicas = [\"127.0.0.1:2\", \"127.0.0.1:3\", \"127.0.0.1:4\"]").unwrap();
         assert!(default.fast_path(), "on by default");
         assert_eq!(
@@ -428,6 +435,7 @@ mod tests {
             (false, true),
             "on shards of 3 replicas or more"
         );
+        assert!(default.fast_path_anywhere());
         let off = parse(
             "[protocol]\nfast_path = false\n[[shards]]\nreplicas = [\"127.0.0.1:2\", \"127.0.0.1:3\", \"127.0.0.1:4\"]",
         )

@@ -35,14 +35,14 @@ use crate::types::{KeySet, Timestamp, Txn, TxnId};
 pub struct FastOrder {
     order: RecentOrder,
     /// Admitted transactions that are fast-eligible and not executed yet.
-    eligible: IdMap<TxnId, Arc<Txn>>,
+    eligible: IdMap<Arc<Txn>>,
     /// Executed fast-eligible transactions whose answer is not sent yet: their order hash.
-    hashes: IdMap<TxnId, (u64, Arc<Txn>)>,
+    hashes: IdMap<(u64, Arc<Txn>)>,
     /// Fast answers sent whose `PREPARE` is not known committed: this leader's votes.
-    votes: IdMap<TxnId, AcceptRecord>,
+    votes: IdMap<AcceptRecord>,
     /// Executed entries of the order table that were clean (rule C): fast-eligible, with
     /// every predecessor clean; by their timestamp, to prune with the table.
-    clean: IdMap<TxnId, Timestamp>,
+    clean: IdMap<Timestamp>,
     /// The mutations of the fast path's leader rules.
     mutations: Mutations,
 }
