@@ -321,6 +321,7 @@ fn clients_follow_hints_newer_watermarks_and_move_on_after_a_resend_without_news
             rounds: 0,
             position: None,
             order: None,
+            early: false,
         })
     };
     // While unsure, any replica naming the leader is followed.

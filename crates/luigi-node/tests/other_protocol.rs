@@ -91,6 +91,7 @@ impl Counter {
             rounds: 0,
             position: None,
             order: None,
+            early: false,
         })
     }
 }

@@ -191,6 +191,11 @@ pub struct TxnReply {
     /// not built: the fast path"): the leader kept the coordinator's timestamp and admitted
     /// nothing conflicting above it first. `None` on every other answer.
     pub order: Option<u64>,
+    /// An early answer (DESIGN.md rule 21): worked out before the transaction was decided
+    /// here, on another shard's marked proposal not usable yet, and not executed yet. It
+    /// counts only if the whole transaction commits on the fast path; otherwise the
+    /// leader's regular answer follows.
+    pub early: bool,
 }
 
 impl ServerMsg {
@@ -216,6 +221,7 @@ impl TxnReply {
             rounds: 0,
             position: None,
             order: None,
+            early: false,
         }
     }
 }

@@ -199,8 +199,29 @@ impl Registry {
         keys: &KeySet,
         shard: ShardId,
     ) -> Result<Vec<u8>, ProcError> {
+        TxnCtx::new(store, keys, shard).execute(self.procedure(name)?, args)
+    }
+
+    fn procedure(&self, name: &str) -> Result<&dyn Procedure, ProcError> {
         let procedure = self.procedures.get(name).ok_or_else(|| ProcError::UnknownProcedure(name.to_string()))?;
-        TxnCtx::new(store, keys, shard).execute(procedure.as_ref(), args)
+        Ok(procedure.as_ref())
+    }
+
+    /// What running `name` on `store` restricted to `keys` would return, leaving `store` as
+    /// it was (every write is rolled back): a leader's early answer (DESIGN.md rule 21).
+    pub fn dry_run(
+        &self,
+        name: &str,
+        args: &[u8],
+        store: &mut Store,
+        keys: &KeySet,
+        shard: ShardId,
+    ) -> Result<Vec<u8>, ProcError> {
+        let procedure = self.procedure(name)?;
+        let mut ctx = TxnCtx::new(store, keys, shard);
+        let result = ctx.execute(procedure, args);
+        ctx.rollback();
+        result
     }
 }
 
@@ -378,6 +399,23 @@ mod tests {
         let err = r.execute("p", &[], &mut store, &keys, 0).unwrap_err();
         assert_eq!(err, ProcError::NotAnInteger(b"b".to_vec()));
         assert_eq!(store, before);
+    }
+
+    #[test]
+    fn a_dry_run_returns_what_execution_returns_and_leaves_the_store_as_it_was() {
+        let keys = KeySet::new(vec![], vec![b"n".to_vec(), b"s".to_vec()]);
+        let mut store = Store::new();
+        store.put(b"n".to_vec(), 4i64.to_le_bytes().to_vec());
+        let before = store.clone();
+        let r = registry(|ctx| {
+            let n = ctx.add_i64(b"n", 3)?;
+            ctx.insert(b"s".to_vec(), b"x".to_vec())?;
+            Ok(n.to_string().into_bytes())
+        });
+        assert_eq!(r.dry_run("p", &[], &mut store, &keys, 0), Ok(b"7".to_vec()));
+        assert_eq!(store, before, "nothing written");
+        assert_eq!(r.execute("p", &[], &mut store, &keys, 0), Ok(b"7".to_vec()), "the same answer");
+        assert_ne!(store, before);
     }
 
     #[test]

@@ -75,9 +75,25 @@ impl Durable {
 /// still be on its way (rule 14: a leader executes speculatively; whoever acts on the result
 /// waits for its position to commit, which the end-of-run checks hold answers to). Both
 /// cluster models check every execution with it.
-pub(crate) fn check_rule4(who: &str, own: ShardId, id: TxnId, durable: &[(ShardId, Durable)]) -> Result<(), String> {
+///
+/// `executed_ts` is the timestamp the replica executed at, when known: a leader executes at
+/// its decision, at or above its own proposal, so an own committed `PREPARE` above it is a
+/// later leader's (found in a replicated run with a deposed leader that had used another
+/// shard's proposal by rule 18). That leader's own `PREPARE` can then never commit (one
+/// `PREPARE` per transaction per shard, checked below): its execution is speculative on a
+/// branch no answer can be proven from, like one whose `PREPARE` is still on its way.
+pub(crate) fn check_rule4(
+    who: &str,
+    own: ShardId,
+    id: TxnId,
+    executed_ts: Option<Timestamp>,
+    durable: &[(ShardId, Durable)],
+) -> Result<(), String> {
     let mut proposals = Vec::new();
-    let speculative = |p: ShardId, d: &Durable| p == own && d.prepared.is_none() && d.prepares == 0 && !d.aborted;
+    let superseded = |d: &Durable| d.prepares == 1 && d.prepared.zip(executed_ts).is_some_and(|(c, e)| c > e);
+    let speculative = |p: ShardId, d: &Durable| {
+        p == own && !d.aborted && ((d.prepared.is_none() && d.prepares == 0) || superseded(d))
+    };
     let durable: Vec<(ShardId, Durable)> = durable.iter().filter(|(p, d)| !speculative(*p, d)).copied().collect();
     for (p, d) in &durable {
         let why = if d.prepares > 1 {

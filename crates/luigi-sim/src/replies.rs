@@ -53,9 +53,16 @@ impl ReplyLedger {
             let msg = format!("shard {shard} sent a reply for {:?} signed as shard {}", r.id, r.shard);
             return Err((ViolationKind::Invariant, msg));
         }
-        if r.watermark < r.ts {
+        // An early answer (rule 21) leaves before its transaction is decided, so before the
+        // watermark passes it; it always names a position (checked below like speculative
+        // answers).
+        if r.watermark < r.ts && !r.early {
             let msg =
                 format!("shard {shard} answered {:?} at ts {} with watermark {} below it", r.id, r.ts, r.watermark);
+            return Err((ViolationKind::Invariant, msg));
+        }
+        if r.early && r.position.is_none() {
+            let msg = format!("shard {shard} sent an early answer for {:?} naming no position", r.id);
             return Err((ViolationKind::Invariant, msg));
         }
         if r.position.is_some() {

@@ -194,6 +194,18 @@ fn without_faults_most_uncontended_cross_shard_transactions_commit_on_the_fast_p
     );
     assert!(total.committed > 0 && total.fast_commits * 2 > total.committed, "{total:?}");
     assert!(total.fast_proposals > 0, "rule 18: marked proposals used on their followers' accepts: {total:?}");
+    assert!(total.early_commits > 0, "rule 21: fast commits on early answers: {total:?}");
+}
+
+#[test]
+fn regression_seed_55_a_deposed_leader_executes_on_a_proposal_its_successor_superseded() {
+    // Found with 5 ms of headroom (a search for rule 21's mutations): deposed leader R0.0
+    // used shard 1's marked proposal (rule 18) and executed at 86605 after its successor
+    // had prepared the transaction again at 1005551 and committed it. R0.0's own PREPARE
+    // can never commit, so nothing it answers is ever proven: the checker's rule-4 check
+    // took the successor's PREPARE for the executing leader's and flagged the execution.
+    let config = fast(55, 40, 5_000).cross_shard(1.0);
+    common::must_pass_replicated("fast_path", "regression_seed_55", config, &FaultConfig::new());
 }
 
 #[test]
@@ -227,22 +239,33 @@ fn a_leader_that_uses_a_marked_proposal_without_every_accept_is_caught() {
     assert!(common::caught_replicated(&config, &FaultConfig::new()), "went unnoticed at seed 45");
 }
 
+#[test]
+fn a_coordinator_that_counts_an_early_answer_outside_a_fast_commit_is_caught() {
+    // Rule 21. Found by a release search (first catch at seed 113 with 40 keys).
+    let mut config = fast_cross(113, 40);
+    config.coordinator.mutations.early_answers_count_alone = true;
+    assert!(common::caught_replicated(&config, &FaultConfig::new()), "went unnoticed at seed 113");
+}
+
 /// Searches seeds for one where random faults catch a broken rule, for the tests above:
-/// `S_MUT` (`c`, `h`, `f2`, `order`, `vote`, `marked`: cross-shard) over `S_FROM..S_TO` with `S_KEYS` keys (default 40)
-/// and `S_DROP` of the messages on client and Raft links lost (default none), stopping at
+/// `S_MUT` (`c`, `h`, `f2`, `order`, `vote`; cross-shard: `marked`, `early-time`,
+/// `early-alone`, and `none-cross`, no mutation) over `S_FROM..S_TO` with `S_KEYS` keys (default 40)
+/// and `S_DROP` of the messages on client and Raft links lost (default none), with
+/// `S_HEADROOM` µs of headroom in the coordinators' timestamps (default 1,000), stopping at
 /// the first catch. Run in release, e.g.
 /// `S_MUT=h S_FROM=41 S_TO=6000 cargo test --release -p luigi-sim --test fast_path
 /// search_for_a_seed -- --ignored --nocapture`.
 #[test]
-#[ignore = "a search tool for the mutation tests, sized by S_MUT, S_FROM, S_TO, S_KEYS and S_DROP"]
+#[ignore = "a search tool for the mutation tests, sized by S_MUT, S_FROM, S_TO, S_KEYS, S_DROP and S_HEADROOM"]
 fn search_for_a_seed_that_catches_a_mutation() {
     let env = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("set {name}"));
     let (from, to): (u64, u64) = (env("S_FROM").parse().expect("S_FROM"), env("S_TO").parse().expect("S_TO"));
     let which = env("S_MUT");
     let keys: u64 = std::env::var("S_KEYS").map_or(40, |k| k.parse().expect("S_KEYS"));
     let drop_rate: f64 = std::env::var("S_DROP").map_or(0.0, |d| d.parse().expect("S_DROP"));
+    let headroom_us: u64 = std::env::var("S_HEADROOM").map_or(1_000, |h| h.parse().expect("S_HEADROOM"));
     for seed in from..to {
-        let mut config = fast(seed, keys, 1_000).drop_rate(drop_rate);
+        let mut config = fast(seed, keys, headroom_us).drop_rate(drop_rate);
         match which.as_str() {
             "c" => config.leader.mutations.fast_ignores_unclean_predecessors = true,
             "h" => config.leader.mutations.fast_hashes_direct_predecessors = true,
@@ -253,7 +276,18 @@ fn search_for_a_seed_that_catches_a_mutation() {
                 config = config.cross_shard(1.0);
                 config.leader.mutations.fast_trusts_marked_proposals = true;
             }
-            other => panic!("S_MUT={other}: one of c, h, f2, order, vote, marked"),
+            "early-time" => {
+                config = config.cross_shard(1.0);
+                config.leader.mutations.early_before_its_time = true;
+            }
+            "early-alone" => {
+                config = config.cross_shard(1.0);
+                config.coordinator.mutations.early_answers_count_alone = true;
+            }
+            // No mutation: a sweep of the cross-shard fast path at this headroom and contention
+            // (a catch is a bug).
+            "none-cross" => config = config.cross_shard(1.0),
+            other => panic!("S_MUT={other}: one of c, h, f2, order, vote, marked, early-time, early-alone, none-cross"),
         }
         if common::caught_replicated(&config, &FaultConfig::new()) {
             eprintln!("CAUGHT {which} at seed {seed}");

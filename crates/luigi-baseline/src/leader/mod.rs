@@ -432,6 +432,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             rounds,
             position: None,
             order: None,
+            early: false,
         }
     }
 

@@ -32,6 +32,7 @@ fn reply(id: TxnId, shard: ShardId, ts: Timestamp, outcome: Result<Vec<u8>, TxnE
         rounds: 1,
         position: None,
         order: None,
+        early: false,
     })
 }
 

@@ -252,6 +252,7 @@ mod tests {
             rounds: 0,
             position: Some(crate::progress::LogPos { term: 1, index: 9 }),
             order,
+            early: false,
         }
     }
 

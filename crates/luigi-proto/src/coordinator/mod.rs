@@ -96,6 +96,10 @@ pub struct CoordMutations {
     /// Commit on the fast path on accepts whose order hash differs from the leader's (the
     /// accepting replicas saw other recent conflicting predecessors).
     pub fast_ignores_order: bool,
+    /// Count a leader's early answer (rule 21) like a regular one, settled by its own
+    /// position or super-quorum, although another participant's proposal it rests on may
+    /// still change.
+    pub early_answers_count_alone: bool,
 }
 
 /// Which shards' watermarks must have passed a transaction's timestamp before the client is
@@ -287,6 +291,9 @@ pub struct CoordStats {
     pub fast: u64,
     /// Transactions that asked for the fast path (see [`fast::FanOut`]).
     pub fanned_out: u64,
+    /// Of the fast ones, those completed on an early answer of some participant (DESIGN.md
+    /// rule 21).
+    pub early: u64,
 }
 
 /// The coordinator state machine of one client.

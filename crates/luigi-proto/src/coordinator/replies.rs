@@ -96,7 +96,9 @@ impl Coordinator {
         }
         let id = reply.id;
         // A proven answer stays: a later one can only come from a retry or a stale leader.
-        if !settled(&self.progress, &self.config, flight, slot) {
+        // An early answer (rule 21) never replaces a regular one.
+        let regular = flight.replies[slot].as_ref().is_some_and(|r| !r.early);
+        if !settled(&self.progress, &self.config, flight, slot) && (!reply.early || !regular) {
             flight.replies[slot] = Some(reply);
         }
         self.try_complete_txn(id, out);
@@ -132,7 +134,11 @@ impl Coordinator {
         if replies.iter().any(|r| r.ts != ts) {
             self.stats.ts_mismatch += 1;
         }
-        let passed = |shard: &ShardId| self.watermarks.get(shard).is_some_and(|w| *w >= ts);
+        // An early answer was sent with the clock and the committed floor promise past `ts`
+        // (rule 21): its shard admits nothing at or below `ts` any more, which is what this
+        // rule needs of it; it counts only in a fast commit (below, `all_settled`).
+        let early = |shard: &ShardId| replies.iter().any(|r| r.shard == *shard && r.early);
+        let passed = |shard: &ShardId| self.watermarks.get(shard).is_some_and(|w| *w >= ts) || early(shard);
         let participant = |shard: ShardId| replies.iter().any(|r| r.shard == shard);
         let covered = match self.config.commit_rule {
             CommitRule::Participants => replies.iter().all(|r| passed(&r.shard)),
@@ -164,6 +170,7 @@ impl Coordinator {
             TxnOutcome::Ordered { .. } | TxnOutcome::Rejected(_) => Reported::Rejected,
         });
         self.stats.fast += u64::from(fast);
+        self.stats.early += u64::from(fast && flight.replies.iter().flatten().any(|r| r.early));
         if flight.fast && earlier.is_none() {
             self.fan_out.completed(fast);
         }

@@ -86,8 +86,13 @@ impl Coordinator {
 
 /// Participant `slot`'s answer counts: there, and its position proven committed (rule 14),
 /// or committed on the fast path (`group_sizes`: replicas per shard).
+/// An early answer (rule 21) counts only when every participant's answer commits on the
+/// fast path: it rests on other shards' proposals that only their super-quorums fix.
 pub(super) fn settled(progress: &Progress, config: &CoordinatorConfig, flight: &InFlight, slot: usize) -> bool {
     let Some(r) = flight.replies[slot].as_ref() else { return false };
+    if r.early && !config.mutations.early_answers_count_alone {
+        return (0..flight.replies.len()).all(|s| fast_settled(config, flight, s));
+    }
     r.position.is_none_or(|pos| progress.proven(r.shard, pos)) || fast_settled(config, flight, slot)
 }
 

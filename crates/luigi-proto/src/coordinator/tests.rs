@@ -65,6 +65,7 @@ fn reply(id: TxnId, shard: ShardId, ts: Timestamp, watermark: Timestamp, delta: 
         rounds: 0,
         position: None,
         order: None,
+        early: false,
     })
 }
 
@@ -155,6 +156,7 @@ fn rejected(id: TxnId, shard: ShardId) -> ServerMsg {
         rounds: 0,
         position: None,
         order: None,
+        early: false,
     })
 }
 
@@ -241,6 +243,7 @@ fn busy_answers_are_resent_soon_like_not_leader() {
         rounds: 0,
         position: None,
         order: None,
+        early: false,
     };
     out.clear();
     c.on_message(10, ServerMsg::Reply(busy), &mut out);
@@ -306,6 +309,7 @@ fn not_leader_answers_are_resent_soon_without_using_attempts() {
         rounds: 0,
         position: None,
         order: None,
+        early: false,
     });
     for round in 0..3u64 {
         out.clear();
@@ -406,6 +410,7 @@ fn speculative(id: TxnId, shard: ShardId, ts: Timestamp, term: u64, index: u64, 
         rounds: 0,
         position: Some(crate::progress::LogPos { term, index }),
         order: None,
+        early: false,
     })
 }
 
@@ -623,4 +628,89 @@ fn rule_20_an_adaptive_coordinator_samples_once_few_fanned_out_transactions_comm
     assert_eq!(c.stats().fanned_out, u64::from(fast::FAN_OUT_WINDOW + fast::FAN_OUT_SAMPLES) + 1);
     assert_eq!(c.fan_out().switches, 2);
     c.check_invariants().unwrap();
+}
+
+/// Shard `shard`'s fast-eligible answer in term 4 at position `index`, `early` (rule 21)
+/// with a watermark below `ts`, or regular with it at `ts`.
+fn answer_on(id: TxnId, shard: ShardId, ts: Timestamp, index: u64, order: u64, early: bool) -> ServerMsg {
+    let ServerMsg::Reply(mut r) = speculative(id, shard, ts, 4, index, shard as u8) else { unreachable!("a reply") };
+    (r.order, r.early, r.rounds) = (Some(order), early, 1);
+    if early {
+        r.watermark = ts - 1;
+    }
+    ServerMsg::Reply(r)
+}
+
+/// Both followers of `shard` accept `id` at `ts` with `order`, in term 4.
+fn accepts_on(c: &mut Coordinator, id: TxnId, shard: ShardId, ts: Timestamp, order: u64, out: &mut Vec<CoordOutput>) {
+    for replica in 1..3 {
+        c.on_message(20, ServerMsg::FastAccept { shard, replica, term: 4, id, ts, order }, out);
+    }
+}
+
+#[test]
+fn rule_21_an_early_answer_counts_only_when_every_participant_commits_fast() {
+    let mut out = Vec::new();
+    // Every participant's super-quorum: done, on shard 0's early answer and without its
+    // watermark (the early answer left with its clock and floor promise past ts).
+    let mut c = two_shards_of_three();
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    let ts = stamped(&out);
+    out.clear();
+    c.on_message(10, answer_on(id, 0, ts, 20, 5, true), &mut out);
+    c.on_message(10, answer_on(id, 1, ts, 30, 7, false), &mut out);
+    accepts_on(&mut c, id, 0, ts, 5, &mut out);
+    assert!(out.is_empty(), "shard 1's super-quorum is missing: {out:?}");
+    accepts_on(&mut c, id, 1, ts, 7, &mut out);
+    let fast = done(&out).expect("a fast commit");
+    assert!(fast.fast && matches!(&fast.outcome, TxnOutcome::Ordered { ts: t, .. } if *t == ts), "{fast:?}");
+    assert_eq!((c.stats().fast, c.stats().early), (1, 1));
+
+    // Shard 1 proven the regular way, not fast: shard 0's early answer does not count, even
+    // with its own super-quorum and its position proven. Its regular answer does.
+    let run = |mutations: CoordMutations| {
+        let mut c = two_shards_of_three();
+        c.config.mutations = mutations;
+        let mut out = Vec::new();
+        let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+        let ts = stamped(&out);
+        out.clear();
+        c.on_message(10, answer_on(id, 0, ts, 20, 5, true), &mut out);
+        accepts_on(&mut c, id, 0, ts, 5, &mut out);
+        c.on_message(10, speculative(id, 1, ts, 4, 30, 1), &mut out);
+        for (shard, index) in [(0, 20), (1, 30)] {
+            for replica in 1..3 {
+                c.on_message(30, progress(shard, replica, 4, index, false), &mut out);
+            }
+        }
+        c.on_message(31, ServerMsg::Watermark { shard: 0, watermark: ts }, &mut out);
+        let early_done = done(&out).is_some();
+        out.clear();
+        c.on_message(40, answer_on(id, 0, ts, 20, 5, false), &mut out);
+        (early_done, early_done || done(&out).is_some_and(|d| !d.fast))
+    };
+    assert_eq!(run(CoordMutations::default()), (false, true));
+    let alone = CoordMutations { early_answers_count_alone: true, ..CoordMutations::default() };
+    assert_eq!(run(alone), (true, true), "the mutation counts it like a regular answer");
+}
+
+#[test]
+fn rule_21_an_early_answer_never_replaces_a_regular_one() {
+    let mut c = two_shards_of_three();
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    let ts = stamped(&out);
+    out.clear();
+    // Shard 0's regular answer, then a late early one (links reorder); shard 1 slow.
+    c.on_message(10, answer_on(id, 0, ts, 20, 5, false), &mut out);
+    c.on_message(11, answer_on(id, 0, ts, 20, 5, true), &mut out);
+    c.on_message(12, speculative(id, 1, ts, 4, 30, 1), &mut out);
+    for (shard, index) in [(0, 20), (1, 30)] {
+        for replica in 1..3 {
+            c.on_message(30, progress(shard, replica, 4, index, false), &mut out);
+        }
+    }
+    let regular = done(&out).expect("the regular answers, proven");
+    assert!(!regular.fast);
+    assert_eq!(c.stats().early, 0);
 }

@@ -85,6 +85,11 @@ impl Agreement {
         self.decided
     }
 
+    /// `shard`'s proposal, once counted (or the final timestamp it stood in with).
+    pub fn proposal(&self, shard: ShardId) -> Option<Timestamp> {
+        self.slot(shard).and_then(|i| self.proposals[i])
+    }
+
     /// Records `shard`'s proposal (its `PREPARE` is committed). Returns what to do next;
     /// `skip_second_round` is a test-only mutation that decides on the first round.
     pub fn on_proposal(&mut self, shard: ShardId, ts: Timestamp, skip_second_round: bool) -> Step {

@@ -84,6 +84,26 @@ impl FastOrder {
     /// predecessors all executed before it (rule 5), so their cleanliness is settled.
     pub fn executed(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
         let Some(txn) = self.eligible.remove(&id) else { return };
+        let Some(found) = self.clean_predecessors(id, ts, keys) else { return };
+        self.clean.insert(id, ts);
+        self.hashes.insert(id, (hash_of(&found), txn));
+    }
+
+    /// The early answer of the fast-eligible `id`, not executed yet, at `ts` on `keys`
+    /// (DESIGN.md rule 21): its order hash, and the latest timestamp among its predecessors
+    /// (0: none), if every one of them is clean (rule C). Called only once every conflicting
+    /// transaction before it has executed, so the predecessors are settled as for
+    /// [`FastOrder::executed`].
+    pub fn early(&self, id: TxnId, ts: Timestamp, keys: &KeySet) -> Option<(u64, Timestamp)> {
+        if !self.eligible.contains_key(&id) {
+            return None;
+        }
+        let found = self.clean_predecessors(id, ts, keys)?;
+        Some((hash_of(&found), found.iter().map(|(_, at)| *at).max().unwrap_or(0)))
+    }
+
+    /// `id`'s predecessors at `ts` (rule H: transitively), if all are clean (rule C).
+    fn clean_predecessors(&self, id: TxnId, ts: Timestamp, keys: &KeySet) -> Option<Vec<(TxnId, Timestamp)>> {
         let m = self.mutations;
         let transitive = !m.fast_hashes_direct_predecessors;
         // Admitted, so recorded (its keys hashed then) until an `Applied` marker above it,
@@ -92,15 +112,12 @@ impl FastOrder {
         // Rule C: the walk stops at the first predecessor that is not clean.
         let clean = &self.clean;
         let unclean = |p: TxnId| !m.fast_ignores_unclean_predecessors && !clean.contains_key(&p);
-        let found = if self.order.holds(id) {
+        if self.order.holds(id) {
             self.order.predecessors_of_unless(id, ts, transitive, unclean)
         } else {
             let found = self.order.predecessors(id, ts, &hashed_keys(keys), transitive);
             found.filter(|found| found.iter().all(|(p, _)| !unclean(*p)))
-        };
-        let Some(found) = found else { return };
-        self.clean.insert(id, ts);
-        self.hashes.insert(id, (hash_of(&found), txn));
+        }
     }
 
     /// The order hash `id`'s answer carries, if it is fast, with the transaction (for the
@@ -116,6 +133,11 @@ impl FastOrder {
         let record = AcceptRecord { txn, ts };
         self.votes.insert(record.txn.id, record.clone());
         record
+    }
+
+    /// Whether this leader holds a vote for `id` (its `PREPARE` not known committed).
+    pub fn voted(&self, id: TxnId) -> bool {
+        self.votes.contains_key(&id)
     }
 
     /// `id`'s `PREPARE` committed: every later leader's log holds it (rule R1), so its vote

@@ -95,6 +95,11 @@ impl PeerAccepts {
         self.marked.retain(|_, (_, ts)| *ts > watermark);
     }
 
+    /// The marked proposal of `shard` for `id` held here, not usable yet.
+    pub fn marked(&self, id: TxnId, shard: ShardId) -> Option<Timestamp> {
+        self.marked.get(&(id, shard)).map(|(_, ts)| *ts)
+    }
+
     /// Transactions tracked (accepts heard, marked proposals held).
     pub fn len(&self) -> (usize, usize) {
         (self.accepts.len(), self.marked.len())

@@ -27,6 +27,7 @@ pub mod queue;
 
 // `ShardLeader`'s methods, by concern (each file adds an `impl ShardLeader` block).
 mod dispatch;
+mod early;
 mod execute;
 pub mod fast;
 mod fast_cross;
@@ -165,6 +166,9 @@ pub struct Mutations {
     /// A leader uses another shard's proposal marked fast at once, without the proof and
     /// without every follower's accept (rule 18).
     pub fast_trusts_marked_proposals: bool,
+    /// An early answer is worked out before the clock passed its timestamp (rule 21), when
+    /// a conflicting transaction may still be admitted below it and run first.
+    pub early_before_its_time: bool,
 }
 
 /// An effect of the leader for its shell to carry out.
@@ -323,6 +327,9 @@ pub struct LeaderStats {
     /// Other shards' proposals marked fast and used before their proof, on their
     /// followers' accepts (DESIGN.md rule 18).
     pub fast_proposals: u64,
+    /// Early answers sent: worked out on another shard's marked proposal before it was
+    /// usable (DESIGN.md rule 21).
+    pub early_answers: u64,
 }
 
 /// The shard leader state machine.
@@ -394,6 +401,9 @@ pub struct ShardLeader<L: ReplicatedLog> {
     fast_peers: fast_cross::PeerAccepts,
     /// Votes for marked proposals in the outbox: written before the outbox leaves (rule 16).
     outbox_votes: Vec<Vec<u8>>,
+    /// Transactions with another shard's marked proposal held, by (timestamp, id): each may
+    /// get an early answer (rule 21). At most `max_early`.
+    early_candidates: BTreeSet<(Timestamp, TxnId)>,
     /// The other shards' progress reports: what proves their proposals committed.
     progress: Progress,
     /// Per shard, the highest position of a proposal sent to it before it was committed:
@@ -445,6 +455,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             fast,
             fast_peers: fast_cross::PeerAccepts::default(),
             outbox_votes: Vec::new(),
+            early_candidates: BTreeSet::new(),
             progress,
             commit_owed: BTreeMap::new(),
         }
@@ -533,7 +544,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let broadcast = when_moved(self.broadcast_at, self.config.watermark_broadcast_us).min(marker);
         let release = self.queue.next_clock_deadline().unwrap_or(TimeUs::MAX);
         let recover = self.recover_queue.first().map_or(TimeUs::MAX, |(at, _)| *at);
-        Some(release.min(renew).min(broadcast).min(recover))
+        let early = self.early_deadline().unwrap_or(TimeUs::MAX);
+        Some(release.min(renew).min(broadcast).min(recover).min(early))
     }
 
     /// Handles a message from client `client`.
@@ -607,6 +619,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.apply_committed(out);
         self.release_and_execute(now, out);
         self.advance_watermark(now, out);
+        if !self.early_candidates.is_empty() {
+            self.answer_early(now, out);
+        }
         if self.outbox.values().any(|items| items.len() >= self.config.peer_batch_max) {
             self.flush_outbox(out);
         }

@@ -66,6 +66,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                     || self.fast_peers.on_marked(from, at, id, ts, self.group_size(from), self.config.max_early);
                 if usable {
                     self.use_marked(from, at, id);
+                } else if self.fast_peers.marked(id, from).is_some() {
+                    self.early_candidate(id, ts);
                 }
             }
             _ => self.on_proposal(id, from, ts),

@@ -223,6 +223,12 @@ impl HoldQueue {
         }
     }
 
+    /// Whether `id` would be released at `now` were it decided: its timestamp has come and
+    /// no conflicting transaction is ahead of it (DESIGN.md rule 21).
+    pub fn would_release(&self, id: TxnId, now: TimeUs) -> bool {
+        self.entries.get(&id).is_some_and(|e| e.ts <= now && !self.blocked(id, e))
+    }
+
     /// True when a conflicting transaction is ahead of `id` on one of its keys.
     fn blocked(&self, id: TxnId, e: &Entry) -> bool {
         let me = (e.ts, id);
@@ -339,6 +345,19 @@ mod tests {
         q.mark_ready(id(2));
         q.mark_ready(id(1));
         assert_eq!(released(&mut q, 100), vec![1, 2]);
+    }
+
+    #[test]
+    fn an_undecided_transaction_would_be_released_once_its_time_came_and_nothing_conflicting_is_ahead() {
+        let mut q = HoldQueue::default();
+        q.insert(id(1), 10, &ks(&[], &["a"]));
+        q.insert(id(2), 20, &ks(&["a"], &[]));
+        q.insert(id(3), 20, &ks(&[], &["b"]));
+        assert!(!q.would_release(id(3), 19), "its time has not come");
+        assert!(q.would_release(id(3), 20), "undecided, and nothing ahead on b");
+        assert!(!q.would_release(id(2), 20), "1 is ahead on a");
+        assert!(q.would_release(id(1), 20));
+        assert!(!q.would_release(id(4), 20), "not queued");
     }
 
     #[test]

@@ -186,7 +186,7 @@ fn recover_about_a_speculative_execution_is_answered_once_it_is_committed() {
 }
 
 /// The client messages in `out` and the accept records they wait for.
-fn client_msgs(out: &[LeaderOutput]) -> Vec<(TxnReply, Option<Vec<u8>>)> {
+pub(super) fn client_msgs(out: &[LeaderOutput]) -> Vec<(TxnReply, Option<Vec<u8>>)> {
     out.iter()
         .filter_map(|o| match o {
             LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } => Some((r.clone(), None)),

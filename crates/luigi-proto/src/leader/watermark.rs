@@ -70,7 +70,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         out.push(LeaderOutput::ToClient { client: id.client, msg: self.reply_msg(id, answer, order) });
     }
 
-    fn reply_msg(&self, id: TxnId, answer: Answer, order: Option<u64>) -> ServerMsg {
+    /// `id`'s answer, carrying `order` when fast-eligible.
+    pub(super) fn reply_msg(&self, id: TxnId, answer: Answer, order: Option<u64>) -> ServerMsg {
         let Answer { ts, outcome, arrival_delta_us, rounds } = answer;
         ServerMsg::Reply(TxnReply {
             id,
@@ -82,6 +83,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             rounds,
             position: self.answer_position(id),
             order,
+            early: false,
         })
     }
 
@@ -101,6 +103,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if now >= at + self.config.watermark_broadcast_us && self.watermark > w {
             self.broadcast_at = (now, self.watermark);
             self.fast_peers.prune_to(self.watermark);
+            self.prune_early_candidates();
             let shard = self.config.shard;
             let mut msgs = vec![ServerMsg::Watermark { shard, watermark: self.watermark }];
             if self.floor_committed > self.promise_sent {

@@ -151,10 +151,11 @@ impl RaftGroups<'_> {
         // reports proved) is committed before any of its replicas knows it: the check waits
         // for the final logs then.
         if durable.iter().any(|(p, d)| *p != s && d.prepares == 0 && !d.aborted) {
-            self.rule4_later.push((format!("R{s}.{i}"), s, id));
+            self.rule4_later.push((format!("R{s}.{i}"), s, id, ts));
             return Ok(());
         }
-        check_rule4(&format!("R{s}.{i}"), s, id, &durable).map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
+        check_rule4(&format!("R{s}.{i}"), s, id, Some(ts), &durable)
+            .map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
     }
 
     /// What each of `shards`' committed logs holds of `id`.
@@ -165,9 +166,9 @@ impl RaftGroups<'_> {
     /// Rule 4 for the executions that ran before another participant's commit was known, over
     /// the final logs: the proposals they relied on were committed.
     fn check_rule4_later(&mut self, core: &Core<'_>) -> Step {
-        for (who, s, id) in std::mem::take(&mut self.rule4_later) {
+        for (who, s, id, ts) in std::mem::take(&mut self.rule4_later) {
             let shards = shards_of(&core.cs.history.txns[core.cs.index[&id]]);
-            check_rule4(&format!("{who} (checked at the end)"), s, id, &self.durable_of(id, &shards))
+            check_rule4(&format!("{who} (checked at the end)"), s, id, Some(ts), &self.durable_of(id, &shards))
                 .map_err(|msg| core.violation(ViolationKind::NotDurable, msg))?;
         }
         Ok(())
@@ -231,6 +232,7 @@ impl RaftGroups<'_> {
             if let Some(stats) = luigi(leader).and_then(Replica::leader).map(|l| l.stats()) {
                 self.report.recover_sent += stats.recover_sent;
                 self.report.fast_proposals += stats.fast_proposals;
+                self.report.early_answers += stats.early_answers;
             }
         }
         // The workload's model knows nothing of the synthetic population.
@@ -277,6 +279,7 @@ impl RaftGroups<'_> {
         let coords = || core.cs.nodes.iter().filter_map(|c| c.coord.luigi());
         self.report.fast_commits = coords().map(|c| c.stats().fast).sum();
         self.report.fanned_out = coords().map(|c| c.stats().fanned_out).sum();
+        self.report.early_commits = coords().map(|c| c.stats().early).sum();
         self.report.events = core.events;
         self.report.messages = core.delivered;
         self.report.trace_hash = core.trace_hash;

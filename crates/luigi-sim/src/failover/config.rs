@@ -255,12 +255,17 @@ pub struct FailoverReport {
     pub fast_commits: u64,
     /// Transactions that asked for the fast path (`CoordStats::fanned_out`, DESIGN.md rule 20).
     pub fanned_out: u64,
+    /// Of the fast commits, those on an early answer of some leader (`CoordStats::early`,
+    /// DESIGN.md rule 21).
+    pub early_commits: u64,
     /// Leader counters, summed over every serving incarnation that was still alive at the
     /// end (a crashed leader's counters are lost with it).
     pub recover_sent: u64,
     /// Other shards' marked proposals used before their proof (DESIGN.md rule 18), counted
     /// like `recover_sent`.
     pub fast_proposals: u64,
+    /// Early answers sent (DESIGN.md rule 21), counted like `recover_sent`.
+    pub early_answers: u64,
     /// Virtual time at which the last transaction was answered, µs.
     pub end_us: u64,
     /// Events processed.
@@ -297,8 +302,10 @@ impl FailoverReport {
         self.retries += r.retries;
         self.fast_commits += r.fast_commits;
         self.fanned_out += r.fanned_out;
+        self.early_commits += r.early_commits;
         self.recover_sent += r.recover_sent;
         self.fast_proposals += r.fast_proposals;
+        self.early_answers += r.early_answers;
         self.end_us = self.end_us.max(r.end_us);
         self.events += r.events;
         self.messages += r.messages;

@@ -149,8 +149,8 @@ pub(crate) struct RaftGroups<'a> {
     proposed: HashSet<(ShardId, TxnId)>,
     /// Executions that relied on another shard's proposal proven committed by its progress
     /// reports before any replica there knew its commit (rule 14): checked against the final
-    /// logs (who, executing shard, transaction).
-    rule4_later: Vec<(String, ShardId, TxnId)>,
+    /// logs (who, executing shard, transaction, the timestamp it executed at).
+    rule4_later: Vec<(String, ShardId, TxnId, Timestamp)>,
     /// The baselines' single-shard reads and the replies they produced.
     reads: baseline::ReadLedger,
     quiescing: bool,

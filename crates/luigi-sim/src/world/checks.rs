@@ -55,7 +55,7 @@ impl IdealLog {
         let now = core.now;
         let durable: Vec<(ShardId, Durable)> =
             shards.iter().map(|&p| (p, self.leaders[p as usize].leader.log_mut().durable(id, now))).collect();
-        check_rule4(&format!("shard {shard}"), shard, id, &durable)
+        check_rule4(&format!("shard {shard}"), shard, id, None, &durable)
             .map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
     }
 
@@ -291,6 +291,7 @@ fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
         recover_forgotten: a.recover_forgotten + b.recover_forgotten,
         recover_acknowledged: a.recover_acknowledged + b.recover_acknowledged,
         fast_proposals: a.fast_proposals + b.fast_proposals,
+        early_answers: a.early_answers + b.early_answers,
     }
 }
 
