@@ -9,7 +9,8 @@
 #
 # Usage: scripts/latency.sh [nets|exact|colocated|all] (default all)
 # LUIGI=path/to/luigi (default target/release/luigi), TAG=name in the results files (default
-# "now"), DURATION/WARMUP in seconds, FAST_PATH=0 to turn off Luigi's fast path, on by
+# "now"), DURATION/WARMUP in seconds, THREADS client threads for "exact" and "colocated"
+# (default 1), FAST_PATH=0 to turn off Luigi's fast path, on by
 # default (`--fast-path off` for "nets", `[protocol] fast_path = false` in the cluster files of
 # "exact" and "colocated"; FAST_PATH=1, the default, writes both explicitly on).
 # Results: results/latency-<TAG>-<variant>-<shape>.json.
@@ -20,6 +21,7 @@ cd "$(dirname "$0")/.."
 LUIGI=${LUIGI:-target/release/luigi}
 TAG=${TAG:-now}
 DURATION=${DURATION:-12}
+THREADS=${THREADS:-1} # client threads of the "exact" and "colocated" runs
 WARMUP=${WARMUP:-2}
 what=${1:-all}
 common=(--duration "$DURATION" --warmup "$WARMUP" --no-progress --in-flight 1)
@@ -72,7 +74,7 @@ run_file_cluster() {
       pids+=($!)
     done
   done
-  "$LUIGI" bench micro --cluster "$dir/cluster.toml" --threads 1 "${common[@]}" --json "$json" || true
+  "$LUIGI" bench micro --cluster "$dir/cluster.toml" --threads "$THREADS" "${common[@]}" --json "$json" || true
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$dir"
