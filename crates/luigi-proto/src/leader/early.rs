@@ -19,6 +19,11 @@ use crate::log::ReplicatedLog;
 use crate::msg::{ServerMsg, TxnReply};
 use crate::types::{TimeUs, Timestamp, TxnId};
 
+/// Candidates examined at most per turn, oldest first: one that waits (a conflicting
+/// transaction ahead of it) is examined again every turn, so the scan is bounded; a
+/// candidate past it waits for a later turn, which costs it only its early answer.
+pub const EARLY_SCAN_MAX: usize = 256;
+
 /// What to do with one candidate for an early answer.
 enum EarlyStep {
     /// Answer it now with this reply.
@@ -41,8 +46,13 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// Sends the early answers that can go at `now` and drops the candidates that never will.
     pub(super) fn answer_early(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         let before_time = self.config.mutations.early_before_its_time;
-        let due: Vec<(Timestamp, TxnId)> =
-            self.early_candidates.iter().take_while(|(ts, _)| *ts < now || before_time).copied().collect();
+        let due: Vec<(Timestamp, TxnId)> = self
+            .early_candidates
+            .iter()
+            .take_while(|(ts, _)| *ts < now || before_time)
+            .take(EARLY_SCAN_MAX)
+            .copied()
+            .collect();
         for (ts, id) in due {
             match self.early_answer(id, ts, now) {
                 EarlyStep::Wait => {}

@@ -165,6 +165,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if accepts > self.config.max_early || marked > self.config.max_early {
             return Err(self.broken(format!("{accepts} peer accepts and {marked} marked proposals, over the bound")));
         }
+        if self.early_candidates.len() > self.config.max_early {
+            return Err(self.broken(format!("{} early-answer candidates, over the bound", self.early_candidates.len())));
+        }
         // Rule 14: an answer waits for a position only while that position is not committed.
         if self.spec.answers_len() > 0 && self.spec.min_answer_position() <= Some(self.committed_index) {
             return Err(self.broken(format!("an answer waits for a committed position ({})", self.committed_index)));
