@@ -139,6 +139,9 @@ pub struct Replica {
     /// A leader that serves before its recovered `PREPARE`s commit keeps the accepts it
     /// held until its commit reaches this index: dying first, it leaves them recoverable.
     accepts_kept_until: Option<u64>,
+    /// The term this replica won and the index of the floor promise it proposed on winning
+    /// it (DESIGN.md rule 8).
+    own_floor: Option<(u64, u64)>,
     stats: ReplicaStats,
 }
 
@@ -170,6 +173,7 @@ impl Replica {
             waiting: Waiting::default(),
             recovery: None,
             accepts_kept_until: None,
+            own_floor: None,
             acceptor,
             stats: ReplicaStats::default(),
         })
@@ -360,6 +364,16 @@ impl Replica {
                     }
                 }
                 self.executed.extend(f.take_executed());
+                if log.is_leader() && self.own_floor.is_none_or(|(term, _)| term != log.term()) {
+                    // Its first floor promise leaves with its no-op and commits with it.
+                    // Proposed once serving, it committed a round trip later, and until then
+                    // the watermark stayed under the last leader's promise, so the first
+                    // answers after a failover waited for it (rule 8).
+                    log.resume_probes();
+                    if let Ok(index) = log.propose(LogRecord::Floor { ts: now + self.config.floor_lookahead_us }) {
+                        self.own_floor = Some((log.term(), index));
+                    }
+                }
                 // Everything committed must be applied before serving (see `may_serve`), and
                 // with the fast path, what may have been fast-committed recovered (R1-R3):
                 // from the election on, in parallel with the no-op.
@@ -532,7 +546,8 @@ impl Replica {
         // Serving before its recovered PREPAREs commit (they are its log's tail): the leader
         // takes them over as its own, and the accepts stay until they commit.
         let kept = self.recovery.as_ref().and_then(|r| r.proposed).filter(|last| *last > log.commit_index());
-        let mut leader = ShardLeader::recover(self.config.clone(), log, f.into_handover(), now);
+        let own_floor = self.own_floor.filter(|(term, _)| *term == log.term()).map(|(_, index)| index);
+        let mut leader = ShardLeader::recover(self.config.clone(), log, f.into_handover(own_floor), now);
         leader.take_over_tail(tail);
         self.state = State::Leader(leader);
         if self.acceptor.is_some() {
@@ -1025,8 +1040,15 @@ mod tests {
         assert_eq!(r.turn(300, &mut out).unwrap(), Some(Transition::Promoted));
         assert!(r.is_serving());
         // The dispatch that waited is admitted the moment the replica serves (its timestamp
-        // has passed: moved up to the clock) and executed.
-        assert!(matches!(out.as_slice(), [LeaderOutput::Executed { ts: 300, .. }]), "{out:?}");
+        // has passed: moved up to the clock, not above the floor promise the replica proposed
+        // on winning, which bounds only later leaders' admissions), executed, and answered:
+        // that promise committed with the no-op, so the watermark passes it at once (rule 8).
+        let reply = |o: &LeaderOutput| match o {
+            LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(r) } => Some((r.id.seq, r.ts, r.position)),
+            _ => None,
+        };
+        let [LeaderOutput::Executed { ts: 300, .. }, answer] = out.as_slice() else { panic!("{out:?}") };
+        assert!(matches!(reply(answer), Some((1, 300, Some(_)))), "answered, naming its position: {out:?}");
         // A replica that knows no leader and waited too long says so, without a hint.
         let mut other = lone_replica();
         other.on_client(100, 4, dispatch(9), &mut Vec::new());
@@ -1042,23 +1064,14 @@ mod tests {
         assert_eq!(r.log().handed_out(), r.log().commit_index(), "everything committed was applied");
         out.clear();
         r.on_client(400, 4, dispatch(2), &mut out);
-        // Rule 14: admitted and executed at once (its timestamp has passed), before its
-        // PREPARE commits. Its answer waits for the watermark, which the new leader's first
-        // floor promise holds until it commits.
-        assert!(matches!(out.as_slice(), [LeaderOutput::Executed { ts: 400, .. }]), "{out:?}");
+        // Rule 14: admitted, executed and answered at once (its timestamp has passed), before
+        // its PREPARE commits: the answer names its position.
+        let [LeaderOutput::Executed { ts: 400, .. }, answer] = out.as_slice() else { panic!("{out:?}") };
+        assert!(matches!(reply(answer), Some((2, 400, Some(_)))), "{out:?}");
         assert!(r.log().commit_index() < r.log().last_index(), "not committed yet");
         assert_eq!(r.leader().unwrap().pending_len(), 0);
-        let out = settle(&mut r, 500);
-        let replies: Vec<(u64, Timestamp)> = out
-            .iter()
-            .filter_map(|o| match o {
-                LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) } if reply.outcome.is_ok() => {
-                    Some((reply.id.seq, reply.ts))
-                }
-                _ => None,
-            })
-            .collect();
-        assert_eq!(replies, vec![(1, 300), (2, 400)], "the one that waited and the one after: {out:?}");
+        settle(&mut r, 500);
+        assert_eq!(r.log().commit_index(), r.log().last_index());
         assert_eq!(r.stats(), ReplicaStats { promotions: 1, demotions: 0 });
     }
 }

@@ -16,7 +16,7 @@ use luigi_store::{Key, Store, Value};
 use serde::{Deserialize, Serialize};
 
 use super::answers::{Answer, Answers};
-use crate::log::{LogEntry, LogRecord};
+use crate::log::{LogEntry, LogIndex, LogRecord};
 use crate::msg::TxnError;
 use crate::procedure::Registry;
 use crate::types::{ShardId, Timestamp, Txn, TxnId};
@@ -119,6 +119,11 @@ pub struct Follower {
     /// Highest timestamp in any record (a new leader admits only above it and above `floor`).
     max_ts_seen: Timestamp,
     floor: Timestamp,
+    /// The index of the last `Floor` record applied, and the highest floor before it: a
+    /// leader that proposed that record on winning does not hold its own promise against
+    /// its admissions (see [`Follower::into_handover`]). Not in snapshots (a replica
+    /// restored from one has not proposed the records after it).
+    last_floor: (LogIndex, Timestamp),
     stats: FollowerStats,
     /// Executions not yet taken by [`Follower::take_executed`], oldest first (not part of
     /// the replicated state: a snapshot does not carry it).
@@ -140,6 +145,7 @@ impl Follower {
             applied_ts: 0,
             max_ts_seen: 0,
             floor: 0,
+            last_floor: (0, 0),
             stats: FollowerStats::default(),
             executed: VecDeque::new(),
             executed_dropped: 0,
@@ -251,7 +257,10 @@ impl Follower {
                 debug_assert!(!self.prepared.contains_key(id), "shard {}: refused prepared {id:?}", self.shard);
                 self.answers.insert(*id, Answer::refusal(reason.clone(), *arrival_delta_us));
             }
-            LogRecord::Floor { ts } => self.floor = self.floor.max(*ts),
+            LogRecord::Floor { ts } => {
+                self.last_floor = (entry.index, self.floor);
+                self.floor = self.floor.max(*ts);
+            }
             LogRecord::Applied { ts } => self.execute_up_to(*ts),
         }
     }
@@ -386,8 +395,15 @@ impl Follower {
 
     /// Hands the rebuilt state to a new leader. Call only once every committed record is
     /// applied (for Raft: after an entry of the new leader's term committed).
-    pub fn into_handover(self) -> Handover {
-        let recovered_floor = self.recovered_floor();
+    ///
+    /// `own_floor` is the index of the floor promise the new leader proposed on winning, if
+    /// it is applied here and is the last: its promise bounds its watermark (`floor`), not its
+    /// admissions, which only later leaders must keep above it.
+    pub fn into_handover(self, own_floor: Option<LogIndex>) -> Handover {
+        let recovered_floor = match own_floor {
+            Some(index) if index == self.last_floor.0 => self.max_ts_seen.max(self.last_floor.1),
+            _ => self.recovered_floor(),
+        };
         let Follower { store, registry, answers, order, mut prepared, applied_ts, floor, .. } = self;
         let prepared =
             order.iter().map(|(_, id)| prepared.remove(id).expect("ordered transactions are prepared")).collect();
@@ -418,6 +434,26 @@ mod tests {
 
     fn value(f: &Follower, key: u64) -> Option<u64> {
         f.store().get(&micro_key(key)).map(|v| u64::from_le_bytes(v.as_slice().try_into().unwrap()))
+    }
+
+    #[test]
+    fn a_new_leader_keeps_its_admissions_above_earlier_promises_but_not_above_the_one_it_made_on_winning() {
+        let a = write(1, 7, 100);
+        let log = entries(vec![
+            LogRecord::Prepare { txn: a, ts: 50, arrival_delta_us: 0, acked_below: 0 },
+            LogRecord::Floor { ts: 900 },
+            LogRecord::Floor { ts: 2_000 }, // the new leader's, proposed on winning
+        ]);
+        let follower = || {
+            let mut f = Follower::new(0, Store::new(), Registry::with_builtins());
+            log.iter().for_each(|e| f.apply(e));
+            f
+        };
+        let own = log[2].index;
+        let h = follower().into_handover(Some(own));
+        assert_eq!((h.recovered_floor, h.floor), (900, 2_000), "its own promise bounds its watermark only");
+        assert_eq!(follower().into_handover(None).recovered_floor, 2_000);
+        assert_eq!(follower().into_handover(Some(log[1].index)).recovered_floor, 2_000, "not the last promise");
     }
 
     #[test]

@@ -79,11 +79,24 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// path", serving before they commit). Each is pending here like one of this leader's
     /// admissions (its answer waits for its position, rule 14; a cross-shard one announces
     /// its proposal with that position) but never fast (F1 needs an admission), and nothing
-    /// is admitted at or below it. Other records are not expected there and are left alone.
+    /// is admitted at or below it. Its own floor promise, proposed on winning, may be there
+    /// too; other records are not expected there and are left alone.
     pub fn take_over_tail(&mut self, tail: Vec<LogEntry>) {
         let me = self.config.shard;
         for entry in tail {
-            let LogRecord::Prepare { txn, ts, arrival_delta_us, .. } = entry.record else { continue };
+            let (txn, ts, arrival_delta_us) = match entry.record {
+                LogRecord::Prepare { txn, ts, arrival_delta_us, .. } => (txn, ts, arrival_delta_us),
+                // Its own promise, proposed on winning and not committed yet: not renewed
+                // before it is due.
+                LogRecord::Floor { ts } => {
+                    self.floor_proposed = self.floor_proposed.max(ts);
+                    continue;
+                }
+                LogRecord::Decide { .. }
+                | LogRecord::Abort { .. }
+                | LogRecord::Refuse { .. }
+                | LogRecord::Applied { .. } => continue,
+            };
             let id = txn.id;
             let Some(keys) = txn.piece(me).cloned() else { continue };
             if self.pending.contains_key(&id) {

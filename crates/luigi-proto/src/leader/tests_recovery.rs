@@ -61,7 +61,7 @@ fn take_over(shard: ShardId, tape: &Rc<RefCell<Vec<LogEntry>>>, now: TimeUs) -> 
     // The new leader's log continues the old one's indexes.
     new_tape.borrow_mut().extend(tape.borrow().iter().cloned());
     f.check_invariants().unwrap();
-    let new = ShardLeader::recover(LeaderConfig::new(shard, 8), log, f.into_handover(), now);
+    let new = ShardLeader::recover(LeaderConfig::new(shard, 8), log, f.into_handover(None), now);
     new.check_invariants().unwrap();
     (new, new_tape)
 }

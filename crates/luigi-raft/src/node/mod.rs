@@ -345,6 +345,21 @@ impl<R: Record> RaftLog<R> {
         raft.election_elapsed = raft.election_elapsed.max(elapsed);
     }
 
+    /// Lets the next append to every follower still being probed leave now (raft-rs sends a
+    /// probed follower one append and waits for its answer, so a record proposed right
+    /// after the election's no-op would otherwise leave a round trip after it). A follower
+    /// then gets the no-op twice, once alone and once with what follows: appends repeat
+    /// entries harmlessly, and one that does not fit the follower's log is refused and
+    /// probed as before.
+    pub fn resume_probes(&mut self) {
+        let me = self.id;
+        for (id, pr) in self.raw.raft.mut_prs().iter_mut() {
+            if *id != me && pr.state == raft::ProgressState::Probe {
+                pr.resume();
+            }
+        }
+    }
+
     /// Asks the leader (this replica) to hand leadership to `to` once it is up to date.
     /// Proposals are refused ([`LogError::NotLeader`]) while the transfer is pending.
     pub fn transfer_leader(&mut self, to: u64) {
