@@ -216,7 +216,8 @@ fn sender_of(msg: &ReplicationMsg) -> u64 {
         | ReplicationMsg::SnapshotRefuse { from, .. }
         | ReplicationMsg::Raft { from, .. }
         | ReplicationMsg::AcceptsQuery { from, .. }
-        | ReplicationMsg::Accepts { from, .. } => *from,
+        | ReplicationMsg::Accepts { from, .. }
+        | ReplicationMsg::LeaderLost { from, .. } => *from,
         ReplicationMsg::LeaderIs { replica, .. } => u64::from(*replica) + 1,
     }
 }

@@ -189,6 +189,9 @@ pub struct ReplicaNode {
     /// try (with jitter a candidate's question often overtakes its vote request). One per
     /// replica of the group (the newest term asked).
     accepts_questions: Vec<(NodeId, u64)>,
+    /// This follower's connection to its leader (term, replica) broke: the group's other
+    /// replicas are told at the next turn (`ReplicationMsg::LeaderLost`).
+    leader_lost: Option<(u64, u32)>,
     /// Accept records written since the last rewrite of the live ones (see
     /// [`Tuning::accepts_rewrite_records`]).
     accepts_written: u64,
@@ -319,6 +322,7 @@ impl ReplicaNode {
             last_ready: 0,
             accepts_asked: (0, 0),
             accepts_questions: Vec::new(),
+            leader_lost: None,
             accepts_written: 0,
             awaiting_accepts: VecDeque::new(),
             held: VecDeque::new(),
@@ -448,6 +452,14 @@ impl ReplicaNode {
                 self.transfer_effects(fx);
                 result
             }
+            ReplicationMsg::LeaderLost { shard, from: sender, term } => {
+                let stranger = from.replica >= self.config.group_size();
+                if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me || stranger {
+                    return Err(format!("leader lost in shard {shard} from raft id {sender} by {from}"));
+                }
+                self.replica.log_mut().peer_lost_leader(sender, term);
+                Ok(())
+            }
             ReplicationMsg::AcceptsQuery { shard, from: sender, term } => {
                 let stranger = from.replica >= self.config.group_size();
                 if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me || stranger {
@@ -488,6 +500,16 @@ impl ReplicaNode {
             fx.push(Effect::Replicate { to: asker, msg });
             false
         });
+    }
+
+    /// Tells the group's other replicas that this follower's connection to its leader broke.
+    fn tell_leader_lost(&mut self, fx: &mut Vec<Effect>) {
+        let Some((term, lost)) = self.leader_lost.take() else { return };
+        let me = self.config.node;
+        for replica in (0..self.config.group_size()).filter(|r| *r != me.replica && *r != lost) {
+            let msg = ReplicationMsg::LeaderLost { shard: me.shard, from: me.raft_id(), term };
+            fx.push(Effect::Replicate { to: NodeId { shard: me.shard, replica }, msg });
+        }
     }
 
     /// A new leader's fast-path recovery round waits for the group's undecided accepts: asks
@@ -693,8 +715,11 @@ impl ReplicaNode {
             self.linked.remove(&replica);
             // A leader whose connections all broke at once has most likely crashed: its
             // followers elect the next one without waiting out their timeouts (rule 15's
-            // pass-over then follows one hop after the vote).
-            self.replica.log_mut().leader_link_lost(peer.raft_id());
+            // pass-over then follows one hop after the vote), and tell each other, so that
+            // the first of them need not pre-vote once a majority lost it.
+            if let Some(term) = self.replica.log_mut().leader_link_lost(peer.raft_id()) {
+                self.leader_lost = Some((term, replica));
+            }
         }
     }
 
@@ -747,6 +772,7 @@ impl ReplicaNode {
         self.snapshot_if_due(fx)?;
         self.tend_transfers(now, fx);
         self.ask_for_accepts(now, fx);
+        self.tell_leader_lost(fx);
         if !self.accepts_questions.is_empty() {
             self.answer_accepts_questions(fx);
         }

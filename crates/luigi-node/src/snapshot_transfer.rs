@@ -493,6 +493,7 @@ impl Transfers {
             ReplicationMsg::SnapshotRefuse { transfer, reason, .. } => self.on_refuse(now, from, transfer, reason, out),
             ReplicationMsg::Raft { .. }
             | ReplicationMsg::LeaderIs { .. }
+            | ReplicationMsg::LeaderLost { .. }
             | ReplicationMsg::AcceptsQuery { .. }
             | ReplicationMsg::Accepts { .. } => return Err("not a snapshot transfer message".into()),
         }

@@ -598,3 +598,40 @@ fn every_few_accepts_the_live_ones_are_written_again_so_the_accept_log_can_drop_
     // ones (the log has decided none); the fourth counts from there.
     assert_eq!(writes, vec![(1, false), (1, false), (3, true), (1, false)]);
 }
+
+#[test]
+fn a_follower_that_lost_its_leaders_link_tells_the_rest_of_its_group_and_refuses_strangers_reports() {
+    // Replica 1 of shard 0 follows replica 0 in term 1.
+    let mut n = config(NodeId { shard: 0, replica: 1 }, vec![3]);
+    n.leader.fast_path = false;
+    let mut n = ReplicaNode::new(n, RecoveredState::default()).unwrap();
+    heartbeat(&mut n, 0, 1, 1_000);
+    let told = |fx: &[Effect]| -> Vec<(NodeId, u64)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Replicate { to, msg: ReplicationMsg::LeaderLost { shard: 0, from: 2, term } } => {
+                    Some((*to, *term))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // Another replica's link going down says nothing.
+    n.replica_link(2, false);
+    let mut fx = Vec::new();
+    n.turn(1_100, &mut fx).unwrap();
+    assert!(told(&fx).is_empty());
+    // The leader's: replica 2 is told (not the lost leader), once.
+    n.replica_link(0, false);
+    let mut fx = Vec::new();
+    n.turn(1_200, &mut fx).unwrap();
+    assert_eq!(told(&fx), vec![(NodeId { shard: 0, replica: 2 }, 1)]);
+    let mut fx = Vec::new();
+    n.turn(1_300, &mut fx).unwrap();
+    assert!(told(&fx).is_empty());
+    // A report naming another sender than its link, or from another shard, is refused.
+    let forged = ReplicationMsg::LeaderLost { shard: 0, from: 1, term: 1 };
+    assert!(n.on_replication(NodeId { shard: 0, replica: 2 }, forged, &mut Vec::new()).is_err());
+    let foreign = ReplicationMsg::LeaderLost { shard: 1, from: 3, term: 1 };
+    assert!(n.on_replication(NodeId { shard: 1, replica: 2 }, foreign, &mut Vec::new()).is_err());
+}

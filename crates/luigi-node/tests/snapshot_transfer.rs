@@ -70,7 +70,8 @@ fn show_msg(msg: &ReplicationMsg) -> String {
         ReplicationMsg::Raft { .. }
         | ReplicationMsg::LeaderIs { .. }
         | ReplicationMsg::AcceptsQuery { .. }
-        | ReplicationMsg::Accepts { .. } => format!("{msg:?}"),
+        | ReplicationMsg::Accepts { .. }
+        | ReplicationMsg::LeaderLost { .. } => format!("{msg:?}"),
     }
 }
 
@@ -94,7 +95,8 @@ fn sender_of(msg: &ReplicationMsg) -> u64 {
         | ReplicationMsg::SnapshotRefuse { from, .. }
         | ReplicationMsg::Raft { from, .. }
         | ReplicationMsg::AcceptsQuery { from, .. }
-        | ReplicationMsg::Accepts { from, .. } => *from,
+        | ReplicationMsg::Accepts { from, .. }
+        | ReplicationMsg::LeaderLost { from, .. } => *from,
         ReplicationMsg::LeaderIs { .. } => unreachable!("not a transfer message"),
     }
 }

@@ -177,6 +177,7 @@ fn line(from: u32, to: u32, msg: &ReplicationMsg) -> String {
         ReplicationMsg::LeaderIs { .. } => "leader is".into(),
         ReplicationMsg::AcceptsQuery { term, .. } => format!("accepts query {term}"),
         ReplicationMsg::Accepts { records, .. } => format!("accepts ({})", records.len()),
+        ReplicationMsg::LeaderLost { term, .. } => format!("leader of {term} lost"),
     };
     format!("{from}->{to} {what}")
 }

@@ -471,6 +471,17 @@ pub enum WireMsg {
 /// Server-to-server messages of the replication layer (see [`WireMsg::Replication`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplicationMsg {
+    /// Between the replicas of one shard: the sender's connection to its leader of `term`
+    /// broke (a replica that lost its own too may start the election at once; see
+    /// `luigi-raft`'s `RaftLog::peer_lost_leader`).
+    LeaderLost {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// Sending replica (Raft id, from 1).
+        from: u64,
+        /// The term of the leader lost.
+        term: u64,
+    },
     /// Between the replicas of one shard: an encoded Raft message.
     Raft {
         /// The shard whose group this is.

@@ -155,6 +155,56 @@ fn a_leader_whose_links_broke_is_replaced_without_the_election_timeout() {
     assert_eq!(c.log(leader).term(), term, "no election deposed a live leader");
 }
 
+#[test]
+fn followers_that_lost_their_leader_and_told_each_other_elect_without_the_pre_vote_round() {
+    let spaced = |c: &mut luigi_raft::RaftConfig| {
+        c.election_ticks = 20;
+        c.election_spacing_ticks = 6;
+    };
+    for seed in 0..6 {
+        let mut c = Cluster::build(3, 40 + seed, None, spaced);
+        propose_many(&mut c, 5);
+        c.run(3 * TICK);
+        let old = c.live_leader().expect("leader");
+        let term = c.log(old).term();
+        c.isolated.insert(old);
+        let survivors: Vec<u64> = (1..=3).filter(|id| *id != old).collect();
+        for &id in &survivors {
+            assert_eq!(c.node_mut(id).log.leader_link_lost(old), Some(term), "its leader's link");
+        }
+        // Each tells the other (ReplicationMsg::LeaderLost): a majority without the leader.
+        for &from in &survivors {
+            for &to in survivors.iter().filter(|to| **to != from) {
+                c.node_mut(to).log.peer_lost_leader(from, term);
+            }
+        }
+        let roles: Vec<(Role, u64)> = survivors.iter().map(|id| (c.log(*id).role(), c.log(*id).term())).collect();
+        let running = roles.iter().filter(|r| **r == (Role::Candidate, term + 1)).count();
+        assert_eq!(running, 1, "seed {seed}: exactly the first survivor campaigns at once, no pre-vote: {roles:?}");
+        assert!(roles.contains(&(Role::Follower, term)), "seed {seed}: the other waits: {roles:?}");
+        c.run_until(40 * TICK, |c| c.live_leader().is_some_and(|l| l != old)).expect("a new leader");
+        assert_eq!(c.log(c.live_leader().unwrap()).term(), term + 1, "seed {seed}: one round, no split vote");
+        c.isolated.clear();
+        c.check_log_matching();
+    }
+    // A report while this follower still hears its leader, a follower's own lost link with
+    // no report, and reports of an older term change nothing at once.
+    let mut c = Cluster::build(3, 77, None, spaced);
+    propose_many(&mut c, 5);
+    c.run(3 * TICK);
+    let leader = c.live_leader().expect("leader");
+    let term = c.log(leader).term();
+    let [a, b] = [1, 2, 3].into_iter().filter(|id| *id != leader).collect::<Vec<_>>()[..] else { unreachable!() };
+    c.node_mut(a).log.peer_lost_leader(b, term);
+    c.node_mut(b).log.peer_lost_leader(a, term - 1);
+    assert_eq!((c.log(a).role(), c.log(b).role()), (Role::Follower, Role::Follower));
+    c.node_mut(b).log.leader_link_lost(leader);
+    assert_eq!((c.log(b).role(), c.log(b).term()), (Role::Follower, term), "its own loss alone: it pre-votes later");
+    c.run(30 * TICK);
+    assert_eq!(c.live_leader(), Some(leader));
+    assert_eq!(c.log(leader).term(), term, "no election deposed a live leader");
+}
+
 /// A fixed scenario with drops, reordering, a leader isolation and a heal; returns what
 /// happened.
 fn scenario(seed: u64) -> (Vec<Event>, Vec<(u64, LogRecord)>) {

@@ -134,7 +134,8 @@ pub fn check(
             | ReplicationMsg::SnapshotCancel { shard, from, .. }
             | ReplicationMsg::SnapshotRefuse { shard, from, .. }
             | ReplicationMsg::AcceptsQuery { shard, from, .. }
-            | ReplicationMsg::Accepts { shard, from, .. },
+            | ReplicationMsg::Accepts { shard, from, .. }
+            | ReplicationMsg::LeaderLost { shard, from, .. },
         ) => from_peer(auth, |node| same_group(cfg, node, *shard, *from)),
         WireMsg::Replication(ReplicationMsg::LeaderIs { shard, replica, .. }) => from_peer(auth, |node| {
             (node == NodeId { shard: *shard, replica: *replica })

@@ -81,7 +81,8 @@ impl SimMsg {
                 | ReplicationMsg::SnapshotCancel { .. }
                 | ReplicationMsg::SnapshotRefuse { .. }
                 | ReplicationMsg::AcceptsQuery { .. }
-                | ReplicationMsg::Accepts { .. }),
+                | ReplicationMsg::Accepts { .. }
+                | ReplicationMsg::LeaderLost { .. }),
             ) => postcard::to_stdvec(m).map(|b| (6u8, b)),
         };
         match encoded {

@@ -125,6 +125,12 @@ pub struct RaftLog<R = LogRecord> {
     acks_in_flight: VecDeque<(u64, u64, LogIndex)>,
     /// The last acknowledgement whose ready was advanced (durable): term and index.
     acked: (u64, LogIndex),
+    /// The leader this follower's connection to broke, and its term (see
+    /// [`RaftLog::peer_lost_leader`]).
+    lost_leader: Option<(u64, u64)>,
+    /// Replicas of the group that reported their connection to their leader of a term broken:
+    /// (term, replica), of the current term or later only.
+    lost_reports: BTreeSet<(u64, u64)>,
 }
 
 impl<R: Record> std::fmt::Debug for RaftLog<R> {
@@ -234,6 +240,8 @@ impl<R: Record> RaftLog<R> {
             rejoin: rejoining.then(Rejoin::default),
             rejoin_done: false,
             lost: None,
+            lost_leader: None,
+            lost_reports: BTreeSet::new(),
             external_snapshots: config.external_snapshots,
             acks_in_flight: VecDeque::new(),
             acked: (0, 0),
@@ -326,23 +334,65 @@ impl<R: Record> RaftLog<R> {
     /// next tick, the others still spaced after it. Elections keep pre-vote: a follower whose
     /// link alone broke gets no pre-vote from one that still hears the leader, so a live
     /// leader is not deposed; a crashed one is replaced without the election timeout.
-    pub fn leader_link_lost(&mut self, lost: u64) {
+    ///
+    /// Returns the leader's term when it was this follower's leader: the shell tells the
+    /// group's other replicas ([`RaftLog::peer_lost_leader`]).
+    pub fn leader_link_lost(&mut self, lost: u64) -> Option<u64> {
         let (state, leader, term) = (self.raw.raft.state, self.raw.raft.leader_id, self.raw.raft.term);
         if state != StateRole::Follower || leader != lost || self.rejoin.is_some() {
-            return;
+            return None;
         }
-        let n = self.voters.len();
-        let first_survivor = self
-            .voters
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| **v != lost)
-            .map(|(slot, _)| self.election_offset(term, slot, n))
-            .min()
-            .unwrap_or(0);
+        let first_survivor = self.first_survivor(term, lost).map_or(0, |(offset, _)| offset);
         let elapsed = self.election_base + first_survivor;
         let raft = &mut self.raw.raft;
         raft.election_elapsed = raft.election_elapsed.max(elapsed);
+        self.lost_leader = Some((term, lost));
+        self.campaign_if_a_majority_lost_the_leader();
+        Some(term)
+    }
+
+    /// Replica `from` of the group reports its connection to its leader of `term` broken.
+    /// Once a majority of the group without that leader (this replica among them) has, the
+    /// leader can commit nothing through those connections, and the first of the term's
+    /// election order among the survivors starts the election at once, without the pre-vote
+    /// round: the pre-vote asks exactly what those reports said, a round trip later. Any
+    /// other replica waits for its spaced timeout, and pre-votes, as before; so does this
+    /// one if the reports do not add up (a lone broken connection never deposes a leader).
+    pub fn peer_lost_leader(&mut self, from: u64, term: u64) {
+        if from == self.id || !self.voters.contains(&from) || term < self.raw.raft.term {
+            return;
+        }
+        let current = self.raw.raft.term;
+        self.lost_reports.retain(|(t, _)| *t >= current);
+        if self.lost_reports.len() < self.voters.len() {
+            self.lost_reports.insert((term, from));
+        }
+        self.campaign_if_a_majority_lost_the_leader();
+    }
+
+    /// The survivor first in `term`'s election order without `lost`: (its offset, its id).
+    fn first_survivor(&self, term: u64, lost: u64) -> Option<(usize, u64)> {
+        let n = self.voters.len();
+        let survivors = self.voters.iter().enumerate().filter(|(_, v)| **v != lost);
+        survivors.map(|(slot, v)| (self.election_offset(term, slot, n), *v)).min()
+    }
+
+    fn campaign_if_a_majority_lost_the_leader(&mut self) {
+        let Some((term, leader)) = self.lost_leader else { return };
+        let raft = &self.raw.raft;
+        let waiting = matches!(raft.state, StateRole::Follower | StateRole::PreCandidate);
+        if raft.term != term || !waiting || self.rejoin.is_some() || self.lost.is_some() {
+            return;
+        }
+        let reports = self.lost_reports.iter().filter(|(t, r)| *t == term && *r != leader).count();
+        if reports + 1 < self.voters.len() / 2 + 1
+            || self.first_survivor(term, leader).map(|(_, id)| id) != Some(self.id)
+        {
+            return;
+        }
+        self.lost_leader = None;
+        self.raw.raft.campaign(raft::CAMPAIGN_ELECTION);
+        self.after_call();
     }
 
     /// Lets the next append to every follower still being probed leave now (raft-rs sends a
