@@ -115,22 +115,30 @@ fn c_leader_failover_and_rejoin() {
     }
 }
 
+/// A 3-replica group with spaced election timeouts (3 one-way delays apart, as on
+/// wide-area links) shaped by `seed`, with a few entries committed: (the group, its leader,
+/// the leader's term).
+fn spaced_group(seed: u64) -> (Cluster, u64, u64) {
+    let spaced = |c: &mut luigi_raft::RaftConfig| {
+        c.election_ticks = 20;
+        c.election_spacing_ticks = 6;
+    };
+    let mut c = Cluster::build(3, seed, None, spaced);
+    propose_many(&mut c, 5);
+    c.run(3 * TICK);
+    let leader = c.live_leader().expect("leader");
+    let term = c.log(leader).term();
+    (c, leader, term)
+}
+
 /// With spaced election timeouts (3 one-way delays apart, as on wide-area links) and a
 /// leader whose connections broke (a crash: both followers see it), the followers elect a new
 /// leader without waiting out their timeouts, in one round; a follower that alone lost its
 /// link gets no pre-vote from one that still hears the leader, so a live leader stays.
 #[test]
 fn a_leader_whose_links_broke_is_replaced_without_the_election_timeout() {
-    let spaced = |c: &mut luigi_raft::RaftConfig| {
-        c.election_ticks = 20;
-        c.election_spacing_ticks = 6;
-    };
     for seed in 0..6 {
-        let mut c = Cluster::build(3, 40 + seed, None, spaced);
-        propose_many(&mut c, 5);
-        c.run(3 * TICK);
-        let old = c.live_leader().expect("leader");
-        let old_term = c.log(old).term();
+        let (mut c, old, old_term) = spaced_group(40 + seed);
         c.isolated.insert(old);
         for id in (1..=3).filter(|id| *id != old) {
             c.node_mut(id).log.leader_link_lost(old);
@@ -143,11 +151,7 @@ fn a_leader_whose_links_broke_is_replaced_without_the_election_timeout() {
         c.check_log_matching();
     }
     // One follower alone lost its link: the leader keeps its term.
-    let mut c = Cluster::build(3, 77, None, spaced);
-    propose_many(&mut c, 5);
-    c.run(3 * TICK);
-    let leader = c.live_leader().expect("leader");
-    let term = c.log(leader).term();
+    let (mut c, leader, term) = spaced_group(77);
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     c.node_mut(follower).log.leader_link_lost(leader);
     c.run(30 * TICK);
@@ -157,16 +161,8 @@ fn a_leader_whose_links_broke_is_replaced_without_the_election_timeout() {
 
 #[test]
 fn followers_that_lost_their_leader_and_told_each_other_elect_without_the_pre_vote_round() {
-    let spaced = |c: &mut luigi_raft::RaftConfig| {
-        c.election_ticks = 20;
-        c.election_spacing_ticks = 6;
-    };
     for seed in 0..6 {
-        let mut c = Cluster::build(3, 40 + seed, None, spaced);
-        propose_many(&mut c, 5);
-        c.run(3 * TICK);
-        let old = c.live_leader().expect("leader");
-        let term = c.log(old).term();
+        let (mut c, old, term) = spaced_group(40 + seed);
         c.isolated.insert(old);
         let survivors: Vec<u64> = (1..=3).filter(|id| *id != old).collect();
         for &id in &survivors {
@@ -189,11 +185,7 @@ fn followers_that_lost_their_leader_and_told_each_other_elect_without_the_pre_vo
     }
     // A report while this follower still hears its leader, a follower's own lost link with
     // no report, and reports of an older term change nothing at once.
-    let mut c = Cluster::build(3, 77, None, spaced);
-    propose_many(&mut c, 5);
-    c.run(3 * TICK);
-    let leader = c.live_leader().expect("leader");
-    let term = c.log(leader).term();
+    let (mut c, leader, term) = spaced_group(77);
     let [a, b] = [1, 2, 3].into_iter().filter(|id| *id != leader).collect::<Vec<_>>()[..] else { unreachable!() };
     c.node_mut(a).log.peer_lost_leader(b, term);
     c.node_mut(b).log.peer_lost_leader(a, term - 1);
