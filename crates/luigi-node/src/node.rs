@@ -189,9 +189,10 @@ pub struct ReplicaNode {
     /// try (with jitter a candidate's question often overtakes its vote request). One per
     /// replica of the group (the newest term asked).
     accepts_questions: Vec<(NodeId, u64)>,
-    /// This follower's connection to its leader (term, replica) broke: the group's other
-    /// replicas are told at the next turn (`ReplicationMsg::LeaderLost`).
-    leader_lost: Option<(u64, u32)>,
+    /// This follower's connection to its leader (term, replica) broke, its log ending at
+    /// (term, index): the group's other replicas are told at the next turn
+    /// (`ReplicationMsg::LeaderLost`).
+    leader_lost: Option<(u64, u32, (u64, u64))>,
     /// Accept records written since the last rewrite of the live ones (see
     /// [`Tuning::accepts_rewrite_records`]).
     accepts_written: u64,
@@ -452,12 +453,12 @@ impl ReplicaNode {
                 self.transfer_effects(fx);
                 result
             }
-            ReplicationMsg::LeaderLost { shard, from: sender, term } => {
+            ReplicationMsg::LeaderLost { shard, from: sender, term, last } => {
                 let stranger = from.replica >= self.config.group_size();
                 if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me || stranger {
                     return Err(format!("leader lost in shard {shard} from raft id {sender} by {from}"));
                 }
-                self.replica.log_mut().peer_lost_leader(sender, term);
+                self.replica.log_mut().peer_lost_leader(sender, term, last);
                 Ok(())
             }
             ReplicationMsg::AcceptsQuery { shard, from: sender, term } => {
@@ -504,10 +505,10 @@ impl ReplicaNode {
 
     /// Tells the group's other replicas that this follower's connection to its leader broke.
     fn tell_leader_lost(&mut self, fx: &mut Vec<Effect>) {
-        let Some((term, lost)) = self.leader_lost.take() else { return };
+        let Some((term, lost, last)) = self.leader_lost.take() else { return };
         let me = self.config.node;
         for replica in (0..self.config.group_size()).filter(|r| *r != me.replica && *r != lost) {
-            let msg = ReplicationMsg::LeaderLost { shard: me.shard, from: me.raft_id(), term };
+            let msg = ReplicationMsg::LeaderLost { shard: me.shard, from: me.raft_id(), term, last };
             fx.push(Effect::Replicate { to: NodeId { shard: me.shard, replica }, msg });
         }
     }
@@ -717,8 +718,8 @@ impl ReplicaNode {
             // followers elect the next one without waiting out their timeouts (rule 15's
             // pass-over then follows one hop after the vote), and tell each other, so that
             // the first of them need not pre-vote once a majority lost it.
-            if let Some(term) = self.replica.log_mut().leader_link_lost(peer.raft_id()) {
-                self.leader_lost = Some((term, replica));
+            if let Some((term, last)) = self.replica.log_mut().leader_link_lost(peer.raft_id()) {
+                self.leader_lost = Some((term, replica, last));
             }
         }
     }

@@ -609,7 +609,7 @@ fn a_follower_that_lost_its_leaders_link_tells_the_rest_of_its_group_and_refuses
     let told = |fx: &[Effect]| -> Vec<(NodeId, u64)> {
         fx.iter()
             .filter_map(|e| match e {
-                Effect::Replicate { to, msg: ReplicationMsg::LeaderLost { shard: 0, from: 2, term } } => {
+                Effect::Replicate { to, msg: ReplicationMsg::LeaderLost { shard: 0, from: 2, term, .. } } => {
                     Some((*to, *term))
                 }
                 _ => None,
@@ -630,8 +630,8 @@ fn a_follower_that_lost_its_leaders_link_tells_the_rest_of_its_group_and_refuses
     n.turn(1_300, &mut fx).unwrap();
     assert!(told(&fx).is_empty());
     // A report naming another sender than its link, or from another shard, is refused.
-    let forged = ReplicationMsg::LeaderLost { shard: 0, from: 1, term: 1 };
+    let forged = ReplicationMsg::LeaderLost { shard: 0, from: 1, term: 1, last: (1, 1) };
     assert!(n.on_replication(NodeId { shard: 0, replica: 2 }, forged, &mut Vec::new()).is_err());
-    let foreign = ReplicationMsg::LeaderLost { shard: 1, from: 3, term: 1 };
+    let foreign = ReplicationMsg::LeaderLost { shard: 1, from: 3, term: 1, last: (1, 1) };
     assert!(n.on_replication(NodeId { shard: 1, replica: 2 }, foreign, &mut Vec::new()).is_err());
 }

@@ -481,6 +481,9 @@ pub enum ReplicationMsg {
         from: u64,
         /// The term of the leader lost.
         term: u64,
+        /// The term and index of the sender's last log entry (the most up-to-date log of
+        /// those that lost the leader runs first: the others can vote for it).
+        last: (u64, u64),
     },
     /// Between the replicas of one shard: an encoded Raft message.
     Raft {

@@ -195,9 +195,9 @@ pub trait LogControl: Debug {
     /// See [`RaftLog::acked`].
     fn acked(&self) -> (u64, u64);
     /// See [`RaftLog::leader_link_lost`].
-    fn leader_link_lost(&mut self, lost: u64) -> Option<u64>;
+    fn leader_link_lost(&mut self, lost: u64) -> Option<(u64, (u64, u64))>;
     /// See [`RaftLog::peer_lost_leader`].
-    fn peer_lost_leader(&mut self, from: u64, term: u64);
+    fn peer_lost_leader(&mut self, from: u64, term: u64, last: (u64, u64));
 }
 
 impl<R: Record> LogControl for RaftLog<R> {
@@ -282,11 +282,11 @@ impl<R: Record> LogControl for RaftLog<R> {
     fn acked(&self) -> (u64, u64) {
         RaftLog::acked(self)
     }
-    fn leader_link_lost(&mut self, lost: u64) -> Option<u64> {
+    fn leader_link_lost(&mut self, lost: u64) -> Option<(u64, (u64, u64))> {
         RaftLog::leader_link_lost(self, lost)
     }
-    fn peer_lost_leader(&mut self, from: u64, term: u64) {
-        RaftLog::peer_lost_leader(self, from, term)
+    fn peer_lost_leader(&mut self, from: u64, term: u64, last: (u64, u64)) {
+        RaftLog::peer_lost_leader(self, from, term, last)
     }
 }
 

@@ -12,7 +12,7 @@ mod error;
 mod ready;
 mod step;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
 
 use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
@@ -129,8 +129,9 @@ pub struct RaftLog<R = LogRecord> {
     /// [`RaftLog::peer_lost_leader`]).
     lost_leader: Option<(u64, u64)>,
     /// Replicas of the group that reported their connection to their leader of a term broken:
-    /// (term, replica), of the current term or later only.
-    lost_reports: BTreeSet<(u64, u64)>,
+    /// (term, replica) to the reporter's last log entry (term, index); of the current term or
+    /// later only.
+    lost_reports: BTreeMap<(u64, u64), (u64, u64)>,
 }
 
 impl<R: Record> std::fmt::Debug for RaftLog<R> {
@@ -241,7 +242,7 @@ impl<R: Record> RaftLog<R> {
             rejoin_done: false,
             lost: None,
             lost_leader: None,
-            lost_reports: BTreeSet::new(),
+            lost_reports: BTreeMap::new(),
             external_snapshots: config.external_snapshots,
             acks_in_flight: VecDeque::new(),
             acked: (0, 0),
@@ -335,46 +336,51 @@ impl<R: Record> RaftLog<R> {
     /// link alone broke gets no pre-vote from one that still hears the leader, so a live
     /// leader is not deposed; a crashed one is replaced without the election timeout.
     ///
-    /// Returns the leader's term when it was this follower's leader: the shell tells the
-    /// group's other replicas ([`RaftLog::peer_lost_leader`]).
-    pub fn leader_link_lost(&mut self, lost: u64) -> Option<u64> {
+    /// Returns the leader's term and this replica's last log entry (term, index) when it was
+    /// this follower's leader: the shell tells the group's other replicas
+    /// ([`RaftLog::peer_lost_leader`]).
+    pub fn leader_link_lost(&mut self, lost: u64) -> Option<(u64, (u64, u64))> {
         let (state, leader, term) = (self.raw.raft.state, self.raw.raft.leader_id, self.raw.raft.term);
         if state != StateRole::Follower || leader != lost || self.rejoin.is_some() {
             return None;
         }
-        let first_survivor = self.first_survivor(term, lost).map_or(0, |(offset, _)| offset);
+        let n = self.voters.len();
+        let survivors = self.voters.iter().enumerate().filter(|(_, v)| **v != lost);
+        let first_survivor = survivors.map(|(slot, _)| self.election_offset(term, slot, n)).min().unwrap_or(0);
         let elapsed = self.election_base + first_survivor;
         let raft = &mut self.raw.raft;
         raft.election_elapsed = raft.election_elapsed.max(elapsed);
         self.lost_leader = Some((term, lost));
         self.campaign_if_a_majority_lost_the_leader();
-        Some(term)
+        Some((term, self.last_entry()))
     }
 
-    /// Replica `from` of the group reports its connection to its leader of `term` broken.
-    /// Once a majority of the group without that leader (this replica among them) has, the
-    /// leader can commit nothing through those connections, and the first of the term's
-    /// election order among the survivors starts the election at once, without the pre-vote
-    /// round: the pre-vote asks exactly what those reports said, a round trip later. Any
-    /// other replica waits for its spaced timeout, and pre-votes, as before; so does this
-    /// one if the reports do not add up (a lone broken connection never deposes a leader).
-    pub fn peer_lost_leader(&mut self, from: u64, term: u64) {
+    /// Replica `from` of the group reports its connection to its leader of `term` broken,
+    /// its log ending at `last` (term, index). Once a majority of the group without that
+    /// leader (this replica among them) has, the leader can commit nothing through those
+    /// connections, and the one of them with the most up-to-date log (the first in the
+    /// term's election order among equals) starts the election at once, without the pre-vote
+    /// round: the pre-vote asks exactly what those reports said, a round trip later, and the
+    /// others grant the vote (they no longer defend the leader's lease, and their logs are
+    /// not ahead of its). Any other replica waits for its spaced timeout, and pre-votes, as
+    /// before; so does this one if the reports do not add up (a lone broken connection never
+    /// deposes a leader).
+    pub fn peer_lost_leader(&mut self, from: u64, term: u64, last: (u64, u64)) {
         if from == self.id || !self.voters.contains(&from) || term < self.raw.raft.term {
             return;
         }
         let current = self.raw.raft.term;
-        self.lost_reports.retain(|(t, _)| *t >= current);
+        self.lost_reports.retain(|(t, _), _| *t >= current);
         if self.lost_reports.len() < self.voters.len() {
-            self.lost_reports.insert((term, from));
+            self.lost_reports.insert((term, from), last);
         }
         self.campaign_if_a_majority_lost_the_leader();
     }
 
-    /// The survivor first in `term`'s election order without `lost`: (its offset, its id).
-    fn first_survivor(&self, term: u64, lost: u64) -> Option<(usize, u64)> {
-        let n = self.voters.len();
-        let survivors = self.voters.iter().enumerate().filter(|(_, v)| **v != lost);
-        survivors.map(|(slot, v)| (self.election_offset(term, slot, n), *v)).min()
+    /// The term and index of this replica's last log entry.
+    fn last_entry(&self) -> (u64, u64) {
+        let log = &self.raw.raft.raft_log;
+        (log.last_term(), log.last_index())
     }
 
     fn campaign_if_a_majority_lost_the_leader(&mut self) {
@@ -384,10 +390,16 @@ impl<R: Record> RaftLog<R> {
         if raft.term != term || !waiting || self.rejoin.is_some() || self.lost.is_some() {
             return;
         }
-        let reports = self.lost_reports.iter().filter(|(t, r)| *t == term && *r != leader).count();
-        if reports + 1 < self.voters.len() / 2 + 1
-            || self.first_survivor(term, leader).map(|(_, id)| id) != Some(self.id)
-        {
+        let n = self.voters.len();
+        let slot_of = |id: u64| self.voters.iter().position(|v| *v == id).unwrap_or(0);
+        // (log, order) of each replica that lost the leader: the most up-to-date log first,
+        // then the earliest in the term's election order.
+        let rank =
+            |id: u64, last: (u64, u64)| (last, std::cmp::Reverse(self.election_offset(term, slot_of(id), n)), id);
+        let reported = self.lost_reports.iter().filter(|((t, r), _)| *t == term && *r != leader);
+        let mut ranks: Vec<_> = reported.map(|((_, r), last)| rank(*r, *last)).collect();
+        ranks.push(rank(self.id, self.last_entry()));
+        if ranks.len() < n / 2 + 1 || ranks.iter().max().map(|(_, _, id)| *id) != Some(self.id) {
             return;
         }
         self.lost_leader = None;
