@@ -80,10 +80,12 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    /// The earliest time a candidate waits for (its timestamp passed), if any.
+    /// The earliest time a candidate waits for (its timestamp passed), if any. A range
+    /// lookup, not a scan: the shells ask before every wait, and candidates whose time has
+    /// come may be many.
     pub(super) fn early_deadline(&self) -> Option<TimeUs> {
-        let now = self.now;
-        self.early_candidates.iter().find(|(ts, _)| *ts >= now).map(|(ts, _)| ts + 1)
+        let from = (self.now, TxnId { client: 0, seq: 0 });
+        self.early_candidates.range(from..).next().map(|(ts, _)| ts + 1)
     }
 
     /// Rule 21's conditions for `id` at `ts`, checked at `now > ts`.
