@@ -438,7 +438,7 @@ impl ReplicaNode {
             | ReplicationMsg::SnapshotAck { shard, from: sender, .. }
             | ReplicationMsg::SnapshotCancel { shard, from: sender, .. }
             | ReplicationMsg::SnapshotRefuse { shard, from: sender, .. } => {
-                if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me {
+                if !self.is_group_peer(shard, sender, from) {
                     return Err(format!("snapshot transfer message for shard {shard} from raft id {sender} by {from}"));
                 }
                 // Which snapshots this replica takes now: the leader's while it does not
@@ -454,16 +454,14 @@ impl ReplicaNode {
                 result
             }
             ReplicationMsg::LeaderLost { shard, from: sender, term, last } => {
-                let stranger = from.replica >= self.config.group_size();
-                if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me || stranger {
+                if !self.is_group_peer(shard, sender, from) {
                     return Err(format!("leader lost in shard {shard} from raft id {sender} by {from}"));
                 }
                 self.replica.log_mut().peer_lost_leader(sender, term, last);
                 Ok(())
             }
             ReplicationMsg::AcceptsQuery { shard, from: sender, term } => {
-                let stranger = from.replica >= self.config.group_size();
-                if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me || stranger {
+                if !self.is_group_peer(shard, sender, from) {
                     return Err(format!("accepts query for shard {shard} from raft id {sender} by {from}"));
                 }
                 self.accepts_questions.retain(|(asker, _)| *asker != from);
@@ -472,7 +470,7 @@ impl ReplicaNode {
                 Ok(())
             }
             ReplicationMsg::Accepts { shard, from: sender, term, records } => {
-                if shard != me.shard || from.shard != me.shard || sender != from.raft_id() || from == me {
+                if !self.is_group_peer(shard, sender, from) {
                     return Err(format!("accepts of shard {shard} from raft id {sender} by {from}"));
                 }
                 self.replica.accepts_from(from.replica, term, &records)
@@ -501,6 +499,14 @@ impl ReplicaNode {
             fx.push(Effect::Replicate { to: asker, msg });
             false
         });
+    }
+
+    /// Whether a message of `shard`'s group, naming Raft id `sender` as its sender, may come
+    /// over `from`'s link: from another replica of this group, the one it names.
+    fn is_group_peer(&self, shard: ShardId, sender: u64, from: NodeId) -> bool {
+        let me = self.config.node;
+        let member = from.shard == me.shard && from.replica < self.config.group_size();
+        shard == me.shard && member && sender == from.raft_id() && from != me
     }
 
     /// Tells the group's other replicas that this follower's connection to its leader broke.
