@@ -52,29 +52,30 @@ impl Raw {
         Some(decode_payload(&payload).unwrap())
     }
 
-    /// Reads until a `Refused` frame; returns its reason.
-    fn refusal(&mut self) -> String {
-        for _ in 0..64 {
-            match self.recv() {
-                Some(WireMsg::Refused { reason }) => return reason,
-                Some(_) => {}
-                None => break,
+    /// The first of the next `frames_max` messages that `pick` takes, reading past the
+    /// others (a connected client also receives broadcasts: watermarks, progress reports,
+    /// floor promises); `None` if none does or the connection closes first.
+    fn find<T>(&mut self, frames_max: usize, pick: impl Fn(WireMsg) -> Option<T>) -> Option<T> {
+        for _ in 0..frames_max {
+            if let Some(found) = pick(self.recv()?) {
+                return Some(found);
             }
         }
-        panic!("no refusal")
+        None
     }
 
-    /// Reads until a `Pong`, past the broadcasts a connected client also receives (watermarks,
-    /// progress reports, floor promises), which may come first; false if none comes.
+    /// Reads until a `Refused` frame; returns its reason.
+    fn refusal(&mut self) -> String {
+        let reason = |msg| match msg {
+            WireMsg::Refused { reason } => Some(reason),
+            _ => None,
+        };
+        self.find(64, reason).expect("no refusal")
+    }
+
+    /// Reads until a `Pong`; false if none comes.
     fn pong(&mut self) -> bool {
-        for _ in 0..256 {
-            match self.recv() {
-                Some(WireMsg::Server(ServerMsg::Pong { .. })) => return true,
-                Some(_) => {}
-                None => return false,
-            }
-        }
-        false
+        self.find(256, |msg| matches!(msg, WireMsg::Server(ServerMsg::Pong { .. })).then_some(())).is_some()
     }
 
     /// True once the server has closed the connection.
