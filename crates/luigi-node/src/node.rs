@@ -76,6 +76,7 @@ impl NodeConfig {
         let mut leader = LeaderConfig::new(node.shard, replicas.len() as u32);
         leader.floor_lookahead_us = tuning.floor_lookahead_us;
         leader.recover_after_us = tuning.recover_after_us;
+        leader.max_ahead_us = tuning.max_ahead_us();
         leader.group_sizes = replicas.clone();
         let transfers = TransferConfig::new(&tuning);
         NodeConfig {

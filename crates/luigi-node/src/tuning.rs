@@ -3,6 +3,8 @@
 //! each may be overridden) and the simulator from its network model, through this one
 //! derivation.
 
+pub use luigi_proto::leader::MAX_CLOCK_OFFSET_US_DEFAULT;
+
 /// The floor of a Raft tick, µs. Below it, a loaded 2-core machine's scheduling noise is
 /// of the order of the tick itself and elections fire spuriously.
 pub const RAFT_TICK_MIN_US: u64 = 10_000;
@@ -55,6 +57,9 @@ pub struct Tuning {
     /// acknowledged one by one, so it must outlast a round trip plus one chunk's time on the
     /// link (a 1 MiB chunk takes 84 ms at 100 Mbit/s), not a whole window's.
     pub snapshot_ack_timeout_us: u64,
+    /// The clock bound (DESIGN.md rule 22): the largest offset between two nodes' clocks the
+    /// cluster tolerates, µs. Default [`MAX_CLOCK_OFFSET_US_DEFAULT`].
+    pub max_clock_offset_us: u64,
     /// Fast-path accept records a replica writes between two rewrites of its live ones
     /// (after a rewrite is durable, the accept log drops what came before it).
     pub accepts_rewrite_records: u64,
@@ -75,7 +80,16 @@ impl Tuning {
             snapshot_entries: 100_000,
             snapshot_ack_timeout_us: 8 * one_way_us + RECOVERY_MIN_US,
             accepts_rewrite_records: 4_096,
+            max_clock_offset_us: MAX_CLOCK_OFFSET_US_DEFAULT,
         }
+    }
+
+    /// How far ahead of a replica's clock a correct coordinator's timestamp can lie (rule
+    /// 22): its delay estimate counts only samples answered within a resend timeout (so it
+    /// is at most that), plus its headroom, plus the clock bound. Saturating: every field
+    /// may come from a cluster file.
+    pub fn max_ahead_us(&self) -> u64 {
+        self.retry_timeout_us.saturating_add(self.headroom_us).saturating_add(self.max_clock_offset_us)
     }
 }
 

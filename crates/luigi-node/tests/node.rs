@@ -444,6 +444,48 @@ fn a_fast_path_follower_answers_an_early_dispatch_with_an_accept_once_its_record
     assert!(named, "NotLeader naming replica 0");
 }
 
+/// Rule 22 (issue 26): a follower checks a fast-path dispatch exactly as its leader does. A
+/// malformed one (a shard the cluster lacks, a piece twice, unsorted or overlapping keys, an
+/// unknown procedure) or one stamped past the clock horizon is not accepted, so no new
+/// leader can recover from the followers' accepts what the leader refused.
+#[test]
+fn a_fast_path_follower_accepts_nothing_its_leader_would_refuse() {
+    let mut n = fast_follower();
+    let piece = |shard, reads: &[&[u8]], writes: &[&[u8]]| luigi_proto::types::ShardPiece {
+        shard,
+        keys: luigi_proto::types::KeySet {
+            reads: reads.iter().map(|k| k.to_vec()).collect(),
+            writes: writes.iter().map(|k| k.to_vec()).collect(),
+        },
+    };
+    let good = Txn { pieces: vec![piece(0, &[], &[b"k"])], ts: 50_000, ..(*kv_txn(7, 1)).clone() };
+    let horizon = n.config().leader.max_ahead_us;
+    let refused = [
+        Txn { pieces: vec![piece(0, &[], &[b"k"]), piece(5, &[], &[b"k"])], ..good.clone() },
+        Txn { pieces: vec![piece(0, &[], &[b"k"]), piece(0, &[], &[b"j"])], ..good.clone() },
+        Txn { pieces: vec![piece(0, &[], &[b"k", b"a"])], ..good.clone() },
+        Txn { pieces: vec![piece(0, &[b"k"], &[b"k"])], ..good.clone() },
+        Txn { procedure: "no.such".into(), ..good.clone() },
+        Txn { ts: 2_000 + horizon + 1, ..good.clone() },
+        Txn { ts: u64::MAX, ..good.clone() },
+    ];
+    for (seq, txn) in refused.into_iter().enumerate() {
+        let txn = std::sync::Arc::new(Txn { id: TxnId { client: 7, seq: seq as u64 + 1 }, ..txn });
+        let mut fx = Vec::new();
+        n.on_client(
+            2_000,
+            7,
+            ClientMsg::Dispatch { txn: txn.clone(), sent_us: 1_900, acked_below: 0, fast: true },
+            &mut fx,
+        );
+        assert!(!fx.iter().any(|e| matches!(e, Effect::Persist(p) if !p.accepts.is_empty())), "accepted {txn:?}");
+    }
+    let mut fx = Vec::new();
+    let txn = std::sync::Arc::new(Txn { id: TxnId { client: 7, seq: 99 }, ts: 2_000 + horizon, ..good });
+    n.on_client(2_000, 7, ClientMsg::Dispatch { txn, sent_us: 1_900, acked_below: 0, fast: true }, &mut fx);
+    assert!(fx.iter().any(|e| matches!(e, Effect::Persist(p) if !p.accepts.is_empty())), "at the horizon: accepted");
+}
+
 #[test]
 fn a_fast_path_followers_accept_of_a_cross_shard_transaction_goes_to_the_other_leader_once_durable() {
     // DESIGN.md rule 17: the other participant's leader may use a marked proposal on it.

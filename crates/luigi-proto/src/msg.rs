@@ -60,6 +60,9 @@ pub enum ServerMsg {
         shard: ShardId,
         /// Server clock at arrival minus the client's send clock: one-way delay plus offset.
         arrival_delta_us: i64,
+        /// The ping's send time, echoed: the client measures the round trip, and a sample
+        /// that waited in a buffer does not count (rule 1).
+        sent_us: TimeUs,
         /// The shard's watermark.
         watermark: Timestamp,
     },
@@ -198,11 +201,18 @@ pub struct TxnReply {
     pub early: bool,
 }
 
+/// `now - sent_us` as a signed delay, µs (a client's clock may be ahead of the server's):
+/// saturating at `i64`'s ends, since `sent_us` comes from the wire and may be anything.
+pub fn arrival_delta_us(now: TimeUs, sent_us: TimeUs) -> i64 {
+    let delta = i128::from(now) - i128::from(sent_us);
+    delta.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
 impl ServerMsg {
     /// A replica of `shard`'s answer, at `now`, to a ping sent at the client's `sent_us`, with
     /// the watermark it can promise (every protocol's replica answers so).
     pub fn pong(shard: ShardId, now: TimeUs, sent_us: TimeUs, watermark: Timestamp) -> Self {
-        ServerMsg::Pong { shard, arrival_delta_us: now as i64 - sent_us as i64, watermark }
+        ServerMsg::Pong { shard, arrival_delta_us: arrival_delta_us(now, sent_us), sent_us, watermark }
     }
 }
 
@@ -217,7 +227,7 @@ impl TxnReply {
             ts: 0,
             outcome: Err(TxnError::NotLeader { hint }),
             watermark: 0,
-            arrival_delta_us: now as i64 - sent_us as i64,
+            arrival_delta_us: arrival_delta_us(now, sent_us),
             rounds: 0,
             position: None,
             order: None,

@@ -29,7 +29,19 @@ fn arb_keys() -> impl Strategy<Value = KeySet> {
         .prop_map(|(reads, writes)| KeySet { reads, writes })
 }
 
-fn arb_txn(client: u64) -> impl Strategy<Value = Txn> {
+/// Timestamps and times over the whole `u64` range, and around `now` (where a correct
+/// client's land, and where the clock horizon of rule 22 cuts).
+fn arb_time(now: u64) -> impl Strategy<Value = u64> {
+    prop_oneof![
+        any::<u64>(),
+        (0u64..10_000_000).prop_map(move |d| now.saturating_add(d)),
+        (0u64..10_000_000).prop_map(move |d| now.saturating_sub(d)),
+        Just(u64::MAX),
+        Just(0),
+    ]
+}
+
+fn arb_txn(client: u64, now: u64) -> impl Strategy<Value = Txn> {
     let procedure = prop_oneof![Just(Micro::NAME.to_string()), Just("no.such".to_string()), "[a-z.]{0,200}"];
     let ops = proptest::collection::vec((0u64..8, proptest::option::of(any::<u64>())), 0..4).prop_map(|ops| {
         let ops: Vec<MicroOp> = ops.into_iter().map(|(key, write)| MicroOp { key, write }).collect();
@@ -38,21 +50,21 @@ fn arb_txn(client: u64) -> impl Strategy<Value = Txn> {
     let args = prop_oneof![ops, proptest::collection::vec(any::<u8>(), 0..64)];
     let pieces = proptest::collection::vec((0u32..4, arb_keys()), 0..4)
         .prop_map(|p| p.into_iter().map(|(shard, keys)| ShardPiece { shard, keys }).collect());
-    (1u64..50, procedure, args, pieces, any::<u64>()).prop_map(move |(seq, procedure, args, pieces, ts)| Txn {
+    (1u64..50, procedure, args, pieces, arb_time(now)).prop_map(move |(seq, procedure, args, pieces, ts)| Txn {
         id: TxnId { client, seq },
         procedure,
         args,
         pieces,
-        ts: ts % 1_000_000,
+        ts,
     })
 }
 
-fn arb_client_msg(client: u64) -> impl Strategy<Value = ClientMsg> {
+fn arb_client_msg(client: u64, now: u64) -> impl Strategy<Value = ClientMsg> {
     prop_oneof![
-        arb_txn(client).prop_flat_map(|t| (Just(t), any::<u64>(), 0u64..60)).prop_map(|(txn, sent_us, acked_below)| {
-            ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: sent_us % 2_000_000, acked_below, fast: true }
+        (arb_txn(client, now), arb_time(now), 0u64..60).prop_map(|(txn, sent_us, acked_below)| {
+            ClientMsg::Dispatch { txn: Arc::new(txn), sent_us, acked_below, fast: true }
         }),
-        any::<u64>().prop_map(|sent_us| ClientMsg::Ping { sent_us }),
+        arb_time(now).prop_map(|sent_us| ClientMsg::Ping { sent_us }),
         Just(ClientMsg::Hello { client, proof: None, protocol: luigi_proto::types::Protocol::Luigi }),
         Just(ClientMsg::Status),
     ]
@@ -86,10 +98,13 @@ proptest! {
     /// pending that could hold the watermark for good, and a valid transaction afterwards
     /// commits.
     #[test]
-    fn arbitrary_client_messages_never_wedge_a_shard(msgs in proptest::collection::vec(arb_client_msg(7), 1..24)) {
+    fn arbitrary_client_messages_never_wedge_a_shard(
+        (start, msgs) in (0u64..u64::MAX / 2)
+            .prop_flat_map(|start| (Just(start), proptest::collection::vec(arb_client_msg(7, start), 1..24)))
+    ) {
         let mut l = leader(1);
         let mut out = Vec::new();
-        let mut now = 1_000;
+        let mut now = start;
         for m in msgs {
             now += 100;
             l.on_client(now, 7, m, &mut out);
@@ -97,8 +112,9 @@ proptest! {
             l.tick(now, &mut out);
             prop_assert_eq!(l.check_invariants(), Ok(()));
         }
-        // Whatever was admitted is single-shard (anything else is malformed here) and runs.
-        now += 2_000_000;
+        // Whatever was admitted is single-shard (anything else is malformed here), lies
+        // within the clock horizon (rule 22), and runs.
+        now += LeaderConfig::new(0, 1).max_ahead_us + 1_000_000;
         l.tick(now, &mut out);
         prop_assert_eq!(l.pending_len(), 0);
         out.clear();
@@ -110,7 +126,7 @@ proptest! {
     /// On a 2-shard cluster (cross-shard transactions wait for a peer that never answers
     /// here): still no panic, and malformed transactions are never admitted.
     #[test]
-    fn malformed_transactions_are_never_admitted(txns in proptest::collection::vec(arb_txn(7), 1..16)) {
+    fn malformed_transactions_are_never_admitted(txns in proptest::collection::vec(arb_txn(7, 1_000), 1..16)) {
         let mut l = leader(2);
         let mut out = Vec::new();
         for (i, t) in txns.into_iter().enumerate() {

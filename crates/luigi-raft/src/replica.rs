@@ -15,6 +15,7 @@
 //! log from the start.
 
 use luigi_proto::fast::{to_recover, AcceptRecord, Accepted, AcceptedTxn, Acceptor, NotAccepted};
+use luigi_proto::leader::admissible::Admission;
 use luigi_proto::leader::answers::Known;
 use luigi_proto::leader::follower::{Follower, SnapshotError};
 use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
@@ -305,10 +306,14 @@ impl Replica {
                 ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
                     let leader = other_leader(log);
                     if let (Some(acceptor), Some(_), true) = (self.acceptor.as_mut(), leader, fast) {
-                        // The fast path: the client sent it to the leader too.
-                        let me = (log.id() - 1) as u32;
-                        let term = log.term();
-                        fast_accept(acceptor, (self.config.shard, me, term), now, client, &txn, out);
+                        // The fast path: the client sent it to the leader too. A follower
+                        // checks it as the leader does (rule 22): what the leader refuses
+                        // must never be recovered from the followers' accepts.
+                        if Admission::new(&self.config, &self.registry).check(&txn, now).is_ok() {
+                            let me = (log.id() - 1) as u32;
+                            let term = log.term();
+                            fast_accept(acceptor, (self.config.shard, me, term), now, client, &txn, out);
+                        }
                         return;
                     }
                     let held = Held { arrived: now, client, txn, sent_us, acked_below, fast };
@@ -378,8 +383,9 @@ impl Replica {
                 // with the fast path, what may have been fast-committed recovered (R1-R3):
                 // from the election on, in parallel with the no-op.
                 let skip = self.config.mutations.skip_fast_recovery;
+                let admission = Admission::new(&self.config, &self.registry);
                 if log.is_leader()
-                    && fast_recovered(self.acceptor.as_ref(), &mut self.recovery, f, log, skip)?
+                    && fast_recovered(self.acceptor.as_ref(), &mut self.recovery, f, log, &admission, skip)?
                     && log.may_serve()
                 {
                     let tail = log.records_after_handed_out()?;
@@ -655,6 +661,7 @@ fn fast_recovered(
     recovery: &mut Option<FastRecovery>,
     f: &Follower,
     log: &mut RaftLog,
+    admission: &Admission,
     skip_recovery: bool,
 ) -> Result<bool, RaftError> {
     let Some(acceptor) = acceptor else { return Ok(true) };
@@ -673,6 +680,11 @@ fn fast_recovered(
     if skip_recovery {
         recovered.clear(); // the mutation: a broken rule the simulator must catch
     }
+    // A malformed transaction was refused by every leader, so it never committed fast: an
+    // accept of it (written by a replica that did not check, or by an older version) is
+    // never prepared (rule 22). Its timestamp is not checked again: an accepted one passed
+    // the horizon where it was accepted, and may have committed.
+    recovered.retain(|(txn, _)| admission.check_malformed(txn).is_ok());
     for (txn, ts) in recovered {
         if rec.done.contains(&txn.id) {
             continue;
@@ -1018,6 +1030,40 @@ mod tests {
         settle(&mut restarted, 60_000_100);
         assert!(restarted.is_serving());
         assert_eq!(restarted.store().get(&micro_key(1)), r.store().get(&micro_key(1)));
+    }
+
+    /// Rule 22 (issue 26): an accept of a malformed transaction in the accept log (written
+    /// by a replica that did not check it, as before rule 22) is never recovered: its leader
+    /// refused it, and the client was told it would run nowhere. Unsorted keys once made a
+    /// new leader execute part of such a transaction.
+    #[test]
+    fn a_new_leader_recovers_no_malformed_accept() {
+        let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
+        let config = LeaderConfig { fast_path: true, ..LeaderConfig::new(0, 1) };
+        let mut r = Replica::new(config, Registry::with_builtins(), empty_store(), log).unwrap();
+        let ClientMsg::Dispatch { txn, .. } = dispatch(1) else { unreachable!() };
+        let unsorted = KeySet { reads: vec![], writes: vec![micro_key(2), micro_key(1)] };
+        let bad = Txn { pieces: vec![ShardPiece { shard: 0, keys: unsorted }], ts: 500, ..(*txn).clone() };
+        let good = Txn { id: TxnId { client: 4, seq: 2 }, ts: 600, ..(*txn).clone() };
+        let records: Vec<(u64, Vec<u8>)> = [bad, good]
+            .into_iter()
+            .enumerate()
+            .map(|(n, t)| (n as u64, AcceptRecord { ts: t.ts, txn: Arc::new(t) }.encode()))
+            .collect();
+        r.restore_accepts(&records).unwrap();
+        assert_eq!(r.acceptor.as_ref().unwrap().undecided().len(), 2);
+        r.log_mut().campaign().unwrap();
+        let mut out = settle(&mut r, 100);
+        assert!(r.is_serving(), "{out:?}");
+        out.extend(settle(&mut r, 10_000));
+        let executed: Vec<u64> = out
+            .iter()
+            .filter_map(|o| match o {
+                LeaderOutput::Executed { id, .. } => Some(id.seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(executed, vec![2], "only the well-formed accept is recovered: {out:?}");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! headroom_us = 450            # default: per scenario (half the jitter + 200 µs)
 //! fast_path = true             # Luigi's fast path (default: on, for shards of 3 replicas
 //!                              # or more; DESIGN.md, "The fast path")
+//! max_clock_offset_us = 500000 # the clock bound (DESIGN.md rule 22; default 500 ms)
 //!
 //! [[shards]]
 //! replicas = ["127.0.0.1:7100"]
@@ -107,6 +108,11 @@ pub struct ProtocolConfig {
     pub retry_timeout_us: Option<u64>,
     /// A follower snapshots its state and compacts its log every this many applied records.
     pub snapshot_entries: Option<u64>,
+    /// The clock bound (DESIGN.md rule 22), µs: the largest offset between two nodes' clocks
+    /// the cluster tolerates. A replica refuses a transaction stamped further ahead of its
+    /// clock than a client's resend timeout, its headroom and this bound together. Default
+    /// 500 ms (CockroachDB's); raise it only for clocks that are known to drift further.
+    pub max_clock_offset_us: Option<u64>,
     /// Raft's election timeout base, µs (rounded up to whole ticks; the timeout is drawn
     /// from it to twice it). Default: 10 ticks and at least 1 s (`luigi_node::tuning`).
     pub election_timeout_us: Option<u64>,
@@ -348,6 +354,7 @@ impl ClusterConfig {
         t.retry_timeout_us = p.retry_timeout_us.unwrap_or(t.retry_timeout_us);
         t.floor_lookahead_us = p.floor_lookahead_us.unwrap_or(t.floor_lookahead_us);
         t.snapshot_entries = p.snapshot_entries.unwrap_or(t.snapshot_entries).max(1);
+        t.max_clock_offset_us = p.max_clock_offset_us.unwrap_or(t.max_clock_offset_us);
         if let Some(us) = p.election_timeout_us {
             t.election_ticks = us.div_ceil(t.raft_tick_us).max(2) as usize;
         }

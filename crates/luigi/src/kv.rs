@@ -50,6 +50,10 @@ pub struct ClientArgs {
     /// Seconds to wait for the answer; after that the outcome is reported unknown.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
+    /// Run this client's clock this many microseconds ahead (negative: behind) of the
+    /// machine's: for tests of clock skew (DESIGN.md rule 22).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    clock_offset_us: i64,
 }
 
 #[derive(Args)]
@@ -190,6 +194,7 @@ pub fn txn(args: TxnArgs, matches: &ArgMatches) -> anyhow::Result<ExitCode> {
 fn run(args: &ClientArgs, ops: &[KvOp]) -> anyhow::Result<(Timestamp, Vec<KvResult>)> {
     anyhow::ensure!(args.timeout > 0.0 && args.timeout.is_finite(), "--timeout must be a positive number of seconds");
     let config = ClusterConfig::load(&args.cluster)?;
+    luigi_runtime::clock::set_offset_us(args.clock_offset_us);
     let partitioner = HashPartitioner::new(config.shard_count());
     let pieces = kv_pieces(&partitioner, ops).map_err(anyhow::Error::msg)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;

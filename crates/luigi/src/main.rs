@@ -97,6 +97,10 @@ struct ServerArgs {
     /// Exit when standard input closes (used by `bench` so servers never outlive it).
     #[arg(long, hide = true)]
     exit_on_stdin_eof: bool,
+    /// Run this server's clock this many microseconds ahead (negative: behind) of the
+    /// machine's: for tests of clock skew (DESIGN.md rule 22), never for a real cluster.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    clock_offset_us: i64,
 }
 
 /// `--fast-path` values.
@@ -353,6 +357,7 @@ fn main() -> ExitCode {
 fn server(args: ServerArgs) -> anyhow::Result<()> {
     let config = ClusterConfig::load(&args.config)?;
     let node: NodeId = args.node.parse().map_err(anyhow::Error::msg)?;
+    luigi_runtime::clock::set_offset_us(args.clock_offset_us);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

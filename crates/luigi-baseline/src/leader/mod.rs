@@ -264,7 +264,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             }),
             // The baselines have no fast path: `fast` is moot.
             ClientMsg::Dispatch { txn, sent_us, acked_below, fast: _ } => {
-                let arrival = now as i64 - sent_us as i64;
+                let arrival = luigi_proto::msg::arrival_delta_us(now, sent_us);
                 self.on_dispatch(client, txn, arrival, acked_below, out);
             }
         }

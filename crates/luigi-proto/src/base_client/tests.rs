@@ -246,7 +246,7 @@ fn watermarks_and_pongs_are_ignored() {
     let mut c = client(Protocol::Occ);
     let (_, _) = submit(&mut c, 0, &[0]);
     assert_eq!(step(&mut c, 1, ServerMsg::Watermark { shard: 0, watermark: 1 << 40 }), vec![]);
-    assert_eq!(step(&mut c, 1, ServerMsg::Pong { shard: 0, arrival_delta_us: 3, watermark: 9 }), vec![]);
+    assert_eq!(step(&mut c, 1, ServerMsg::Pong { shard: 0, arrival_delta_us: 3, sent_us: 0, watermark: 9 }), vec![]);
     assert_eq!(c.in_flight(), 1);
 }
 

@@ -294,6 +294,8 @@ pub struct CoordStats {
     /// Of the fast ones, those completed on an early answer of some participant (DESIGN.md
     /// rule 21).
     pub early: u64,
+    /// Delay samples dropped because their round trip exceeded the resend timeout (rule 1).
+    pub owd_samples_dropped: u64,
 }
 
 /// The coordinator state machine of one client.
@@ -377,15 +379,27 @@ impl Coordinator {
         self.unresolved() < UNRESOLVED_MAX
     }
 
-    /// The current one-way-delay estimate towards `shard`'s leader.
-    pub fn owd_estimate_us(&self, shard: ShardId) -> i64 {
-        self.owd.get(&shard).and_then(OwdEstimator::estimate_us).unwrap_or(self.config.initial_owd_us as i64)
+    /// The current one-way-delay estimate towards `shard`'s leader at `now`.
+    pub fn owd_estimate_us(&self, now: TimeUs, shard: ShardId) -> i64 {
+        let initial = i64::try_from(self.config.initial_owd_us).unwrap_or(i64::MAX);
+        self.owd.get(&shard).and_then(|e| e.estimate_us(now)).unwrap_or(initial)
+    }
+
+    /// A delay sample towards `shard` from an exchange whose round trip took `rtt_us`: it
+    /// counts only if that was within the resend timeout (rule 1).
+    pub(super) fn owd_sample(&mut self, now: TimeUs, shard: ShardId, delta_us: i64, rtt_us: u64) {
+        let max_rtt_us = self.config.retry_timeout_us;
+        if !self.owd.entry(shard).or_default().record(now, delta_us, rtt_us, max_rtt_us) {
+            self.stats.owd_samples_dropped += 1;
+        }
     }
 
     /// The timestamp a transaction over `shards` submitted at `now` gets.
     pub fn stamp(&self, now: TimeUs, shards: impl Iterator<Item = ShardId>) -> Timestamp {
-        let owd = shards.map(|s| self.owd_estimate_us(s)).max().unwrap_or(0);
-        (now as i64 + owd + self.config.headroom_us as i64).max(1) as Timestamp
+        let owd = shards.map(|s| self.owd_estimate_us(now, s)).max().unwrap_or(0);
+        // In i128: the estimate comes from servers' clocks and may be anything in i64.
+        let ts = i128::from(now) + i128::from(owd) + i128::from(self.config.headroom_us);
+        ts.clamp(1, i128::from(u64::MAX)) as Timestamp
     }
 
     /// A ping for `shard`'s leader, to seed the delay estimate before the first transaction.

@@ -13,8 +13,8 @@ impl Coordinator {
     /// Handles a message from a leader.
     pub fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
         match msg {
-            ServerMsg::Pong { shard, arrival_delta_us, watermark } => {
-                self.owd.entry(shard).or_default().record(arrival_delta_us);
+            ServerMsg::Pong { shard, arrival_delta_us, sent_us, watermark } => {
+                self.owd_sample(now, shard, arrival_delta_us, now.saturating_sub(sent_us));
                 self.note_watermark(shard, watermark);
             }
             ServerMsg::Watermark { shard, watermark } => {
@@ -91,15 +91,17 @@ impl Coordinator {
             flight.leader_wait = true;
             return;
         }
-        if flight.attempts == 1 && !matches!(reply.outcome, Err(TxnError::Rejected(_))) {
-            self.owd.entry(shard).or_default().record(reply.arrival_delta_us);
-        }
+        let sample = (flight.attempts == 1 && !matches!(reply.outcome, Err(TxnError::Rejected(_))))
+            .then(|| (reply.arrival_delta_us, now.saturating_sub(flight.submitted_us)));
         let id = reply.id;
         // A proven answer stays: a later one can only come from a retry or a stale leader.
         // An early answer (rule 21) never replaces a regular one.
         let regular = flight.replies[slot].as_ref().is_some_and(|r| !r.early);
         if !settled(&self.progress, &self.config, flight, slot) && (!reply.early || !regular) {
             flight.replies[slot] = Some(reply);
+        }
+        if let Some((delta_us, rtt_us)) = sample {
+            self.owd_sample(now, shard, delta_us, rtt_us);
         }
         self.try_complete_txn(id, out);
     }

@@ -82,8 +82,8 @@ fn sends(out: &[CoordOutput]) -> Vec<ShardId> {
 fn stamps_with_max_owd_plus_headroom_and_dispatches_to_all() {
     let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 100, ..quiet(7) });
     let mut out = Vec::new();
-    c.on_message(0, ServerMsg::Pong { shard: 0, arrival_delta_us: 1_000, watermark: 0 }, &mut out);
-    c.on_message(0, ServerMsg::Pong { shard: 1, arrival_delta_us: 5_000, watermark: 0 }, &mut out);
+    c.on_message(0, ServerMsg::Pong { shard: 0, arrival_delta_us: 1_000, sent_us: 0, watermark: 0 }, &mut out);
+    c.on_message(0, ServerMsg::Pong { shard: 1, arrival_delta_us: 5_000, sent_us: 0, watermark: 0 }, &mut out);
     let id = c.submit(10_000, "p", vec![], vec![piece(1), piece(0)], &mut out);
     assert_eq!(id, TxnId { client: 7, seq: 1 });
     assert_eq!(sends(&out), vec![0, 1]);
@@ -364,9 +364,29 @@ fn owd_learned_from_replies() {
     let mut out = Vec::new();
     let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
     c.on_message(1, reply(id, 0, 5, 5, 2_500), &mut out);
-    assert_eq!(c.owd_estimate_us(0), 2_500);
+    assert_eq!(c.owd_estimate_us(1, 0), 2_500);
     assert_eq!(c.stamp(1_000, [0].into_iter()), 3_500);
     c.check_invariants().unwrap();
+}
+
+/// Rule 1 and issue 26: pongs answered only after a partition healed (they waited seconds
+/// in a buffer) leave the estimate alone, so timestamps are not stretched by seconds.
+#[test]
+fn pongs_that_waited_past_the_resend_timeout_are_not_samples() {
+    let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 0, retry_timeout_us: 1_000_000, ..quiet(1) });
+    let mut out = Vec::new();
+    let pong = |sent_us, arrival_delta_us| ServerMsg::Pong { shard: 0, arrival_delta_us, sent_us, watermark: 0 };
+    c.on_message(10_000, pong(6_000, 2_000), &mut out);
+    assert_eq!(c.owd_estimate_us(10_000, 0), 2_000);
+    for late in 0..64 {
+        let sent = 20_000 + late * 250_000;
+        c.on_message(sent + 5_000_000, pong(sent, 4_000_000), &mut out);
+    }
+    let now = 20_000 + 64 * 250_000 + 5_000_000;
+    c.on_message(now, pong(now - 3_000, 1_500), &mut out);
+    assert_eq!(c.owd_estimate_us(now, 0), 1_500, "only the fresh sample counts");
+    assert_eq!(c.stats().owd_samples_dropped, 64);
+    assert!(c.stamp(now, [0].into_iter()) < now + 10_000);
 }
 
 /// Checked after every step of a transcript with a retry, an unknown outcome, a refusal and

@@ -32,7 +32,7 @@ impl Floors {
         let get = |m: &HashKeyMap<Timestamp>, k: &[u8]| m.get(&key_hash(k)).copied().unwrap_or(0);
         let reads = keys.reads.iter().map(|k| get(&self.write, k));
         let writes = keys.writes.iter().map(|k| get(&self.write, k).max(get(&self.read, k)));
-        reads.chain(writes).max().map_or(0, |ts| ts + 1)
+        reads.chain(writes).max().map_or(0, |ts| ts.saturating_add(1))
     }
 
     /// Drops entries at or below `watermark`, amortized: only once the maps have doubled.
@@ -64,9 +64,10 @@ fn bump(map: &mut HashKeyMap<Timestamp>, key: &[u8], ts: Timestamp) {
 
 /// The proposal for a transaction stamped `ts` by its coordinator, arriving at `now`:
 /// `max(ts, now, floor + 1, conflicting released + 1)`, where `floor` is the published
-/// watermark (or the recovered admission floor, whichever is higher).
+/// watermark (or the recovered admission floor, whichever is higher). Saturating: rule 22
+/// keeps `ts` near the clock, but nothing here may panic on a value from the wire or the disk.
 pub fn propose(ts: Timestamp, now: TimeUs, floor: Timestamp, floors: &Floors, keys: &KeySet) -> Timestamp {
-    ts.max(now).max(floor + 1).max(floors.min_allowed(keys))
+    ts.max(now).max(floor.saturating_add(1)).max(floors.min_allowed(keys))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::admissible::{Admission, Inadmissible};
 use super::admission;
 use super::agreement::Agreement;
 use super::answers::{Answer, Known};
@@ -62,14 +63,18 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.refuse(&txn, reason, arrival_delta_us, out);
             return;
         }
-        if let Err(reason) = self.check_malformed(&txn) {
-            // Every participant refuses it alike: nothing to log, nobody to tell.
-            tracing::warn!(shard = self.config.shard, txn = ?id, %reason, "refused a malformed transaction");
-            self.stats.rejected += 1;
-            self.stats.malformed += 1;
-            self.reply_now(id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
-            return;
-        }
+        let ahead = match self.admission().check(&txn, now) {
+            Ok(()) => None,
+            Err(Inadmissible::AheadOfClock(reason)) => Some(reason),
+            Err(Inadmissible::Malformed(reason)) => {
+                // Every participant refuses it alike: nothing to log, nobody to tell.
+                tracing::warn!(shard = self.config.shard, txn = ?id, %reason, "refused a malformed transaction");
+                self.stats.rejected += 1;
+                self.stats.malformed += 1;
+                self.reply_now(id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
+                return;
+            }
+        };
         let client_pending = self.pending_per_client.get(&id.client).copied().unwrap_or(0);
         if client_pending >= self.config.max_pending_per_client {
             // Transient: not stored, the client asks again soon.
@@ -78,6 +83,13 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 id.client, self.config.shard
             );
             self.reply_now(id, 0, Err(TxnError::Busy(why)), arrival_delta_us, 0, out);
+            return;
+        }
+        if let Some(reason) = ahead {
+            // Depends on this replica's clock: logged, and the others told (rule 22).
+            tracing::warn!(shard = self.config.shard, txn = ?id, %reason, "refused a transaction stamped ahead");
+            self.stats.ahead_of_clock += 1;
+            self.refuse(&txn, reason, arrival_delta_us, out);
             return;
         }
         if let Err(reason) = self.validate(&txn) {
@@ -167,18 +179,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         true
     }
 
-    /// What any participant finds wrong with `txn` alike (its shape, this shard not among its
-    /// participants, an unknown procedure: every replica runs the same registry).
-    pub(super) fn check_malformed(&self, txn: &Txn) -> Result<(), String> {
-        txn.check_shape(self.config.shards)?;
-        let shard = self.config.shard;
-        if txn.piece(shard).is_none() {
-            return Err(format!("shard {shard} is not a participant"));
-        }
-        if !self.registry.contains(&txn.procedure) {
-            return Err(format!("unknown procedure '{}'", txn.procedure));
-        }
-        Ok(())
+    /// What this replica checks every transaction against (rule 3.2 and rule 22), the same
+    /// check a follower makes before it accepts one on the fast path.
+    pub fn admission(&self) -> Admission<'_> {
+        Admission::new(&self.config, &self.registry)
     }
 
     /// Checks a well-formed dispatch against this shard's state; a refusal here is durable

@@ -85,7 +85,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// come may be many.
     pub(super) fn early_deadline(&self) -> Option<TimeUs> {
         let from = (self.now, TxnId { client: 0, seq: 0 });
-        self.early_candidates.range(from..).next().map(|(ts, _)| ts + 1)
+        self.early_candidates.range(from..).next().map(|(ts, _)| ts.saturating_add(1))
     }
 
     /// Rule 21's conditions for `id` at `ts`, checked at `now > ts`.

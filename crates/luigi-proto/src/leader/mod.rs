@@ -19,6 +19,7 @@
 //! (the watermark, answers, broadcasts, floor promises and `Applied` markers);
 //! `invariants` checks the state between steps ([`ShardLeader::check_invariants`]).
 
+pub mod admissible;
 pub mod admission;
 pub mod agreement;
 pub mod answers;
@@ -57,6 +58,11 @@ use speculation::Speculation;
 
 /// Transactions remembered as having lost an early agreement item.
 const EARLY_DROPPED_MAX: usize = 1 << 16;
+
+/// The clock bound of rule 22 unless a cluster file sets `[protocol] max_clock_offset_us`:
+/// the largest offset between two nodes' clocks that the cluster tolerates. CockroachDB's
+/// default; NTP keeps clocks within a few milliseconds of each other.
+pub const MAX_CLOCK_OFFSET_US_DEFAULT: u64 = 500_000;
 
 /// Knobs of a shard leader.
 #[derive(Clone, Debug)]
@@ -101,6 +107,12 @@ pub struct LeaderConfig {
     /// proposal committed (DESIGN.md rule 14). Empty: only the other leaders' commit reports
     /// do.
     pub group_sizes: Vec<u32>,
+    /// How far ahead of this replica's clock a transaction's timestamp may lie (DESIGN.md
+    /// rule 22): the clock bound (`[protocol] max_clock_offset_us`) plus the largest one-way
+    /// delay and headroom a correct coordinator can justify. A leader refuses (logged) a
+    /// dispatch stamped beyond it, and a follower does not accept it on the fast path, so no
+    /// such timestamp reaches a log, a floor or a recovery.
+    pub max_ahead_us: u64,
     /// Keep the fast path's order table, mark fast-eligible answers with their order hash
     /// and vote for them (see [`fast`]); set from the cluster file's `[protocol] fast_path`.
     pub fast_path: bool,
@@ -126,6 +138,7 @@ impl LeaderConfig {
             applied_marker_us: 1_000,
             recover_after_us: 2_000_000,
             group_sizes: Vec::new(),
+            max_ahead_us: MAX_CLOCK_OFFSET_US_DEFAULT + 2_000_000,
             fast_path: false,
             mutations: Mutations::default(),
         }
@@ -306,6 +319,8 @@ pub struct LeaderStats {
     pub rejected: u64,
     /// Of those, malformed ones (answered at once, nothing logged).
     pub malformed: u64,
+    /// Of those, stamped beyond the clock horizon (rule 22; refused and logged).
+    pub ahead_of_clock: u64,
     /// Retried dispatches answered from the answer table or already pending.
     pub duplicates: u64,
     /// Cross-shard transactions decided here.
@@ -559,7 +574,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 msg: ServerMsg::pong(self.config.shard, now, sent_us, self.watermark),
             }),
             ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
-                let arrival_delta_us = now as i64 - sent_us as i64;
+                let arrival_delta_us = crate::msg::arrival_delta_us(now, sent_us);
                 self.forget_acked(txn.id.client, acked_below);
                 self.on_dispatch(now, txn, arrival_delta_us, acked_below, fast, out);
             }
@@ -596,7 +611,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.pump(now, out);
         self.recover_stalled(now);
         self.broadcast_watermark(now, out);
-        if now >= self.applied_at.0 + self.config.applied_marker_us {
+        if now >= self.applied_at.0.saturating_add(self.config.applied_marker_us) {
             self.log_applied_marker(now);
         }
         self.report_commit();

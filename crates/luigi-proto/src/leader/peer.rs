@@ -42,7 +42,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     pub(super) fn on_prepared(&mut self, id: TxnId) {
         let Some(p) = self.pending.get_mut(&id) else { return };
         if p.agreement.as_ref().is_some_and(|a| !a.is_decided()) {
-            let at = self.now + self.config.recover_after_us;
+            let at = self.now.saturating_add(self.config.recover_after_us);
             p.recover_at = Some(at);
             self.recover_queue.insert((at, id));
         }

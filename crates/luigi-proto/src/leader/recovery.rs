@@ -167,7 +167,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 break;
             }
             self.recover_queue.pop_first();
-            let next = now + self.config.recover_after_us;
+            let next = now.saturating_add(self.config.recover_after_us);
             let p = self.pending.get_mut(&id).expect("recovery deadlines belong to pending transactions");
             debug_assert!(p.agreement.as_ref().is_some_and(|a| !a.is_decided()));
             p.recover_at = Some(next);

@@ -343,3 +343,53 @@ fn a_client_over_its_pending_cap_is_told_busy() {
     dispatch(&mut l, 6_100, &txn(3, 7_000, &[(0, 3, Some(1))]));
     assert_eq!(l.stats().admitted, 3, "admitted once the others ran");
 }
+
+/// Rule 22 (issue 26): a client whose clock runs an hour ahead is refused, durably and with
+/// the reason, and nothing of its timestamp reaches the log: a leader elected afterwards
+/// admits the next transactions at their own timestamps (before, the follower's
+/// `max_ts_seen` took the hour and every later transaction waited for it).
+#[test]
+fn a_timestamp_past_the_clock_horizon_is_refused_and_leaves_no_floor_behind() {
+    let (mut a, tape) = leader(0);
+    let hour = 3_600_000_000;
+    let skewed = txn(1, 100 + hour, &[(0, 1, Some(5))]);
+    let out = dispatch(&mut a, 100, &skewed);
+    let told = client_replies(&out);
+    let [(i, Err(TxnError::Rejected(why)))] = told.as_slice() else { panic!("{out:?}") };
+    assert_eq!(*i, id(1));
+    assert!(why.starts_with("timestamp 3,600.0 s ahead of this server's clock; bound "), "{why}");
+    assert!(why.ends_with("is the client's clock right?"), "{why}");
+    assert_eq!((a.stats().ahead_of_clock, a.stats().admitted, a.pending_len()), (1, 0, 0));
+    assert!(tape.borrow().iter().all(|e| !matches!(e.record, LogRecord::Prepare { .. })));
+    assert!(tape.borrow().iter().any(|e| matches!(e.record, LogRecord::Refuse { id: r, .. } if r == id(1))));
+    // The leader dies; the next leader admits a correct client's transaction at its stamp.
+    let (mut b, _) = take_over(0, &tape, 2_000_000);
+    let on_time = txn(2, 2_100_000, &[(0, 1, Some(6))]);
+    dispatch(&mut b, 2_000_050, &on_time);
+    let r = replies(&tick(&mut b, 2_200_000));
+    assert_eq!((r.len(), r[0].ts), (1, 2_100_000), "not bumped by the refused timestamp");
+    // A retry of the refused one gets the same refusal from the log, never an admission.
+    let out = dispatch(&mut b, 2_300_000, &skewed);
+    assert!(matches!(client_replies(&out).as_slice(), [(_, Err(TxnError::Rejected(w)))] if w == why));
+}
+
+/// Rule 22 with the largest timestamps: `u64::MAX` everywhere (dispatch, agreement items,
+/// recovery) panics nowhere and wedges nothing.
+#[test]
+fn the_largest_timestamps_are_refused_without_overflow() {
+    let (mut a, _) = leader(0);
+    let t = txn(1, u64::MAX, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    let out = dispatch(&mut a, u64::MAX - 10, &t);
+    assert!(replies(&out).is_empty(), "within the horizon of a clock at the end of time: {out:?}");
+    let (mut b, _) = leader(1);
+    let out = dispatch(&mut b, 1_000, &t);
+    assert!(matches!(client_replies(&out).as_slice(), [(_, Err(TxnError::Rejected(_)))]), "{out:?}");
+    let told = items(&to_peer(&out, 0));
+    assert!(matches!(told.as_slice(), [PeerItem::Refuse { .. }]), "the other participant is told: {told:?}");
+    let recover = PeerBatch { from: 0, watermark: u64::MAX, items: vec![PeerItem::Recover { txn: t, ts: u64::MAX }] };
+    deliver(&mut b, 2_000, vec![recover]);
+    let on_time = txn(2, 3_000, &[(1, 3, Some(7))]);
+    dispatch(&mut b, 2_500, &on_time);
+    let r = replies(&tick(&mut b, 10_000));
+    assert_eq!(r.iter().map(|r| (r.id, r.ts)).collect::<Vec<_>>(), vec![(id(2), 3_000)]);
+}

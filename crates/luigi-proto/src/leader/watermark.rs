@@ -100,7 +100,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// client (one pinging a replica that no longer leads learns the new leader from it).
     pub(super) fn broadcast_watermark(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         let (at, w) = self.broadcast_at;
-        if now >= at + self.config.watermark_broadcast_us && self.watermark > w {
+        if now >= at.saturating_add(self.config.watermark_broadcast_us) && self.watermark > w {
             self.broadcast_at = (now, self.watermark);
             self.fast_peers.prune_to(self.watermark);
             self.prune_early_candidates();
@@ -113,7 +113,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             }
             let since = now.saturating_sub(self.config.active_client_us);
             self.clients_heard.retain(|_, heard| *heard >= since);
-            if now >= self.all_clients_at + self.config.all_clients_broadcast_us {
+            if now >= self.all_clients_at.saturating_add(self.config.all_clients_broadcast_us) {
                 self.all_clients_at = now;
                 out.extend(msgs.into_iter().map(|msg| LeaderOutput::ToAllClients { msg }));
             } else if !self.clients_heard.is_empty() {
@@ -154,8 +154,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     pub(super) fn renew_floor(&mut self, now: TimeUs) {
         let lookahead = self.config.floor_lookahead_us;
-        if self.floor_proposed < now + self.floor_margin_us() {
-            let ts = now + lookahead;
+        if self.floor_proposed < now.saturating_add(self.floor_margin_us()) {
+            let ts = now.saturating_add(lookahead);
             if self.log.propose(LogRecord::Floor { ts }).is_ok() {
                 self.floor_proposed = ts;
             }

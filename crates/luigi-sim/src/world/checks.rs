@@ -282,6 +282,7 @@ fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
         executed: a.executed + b.executed,
         rejected: a.rejected + b.rejected,
         malformed: a.malformed + b.malformed,
+        ahead_of_clock: a.ahead_of_clock + b.ahead_of_clock,
         duplicates: a.duplicates + b.duplicates,
         cross_decided: a.cross_decided + b.cross_decided,
         cross_differed: a.cross_differed + b.cross_differed,
