@@ -684,7 +684,7 @@ mod tests {
             seqs(&to_recover(0, std::slice::from_ref(&both), &[], |id| id.seq == 2)),
             vec![(1, 100), (3, 300), (4, 400)]
         );
-        let refused = [LogRecord::Refuse { id: a.id, reason: "no".into(), arrival_delta_us: 0 }];
+        let refused = [LogRecord::Refuse { id: a.id, reason: "no".into(), arrival_delta_us: 0, ts: 1 }];
         assert_eq!(
             seqs(&to_recover(0, std::slice::from_ref(&both), &refused, |_| false)),
             vec![(2, 200), (3, 300), (4, 400)]
@@ -724,7 +724,7 @@ mod tests {
         f.on_committed(0, &prepare(&x, 150));
         f.on_committed(0, &LogRecord::Decide { id: x.id, ts: 250 });
         assert_eq!(f.undecided(), vec![(100, a.id), (300, c.id)], "x raised above b overtakes it");
-        f.on_committed(0, &LogRecord::Refuse { id: c.id, reason: "no".into(), arrival_delta_us: 0 });
+        f.on_committed(0, &LogRecord::Refuse { id: c.id, reason: "no".into(), arrival_delta_us: 0, ts: 1 });
         f.on_committed(0, &LogRecord::Floor { ts: 1_000 });
         assert_eq!(f.undecided(), vec![(100, a.id)]);
         let record = AcceptRecord { txn: a.clone(), ts: 100 };

@@ -49,6 +49,9 @@ pub enum LogRecord {
         reason: String,
         /// Echoed in the answer.
         arrival_delta_us: i64,
+        /// The refused transaction's timestamp (its coordinator's): the refusal is kept until
+        /// its client's answers expire past it (DESIGN.md rule 7, expiry).
+        ts: Timestamp,
     },
     /// Every transaction with a final timestamp at or below `ts` is decided and executed on
     /// the leader (its watermark passed `ts`): followers execute the pending ones now, in

@@ -248,6 +248,11 @@ pub enum TxnError {
     /// A retry of an answer the client had already acknowledged (and the server forgot).
     #[error("answer already acknowledged and discarded")]
     Forgotten,
+    /// A dispatch this shard does not know, stamped so long ago that its client's answers
+    /// may have expired here (DESIGN.md rule 7, expiry): it may or may not have executed,
+    /// and it is not executed now. Definite for the server, unknown for the client.
+    #[error("answer expired: {0}")]
+    Expired(String),
     /// This server is not (or not yet) its shard's leader; nothing was stored, try again
     /// (the coordinator resends after its retry timeout).
     #[error("not the leader of its shard")]

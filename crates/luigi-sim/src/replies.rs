@@ -44,9 +44,10 @@ impl ReplyLedger {
         }
     }
 
-    /// Checks a reply as `shard` sends it. Refusals and forgotten answers carry no order.
+    /// Checks a reply as `shard` sends it. Refusals, forgotten and expired answers carry no
+    /// order.
     pub fn check_reply(&mut self, shard: ShardId, r: &TxnReply) -> Result<(), Finding> {
-        if matches!(r.outcome, Err(TxnError::Rejected(_) | TxnError::Forgotten)) {
+        if matches!(r.outcome, Err(TxnError::Rejected(_) | TxnError::Forgotten | TxnError::Expired(_))) {
             return Ok(());
         }
         if r.shard != shard {

@@ -128,6 +128,19 @@ impl Coordinator {
             }
             return;
         }
+        let expiry = |r: &TxnReply| if let Err(TxnError::Expired(why)) = &r.outcome { Some(why.clone()) } else { None };
+        if let Some(why) = flight.replies.iter().flatten().find_map(expiry) {
+            // A participant no longer knows it (its answers expired): the outcome can no
+            // longer be learned. Once every participant has answered, none holds it pending,
+            // so it may be acknowledged.
+            if flight.reported.is_none() {
+                self.report(id, TxnOutcome::Unknown(why), out);
+            }
+            if all_answered {
+                self.forget(id);
+            }
+            return;
+        }
         if !all_answered {
             return;
         }

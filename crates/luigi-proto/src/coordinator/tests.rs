@@ -734,3 +734,29 @@ fn rule_21_an_early_answer_never_replaces_a_regular_one() {
     assert!(!regular.fast);
     assert_eq!(c.stats().early, 0);
 }
+
+/// Issue 26: a participant that answers `Expired` no longer knows the transaction: the
+/// caller is told the outcome is unknown, and once every participant has answered it is
+/// acknowledged (none holds it pending).
+#[test]
+fn an_expired_answer_makes_the_outcome_unknown_and_is_acknowledged_once_all_answered() {
+    let mut c = Coordinator::new(quiet(1));
+    let mut out = Vec::new();
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    out.clear();
+    let ServerMsg::Reply(mut expired) = reply(id, 0, 0, 0, 0) else { unreachable!() };
+    expired.outcome = Err(TxnError::Expired("gone".into()));
+    c.on_message(10, ServerMsg::Reply(expired), &mut out);
+    let done: Vec<&TxnOutcome> = out
+        .iter()
+        .filter_map(|o| match o {
+            CoordOutput::Done(d) => Some(&d.outcome),
+            _ => None,
+        })
+        .collect();
+    assert!(matches!(done.as_slice(), [TxnOutcome::Unknown(why)] if why == "gone"), "{out:?}");
+    assert_eq!(c.acked_below(), id.seq, "not acknowledged while shard 1 may hold it");
+    c.on_message(20, reply(id, 1, 5, 5, 0), &mut out);
+    assert_eq!(c.acked_below(), id.seq + 1);
+    c.check_invariants().unwrap();
+}

@@ -1,10 +1,15 @@
 //! The exactly-once answer table (DESIGN.md rule 7), kept by leaders and followers alike so
 //! that a new leader answers a retry from it instead of executing the transaction again.
 //!
-//! An answer stays until its client acknowledges it (`acked_below` on a later dispatch). For
-//! cross-shard transactions the final timestamp is remembered a while longer (bounded by
-//! count): a participant's new leader may still ask for it while recovering (see
-//! `PeerItem::Recover`), after the client has acknowledged the answer everywhere else.
+//! An answer stays until its client acknowledges it (`acked_below` on a later dispatch), or
+//! until its client expires: a client whose transactions are all older than the expiry
+//! (`LeaderConfig::answer_expiry_us`) behind the watermark is forgotten whole, so a client
+//! that never comes back (every `luigi get/put/scan/txn` invocation) costs nothing after it.
+//! A dispatch of a forgotten client's transaction is answered `Expired`, never executed
+//! again ([`Answers::is_expired`]). For cross-shard transactions the final timestamp is
+//! remembered a while longer (bounded by count): a participant's new leader may still ask
+//! for it while recovering (see `PeerItem::Recover`), after the client has acknowledged the
+//! answer everywhere else.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -13,6 +18,22 @@ use serde::{Deserialize, Serialize};
 use crate::msg::TxnError;
 use crate::types::{ClientId, Timestamp, TxnId};
 use crate::Map;
+
+/// How long a client's answers outlive its newest transaction, in timestamp µs behind the
+/// watermark (DESIGN.md rule 7, expiry). A protocol constant, not a setting: every replica
+/// must forget a client no sooner than every leader refuses its old dispatches as expired.
+/// Two minutes: far longer than a client resends (10 attempts of 2 s, plus `NotLeader`
+/// waits), short enough that a command-line client run every second costs 120 tables.
+pub const ANSWER_EXPIRY_US: u64 = 120_000_000;
+
+/// Answers one client may have kept on a shard (answered, not acknowledged): past it its
+/// dispatches are answered `Busy` until it acknowledges. A correct coordinator has at most
+/// its unresolved and in-flight transactions unacknowledged (`UNRESOLVED_MAX` plus its
+/// pending cap), well below.
+pub const ANSWERS_PER_CLIENT_MAX: usize = 1 << 18;
+
+/// How far the watermark moves between two expiry scans (a scan visits every client).
+pub const EXPIRY_SCAN_US: u64 = ANSWER_EXPIRY_US / 8;
 
 /// Final timestamps of acknowledged cross-shard transactions remembered for recovering peers
 /// (kept small: they are in every snapshot).
@@ -48,6 +69,10 @@ struct ClientTable {
     /// The client has every answer below this sequence number.
     acked_below: u64,
     answers: BTreeMap<u64, Answer>,
+    /// The largest timestamp of any transaction of this client seen here (admitted,
+    /// answered or refused): once the watermark is the expiry past it, every dispatch of the
+    /// client that this table could answer is expired, and the table goes.
+    last_ts: Timestamp,
 }
 
 /// What the table knows of a transaction.
@@ -94,9 +119,60 @@ impl Answers {
         !matches!(self.known(id), Known::Unknown)
     }
 
-    /// Stores the answer of `id`.
-    pub fn insert(&mut self, id: TxnId, answer: Answer) {
-        self.clients.entry(id.client).or_default().answers.insert(id.seq, answer);
+    /// Stores the answer of `id`, a transaction stamped `ts` by its coordinator (a refusal
+    /// is kept at least until the expiry passes that; an execution until it passes its
+    /// final timestamp, which is not below).
+    pub fn insert(&mut self, id: TxnId, answer: Answer, ts: Timestamp) {
+        let table = self.clients.entry(id.client).or_default();
+        table.last_ts = table.last_ts.max(ts).max(answer.ts);
+        table.answers.insert(id.seq, answer);
+    }
+
+    /// A transaction of `client` stamped `ts` was admitted here: its table stays at least
+    /// until the expiry passes `ts` (its answer and its acknowledgements must outlive it).
+    pub fn heard(&mut self, client: ClientId, ts: Timestamp) {
+        let table = self.clients.entry(client).or_default();
+        table.last_ts = table.last_ts.max(ts);
+    }
+
+    /// Answers kept for `client`.
+    pub fn kept_for(&self, client: ClientId) -> usize {
+        self.clients.get(&client).map_or(0, |t| t.answers.len())
+    }
+
+    /// Number of clients with a table.
+    pub fn clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// Forgets every client whose every transaction seen here is stamped below `before`
+    /// (the watermark minus the expiry), remembering cross-shard final timestamps like an
+    /// acknowledgement does. Deterministic on the log: followers call it at `Applied`
+    /// markers, leaders as their watermark moves; either may keep a client longer.
+    pub fn expire_before(&mut self, before: Timestamp) {
+        let mut remembered = Vec::new();
+        self.clients.retain(|client, table| {
+            if table.last_ts >= before {
+                return true;
+            }
+            for (seq, a) in &table.answers {
+                if a.ts > 0 && a.rounds > 0 {
+                    remembered.push((TxnId { client: *client, seq: *seq }, a.ts));
+                }
+            }
+            false
+        });
+        remembered.sort_unstable_by_key(|(id, ts)| (*ts, *id));
+        for (id, ts) in remembered {
+            self.remember_final(id, ts);
+        }
+    }
+
+    /// Whether a dispatch of a transaction stamped `ts` that this table does not know may be
+    /// one whose client expired here (its answer gone): at `watermark`, with `expiry_us`.
+    /// Such a dispatch is answered `Expired`, never admitted: it may have executed.
+    pub fn is_expired(ts: Timestamp, watermark: Timestamp, expiry_us: u64) -> bool {
+        ts.saturating_add(expiry_us) < watermark
     }
 
     /// The client has every answer below `acked_below`: forget them, except those with a
@@ -108,6 +184,9 @@ impl Answers {
         if acked_below <= table.acked_below {
             return;
         }
+        // The table must outlive what it forgets: a retry of an acknowledged transaction is
+        // answered `Forgotten` from it, or `Expired` once it is gone.
+        table.last_ts = table.answers.range(..acked_below).map(|(_, a)| a.ts).fold(table.last_ts, Timestamp::max);
         table.acked_below = acked_below;
         let keep = table.answers.split_off(&acked_below);
         let dropped = std::mem::replace(&mut table.answers, keep);
@@ -157,10 +236,10 @@ mod tests {
     fn acknowledged_answers_go_but_cross_shard_final_timestamps_stay() {
         let mut a = Answers::default();
         let id = |seq| TxnId { client: 3, seq };
-        a.insert(id(1), ok(10, 0));
-        a.insert(id(2), ok(20, 1));
-        a.insert(id(3), ok(90, 2));
-        a.insert(id(4), Answer::refusal("full".into(), 0));
+        a.insert(id(1), ok(10, 0), 10);
+        a.insert(id(2), ok(20, 1), 20);
+        a.insert(id(3), ok(90, 2), 90);
+        a.insert(id(4), Answer::refusal("full".into(), 0), 95);
         assert_eq!(a.known(id(2)), Known::Answered(&ok(20, 1)));
         a.forget_acked(3, 5, 50);
         assert_eq!(a.known(id(1)), Known::Acknowledged(None), "single-shard: nothing to remember");
@@ -170,6 +249,41 @@ mod tests {
         assert_eq!(a.known(id(5)), Known::Unknown);
         assert!(a.get(id(4)).is_none());
         assert_eq!(a.len(), 1);
+    }
+
+    /// Issue 26: every `luigi put` is a client that never comes back; its table goes once
+    /// its newest transaction is the expiry behind the watermark, a cross-shard final
+    /// timestamp is remembered as on an acknowledgement, and a refusal (final timestamp 0)
+    /// stays as long as its transaction's own timestamp says.
+    #[test]
+    fn clients_expire_whole_once_their_newest_transaction_is_old_enough() {
+        let mut a = Answers::default();
+        let gone = |seq| TxnId { client: 1, seq };
+        a.insert(gone(1), ok(10, 0), 10);
+        a.insert(gone(2), ok(30, 1), 25);
+        a.insert(TxnId { client: 2, seq: 1 }, Answer::refusal("ahead".into(), 0), 5_000);
+        a.heard(3, 40);
+        a.forget_acked(4, 2, 0);
+        a.expire_before(30);
+        assert_eq!(a.clients(), 3, "client 1's newest is 30: kept until the bound passes it; 4 went");
+        a.expire_before(41);
+        assert_eq!((a.clients(), a.kept_for(1)), (1, 0), "clients 1, 3 and the empty 4 went");
+        assert_eq!(a.known(gone(2)), Known::Unknown);
+        assert_eq!(a.known(TxnId { client: 2, seq: 1 }), Known::Answered(&Answer::refusal("ahead".into(), 0)));
+        assert_eq!(a.recent_final_index.get(&gone(2)), Some(&30), "a cross-shard final timestamp stays a while");
+        assert!(Answers::is_expired(30, 41, 10) && !Answers::is_expired(31, 41, 10));
+        assert!(!Answers::is_expired(u64::MAX, u64::MAX, u64::MAX), "saturating");
+    }
+
+    #[test]
+    fn an_acknowledged_answer_keeps_its_table_until_it_is_old_enough() {
+        let mut a = Answers::default();
+        a.insert(TxnId { client: 1, seq: 1 }, ok(50, 0), 40);
+        a.forget_acked(1, 2, 100);
+        a.expire_before(50);
+        assert_eq!(a.known(TxnId { client: 1, seq: 1 }), Known::Acknowledged(None), "still answered Forgotten");
+        a.expire_before(51);
+        assert_eq!(a.clients(), 0);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::admissible::{Admission, Inadmissible};
 use super::admission;
 use super::agreement::Agreement;
-use super::answers::{Answer, Known};
+use super::answers::{Answer, Answers, Known, ANSWERS_PER_CLIENT_MAX, ANSWER_EXPIRY_US};
 use super::{LeaderOutput, Pending, Refusing, ShardLeader};
 use crate::log::{LogError, LogRecord, ReplicatedLog};
 use crate::msg::{PeerItem, TxnError};
@@ -30,6 +30,18 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             return;
         }
         match self.answers.known(id) {
+            Known::Unknown if Answers::is_expired(txn.ts, self.watermark, ANSWER_EXPIRY_US) => {
+                // Its client may have expired here with its answer: it may have executed.
+                self.stats.expired += 1;
+                let why = format!(
+                    "transaction {id:?} is more than {} s older than shard {}'s watermark, and answers \
+                     expire after that: outcome no longer known",
+                    ANSWER_EXPIRY_US / 1_000_000,
+                    self.config.shard
+                );
+                self.reply_now(id, 0, Err(TxnError::Expired(why)), arrival_delta_us, 0, out);
+                return;
+            }
             Known::Unknown => {}
             Known::Acknowledged(_) => {
                 self.stats.duplicates += 1;
@@ -75,6 +87,16 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 return;
             }
         };
+        let kept = self.answers.kept_for(id.client);
+        if kept >= ANSWERS_PER_CLIENT_MAX {
+            // Transient: the client's next dispatches acknowledge what it has received.
+            let why = format!(
+                "client {} has {kept} answers on shard {} it has not acknowledged (at most {ANSWERS_PER_CLIENT_MAX})",
+                id.client, self.config.shard
+            );
+            self.reply_now(id, 0, Err(TxnError::Busy(why)), arrival_delta_us, 0, out);
+            return;
+        }
         let client_pending = self.pending_per_client.get(&id.client).copied().unwrap_or(0);
         if client_pending >= self.config.max_pending_per_client {
             // Transient: not stored, the client asks again soon.
@@ -115,6 +137,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             }
         };
         self.stats.admitted += 1;
+        self.answers.heard(id.client, proposal);
         if proposal != txn.ts {
             self.stats.bumped += 1;
         }
@@ -204,7 +227,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// told to try again.
     pub(super) fn refuse(&mut self, txn: &Txn, reason: String, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
         let id = txn.id;
-        let record = LogRecord::Refuse { id, reason: reason.clone(), arrival_delta_us };
+        let record = LogRecord::Refuse { id, reason: reason.clone(), arrival_delta_us, ts: txn.ts };
         match self.log.propose(record) {
             Ok(_) => {
                 self.stats.rejected += 1;
@@ -227,9 +250,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         id: TxnId,
         reason: String,
         arrival_delta_us: i64,
+        ts: Timestamp,
         out: &mut Vec<LeaderOutput>,
     ) {
-        self.store_refusal(id, reason.clone(), arrival_delta_us);
+        self.store_refusal(id, reason.clone(), arrival_delta_us, ts);
         // Not ours (an earlier leader's, committed before this one took over): stored only.
         let Some(r) = self.refusing.remove(&id) else { return };
         for shard in r.others {
@@ -238,8 +262,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.reply_now(id, 0, Err(TxnError::Rejected(r.reason)), r.arrival_delta_us, 0, out);
     }
 
-    pub(super) fn store_refusal(&mut self, id: TxnId, reason: String, arrival_delta_us: i64) {
-        self.answers.insert(id, Answer::refusal(reason, arrival_delta_us));
+    /// Stores the refusal of `id`, a transaction stamped `ts` (kept until its client expires
+    /// past `ts`).
+    pub(super) fn store_refusal(&mut self, id: TxnId, reason: String, arrival_delta_us: i64, ts: Timestamp) {
+        self.answers.insert(id, Answer::refusal(reason, arrival_delta_us), ts);
     }
 
     /// Answered here, or refused and waiting for the `Refuse` record: agreement items for it

@@ -44,7 +44,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.stats.executed += 1;
         self.max_executed_ts = self.max_executed_ts.max(p.ts);
         let rounds = p.agreement.as_ref().map_or(0, Agreement::rounds);
-        self.answers.insert(id, Answer { ts: p.ts, outcome, arrival_delta_us: p.arrival_delta_us, rounds });
+        self.answers.insert(id, Answer { ts: p.ts, outcome, arrival_delta_us: p.arrival_delta_us, rounds }, p.txn.ts);
         self.unanswered.insert((p.ts, id));
         out.push(LeaderOutput::Executed { shard, id, ts: p.ts });
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use luigi_store::{Key, Store, Value};
 use serde::{Deserialize, Serialize};
 
-use super::answers::{Answer, Answers};
+use super::answers::{Answer, Answers, ANSWER_EXPIRY_US, EXPIRY_SCAN_US};
 use crate::log::{LogEntry, LogIndex, LogRecord};
 use crate::msg::TxnError;
 use crate::procedure::Registry;
@@ -130,6 +130,8 @@ pub struct Follower {
     executed: VecDeque<(TxnId, Timestamp)>,
     /// Executions dropped from a full journal.
     executed_dropped: u64,
+    /// The next `Applied` marker at or past this scans the answer table for expired clients.
+    expiry_scan_at: Timestamp,
 }
 
 impl Follower {
@@ -148,6 +150,7 @@ impl Follower {
             last_floor: (0, 0),
             stats: FollowerStats::default(),
             executed: VecDeque::new(),
+            expiry_scan_at: 0,
             executed_dropped: 0,
         }
     }
@@ -226,6 +229,7 @@ impl Follower {
                 // Everything this follower has answered was executed at or below a marker,
                 // which the leader's watermark had passed: the leader forgot those too.
                 self.answers.forget_acked(txn.id.client, *acked_below, Timestamp::MAX);
+                self.answers.heard(txn.id.client, *ts);
                 if !self.prepared.contains_key(&txn.id) {
                     let p = Prepared {
                         txn: txn.clone(),
@@ -248,20 +252,28 @@ impl Follower {
             LogRecord::Abort { id } => {
                 if let Some(p) = self.prepared.remove(id) {
                     self.order.remove(&(p.ts(), *id));
-                    self.answers.insert(*id, Answer::refusal("aborted by recovery".into(), p.arrival_delta_us));
+                    let refusal = Answer::refusal("aborted by recovery".into(), p.arrival_delta_us);
+                    self.answers.insert(*id, refusal, p.txn.ts);
                     self.stats.aborted += 1;
                 }
             }
-            LogRecord::Refuse { id, reason, arrival_delta_us } => {
+            LogRecord::Refuse { id, reason, arrival_delta_us, ts } => {
                 // The leader refuses only what it does not hold prepared.
                 debug_assert!(!self.prepared.contains_key(id), "shard {}: refused prepared {id:?}", self.shard);
-                self.answers.insert(*id, Answer::refusal(reason.clone(), *arrival_delta_us));
+                self.answers.insert(*id, Answer::refusal(reason.clone(), *arrival_delta_us), *ts);
             }
             LogRecord::Floor { ts } => {
                 self.last_floor = (entry.index, self.floor);
                 self.floor = self.floor.max(*ts);
             }
-            LogRecord::Applied { ts } => self.execute_up_to(*ts),
+            LogRecord::Applied { ts } => {
+                self.execute_up_to(*ts);
+                // Expiry follows the markers, as the leader's follows its watermark.
+                if *ts >= self.expiry_scan_at {
+                    self.answers.expire_before(ts.saturating_sub(ANSWER_EXPIRY_US));
+                    self.expiry_scan_at = ts.saturating_add(EXPIRY_SCAN_US);
+                }
+            }
         }
     }
 
@@ -284,7 +296,7 @@ impl Follower {
                 (true, None) => 1,
                 (true, Some(_)) => 2,
             };
-            self.answers.insert(id, Answer { ts: at, outcome, arrival_delta_us: p.arrival_delta_us, rounds });
+            self.answers.insert(id, Answer { ts: at, outcome, arrival_delta_us: p.arrival_delta_us, rounds }, txn.ts);
             self.stats.executed += 1;
             if self.executed.len() >= EXECUTED_JOURNAL_MAX {
                 self.executed.pop_front();
@@ -454,6 +466,31 @@ mod tests {
         assert_eq!((h.recovered_floor, h.floor), (900, 2_000), "its own promise bounds its watermark only");
         assert_eq!(follower().into_handover(None).recovered_floor, 2_000);
         assert_eq!(follower().into_handover(Some(log[1].index)).recovered_floor, 2_000, "not the last promise");
+    }
+
+    /// Issue 26: followers forget idle clients at the markers, as their leader does at its
+    /// watermark (a snapshot no longer carries every command-line client ever served), and a
+    /// refusal stays while its own timestamp says.
+    #[test]
+    fn followers_forget_idle_clients_at_the_markers() {
+        use super::super::answers::{ANSWER_EXPIRY_US, EXPIRY_SCAN_US};
+        let a = write(1, 7, 100);
+        let refused = TxnId { client: 5, seq: 1 };
+        let far = 900 + ANSWER_EXPIRY_US + 2 * EXPIRY_SCAN_US;
+        let log = entries(vec![
+            LogRecord::Prepare { txn: a, ts: 50, arrival_delta_us: 0, acked_below: 0 },
+            LogRecord::Refuse { id: refused, reason: "ahead".into(), arrival_delta_us: 0, ts: far },
+            LogRecord::Applied { ts: 60 },
+            LogRecord::Applied { ts: far },
+        ]);
+        let mut f = Follower::new(0, Store::new(), Registry::with_builtins());
+        for e in &log[..3] {
+            f.apply(e);
+        }
+        assert_eq!(f.answers().clients(), 2);
+        f.apply(&log[3]);
+        assert_eq!(f.answers().clients(), 1, "the client of ts 50 went, the refusal stamped {far} stayed");
+        assert!(f.answers().is_answered(refused));
     }
 
     #[test]

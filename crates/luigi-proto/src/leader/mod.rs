@@ -321,6 +321,8 @@ pub struct LeaderStats {
     pub malformed: u64,
     /// Of those, stamped beyond the clock horizon (rule 22; refused and logged).
     pub ahead_of_clock: u64,
+    /// Dispatches answered `Expired`: unknown here, and older than the answers' expiry.
+    pub expired: u64,
     /// Retried dispatches answered from the answer table or already pending.
     pub duplicates: u64,
     /// Cross-shard transactions decided here.
@@ -386,6 +388,8 @@ pub struct ShardLeader<L: ReplicatedLog> {
     promise_sent: Timestamp,
     /// When the watermark was last broadcast, and its value then.
     broadcast_at: (TimeUs, Timestamp),
+    /// The watermark at or past which the answer table is next scanned for expired clients.
+    expiry_scan_at: Timestamp,
     /// When the last `Applied` marker was logged, and its value.
     applied_at: (TimeUs, Timestamp),
     /// Highest timestamp executed here: a marker is needed only while it is above the last
@@ -456,6 +460,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             floor_proposed: 0,
             promise_sent: 0,
             broadcast_at: (0, 0),
+            expiry_scan_at: 0,
             applied_at: (0, 0),
             max_executed_ts: 0,
             undecided_moves: BTreeSet::new(),
@@ -614,6 +619,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if now >= self.applied_at.0.saturating_add(self.config.applied_marker_us) {
             self.log_applied_marker(now);
         }
+        self.expire_answers();
         self.report_commit();
         self.flush_outbox(out);
     }
@@ -658,8 +664,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 }
                 LogRecord::Decide { id, ts } => self.on_decide_logged(id, ts),
                 LogRecord::Abort { id } => self.on_abort_logged(id, out),
-                LogRecord::Refuse { id, reason, arrival_delta_us } => {
-                    self.on_refuse_logged(id, reason, arrival_delta_us, out)
+                LogRecord::Refuse { id, reason, arrival_delta_us, ts } => {
+                    self.on_refuse_logged(id, reason, arrival_delta_us, ts, out)
                 }
                 LogRecord::Floor { ts } => self.floor_committed = self.floor_committed.max(ts),
                 // For followers (the leader executed already); the fast path's table prunes.

@@ -150,7 +150,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.undecided_moves.retain(|(_, moved)| *moved != id);
         self.stats.aborted += 1;
         let reason = p.aborting.unwrap_or_else(|| "aborted by recovery".into());
-        self.store_refusal(id, reason.clone(), p.arrival_delta_us);
+        self.store_refusal(id, reason.clone(), p.arrival_delta_us, p.txn.ts);
         self.reply_now(id, 0, Err(TxnError::Rejected(reason)), p.arrival_delta_us, 0, out);
     }
 

@@ -393,3 +393,37 @@ fn the_largest_timestamps_are_refused_without_overflow() {
     let r = replies(&tick(&mut b, 10_000));
     assert_eq!(r.iter().map(|r| (r.id, r.ts)).collect::<Vec<_>>(), vec![(id(2), 3_000)]);
 }
+
+/// Issue 26: a client that never comes back (a command-line invocation) costs nothing once
+/// its transactions are the expiry behind the watermark, and a dispatch of one of them that
+/// arrives after that is answered `Expired`, never executed again.
+#[test]
+fn an_idle_clients_answers_expire_and_a_late_retry_is_told_so_not_executed() {
+    use super::answers::{ANSWER_EXPIRY_US, EXPIRY_SCAN_US};
+    let (mut a, _) = leader(0);
+    let t = txn(1, 1_000, &[(0, 1, Some(5))]);
+    dispatch(&mut a, 100, &t);
+    assert_eq!(replies(&tick(&mut a, 2_000)).len(), 1);
+    assert_eq!(a.answers.clients(), 1);
+    let later = 1_000 + ANSWER_EXPIRY_US;
+    tick(&mut a, later);
+    assert_eq!(a.answers.clients(), 1, "its newest transaction is not the expiry behind yet");
+    tick(&mut a, later + 2 * EXPIRY_SCAN_US);
+    assert_eq!(a.answers.clients(), 0, "forgotten whole");
+    let executed = a.stats().executed;
+    let out = dispatch(&mut a, later + 2 * EXPIRY_SCAN_US + 10, &t);
+    let told = client_replies(&out);
+    let [(i, Err(TxnError::Expired(why)))] = told.as_slice() else { panic!("{out:?}") };
+    assert_eq!(*i, id(1));
+    assert!(why.contains("outcome no longer known"), "{why}");
+    assert_eq!((a.stats().executed, a.stats().expired, a.pending_len()), (executed, 1, 0));
+    // A recovering participant asking for it hears what an acknowledged one gets.
+    let now = later + 2 * EXPIRY_SCAN_US + 20;
+    let recover = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Recover { txn: t, ts: 1_000 }] };
+    let told = items(&to_peer(&deliver(&mut a, now, vec![recover]), 1));
+    assert_eq!(told, vec![PeerItem::Acknowledged { id: id(1) }]);
+    // A client of today commits as ever.
+    let fresh = txn(2, now + 100, &[(0, 1, Some(6))]);
+    dispatch(&mut a, now, &fresh);
+    assert_eq!(replies(&tick(&mut a, now + 200)).iter().map(|r| r.ts).collect::<Vec<_>>(), vec![now + 100]);
+}

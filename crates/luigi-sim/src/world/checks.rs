@@ -283,6 +283,7 @@ fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
         rejected: a.rejected + b.rejected,
         malformed: a.malformed + b.malformed,
         ahead_of_clock: a.ahead_of_clock + b.ahead_of_clock,
+        expired: a.expired + b.expired,
         duplicates: a.duplicates + b.duplicates,
         cross_decided: a.cross_decided + b.cross_decided,
         cross_differed: a.cross_differed + b.cross_differed,
