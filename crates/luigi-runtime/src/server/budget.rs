@@ -24,11 +24,11 @@ pub const CONNECTIONS_MAX: usize = 4096;
 /// Of [`CONNECTIONS_MAX`], the seats clients and strangers cannot take: two for each of 256
 /// other servers (see [`ConnLimits::fit_peers`], which raises it for a larger cluster).
 pub const PEER_RESERVE: usize = 512;
-/// Unauthenticated and client connections one source address may hold. A benchmark on one
-/// machine opens one connection to every server per client thread, all from 127.0.0.1
-/// (luigi-bench's `MAX_THREADS`, 1024); this leaves half as much again for reconnections,
-/// its probe and check clients and status queries. Two sources at the limit still leave
-/// room in the stranger seats (2 x 1536 < 4096 - 512).
+/// Unauthenticated and client connections one source address (an IPv6 /64) may hold. A
+/// benchmark on one machine opens one connection to every server per client thread, all
+/// from 127.0.0.1 (luigi-bench's `MAX_THREADS`, 1024); this leaves half as much again for
+/// reconnections, its probe and check clients and status queries. Two sources at the limit
+/// still leave room in the stranger seats (2 x 1536 < 4096 - 512).
 pub const PER_SOURCE_MAX: usize = 1536;
 /// How long a connection has to authenticate (a client's `Hello`, a peer's `PeerHello`)
 /// before it is closed. A handshake is one round trip (the challenge out, the hello back:
@@ -124,10 +124,15 @@ impl ConnBudget {
         if self.seats.len() >= l.total {
             return Err(format!("the server holds its limit of {} connections; try again later", l.total));
         }
+        let source = source_of(source);
         let held = self.by_source.get(&source).copied().unwrap_or(0);
         if held >= l.per_source {
+            let name = match source {
+                IpAddr::V4(v4) => v4.to_string(),
+                IpAddr::V6(v6) => format!("{v6}/64"),
+            };
             return Err(format!(
-                "{source} holds {held} connections, the most one address may; close some, or connect from another address"
+                "{name} holds {held} connections, the most one address may; close some, or connect from another address"
             ));
         }
         let seat = if self.strangers < l.stranger_seats() { Seat::Stranger } else { Seat::Reserve };
@@ -184,7 +189,20 @@ impl ConnBudget {
     /// Unauthenticated and client connections from `source`.
     #[cfg(test)]
     pub fn held_by(&self, source: IpAddr) -> usize {
-        self.by_source.get(&source).copied().unwrap_or(0)
+        self.by_source.get(&source_of(source)).copied().unwrap_or(0)
+    }
+}
+
+/// The source a connection from `ip` counts against: an IPv4 address (also when mapped into
+/// IPv6), or an IPv6 /64 (one host is commonly given a whole /64, so counting single IPv6
+/// addresses would bound nothing).
+fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        },
     }
 }
 
@@ -237,6 +255,16 @@ mod tests {
         b.became_peer(0);
         assert_eq!(b.held_by(ip(1)), 2);
         assert_eq!(b.admit(5, ip(1)), Ok(Seat::Stranger), "a peer leaves its source's count");
+        // An IPv6 /64 is one source; an IPv4 address mapped into IPv6 is that address.
+        let mut b = ConnBudget::new(ConnLimits { per_source: 2, ..small() });
+        let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(b.admit(0, v6("2001:db8:1:2::1")), Ok(Seat::Stranger));
+        assert_eq!(b.admit(1, v6("2001:db8:1:2:ffff::9")), Ok(Seat::Stranger));
+        let why = b.admit(2, v6("2001:db8:1:2::3")).unwrap_err();
+        assert!(why.starts_with("2001:db8:1:2::/64 holds 2 connections"), "{why}");
+        assert_eq!(b.admit(3, v6("2001:db8:1:3::1")), Ok(Seat::Stranger), "another /64");
+        assert_eq!(b.admit(4, v6("::ffff:10.0.0.1")), Ok(Seat::Stranger));
+        assert_eq!(b.held_by(ip(1)), 1);
         // Reserve seats count for their source too.
         let mut b = ConnBudget::new(ConnLimits { total: 4, peer_reserve: 3, per_source: 2, ..small() });
         assert_eq!(b.admit(0, ip(1)), Ok(Seat::Stranger));
