@@ -14,7 +14,9 @@
 //!   begin, chunks, cancel from a sender; acknowledgements, refusals from a receiver) from a
 //!   replica of our shard with its own Raft id, leader announcements of itself;
 //! - `Status` is answered on any connection (read-only counters);
-//! - anything else (server-bound frames, a second hello) is refused.
+//! - anything else (server-bound frames, a second hello) is refused;
+//! - a connection accepted on the seats kept for peers ([`on_reserve`]) may only prove it is
+//!   a peer (or ask for the status): it cannot become a client.
 
 use luigi_proto::msg::{ClientMsg, ReplicationMsg, WireMsg};
 use luigi_proto::types::{ClientId, Protocol, ShardId};
@@ -145,6 +147,25 @@ pub fn check(
         WireMsg::Server(_) | WireMsg::Challenge { .. } | WireMsg::Refused { .. } => {
             Verdict::Close("a message meant for a client arrived at a server".into())
         }
+    }
+}
+
+/// What a connection accepted on the peer reserve (the seats strangers and clients cannot
+/// take, `server::budget`) may send while it has not authenticated: a `PeerHello` (then
+/// judged by [`check`]) and status queries pass (`None`); anything else closes it, naming
+/// the full stranger seats (`stranger_seats` of them).
+pub fn on_reserve(msg: &WireMsg, stranger_seats: usize) -> Option<Verdict> {
+    match msg {
+        WireMsg::PeerHello { .. } | WireMsg::Client(ClientMsg::Status) => None,
+        WireMsg::Client(ClientMsg::Hello { .. } | ClientMsg::Dispatch { .. } | ClientMsg::Ping { .. })
+        | WireMsg::Peer(_)
+        | WireMsg::Replication(_)
+        | WireMsg::Server(_)
+        | WireMsg::Challenge { .. }
+        | WireMsg::Refused { .. } => Some(Verdict::Close(format!(
+            "the server holds its limit of {stranger_seats} client and unauthenticated connections; this one \
+             was accepted on the seats kept for peer servers, where only a peer hello is taken: try again later"
+        ))),
     }
 }
 
@@ -359,5 +380,23 @@ mod tests {
             assert!(matches!(check(&c, &mut a, &msg, no_one), Verdict::Refuse(_)), "from another group: {msg:?}");
         }
         assert!(matches!(check(&c, &mut b, &dispatch(1), no_one), Verdict::Close(_)), "peers do not dispatch");
+    }
+
+    /// A connection on the peer reserve proves it is a peer or is closed; it may ask for the
+    /// status meanwhile.
+    #[test]
+    fn a_connection_on_the_peer_reserve_may_only_become_a_peer() {
+        let hello = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None, protocol: Protocol::Luigi });
+        for msg in [hello, dispatch(5), WireMsg::Client(ClientMsg::Ping { sent_us: 1 })] {
+            match on_reserve(&msg, 3584) {
+                Some(Verdict::Close(why)) => assert!(why.contains("limit of 3584 client"), "{why}"),
+                v => panic!("{msg:?} on the reserve: {v:?}"),
+            }
+        }
+        assert_eq!(on_reserve(&WireMsg::Client(ClientMsg::Status), 1), None);
+        let from = NodeId { shard: 1, replica: 0 };
+        let good = peer_hello(from, "cluster secret 0123");
+        assert_eq!(on_reserve(&good, 1), None, "judged by check");
+        assert_eq!(check(&cfg(None), &mut pending(), &good, no_one), Verdict::PeerAuthenticated(from));
     }
 }

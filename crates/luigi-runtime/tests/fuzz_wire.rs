@@ -1,6 +1,7 @@
 //! Property tests of what a server does with bytes from an unauthenticated connection: the
-//! frame decoder never panics on arbitrary input, and the connection gate never lets a
-//! server-to-server message through from a connection that did not prove the cluster secret.
+//! frame decoder never panics on arbitrary input, the connection gate never lets a
+//! server-to-server message through from a connection that did not prove the cluster secret,
+//! and a connection on the seats kept for peers never becomes a client.
 //! `PROPTEST_CASES=n` runs more cases (default 256).
 
 use bytes::BytesMut;
@@ -128,6 +129,28 @@ proptest! {
                 prop_assert!(!matches!(verdict, Verdict::Peer(_) | Verdict::PeerAuthenticated(_)), "{:?} let {:?} through", start, m);
                 prop_assert!(!matches!(state, ConnAuth::Peer(_)));
             }
+        }
+    }
+
+    /// A connection accepted on the seats kept for peers (the strangers' seats all taken)
+    /// never becomes a client, whatever it sends: while it has not authenticated, the server
+    /// asks `on_reserve` first, as `server/conns.rs` does.
+    #[test]
+    fn a_connection_on_the_peer_reserve_never_becomes_a_client(
+        msgs in proptest::collection::vec(arb_wire(), 1..16),
+        clients in proptest::collection::vec(any::<u64>(), 1..4),
+    ) {
+        let cfg = gate_config();
+        let hellos: Vec<WireMsg> = clients
+            .iter()
+            .map(|&client| WireMsg::Client(ClientMsg::Hello { client, proof: None, protocol: cfg.protocol }))
+            .collect();
+        let mut state = ConnAuth::Pending { nonce: auth::nonce(3, 9) };
+        for m in hellos.iter().chain(&msgs).chain(&hellos) {
+            let reserved = matches!(state, ConnAuth::Pending { .. }).then(|| gate::on_reserve(m, 10)).flatten();
+            let verdict = reserved.unwrap_or_else(|| gate::check(&cfg, &mut state, m, |_| false));
+            prop_assert!(!matches!(verdict, Verdict::Client(_)), "{:?} let through", m);
+            prop_assert!(!matches!(state, ConnAuth::Client { .. }), "became a client on {:?}", m);
         }
     }
 }

@@ -1,31 +1,228 @@
-//! The accepted connections: writers, reader tasks, who each has shown itself to be, and
-//! which connection each client is on.
+//! The accepted connections: writers, reader tasks, who each has shown itself to be, which
+//! connection each client is on, and the connection gate's bookkeeping (DESIGN.md rule 13):
+//! hello deadlines, frame limits raised once a hello's proof holds, seats on the budget.
 
-use luigi_proto::msg::WireMsg;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use luigi_proto::msg::{ClientMsg, WireMsg};
 use luigi_proto::types::ClientId;
 use luigi_proto::Map;
+use tokio::sync::Notify;
 use tracing::{debug, warn};
 
+use super::budget::{ConnBudget, ConnLimits, Seat};
 use super::ConnId;
-use crate::gate::{ConnAuth, GateConfig};
+use crate::auth;
+use crate::gate::{self, ConnAuth, GateConfig, Verdict};
+use crate::net::codec::MAX_FRAME_BYTES_DEFAULT;
 use crate::net::peer::PeerWriter;
+
+/// The largest frame a connection may send before it authenticates (a hello, a status
+/// query): a stranger cannot make the server buffer megabytes.
+pub(super) const PRE_AUTH_FRAME_BYTES: usize = 64 << 10;
+/// The largest frame from a client (a transaction: arguments up to 4 MiB plus its key sets).
+const CLIENT_FRAME_BYTES: usize = 8 << 20;
+/// The largest frame from a peer (a snapshot chunk with its envelope).
+const PEER_FRAME_BYTES: usize = MAX_FRAME_BYTES_DEFAULT;
+
+/// An accepted connection's frame limit, shared by its reader and the event loop, and the
+/// signal with which the event loop lets the reader go on after a hello (see
+/// `links::read_conn`).
+#[derive(Debug)]
+pub(super) struct FrameLimit {
+    bytes: Arc<AtomicUsize>,
+    judged: Notify,
+}
+
+impl FrameLimit {
+    /// A limit of [`PRE_AUTH_FRAME_BYTES`].
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(FrameLimit { bytes: Arc::new(AtomicUsize::new(PRE_AUTH_FRAME_BYTES)), judged: Notify::new() })
+    }
+
+    /// The limit, for the reader's codec (read at the start of every frame).
+    pub(super) fn shared(&self) -> Arc<AtomicUsize> {
+        self.bytes.clone()
+    }
+
+    /// True once a hello's proof held (the limit was raised).
+    pub(super) fn raised(&self) -> bool {
+        self.bytes.load(Ordering::Acquire) > PRE_AUTH_FRAME_BYTES
+    }
+
+    /// Waits until the event loop has judged the hello the reader forwarded last.
+    pub(super) async fn judged(&self) {
+        self.judged.notified().await
+    }
+}
+
+/// What the accept loop hands the event loop for a new connection.
+pub(super) struct Opened {
+    pub(super) conn: ConnId,
+    pub(super) writer: PeerWriter<WireMsg>,
+    pub(super) reader: tokio::task::AbortHandle,
+    pub(super) source: SocketAddr,
+    pub(super) seat: Seat,
+    pub(super) limit: Arc<FrameLimit>,
+}
+
+/// What the event loop keeps of an accepted connection besides its writer and reader.
+struct ConnInfo {
+    source: SocketAddr,
+    seat: Seat,
+    limit: Arc<FrameLimit>,
+    /// When it must have authenticated by (while it has not).
+    deadline_us: Option<u64>,
+}
 
 pub(super) struct Conns {
     pub(super) writers: Map<ConnId, PeerWriter<WireMsg>>,
     /// Who each accepted connection has shown itself to be (see [`gate`]).
-    pub(super) auth: Map<ConnId, ConnAuth>,
+    auth: Map<ConnId, ConnAuth>,
     /// Each accepted connection's reader task (stopped when the connection is refused).
-    pub(super) readers: Map<ConnId, tokio::task::AbortHandle>,
-    pub(super) gate: GateConfig,
+    readers: Map<ConnId, tokio::task::AbortHandle>,
+    gate: GateConfig,
     /// Makes each connection's challenge unique across restarts.
-    pub(super) started_us: u64,
+    started_us: u64,
     pub(super) client_conn: Map<ClientId, ConnId>,
+    info: Map<ConnId, ConnInfo>,
+    /// The hello deadlines of the connections that have not authenticated, soonest first.
+    deadlines: BTreeSet<(u64, ConnId)>,
+    /// Shared with the accept loop and the readers.
+    budget: Arc<Mutex<ConnBudget>>,
+    limits: ConnLimits,
 }
 
 impl Conns {
+    /// No connections yet; `budget` is the accept loop's.
+    pub(super) fn new(gate: GateConfig, budget: Arc<Mutex<ConnBudget>>, started_us: u64) -> Self {
+        let limits = *budget.lock().unwrap_or_else(PoisonError::into_inner).limits();
+        Conns {
+            writers: Map::default(),
+            auth: Map::default(),
+            readers: Map::default(),
+            gate,
+            started_us,
+            client_conn: Map::default(),
+            info: Map::default(),
+            deadlines: BTreeSet::new(),
+            budget,
+            limits,
+        }
+    }
+
+    /// Sends a new connection its challenge and starts its hello deadline.
+    pub(super) fn open(&mut self, o: Opened, now_us: u64) {
+        let nonce = auth::nonce(self.started_us, o.conn);
+        if o.writer.send(&WireMsg::Challenge { nonce }).is_err() {
+            o.reader.abort();
+            return;
+        }
+        let wait = match o.seat {
+            Seat::Reserve => self.limits.reserve_deadline,
+            Seat::Stranger | Seat::Peer => self.limits.hello_deadline,
+        };
+        let deadline_us = now_us.saturating_add(wait.as_micros() as u64);
+        self.deadlines.insert((deadline_us, o.conn));
+        let info = ConnInfo { source: o.source, seat: o.seat, limit: o.limit, deadline_us: Some(deadline_us) };
+        self.info.insert(o.conn, info);
+        self.writers.insert(o.conn, o.writer);
+        self.readers.insert(o.conn, o.reader);
+        self.auth.insert(o.conn, ConnAuth::Pending { nonce });
+    }
+
+    /// Connection `conn`'s reader ended; `why` if it refused what it read (a frame too large).
+    pub(super) fn closed(&mut self, conn: ConnId, why: Option<String>) {
+        match why {
+            Some(reason) if self.info.contains_key(&conn) => self.refuse(conn, reason, true),
+            Some(_) | None => self.forget(conn),
+        }
+    }
+
+    /// Judges `msg` from `conn` at the gate (`None`: the connection is closed already). The
+    /// first hello whose proof holds ends the connection's deadline and raises its frame
+    /// limit; after a hello not refused, its reader is let go on (see `links::read_conn`).
+    pub(super) fn judge(&mut self, conn: ConnId, msg: &WireMsg) -> Option<Verdict> {
+        let info = self.info.get(&conn)?;
+        let auth = self.auth.get_mut(&conn)?;
+        let was_pending = matches!(auth, ConnAuth::Pending { .. });
+        let reserved = (info.seat == Seat::Reserve && was_pending)
+            .then(|| gate::on_reserve(msg, self.limits.stranger_seats()))
+            .flatten();
+        let (client_conn, writers) = (&self.client_conn, &self.writers);
+        let in_use = |c: ClientId| client_conn.get(&c).is_some_and(|o| *o != conn && writers.contains_key(o));
+        let verdict = reserved.unwrap_or_else(|| gate::check(&self.gate, auth, msg, in_use));
+        let now = *auth;
+        if was_pending {
+            self.authenticated(conn, now);
+        }
+        // A hello refused closes the connection (its reader is stopped, not let go on).
+        let hello = matches!(msg, WireMsg::Client(ClientMsg::Hello { .. }) | WireMsg::PeerHello { .. });
+        if hello && !matches!(verdict, Verdict::Close(_)) {
+            if let Some(info) = self.info.get(&conn) {
+                info.limit.judged.notify_one();
+            }
+        }
+        Some(verdict)
+    }
+
+    /// Connection `conn`, pending until now, is `now`: if it authenticated, its deadline
+    /// ends, its frame limit rises, and a peer leaves the strangers' seats.
+    fn authenticated(&mut self, conn: ConnId, now: ConnAuth) {
+        let bytes = match now {
+            ConnAuth::Pending { .. } => return,
+            ConnAuth::Client { .. } => CLIENT_FRAME_BYTES,
+            ConnAuth::Peer(_) => {
+                self.budget.lock().unwrap_or_else(PoisonError::into_inner).became_peer(conn);
+                PEER_FRAME_BYTES
+            }
+        };
+        let Some(info) = self.info.get_mut(&conn) else { return };
+        if let Some(at) = info.deadline_us.take() {
+            self.deadlines.remove(&(at, conn));
+        }
+        if matches!(now, ConnAuth::Peer(_)) {
+            info.seat = Seat::Peer;
+        }
+        // Released to the reader (`judged` is notified after this store).
+        info.limit.bytes.store(bytes, Ordering::Release);
+    }
+
+    /// Closes the connections whose hello deadline has passed at `now_us`, saying why.
+    pub(super) fn close_expired(&mut self, now_us: u64) {
+        while let Some(&(at, conn)) = self.deadlines.first() {
+            if at > now_us {
+                return;
+            }
+            self.deadlines.pop_first();
+            let secs = |d: std::time::Duration| d.as_secs_f64();
+            let reason = match self.info.get(&conn).map(|i| i.seat) {
+                Some(Seat::Reserve) => format!(
+                    "no peer hello within {} s on a seat kept for peer servers (the server holds its limit of {} \
+                     client and unauthenticated connections)",
+                    secs(self.limits.reserve_deadline),
+                    self.limits.stranger_seats()
+                ),
+                Some(Seat::Stranger | Seat::Peer) | None => {
+                    format!("no hello within {} s", secs(self.limits.hello_deadline))
+                }
+            };
+            self.refuse(conn, reason, true);
+        }
+    }
+
+    /// When the next hello deadline falls (µs), if a connection has one.
+    pub(super) fn next_deadline_us(&self) -> Option<u64> {
+        self.deadlines.first().map(|(at, _)| *at)
+    }
+
     /// Tells `conn` why its message was refused, logs it, and closes it if `close`.
     pub(super) fn refuse(&mut self, conn: ConnId, reason: String, close: bool) {
-        warn!(conn, %reason, close, "refused a message");
+        let source = self.info.get(&conn).map(|i| i.source.to_string()).unwrap_or_default();
+        warn!(conn, %source, %reason, close, "refused a message");
         if let Some(writer) = self.writers.get(&conn) {
             let _ = writer.send(&WireMsg::Refused { reason });
         }
@@ -39,11 +236,15 @@ impl Conns {
         }
     }
 
-    /// Drops everything kept about connection `conn`.
+    /// Drops everything kept about connection `conn` (its seat is given back when its reader
+    /// task ends).
     pub(super) fn forget(&mut self, conn: ConnId) {
         self.writers.remove(&conn);
         self.readers.remove(&conn);
         self.auth.remove(&conn);
+        if let Some(ConnInfo { deadline_us: Some(at), .. }) = self.info.remove(&conn) {
+            self.deadlines.remove(&(at, conn));
+        }
         self.client_conn.retain(|_, c| *c != conn);
     }
 

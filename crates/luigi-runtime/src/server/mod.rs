@@ -8,8 +8,9 @@
 //!
 //! The event loop is here; `links` holds the accept loop, connection opening and the
 //! outbound links to the other servers, `conns` the accepted connections and their gate
-//! bookkeeping.
+//! bookkeeping, `budget` the connection limits.
 
+mod budget;
 mod conns;
 mod links;
 
@@ -22,8 +23,6 @@ use anyhow::Context;
 use luigi_node::{CheckedSnapshot, Effect, NodeConfig, NodeError, ReplicaNode, SnapshotCheck};
 use luigi_proto::msg::{ServerMsg, WireMsg};
 use luigi_proto::procedure::Registry;
-use luigi_proto::types::ClientId;
-use luigi_proto::Map;
 use luigi_raft::replica::{empty_store, InitialStore, Replica};
 use luigi_raft::{SnapshotImage, SnapshotJob};
 use luigi_wal::Durability;
@@ -31,13 +30,14 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use budget::ConnBudget;
+pub use budget::ConnLimits;
 use conns::Conns;
 use links::{accept_loop, peer_link};
 
-use crate::auth;
 use crate::clock;
 use crate::config::{ClusterConfig, NodeId};
-use crate::gate::{self, ConnAuth, GateConfig};
+use crate::gate::{self, GateConfig};
 use crate::net::peer::PeerWriter;
 use crate::net::wan::DelayLine;
 use crate::storage::{rebuild_hint, Storage, StorageOp, StorageReport};
@@ -51,17 +51,15 @@ const EVENTS_PER_BATCH_MAX: usize = 4096;
 type ConnId = u64;
 
 enum Inbound {
-    Opened {
-        conn: ConnId,
-        writer: PeerWriter<WireMsg>,
-        reader: tokio::task::AbortHandle,
-    },
+    Opened(conns::Opened),
     Msg {
         conn: ConnId,
         msg: WireMsg,
     },
+    /// A connection's reader ended; `why` if it refused what it read.
     Closed {
         conn: ConnId,
+        why: Option<String>,
     },
     /// The outbound link to another server (a replica of this shard or of another) is up.
     PeerUp {
@@ -103,6 +101,7 @@ pub struct Server {
     listener: TcpListener,
     registry: Registry,
     storage: StorageOptions,
+    limits: ConnLimits,
 }
 
 impl Server {
@@ -118,7 +117,14 @@ impl Server {
             config.node_addr(node).with_context(|| format!("node {} is not in the cluster file", node.name()))?;
         let listener =
             TcpListener::bind(addr).await.with_context(|| format!("node {}: cannot listen on {addr}", node.name()))?;
-        Ok(Self { config, node, listener, registry, storage })
+        Ok(Self { config, node, listener, registry, storage, limits: ConnLimits::default() })
+    }
+
+    /// Serves under connection limits `limits` instead of the defaults (tests reach them with
+    /// a few connections); the peer reserve still grows to fit the cluster.
+    pub fn with_conn_limits(mut self, limits: ConnLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The bound address.
@@ -128,12 +134,15 @@ impl Server {
 
     /// Serves until `shutdown` resolves.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let Server { config, node, listener, registry, storage } = self;
+        let Server { config, node, listener, registry, storage, limits } = self;
         let delay_line =
             if config.delay_model().is_zero() { None } else { Some(std::sync::Arc::new(DelayLine::new()?)) };
         let replicas = config.shards[node.shard as usize].replicas.len() as u32;
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE_EVENTS);
-        let mut tasks = vec![tokio::spawn(accept_loop(listener, tx.clone(), config.clone(), node, delay_line.clone()))];
+        let others = config.shards.iter().map(|s| s.replicas.len()).sum::<usize>() - 1;
+        let budget = std::sync::Arc::new(std::sync::Mutex::new(ConnBudget::new(limits.fit_peers(others))));
+        let accept = accept_loop(listener, tx.clone(), config.clone(), node, delay_line.clone(), budget.clone());
+        let mut tasks = vec![tokio::spawn(accept)];
         // Links to every other replica: of this shard (Raft), and of every other shard (any
         // replica may come to lead its shard and send agreement batches to theirs).
         for shard in 0..config.shard_count() {
@@ -177,7 +186,7 @@ impl Server {
         };
         let shell =
             Shell { node: replica, disk, links: BTreeMap::new(), inbound: tx, fatal: None, persisted_inline: false };
-        let result = event_loop(shell, gate, rx, shutdown).await;
+        let result = event_loop(shell, Conns::new(gate, budget, clock::now_us()), rx, shutdown).await;
         for t in tasks {
             t.abort();
         }
@@ -362,20 +371,12 @@ impl Shell {
 
 async fn event_loop(
     mut shell: Shell,
-    gate: GateConfig,
+    mut conns: Conns,
     mut rx: mpsc::Receiver<Inbound>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let timer = PreciseTimer::start().context("cannot start timer thread")?;
     let node = shell.node.id();
-    let mut conns = Conns {
-        writers: Map::default(),
-        auth: Map::default(),
-        readers: Map::default(),
-        gate,
-        started_us: clock::now_us(),
-        client_conn: Map::default(),
-    };
     let mut fx = Vec::new();
     tokio::pin!(shutdown);
     // The first turn comes at once, not at the first event: a group of one elects itself in it.
@@ -406,8 +407,9 @@ async fn event_loop(
         if let Err(e) = shell.turn(&conns, &mut fx) {
             return Err(shell.stop(e));
         }
-        timer.set(Some(shell.node.next_deadline()));
         let now = clock::now_us();
+        conns.close_expired(now);
+        timer.set(Some(shell.node.next_deadline().min(conns.next_deadline_us().unwrap_or(u64::MAX))));
         if now >= stall_check_at_us {
             stall_check_at_us = now + STALL_CHECK_US;
             warn_stalled(&shell.node, node, now);
@@ -419,17 +421,8 @@ async fn event_loop(
 
 fn handle(shell: &mut Shell, conns: &mut Conns, ev: Inbound, fx: &mut Vec<Effect>) {
     match ev {
-        Inbound::Opened { conn, writer, reader } => {
-            let nonce = auth::nonce(conns.started_us, conn);
-            if writer.send(&WireMsg::Challenge { nonce }).is_ok() {
-                conns.writers.insert(conn, writer);
-                conns.readers.insert(conn, reader);
-                conns.auth.insert(conn, ConnAuth::Pending { nonce });
-            } else {
-                reader.abort();
-            }
-        }
-        Inbound::Closed { conn } => conns.forget(conn),
+        Inbound::Opened(opened) => conns.open(opened, clock::now_us()),
+        Inbound::Closed { conn, why } => conns.closed(conn, why),
         Inbound::PeerUp { peer, writer } => {
             shell.links.insert(peer, writer);
             link(&mut shell.node, peer, true, fx);
@@ -469,10 +462,8 @@ fn link(node: &mut ReplicaNode, peer: NodeId, up: bool, fx: &mut Vec<Effect>) {
 
 /// A message from connection `conn`, once the gate has judged it.
 fn on_msg(shell: &mut Shell, conns: &mut Conns, conn: ConnId, msg: WireMsg, fx: &mut Vec<Effect>) {
-    let Some(auth) = conns.auth.get_mut(&conn) else { return }; // closed meanwhile
-    let (client_conn, writers) = (&conns.client_conn, &conns.writers);
-    let in_use = |c: ClientId| client_conn.get(&c).is_some_and(|o| *o != conn && writers.contains_key(o));
-    match gate::check(&conns.gate, auth, &msg, in_use) {
+    let Some(verdict) = conns.judge(conn, &msg) else { return }; // closed meanwhile
+    match verdict {
         gate::Verdict::Refuse(reason) => conns.refuse(conn, reason, false),
         gate::Verdict::Close(reason) => conns.refuse(conn, reason, true),
         gate::Verdict::Status => {

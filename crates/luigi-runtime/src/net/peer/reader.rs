@@ -131,6 +131,19 @@ impl<T: DeserializeOwned + Send + 'static> StartedReader<T> {
         }
     }
 
+    /// The next message. Unlike [`forward`](Self::forward) and [`run`](Self::run), a bad
+    /// frame does not close the connection here (the caller closes it, after telling the
+    /// peer why if it likes), and a frame left half-sent is not watched for: the caller
+    /// bounds how long it waits.
+    pub async fn next_msg(&mut self) -> Result<T, ReadEnd> {
+        match self.frames.next().await {
+            Some(Ok(msg)) => Ok(msg),
+            Some(Err(FrameError::Io(e))) => Err(ReadEnd::Io(e)),
+            Some(Err(e)) => Err(ReadEnd::BadFrame(e)),
+            None => Err(ReadEnd::Eof),
+        }
+    }
+
     /// Like [`PeerReader::forward`], for the rest of the connection.
     pub async fn forward<U>(self, tx: &mpsc::Sender<U>, mut map: impl FnMut(T) -> U) -> ReadEnd {
         let StartedReader { mut frames, peer, close_tx } = self;
