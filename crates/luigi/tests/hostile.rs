@@ -188,7 +188,7 @@ fn poison(client: u64) -> WireMsg {
             ShardPiece { shard: 0, keys: KeySet::new(vec![], vec![micro_key(1)]) },
             ShardPiece { shard: 5, keys: KeySet::new(vec![], vec![micro_key(2)]) },
         ],
-        ts: 1,
+        ts: luigi_runtime::clock::now_us(),
     };
     WireMsg::Client(ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: 0, acked_below: 1, fast: true })
 }
@@ -314,7 +314,7 @@ fn big_put(client: u64) -> WireMsg {
         procedure: Kv::NAME.into(),
         args: kv_args(&ops),
         pieces: kv_pieces(&HashPartitioner::new(1), &ops).unwrap(),
-        ts: 1,
+        ts: luigi_runtime::clock::now_us(),
     };
     WireMsg::Client(ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: 0, acked_below: 1, fast: false })
 }

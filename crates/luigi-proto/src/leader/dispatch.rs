@@ -30,18 +30,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             return;
         }
         match self.answers.known(id) {
-            Known::Unknown if Answers::is_expired(txn.ts, self.watermark, ANSWER_EXPIRY_US) => {
-                // Its client may have expired here with its answer: it may have executed.
-                self.stats.expired += 1;
-                let why = format!(
-                    "transaction {id:?} is more than {} s older than shard {}'s watermark, and answers \
-                     expire after that: outcome no longer known",
-                    ANSWER_EXPIRY_US / 1_000_000,
-                    self.config.shard
-                );
-                self.reply_now(id, 0, Err(TxnError::Expired(why)), arrival_delta_us, 0, out);
-                return;
-            }
             Known::Unknown => {}
             Known::Acknowledged(_) => {
                 self.stats.duplicates += 1;
@@ -87,6 +75,20 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 return;
             }
         };
+        if Answers::is_expired(txn.ts, self.watermark, ANSWER_EXPIRY_US) {
+            // Unknown here and that old: its client may have expired here with its answer
+            // after it executed (or the client's clock is far behind). Not admitted.
+            self.stats.expired += 1;
+            let why = format!(
+                "transaction {id:?} is stamped more than {} s below shard {}'s watermark: if it \
+                 ran, its answer expired (outcome no longer known); if it is new, the client's \
+                 clock is behind",
+                ANSWER_EXPIRY_US / 1_000_000,
+                self.config.shard
+            );
+            self.reply_now(id, 0, Err(TxnError::Expired(why)), arrival_delta_us, 0, out);
+            return;
+        }
         let kept = self.answers.kept_for(id.client);
         if kept >= ANSWERS_PER_CLIENT_MAX {
             // Transient: the client's next dispatches acknowledge what it has received.
