@@ -28,6 +28,17 @@ use crate::Map;
 /// transactions take rule 14's path).
 pub const ACCEPTS_MAX: usize = 1 << 16;
 
+/// Bytes of transactions (arguments and keys) a follower keeps in undecided accepts at most:
+/// a transaction may carry 4 MiB of arguments, so the entry bound alone allowed 256 GiB.
+pub const ACCEPT_BYTES_MAX: usize = 256 << 20;
+
+/// What an accept of `txn` holds, for [`ACCEPT_BYTES_MAX`]: its arguments, its keys and a
+/// fixed share for the rest.
+pub fn accept_bytes(txn: &Txn) -> usize {
+    let keys: usize = txn.pieces.iter().flat_map(|p| p.keys.entries()).map(|(k, _)| k.len() + 16).sum();
+    txn.args.len() + txn.procedure.len() + keys + 128
+}
+
 /// Predecessors an order hash covers at most: a transaction with more is not fast (a leader
 /// marks no hash, a follower does not accept), which bounds the work of each answer. That
 /// many recent conflicting predecessors (transitively, before the next `Applied` marker)
@@ -295,6 +306,8 @@ pub struct Acceptor {
     order: RecentOrder,
     /// Accepted and not yet decided by the log.
     accepts: IdMap<Undecided>,
+    /// [`accept_bytes`] of every undecided accept.
+    bytes: usize,
     /// The mutation `Mutations::fast_hashes_direct_predecessors`.
     direct_hash: bool,
 }
@@ -318,7 +331,8 @@ impl Acceptor {
         if now >= ts {
             return Err(NotAccepted::Late);
         }
-        if self.accepts.len() >= ACCEPTS_MAX {
+        let bytes = accept_bytes(txn);
+        if self.accepts.len() >= ACCEPTS_MAX || self.bytes + bytes > ACCEPT_BYTES_MAX {
             return Err(NotAccepted::Full);
         }
         let keys = hashed_keys(keys);
@@ -329,7 +343,7 @@ impl Acceptor {
             return Err(NotAccepted::Tangled);
         };
         self.order.record(id, ts, keys);
-        self.accepts.insert(id, (ts, order, txn.clone()));
+        self.insert(id, (ts, order, txn.clone()));
         Ok(Accepted { id, ts, order })
     }
 
@@ -341,7 +355,7 @@ impl Acceptor {
         // Past the bound the hash is moot: the first answer went out already.
         let order = self.order.order_hash(id, ts, &keys, self.direct_hash).unwrap_or(0);
         self.order.record(id, ts, keys);
-        self.accepts.insert(id, (ts, order, record.txn.clone()));
+        self.insert(id, (ts, order, record.txn.clone()));
     }
 
     /// The undecided accepts, for a new leader's recovery.
@@ -362,8 +376,28 @@ impl Acceptor {
         self.decide(id, ts, hashed_keys(keys));
     }
 
+    /// Keeps an undecided accept, counting its bytes (one written again replaces itself).
+    fn insert(&mut self, id: TxnId, undecided: Undecided) {
+        self.bytes += accept_bytes(&undecided.2);
+        if let Some(old) = self.accepts.insert(id, undecided) {
+            self.bytes -= accept_bytes(&old.2);
+        }
+    }
+
+    /// Drops the undecided accept of `id`, if any.
+    fn drop_accept(&mut self, id: TxnId) -> bool {
+        let Some((_, _, txn)) = self.accepts.remove(&id) else { return false };
+        self.bytes -= accept_bytes(&txn);
+        true
+    }
+
+    /// Bytes held by undecided accepts (see [`ACCEPT_BYTES_MAX`]).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     fn decide(&mut self, id: TxnId, ts: Timestamp, keys: Vec<(u64, Access)>) {
-        self.accepts.remove(&id);
+        self.drop_accept(id);
         // The order table holds every undecided accept at its timestamp on its keys: the
         // overtaken ones are found per key, not by a scan of every accept.
         let mut overtaken: Vec<TxnId> =
@@ -371,7 +405,7 @@ impl Acceptor {
         overtaken.sort_unstable();
         overtaken.dedup();
         for other in overtaken {
-            self.accepts.remove(&other);
+            self.drop_accept(other);
             self.order.remove(other);
         }
         self.order.record(id, ts, keys);
@@ -386,7 +420,7 @@ impl Acceptor {
 
     /// The committed log refused or aborted `id`: it will not run here.
     pub fn on_dropped(&mut self, id: TxnId) {
-        self.accepts.remove(&id);
+        self.drop_accept(id);
         self.order.remove(id);
     }
 
@@ -409,7 +443,15 @@ impl Acceptor {
     /// leader; an accept there without a `PREPARE` before the marker was not, and never
     /// will be.
     pub fn on_applied(&mut self, ts: Timestamp) {
-        self.accepts.retain(|_, (at, ..)| *at > ts);
+        let mut freed = 0;
+        self.accepts.retain(|_, (at, _, txn)| {
+            let keep = *at > ts;
+            if !keep {
+                freed += accept_bytes(txn);
+            }
+            keep
+        });
+        self.bytes -= freed;
         self.order.prune_to(ts);
     }
 
@@ -630,6 +672,29 @@ mod tests {
             offered(&mut f, 0, seq, 10 + seq, &writes(&[&format!("k{seq}")])).unwrap();
         }
         assert_eq!(offered(&mut f, 0, u64::MAX, 5, &writes(&["new"])), Err(NotAccepted::Full));
+    }
+
+    /// Issue 26: the bound counted entries only, and one accept may carry 4 MiB.
+    #[test]
+    fn accepts_are_bounded_in_bytes_and_decided_ones_free_theirs() {
+        let mut f = Acceptor::default();
+        let big = |seq: u64, ts| {
+            Arc::new(Txn { args: vec![0; 4 << 20], ..(*txn(seq, ts, &format!("k{seq}"), true)).clone() })
+        };
+        let fits = ACCEPT_BYTES_MAX / accept_bytes(&big(0, 1));
+        for seq in 0..fits as u64 {
+            let t = big(seq, 10 + seq);
+            f.offer(0, &t, t.piece(0).unwrap()).unwrap();
+        }
+        assert!(fits < 100 && f.bytes() <= ACCEPT_BYTES_MAX, "{fits} accepts, {} bytes", f.bytes());
+        let one_more = big(1_000, 5_000);
+        assert_eq!(f.offer(0, &one_more, one_more.piece(0).unwrap()), Err(NotAccepted::Full));
+        f.on_dropped(id(0));
+        f.on_applied(12);
+        assert_eq!(f.undecided().len(), fits - 3);
+        let left: usize = (3..fits as u64).map(|seq| accept_bytes(&big(seq, 10 + seq))).sum();
+        assert_eq!(f.bytes(), left);
+        assert!(f.offer(0, &one_more, one_more.piece(0).unwrap()).is_ok(), "room again");
     }
 
     fn txn(seq: u64, ts: Timestamp, key: &str, write: bool) -> Arc<Txn> {
