@@ -35,6 +35,8 @@ impl ReplicaNode {
             pending: 0,
             stalled_count: 0,
             stalled: Vec::new(),
+            answer_clients: 0,
+            answers: 0,
         };
         r.status(now, &mut status);
         status

@@ -140,6 +140,11 @@ pub struct ReplicaStatus {
     pub stalled_count: u64,
     /// The oldest of them, oldest first (a few).
     pub stalled: Vec<StalledTxnInfo>,
+    /// Clients with an answer table here (each expires two minutes of watermark after its
+    /// newest transaction: DESIGN.md rule 7, expiry).
+    pub answer_clients: u64,
+    /// Answers kept here, not yet acknowledged or expired.
+    pub answers: u64,
 }
 
 /// A Raft role.

@@ -864,8 +864,12 @@ impl ShardReplica for Replica {
                     .take(STATUS_STALLED_MAX)
                     .map(|t| StalledTxnInfo { id: t.id, shards: t.shards, age_us: t.age_us, durable: t.durable })
                     .collect();
+                (status.answer_clients, status.answers) = (l.answers().clients() as u64, l.answers().len() as u64);
             }
-            State::Follower(f, _) => (status.watermark, status.pending) = (f.applied_ts(), f.queued_len() as u64),
+            State::Follower(f, _) => {
+                (status.watermark, status.pending) = (f.applied_ts(), f.queued_len() as u64);
+                (status.answer_clients, status.answers) = (f.answers().clients() as u64, f.answers().len() as u64);
+            }
             State::Switching => {}
         }
     }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use luigi_proto::msg::{ClientMsg, ReplicaStatus, ServerMsg, WireMsg};
+use luigi_proto::msg::{ClientMsg, ReplicaStatus, ServerMsg, StalledTxnInfo, WireMsg};
 use luigi_proto::types::ShardId;
 
 use crate::config::{ClusterConfig, NodeId};
@@ -93,11 +93,26 @@ pub struct ClusterHealth {
     pub leaders: Vec<Option<u32>>,
     /// Replicas that did not answer.
     pub down: Vec<NodeId>,
+    /// Shards whose leader's watermark is stuck: further behind its clock than a few
+    /// election timeouts (an answer waits for the watermark, so nothing completes there).
+    pub stuck: Vec<StuckShard>,
+}
+
+/// A shard whose watermark is stuck, and what holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StuckShard {
+    /// The leader that reported it.
+    pub leader: NodeId,
+    /// How far its watermark is behind its clock, µs.
+    pub lag_us: u64,
+    /// The oldest transaction pending there, if any (what holds the watermark).
+    pub oldest: Option<StalledTxnInfo>,
 }
 
 impl ClusterHealth {
-    /// Judges `reports` of a cluster of `shards` shards.
-    pub fn of(shards: u32, reports: &[ReplicaReport]) -> Self {
+    /// Judges `reports` of a cluster of `shards` shards; a leader's watermark more than
+    /// `stuck_after_us` behind its clock is stuck.
+    pub fn of(shards: u32, reports: &[ReplicaReport], stuck_after_us: u64) -> Self {
         let mut best: Vec<Option<(u64, u32)>> = vec![None; shards as usize];
         let mut down = Vec::new();
         for r in reports {
@@ -112,7 +127,21 @@ impl ClusterHealth {
                 Err(_) => down.push(r.node),
             }
         }
-        Self { leaders: best.into_iter().map(|b| b.map(|(_, replica)| replica)).collect(), down }
+        let leaders: Vec<Option<u32>> = best.into_iter().map(|b| b.map(|(_, replica)| replica)).collect();
+        let stuck = reports
+            .iter()
+            .filter(|r| leaders.get(r.node.shard as usize).copied().flatten() == Some(r.node.replica))
+            .filter_map(|r| {
+                let s = r.status.as_ref().ok().filter(|s| s.serving && s.watermark > 0)?;
+                let lag_us = s.clock_us.saturating_sub(s.watermark);
+                (lag_us > stuck_after_us).then(|| StuckShard {
+                    leader: r.node,
+                    lag_us,
+                    oldest: s.stalled.first().cloned(),
+                })
+            })
+            .collect();
+        Self { leaders, down, stuck }
     }
 
     /// Shards without a serving leader.
@@ -120,9 +149,9 @@ impl ClusterHealth {
         (0..self.leaders.len() as ShardId).filter(|s| self.leaders[*s as usize].is_none()).collect()
     }
 
-    /// True when every shard has a leader and every replica answered.
+    /// True when every shard has a leader whose watermark moves and every replica answered.
     pub fn is_healthy(&self) -> bool {
-        self.down.is_empty() && self.leaderless().is_empty()
+        self.down.is_empty() && self.leaderless().is_empty() && self.stuck.is_empty()
     }
 
     /// One line: what is wrong, or that nothing is.
@@ -136,6 +165,27 @@ impl ClusterHealth {
             let list: Vec<String> = leaderless.iter().map(ShardId::to_string).collect();
             let noun = if leaderless.len() == 1 { "shard" } else { "shards" };
             parts.push(format!("{noun} {} without a leader", list.join(", ")));
+        }
+        for s in &self.stuck {
+            let held = match &s.oldest {
+                Some(t) => {
+                    let shards: Vec<String> = t.shards.iter().map(u32::to_string).collect();
+                    format!(
+                        ", held by transaction {}/{} (shards {}, pending {:.1} s)",
+                        t.id.client,
+                        t.id.seq,
+                        shards.join(","),
+                        t.age_us as f64 / 1e6
+                    )
+                }
+                None => String::new(),
+            };
+            parts.push(format!(
+                "shard {}'s watermark stuck {:.1} s behind its leader's clock ({}){held}",
+                s.leader.shard,
+                s.lag_us as f64 / 1e6,
+                s.leader.name()
+            ));
         }
         let up = replicas - self.down.len();
         if self.down.is_empty() {
@@ -169,6 +219,8 @@ mod tests {
             pending: 0,
             stalled_count: 0,
             stalled: Vec::new(),
+            answer_clients: 0,
+            answers: 0,
         });
         ReplicaReport {
             node: NodeId { shard, replica },
@@ -187,14 +239,40 @@ mod tests {
             report(1, 1, None),
             report(1, 2, Some((false, 4))),
         ];
-        let h = ClusterHealth::of(2, &reports);
+        let h = ClusterHealth::of(2, &reports, 1_000_000);
         assert_eq!(h.leaders, vec![Some(1), None]);
         assert_eq!(h.leaderless(), vec![1]);
         assert!(!h.is_healthy());
         assert_eq!(h.summary(6), "shard 1 without a leader; 4 of 6 replicas up (s1r0, s1r1 down)");
-        let h = ClusterHealth::of(1, &reports[..3]);
+        let h = ClusterHealth::of(1, &reports[..3], 1_000_000);
         assert!(h.is_healthy());
         assert_eq!(h.summary(3), "1 of 1 shards with a leader; 3 of 3 replicas up");
+    }
+
+    /// Issue 26: a shard whose leader's watermark no longer moves is degraded, and the
+    /// summary names the transaction that holds it; a follower's lag (its last marker) and
+    /// an old leader's do not count.
+    #[test]
+    fn a_stuck_watermark_is_degraded_and_names_what_holds_it() {
+        let mut reports =
+            vec![report(0, 0, Some((true, 3))), report(0, 1, Some((false, 3))), report(0, 2, Some((true, 2)))];
+        for r in &mut reports {
+            let s = r.status.as_mut().unwrap();
+            (s.clock_us, s.watermark) = (50_000_000, 10_000_000);
+        }
+        reports[0].status.as_mut().unwrap().watermark = 49_000_000;
+        assert!(ClusterHealth::of(1, &reports, 3_000_000).is_healthy(), "1 s behind: moving");
+        let s = reports[0].status.as_mut().unwrap();
+        s.watermark = 10_800_000;
+        let id = luigi_proto::types::TxnId { client: 7, seq: 2 };
+        s.stalled = vec![StalledTxnInfo { id, shards: vec![0, 1], age_us: 39_000_000, durable: true }];
+        let h = ClusterHealth::of(1, &reports, 3_000_000);
+        assert!(!h.is_healthy());
+        assert_eq!(
+            h.summary(3),
+            "1 of 1 shards with a leader; shard 0's watermark stuck 39.2 s behind its leader's clock (s0r0), \
+             held by transaction 7/2 (shards 0,1, pending 39.0 s); 3 of 3 replicas up"
+        );
     }
 
     #[tokio::test]

@@ -20,13 +20,17 @@ Columns: shard, replica, address; up, or down with the reason; role: leader, lea
 (elected, serves once it has applied the log), follower, candidate, pre-candidate (polling
 before an election); Raft term; commit and applied log indexes; watermark (µs) and its lag
 behind the replica's clock (ms; a follower shows its last applied marker); transactions
-queued (pending on a leader, prepared and not executed on a follower); transactions stuck on
+queued (pending on a leader, prepared and not executed on a follower); answers kept and the
+clients they belong to (a client's expire two minutes after its newest transaction);
+transactions stuck on
 a leader longer than a normal agreement: how many, then the oldest (client/seq, age,
 participant shards).
 
 Exit status:
   0  every shard has a leader and every replica answered
-  1  some shard has no leader or some replica is down (one-line summary on standard error)
+  1  some shard has no leader, some replica is down, or some shard's watermark has been
+     stuck for longer than three election timeouts (one-line summary on standard error,
+     naming the transaction that holds it)
   2  error (e.g. a bad cluster file)";
 
 #[derive(Args)]
@@ -46,7 +50,11 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let config = ClusterConfig::load(&args.cluster)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     let reports = rt.block_on(cluster_status(&config, Duration::from_millis(args.timeout_ms.max(1))));
-    let health = ClusterHealth::of(config.shard_count(), &reports);
+    // A watermark behind its leader's clock by more than three election timeouts is stuck:
+    // longer than a failover, so something holds it.
+    let tuning = config.tuning();
+    let stuck_after_us = 3 * tuning.raft_tick_us * tuning.election_ticks as u64;
+    let health = ClusterHealth::of(config.shard_count(), &reports, stuck_after_us);
     let summary = health.summary(reports.len());
     if args.json {
         let replicas: Vec<_> = reports.iter().map(report_json).collect();
@@ -109,7 +117,7 @@ fn stuck(s: &ReplicaStatus) -> String {
     format!("{} (oldest: {})", s.stalled_count, oldest.join("; "))
 }
 
-const HEADER: [&str; 12] = [
+const HEADER: [&str; 13] = [
     "SHARD",
     "REPLICA",
     "ADDRESS",
@@ -121,6 +129,7 @@ const HEADER: [&str; 12] = [
     "WATERMARK",
     "LAG(ms)",
     "QUEUE",
+    "ANSWERS",
     "STUCK",
 ];
 
@@ -140,6 +149,7 @@ fn render_table(reports: &[ReplicaReport]) -> String {
                     s.watermark.to_string(),
                     lag_ms(s).map_or_else(|| "-".to_string(), |l| format!("{l:.1}")),
                     s.pending.to_string(),
+                    format!("{}/{}c", s.answers, s.answer_clients),
                     stuck(s),
                 ]),
                 Err(e) => row.push(format!("down ({e})")),

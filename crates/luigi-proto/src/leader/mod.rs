@@ -492,6 +492,11 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.config.shard
     }
 
+    /// The exactly-once answer table (rule 7).
+    pub fn answers(&self) -> &Answers {
+        &self.answers
+    }
+
     /// The published watermark: every transaction with a final timestamp at or below it is
     /// executed and durable here, and nothing new will be ordered at or below it.
     pub fn watermark(&self) -> Timestamp {
