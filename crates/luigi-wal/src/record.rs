@@ -114,6 +114,40 @@ mod tests {
         assert_eq!(find_valid_after(&buf, 30, 7), None);
     }
 
+    proptest::proptest! {
+        /// Issue 26: whatever a segment holds (a torn tail, a flipped bit, another file),
+        /// parsing gives a record or says what is wrong, and the search for the next valid
+        /// record stays within the buffer.
+        #[test]
+        fn any_bytes_parse_to_a_record_or_an_error(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+            at in 0usize..300,
+            expected in proptest::prelude::any::<u64>(),
+        ) {
+            if at < bytes.len() {
+                match parse(&bytes, at) {
+                    Ok(r) => proptest::prop_assert!(at + r.record_bytes <= bytes.len()),
+                    Err(why) => proptest::prop_assert!(!why.is_empty()),
+                }
+            }
+            if let Some((found, _)) = find_valid_after(&bytes, at, expected) {
+                proptest::prop_assert!(found < bytes.len());
+            }
+        }
+
+        #[test]
+        fn a_damaged_record_is_refused(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), flip in 0usize..96, bit in 0u8..8) {
+            let mut buf = Vec::new();
+            encode(&mut buf, 5, 2, &data);
+            let flip = flip % buf.len();
+            buf[flip] ^= 1 << bit;
+            if let Ok(r) = parse(&buf, 0) {
+                // Only a change the record cannot see: none, since its CRC covers the rest.
+                proptest::prop_assert!(false, "a flipped bit at {} parsed as {:?}", flip, (r.index, r.term));
+            }
+        }
+    }
+
     #[test]
     fn bad_records_are_reported_not_panicked() {
         let mut buf = Vec::new();
