@@ -118,10 +118,25 @@ pub fn start_durable(config: &Path, data: &Path, node: &str, port: u16, log: &Pa
 
 /// Like [`start_durable`] with the given `--durability`.
 pub fn start_server(config: &Path, data: &Path, node: &str, port: u16, log: &Path, durability: &str) -> ServerProc {
+    start_server_skewed(config, data, node, port, log, durability, 0)
+}
+
+/// Like [`start_server`], the server's clock `clock_offset_us` ahead of the machine's
+/// (negative: behind; DESIGN.md rule 22).
+pub fn start_server_skewed(
+    config: &Path,
+    data: &Path,
+    node: &str,
+    port: u16,
+    log: &Path,
+    durability: &str,
+    clock_offset_us: i64,
+) -> ServerProc {
     let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
     let child = Command::new(EXE)
         .args(["server", "--exit-on-stdin-eof", "--durability", durability, "--node", node, "--config"])
         .arg(config)
+        .arg(format!("--clock-offset-us={clock_offset_us}"))
         .arg("--data-dir")
         .arg(data)
         .env("RUST_LOG", "info")
