@@ -526,7 +526,7 @@ impl ReplicaNode {
     fn ask_for_accepts(&mut self, now: TimeUs, fx: &mut Vec<Effect>) {
         let Some(term) = self.replica.accepts_wanted() else { return };
         let (asked_term, asked_at) = self.accepts_asked;
-        if asked_term == term && now < asked_at + ACCEPTS_ASK_AGAIN_US {
+        if asked_term == term && now < asked_at.saturating_add(ACCEPTS_ASK_AGAIN_US) {
             return;
         }
         self.accepts_asked = (term, now);
@@ -610,7 +610,7 @@ impl ReplicaNode {
             return;
         }
         let Some(r) = report else { return };
-        self.progress = (report, now + self.config.leader.watermark_broadcast_us);
+        self.progress = (report, now.saturating_add(self.config.leader.watermark_broadcast_us));
         fx.push(Effect::ToAllClients { msg: ServerMsg::Progress(r) });
         let me = self.config.node.shard;
         for shard in (0..self.config.replicas.len() as ShardId).filter(|s| *s != me) {
@@ -828,15 +828,15 @@ impl ReplicaNode {
     /// stall).
     fn tick(&mut self, now: TimeUs) {
         let tick_us = self.config.tuning.raft_tick_us.max(1);
-        let next = self.next_tick_us.get_or_insert(now + tick_us);
+        let next = self.next_tick_us.get_or_insert(now.saturating_add(tick_us));
         let mut ticks = 0;
         while now >= *next && ticks < TICK_CATCH_UP_MAX {
             self.replica.log_mut().tick();
-            *next += tick_us;
+            *next = next.saturating_add(tick_us);
             ticks += 1;
         }
         if now >= *next {
-            *next = now + tick_us;
+            *next = now.saturating_add(tick_us);
         }
     }
 
