@@ -375,7 +375,9 @@ impl Replica {
                     // the watermark stayed under the last leader's promise, so the first
                     // answers after a failover waited for it (rule 8).
                     log.resume_probes();
-                    if let Ok(index) = log.propose(LogRecord::Floor { ts: now.saturating_add(self.config.floor_lookahead_us) }) {
+                    if let Ok(index) =
+                        log.propose(LogRecord::Floor { ts: now.saturating_add(self.config.floor_lookahead_us) })
+                    {
                         self.own_floor = Some((log.term(), index));
                     }
                 }
