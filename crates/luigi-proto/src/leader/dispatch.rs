@@ -14,6 +14,8 @@ use crate::msg::{PeerItem, TxnError};
 use crate::types::{ClientId, TimeUs, Timestamp, Txn, TxnId};
 
 impl<L: ReplicatedLog> ShardLeader<L> {
+    /// A client's dispatch of `txn` (or a recovering participant's, through `Recover`):
+    /// answered from the answer table, refused, or admitted with a proposal (rule 3).
     pub(super) fn on_dispatch(
         &mut self,
         now: TimeUs,
@@ -23,18 +25,30 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         asked_fast: bool,
         out: &mut Vec<LeaderOutput>,
     ) {
+        if self.answered_before(&txn, arrival_delta_us, out)
+            || self.refused_by_others(&txn, arrival_delta_us, out)
+            || self.turned_away(now, &txn, arrival_delta_us, out)
+        {
+            return;
+        }
+        self.admit(now, txn, arrival_delta_us, acked_below, asked_fast, out);
+    }
+
+    /// Rule 3.1: a retry of a transaction pending, being refused or answered here. Returns
+    /// whether it was one (and answered it, or lets its answer follow).
+    fn answered_before(&mut self, txn: &Txn, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) -> bool {
         let id = txn.id;
         if self.pending.contains_key(&id) || self.refusing.contains_key(&id) {
             // A retry of a transaction still in progress: its answer will follow.
             self.stats.duplicates += 1;
-            return;
+            return true;
         }
         match self.answers.known(id) {
-            Known::Unknown => {}
+            Known::Unknown => false,
             Known::Acknowledged(_) => {
                 self.stats.duplicates += 1;
                 self.reply_now(id, 0, Err(TxnError::Forgotten), arrival_delta_us, 0, out);
-                return;
+                true
             }
             Known::Answered(answer) => {
                 self.stats.duplicates += 1;
@@ -42,28 +56,38 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                     let a = answer.clone();
                     self.reply_now(id, a.ts, a.outcome, a.arrival_delta_us, a.rounds, out);
                 } // else: still in `unanswered`, the reply goes out when the watermark passes.
-                return;
+                true
             }
         }
+    }
+
+    /// Rule 3.4: an agreement item for `txn` was dropped here, or another participant
+    /// refused it first: refused (logged) without a proposal. Returns whether it was.
+    fn refused_by_others(&mut self, txn: &Txn, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) -> bool {
+        let id = txn.id;
         if self.early_dropped.remove(&id) {
-            // An agreement item for it was dropped: refuse it (and tell the others) rather
-            // than prepare a transaction that would wait forever for that item.
+            // Refuse it (and tell the others) rather than prepare a transaction that would
+            // wait forever for that item.
             self.early.remove(&id);
-            self.refuse(
-                &txn,
-                format!("shard {} dropped its agreement messages (buffer full)", self.config.shard),
-                arrival_delta_us,
-                out,
-            );
-            return;
+            let why = format!("shard {} dropped its agreement messages (buffer full)", self.config.shard);
+            self.refuse(txn, why, arrival_delta_us, out);
+            return true;
         }
         if let Some(reason) = self.early.get(&id).and_then(|e| e.refused.clone()) {
             // Another participant refused it first; it will never be prepared anywhere.
             self.early.remove(&id);
-            self.refuse(&txn, reason, arrival_delta_us, out);
-            return;
+            self.refuse(txn, reason, arrival_delta_us, out);
+            return true;
         }
-        let ahead = match self.admission().check(&txn, now) {
+        false
+    }
+
+    /// Rules 3.2-3.4, 22 and 7's expiry: a transaction this shard does not know is refused
+    /// if it is malformed, stamped past the clock horizon, old enough to have expired, over
+    /// its client's bounds or over the shard's. Returns whether it was turned away.
+    fn turned_away(&mut self, now: TimeUs, txn: &Txn, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) -> bool {
+        let id = txn.id;
+        let ahead = match self.admission().check(txn, now) {
             Ok(()) => None,
             Err(Inadmissible::AheadOfClock(reason)) => Some(reason),
             Err(Inadmissible::Malformed(reason)) => {
@@ -72,7 +96,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.stats.rejected += 1;
                 self.stats.malformed += 1;
                 self.reply_now(id, 0, Err(TxnError::Rejected(reason)), arrival_delta_us, 0, out);
-                return;
+                return true;
             }
         };
         if Answers::is_expired(txn.ts, self.watermark, ANSWER_EXPIRY_US) {
@@ -87,39 +111,55 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.config.shard
             );
             self.reply_now(id, 0, Err(TxnError::Expired(why)), arrival_delta_us, 0, out);
-            return;
+            return true;
         }
-        let kept = self.answers.kept_for(id.client);
-        if kept >= ANSWERS_PER_CLIENT_MAX {
-            // Transient: the client's next dispatches acknowledge what it has received.
-            let why = format!(
-                "client {} has {kept} answers on shard {} it has not acknowledged (at most {ANSWERS_PER_CLIENT_MAX})",
-                id.client, self.config.shard
-            );
-            self.reply_now(id, 0, Err(TxnError::Busy(why)), arrival_delta_us, 0, out);
-            return;
-        }
-        let client_pending = self.pending_per_client.get(&id.client).copied().unwrap_or(0);
-        if client_pending >= self.config.max_pending_per_client {
+        if let Some(why) = self.client_busy(id.client) {
             // Transient: not stored, the client asks again soon.
-            let why = format!(
-                "client {} has {client_pending} transactions pending on shard {}",
-                id.client, self.config.shard
-            );
             self.reply_now(id, 0, Err(TxnError::Busy(why)), arrival_delta_us, 0, out);
-            return;
+            return true;
         }
         if let Some(reason) = ahead {
             // Depends on this replica's clock: logged, and the others told (rule 22).
             tracing::warn!(shard = self.config.shard, txn = ?id, %reason, "refused a transaction stamped ahead");
             self.stats.ahead_of_clock += 1;
-            self.refuse(&txn, reason, arrival_delta_us, out);
-            return;
+            self.refuse(txn, reason, arrival_delta_us, out);
+            return true;
         }
-        if let Err(reason) = self.validate(&txn) {
-            self.refuse(&txn, reason, arrival_delta_us, out);
-            return;
+        if let Err(reason) = self.validate(txn) {
+            self.refuse(txn, reason, arrival_delta_us, out);
+            return true;
         }
+        false
+    }
+
+    /// Why `client` must wait before this shard takes another transaction of it: too many
+    /// answers it has not acknowledged, or too many transactions pending (rule 3.3).
+    fn client_busy(&self, client: ClientId) -> Option<String> {
+        let shard = self.config.shard;
+        let kept = self.answers.kept_for(client);
+        if kept >= ANSWERS_PER_CLIENT_MAX {
+            // The client's next dispatches acknowledge what it has received.
+            return Some(format!(
+                "client {client} has {kept} answers on shard {shard} it has not acknowledged (at most {ANSWERS_PER_CLIENT_MAX})"
+            ));
+        }
+        let pending = self.pending_per_client.get(&client).copied().unwrap_or(0);
+        (pending >= self.config.max_pending_per_client)
+            .then(|| format!("client {client} has {pending} transactions pending on shard {shard}"))
+    }
+
+    /// Rule 3.5: logs `PREPARE` at the proposal and takes `txn` in: queued, pending, its
+    /// proposal announced to the other participants.
+    fn admit(
+        &mut self,
+        now: TimeUs,
+        txn: Arc<Txn>,
+        arrival_delta_us: i64,
+        acked_below: u64,
+        asked_fast: bool,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        let id = txn.id;
         let keys = txn.piece(self.config.shard).expect("validated");
         let floor = self.watermark.max(self.admission_floor);
         let proposal = admission::propose(txn.ts, now, floor, &self.floors, keys);
@@ -150,21 +190,19 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let others: Vec<_> = txn.shards().filter(|s| *s != self.config.shard).collect();
         let at = self.uncommitted(prepare_index);
         let fast = cross && eligible && at.is_some() && self.mark_proposal(&txn, proposal);
-        self.insert_pending(
-            id,
-            Pending {
-                txn,
-                ts: proposal,
-                proposal,
-                confirmed: false,
-                recover_at: None,
-                prepare_index,
-                arrival_delta_us,
-                agreement,
-                aborting: None,
-                admitted_us: now,
-            },
-        );
+        let pending = Pending {
+            txn,
+            ts: proposal,
+            proposal,
+            confirmed: false,
+            recover_at: None,
+            prepare_index,
+            arrival_delta_us,
+            agreement,
+            aborting: None,
+            admitted_us: now,
+        };
+        self.insert_pending(id, pending);
         // Rule 14: decided without waiting for the PREPARE to commit. A single-shard
         // transaction is decided by its admission; a cross-shard one announces its proposal
         // now, with the PREPARE's position, and counts its own proposal at once (what it
@@ -178,6 +216,11 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if cross {
             self.on_proposal(id, self.config.shard, proposal);
         }
+        self.take_early_items(id);
+    }
+
+    /// Agreement items for `id` that came before its dispatch, now that it is pending here.
+    fn take_early_items(&mut self, id: TxnId) {
         if let Some(early) = self.early.remove(&id) {
             for (shard, ts) in early.proposals {
                 self.on_proposal(id, shard, ts);
