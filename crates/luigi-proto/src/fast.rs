@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::keyhash::{key_hash, HashKeyMap, IdMap};
+use crate::keyhash::{stable_key_hash, HashKeyMap, IdMap};
 use crate::log::LogRecord;
 use crate::types::{Access, KeySet, ShardId, Timestamp, Txn, TxnId};
 use crate::Map;
@@ -61,9 +61,11 @@ pub fn entry_hash(id: TxnId, ts: Timestamp) -> u64 {
     z ^ (z >> 31)
 }
 
-/// A transaction's keys as (hash, access) pairs.
+/// A transaction's keys as (hash, access) pairs. The stable hash, not the per-process one:
+/// F0, F2 and R2 on different replicas must see the same conflicts (see
+/// [`stable_key_hash`]).
 pub fn hashed_keys(keys: &KeySet) -> Vec<(u64, Access)> {
-    keys.entries().map(|(k, a)| (key_hash(k), a)).collect()
+    keys.entries().map(|(k, a)| (stable_key_hash(k), a)).collect()
 }
 
 /// Whether two transactions' hashed keys conflict on some key (write-write or read-write).

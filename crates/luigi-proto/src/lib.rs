@@ -26,6 +26,9 @@ pub mod procedures;
 pub mod progress;
 pub mod types;
 
-/// Hash map with fixed-key hashing: identical behaviour (including iteration order) on every
-/// run, which deterministic simulation needs. Keys here are not attacker-chosen in bulk.
-pub type Map<K, V> = std::collections::HashMap<K, V, luigi_store::FixedState>;
+/// Hash map keyed per process ([`keyhash::KeyedState`]): its keys (ids of clients and
+/// transactions) are client-chosen, so a fixed hash would let a client fill one bucket.
+/// Unseeded processes (the simulator, tests) share one default seed, so their runs,
+/// iteration orders included, repeat exactly. Iteration order is not the same across
+/// processes: nothing another replica must agree with may depend on it.
+pub type Map<K, V> = std::collections::HashMap<K, V, keyhash::KeyedState>;

@@ -22,6 +22,8 @@ pub trait Partitioner: Send + Sync {
 }
 
 /// Hash partitioning (64-bit FNV-1a of the whole key, modulo the shard count): the default.
+/// A stable hash ([`crate::keyhash::stable_key_hash`]): every client and server must place a
+/// key alike, in every process and build.
 #[derive(Clone, Copy, Debug)]
 pub struct HashPartitioner {
     shards: u32,
@@ -41,7 +43,7 @@ impl Partitioner for HashPartitioner {
     }
 
     fn shard_of(&self, key: &[u8]) -> ShardId {
-        (crate::keyhash::key_hash(key) % u64::from(self.shards)) as ShardId
+        (crate::keyhash::stable_key_hash(key) % u64::from(self.shards)) as ShardId
     }
 }
 

@@ -59,15 +59,14 @@ pub struct NodeMeta {
 impl NodeMeta {
     /// The shape `config` gives `node`.
     pub fn of(config: &ClusterConfig, node: NodeId) -> Self {
-        // FNV-1a 64: stable across builds and platforms, unlike std's hasher.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        // FNV-1a 64: stable across builds, platforms and processes, unlike std's hasher.
+        let mut members = String::new();
         for (s, shard) in config.shards.iter().enumerate() {
             for addr in &shard.replicas {
-                for b in format!("{s}/{addr};").bytes() {
-                    h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-                }
+                members.push_str(&format!("{s}/{addr};"));
             }
         }
+        let h = luigi_proto::keyhash::fnv1a(members.as_bytes());
         NodeMeta {
             format: FORMAT,
             node: node.name(),

@@ -1,15 +1,8 @@
 //! Small, stable hash functions (independent of the Rust version and of the process), for
 //! the trace hash.
 
-/// FNV-1a over `bytes`.
-pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
+/// FNV-1a over `bytes`: the protocol's one stable hash.
+pub use luigi_proto::keyhash::fnv1a;
 
 /// Folds `x` into the running hash `h` (order sensitive).
 pub fn fold(h: u64, x: u64) -> u64 {

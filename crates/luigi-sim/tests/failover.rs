@@ -355,13 +355,15 @@ fn acknowledging_unknown_outcomes_is_caught() {
 /// snapshot, larger than a frame (16 MiB: no single message could carry it), which travels in
 /// 1 MiB chunks under flow control and is checked whole before Raft gets it; the followers'
 /// offers to their leader travel the same way. Random faults (crashes, isolations, Raft-only
-/// cuts) on groups of 3 whose shards start from a 20 MiB population.
+/// cuts) on groups of 3 whose shards start from a 20 MiB population. Seeds 5010 and 5011
+/// each install snapshots (5001 and 5002 did before tables were keyed per process, which
+/// moved the runs; none of 5001..5007 does since).
 #[test]
 fn a_follower_behind_compaction_catches_up_through_a_snapshot_larger_than_a_frame() {
     let started = Instant::now();
     let faults = FaultConfig { snapshot_entries: Some(40), population_bytes: 20 << 20, ..FaultConfig::new() };
     let mut total = FailoverReport::default();
-    for seed in common::sweep(5_001, 2) {
+    for seed in common::sweep(5_010, 2) {
         let r = must_pass(
             "a_follower_behind_compaction_catches_up_through_a_snapshot_larger_than_a_frame",
             failover_config(seed, 2),

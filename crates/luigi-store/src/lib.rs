@@ -5,13 +5,13 @@
 //! range. The store knows nothing about transactions: the protocol crate wraps it in a
 //! per-transaction context that checks key sets and keeps an undo log.
 
+pub mod hashing;
+
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
-/// Hashing with fixed keys: map behaviour is identical on every run and replica (no per-process
-/// random state), which the deterministic simulator relies on.
-pub type FixedState = BuildHasherDefault<DefaultHasher>;
+pub use hashing::KeyedState;
 
 /// A key: bytes, ordered bytewise. By convention the first two bytes are the table id.
 pub type Key = Vec<u8>;
@@ -40,9 +40,11 @@ pub enum ScanOrder {
 
 /// The ordered store of one shard: a hash map for point operations (one probe instead of a
 /// B-tree descent of pointer-chasing comparisons) plus an ordered index of keys for scans.
+/// The map's hasher is keyed per process ([`KeyedState`]): clients choose the keys. Nothing
+/// depends on its order (scans, [`Store::iter`] and [`Store::state_hash`] follow the index).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Store {
-    map: HashMap<Key, Value, FixedState>,
+    map: HashMap<Key, Value, KeyedState>,
     index: BTreeSet<Key>,
 }
 

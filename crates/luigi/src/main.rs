@@ -315,6 +315,8 @@ stopped and the directory removed on exit, error, panic, SIGINT, SIGTERM or SIGH
 SIGKILL the servers still exit (their standard input closes) but the directory stays.";
 
 fn main() -> ExitCode {
+    // First, before anything hashes: this process's tables are keyed by a random seed.
+    luigi_proto::keyhash::seed_randomly();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // The client commands print results, not logs (RUST_LOG still turns them on).

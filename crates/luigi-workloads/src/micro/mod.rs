@@ -22,7 +22,7 @@ mod tagged;
 
 use std::sync::Arc;
 
-use luigi_proto::keyhash::key_hash;
+use luigi_proto::keyhash::stable_key_hash;
 use luigi_proto::partition::Partitioner;
 use luigi_proto::procedure::Registry;
 pub use luigi_proto::procedures::{micro_key, Micro, MicroOp, MicroOutput, MICRO_TABLE};
@@ -49,8 +49,8 @@ pub const MAX_ZIPF: f64 = 3.0;
 /// How micro keys are assigned to shards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
-    /// FNV-1a hash of the store key modulo the shard count, as `HashPartitioner` (and the
-    /// runtime's clients) do.
+    /// The stable hash (FNV-1a) of the store key modulo the shard count, as `HashPartitioner`
+    /// (and the runtime's clients) do.
     Hash,
     /// Key number `k` lives on shard `k % shards`.
     Modulo,
@@ -181,7 +181,7 @@ impl Partitioner for MicroPartitioner {
     fn shard_of(&self, key: &[u8]) -> ShardId {
         match (self.placement, micro_key_number(key)) {
             (Placement::Modulo, Some(k)) => (k % u64::from(self.shards)) as ShardId,
-            _ => (key_hash(key) % u64::from(self.shards)) as ShardId,
+            _ => (stable_key_hash(key) % u64::from(self.shards)) as ShardId,
         }
     }
 }

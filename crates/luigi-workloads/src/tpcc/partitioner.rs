@@ -2,7 +2,7 @@
 //! ITEM is replicated on every shard; any other key (the runtime's probe and key-value keys)
 //! is hashed like [`luigi_proto::partition::HashPartitioner`].
 
-use luigi_proto::keyhash::key_hash;
+use luigi_proto::keyhash::stable_key_hash;
 use luigi_proto::partition::Partitioner;
 use luigi_proto::types::ShardId;
 
@@ -39,7 +39,7 @@ impl Partitioner for TpccPartitioner {
     fn shard_of(&self, key: &[u8]) -> ShardId {
         match warehouse_of(key) {
             Some(w) => self.shard_of_warehouse(w),
-            None => (key_hash(key) % u64::from(self.shards)) as ShardId,
+            None => (stable_key_hash(key) % u64::from(self.shards)) as ShardId,
         }
     }
 
