@@ -1,5 +1,6 @@
 //! The leader's lock table and key versions, both by key hash
-//! ([`luigi_proto::keyhash::key_hash`] of a declared key: the unit of conflict, as for Luigi).
+//! ([`luigi_proto::keyhash::stable_key_hash`] of a declared key: the unit of conflict; stable
+//! because `PREPARE` records carry the hashes a new leader locks again).
 //! A hash collision only makes two keys conflict needlessly.
 //!
 //! Locks are no-wait: a request that finds a conflicting holder fails at once (the

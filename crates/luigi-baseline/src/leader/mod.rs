@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use luigi_proto::keyhash::key_hash;
+use luigi_proto::keyhash::stable_key_hash;
 use luigi_proto::leader::LeaderOutput;
 use luigi_proto::log::{LogEntry, LogError, ReplicatedLog};
 use luigi_proto::msg::{BaseItem, BaseState, ClientMsg, PeerBatch, PeerItem, ServerMsg, TxnError, TxnReply};
@@ -113,9 +113,13 @@ enum Wait {
     Peer { to: ShardId, item: BaseItem },
 }
 
-/// The hashes of a piece's declared keys: (reads, writes).
+/// The hashes of a piece's declared keys: (reads, writes). Stable, not keyed per process:
+/// a `PREPARE` record carries them, and a new leader, another process, locks them again
+/// (keyed per process, its locks missed the keys and a conflicting transaction ran through
+/// a prepared one: `luigi/tests/baseline_failover.rs` lost an OCC transfer).
 fn lock_keys(keys: &KeySet) -> (Vec<u64>, Vec<u64>) {
-    (keys.reads.iter().map(|k| key_hash(k)).collect(), keys.writes.iter().map(|k| key_hash(k)).collect())
+    let hashes = |list: &[Vec<u8>]| list.iter().map(|k| stable_key_hash(k)).collect();
+    (hashes(&keys.reads), hashes(&keys.writes))
 }
 
 /// A baseline shard's serving leader over log `L`.
