@@ -3,7 +3,7 @@
 //!
 //! An answer stays until its client acknowledges it (`acked_below` on a later dispatch), or
 //! until its client expires: a client whose transactions are all older than the expiry
-//! (`LeaderConfig::answer_expiry_us`) behind the watermark is forgotten whole, so a client
+//! ([`ANSWER_EXPIRY_US`]) behind the watermark is forgotten whole, so a client
 //! that never comes back (every `luigi get/put/scan/txn` invocation) costs nothing after it.
 //! A dispatch of a forgotten client's transaction is answered `Expired`, never executed
 //! again ([`Answers::is_expired`]). For cross-shard transactions the final timestamp is
@@ -94,6 +94,10 @@ pub struct Answers {
     /// Final timestamps of acknowledged cross-shard transactions, oldest first.
     recent_final: VecDeque<(TxnId, Timestamp)>,
     recent_final_index: Map<TxnId, Timestamp>,
+    /// The watermark at or past which [`Answers::expire_at`] next scans. Not replicated
+    /// state (not in snapshots): a restored table scans at its first watermark.
+    #[serde(skip)]
+    expiry_scan_at: Timestamp,
 }
 
 impl Answers {
@@ -145,11 +149,21 @@ impl Answers {
         self.clients.len()
     }
 
-    /// Forgets every client whose every transaction seen here is stamped below `before`
-    /// (the watermark minus the expiry), remembering cross-shard final timestamps like an
-    /// acknowledgement does. Deterministic on the log: followers call it at `Applied`
-    /// markers, leaders as their watermark moves; either may keep a client longer.
-    pub fn expire_before(&mut self, before: Timestamp) {
+    /// The watermark reached `watermark` (a leader's, or the `Applied` marker a follower
+    /// applied): every [`EXPIRY_SCAN_US`] of it, forgets the clients whose every transaction
+    /// is the expiry behind it. Deterministic on the log for followers; either role may keep
+    /// a client longer than another, never forget it sooner than [`Answers::is_expired`]
+    /// refuses its dispatches.
+    pub fn expire_at(&mut self, watermark: Timestamp) {
+        if watermark >= self.expiry_scan_at {
+            self.expire_before(watermark.saturating_sub(ANSWER_EXPIRY_US));
+            self.expiry_scan_at = watermark.saturating_add(EXPIRY_SCAN_US);
+        }
+    }
+
+    /// Forgets every client whose every transaction seen here is stamped below `before`,
+    /// remembering cross-shard final timestamps like an acknowledgement does.
+    fn expire_before(&mut self, before: Timestamp) {
         let mut remembered = Vec::new();
         self.clients.retain(|client, table| {
             if table.last_ts >= before {
@@ -169,10 +183,10 @@ impl Answers {
     }
 
     /// Whether a dispatch of a transaction stamped `ts` that this table does not know may be
-    /// one whose client expired here (its answer gone): at `watermark`, with `expiry_us`.
-    /// Such a dispatch is answered `Expired`, never admitted: it may have executed.
-    pub fn is_expired(ts: Timestamp, watermark: Timestamp, expiry_us: u64) -> bool {
-        ts.saturating_add(expiry_us) < watermark
+    /// one whose client expired here (its answer gone) at `watermark`. Such a dispatch is
+    /// answered `Expired`, never admitted: it may have executed.
+    pub fn is_expired(ts: Timestamp, watermark: Timestamp) -> bool {
+        ts.saturating_add(ANSWER_EXPIRY_US) < watermark
     }
 
     /// The client has every answer below `acked_below`: forget them, except those with a
@@ -271,8 +285,10 @@ mod tests {
         assert_eq!(a.known(gone(2)), Known::Unknown);
         assert_eq!(a.known(TxnId { client: 2, seq: 1 }), Known::Answered(&Answer::refusal("ahead".into(), 0)));
         assert_eq!(a.recent_final_index.get(&gone(2)), Some(&30), "a cross-shard final timestamp stays a while");
-        assert!(Answers::is_expired(30, 41, 10) && !Answers::is_expired(31, 41, 10));
-        assert!(!Answers::is_expired(u64::MAX, u64::MAX, u64::MAX), "saturating");
+        assert!(Answers::is_expired(30, 31 + ANSWER_EXPIRY_US) && !Answers::is_expired(31, 31 + ANSWER_EXPIRY_US));
+        assert!(!Answers::is_expired(u64::MAX, u64::MAX), "saturating");
+        a.expire_at(5_000 + ANSWER_EXPIRY_US + 1);
+        assert_eq!(a.clients(), 0, "the refusal's client went once the watermark passed its timestamp");
     }
 
     #[test]

@@ -99,7 +99,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 return true;
             }
         };
-        if Answers::is_expired(txn.ts, self.watermark, ANSWER_EXPIRY_US) {
+        if Answers::is_expired(txn.ts, self.watermark) {
             // Unknown here and that old: its client may have expired here with its answer
             // after it executed (or the client's clock is far behind). Not admitted.
             self.stats.expired += 1;

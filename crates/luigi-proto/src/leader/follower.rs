@@ -15,7 +15,7 @@ use std::sync::Arc;
 use luigi_store::{Key, Store, Value};
 use serde::{Deserialize, Serialize};
 
-use super::answers::{Answer, Answers, ANSWER_EXPIRY_US, EXPIRY_SCAN_US};
+use super::answers::{Answer, Answers};
 use crate::log::{LogEntry, LogIndex, LogRecord};
 use crate::msg::TxnError;
 use crate::procedure::Registry;
@@ -130,8 +130,6 @@ pub struct Follower {
     executed: VecDeque<(TxnId, Timestamp)>,
     /// Executions dropped from a full journal.
     executed_dropped: u64,
-    /// The next `Applied` marker at or past this scans the answer table for expired clients.
-    expiry_scan_at: Timestamp,
 }
 
 impl Follower {
@@ -150,7 +148,6 @@ impl Follower {
             last_floor: (0, 0),
             stats: FollowerStats::default(),
             executed: VecDeque::new(),
-            expiry_scan_at: 0,
             executed_dropped: 0,
         }
     }
@@ -269,10 +266,7 @@ impl Follower {
             LogRecord::Applied { ts } => {
                 self.execute_up_to(*ts);
                 // Expiry follows the markers, as the leader's follows its watermark.
-                if *ts >= self.expiry_scan_at {
-                    self.answers.expire_before(ts.saturating_sub(ANSWER_EXPIRY_US));
-                    self.expiry_scan_at = ts.saturating_add(EXPIRY_SCAN_US);
-                }
+                self.answers.expire_at(*ts);
             }
         }
     }

@@ -388,8 +388,6 @@ pub struct ShardLeader<L: ReplicatedLog> {
     promise_sent: Timestamp,
     /// When the watermark was last broadcast, and its value then.
     broadcast_at: (TimeUs, Timestamp),
-    /// The watermark at or past which the answer table is next scanned for expired clients.
-    expiry_scan_at: Timestamp,
     /// When the last `Applied` marker was logged, and its value.
     applied_at: (TimeUs, Timestamp),
     /// Highest timestamp executed here: a marker is needed only while it is above the last
@@ -460,7 +458,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             floor_proposed: 0,
             promise_sent: 0,
             broadcast_at: (0, 0),
-            expiry_scan_at: 0,
             applied_at: (0, 0),
             max_executed_ts: 0,
             undecided_moves: BTreeSet::new(),
@@ -624,7 +621,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if now >= self.applied_at.0.saturating_add(self.config.applied_marker_us) {
             self.log_applied_marker(now);
         }
-        self.expire_answers();
+        self.answers.expire_at(self.watermark);
         self.report_commit();
         self.flush_outbox(out);
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::agreement::{Agreement, Step};
-use super::answers::{Answer, Answers, Known, ANSWER_EXPIRY_US};
+use super::answers::{Answer, Answers, Known};
 use super::follower::Handover;
 use super::speculation::DeferredRecover;
 use super::{LeaderConfig, LeaderOutput, Pending, ShardLeader, StalledTxn};
@@ -229,7 +229,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.stats.recover_forgotten += 1;
                 self.queue_peer(from, PeerItem::Acknowledged { id });
             }
-            Known::Unknown if Answers::is_expired(txn.ts, self.watermark, ANSWER_EXPIRY_US) => {
+            Known::Unknown if Answers::is_expired(txn.ts, self.watermark) => {
                 // It may have executed here, its client's answers expired since: say what is
                 // said of an acknowledged one whose final timestamp is forgotten.
                 self.stats.recover_forgotten += 1;

@@ -2,7 +2,7 @@
 //! releases, its broadcast to the client audience, the `Floor` promises that let it follow
 //! the clock, and the `Applied` markers followers execute by.
 
-use super::answers::{Answer, ANSWER_EXPIRY_US, EXPIRY_SCAN_US};
+use super::answers::Answer;
 use super::{LeaderOutput, ShardLeader};
 use crate::log::{LogRecord, ReplicatedLog};
 use crate::msg::{ServerMsg, TxnError, TxnReply};
@@ -150,15 +150,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// new leader must wait out after a failover stays short.
     pub(super) fn floor_margin_us(&self) -> u64 {
         self.config.floor_lookahead_us - self.config.floor_lookahead_us / 8
-    }
-
-    /// Forgets the clients whose transactions are all the expiry behind the watermark (see
-    /// [`super::answers::Answers::expire_before`]), every [`EXPIRY_SCAN_US`] of watermark.
-    pub(super) fn expire_answers(&mut self) {
-        if self.watermark >= self.expiry_scan_at {
-            self.answers.expire_before(self.watermark.saturating_sub(ANSWER_EXPIRY_US));
-            self.expiry_scan_at = self.watermark.saturating_add(EXPIRY_SCAN_US);
-        }
     }
 
     pub(super) fn renew_floor(&mut self, now: TimeUs) {
