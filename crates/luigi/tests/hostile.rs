@@ -19,7 +19,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use luigi_proto::coordinator::TxnOutcome;
 use luigi_proto::msg::{ClientMsg, ReplicationMsg, ServerMsg, TxnError, WireMsg};
 use luigi_proto::partition::HashPartitioner;
@@ -29,7 +28,6 @@ use luigi_proto::types::{KeySet, Protocol, ShardPiece, Txn, TxnId};
 use luigi_runtime::auth;
 use luigi_runtime::client::Client;
 use luigi_runtime::config::{ClusterConfig, NodeId};
-use luigi_runtime::net::codec::{decode_payload, encode_frame};
 use luigi_runtime::server::{ConnLimits, Server, StorageOptions};
 
 use common::{free_port, latest_leader, scratch, start_durable, three_replica_cluster_with, transfer, ServerProc, EXE};
@@ -96,20 +94,12 @@ impl Raw {
     /// Sends `msgs` in one write (a server reads the later ones right behind the first).
     /// A failed write is ignored: a server may close the connection in the middle of it.
     fn send_all(&mut self, msgs: &[&WireMsg]) {
-        let mut buf = BytesMut::new();
-        for msg in msgs {
-            encode_frame(*msg, &mut buf).unwrap();
-        }
-        let _ = self.0.write_all(&buf);
+        let _ = common::send_frames(&mut self.0, msgs);
     }
 
     /// The next message; `None` once the server closed the connection (or after 5 s).
     fn recv(&mut self) -> Option<WireMsg> {
-        let mut len = [0u8; 4];
-        self.0.read_exact(&mut len).ok()?;
-        let mut payload = vec![0u8; u32::from_be_bytes(len) as usize];
-        self.0.read_exact(&mut payload).ok()?;
-        Some(decode_payload(&payload).unwrap())
+        common::recv_frame(&mut self.0)
     }
 
     /// The first of the next `frames_max` messages that `pick` takes, reading past the

@@ -7,18 +7,15 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use luigi_proto::msg::{ClientMsg, ServerMsg, WireMsg};
 use luigi_proto::procedures::{kv_args, kv_key, Kv, KvOp};
 use luigi_proto::types::{KeySet, Protocol, ShardPiece, Txn, TxnId};
-use luigi_runtime::net::codec::{decode_payload, encode_frame};
 
 use common::{latest_leader, scratch, start_all, three_replica_cluster_with, EXE};
 
@@ -40,17 +37,11 @@ impl Conn {
     }
 
     fn send(&mut self, msg: &WireMsg) {
-        let mut buf = BytesMut::new();
-        encode_frame(msg, &mut buf).unwrap();
-        self.0.write_all(&buf).unwrap();
+        common::send_frames(&mut self.0, &[msg]).unwrap();
     }
 
     fn recv(&mut self) -> Option<WireMsg> {
-        let mut len = [0u8; 4];
-        self.0.read_exact(&mut len).ok()?;
-        let mut payload = vec![0u8; u32::from_be_bytes(len) as usize];
-        self.0.read_exact(&mut payload).ok()?;
-        Some(decode_payload(&payload).unwrap())
+        common::recv_frame(&mut self.0)
     }
 
     /// Whether a `FastAccept` comes within about a second (reading past broadcasts).

@@ -5,14 +5,17 @@
 pub mod subset;
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use luigi_proto::coordinator::TxnOutcome;
+use luigi_proto::msg::WireMsg;
 use luigi_proto::procedures::{account_key, Transfer, TransferArgs};
 use luigi_runtime::client::Client;
+use luigi_runtime::net::codec::{decode_payload, encode_frame};
 
 /// The `luigi` binary under test.
 pub const EXE: &str = env!("CARGO_BIN_EXE_luigi");
@@ -187,4 +190,23 @@ pub fn read_balances(
         }
     }
     balances
+}
+
+/// Writes `msgs` as frames in one write (a server reads the later ones right behind the
+/// first): what a hand-made client sends.
+pub fn send_frames(stream: &mut TcpStream, msgs: &[&WireMsg]) -> std::io::Result<()> {
+    let mut buf = bytes::BytesMut::new();
+    for msg in msgs {
+        encode_frame(*msg, &mut buf).unwrap();
+    }
+    stream.write_all(&buf)
+}
+
+/// The next frame on `stream`; `None` once the server closed it (or its read timeout passed).
+pub fn recv_frame(stream: &mut TcpStream) -> Option<WireMsg> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).ok()?;
+    let mut payload = vec![0u8; u32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut payload).ok()?;
+    Some(decode_payload(&payload).unwrap())
 }
