@@ -427,3 +427,26 @@ fn an_idle_clients_answers_expire_and_a_late_retry_is_told_so_not_executed() {
     dispatch(&mut a, now, &fresh);
     assert_eq!(replies(&tick(&mut a, now + 200)).iter().map(|r| r.ts).collect::<Vec<_>>(), vec![now + 100]);
 }
+
+/// A client holding `ANSWERS_PER_CLIENT_MAX` unacknowledged answers on a shard is told
+/// `Busy` (nothing stored) until it acknowledges; then it is admitted again.
+#[test]
+fn a_client_at_its_bound_of_unacknowledged_answers_is_told_busy_until_it_acknowledges() {
+    use super::answers::{Answer, ANSWERS_PER_CLIENT_MAX};
+    let (mut a, _) = leader(0);
+    for seq in 1..=ANSWERS_PER_CLIENT_MAX as u64 {
+        let answer = Answer { ts: 50, outcome: Ok(vec![]), arrival_delta_us: 0, rounds: 0 };
+        a.answers.insert(id(seq), answer, 50);
+    }
+    let next = txn(ANSWERS_PER_CLIENT_MAX as u64 + 1, 1_000, &[(0, 1, Some(5))]);
+    let out = dispatch(&mut a, 100, &next);
+    let told = client_replies(&out);
+    assert!(matches!(told.as_slice(), [(_, Err(TxnError::Busy(why)))] if why.contains("not acknowledged")), "{out:?}");
+    assert_eq!((a.stats().admitted, a.pending_len()), (0, 0));
+    // `dispatch` acknowledges below 1 only; a client acknowledging what it has is taken in.
+    let mut out = Vec::new();
+    let ack =
+        ClientMsg::Dispatch { txn: next, sent_us: 200, acked_below: ANSWERS_PER_CLIENT_MAX as u64 + 1, fast: false };
+    a.on_client(200, 9, ack, &mut out);
+    assert_eq!((a.stats().admitted, a.answers.kept_for(9)), (1, 0));
+}
