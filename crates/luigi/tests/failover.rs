@@ -8,6 +8,9 @@
 //!
 //! Why transfers: every account's final balance is a sum over the committed transfers that
 //! touch it, in any order. A lost answered transfer or one applied twice changes some balance.
+//! Beside them, micro transactions read and write a small key space with unique values, and
+//! every transaction of the run is recorded and checked for strict serializability by the
+//! simulator's history checker (`common::history`).
 //!
 //! The same runs again with the six servers' clocks skewed (DESIGN.md rule 22, issue 26):
 //! ±50 ms and ±500 ms (the default clock bound) around the machine's, alternating by
@@ -21,14 +24,18 @@ use std::time::{Duration, Instant};
 
 use luigi_proto::coordinator::TxnOutcome;
 use luigi_proto::partition::{HashPartitioner, Partitioner};
-use luigi_proto::procedures::{account_key, TransferArgs};
+use luigi_proto::procedures::{account_key, MicroOp, TransferArgs};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 
-use common::{latest_leader, read_balances, scratch, start_server_skewed, three_replica_cluster, transfer};
+use common::history::Recorder;
+use common::{latest_leader, scratch, start_server_skewed, three_replica_cluster};
 
 const ACCOUNTS: u64 = 16;
 const WORKERS: u64 = 8;
+/// Workers running micro transactions, and the keys they share.
+const MICRO_WORKERS: u64 = 4;
+const MICRO_KEYS: u64 = 24;
 
 /// A committed transfer and when its answer came.
 #[derive(Clone, Copy)]
@@ -83,16 +90,17 @@ fn failover_under_load(name: &str, skew_us: i64) {
     let config = ClusterConfig::load(&config_path).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let client = rt.block_on(Client::connect(&config, 501)).unwrap();
+    let recorder = Recorder::new(client, 2);
 
     // Warm up: the first transfer waits for both groups to elect their leaders.
-    let first = rt.block_on(transfer(&client, TransferArgs { from: 0, to: 1, amount: 0 }));
+    let first = rt.block_on(recorder.transfer(TransferArgs { from: 0, to: 1, amount: 0 }));
     assert!(first.is_committed(), "{first:?}");
 
     let committed: Arc<Mutex<Vec<Done>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut workers = Vec::new();
     for w in 0..WORKERS {
-        let (client, committed, stop) = (client.clone(), committed.clone(), stop.clone());
+        let (recorder, committed, stop) = (recorder.clone(), committed.clone(), stop.clone());
         workers.push(rt.spawn(async move {
             let mut n = 0u64;
             let mut other = Vec::new();
@@ -101,7 +109,7 @@ fn failover_under_load(name: &str, skew_us: i64) {
                 let from = (w * 7 + n * 3) % ACCOUNTS;
                 let to = (from + 1 + (n * 5 + w) % (ACCOUNTS - 1)) % ACCOUNTS;
                 let args = TransferArgs { from, to, amount: (n % 9 + 1) as i64 };
-                match transfer(&client, args).await {
+                match recorder.transfer(args).await {
                     outcome if outcome.is_committed() => {
                         committed.lock().unwrap().push(Done { at: Instant::now(), args });
                     }
@@ -110,6 +118,10 @@ fn failover_under_load(name: &str, skew_us: i64) {
             }
             other
         }));
+    }
+    for w in 0..MICRO_WORKERS {
+        let (recorder, stop) = (recorder.clone(), stop.clone());
+        workers.push(rt.spawn(async move { micro_load(&recorder, w, &stop).await }));
     }
 
     let start_at = Instant::now();
@@ -152,9 +164,25 @@ fn failover_under_load(name: &str, skew_us: i64) {
         expected[d.args.from as usize] -= d.args.amount;
         expected[d.args.to as usize] += d.args.amount;
     }
-    let read = read_balances(&rt, &client, (0..ACCOUNTS).step_by(2).map(|a| (a, a + 1)));
-    let actual: Vec<i64> = (0..ACCOUNTS).map(|a| *read.get(&a).expect("every account read")).collect();
+    let stores = rt.block_on(recorder.read_stores(ACCOUNTS, MICRO_KEYS));
+    let shard_of = HashPartitioner::new(2);
+    let balance = |a: u64| {
+        let value =
+            stores[shard_of.shard_of(&account_key(a)) as usize].get(&account_key(a)).expect("every account read");
+        i64::from_le_bytes(value.as_slice().try_into().unwrap())
+    };
+    let actual: Vec<i64> = (0..ACCOUNTS).map(balance).collect();
     assert_eq!(actual, expected, "balances differ from the committed transfers: something was lost or doubled");
+    let summary = recorder.check(&stores);
+    eprintln!(
+        "failover (server clocks ±{} ms): history checker: {} transactions ordered ({} committed, {} rejected), \
+         {} conflict edges, strictly serializable",
+        skew_us / 1000,
+        summary.ordered,
+        summary.committed,
+        summary.rejected,
+        summary.conflict_edges
+    );
 
     // Every replica compacted its log behind a snapshot, leaders included (s1r0 led all along:
     // it compacts behind the snapshots its followers offer it). Not with skewed clocks: every
@@ -173,7 +201,6 @@ fn failover_under_load(name: &str, skew_us: i64) {
 
     // The failover pause: the longest interval without a commit from the kill to the end,
     // over all transfers and over those touching shard 0 (the one whose leaders die).
-    let shard_of = HashPartitioner::new(2);
     let touches_0 = |d: &Done| [d.args.from, d.args.to].iter().any(|a| shard_of.shard_of(&account_key(*a)) == 0);
     let longest_gap = |times: &mut Vec<Instant>| {
         times.sort();
@@ -223,4 +250,26 @@ fn failover_under_load(name: &str, skew_us: i64) {
         longest_0.as_millis(),
         logs.display()
     );
+}
+
+/// One micro worker's closed loop until `stop`: one to three reads and writes of
+/// [`MICRO_KEYS`] keys, each written value unique to the run; returns what did not commit.
+async fn micro_load(recorder: &Recorder, worker: u64, stop: &std::sync::atomic::AtomicBool) -> Vec<TxnOutcome> {
+    let mut n = 0u64;
+    let mut other = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        n += 1;
+        let ops: Vec<MicroOp> = (0..1 + n % 3)
+            .map(|i| {
+                let key = (worker * 5 + n * 7 + i * 11) % MICRO_KEYS;
+                let write = (n + i).is_multiple_of(2).then_some((worker + 1) << 40 | n << 4 | i);
+                MicroOp { key, write }
+            })
+            .collect();
+        let outcome = recorder.micro(&ops).await;
+        if !outcome.is_committed() {
+            other.push(outcome);
+        }
+    }
+    other
 }

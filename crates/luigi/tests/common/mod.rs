@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // each test file uses a subset
 
+pub mod history;
 pub mod subset;
 
 use std::collections::BTreeMap;
