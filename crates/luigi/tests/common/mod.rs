@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test file uses a subset
 
+pub mod load;
+pub mod netns;
 pub mod subset;
 
 use std::collections::BTreeMap;
