@@ -114,13 +114,18 @@ fn remove_all(x: u8) {
             let _ = ip(&["link", "del", &name]);
         }
     }
+    remove_root_routes(x);
+    let _ = ip(&["link", "del", &format!("lub{x}")]);
+}
+
+/// Deletes the root namespace's blackhole routes into subnet `x` (faults of a killed run).
+fn remove_root_routes(x: u8) {
     let subnet = format!("{NET}.{x}.");
     for line in ip_out(&["route", "show", "type", "blackhole"]).lines() {
         if let Some(dst) = line.split_whitespace().nth(1).filter(|d| d.starts_with(&subnet)) {
             let _ = ip(&["route", "del", "blackhole", dst]);
         }
     }
-    let _ = ip(&["link", "del", &format!("lub{x}")]);
 }
 
 impl NetNs {
@@ -172,6 +177,7 @@ impl NetNs {
             let _ = ip(&["netns", "del", &self.ns(k)]);
             let _ = ip(&["link", "del", &format!("lu{x}h{k}")]);
         }
+        remove_root_routes(x);
         let bridge = format!("lub{x}");
         ip(&["addr", "add", &format!("{NET}.{x}.1/24"), "dev", &bridge])?;
         ip(&["link", "set", &bridge, "up"])?;
