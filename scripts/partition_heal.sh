@@ -82,7 +82,7 @@ status=0
         echo "# verdict: the test FAILED (exit $status):"
         grep -E "panicked|assertion|lead the clock|no transfer|balances differ|SKIPPED" "$log" | sed 's/^/#   /' | head -8 || true
     fi
-    grep -E "^partition: " "$log" | sed 's/^/# /' || true
+    grep -oE "partition: .*" "$log" | sed 's/^/# /' || true
     echo "# lead = the transaction's timestamp minus the machine's clock when it was submitted (the client's"
     echo "# one-way delay estimate plus headroom); the median and largest over the transfers submitted that second"
     cat "$timeline"
