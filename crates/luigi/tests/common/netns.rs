@@ -97,6 +97,21 @@ fn alias_of(name: &str) -> String {
     text.split(" alias ").nth(1).map(|a| a.split_whitespace().take(2).collect::<Vec<_>>().join(" ")).unwrap_or_default()
 }
 
+/// Removes the subnets of every bridge whose owner is gone (a killed run's leftovers).
+fn remove_leftovers(pid: u32) {
+    for line in ip_out(&["-o", "link", "show", "type", "bridge"]).lines() {
+        let Some(name) = line.split(':').nth(1).map(str::trim) else { continue };
+        let Some(x) = name.strip_prefix("lub").and_then(|x| x.parse::<u8>().ok()) else { continue };
+        match owner(&alias_of(name)) {
+            Some(p) if p != pid && !Path::new(&format!("/proc/{p}")).exists() => {
+                eprintln!("netns: removing the leftovers of process {p} (subnet {NET}.{x}.0/24)");
+                remove_all(x);
+            }
+            Some(_) | None => {}
+        }
+    }
+}
+
 /// Deletes everything of subnet `x`: its namespaces, host-side veths, root routes and bridge.
 fn remove_all(x: u8) {
     let prefix = format!("luigi-{x}-");
@@ -137,6 +152,7 @@ impl NetNs {
             return None;
         }
         let pid = std::process::id();
+        remove_leftovers(pid);
         let start = (pid % 200) as u8;
         for k in 0..254u16 {
             let x = ((u16::from(start) + k) % 254 + 1) as u8;
