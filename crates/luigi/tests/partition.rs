@@ -130,7 +130,7 @@ fn partitions_of_leaders_and_followers_heal_with_liveness_and_sane_timestamps() 
     let first = rt.block_on(transfer(&client, TransferArgs { from: 0, to: 1, amount: 0 }));
     assert!(first.is_committed(), "{first:?}");
 
-    let load = TransferLoad::start(&rt, &client, WORKERS);
+    let load = TransferLoad::with_client(&rt, &client, WORKERS);
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
     assert!(load.count() > 0, "no transfer committed before the first partition");

@@ -1,6 +1,8 @@
 //! A closed-loop bank-transfer load over [`ACCOUNTS`] accounts, and the check that the final
 //! balances are exactly the sum of the committed transfers (nothing answered lost or applied
-//! twice): the fault tests' workload (failover.rs, partition.rs).
+//! twice): the partition test's workload (partition.rs). [`TransferLoad::start`] takes the
+//! function that runs one transfer, so a test that records its transactions (a history
+//! recorder) runs the same load through it.
 //!
 //! Why transfers: every account's final balance is a sum over the committed transfers that
 //! touch it, in any order. A lost answered transfer or one applied twice changes some balance.
@@ -55,13 +57,26 @@ pub struct TransferLoad {
 }
 
 impl TransferLoad {
-    /// Starts `workers` workers on `rt` sharing `client`.
-    pub fn start(rt: &tokio::runtime::Runtime, client: &Client, workers: u64) -> TransferLoad {
+    /// Starts `workers` workers on `rt`, each running its transfers through `client`.
+    pub fn with_client(rt: &tokio::runtime::Runtime, client: &Client, workers: u64) -> TransferLoad {
+        let client = client.clone();
+        TransferLoad::start(rt, workers, move |args| {
+            let client = client.clone();
+            async move { transfer(&client, args).await }
+        })
+    }
+
+    /// Starts `workers` workers on `rt`, each running its transfers through `run`.
+    pub fn start<F, Fut>(rt: &tokio::runtime::Runtime, workers: u64, run: F) -> TransferLoad
+    where
+        F: Fn(TransferArgs) -> Fut + Clone + Send + 'static,
+        Fut: std::future::Future<Output = TxnOutcome> + Send + 'static,
+    {
         let committed: Arc<Mutex<Vec<Done>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let handles = (0..workers)
             .map(|w| {
-                let (client, committed, stop) = (client.clone(), committed.clone(), stop.clone());
+                let (run, committed, stop) = (run.clone(), committed.clone(), stop.clone());
                 rt.spawn(async move {
                     let mut n = 0u64;
                     let mut other = Vec::new();
@@ -71,7 +86,7 @@ impl TransferLoad {
                         let to = (from + 1 + (n * 5 + w) % (ACCOUNTS - 1)) % ACCOUNTS;
                         let args = TransferArgs { from, to, amount: (n % 9 + 1) as i64 };
                         let (submitted, submitted_us) = (Instant::now(), wall_us());
-                        match transfer(&client, args).await {
+                        match run(args).await {
                             TxnOutcome::Ordered { ts, results } if results.iter().all(|(_, r)| r.is_ok()) => {
                                 let done = Done { submitted, submitted_us, at: Instant::now(), ts, args };
                                 committed.lock().unwrap().push(done);

@@ -2,9 +2,10 @@
 
 #![allow(dead_code)] // each test file uses a subset
 
+pub mod subset;
+
 pub mod load;
 pub mod netns;
-pub mod subset;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
