@@ -231,6 +231,10 @@ pub(crate) trait ClusterModel {
     /// True if a message from `src` to `dst` is cut by the cluster's faults (checked when it
     /// is sent and when it arrives; a dead client's links are cut by the engine).
     fn blocked(&self, core: &Core<'_>, src: Node, dst: Node) -> bool;
+    /// Takes `msg` from `src` to `dst` if a cut link holds it (as TCP holds what is sent
+    /// during a partition, to deliver it when the partition heals); gives it back otherwise.
+    /// Asked when a client sends and when a message arrives, after [`Self::blocked`].
+    fn hold(&mut self, core: &Core<'_>, src: Node, dst: Node, msg: SimMsg) -> Option<SimMsg>;
     /// After each event until every transaction is answered (a liveness check).
     fn after_step(&mut self, core: &mut Core<'_>) -> Step;
     /// Every transaction is answered or orphaned: heals what the model broke; returns the
@@ -394,6 +398,7 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
         if self.blocked(src, dst) {
             return Ok(());
         }
+        let Some(msg) = self.cluster.hold(&self.core, src, dst, msg) else { return Ok(()) };
         let core = &mut self.core;
         core.delivered += 1;
         let hash = msg.hash();
@@ -526,7 +531,9 @@ impl<C: ClusterModel> ClientWorld for Sim<'_, C> {
     fn send_to_replica(&mut self, id: ClientId, shard: ShardId, replica: u32, msg: ClientMsg) {
         let (src, dst) = (Node::Client(id), self.cluster.node_of(shard, replica));
         if !self.blocked(src, dst) {
-            self.core.send(src, dst, SimMsg::ToLeader(msg));
+            if let Some(msg) = self.cluster.hold(&self.core, src, dst, SimMsg::ToLeader(msg)) {
+                self.core.send(src, dst, msg);
+            }
         }
     }
 

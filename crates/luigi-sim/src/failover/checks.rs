@@ -372,9 +372,8 @@ impl RaftGroups<'_> {
                     ),
                 };
                 msg.push_str(&format!(
-                    "; R{s}.{i}{}{}: {state}",
-                    if node.isolated { " (isolated)" } else { "" },
-                    if node.raft_cut { " (raft cut)" } else { "" }
+                    "; R{s}.{i}{}: {state}",
+                    node.cut.map(|c| format!(" ({:?} cut, {:?})", c.kind, c.mode)).unwrap_or_default()
                 ));
             }
         }

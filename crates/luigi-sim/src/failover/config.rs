@@ -34,6 +34,51 @@ pub enum KillPoint {
     SpeculativeAnswer,
 }
 
+/// How a partition cuts a replica off (issue 26).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CutKind {
+    /// Nothing it sends arrives, nothing sent to it arrives.
+    BothWays,
+    /// What it sends is cut; it still hears everyone.
+    Outgoing,
+    /// What is sent to it is cut; it still reaches everyone.
+    Incoming,
+    /// Cut from the other replicas of its own shard only (clients and other shards still
+    /// reach it, both ways).
+    FromGroup,
+}
+
+/// What becomes of the messages on a cut link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CutMode {
+    /// Lost. A two-way cut ([`CutKind::BothWays`], [`CutKind::FromGroup`]) also takes the
+    /// links down, and both ends hear of it, as a server hears of a reset connection; a
+    /// one-way cut loses its direction's messages silently.
+    Lost,
+    /// Held, as TCP holds them: the connections stay up (nobody hears of the cut), what is
+    /// sent waits (in order) and is delivered when the cut heals, late. After a partition
+    /// healed, such late pongs once stretched every timestamp by seconds (DESIGN.md rule 1).
+    Held,
+}
+
+/// A partition at a planned time (see [`FaultConfig::cuts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedCut {
+    /// The shard.
+    pub shard: ShardId,
+    /// The replica cut off; `None`: the shard's serving leader at the time (replica 0 if
+    /// none serves).
+    pub replica: Option<u32>,
+    /// How it is cut.
+    pub kind: CutKind,
+    /// What becomes of the messages it cuts.
+    pub mode: CutMode,
+    /// When, virtual µs.
+    pub at_us: u64,
+    /// How long it holds, µs.
+    pub down_us: u64,
+}
+
 /// Replication and fault knobs of a replicated run (the rest comes from [`SimConfig`]).
 #[derive(Clone, Debug)]
 pub struct FaultConfig {
@@ -47,6 +92,12 @@ pub struct FaultConfig {
     pub sync: Delay,
     /// Random faults (crashes, isolations, Raft-only partitions) drawn from the seed.
     pub random_faults: bool,
+    /// The random faults also draw one-way partitions (a replica's outgoing or incoming
+    /// messages lost) and partitions that hold messages as TCP does ([`CutMode::Held`]).
+    /// Off by default: the draws of the runs without them (and their seeds) stay as they were.
+    pub partitions: bool,
+    /// Partitions at planned times, besides the random faults.
+    pub cuts: Vec<PlannedCut>,
     /// Time between two random faults.
     pub fault_gap: Delay,
     /// How long a crashed or cut-off replica stays down.
@@ -112,6 +163,8 @@ impl FaultConfig {
             election_ticks: 10,
             sync: Delay::new(300, 200),
             random_faults: true,
+            partitions: false,
+            cuts: Vec::new(),
             fault_gap: Delay::new(60_000, 40_000),
             down: Delay::new(80_000, 60_000),
             faults_until_us: 600_000,
@@ -137,7 +190,7 @@ impl FaultConfig {
         format!(
             "replicas={} raft_tick={}us election_ticks={} sync={}±{}us random_faults={} fault_gap={}±{}us \
              down={}±{}us faults_until={}us kill={:?}×{} ack_before_sync={} snapshot_entries={:?} \
-             population_bytes={} outages={:?}",
+             population_bytes={} outages={:?} partitions={} cuts={:?}",
             self.replicas,
             self.raft_tick_us,
             self.election_ticks,
@@ -154,7 +207,9 @@ impl FaultConfig {
             self.ack_before_sync,
             self.snapshot_entries,
             self.population_bytes,
-            self.outages
+            self.outages,
+            self.partitions,
+            self.cuts
         )
     }
 }
@@ -234,8 +289,23 @@ pub struct FailoverReport {
     pub crashes: u64,
     /// Kills at the configured kill point (coordinator deaths included).
     pub kills: u64,
-    /// Isolations and Raft-only partitions.
+    /// Isolations and Raft-only partitions (every partition, one-way and held ones included).
     pub cuts: u64,
+    /// Of the cuts, the one-way ones ([`CutKind::Outgoing`], [`CutKind::Incoming`]).
+    pub one_way_cuts: u64,
+    /// Of the cuts, those that held their messages ([`CutMode::Held`]).
+    pub held_cuts: u64,
+    /// Messages held on cut links and delivered at the heal.
+    pub held_delivered: u64,
+    /// Messages held on cut links and lost: an end crashed meanwhile, or the bound
+    /// (`HELD_MAX`) was reached.
+    pub held_lost: u64,
+    /// Times the clients' one-way delay estimates were read one virtual second after a held
+    /// partition healed.
+    pub owd_observations: u64,
+    /// The largest of those estimates (any live Luigi client, any shard), µs: a client that
+    /// took the late answers' delays as samples stamps everything that far ahead.
+    pub owd_after_heal_max_us: i64,
     /// Times a replica became its shard's serving leader.
     pub promotions: u64,
     /// Times a serving leader stepped down and rebuilt its state.
@@ -293,6 +363,12 @@ impl FailoverReport {
         self.crashes += r.crashes;
         self.kills += r.kills;
         self.cuts += r.cuts;
+        self.one_way_cuts += r.one_way_cuts;
+        self.held_cuts += r.held_cuts;
+        self.held_delivered += r.held_delivered;
+        self.held_lost += r.held_lost;
+        self.owd_observations += r.owd_observations;
+        self.owd_after_heal_max_us = self.owd_after_heal_max_us.max(r.owd_after_heal_max_us);
         self.promotions += r.promotions;
         self.demotions += r.demotions;
         self.compactions += r.compactions;

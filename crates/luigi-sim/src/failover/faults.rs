@@ -1,9 +1,12 @@
-//! The fault injectors of the Raft cluster model: random crashes, isolations and Raft-only
-//! partitions, majority losses, and the decision that a coordinator dies after a partial
+//! The fault injectors of the Raft cluster model: random crashes, isolations, Raft-only and
+//! (with [`FaultConfig::partitions`](super::FaultConfig)) one-way and held partitions
+//! (`partition.rs`), planned partitions, majority losses, and the decision that a coordinator dies after a partial
 //! dispatch (the engine kills it).
 
 use rand::Rng;
 
+use super::config::{CutKind, CutMode};
+use super::partition::ActiveCut;
 use super::{FaultAction, KillPoint, Outage, RaftGroups};
 use crate::engine::{Core, Step};
 
@@ -25,10 +28,18 @@ impl RaftGroups<'_> {
             FaultAction::Heal(s, i) => {
                 self.last_repair_us = core.now;
                 core.trace(|| format!("R{s}.{i} healed"));
-                let node = &mut self.replicas[s as usize][i as usize];
-                node.isolated = false;
-                node.raft_cut = false;
-                self.links_up(core, s, i)
+                self.heal_replica(core, s, i)
+            }
+            FaultAction::Cut(index) => {
+                let planned = self.faults.cuts[index];
+                let s = planned.shard;
+                let target = planned.replica.or_else(|| (0..self.n).find(|&i| self.serving(s, i))).unwrap_or(0);
+                let cut = ActiveCut { kind: planned.kind, mode: planned.mode };
+                self.cut_replica(core, s, target, cut, planned.down_us)
+            }
+            FaultAction::ObserveOwd => {
+                self.observe_owd(core);
+                Ok(())
             }
         }
     }
@@ -40,7 +51,9 @@ impl RaftGroups<'_> {
         let next = core.now + self.faults.fault_gap.sample_us(&mut self.fault_rng).max(1);
         self.schedule_fault(core, next, FaultAction::Random);
         let s = self.fault_rng.gen_range(0..core.config.shards);
-        let kind = self.fault_rng.gen_range(0..5u32);
+        // Without partitions, the draws of the runs before them (their seeds' meaning).
+        let kinds: u32 = if self.faults.partitions { 10 } else { 5 };
+        let kind = self.fault_rng.gen_range(0..kinds);
         let random = self.fault_rng.gen_range(0..self.n);
         let down = self.faults.down.sample_us(&mut self.fault_rng).max(1);
         // Faults stay a minority of each group (one of 3, two of 5), so it keeps a majority.
@@ -53,24 +66,18 @@ impl RaftGroups<'_> {
         match kind {
             0 => self.crash(core, s, leader, down),
             1 => self.crash(core, s, random, down),
-            2 | 3 => {
-                let target = if kind == 2 { leader } else { random };
-                core.trace(|| format!("R{s}.{target} isolated for {down} us"));
-                self.replicas[s as usize][target as usize].isolated = true;
-                self.links_down(core, s, target, false)?;
-                self.report.cuts += 1;
-                let at = core.now + down;
-                self.schedule_fault(core, at, FaultAction::Heal(s, target));
-                Ok(())
-            }
             _ => {
-                core.trace(|| format!("R{s}.{leader} cut from its group for {down} us"));
-                self.replicas[s as usize][leader as usize].raft_cut = true;
-                self.links_down(core, s, leader, true)?;
-                self.report.cuts += 1;
-                let at = core.now + down;
-                self.schedule_fault(core, at, FaultAction::Heal(s, leader));
-                Ok(())
+                let (target, kind, mode) = match kind {
+                    2 => (leader, CutKind::BothWays, CutMode::Lost),
+                    3 => (random, CutKind::BothWays, CutMode::Lost),
+                    4 => (leader, CutKind::FromGroup, CutMode::Lost),
+                    5 => (leader, CutKind::Outgoing, CutMode::Lost),
+                    6 => (random, CutKind::Incoming, CutMode::Lost),
+                    7 => (leader, CutKind::BothWays, CutMode::Held),
+                    8 => (leader, CutKind::Incoming, CutMode::Held),
+                    _ => (random, CutKind::Outgoing, CutMode::Held),
+                };
+                self.cut_replica(core, s, target, ActiveCut { kind, mode }, down)
             }
         }
     }

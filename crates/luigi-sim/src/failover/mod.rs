@@ -72,11 +72,12 @@ mod baseline;
 mod checks;
 mod config;
 mod faults;
+mod partition;
 mod replicas;
 
 pub use config::{
-    failover_config, population, without_population, FailoverReport, FaultConfig, KillPoint, Outage,
-    POPULATION_ROW_BYTES, POPULATION_TABLE,
+    failover_config, population, without_population, CutKind, CutMode, FailoverReport, FaultConfig, KillPoint, Outage,
+    PlannedCut, POPULATION_ROW_BYTES, POPULATION_TABLE,
 };
 
 use replicas::{new_node, SimReplica};
@@ -127,6 +128,10 @@ enum FaultAction {
     Heal(ShardId, u32),
     /// A majority of the shard crashes (see [`Outage`]).
     LoseMajority(Outage),
+    /// The planned partition of this index in [`FaultConfig::cuts`] starts.
+    Cut(usize),
+    /// Read the clients' one-way delay estimates (a second after a held partition healed).
+    ObserveOwd,
 }
 
 /// The Raft cluster: per shard, a group of replicas running the real node, with faults.
@@ -153,6 +158,8 @@ pub(crate) struct RaftGroups<'a> {
     rule4_later: Vec<(String, ShardId, TxnId, Timestamp)>,
     /// The baselines' single-shard reads and the replies they produced.
     reads: baseline::ReadLedger,
+    /// Messages waiting on links cut by a partition that holds them.
+    held: partition::Held,
     quiescing: bool,
     report: FailoverReport,
 }
@@ -193,6 +200,7 @@ impl<'a> RaftGroups<'a> {
             proposed: HashSet::new(),
             rule4_later: Vec::new(),
             reads: baseline::ReadLedger::default(),
+            held: partition::Held::default(),
             quiescing: false,
             report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
         })
@@ -204,23 +212,18 @@ impl<'a> RaftGroups<'a> {
         core.queue.push(at, EventKind::Fault { index });
     }
 
-    /// True if a message from `src` to `dst` is cut by a fault (checked at send and delivery).
+    /// True if a message from `src` to `dst` is lost to a fault (checked at send and
+    /// delivery); a link whose cut holds messages is not (see [`ClusterModel::hold`]).
     fn cut(&self, core: &Core<'_>, src: Node, dst: Node) -> bool {
-        let blocked = |node: Node, other: Node| match node {
-            Node::Replica(s, i) => {
-                let r = &self.replicas[s as usize][i as usize];
-                r.node.is_none() || r.isolated || (r.raft_cut && matches!(other, Node::Replica(t, _) if t == s))
-            }
-            Node::Client(_) => core.dead(node),
-            Node::Leader(_) => true,
-        };
-        blocked(src, dst) || blocked(dst, src)
+        self.link_state(core, src, dst) == partition::Link::Lost
     }
 
-    /// Sends `msg` unless a fault cuts the link.
+    /// Sends `msg` unless a fault cuts the link (held if the cut holds messages).
     fn send(&mut self, core: &mut Core<'_>, src: Node, dst: Node, msg: SimMsg) {
-        if !self.cut(core, src, dst) {
-            core.send(src, dst, msg);
+        match self.link_state(core, src, dst) {
+            partition::Link::Open => core.send(src, dst, msg),
+            partition::Link::Held => self.keep(src, dst, msg),
+            partition::Link::Lost => {}
         }
     }
 
@@ -236,6 +239,7 @@ impl<'a> RaftGroups<'a> {
             .outages
             .iter()
             .map(|o| o.at_us + o.down_us)
+            .chain(self.faults.cuts.iter().map(|c| c.at_us + c.down_us))
             .max()
             .unwrap_or(0)
             .max(self.faults.faults_until_us + self.faults.down.mean_us + self.faults.down.jitter_us);
@@ -317,6 +321,13 @@ impl ClusterModel for RaftGroups<'_> {
                 return Err(Violation::new(ViolationKind::Config, msg));
             }
             self.schedule_fault(core, outage.at_us, FaultAction::LoseMajority(*outage));
+        }
+        for (index, cut) in self.faults.cuts.iter().enumerate() {
+            if cut.shard >= core.config.shards || cut.replica.is_some_and(|r| r >= self.n) {
+                let msg = format!("planned cut of {cut:?} outside a {}x{} run", core.config.shards, self.n);
+                return Err(Violation::new(ViolationKind::Config, msg));
+            }
+            self.schedule_fault(core, cut.at_us, FaultAction::Cut(index));
         }
         for s in 0..core.config.shards {
             for i in 0..self.n {
@@ -404,6 +415,16 @@ impl ClusterModel for RaftGroups<'_> {
         self.cut(core, src, dst)
     }
 
+    fn hold(&mut self, core: &Core<'_>, src: Node, dst: Node, msg: SimMsg) -> Option<SimMsg> {
+        match self.link_state(core, src, dst) {
+            partition::Link::Held => {
+                self.keep(src, dst, msg);
+                None
+            }
+            partition::Link::Open | partition::Link::Lost => Some(msg),
+        }
+    }
+
     fn after_step(&mut self, core: &mut Core<'_>) -> Step {
         self.check_liveness(core)
     }
@@ -416,14 +437,12 @@ impl ClusterModel for RaftGroups<'_> {
         core.trace(|| "quiescing: healing every fault".into());
         for s in 0..core.config.shards {
             for i in 0..self.n {
-                let node = &mut self.replicas[s as usize][i as usize];
-                let cut = node.isolated || node.raft_cut;
-                node.isolated = false;
-                node.raft_cut = false;
+                let node = &self.replicas[s as usize][i as usize];
                 if node.node.is_none() {
+                    self.replicas[s as usize][i as usize].cut = None;
                     self.restart(core, s, i)?;
-                } else if cut {
-                    self.links_up(core, s, i)?;
+                } else if node.cut.is_some() {
+                    self.heal_replica(core, s, i)?;
                 }
             }
         }

@@ -18,6 +18,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use super::config::population;
+use super::partition::ActiveCut;
 use super::{FaultAction, FaultConfig, Kill, KillPoint, RaftGroups};
 use crate::config::SimConfig;
 use crate::engine::{busy_backoff_us, local_clock, virtual_deadline, Core, Step};
@@ -76,10 +77,8 @@ pub(super) struct SimReplica {
     sync_scheduled: bool,
     /// The last ready written that the node waits to hear is durable.
     unsynced: Option<u64>,
-    /// Cut off from every node.
-    pub(super) isolated: bool,
-    /// Cut off from the other replicas of its shard only (still talks to clients and peers).
-    pub(super) raft_cut: bool,
+    /// The partition it is under, if any (`partition.rs`).
+    pub(super) cut: Option<ActiveCut>,
     /// Transactions the current state machine executed.
     pub(super) exec_seen: HashSet<TxnId>,
     /// Last watermark of the current serving incarnation.
@@ -100,8 +99,7 @@ impl SimReplica {
             gen: 0,
             sync_scheduled: false,
             unsynced: None,
-            isolated: false,
-            raft_cut: false,
+            cut: None,
             exec_seen: HashSet::new(),
             watermark: 0,
             reads: HashMap::new(),
@@ -110,7 +108,7 @@ impl SimReplica {
     }
 
     pub(super) fn faulty(&self) -> bool {
-        self.node.is_none() || self.isolated || self.raft_cut
+        self.node.is_none() || self.cut.is_some()
     }
 }
 

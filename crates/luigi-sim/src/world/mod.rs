@@ -266,6 +266,11 @@ impl ClusterModel for IdealLog {
         false
     }
 
+    /// Nothing is cut, so nothing is held.
+    fn hold(&mut self, _core: &Core<'_>, _src: Node, _dst: Node, msg: SimMsg) -> Option<SimMsg> {
+        Some(msg)
+    }
+
     fn after_step(&mut self, _core: &mut Core<'_>) -> Step {
         Ok(())
     }

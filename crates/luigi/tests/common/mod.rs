@@ -5,6 +5,9 @@
 pub mod history;
 pub mod subset;
 
+pub mod load;
+pub mod netns;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
