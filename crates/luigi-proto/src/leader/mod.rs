@@ -182,6 +182,10 @@ pub struct Mutations {
     /// An early answer is worked out before the clock passed its timestamp (rule 21), when
     /// a conflicting transaction may still be admitted below it and run first.
     pub early_before_its_time: bool,
+    /// A follower accepts a fast-path dispatch without the admission check its leader makes
+    /// (rule 22): what the leader refuses reaches the accept log, and a new leader's
+    /// recovery.
+    pub skip_fast_accept_check: bool,
 }
 
 /// An effect of the leader for its shell to carry out.
