@@ -109,7 +109,9 @@ pub mod world;
 
 pub use checker::{check, CheckOptions, History, Moment, TxnRecord};
 pub use config::{Delay, LinkConfig, SimConfig};
-pub use failover::{failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint, Outage};
+pub use failover::{
+    failover_config, hostile_dispatches, run_replicated, FailoverReport, FaultConfig, KillPoint, Outage, HOSTILE_CLIENT,
+};
 pub use hosted::HostedWorkload;
 pub use log::SimLog;
 pub use net::Node;

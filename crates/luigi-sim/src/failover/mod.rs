@@ -75,8 +75,8 @@ mod faults;
 mod replicas;
 
 pub use config::{
-    failover_config, population, without_population, FailoverReport, FaultConfig, KillPoint, Outage,
-    POPULATION_ROW_BYTES, POPULATION_TABLE,
+    failover_config, hostile_dispatches, population, without_population, FailoverReport, FaultConfig, KillPoint,
+    Outage, HOSTILE_CLIENT, POPULATION_ROW_BYTES, POPULATION_TABLE,
 };
 
 use replicas::{new_node, SimReplica};
@@ -154,6 +154,8 @@ pub(crate) struct RaftGroups<'a> {
     /// The baselines' single-shard reads and the replies they produced.
     reads: baseline::ReadLedger,
     quiescing: bool,
+    /// Hostile dispatches sent so far ([`FaultConfig::hostile_fast`]): the next one's number.
+    hostile_sent: u64,
     report: FailoverReport,
 }
 
@@ -194,6 +196,7 @@ impl<'a> RaftGroups<'a> {
             rule4_later: Vec::new(),
             reads: baseline::ReadLedger::default(),
             quiescing: false,
+            hostile_sent: 0,
             report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
         })
     }
