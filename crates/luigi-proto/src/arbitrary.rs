@@ -14,13 +14,11 @@
 //! Release builds do not carry any of this: only the dev-dependencies of the crates whose
 //! tests draw messages enable the feature.
 
-use std::sync::Arc;
-
 use proptest::prelude::*;
 
 use crate::fast::AcceptRecord;
 use crate::procedures::{kv_args, kv_key, micro_key, KvOp, Micro, MicroOp};
-use crate::types::{KeySet, ShardPiece, Txn, TxnId};
+use crate::types::{KeySet, ShardPiece};
 
 /// Clocks a fuzzer may start a replica at; drawn times cluster around them: the start of
 /// time, a second in, a present-day wall clock, the middle of the range and an hour before
@@ -35,18 +33,6 @@ pub fn time() -> BoxedStrategy<u64> {
         1 => Just(0u64),
         1 => Just(u64::MAX),
         4 => (proptest::sample::select(CLOCKS.to_vec()), offset()).prop_map(|(clock, d)| shift(clock, d)),
-    ]
-    .boxed()
-}
-
-/// A time near `now` (a few milliseconds or up to two hours either way, saturating), or
-/// anywhere, or at either end.
-pub fn time_near(now: u64) -> BoxedStrategy<u64> {
-    prop_oneof![
-        4 => offset().prop_map(move |d| shift(now, d)),
-        1 => any::<u64>(),
-        1 => Just(0u64),
-        1 => Just(u64::MAX),
     ]
     .boxed()
 }
@@ -202,19 +188,4 @@ pub fn vote() -> BoxedStrategy<Result<(), String>> {
 pub fn accept_records() -> BoxedStrategy<Vec<Vec<u8>>> {
     let one = prop_oneof![3 => any::<AcceptRecord>().prop_map(|r| r.encode()), 1 => blob()];
     proptest::collection::vec(one, 0..3).boxed()
-}
-
-/// A transaction stamped near `now` (the rest drawn as [`Txn`]'s derived strategy does).
-pub fn txn_near(now: u64) -> BoxedStrategy<Arc<Txn>> {
-    (any::<Txn>(), time_near(now))
-        .prop_map(|(mut txn, ts)| {
-            txn.ts = ts;
-            Arc::new(txn)
-        })
-        .boxed()
-}
-
-/// A transaction id of client `client`, one of the first sequence numbers.
-pub fn txn_id_of(client: u64) -> BoxedStrategy<TxnId> {
-    (0u64..64).prop_map(move |seq| TxnId { client, seq }).boxed()
 }
