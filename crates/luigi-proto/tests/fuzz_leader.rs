@@ -202,13 +202,30 @@ enum Step {
     Failover,
 }
 
-fn arb_step(peers: u32) -> impl Strategy<Value = Step> {
+/// Steps of a run; `agreement`: peer batches may carry agreement items about transactions
+/// (proposals, confirmations, refusals, recoveries), else only progress reports, fast-path
+/// accepts, acknowledgements and baseline items.
+fn arb_step(peers: u32, agreement: bool) -> impl Strategy<Value = Step> {
+    let batch = any::<PeerBatch>().prop_map(move |mut b| {
+        if !agreement {
+            b.items.retain(|i| {
+                matches!(
+                    i,
+                    PeerItem::Progress(_)
+                        | PeerItem::FastAccept { .. }
+                        | PeerItem::Acknowledged { .. }
+                        | PeerItem::Base(_)
+                )
+            });
+        }
+        b
+    });
     let advance = prop_oneof![0u64..5_000, 0u64..10_000_000, 0u64..7_200_000_000, any::<u64>()];
     let ahead = prop_oneof![-10_000i64..10_000, -7_200_000_000i64..7_200_000_000, Just(i64::MAX)];
     prop_oneof![
         4 => (arb::client(), any::<ClientMsg>()).prop_map(|(conn, msg)| Step::Client { conn, msg }),
         4 => (any::<Txn>(), ahead, any::<bool>()).prop_map(|(txn, ahead, fast)| Step::Near { txn, ahead, fast }),
-        peers => any::<PeerBatch>().prop_map(Step::Peer),
+        peers => batch.prop_map(Step::Peer),
         3 => Just(Step::Valid),
         3 => advance.prop_map(Step::Advance),
         1 => Just(Step::Failover),
@@ -430,7 +447,7 @@ proptest! {
     fn structured_traffic_at_a_single_shard_never_wedges_it(
         start in proptest::sample::select(arb::CLOCKS.to_vec()),
         fast_path in any::<bool>(),
-        steps in proptest::collection::vec(arb_step(1), 1..40),
+        steps in proptest::collection::vec(arb_step(1, true), 1..40),
     ) {
         let mut run = Run::new(1, fast_path, start.min(START_MAX));
         for step in steps {
@@ -440,14 +457,18 @@ proptest! {
     }
 
     /// The same on a 3-shard cluster, where cross-shard transactions wait for peers that
-    /// answer only with drawn batches: no panic, the invariants, clear refusals, and only
-    /// admissible transactions logged. (No liveness claim: the peers are servers of the
-    /// cluster, trusted to answer; here they answer at random.)
+    /// never answer: no panic, the invariants, clear refusals, and only admissible
+    /// transactions logged. (No liveness claim: the peers are servers of the cluster,
+    /// trusted to answer.) Peers' agreement items about transactions are not drawn here: a
+    /// leader checks that a peer does not contradict itself (a proposal that changes, a
+    /// refusal after a decision) with assertions, fail-stop on a server of the cluster that
+    /// breaks the protocol, and drawn items do (`agreement.rs`, `peer.rs`). On a 1-shard
+    /// cluster (above) no transaction has agreement state, and they are drawn.
     #[test]
     fn structured_traffic_and_peer_batches_at_a_cross_shard_leader(
         start in proptest::sample::select(arb::CLOCKS.to_vec()),
         fast_path in any::<bool>(),
-        steps in proptest::collection::vec(arb_step(4), 1..40),
+        steps in proptest::collection::vec(arb_step(4, false), 1..40),
     ) {
         let mut run = Run::new(3, fast_path, start.min(START_MAX));
         for step in steps {

@@ -606,7 +606,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 PeerItem::Confirm { id, ts } => self.on_confirm(id, from, ts),
                 PeerItem::Recover { txn, ts } => self.on_recover(txn, from, ts, out),
                 PeerItem::Executed { id, ts } => self.on_executed(id, from, ts),
-                PeerItem::Refuse { id, reason } => self.on_refuse(id, reason),
+                PeerItem::Refuse { id, reason } => self.on_refuse(id, peer::named_refusal(from, reason)),
                 PeerItem::Acknowledged { id } => self.on_acknowledged(id),
                 // Another protocol's message: a server of this cluster runs a baseline.
                 PeerItem::Base(item) => tracing::warn!(from, ?item, "baseline message at a Luigi leader; dropped"),
