@@ -280,10 +280,12 @@ type Undecided = (Timestamp, u64, Arc<Txn>);
 /// What a follower writes to its accept log before it answers `FastAccept`: the transaction
 /// (a new leader may have to prepare it) and the timestamp it was accepted at.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct AcceptRecord {
     /// The transaction.
     pub txn: Arc<Txn>,
     /// The coordinator's timestamp.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
     pub ts: Timestamp,
 }
 

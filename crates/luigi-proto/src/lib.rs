@@ -12,6 +12,8 @@
 //! - [`base_client`]: the client side of the baselines (OCC, 2PL, direct), same outputs.
 //! - [`leader`]: the shard leader (admission, hold queue, execution, watermark, answers).
 
+#[cfg(feature = "arbitrary")]
+pub mod arbitrary;
 pub mod base_client;
 pub mod coordinator;
 pub mod fast;

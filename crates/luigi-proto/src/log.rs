@@ -14,17 +14,21 @@ pub type LogIndex = u64;
 
 /// A record of a shard's log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum LogRecord {
     /// The transaction was admitted with this proposed timestamp.
     Prepare {
         /// The whole transaction (followers replay it).
         txn: Arc<Txn>,
         /// The proposal.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
         /// Server clock at first arrival minus client send clock (echoed in the reply).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::delta()"))]
         arrival_delta_us: i64,
         /// The dispatch's acknowledgement: the client holds every answer below this sequence
         /// number (followers prune their answer tables with it, like the leader).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::seq()"))]
         acked_below: u64,
     },
     /// Cross-shard proposals differed; this is the final timestamp.
@@ -32,6 +36,7 @@ pub enum LogRecord {
         /// The transaction.
         id: TxnId,
         /// Final timestamp.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
     },
     /// Recovery aborted the transaction before any shard executed it.
@@ -46,11 +51,14 @@ pub enum LogRecord {
         /// The transaction.
         id: TxnId,
         /// Why (the client's answer).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::text()"))]
         reason: String,
         /// Echoed in the answer.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::delta()"))]
         arrival_delta_us: i64,
         /// The refused transaction's timestamp (its coordinator's): the refusal is kept until
         /// its client's answers expire past it (DESIGN.md rule 7, expiry).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
     },
     /// Every transaction with a final timestamp at or below `ts` is decided and executed on
@@ -58,6 +66,7 @@ pub enum LogRecord {
     /// (timestamp, id) order, and reach the leader's state.
     Applied {
         /// The leader's watermark.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
     },
     /// Lets the leader publish watermarks up to `ts` (so the watermark advances while idle);
@@ -65,6 +74,7 @@ pub enum LogRecord {
     /// watermark's promise across failover.
     Floor {
         /// The promised floor.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
     },
 }

@@ -11,11 +11,13 @@ use crate::types::{ClientId, Protocol, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 /// Client to leader.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum ClientMsg {
     /// First message on a client connection: who is talking.
     Hello {
         /// The client's id. The connection that says it first (while open) owns it: replies
         /// for that client go there, and no other connection may dispatch as it.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::client()"))]
         client: ClientId,
         /// HMAC-SHA256 of the connection's challenge under the cluster's client token, when
         /// the cluster has one (see [`WireMsg::Challenge`]).
@@ -29,9 +31,11 @@ pub enum ClientMsg {
         /// The transaction.
         txn: Arc<Txn>,
         /// The client's clock when it sent this message (for one-way-delay estimation).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         sent_us: TimeUs,
         /// Every sequence number of this client below this one has been answered, so the
         /// server may forget those answers.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::seq()"))]
         acked_below: u64,
         /// The client sent it to every replica of the shard and asks for the fast path
         /// (DESIGN.md rule 20): the followers accept it and the leader marks its answer.
@@ -42,6 +46,7 @@ pub enum ClientMsg {
     /// Clock probe: the server answers with [`ServerMsg::Pong`].
     Ping {
         /// The client's clock at send time.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         sent_us: TimeUs,
     },
     /// Operator query: the replica answers with [`ServerMsg::Status`] on this connection,
@@ -51,26 +56,33 @@ pub enum ClientMsg {
 
 /// Leader to client.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum ServerMsg {
     /// The answer of one participant. Sent once the shard's watermark has passed `ts`.
     Reply(TxnReply),
     /// Answer to a ping.
     Pong {
         /// Shard that answered.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// Server clock at arrival minus the client's send clock: one-way delay plus offset.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::delta()"))]
         arrival_delta_us: i64,
         /// The ping's send time, echoed: the client measures the round trip, and a sample
         /// that waited in a buffer does not count (rule 1).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         sent_us: TimeUs,
         /// The shard's watermark.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         watermark: Timestamp,
     },
     /// The shard's watermark moved (sent periodically while the client has work there).
     Watermark {
         /// Shard.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// Its watermark.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         watermark: Timestamp,
     },
     /// Answer to [`ClientMsg::Status`].
@@ -81,26 +93,33 @@ pub enum ServerMsg {
     /// leader of the shard admits only above it (DESIGN.md rules 8 and 15).
     Promise {
         /// Shard.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// The promising leader's term.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         term: u64,
         /// The promise.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         floor: Timestamp,
     },
     /// A follower accepted `id` at the coordinator's `ts`, durably, with its order hash (the
     /// fast path, DESIGN.md "The fast path").
     FastAccept {
         /// Shard.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// The accepting replica (index from 0).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::replica()"))]
         replica: u32,
         /// Its Raft term when it accepted: only a leader's answer of the same term counts
         /// with it (a deposed leader's fast answer meets accepts of the new term, which the
         /// new leader's recovery has read or will see in its log).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         term: u64,
         /// The transaction.
         id: TxnId,
         /// The coordinator's timestamp, unmoved.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
         /// Its order hash at the follower.
         order: u64,
@@ -109,12 +128,16 @@ pub enum ServerMsg {
 
 /// One replica's state as an operator sees it (`luigi status`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct ReplicaStatus {
     /// Its shard.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
     pub shard: ShardId,
     /// Its index in the shard's replica list (from 0).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::replica()"))]
     pub replica: u32,
     /// The transaction protocol it runs (`luigi`, `occ`, `2pl`, `direct`).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::text()"))]
     pub protocol: String,
     /// Its Raft role.
     pub role: ReplicaRole,
@@ -122,33 +145,44 @@ pub struct ReplicaStatus {
     /// once it has applied everything committed before its term.
     pub serving: bool,
     /// Raft term.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub term: u64,
     /// The replica (index from 0) it believes leads the shard, if it knows one.
     pub leader: Option<u32>,
     /// Highest log index known committed.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub commit_index: u64,
     /// Highest log index applied (handed to the shard leader or follower state).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub applied_index: u64,
     /// Watermark: the published one on a serving leader, the last applied marker on a
     /// follower.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
     pub watermark: Timestamp,
     /// The replica's clock when it answered (the watermark's lag is `clock_us - watermark`).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
     pub clock_us: TimeUs,
     /// Transactions admitted and not executed yet (a follower: prepared and not executed).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub pending: u64,
     /// Transactions pending on a serving leader for longer than a normal agreement takes.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub stalled_count: u64,
     /// The oldest of them, oldest first (a few).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::few::<StalledTxnInfo>()"))]
     pub stalled: Vec<StalledTxnInfo>,
     /// Clients with an answer table here (each expires two minutes of watermark after its
     /// newest transaction: DESIGN.md rule 7, expiry).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub answer_clients: u64,
     /// Answers kept here, not yet acknowledged or expired.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub answers: u64,
 }
 
 /// A Raft role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum ReplicaRole {
     /// Raft leader (serving, or about to: see [`ReplicaStatus::serving`]).
     Leader,
@@ -162,12 +196,15 @@ pub enum ReplicaRole {
 
 /// A stalled transaction in a [`ReplicaStatus`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct StalledTxnInfo {
     /// The transaction.
     pub id: TxnId,
     /// Its participants.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::few::<ShardId>()"))]
     pub shards: Vec<ShardId>,
     /// How long it has been pending on this leader.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub age_us: u64,
     /// Its `PREPARE` is committed on this shard.
     pub durable: bool,
@@ -175,18 +212,24 @@ pub struct StalledTxnInfo {
 
 /// One participant's answer to a transaction.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct TxnReply {
     /// The transaction.
     pub id: TxnId,
     /// The answering shard.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
     pub shard: ShardId,
     /// The final timestamp (0 when rejected before admission).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
     pub ts: Timestamp,
     /// What the procedure returned on this shard.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::outcome()"))]
     pub outcome: Result<Vec<u8>, TxnError>,
     /// The shard's watermark when it answered; `>= ts` unless rejected.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
     pub watermark: Timestamp,
     /// Server clock at the first arrival of the dispatch minus the client's send clock.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::delta()"))]
     pub arrival_delta_us: i64,
     /// Agreement rounds this transaction needed: 0 single shard (or refused), 1 cross-shard
     /// with equal proposals, 2 when proposals differed (DECIDE and confirmations).
@@ -243,6 +286,7 @@ impl TxnReply {
 
 /// Why a participant did not return a procedure result.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum TxnError {
     /// The procedure failed or aborted; its writes on this shard were undone.
     #[error(transparent)]
@@ -278,17 +322,22 @@ pub enum TxnError {
 
 /// Leader to leader: a batch of agreement items for one peer, with the sender's watermark.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct PeerBatch {
     /// Sending shard.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
     pub from: ShardId,
     /// The sender's watermark when it flushed the batch.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
     pub watermark: Timestamp,
     /// Items in the order they were produced.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::few::<PeerItem>()"))]
     pub items: Vec<PeerItem>,
 }
 
 /// One agreement message between participant leaders (DESIGN.md rule 4).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum PeerItem {
     /// I prepared `id` with proposal `ts`. Sent at admission (DESIGN.md rule 14): `at` is the
     /// position of my `PREPARE`, and the receiver uses the proposal only once my shard's
@@ -297,6 +346,7 @@ pub enum PeerItem {
         /// Transaction.
         id: TxnId,
         /// The sender's proposal.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
         /// Where the sender's `PREPARE` is, if it may not be committed yet.
         at: Option<LogPos>,
@@ -311,6 +361,7 @@ pub enum PeerItem {
         /// Transaction.
         id: TxnId,
         /// Final timestamp.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
     },
     /// Recovery (DESIGN.md, failure handling): my `PREPARE` of `txn` is committed with
@@ -323,6 +374,7 @@ pub enum PeerItem {
         /// coordinator died) can prepare it.
         txn: Arc<Txn>,
         /// The sender's logged proposal.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
     },
     /// Answer to `Recover`: I executed `id` at its final timestamp `ts` (the maximum of all
@@ -331,6 +383,7 @@ pub enum PeerItem {
         /// Transaction.
         id: TxnId,
         /// Final timestamp.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
     },
     /// I refused `id` at admission; it will never be prepared here, so abort it.
@@ -338,6 +391,7 @@ pub enum PeerItem {
         /// Transaction.
         id: TxnId,
         /// Why (passed on to the client).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::text()"))]
         reason: String,
     },
     /// Answer to `Recover`: I answered `id` and its client has acknowledged that answer, so I
@@ -356,12 +410,15 @@ pub enum PeerItem {
     /// the other participants' leaders too).
     FastAccept {
         /// The accepting replica (index from 0).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::replica()"))]
         replica: u32,
         /// Its Raft term when it accepted.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         term: u64,
         /// Transaction.
         id: TxnId,
         /// The timestamp it accepted at (the coordinator's).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
     },
     /// A baseline protocol's message (OCC or 2PL with two-phase commit, see
@@ -373,6 +430,7 @@ pub enum PeerItem {
 /// a transaction's coordinator (the leader of its first participant shard) and the leaders of
 /// its participants. They travel in [`PeerBatch`]es like Luigi's agreement items.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum BaseItem {
     /// Coordinator to participant: execute your piece of `txn` on your current state and
     /// keep its writes buffered (2PL: take its locks first, no-wait).
@@ -380,6 +438,7 @@ pub enum BaseItem {
         /// The whole transaction.
         txn: Arc<Txn>,
         /// The client's acknowledgement (see [`ClientMsg::Dispatch`]).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::seq()"))]
         acked_below: u64,
     },
     /// Participant to coordinator: the piece's output, or why it did not run (its
@@ -388,6 +447,7 @@ pub enum BaseItem {
         /// Transaction.
         id: TxnId,
         /// The output, or the error.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::outcome()"))]
         outcome: Result<Vec<u8>, TxnError>,
     },
     /// Coordinator to participant: lock and validate the piece executed for `id`, and log
@@ -402,6 +462,7 @@ pub enum BaseItem {
         /// Transaction.
         id: TxnId,
         /// Prepared, or why not.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::vote()"))]
         outcome: Result<(), String>,
     },
     /// The decision on `id`, to every participant.
@@ -435,15 +496,18 @@ pub enum BaseItem {
 
 /// A participant's durable state of a transaction (see [`BaseItem::StatusIs`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum BaseState {
     /// Prepared (its writes are logged and its locks held), with the piece's output.
     Prepared {
         /// The piece's output.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
         output: Vec<u8>,
     },
     /// Committed, with the piece's output.
     Committed {
         /// The piece's output.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
         output: Vec<u8>,
     },
     /// Aborted, or never to be prepared.
@@ -452,6 +516,7 @@ pub enum BaseState {
 
 /// Every frame on a Luigi connection.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum WireMsg {
     /// From a client.
     Client(ClientMsg),
@@ -474,8 +539,10 @@ pub enum WireMsg {
     /// node. Only after it are server-to-server messages accepted on that connection.
     PeerHello {
         /// The sender's shard.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// The sender's replica index.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::replica()"))]
         replica: u32,
         /// The proof.
         proof: [u8; 32],
@@ -484,22 +551,27 @@ pub enum WireMsg {
     /// why, for the sender's log.
     Refused {
         /// What was wrong.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::text()"))]
         reason: String,
     },
 }
 
 /// Server-to-server messages of the replication layer (see [`WireMsg::Replication`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum ReplicationMsg {
     /// Between the replicas of one shard: the sender's connection to its leader of `term`
     /// broke (a replica that lost its own too may start the election at once; see
     /// `luigi-raft`'s `RaftLog::peer_lost_leader`).
     LeaderLost {
         /// The shard whose group this is.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// Sending replica (Raft id, from 1).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::raft_id()"))]
         from: u64,
         /// The term of the leader lost.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         term: u64,
         /// The term and index of the sender's last log entry (the most up-to-date log of
         /// those that lost the leader runs first: the others can vote for it).
@@ -508,10 +580,13 @@ pub enum ReplicationMsg {
     /// Between the replicas of one shard: an encoded Raft message.
     Raft {
         /// The shard whose group this is.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// Sending replica (Raft id, from 1).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::raft_id()"))]
         from: u64,
         /// The Raft message, protobuf-encoded.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
         bytes: Vec<u8>,
     },
     /// Between the replicas of one shard, sender to receiver: a snapshot transfer starts (or
@@ -520,14 +595,18 @@ pub enum ReplicationMsg {
     /// acknowledged this (see `luigi-node`'s `snapshot_transfer` for the protocol).
     SnapshotBegin {
         /// The shard whose group this is.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// Sending replica (Raft id, from 1).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::raft_id()"))]
         from: u64,
         /// The transfer, numbered by its sender.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         transfer: TransferId,
         /// What the snapshot is for.
         kind: SnapshotKind,
         /// Last log index the snapshot covers.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         index: u64,
         /// Size of the whole snapshot, bytes.
         total_bytes: u64,
@@ -539,26 +618,33 @@ pub enum ReplicationMsg {
     /// Sender to receiver: chunk `seq` (from 0) of a snapshot transfer.
     SnapshotChunk {
         /// The shard whose group this is.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// Sending replica (Raft id, from 1).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::raft_id()"))]
         from: u64,
         /// The transfer.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         transfer: TransferId,
         /// The chunk's number: it holds bytes `seq * chunk_bytes ..` of the snapshot.
         seq: u32,
         /// CRC-32 (IEEE) of `data`.
         crc32: u32,
         /// The bytes.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
         data: Vec<u8>,
     },
     /// Receiver to sender: every chunk below `next` is held (`next` = the chunk count: the
     /// whole snapshot is held and its checksum matched).
     SnapshotAck {
         /// The shard whose group this is.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// Sending replica of this acknowledgement (Raft id, from 1): the receiver.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::raft_id()"))]
         from: u64,
         /// The transfer (the sender's number).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         transfer: TransferId,
         /// The first chunk not held.
         next: u32,
@@ -569,19 +655,25 @@ pub enum ReplicationMsg {
     /// Sender to receiver: the transfer is abandoned (the receiver drops what it holds).
     SnapshotCancel {
         /// The shard whose group this is.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// Sending replica (Raft id, from 1).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::raft_id()"))]
         from: u64,
         /// The transfer.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         transfer: TransferId,
     },
     /// Receiver to sender: the transfer is refused, and over.
     SnapshotRefuse {
         /// The shard whose group this is.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// Sending replica of this refusal (Raft id, from 1): the receiver.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::raft_id()"))]
         from: u64,
         /// The transfer (the sender's number).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         transfer: TransferId,
         /// Why.
         reason: SnapshotRefusal,
@@ -590,10 +682,13 @@ pub enum ReplicationMsg {
     /// leader; send agreement batches for `shard` there.
     LeaderIs {
         /// The shard.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// Its serving replica (index from 0).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::replica()"))]
         replica: u32,
         /// The Raft term it leads in: an announcement from an older term is stale.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         term: u64,
     },
     /// Between the replicas of one shard: a candidate for (or the leader of) `term`, before
@@ -601,22 +696,29 @@ pub enum ReplicationMsg {
     /// the fast path, R1-R3).
     AcceptsQuery {
         /// The shard whose group this is.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// The asking replica (Raft id, from 1).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::raft_id()"))]
         from: u64,
         /// Its term.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         term: u64,
     },
     /// The answer to [`ReplicationMsg::AcceptsQuery`]: every undecided accept record
     /// (`fast::AcceptRecord`, encoded) of the answering replica.
     Accepts {
         /// The shard whose group this is.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
         /// The answering replica (Raft id, from 1).
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::raft_id()"))]
         from: u64,
         /// The term asked about.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         term: u64,
         /// The records.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::accept_records()"))]
         records: Vec<Vec<u8>>,
     },
 }
@@ -626,11 +728,13 @@ pub type TransferId = u64;
 
 /// What a transferred snapshot is for (see [`ReplicationMsg::SnapshotBegin`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum SnapshotKind {
     /// The leader's snapshot, for a follower that lags behind its compaction. Once whole, the
     /// follower steps it into Raft as this `MsgSnapshot`, whose data travelled apart.
     Install {
         /// The Raft `MsgSnapshot` without its data (its metadata), protobuf-encoded.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
         envelope: Vec<u8>,
     },
     /// A follower's own snapshot, offered to its leader, which cannot snapshot its own state
@@ -640,6 +744,7 @@ pub enum SnapshotKind {
 
 /// Why a receiver refused a snapshot transfer (see [`ReplicationMsg::SnapshotRefuse`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum SnapshotRefusal {
     /// It receives as many transfers as it may at once.
     Busy,

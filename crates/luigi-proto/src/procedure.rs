@@ -23,6 +23,7 @@ use crate::types::{Access, KeySet, ShardId};
 
 /// Why a procedure did not commit its writes on a shard.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum ProcError {
     /// No procedure is registered under this name.
     #[error("unknown procedure '{0}'")]
@@ -34,10 +35,12 @@ pub enum ProcError {
     #[error("key {key:?} was not declared for {access:?} on shard {shard}")]
     KeyNotDeclared {
         /// The key.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
         key: Vec<u8>,
         /// The access it needed.
         access: Access,
         /// The shard.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
     },
     /// `insert` found the key already present.

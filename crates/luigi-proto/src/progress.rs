@@ -19,8 +19,10 @@ use crate::types::ShardId;
 
 /// A position in one shard's log: an index appended by the leader of `term`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct LogPos {
     /// The Raft term of the leader that appended the entry.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub term: u64,
     /// The entry's index.
     pub index: LogIndex,
@@ -29,14 +31,18 @@ pub struct LogPos {
 /// One replica's progress, sent every millisecond while it moves to the connected clients and
 /// to the other shards' leaders.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct ProgressReport {
     /// The reporting replica's shard.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
     pub shard: ShardId,
     /// Its index in the shard's replica list (not used for a leader's report: the
     /// leader's term speaks for the majority that elected it).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::replica()"))]
     pub replica: u32,
     /// Its current Raft term (a follower that voted in an election is past its old leader's
     /// term before it acknowledges anything of the new one).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub term: u64,
     /// A follower: its term and the last index it acknowledged to that term's leader (its
     /// log matches the leader's up to there, and is durable). A leader: its term and commit

@@ -15,20 +15,26 @@ pub type ClientId = u64;
 /// A transaction id: (client id, sequence number). Sequence numbers start at 1 and grow by one
 /// per transaction of that client, which lets servers forget answers the client has acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct TxnId {
     /// The coordinator that issued the transaction.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::client()"))]
     pub client: ClientId,
     /// Per-client sequence number, from 1.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::seq()"))]
     pub seq: u64,
 }
 
 /// The keys a transaction reads and writes on one shard. Reads and writes are sorted and
 /// deduplicated; a key that is both read and written appears in `writes` only.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct KeySet {
     /// Keys read (and not written).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::keys()"))]
     pub reads: Vec<Key>,
     /// Keys written (possibly also read).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::keys()"))]
     pub writes: Vec<Key>,
 }
 
@@ -116,6 +122,7 @@ fn has_prefix_of(keys: &[Key], key: &[u8]) -> bool {
 
 /// Read or write access to a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum Access {
     /// Read only.
     Read,
@@ -132,32 +139,41 @@ impl Access {
 
 /// One participant shard of a transaction and the keys it touches there.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct ShardPiece {
     /// The participant shard.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
     pub shard: ShardId,
     /// Its keys.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::key_set()"))]
     pub keys: KeySet,
 }
 
 /// A whole transaction: a stored procedure call with its footprint, as sent to every
 /// participant leader in one message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct Txn {
     /// Its id.
     pub id: TxnId,
     /// Registered procedure name.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::procedure()"))]
     pub procedure: String,
     /// Procedure arguments (encoding chosen by the procedure).
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::args()"))]
     pub args: Vec<u8>,
     /// Every participant with its key set, sorted by shard.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::pieces()"))]
     pub pieces: Vec<ShardPiece>,
     /// Timestamp the coordinator proposes.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
     pub ts: Timestamp,
 }
 
 /// The transaction protocol a cluster runs: every server and client of a cluster runs the same
 /// one (the cluster file's `[protocol] kind`, or `luigi bench --protocol`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum Protocol {
     /// Luigi: timestamp agreement among the participant leaders, execution in timestamp order.
     #[default]

@@ -81,10 +81,12 @@ fn runs_with(test: &str, seeds: Vec<u64>, keys: u64, faults: &FaultConfig) -> Fa
 
 #[test]
 fn leaders_killed_right_after_answering_lose_no_fast_commit() {
-    let faults = FaultConfig::kill_at(luigi_sim::KillPoint::SpeculativeAnswer, 3);
+    // Hostile fast dispatches to the followers before each kill (`hostile_fast.rs`): none
+    // may execute.
+    let faults = FaultConfig { hostile_fast: true, ..FaultConfig::kill_at(luigi_sim::KillPoint::SpeculativeAnswer, 3) };
     let total =
         runs_with("leaders_killed_right_after_answering_lose_no_fast_commit", common::sweep(21, 12), 40, &faults);
-    assert!(total.kills >= 12 && total.fast_commits > 0, "{total:?}");
+    assert!(total.kills >= 12 && total.fast_commits > 0 && total.hostile_sent > 0, "{total:?}");
 }
 
 #[test]
@@ -220,7 +222,7 @@ fn regression_seed_55_a_deposed_leader_executes_on_a_proposal_its_successor_supe
 
 #[test]
 fn cross_shard_proposers_killed_after_their_proposal_left_lose_no_fast_commit() {
-    let faults = FaultConfig::kill_at(luigi_sim::KillPoint::ProposeSent, 3);
+    let faults = FaultConfig { hostile_fast: true, ..FaultConfig::kill_at(luigi_sim::KillPoint::ProposeSent, 3) };
     let total = cross_runs(
         "cross_shard_proposers_killed_after_their_proposal_left_lose_no_fast_commit",
         common::sweep(21, 12),

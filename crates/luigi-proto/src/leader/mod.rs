@@ -182,6 +182,10 @@ pub struct Mutations {
     /// An early answer is worked out before the clock passed its timestamp (rule 21), when
     /// a conflicting transaction may still be admitted below it and run first.
     pub early_before_its_time: bool,
+    /// A follower accepts a fast-path dispatch without the admission check its leader makes
+    /// (rule 22): what the leader refuses reaches the accept log, and a new leader's
+    /// recovery.
+    pub skip_fast_accept_check: bool,
 }
 
 /// An effect of the leader for its shell to carry out.
@@ -602,7 +606,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 PeerItem::Confirm { id, ts } => self.on_confirm(id, from, ts),
                 PeerItem::Recover { txn, ts } => self.on_recover(txn, from, ts, out),
                 PeerItem::Executed { id, ts } => self.on_executed(id, from, ts),
-                PeerItem::Refuse { id, reason } => self.on_refuse(id, reason),
+                PeerItem::Refuse { id, reason } => self.on_refuse(id, peer::named_refusal(from, reason)),
                 PeerItem::Acknowledged { id } => self.on_acknowledged(id),
                 // Another protocol's message: a server of this cluster runs a baseline.
                 PeerItem::Base(item) => tracing::warn!(from, ?item, "baseline message at a Luigi leader; dropped"),

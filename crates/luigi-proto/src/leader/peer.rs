@@ -289,3 +289,13 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         debug_assert!(votes.is_empty(), "every vote goes out with the marked proposals it is for");
     }
 }
+
+/// The reason a participant gave for refusing, as this leader passes it on to the client:
+/// as given, or, if it gave none (a refusal says what is wrong), which shard refused.
+pub(super) fn named_refusal(from: ShardId, reason: String) -> String {
+    if reason.trim().is_empty() {
+        format!("shard {from} refused it without a reason")
+    } else {
+        reason
+    }
+}

@@ -113,6 +113,10 @@ impl RaftGroups<'_> {
         core.trace(|| format!("R{s}.{i} executes {id:?}"));
         core.fold(0xe8ec_u64 ^ Node::Replica(s, i).code());
         core.fold(id.seq ^ (id.client << 40));
+        if id.client == super::HOSTILE_CLIENT {
+            let msg = format!("R{s}.{i} executed {id:?}, a hostile dispatch its leader refuses (rule 22)");
+            return Err(core.violation(ViolationKind::Execution, msg));
+        }
         let Some(&k) = core.cs.index.get(&id) else {
             return Err(core.violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?}, never submitted")));
         };

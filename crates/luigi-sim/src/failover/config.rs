@@ -2,7 +2,11 @@
 //! [`Outage`]), a configuration suited to it ([`failover_config`]), and what it reports
 //! ([`FailoverReport`]).
 
-use luigi_proto::types::ShardId;
+use std::sync::Arc;
+
+use luigi_proto::msg::ClientMsg;
+use luigi_proto::procedures::{micro_key, Micro, MicroOp};
+use luigi_proto::types::{KeySet, ShardId, ShardPiece, Txn, TxnId};
 use luigi_store::{table_key, ScanOrder, Store};
 
 use crate::config::{Delay, SimConfig};
@@ -106,6 +110,11 @@ pub struct FaultConfig {
     pub faults_until_us: u64,
     /// Kill serving leaders (or a coordinator) at this point.
     pub kill: Option<KillPoint>,
+    /// Just before each leader kill, a hostile client ([`HOSTILE_CLIENT`]) sends the
+    /// followers of the shard, on the fast path, a dispatch of every shape a replica refuses
+    /// as malformed and two stamped far ahead of their clocks ([`hostile_dispatches`]): no
+    /// replica may ever execute one (DESIGN.md rule 22).
+    pub hostile_fast: bool,
     /// How many kills at `kill` (each needs a shard with every replica up).
     pub kills: u32,
     /// Least time between two kills, µs.
@@ -169,6 +178,7 @@ impl FaultConfig {
             down: Delay::new(80_000, 60_000),
             faults_until_us: 600_000,
             kill: None,
+            hostile_fast: false,
             kills: 0,
             kill_gap_us: 100_000,
             settle_us: 5_000_000,
@@ -189,7 +199,7 @@ impl FaultConfig {
     pub fn summary(&self) -> String {
         format!(
             "replicas={} raft_tick={}us election_ticks={} sync={}±{}us random_faults={} fault_gap={}±{}us \
-             down={}±{}us faults_until={}us kill={:?}×{} ack_before_sync={} snapshot_entries={:?} \
+             down={}±{}us faults_until={}us kill={:?}×{} hostile_fast={} ack_before_sync={} snapshot_entries={:?} \
              population_bytes={} outages={:?} partitions={} cuts={:?}",
             self.replicas,
             self.raft_tick_us,
@@ -204,6 +214,7 @@ impl FaultConfig {
             self.faults_until_us,
             self.kill,
             self.kills,
+            self.hostile_fast,
             self.ack_before_sync,
             self.snapshot_entries,
             self.population_bytes,
@@ -212,6 +223,42 @@ impl FaultConfig {
             self.cuts
         )
     }
+}
+
+/// The client id of [`FaultConfig::hostile_fast`]'s dispatches: no simulated client has it,
+/// and nothing is sent back to it.
+pub const HOSTILE_CLIENT: u64 = u64::MAX - 0x0bad;
+
+/// What [`FaultConfig::hostile_fast`] sends a follower of `shard` (of `shards`) whose clock
+/// reads `now`, numbered from `first_seq`: a micro write of key 0 with a piece for a shard that does not exist, with
+/// `shard` twice, with unsorted keys, with a key twice, with a key both read and written,
+/// and well-formed but stamped an hour ahead and at `u64::MAX`; all on the fast path.
+pub fn hostile_dispatches(shard: ShardId, shards: u32, now: u64, first_seq: u64) -> Vec<ClientMsg> {
+    let (a, b) = (micro_key(0), micro_key(1));
+    let piece = |shard: ShardId, reads: Vec<Vec<u8>>, writes: Vec<Vec<u8>>| ShardPiece {
+        shard,
+        keys: KeySet { reads, writes },
+    };
+    let ok = piece(shard, vec![], vec![a.clone()]);
+    let shapes: Vec<(Vec<ShardPiece>, u64)> = vec![
+        (vec![ok.clone(), piece(shards, vec![], vec![a.clone()])], now),
+        (vec![ok.clone(), ok.clone()], now),
+        (vec![piece(shard, vec![], vec![b.clone(), a.clone()])], now),
+        (vec![piece(shard, vec![], vec![a.clone(), a.clone()])], now),
+        (vec![piece(shard, vec![a.clone()], vec![a.clone()])], now),
+        (vec![ok.clone()], now.saturating_add(3_600_000_000)),
+        (vec![ok], u64::MAX),
+    ];
+    let args = postcard::to_stdvec(&[MicroOp { key: 0, write: Some(0x0bad) }]).expect("micro ops encode");
+    shapes
+        .into_iter()
+        .zip(first_seq..)
+        .map(|((pieces, ts), seq)| {
+            let id = TxnId { client: HOSTILE_CLIENT, seq };
+            let txn = Txn { id, procedure: Micro::NAME.into(), args: args.clone(), pieces, ts };
+            ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: now, acked_below: 0, fast: true }
+        })
+        .collect()
 }
 
 /// The table of a shard's population ([`FaultConfig::population_bytes`]).
@@ -271,6 +318,8 @@ pub struct FailoverReport {
     pub txns: u64,
     /// Ordered with every participant's procedure succeeding.
     pub committed: u64,
+    /// Hostile fast-path dispatches handed to followers ([`FaultConfig::hostile_fast`]).
+    pub hostile_sent: u64,
     /// Rejected (refused or aborted).
     pub rejected: u64,
     /// Never answered: their coordinator died.
@@ -354,6 +403,7 @@ impl FailoverReport {
     pub fn absorb(&mut self, r: &FailoverReport) {
         self.txns += r.txns;
         self.committed += r.committed;
+        self.hostile_sent += r.hostile_sent;
         self.rejected += r.rejected;
         self.orphans += r.orphans;
         self.unknown += r.unknown;

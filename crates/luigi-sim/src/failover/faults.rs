@@ -1,14 +1,16 @@
 //! The fault injectors of the Raft cluster model: random crashes, isolations, Raft-only and
 //! (with [`FaultConfig::partitions`](super::FaultConfig)) one-way and held partitions
-//! (`partition.rs`), planned partitions, majority losses, and the decision that a coordinator dies after a partial
-//! dispatch (the engine kills it).
+//! (`partition.rs`), planned partitions, majority losses, hostile fast-path dispatches before
+//! leader kills, and the decision that a coordinator dies after a partial dispatch (the
+//! engine kills it).
 
+use luigi_proto::types::ShardId;
 use rand::Rng;
 
 use super::config::{CutKind, CutMode};
 use super::partition::ActiveCut;
 use super::{FaultAction, KillPoint, Outage, RaftGroups};
-use crate::engine::{Core, Step};
+use crate::engine::{local_clock, Core, Step};
 
 impl RaftGroups<'_> {
     pub(super) fn apply_fault(&mut self, core: &mut Core<'_>, action: FaultAction) -> Step {
@@ -94,6 +96,27 @@ impl RaftGroups<'_> {
         victims.extend(others);
         for i in victims.into_iter().take(majority as usize) {
             self.crash(core, s, i, outage.down_us)?;
+        }
+        Ok(())
+    }
+
+    /// [`FaultConfig::hostile_fast`]: the followers of `s` (every replica but the leader
+    /// `leader` that is up) get the hostile dispatches on the fast path, the same ones (as a
+    /// client sends them), stamped by the leader's clock.
+    pub(super) fn send_hostile(&mut self, core: &mut Core<'_>, s: ShardId, leader: u32) -> Step {
+        let now = local_clock(core.now, self.replicas[s as usize][leader as usize].offset_us);
+        let dispatches = super::hostile_dispatches(s, core.config.shards, now, self.hostile_sent + 1);
+        self.hostile_sent += dispatches.len() as u64;
+        self.report.hostile_sent += dispatches.len() as u64;
+        for j in (0..self.n).filter(|&j| j != leader) {
+            core.trace(|| format!("R{s}.{j} gets {} hostile fast dispatches", dispatches.len()));
+            let batch = dispatches.clone();
+            self.call_replica(core, s, j, false, |n, local, fx| {
+                for msg in batch {
+                    n.on_client(local, super::HOSTILE_CLIENT, msg, fx);
+                }
+                Ok(())
+            })?;
         }
         Ok(())
     }

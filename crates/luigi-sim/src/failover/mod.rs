@@ -76,8 +76,8 @@ mod partition;
 mod replicas;
 
 pub use config::{
-    failover_config, population, without_population, CutKind, CutMode, FailoverReport, FaultConfig, KillPoint, Outage,
-    PlannedCut, POPULATION_ROW_BYTES, POPULATION_TABLE,
+    failover_config, hostile_dispatches, population, without_population, CutKind, CutMode, FailoverReport, FaultConfig,
+    KillPoint, Outage, PlannedCut, HOSTILE_CLIENT, POPULATION_ROW_BYTES, POPULATION_TABLE,
 };
 
 use replicas::{new_node, SimReplica};
@@ -161,6 +161,8 @@ pub(crate) struct RaftGroups<'a> {
     /// Messages waiting on links cut by a partition that holds them.
     held: partition::Held,
     quiescing: bool,
+    /// Hostile dispatches sent so far ([`FaultConfig::hostile_fast`]): the next one's number.
+    hostile_sent: u64,
     report: FailoverReport,
 }
 
@@ -202,6 +204,7 @@ impl<'a> RaftGroups<'a> {
             reads: baseline::ReadLedger::default(),
             held: partition::Held::default(),
             quiescing: false,
+            hostile_sent: 0,
             report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
         })
     }

@@ -327,6 +327,8 @@ impl RaftGroups<'_> {
     fn execute_one(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, e: Effect, again: &mut Vec<Effect>) -> Step {
         let me = Node::Replica(s, i);
         match e {
+            // Not a simulated client: it only sends (see `send_hostile`).
+            Effect::ToClient { client: super::HOSTILE_CLIENT, .. } => {}
             Effect::ToClient { client, msg } => {
                 if let ServerMsg::Reply(r) = &msg {
                     match core.config.protocol {
@@ -542,6 +544,9 @@ impl RaftGroups<'_> {
     }
 
     fn kill(&mut self, core: &mut Core<'_>, s: ShardId, i: u32) -> Step {
+        if self.faults.hostile_fast {
+            self.send_hostile(core, s, i)?;
+        }
         self.kills_left -= 1;
         self.report.kills += 1;
         self.next_kill_ok_at = core.now + self.faults.kill_gap_us;
