@@ -110,8 +110,8 @@ pub mod world;
 pub use checker::{check, CheckOptions, History, Moment, TxnRecord};
 pub use config::{Delay, LinkConfig, SimConfig};
 pub use failover::{
-    failover_config, hostile_dispatches, run_replicated, CutKind, CutMode, FailoverReport, FaultConfig, KillPoint, Outage,
-    PlannedCut, HOSTILE_CLIENT,
+    failover_config, hostile_dispatches, run_replicated, CutKind, CutMode, FailoverReport, FaultConfig, KillPoint,
+    Outage, PlannedCut, HOSTILE_CLIENT,
 };
 pub use hosted::HostedWorkload;
 pub use log::SimLog;
