@@ -13,6 +13,9 @@
 //! [`Effect`]s: sockets and files in one, a seeded network and a faulty in-memory disk in the
 //! other.
 
+pub mod clock_guard;
+pub mod clock_offsets;
+pub mod clock_watch;
 pub mod delay;
 pub mod effect;
 pub mod node;

@@ -221,6 +221,7 @@ mod tests {
             stalled: Vec::new(),
             answer_clients: 0,
             answers: 0,
+            clock: Default::default(),
         });
         ReplicaReport {
             node: NodeId { shard, replica },
