@@ -94,7 +94,9 @@ struct PeerClock {
 pub struct ClockOffsets {
     config: ProbeConfig,
     peers: BTreeMap<u32, PeerClock>,
-    /// When the next probes go (`None`: at the first call).
+    /// When the next probes go (`None`: not started; the first go an interval after the
+    /// first call, so that a fresh group's first election, which its replica 0 starts at once,
+    /// is not raced by a verdict on its clock: a skewed replica 0 is elected, then hands over).
     next_probe_us: Option<TimeUs>,
 }
 
@@ -112,16 +114,23 @@ impl ClockOffsets {
 
     /// Whether probes are due at `now`; if so, the next ones are due an interval later. The
     /// caller then sends a probe stamped `now` to each peer it can reach and calls
-    /// [`ClockOffsets::probe_sent`] for it.
+    /// [`ClockOffsets::probe_sent`] for it. The first call only starts the interval.
     pub fn probes_due(&mut self, now: TimeUs) -> bool {
-        if self.next_probe_us.is_some_and(|at| now < at) {
-            return false;
+        let next = now.saturating_add(self.config.interval_us.max(1));
+        match self.next_probe_us {
+            None => {
+                self.next_probe_us = Some(next);
+                false
+            }
+            Some(at) if now < at => false,
+            Some(_) => {
+                self.next_probe_us = Some(next);
+                true
+            }
         }
-        self.next_probe_us = Some(now.saturating_add(self.config.interval_us.max(1)));
-        true
     }
 
-    /// When probes are next due (`None`: at once).
+    /// When probes are next due (`None`: not started, at the next call).
     pub fn next_deadline(&self) -> Option<TimeUs> {
         self.next_probe_us
     }
@@ -245,13 +254,17 @@ mod tests {
     #[test]
     fn probes_are_due_once_an_interval() {
         let mut c = ClockOffsets::new(CONFIG, [1]);
-        assert!(c.probes_due(5));
-        assert!(!c.probes_due(5 + 999_999));
+        assert_eq!(c.next_deadline(), None);
+        assert!(!c.probes_due(5), "the first call starts the interval");
         assert_eq!(c.next_deadline(), Some(1_000_005));
+        assert!(!c.probes_due(5 + 999_999));
         assert!(c.probes_due(1_000_005));
+        assert_eq!(c.next_deadline(), Some(2_000_005));
+        assert!(!c.probes_due(2_000_004));
         let mut end = ClockOffsets::new(CONFIG, [1]);
-        assert!(end.probes_due(u64::MAX));
+        assert!(!end.probes_due(u64::MAX));
         assert!(end.probes_due(u64::MAX), "a saturated deadline is reached, not skipped");
+        assert!(end.probes_due(u64::MAX));
     }
 
     proptest! {

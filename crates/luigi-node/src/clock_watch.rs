@@ -140,7 +140,7 @@ impl ClockWatch {
         log.transfer_leader(to);
     }
 
-    /// When probes are next due (`None`: at the next turn).
+    /// When probes are next due (`None`: the interval starts at the next turn).
     pub fn next_deadline(&self) -> Option<TimeUs> {
         self.offsets.next_deadline()
     }
