@@ -217,7 +217,9 @@ fn sender_of(msg: &ReplicationMsg) -> u64 {
         | ReplicationMsg::Raft { from, .. }
         | ReplicationMsg::AcceptsQuery { from, .. }
         | ReplicationMsg::Accepts { from, .. }
-        | ReplicationMsg::LeaderLost { from, .. } => *from,
+        | ReplicationMsg::LeaderLost { from, .. }
+        | ReplicationMsg::ClockProbe { from, .. }
+        | ReplicationMsg::ClockEcho { from, .. } => *from,
         ReplicationMsg::LeaderIs { replica, .. } => u64::from(*replica) + 1,
     }
 }

@@ -6,13 +6,18 @@
 //! log's readies, ticks, the first election, role switches, snapshot cadence and compaction,
 //! snapshot transfers in chunks between the replicas ([`snapshot_transfer`]),
 //! where agreement batches go (`LeaderIs` routing), where a client sends a shard's
-//! transactions, and every timeout ([`tuning`]). It serves every protocol: the state machine
+//! transactions, the replicas' clock offsets to each other and what a replica whose clock is
+//! beyond the bound does ([`clock_offsets`], [`clock_guard`], [`clock_watch`]), and every
+//! timeout ([`tuning`]). It serves every protocol: the state machine
 //! is a `Box<dyn luigi_raft::ShardReplica>` built by [`NodeConfig::protocol`] (Luigi's by
 //! default). The server (`luigi-runtime`) and the
 //! simulator (`luigi-sim`) both run a [`ReplicaNode`] per replica and only execute its
 //! [`Effect`]s: sockets and files in one, a seeded network and a faulty in-memory disk in the
 //! other.
 
+pub mod clock_guard;
+pub mod clock_offsets;
+pub mod clock_watch;
 pub mod delay;
 pub mod effect;
 pub mod node;

@@ -34,6 +34,7 @@ use luigi_raft::{
     SnapshotDecoder, SnapshotImage, StateBox, Transition,
 };
 
+use crate::clock_watch::ClockWatch;
 use crate::effect::{Discarded, Effect, Persist};
 use crate::routing::{NodeId, ShardRoutes};
 use crate::snapshot_transfer::{TransferConfig, TransferEvent, TransferStats, Transfers};
@@ -237,6 +238,9 @@ pub struct ReplicaNode {
     /// (seconds for hundreds of MB) before its log moves; Raft's probes meanwhile find it
     /// behind and ask for the snapshot again, which would send the same image over and over.
     installs_delivered: BTreeMap<u64, (u64, TimeUs)>,
+    /// The clock offsets to the group's other replicas, and what this replica does about them
+    /// (DESIGN.md rule 22).
+    clock: ClockWatch,
 }
 
 /// A message of the core waiting for the log to be durable (see `ReplicaNode::held`).
@@ -313,6 +317,7 @@ impl ReplicaNode {
         let snapshots = Cadence::new(config.tuning.snapshot_entries, snapshot_index, node.replica, config.group_size());
         let routes = ShardRoutes::new(config.replicas.len() as u32);
         let transfers = Transfers::new(node.shard, node.raft_id(), config.transfers.clone());
+        let clock = ClockWatch::new(node, config.group_size(), &config.tuning);
         Ok(ReplicaNode {
             config,
             replica,
@@ -344,6 +349,7 @@ impl ReplicaNode {
             snapshot_crc: None,
             install_backoff: BTreeMap::new(),
             installs_delivered: BTreeMap::new(),
+            clock,
         })
     }
 
@@ -378,16 +384,22 @@ impl ReplicaNode {
         self.transfers.stats()
     }
 
+    /// The clock measurements of the group (DESIGN.md rule 22).
+    pub fn clock(&self) -> &ClockWatch {
+        &self.clock
+    }
+
     /// Snapshot transfers under way: (out, in).
     pub fn transfers_in_flight(&self) -> (usize, usize) {
         self.transfers.in_flight()
     }
 
     /// When [`ReplicaNode::turn`] next has timed work: the next Raft tick, the leader's next
-    /// deadline or a snapshot transfer's timeout.
+    /// deadline, a snapshot transfer's timeout or the next clock probes.
     pub fn next_deadline(&self) -> TimeUs {
         let tick = self.next_tick_us.unwrap_or(0);
         let mut at = self.replica.next_deadline().map_or(tick, |d| d.min(tick));
+        at = at.min(self.clock.next_deadline().unwrap_or(0));
         if self.progress.0 != self.progress_report() {
             at = at.min(self.progress.1);
         }
@@ -475,6 +487,20 @@ impl ReplicaNode {
                     return Err(format!("accepts of shard {shard} from raft id {sender} by {from}"));
                 }
                 self.replica.accepts_from(from.replica, term, &records)
+            }
+            ReplicationMsg::ClockProbe { shard, from: sender, sent_us } => {
+                if !self.is_group_peer(shard, sender, from) {
+                    return Err(format!("clock probe for shard {shard} from raft id {sender} by {from}"));
+                }
+                self.clock.on_probe(from.replica, sent_us);
+                Ok(())
+            }
+            ReplicationMsg::ClockEcho { shard, from: sender, probe_sent_us, echo_us } => {
+                if !self.is_group_peer(shard, sender, from) {
+                    return Err(format!("clock echo for shard {shard} from raft id {sender} by {from}"));
+                }
+                self.clock.on_echo(from.replica, probe_sent_us, echo_us);
+                Ok(())
             }
             ReplicationMsg::LeaderIs { shard, replica, term } => {
                 if shard == me.shard || from != (NodeId { shard, replica }) {
@@ -757,6 +783,8 @@ impl ReplicaNode {
     pub fn turn(&mut self, now: TimeUs, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
         let node = self.config.node;
         self.drive_log(now, fx)?;
+        // Before the log is driven again: a hand-over's messages leave in this turn.
+        self.clock.turn(now, &self.linked, self.replica.log_mut(), fx);
         let mut rounds = 0;
         loop {
             self.drive(fx)?;

@@ -495,7 +495,9 @@ impl Transfers {
             | ReplicationMsg::LeaderIs { .. }
             | ReplicationMsg::LeaderLost { .. }
             | ReplicationMsg::AcceptsQuery { .. }
-            | ReplicationMsg::Accepts { .. } => return Err("not a snapshot transfer message".into()),
+            | ReplicationMsg::Accepts { .. }
+            | ReplicationMsg::ClockProbe { .. }
+            | ReplicationMsg::ClockEcho { .. } => return Err("not a snapshot transfer message".into()),
         }
         Ok(())
     }

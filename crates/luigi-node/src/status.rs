@@ -37,6 +37,7 @@ impl ReplicaNode {
             stalled: Vec::new(),
             answer_clients: 0,
             answers: 0,
+            clock: self.clock().status(now),
         };
         r.status(now, &mut status);
         status

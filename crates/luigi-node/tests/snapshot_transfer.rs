@@ -71,7 +71,9 @@ fn show_msg(msg: &ReplicationMsg) -> String {
         | ReplicationMsg::LeaderIs { .. }
         | ReplicationMsg::AcceptsQuery { .. }
         | ReplicationMsg::Accepts { .. }
-        | ReplicationMsg::LeaderLost { .. } => format!("{msg:?}"),
+        | ReplicationMsg::LeaderLost { .. }
+        | ReplicationMsg::ClockProbe { .. }
+        | ReplicationMsg::ClockEcho { .. } => format!("{msg:?}"),
     }
 }
 
@@ -96,7 +98,9 @@ fn sender_of(msg: &ReplicationMsg) -> u64 {
         | ReplicationMsg::Raft { from, .. }
         | ReplicationMsg::AcceptsQuery { from, .. }
         | ReplicationMsg::Accepts { from, .. }
-        | ReplicationMsg::LeaderLost { from, .. } => *from,
+        | ReplicationMsg::LeaderLost { from, .. }
+        | ReplicationMsg::ClockProbe { from, .. }
+        | ReplicationMsg::ClockEcho { from, .. } => *from,
         ReplicationMsg::LeaderIs { .. } => unreachable!("not a transfer message"),
     }
 }

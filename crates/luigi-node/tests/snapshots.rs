@@ -178,6 +178,8 @@ fn line(from: u32, to: u32, msg: &ReplicationMsg) -> String {
         ReplicationMsg::AcceptsQuery { term, .. } => format!("accepts query {term}"),
         ReplicationMsg::Accepts { records, .. } => format!("accepts ({})", records.len()),
         ReplicationMsg::LeaderLost { term, .. } => format!("leader of {term} lost"),
+        ReplicationMsg::ClockProbe { .. } => "clock probe".into(),
+        ReplicationMsg::ClockEcho { .. } => "clock echo".into(),
     };
     format!("{from}->{to} {what}")
 }

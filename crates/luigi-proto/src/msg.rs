@@ -178,6 +178,30 @@ pub struct ReplicaStatus {
     /// Answers kept here, not yet acknowledged or expired.
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub answers: u64,
+    /// Its clock's measured offsets to the other replicas of its group (DESIGN.md rule 22).
+    pub clock: ClockStatus,
+}
+
+/// A replica's clock as its group measures it (in a [`ReplicaStatus`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockStatus {
+    /// The clock bound, µs (`[protocol] max_clock_offset_us`).
+    pub bound_us: u64,
+    /// Its clock is beyond the bound from a majority of its group: it does not lead.
+    pub beyond_bound: bool,
+    /// Its fresh offset estimates, one per peer measured (replica order).
+    pub peers: Vec<PeerClockOffset>,
+}
+
+/// One peer's clock as a replica measured it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerClockOffset {
+    /// The peer (index from 0 in the shard's replica list).
+    pub replica: u32,
+    /// The peer's clock minus this replica's, µs.
+    pub offset_us: i64,
+    /// The estimate's error bound (half the round trip of its sample), µs.
+    pub error_us: u64,
 }
 
 /// A Raft role.
@@ -704,6 +728,29 @@ pub enum ReplicationMsg {
         /// Its term.
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
         term: u64,
+    },
+    /// Between the replicas of one shard, about once a second to each peer: the sender's
+    /// clock, for the receiver to echo (DESIGN.md rule 22: servers measure their clock
+    /// offsets to their peers; see `luigi-node`'s `clock_offsets`).
+    ClockProbe {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// Sending replica (Raft id, from 1).
+        from: u64,
+        /// The sender's clock when it sent the probe, µs.
+        sent_us: TimeUs,
+    },
+    /// The answer to [`ReplicationMsg::ClockProbe`]: the probe's time, echoed, and the
+    /// answering replica's clock when it answered.
+    ClockEcho {
+        /// The shard whose group this is.
+        shard: ShardId,
+        /// The answering replica (Raft id, from 1).
+        from: u64,
+        /// The probe's `sent_us`, unchanged.
+        probe_sent_us: TimeUs,
+        /// The answering replica's clock when it answered, µs.
+        echo_us: TimeUs,
     },
     /// The answer to [`ReplicationMsg::AcceptsQuery`]: every undecided accept record
     /// (`fast::AcceptRecord`, encoded) of the answering replica.

@@ -198,6 +198,14 @@ pub trait LogControl: Debug {
     fn leader_link_lost(&mut self, lost: u64) -> Option<(u64, (u64, u64))>;
     /// See [`RaftLog::peer_lost_leader`].
     fn peer_lost_leader(&mut self, from: u64, term: u64, last: (u64, u64));
+    /// See [`RaftLog::set_abstaining`].
+    fn set_abstaining(&mut self, abstaining: bool);
+    /// See [`RaftLog::is_abstaining`].
+    fn is_abstaining(&self) -> bool;
+    /// See [`RaftLog::transfer_leader`].
+    fn transfer_leader(&mut self, to: u64);
+    /// See [`RaftLog::transferring_leader`].
+    fn transferring_leader(&self) -> Option<u64>;
 }
 
 impl<R: Record> LogControl for RaftLog<R> {
@@ -287,6 +295,18 @@ impl<R: Record> LogControl for RaftLog<R> {
     }
     fn peer_lost_leader(&mut self, from: u64, term: u64, last: (u64, u64)) {
         RaftLog::peer_lost_leader(self, from, term, last)
+    }
+    fn set_abstaining(&mut self, abstaining: bool) {
+        RaftLog::set_abstaining(self, abstaining)
+    }
+    fn is_abstaining(&self) -> bool {
+        RaftLog::is_abstaining(self)
+    }
+    fn transfer_leader(&mut self, to: u64) {
+        RaftLog::transfer_leader(self, to)
+    }
+    fn transferring_leader(&self) -> Option<u64> {
+        RaftLog::transferring_leader(self)
     }
 }
 

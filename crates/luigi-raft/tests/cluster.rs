@@ -385,6 +385,56 @@ fn transfer_leader_and_campaign() {
     c.wait_all_applied(10, 100 * TICK);
 }
 
+/// DESIGN.md rule 22: an abstaining replica (its clock beyond the bound from its group's
+/// majority) never campaigns, even when its leader is gone and its timeout passed many times
+/// over, drops a leadership transfer to it, and still votes: the others elect a leader with
+/// it. Cleared, it takes part again.
+#[test]
+fn an_abstaining_replica_never_campaigns_and_still_votes() {
+    let mut c = Cluster::new(3, 3);
+    let leader = c.elect(100 * TICK);
+    propose_many(&mut c, 5);
+    c.wait_all_applied(5, 100 * TICK);
+    let abstainer = if leader == 1 { 2 } else { 1 };
+    let third = 6 - leader - abstainer;
+    c.node_mut(abstainer).log.set_abstaining(true);
+    assert!(c.log(abstainer).is_abstaining());
+    // A transfer to it is dropped; the leader's transfer lapses and it keeps leading.
+    c.node_mut(leader).log.transfer_leader(abstainer);
+    assert_eq!(c.log(leader).transferring_leader(), Some(abstainer));
+    c.process(leader);
+    c.run(30 * TICK);
+    assert!(c.log(leader).is_leader(), "the transfer to an abstaining replica did not happen");
+    assert_eq!(c.log(leader).transferring_leader(), None, "the transfer lapsed");
+    // Its own campaign does nothing.
+    c.node_mut(abstainer).log.campaign().unwrap();
+    c.process(abstainer);
+    c.run(2 * TICK);
+    assert!(c.log(leader).is_leader());
+    assert_eq!(c.log(abstainer).role(), Role::Follower);
+    // The leader is cut off and the third replica too: the abstainer, alone, waits out ten
+    // election timeouts without ever becoming a candidate.
+    c.isolated.insert(leader);
+    c.isolated.insert(third);
+    for _ in 0..200 {
+        c.run(TICK);
+        assert_eq!(c.log(abstainer).role(), Role::Follower, "an abstaining replica campaigned");
+    }
+    // With the third back, the third is elected, the abstainer voting for it.
+    c.isolated.remove(&third);
+    c.run_until(100 * TICK, |c| c.log(third).is_leader()).expect("the third replica elected with the abstainer's vote");
+    assert!(!c.log(abstainer).is_leader());
+    c.isolated.clear();
+    propose_many(&mut c, 5);
+    c.wait_all_applied(10, 100 * TICK);
+    // Cleared: a transfer to it is taken.
+    c.node_mut(abstainer).log.set_abstaining(false);
+    let now_leader = c.live_leader().expect("leader");
+    c.node_mut(now_leader).log.transfer_leader(abstainer);
+    c.process(now_leader);
+    c.run_until(20 * TICK, |c| c.log(abstainer).is_leader()).expect("leads again once it may");
+}
+
 #[test]
 fn single_replica_group_commits_alone_and_bounds_its_backlog() {
     let mut config = luigi_raft::RaftConfig::new(1, vec![1], 9);

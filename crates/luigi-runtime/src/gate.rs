@@ -137,7 +137,9 @@ pub fn check(
             | ReplicationMsg::SnapshotRefuse { shard, from, .. }
             | ReplicationMsg::AcceptsQuery { shard, from, .. }
             | ReplicationMsg::Accepts { shard, from, .. }
-            | ReplicationMsg::LeaderLost { shard, from, .. },
+            | ReplicationMsg::LeaderLost { shard, from, .. }
+            | ReplicationMsg::ClockProbe { shard, from, .. }
+            | ReplicationMsg::ClockEcho { shard, from, .. },
         ) => from_peer(auth, |node| same_group(cfg, node, *shard, *from)),
         WireMsg::Replication(ReplicationMsg::LeaderIs { shard, replica, .. }) => from_peer(auth, |node| {
             (node == NodeId { shard: *shard, replica: *replica })

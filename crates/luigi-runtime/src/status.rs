@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use luigi_proto::msg::{ClientMsg, ReplicaStatus, ServerMsg, StalledTxnInfo, WireMsg};
+use luigi_proto::msg::{ClientMsg, PeerClockOffset, ReplicaStatus, ServerMsg, StalledTxnInfo, WireMsg};
 use luigi_proto::types::ShardId;
 
 use crate::config::{ClusterConfig, NodeId};
@@ -96,6 +96,25 @@ pub struct ClusterHealth {
     /// Shards whose leader's watermark is stuck: further behind its clock than a few
     /// election timeouts (an answer waits for the watermark, so nothing completes there).
     pub stuck: Vec<StuckShard>,
+    /// Replicas whose clock is beyond the clock bound from a majority of their group, by
+    /// their own measurement (DESIGN.md rule 22): they do not lead.
+    pub skewed: Vec<SkewedReplica>,
+}
+
+/// A replica whose clock is beyond the clock bound from its group's majority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkewedReplica {
+    /// The replica.
+    pub node: NodeId,
+    /// The clock bound, µs.
+    pub bound_us: u64,
+    /// Its largest measured offset to a peer (the peer's clock minus its own).
+    pub largest: Option<PeerClockOffset>,
+}
+
+/// Of a replica's measured offsets, the largest in magnitude (the first among equals).
+pub fn largest_offset(peers: &[PeerClockOffset]) -> Option<PeerClockOffset> {
+    peers.iter().copied().reduce(|a, b| if b.offset_us.unsigned_abs() > a.offset_us.unsigned_abs() { b } else { a })
 }
 
 /// A shard whose watermark is stuck, and what holds it.
@@ -141,7 +160,18 @@ impl ClusterHealth {
                 })
             })
             .collect();
-        Self { leaders, down, stuck }
+        let skewed = reports
+            .iter()
+            .filter_map(|r| {
+                let s = r.status.as_ref().ok().filter(|s| s.clock.beyond_bound)?;
+                Some(SkewedReplica {
+                    node: r.node,
+                    bound_us: s.clock.bound_us,
+                    largest: largest_offset(&s.clock.peers),
+                })
+            })
+            .collect();
+        Self { leaders, down, stuck, skewed }
     }
 
     /// Shards without a serving leader.
@@ -149,9 +179,10 @@ impl ClusterHealth {
         (0..self.leaders.len() as ShardId).filter(|s| self.leaders[*s as usize].is_none()).collect()
     }
 
-    /// True when every shard has a leader whose watermark moves and every replica answered.
+    /// True when every shard has a leader whose watermark moves, every replica answered, and
+    /// no replica's clock is beyond the clock bound.
     pub fn is_healthy(&self) -> bool {
-        self.down.is_empty() && self.leaderless().is_empty() && self.stuck.is_empty()
+        self.down.is_empty() && self.leaderless().is_empty() && self.stuck.is_empty() && self.skewed.is_empty()
     }
 
     /// One line: what is wrong, or that nothing is.
@@ -185,6 +216,24 @@ impl ClusterHealth {
                 s.leader.shard,
                 s.lag_us as f64 / 1e6,
                 s.leader.name()
+            ));
+        }
+        for s in &self.skewed {
+            // The peer's offset is the peer's clock minus this replica's.
+            let largest = match s.largest {
+                Some(p) => format!(
+                    " ({:.1} ms {} s{}r{}'s)",
+                    p.offset_us.unsigned_abs() as f64 / 1e3,
+                    if p.offset_us < 0 { "ahead of" } else { "behind" },
+                    s.node.shard,
+                    p.replica
+                ),
+                None => String::new(),
+            };
+            parts.push(format!(
+                "{}'s clock is beyond the {:.0} ms clock bound from its group{largest}: it does not lead",
+                s.node.name(),
+                s.bound_us as f64 / 1e3
             ));
         }
         let up = replicas - self.down.len();
@@ -221,6 +270,7 @@ mod tests {
             stalled: Vec::new(),
             answer_clients: 0,
             answers: 0,
+            clock: Default::default(),
         });
         ReplicaReport {
             node: NodeId { shard, replica },
@@ -273,6 +323,33 @@ mod tests {
             "1 of 1 shards with a leader; shard 0's watermark stuck 39.2 s behind its leader's clock (s0r0), \
              held by transaction 7/2 (shards 0,1, pending 39.0 s); 3 of 3 replicas up"
         );
+    }
+
+    /// DESIGN.md rule 22: a replica that judges its own clock beyond the bound makes the
+    /// cluster degraded, and the summary says by how much; a replica that only sees one far
+    /// peer does not.
+    #[test]
+    fn a_replica_beyond_the_clock_bound_is_degraded() {
+        let mut reports =
+            vec![report(0, 0, Some((false, 3))), report(0, 1, Some((true, 3))), report(0, 2, Some((false, 3)))];
+        let far = |replica, offset_us| PeerClockOffset { replica, offset_us, error_us: 150 };
+        reports[1].status.as_mut().unwrap().clock.peers = vec![far(0, 2_000_300), far(2, -1_000)];
+        assert!(ClusterHealth::of(1, &reports, 3_000_000).is_healthy(), "one far peer is not a verdict");
+        let s = reports[0].status.as_mut().unwrap();
+        s.clock = luigi_proto::msg::ClockStatus {
+            bound_us: 500_000,
+            beyond_bound: true,
+            peers: vec![far(1, -2_000_300), far(2, -2_001_000)],
+        };
+        let h = ClusterHealth::of(1, &reports, 3_000_000);
+        assert!(!h.is_healthy());
+        assert_eq!(
+            h.summary(3),
+            "1 of 1 shards with a leader; s0r0's clock is beyond the 500 ms clock bound from its group (2001.0 ms \
+             ahead of s0r2's): it does not lead; 3 of 3 replicas up"
+        );
+        assert_eq!(largest_offset(&[]), None);
+        assert_eq!(largest_offset(&[far(1, 5), far(2, -5), far(3, 4)]).map(|p| p.replica), Some(1));
     }
 
     #[tokio::test]

@@ -96,6 +96,12 @@ fn arb_server_to_server() -> impl Strategy<Value = WireMsg> {
         })),
         (any::<u32>(), any::<u32>(), any::<u64>())
             .prop_map(|(shard, replica, term)| WireMsg::Replication(ReplicationMsg::LeaderIs { shard, replica, term })),
+        (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(shard, from, sent_us)| WireMsg::Replication(
+            ReplicationMsg::ClockProbe { shard, from, sent_us }
+        )),
+        (any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(shard, from, probe_sent_us, echo_us)| {
+            WireMsg::Replication(ReplicationMsg::ClockEcho { shard, from, probe_sent_us, echo_us })
+        }),
         (any::<u32>(), any::<u32>(), any::<[u8; 32]>()).prop_map(|(shard, replica, proof)| WireMsg::PeerHello {
             shard,
             replica,

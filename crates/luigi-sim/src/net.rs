@@ -82,7 +82,9 @@ impl SimMsg {
                 | ReplicationMsg::SnapshotRefuse { .. }
                 | ReplicationMsg::AcceptsQuery { .. }
                 | ReplicationMsg::Accepts { .. }
-                | ReplicationMsg::LeaderLost { .. }),
+                | ReplicationMsg::LeaderLost { .. }
+                | ReplicationMsg::ClockProbe { .. }
+                | ReplicationMsg::ClockEcho { .. }),
             ) => postcard::to_stdvec(m).map(|b| (6u8, b)),
         };
         match encoded {

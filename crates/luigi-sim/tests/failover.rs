@@ -379,3 +379,25 @@ fn a_follower_behind_compaction_catches_up_through_a_snapshot_larger_than_a_fram
         assert!(total.leader_compactions > 0, "no leader compacted behind an offer: {total:?}");
     }
 }
+
+/// DESIGN.md rule 22: shard 0's replica 0, which starts the group's first election and wins
+/// it, runs 2 s ahead of everyone else (the clock bound is 500 ms). A second into the run it
+/// has measured its offsets to its two peers, finds itself beyond the bound from its group's
+/// majority, and hands leadership over; it never leads again (it abstains from elections),
+/// another replica of shard 0 leads, every transaction commits, and the checker passes.
+#[test]
+fn a_leader_with_its_clock_2_s_ahead_hands_over_and_its_shard_commits_on() {
+    for seed in common::sweep(1, 4) {
+        let config = failover_config(seed, 2).clock_offset(luigi_sim::Node::Replica(0, 0), 2_000_000);
+        let faults = FaultConfig { random_faults: false, ..FaultConfig::new() };
+        let r = must_pass("a_leader_with_its_clock_2_s_ahead_hands_over_and_its_shard_commits_on", config, &faults);
+        eprintln!("seed {seed}: {r:?}");
+        let shard0: Vec<u32> = r.promoted.iter().filter(|(s, _)| *s == 0).map(|(_, i)| *i).collect();
+        assert_eq!(shard0.first(), Some(&0), "seed {seed}: the skewed replica led first: {shard0:?}");
+        assert!(shard0.len() >= 2 && !shard0[1..].contains(&0), "seed {seed}: it stopped leading for good: {shard0:?}");
+        assert!(r.clock_handovers >= 1, "seed {seed}: {r:?}");
+        assert!(r.end_us > 1_000_000, "seed {seed}: the run outlasted the first probes");
+        // Every transaction has a definite answer (the run ends only then), and commits.
+        assert_eq!((r.orphans, r.committed), (0, r.txns), "seed {seed}: {r:?}");
+    }
+}

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use luigi_proto::msg::{ReplicaRole, ReplicaStatus};
 use luigi_runtime::config::ClusterConfig;
-use luigi_runtime::status::{cluster_status, ClusterHealth, ReplicaReport, STATUS_TIMEOUT_DEFAULT};
+use luigi_runtime::status::{cluster_status, largest_offset, ClusterHealth, ReplicaReport, STATUS_TIMEOUT_DEFAULT};
 use serde_json::json;
 
 /// Stalled transactions shown per replica in the table (`--json` has all the replica sent).
@@ -22,15 +22,19 @@ before an election); Raft term; commit and applied log indexes; watermark (µs) 
 behind the replica's clock (ms; a follower shows its last applied marker); transactions
 queued (pending on a leader, prepared and not executed on a follower); answers kept and the
 clients they belong to (a client's expire two minutes after its newest transaction);
-transactions stuck on
+the replica's clock: its largest measured offset to a peer of its group (ms: the peer's
+clock minus its own, ± the measurement's error; `-` before the first measurement), and
+BEYOND when its clock is beyond the clock bound (`max_clock_offset_us`) from a majority of
+its group (it then does not lead); transactions stuck on
 a leader longer than a normal agreement: how many, then the oldest (client/seq, age,
 participant shards).
 
 Exit status:
   0  every shard has a leader and every replica answered
-  1  some shard has no leader, some replica is down, or some shard's watermark has been
-     stuck for longer than three election timeouts (one-line summary on standard error,
-     naming the transaction that holds it)
+  1  some shard has no leader, some replica is down, some shard's watermark has been
+     stuck for longer than three election timeouts, or some replica's clock is beyond the
+     clock bound from its group (one-line summary on standard error, naming the
+     transaction that holds the watermark, the replica and its offset)
   2  error (e.g. a bad cluster file)";
 
 #[derive(Args)]
@@ -98,6 +102,20 @@ fn lag_ms(s: &ReplicaStatus) -> Option<f64> {
     (s.watermark > 0).then(|| (s.clock_us as f64 - s.watermark as f64) / 1000.0)
 }
 
+/// The largest measured offset to a peer, `+2000.1±0.2` (ms), then `BEYOND` if the replica's
+/// clock is beyond the bound from its group; `-` before any measurement.
+fn clock(s: &ReplicaStatus) -> String {
+    let largest = largest_offset(&s.clock.peers).map_or_else(
+        || "-".to_string(),
+        |p| format!("{:+.1}±{:.1}", p.offset_us as f64 / 1e3, p.error_us as f64 / 1e3),
+    );
+    if s.clock.beyond_bound {
+        format!("{largest} BEYOND")
+    } else {
+        largest
+    }
+}
+
 fn stuck(s: &ReplicaStatus) -> String {
     if !s.serving {
         return "-".into();
@@ -117,7 +135,7 @@ fn stuck(s: &ReplicaStatus) -> String {
     format!("{} (oldest: {})", s.stalled_count, oldest.join("; "))
 }
 
-const HEADER: [&str; 13] = [
+const HEADER: [&str; 14] = [
     "SHARD",
     "REPLICA",
     "ADDRESS",
@@ -130,6 +148,7 @@ const HEADER: [&str; 13] = [
     "LAG(ms)",
     "QUEUE",
     "ANSWERS",
+    "CLOCK(ms)",
     "STUCK",
 ];
 
@@ -150,6 +169,7 @@ fn render_table(reports: &[ReplicaReport]) -> String {
                     lag_ms(s).map_or_else(|| "-".to_string(), |l| format!("{l:.1}")),
                     s.pending.to_string(),
                     format!("{}/{}c", s.answers, s.answer_clients),
+                    clock(s),
                     stuck(s),
                 ]),
                 Err(e) => row.push(format!("down ({e})")),
@@ -192,6 +212,7 @@ fn report_json(r: &ReplicaReport) -> serde_json::Value {
         Ok(s) => {
             v["role"] = json!(role_name(s));
             v["watermark_lag_ms"] = json!(lag_ms(s));
+            v["clock_beyond_bound"] = json!(s.clock.beyond_bound);
             v["status"] = serde_json::to_value(s).expect("plain data serializes");
         }
         Err(e) => v["error"] = json!(e),

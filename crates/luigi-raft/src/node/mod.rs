@@ -3,8 +3,9 @@
 //! The struct, its construction and recovery, and the [`ReplicatedLog`] seam live here; the
 //! rest is split by concern: [`config`] (what goes in), [`ready`] (what comes out),
 //! [`step`] (messages in, rejoining, lost entries), [`determinism`] (election timeouts),
-//! [`compact`] (snapshots and replays), [`error`].
+//! [`compact`] (snapshots and replays), [`abstain`] (a replica that must not lead), [`error`].
 
+mod abstain;
 mod compact;
 mod config;
 mod determinism;
@@ -132,6 +133,8 @@ pub struct RaftLog<R = LogRecord> {
     /// (term, replica) to the reporter's last log entry (term, index); of the current term or
     /// later only.
     lost_reports: BTreeMap<(u64, u64), (u64, u64)>,
+    /// This replica must not lead (see [`RaftLog::set_abstaining`]).
+    abstaining: bool,
 }
 
 impl<R: Record> std::fmt::Debug for RaftLog<R> {
@@ -246,6 +249,7 @@ impl<R: Record> RaftLog<R> {
             external_snapshots: config.external_snapshots,
             acks_in_flight: VecDeque::new(),
             acked: (0, 0),
+            abstaining: false,
         };
         log.redraw_election_timeout();
         Ok(log)
@@ -306,8 +310,14 @@ impl<R: Record> RaftLog<R> {
 
     /// Advances the logical clock by one tick (heartbeats, election timeouts, check-quorum).
     /// A rejoining replica's clock stands still: it does not campaign (see "Rejoining").
+    /// An abstaining replica's election clock runs without ever starting an election (see
+    /// [`RaftLog::set_abstaining`]).
     pub fn tick(&mut self) {
         if self.rejoin.is_some() || self.lost.is_some() {
+            return;
+        }
+        if self.abstaining && !self.is_leader() {
+            self.tick_without_campaign();
             return;
         }
         self.raw.tick();
@@ -315,12 +325,13 @@ impl<R: Record> RaftLog<R> {
     }
 
     /// Starts an election now (pre-vote first), e.g. to force a failover in tests. A no-op on
-    /// a leader, and on a rejoining replica (see "Rejoining").
+    /// a leader, on a rejoining replica (see "Rejoining") and on an abstaining one
+    /// ([`RaftLog::set_abstaining`]).
     ///
     /// # Errors
     /// raft-rs's error, if any.
     pub fn campaign(&mut self) -> Result<(), RaftError> {
-        if self.rejoin.is_some() {
+        if self.rejoin.is_some() || self.abstaining {
             return Ok(());
         }
         let result = self.raw.campaign();
@@ -387,7 +398,7 @@ impl<R: Record> RaftLog<R> {
         let Some((term, leader)) = self.lost_leader else { return };
         let raft = &self.raw.raft;
         let waiting = matches!(raft.state, StateRole::Follower | StateRole::PreCandidate);
-        if raft.term != term || !waiting || self.rejoin.is_some() || self.lost.is_some() {
+        if raft.term != term || !waiting || self.rejoin.is_some() || self.lost.is_some() || self.abstaining {
             return;
         }
         let n = self.voters.len();

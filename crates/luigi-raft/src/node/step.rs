@@ -116,6 +116,9 @@ impl<R: Record> RaftLog<R> {
             self.after_call();
             return Ok(());
         }
+        if self.abstaining && t == MessageType::MsgTimeoutNow {
+            return Ok(()); // a leader hands over to it: it must not lead (see `abstain`)
+        }
         let current = msg.term >= self.raw.raft.term;
         if let Some(rejoin) = &mut self.rejoin {
             if matches!(t, MessageType::MsgRequestVote | MessageType::MsgRequestPreVote | MessageType::MsgTimeoutNow) {

@@ -226,6 +226,8 @@ impl RaftGroups<'_> {
             }
         };
         let mut stores: Vec<&Store> = Vec::new();
+        let alive = self.replicas.iter().flatten().filter_map(|n| n.node.as_ref());
+        self.report.clock_handovers = alive.map(|n| n.clock().stats().handovers).sum();
         for group in &self.replicas {
             let leader = group
                 .iter()

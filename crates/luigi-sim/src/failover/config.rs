@@ -359,6 +359,11 @@ pub struct FailoverReport {
     pub promotions: u64,
     /// Times a serving leader stepped down and rebuilt its state.
     pub demotions: u64,
+    /// Each promotion's replica (shard, replica index), in order (per run: not summed).
+    pub promoted: Vec<(ShardId, u32)>,
+    /// Leadership hand-overs started by leaders whose clock was beyond the clock bound from
+    /// their group's majority (DESIGN.md rule 22), over the replicas alive at the end.
+    pub clock_handovers: u64,
     /// Snapshots followers took (each compacting its log).
     pub compactions: u64,
     /// Times a serving leader compacted its log behind a follower's snapshot.
@@ -421,6 +426,7 @@ impl FailoverReport {
         self.owd_after_heal_max_us = self.owd_after_heal_max_us.max(r.owd_after_heal_max_us);
         self.promotions += r.promotions;
         self.demotions += r.demotions;
+        self.clock_handovers += r.clock_handovers;
         self.compactions += r.compactions;
         self.leader_compactions += r.leader_compactions;
         self.snapshots_installed += r.snapshots_installed;

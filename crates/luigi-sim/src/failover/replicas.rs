@@ -433,6 +433,7 @@ impl RaftGroups<'_> {
                 match t {
                     Transition::Promoted => {
                         self.report.promotions += 1;
+                        self.report.promoted.push((s, i));
                         core.trace(|| format!("{me} serves as the leader"));
                     }
                     Transition::Demoted => {
