@@ -184,6 +184,7 @@ pub struct ReplicaStatus {
 
 /// A replica's clock as its group measures it (in a [`ReplicaStatus`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct ClockStatus {
     /// The clock bound, µs (`[protocol] max_clock_offset_us`).
     pub bound_us: u64,
@@ -195,6 +196,7 @@ pub struct ClockStatus {
 
 /// One peer's clock as a replica measured it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub struct PeerClockOffset {
     /// The peer (index from 0 in the shard's replica list).
     pub replica: u32,
