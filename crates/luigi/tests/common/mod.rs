@@ -10,7 +10,7 @@ pub mod netns;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -139,21 +139,34 @@ pub fn start_server_skewed(
     durability: &str,
     clock_offset_us: i64,
 ) -> ServerProc {
-    let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-    let child = Command::new(EXE)
+    let mut command = Command::new(EXE);
+    server_args(&mut command, config, data, node, durability).arg(format!("--clock-offset-us={clock_offset_us}"));
+    spawn_server(command, node, SocketAddr::from(([127, 0, 0, 1], port)), log)
+}
+
+/// Adds `server` and its arguments for node `node` of cluster file `config` to `command`.
+pub fn server_args<'a>(
+    command: &'a mut Command,
+    config: &Path,
+    data: &Path,
+    node: &str,
+    durability: &str,
+) -> &'a mut Command {
+    command
         .args(["server", "--exit-on-stdin-eof", "--durability", durability, "--node", node, "--config"])
         .arg(config)
-        .arg(format!("--clock-offset-us={clock_offset_us}"))
         .arg("--data-dir")
         .arg(data)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
+}
+
+/// Spawns `command` (a server, `RUST_LOG=info`, its log appended to `log`, its stdin held so
+/// that it exits with the test) and waits until it listens on `addr`.
+pub fn spawn_server(mut command: Command, node: &str, addr: SocketAddr, log: &Path) -> ServerProc {
+    let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let child = command.env("RUST_LOG", "info").stdin(Stdio::piped()).stderr(stderr).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{node} did not start listening");
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "{node} did not start listening on {addr}");
         std::thread::sleep(Duration::from_millis(20));
     }
     ServerProc(child)

@@ -25,12 +25,11 @@
 //! which returns `None` with a printed notice where namespaces cannot be made (not root, no
 //! `ip`): such a test skips, it does not fail.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use super::{ServerProc, EXE};
+use super::{server_args, spawn_server, ServerProc, EXE};
 
 /// The first two octets of every address this harness configures.
 const NET: &str = "10.77";
@@ -283,25 +282,11 @@ impl NetNs {
     /// its data under `data` and its log (`RUST_LOG=info`) appended to `log`; waits until
     /// it listens on `port` of its address.
     pub fn start_server(&self, k: usize, config: &Path, data: &Path, node: &str, port: u16, log: &Path) -> ServerProc {
-        let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
         // `ip netns exec` execs the server: the child is the server itself.
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns(k), EXE])
-            .args(["server", "--exit-on-stdin-eof", "--durability", "none", "--node", node, "--config"])
-            .arg(config)
-            .arg("--data-dir")
-            .arg(data)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect((self.addr(k), port)).is_err() {
-            assert!(Instant::now() < deadline, "{node} did not start listening on {}:{port}", self.addr(k));
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        ServerProc(child)
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.ns(k), EXE]);
+        server_args(&mut command, config, data, node, "none");
+        spawn_server(command, node, SocketAddr::from((self.addr(k), port)), log)
     }
 }
 
