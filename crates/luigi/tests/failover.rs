@@ -19,7 +19,8 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use luigi_proto::coordinator::TxnOutcome;
@@ -29,20 +30,13 @@ use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 
 use common::history::Recorder;
+use common::load::{assert_no_unknown, expected_balances, Done, TransferLoad, ACCOUNTS};
 use common::{latest_leader, scratch, start_server_skewed, three_replica_cluster};
 
-const ACCOUNTS: u64 = 16;
 const WORKERS: u64 = 8;
 /// Workers running micro transactions, and the keys they share.
 const MICRO_WORKERS: u64 = 4;
 const MICRO_KEYS: u64 = 24;
-
-/// A committed transfer and when its answer came.
-#[derive(Clone, Copy)]
-struct Done {
-    at: Instant,
-    args: TransferArgs,
-}
 
 #[test]
 fn killing_a_shard_leader_under_load_loses_and_doubles_nothing() {
@@ -96,37 +90,24 @@ fn failover_under_load(name: &str, skew_us: i64) {
     let first = rt.block_on(recorder.transfer(TransferArgs { from: 0, to: 1, amount: 0 }));
     assert!(first.is_committed(), "{first:?}");
 
-    let committed: Arc<Mutex<Vec<Done>>> = Arc::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut workers = Vec::new();
-    for w in 0..WORKERS {
-        let (recorder, committed, stop) = (recorder.clone(), committed.clone(), stop.clone());
-        workers.push(rt.spawn(async move {
-            let mut n = 0u64;
-            let mut other = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                n += 1;
-                let from = (w * 7 + n * 3) % ACCOUNTS;
-                let to = (from + 1 + (n * 5 + w) % (ACCOUNTS - 1)) % ACCOUNTS;
-                let args = TransferArgs { from, to, amount: (n % 9 + 1) as i64 };
-                match recorder.transfer(args).await {
-                    outcome if outcome.is_committed() => {
-                        committed.lock().unwrap().push(Done { at: Instant::now(), args });
-                    }
-                    outcome => other.push(outcome),
-                }
-            }
-            other
-        }));
-    }
-    for w in 0..MICRO_WORKERS {
-        let (recorder, stop) = (recorder.clone(), stop.clone());
-        workers.push(rt.spawn(async move { micro_load(&recorder, w, &stop).await }));
-    }
+    let load = TransferLoad::start(&rt, WORKERS, {
+        let recorder = recorder.clone();
+        move |args| {
+            let recorder = recorder.clone();
+            async move { recorder.transfer(args).await }
+        }
+    });
+    let micro_stop = Arc::new(AtomicBool::new(false));
+    let micro_workers: Vec<_> = (0..MICRO_WORKERS)
+        .map(|w| {
+            let (recorder, stop) = (recorder.clone(), micro_stop.clone());
+            rt.spawn(async move { micro_load(&recorder, w, &stop).await })
+        })
+        .collect();
 
     let start_at = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
-    let before_kill = committed.lock().unwrap().len();
+    let before_kill = load.count();
     assert!(before_kill > 0, "no transfer committed before the kill");
     let killed_at = Instant::now();
     servers[0].take().unwrap().kill9();
@@ -141,29 +122,22 @@ fn failover_under_load(name: &str, skew_us: i64) {
     std::thread::sleep(Duration::from_secs(2));
     servers[second] = Some(start(&format!("s0r{second}"), ports[0][second]));
     std::thread::sleep(Duration::from_secs(2));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut not_committed = Vec::new();
-    for w in workers {
+    let (done, mut not_committed) = load.stop(&rt);
+    micro_stop.store(true, Ordering::Relaxed);
+    for w in micro_workers {
         not_committed.extend(rt.block_on(w).unwrap());
     }
     let ended_at = Instant::now();
 
     // Every transaction got a definite answer: no failures with unknown effects.
-    for o in &not_committed {
-        assert!(!matches!(o, TxnOutcome::Unknown(_)), "a transfer ended with an unknown outcome: {o:?}");
-    }
-    let done = committed.lock().unwrap().clone();
+    assert_no_unknown(&not_committed);
     let after_restart = done.iter().filter(|d| d.at > restarted_at).count();
     assert!(done.iter().any(|d| d.at > killed_at), "no transfer committed after the leader was killed");
     assert!(after_restart > 0, "no transfer committed after the restart");
 
     // Read every account (a zero transfer returns both balances) and compare with the sum of
     // the committed transfers.
-    let mut expected = vec![0i64; ACCOUNTS as usize];
-    for d in &done {
-        expected[d.args.from as usize] -= d.args.amount;
-        expected[d.args.to as usize] += d.args.amount;
-    }
+    let expected = expected_balances(&done);
     let stores = rt.block_on(recorder.read_stores(ACCOUNTS, MICRO_KEYS));
     let shard_of = HashPartitioner::new(2);
     let balance = |a: u64| {
@@ -254,10 +228,10 @@ fn failover_under_load(name: &str, skew_us: i64) {
 
 /// One micro worker's closed loop until `stop`: one to three reads and writes of
 /// [`MICRO_KEYS`] keys, each written value unique to the run; returns what did not commit.
-async fn micro_load(recorder: &Recorder, worker: u64, stop: &std::sync::atomic::AtomicBool) -> Vec<TxnOutcome> {
+async fn micro_load(recorder: &Recorder, worker: u64, stop: &AtomicBool) -> Vec<TxnOutcome> {
     let mut n = 0u64;
     let mut other = Vec::new();
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) {
         n += 1;
         let ops: Vec<MicroOp> = (0..1 + n % 3)
             .map(|i| {

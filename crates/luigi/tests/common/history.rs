@@ -16,9 +16,11 @@ use luigi_proto::coordinator::TxnOutcome;
 use luigi_proto::partition::{split, HashPartitioner, Partitioner};
 use luigi_proto::procedure::Registry;
 use luigi_proto::procedures::{account_key, micro_key, Micro, MicroOp, MicroOutput, Transfer, TransferArgs};
+use luigi_proto::types::ShardPiece;
 use luigi_runtime::client::Client;
 use luigi_sim::checker::{check, AnswerRecord, CheckOptions, CheckSummary, History, Moment, TxnRecord};
-use luigi_store::{Key, Store};
+use luigi_store::Store;
+use luigi_workloads::micro::micro_pieces;
 
 /// Runs transactions through a client and records each with its dispatch and answer.
 pub struct Recorder {
@@ -43,9 +45,8 @@ impl Recorder {
         Moment::at(self.start.elapsed().as_micros() as u64)
     }
 
-    /// Runs `procedure(args)` over `reads` and `writes` and records it.
-    pub async fn execute(&self, procedure: &str, args: Vec<u8>, reads: Vec<Key>, writes: Vec<Key>) -> TxnOutcome {
-        let pieces = split(&self.partitioner, reads, writes);
+    /// Runs `procedure(args)` on `pieces` and records it.
+    pub async fn execute(&self, procedure: &str, args: Vec<u8>, pieces: Vec<ShardPiece>) -> TxnOutcome {
         let dispatched = self.now();
         let done = self.client.execute_pieces(procedure, args.clone(), pieces.clone()).await.expect("client alive");
         let at = self.now();
@@ -64,21 +65,15 @@ impl Recorder {
 
     /// A bank transfer (a zero one reads both balances).
     pub async fn transfer(&self, args: TransferArgs) -> TxnOutcome {
-        let keys = vec![account_key(args.from), account_key(args.to)];
-        self.execute(Transfer::NAME, postcard::to_stdvec(&args).unwrap(), vec![], keys).await
+        let pieces = split(&self.partitioner, vec![], vec![account_key(args.from), account_key(args.to)]);
+        self.execute(Transfer::NAME, postcard::to_stdvec(&args).unwrap(), pieces).await
     }
 
     /// A micro transaction of `ops` (writes should carry values unique to the run, so that
     /// every read names the write it saw).
     pub async fn micro(&self, ops: &[MicroOp]) -> TxnOutcome {
-        let mut reads: Vec<Key> = ops.iter().filter(|o| o.write.is_none()).map(|o| micro_key(o.key)).collect();
-        let mut writes: Vec<Key> = ops.iter().filter(|o| o.write.is_some()).map(|o| micro_key(o.key)).collect();
-        writes.sort();
-        writes.dedup();
-        reads.sort();
-        reads.dedup();
-        reads.retain(|k| writes.binary_search(k).is_err());
-        self.execute(Micro::NAME, postcard::to_stdvec(ops).unwrap(), reads, writes).await
+        let pieces = micro_pieces(&self.partitioner, ops);
+        self.execute(Micro::NAME, postcard::to_stdvec(ops).unwrap(), pieces).await
     }
 
     /// Reads accounts `0..accounts` and micro keys `0..micro_keys` (recorded like every other

@@ -1,6 +1,6 @@
 //! A closed-loop bank-transfer load over [`ACCOUNTS`] accounts, and the check that the final
 //! balances are exactly the sum of the committed transfers (nothing answered lost or applied
-//! twice): the partition test's workload (partition.rs). [`TransferLoad::start`] takes the
+//! twice): the workload of the partition and failover tests. [`TransferLoad::start`] takes the
 //! function that runs one transfer, so a test that records its transactions (a history
 //! recorder) runs the same load through it.
 //!
@@ -127,14 +127,20 @@ impl TransferLoad {
 /// Reads every account (a zero transfer returns both balances) and asserts that the balances
 /// are the sum of the committed transfers `done`.
 pub fn assert_balances(rt: &tokio::runtime::Runtime, client: &Client, done: &[Done]) {
+    let expected = expected_balances(done);
+    let read = read_balances(rt, client, (0..ACCOUNTS).step_by(2).map(|a| (a, a + 1)));
+    let actual: Vec<i64> = (0..ACCOUNTS).map(|a| *read.get(&a).expect("every account read")).collect();
+    assert_eq!(actual, expected, "balances differ from the committed transfers: something was lost or doubled");
+}
+
+/// Every account's balance as the sum of the committed transfers `done` (all start at 0).
+pub fn expected_balances(done: &[Done]) -> Vec<i64> {
     let mut expected = vec![0i64; ACCOUNTS as usize];
     for d in done {
         expected[d.args.from as usize] -= d.args.amount;
         expected[d.args.to as usize] += d.args.amount;
     }
-    let read = read_balances(rt, client, (0..ACCOUNTS).step_by(2).map(|a| (a, a + 1)));
-    let actual: Vec<i64> = (0..ACCOUNTS).map(|a| *read.get(&a).expect("every account read")).collect();
-    assert_eq!(actual, expected, "balances differ from the committed transfers: something was lost or doubled");
+    expected
 }
 
 /// Asserts that no transfer in `not_committed` ended with an unknown outcome (every one got
