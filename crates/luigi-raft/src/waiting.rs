@@ -55,7 +55,7 @@ impl Held {
 
     /// The send time that makes an arrival at `now` show the network's delay only.
     fn sent_at(&self, now: TimeUs) -> TimeUs {
-        self.sent_us + now.saturating_sub(self.arrived)
+        self.sent_us.saturating_add(now.saturating_sub(self.arrived))
     }
 }
 
@@ -126,6 +126,15 @@ mod tests {
         // Arrival (3000) minus the moved send time is the original 100 us each.
         assert_eq!(sent.iter().map(|s| 3_000 - s).collect::<Vec<_>>(), vec![100, 100]);
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn a_send_time_at_the_end_of_the_range_saturates_instead_of_overflowing() {
+        // Found by luigi-node's fuzz_group: a client-chosen send time near u64::MAX.
+        let (_, msg) = held(1, 0, u64::MAX - 5).dispatch(1_000);
+        assert!(matches!(msg, ClientMsg::Dispatch { sent_us: u64::MAX, .. }), "{msg:?}");
+        let (_, ServerMsg::Reply(reply)) = held(2, 0, u64::MAX).not_leader(0, None, 1_000) else { unreachable!() };
+        assert_eq!(reply.id, TxnId { client: 1, seq: 2 });
     }
 
     #[test]
