@@ -28,7 +28,7 @@ use crate::config::SimConfig;
 use crate::hash::fold;
 use crate::net::{EventKind, EventQueue, Network, Node, SimMsg, VirtualUs};
 use crate::source::TxnSource;
-use crate::violation::{Violation, ViolationKind};
+use crate::violation::{Violation, ViolationKind, DIGEST_ENV};
 
 /// What a step of the run returns.
 pub(crate) type Step = Result<(), Violation>;
@@ -116,6 +116,33 @@ pub(crate) struct Core<'a> {
     pub(crate) trace_hash: u64,
     /// Virtual time at which the last transaction was answered (set when settling starts).
     pub(crate) answered_at: VirtualUs,
+}
+
+impl Drop for Core<'_> {
+    /// Appends the run's digest line to the file named by [`DIGEST_ENV`], if set. Every run
+    /// ends by dropping its core, whether it passed or reported a violation.
+    fn drop(&mut self) {
+        let Some(path) = std::env::var_os(DIGEST_ENV) else { return };
+        let thread = std::thread::current();
+        let line = format!(
+            "{} seed={} events={} messages={} now={} trace={:#018x}\n",
+            thread.name().unwrap_or("main"),
+            self.config.seed,
+            self.events,
+            self.delivered,
+            self.now,
+            self.trace_hash
+        );
+        // One append per line: lines of parallel tests never interleave.
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, line.as_bytes()));
+        if let Err(e) = appended {
+            eprintln!("cannot append to {DIGEST_ENV} file {}: {e}", path.to_string_lossy());
+        }
+    }
 }
 
 impl<'a> Core<'a> {

@@ -116,7 +116,7 @@ pub use failover::{
 pub use hosted::HostedWorkload;
 pub use log::SimLog;
 pub use net::Node;
-pub use violation::{Violation, ViolationKind, SEED_ENV, TRACE_ENV};
+pub use violation::{Violation, ViolationKind, DIGEST_ENV, SEED_ENV, TRACE_ENV};
 
 /// Latency from dispatch to answer, virtual µs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -6,6 +6,10 @@ use std::fmt;
 pub const SEED_ENV: &str = "LUIGI_SIM_SEED";
 /// The environment variable the tests read to print every event of a run.
 pub const TRACE_ENV: &str = "LUIGI_SIM_TRACE";
+/// The environment variable naming a file to which every run appends one line when it ends
+/// (test name, seed, events, messages, end time, trace hash): the digest that shows a refactor
+/// left every simulated run as it was (`scripts/trace_digest.sh`).
+pub const DIGEST_ENV: &str = "LUIGI_SIM_DIGEST";
 
 /// The class of a violation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
