@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{Timestamp, Txn, TxnId};
+use crate::types::{ShardId, Timestamp, Txn, TxnId};
 
 /// Position of a record in a shard's log, from 1.
 pub type LogIndex = u64;
@@ -52,6 +52,9 @@ pub enum LogRecord {
         /// The refused transaction's timestamp (its coordinator's): the refusal is kept until
         /// its client's answers expire past it (DESIGN.md rule 7, expiry).
         ts: Timestamp,
+        /// The other participants: a cross-shard refusal is kept for their recoveries until
+        /// each has applied past it (`leader::outcomes`).
+        others: Vec<ShardId>,
     },
     /// Every transaction with a final timestamp at or below `ts` is decided and executed on
     /// the leader (its watermark passed `ts`): followers execute the pending ones now, in
@@ -65,6 +68,15 @@ pub enum LogRecord {
     /// watermark's promise across failover.
     Floor {
         /// The promised floor.
+        ts: Timestamp,
+    },
+    /// Shard `shard`'s leader reported its committed `Applied` marker at `ts`: the
+    /// cross-shard outcomes kept for its recovery up to there are forgotten (replicas forget
+    /// at this record, so every replica keeps the same; `leader::outcomes`).
+    PeerApplied {
+        /// The other shard.
+        shard: ShardId,
+        /// Its committed marker.
         ts: Timestamp,
     },
 }

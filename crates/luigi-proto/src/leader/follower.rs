@@ -254,10 +254,11 @@ impl Follower {
                     self.stats.aborted += 1;
                 }
             }
-            LogRecord::Refuse { id, reason, arrival_delta_us, ts } => {
+            LogRecord::Refuse { id, reason, arrival_delta_us, ts, others } => {
                 // The leader refuses only what it does not hold prepared.
                 debug_assert!(!self.prepared.contains_key(id), "shard {}: refused prepared {id:?}", self.shard);
                 self.answers.insert(*id, Answer::refusal(reason.clone(), *arrival_delta_us), *ts);
+                self.answers.refused_cross(*id, reason.clone(), *ts, others);
             }
             LogRecord::Floor { ts } => {
                 self.last_floor = (entry.index, self.floor);
@@ -268,6 +269,7 @@ impl Follower {
                 // Expiry follows the markers, as the leader's follows its watermark.
                 self.answers.expire_at(*ts);
             }
+            LogRecord::PeerApplied { shard, ts } => self.answers.peer_applied(*shard, *ts),
         }
     }
 
@@ -291,6 +293,10 @@ impl Follower {
                 (true, Some(_)) => 2,
             };
             self.answers.insert(id, Answer { ts: at, outcome, arrival_delta_us: p.arrival_delta_us, rounds }, txn.ts);
+            if txn.is_cross_shard() {
+                let shards: Vec<_> = txn.shards().collect();
+                self.answers.executed_cross(self.shard, id, at, &shards);
+            }
             self.stats.executed += 1;
             if self.executed.len() >= EXECUTED_JOURNAL_MAX {
                 self.executed.pop_front();
@@ -473,7 +479,7 @@ mod tests {
         let far = 900 + ANSWER_EXPIRY_US + 2 * EXPIRY_SCAN_US;
         let log = entries(vec![
             LogRecord::Prepare { txn: a, ts: 50, arrival_delta_us: 0, acked_below: 0 },
-            LogRecord::Refuse { id: refused, reason: "ahead".into(), arrival_delta_us: 0, ts: far },
+            LogRecord::Refuse { id: refused, reason: "ahead".into(), arrival_delta_us: 0, ts: far, others: vec![] },
             LogRecord::Applied { ts: 60 },
             LogRecord::Applied { ts: far },
         ]);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::agreement::{Agreement, Step};
 use super::answers::{Answer, Answers, Known};
 use super::follower::Handover;
+use super::outcomes::Outcome;
 use super::speculation::DeferredRecover;
 use super::{LeaderConfig, LeaderOutput, Pending, ShardLeader, StalledTxn};
 use crate::log::{LogEntry, LogRecord, ReplicatedLog};
@@ -31,6 +32,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         l.watermark = applied_ts;
         l.applied_at = (now, applied_ts);
         l.max_executed_ts = applied_ts;
+        l.applied_exchange.committed = applied_ts;
         l.broadcast_at = (now, 0);
         let me = l.config.shard;
         for p in prepared {
@@ -95,7 +97,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 LogRecord::Decide { .. }
                 | LogRecord::Abort { .. }
                 | LogRecord::Refuse { .. }
-                | LogRecord::Applied { .. } => continue,
+                | LogRecord::Applied { .. }
+                | LogRecord::PeerApplied { .. } => continue,
             };
             let id = txn.id;
             let Some(keys) = txn.piece(me).cloned() else { continue };
@@ -202,6 +205,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.on_proposal(id, from, ts);
             return;
         }
+        if from == self.config.shard || txn.piece(from).is_none() {
+            return; // not a participant: nothing it may ask
+        }
+        if self.answers.outcomes().floor(from) >= ts {
+            // `from`'s committed marker is past its own proposal: it executed or aborted the
+            // transaction since it asked (a delayed request, or a deposed leader's).
+            self.stats.recover_stale += 1;
+            return;
+        }
         match self.answers.known(id) {
             Known::Answered(a) if a.is_refusal() => {
                 let reason = match &a.outcome {
@@ -210,32 +222,40 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 };
                 self.queue_peer(from, PeerItem::Refuse { id, reason });
             }
-            // Executed here at its final timestamp: the maximum of every proposal, confirmed.
-            // A speculative execution is told only once its position commits (rule 14): the
-            // execution, and with it this shard's PREPARE, could still be lost.
-            Known::Answered(&Answer { ts: final_ts, .. }) | Known::Acknowledged(Some(final_ts)) => {
-                match self.spec.answer_position(id) {
-                    Some(position) => {
-                        let deferred = DeferredRecover { txn, from, ts };
-                        if !self.spec.defer_recover(position, deferred, self.config.max_early) {
-                            self.stats.early_overflow += 1; // asked again a period later
-                        }
-                    }
-                    None => self.queue_peer(from, PeerItem::Executed { id, ts: final_ts }),
+            Known::Answered(&Answer { ts: final_ts, .. }) => self.tell_executed(txn, from, ts, final_ts),
+            Known::Acknowledged | Known::Unknown => self.recover_from_outcomes(txn, from, ts, out),
+        }
+    }
+
+    /// Answers `Recover` for a transaction whose answer is not in the table: from the kept
+    /// outcomes (kept while `from` may need them, `leader::outcomes`), else it never ran here.
+    fn recover_from_outcomes(&mut self, txn: Arc<Txn>, from: ShardId, ts: Timestamp, out: &mut Vec<LeaderOutput>) {
+        let id = txn.id;
+        match self.answers.outcomes().get(id).cloned() {
+            Some(Outcome::Executed(final_ts)) => {
+                self.stats.recover_kept += 1;
+                self.tell_executed(txn, from, ts, final_ts);
+            }
+            Some(Outcome::Refused { reason, .. }) => {
+                self.stats.recover_kept += 1;
+                self.queue_peer(from, PeerItem::Refuse { id, reason });
+            }
+            None if matches!(self.answers.known(id), Known::Acknowledged) => {
+                // Answered and acknowledged, and no outcome kept: `from`, below its proposal,
+                // needs none (this shard aborted it, or it ran single-shard here).
+                self.stats.recover_forgotten += 1;
+                self.queue_peer(from, PeerItem::Acknowledged { id });
+            }
+            None if Answers::is_expired(txn.ts, self.watermark) => {
+                // It never ran here: an execution's outcome is kept while `from` is below it.
+                // Too old to be admitted now, so refused for good (logged: no later leader
+                // admits it), and the others abort it.
+                if txn.piece(self.config.shard).is_some() {
+                    let why = format!("shard {} never prepared it, and it is too old to be now", self.config.shard);
+                    self.refuse(&txn, why, 0, out);
                 }
             }
-            // Answered here and acknowledged: the client had every participant's answer.
-            Known::Acknowledged(None) => {
-                self.stats.recover_forgotten += 1;
-                self.queue_peer(from, PeerItem::Acknowledged { id });
-            }
-            Known::Unknown if Answers::is_expired(txn.ts, self.watermark) => {
-                // It may have executed here, its client's answers expired since: say what is
-                // said of an acknowledged one whose final timestamp is forgotten.
-                self.stats.recover_forgotten += 1;
-                self.queue_peer(from, PeerItem::Acknowledged { id });
-            }
-            Known::Unknown => {
+            None => {
                 // Never dispatched here (its coordinator died, or the dispatch is late):
                 // prepare it now; a late dispatch is then a duplicate.
                 // Not asked for the fast path: the leader's path alone (rule 14).
@@ -245,13 +265,28 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    /// Another participant answered `Recover` with `Acknowledged`: it answered this
-    /// transaction and its client acknowledged every participant's answer, so it executed
-    /// everywhere (this shard lost its execution with a leader change), but the final
-    /// timestamp is forgotten there. Nothing is inferred from it (a client that broke its
-    /// promise would make that unsafe); the transaction stays stalled and visible in
-    /// [`ShardLeader::stalled`] while recovery keeps asking the others. See DESIGN.md on why
-    /// the all-shards commit rule keeps this out of reach.
+    /// Executed here at its final timestamp: the maximum of every proposal, confirmed. A
+    /// speculative execution is told only once its position commits (rule 14): the
+    /// execution, and with it this shard's PREPARE, could still be lost.
+    fn tell_executed(&mut self, txn: Arc<Txn>, from: ShardId, ts: Timestamp, final_ts: Timestamp) {
+        let id = txn.id;
+        match self.spec.answer_position(id) {
+            Some(position) => {
+                let deferred = DeferredRecover { txn, from, ts };
+                if !self.spec.defer_recover(position, deferred, self.config.max_early) {
+                    self.stats.early_overflow += 1; // asked again a period later
+                }
+            }
+            None => self.queue_peer(from, PeerItem::Executed { id, ts: final_ts }),
+        }
+    }
+
+    /// Another participant answered `Recover` with `Acknowledged`: it keeps no outcome of
+    /// this transaction and its client acknowledged it. A participant keeps a cross-shard
+    /// outcome until this shard has applied past it, so only a stale answer (this shard no
+    /// longer needs it) or a peer without that memory says so. Nothing is inferred from it
+    /// (a client that broke its promise would make that unsafe); it is counted, and the
+    /// transaction stays visible in [`ShardLeader::stalled`] while recovery keeps asking.
     pub(super) fn on_acknowledged(&mut self, id: TxnId) {
         if self.pending.get(&id).is_some_and(|p| p.agreement.as_ref().is_some_and(|a| !a.is_decided())) {
             self.stats.recover_acknowledged += 1;

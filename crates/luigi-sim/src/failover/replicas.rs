@@ -499,6 +499,7 @@ impl RaftGroups<'_> {
                         | PeerItem::Executed { .. }
                         | PeerItem::Refuse { .. }
                         | PeerItem::Acknowledged { .. }
+                        | PeerItem::Applied { .. }
                         | PeerItem::Progress(_)
                         | PeerItem::FastAccept { .. }
                         | PeerItem::Base(
