@@ -10,7 +10,7 @@
 //! [`Outcomes`], for as long as another participant's recovery may still ask for it (see
 //! `PeerItem::Recover`): neither acknowledgement nor expiry loses it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -89,6 +89,10 @@ pub struct Answers {
     clients: Map<ClientId, ClientTable>,
     /// Cross-shard outcomes kept for the other participants' recoveries.
     outcomes: Outcomes,
+    /// Only with `Mutations::outcomes_fifo`: outcomes whose answers left the table, oldest
+    /// first, and how many are kept. Not replicated (a leader's mutation).
+    #[serde(skip)]
+    fifo: Option<(usize, VecDeque<TxnId>)>,
     /// The watermark at or past which [`Answers::expire_at`] next scans. Not replicated
     /// state (not in snapshots): a restored table scans at its first watermark.
     #[serde(skip)]
@@ -126,9 +130,22 @@ impl Answers {
         self.outcomes.remember(id, Outcome::Refused { reason, ts }, others);
     }
 
-    /// See [`Outcomes::forget`] (a mutation's).
-    pub fn forget_outcome(&mut self, id: TxnId) {
-        self.outcomes.forget(id);
+    /// `Mutations::outcomes_fifo`: with `Some(max)`, an outcome is forgotten once its answer
+    /// left the table and `max` more left after it (main's memory before issue 26).
+    pub fn emulate_fifo(&mut self, max: Option<usize>) {
+        self.fifo = max.map(|max| (max, VecDeque::new()));
+    }
+
+    /// `id`'s answer `a` left the table (the FIFO emulation's hook; nothing otherwise).
+    fn answer_left(&mut self, id: TxnId, a: &Answer) {
+        let Some((max, order)) = self.fifo.as_mut() else { return };
+        if a.ts > 0 && a.rounds > 0 {
+            order.push_back(id);
+        }
+        while order.len() > *max {
+            let old = order.pop_front().expect("longer than its bound");
+            self.outcomes.forget(old);
+        }
     }
 
     /// Shard `shard`'s committed `Applied` marker reached `ts` (a `PeerApplied` record).
@@ -187,7 +204,21 @@ impl Answers {
     /// Forgets every client whose every transaction seen here is stamped below `before`
     /// (cross-shard outcomes stay in [`Answers::outcomes`]).
     fn expire_before(&mut self, before: Timestamp) {
-        self.clients.retain(|_, table| table.last_ts >= before);
+        let mut left = Vec::new();
+        let emulating = self.fifo.is_some();
+        self.clients.retain(|client, table| {
+            if table.last_ts >= before {
+                return true;
+            }
+            if emulating {
+                left.extend(table.answers.iter().map(|(seq, a)| (TxnId { client: *client, seq: *seq }, a.clone())));
+            }
+            false
+        });
+        left.sort_unstable_by_key(|(id, a)| (a.ts, *id));
+        for (id, a) in left {
+            self.answer_left(id, &a);
+        }
     }
 
     /// Whether a dispatch of a transaction stamped `ts` that this table does not know may be
@@ -211,10 +242,16 @@ impl Answers {
         table.acked_below = acked_below;
         let keep = table.answers.split_off(&acked_below);
         let dropped = std::mem::replace(&mut table.answers, keep);
+        let mut left = Vec::new();
         for (seq, a) in dropped {
             if a.ts > keep_above_ts {
                 table.answers.insert(seq, a);
+            } else {
+                left.push((TxnId { client, seq }, a));
             }
+        }
+        for (id, a) in left {
+            self.answer_left(id, &a);
         }
     }
 

@@ -335,7 +335,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.store_refusal(id, reason.clone(), arrival_delta_us, ts);
         // Kept for the other participants' recoveries (`leader::outcomes`).
         self.answers.refused_cross(id, reason.clone(), ts, others);
-        self.outcomes_mutated(id);
         // Not ours (an earlier leader's, committed before this one took over): stored only.
         let Some(r) = self.refusing.remove(&id) else { return };
         for shard in r.others {

@@ -22,17 +22,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    /// With `Mutations::outcomes_fifo`, `id`'s outcome was kept: the oldest beyond the bound
-    /// is forgotten.
-    pub(super) fn outcomes_mutated(&mut self, id: TxnId) {
-        let Some(max) = self.config.mutations.outcomes_fifo else { return };
-        self.outcomes_fifo.push_back(id);
-        while self.outcomes_fifo.len() > max {
-            let old = self.outcomes_fifo.pop_front().expect("longer than the bound");
-            self.answers.forget_outcome(old);
-        }
-    }
-
     /// Runs a released transaction's piece, stores its answer and reports the execution.
     pub(super) fn execute(&mut self, id: TxnId, out: &mut Vec<LeaderOutput>) {
         let p = self.remove_pending(id).expect("released transactions are pending");
@@ -59,7 +48,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if p.txn.is_cross_shard() {
             let shards: Vec<_> = p.txn.shards().collect();
             self.answers.executed_cross(shard, id, p.ts, &shards);
-            self.outcomes_mutated(id);
         }
         self.unanswered.insert((p.ts, id));
         out.push(LeaderOutput::Executed { shard, id, ts: p.ts });

@@ -196,9 +196,10 @@ pub struct Mutations {
     /// An early answer is worked out before the clock passed its timestamp (rule 21), when
     /// a conflicting transaction may still be admitted below it and run first.
     pub early_before_its_time: bool,
-    /// The leader forgets a cross-shard outcome once this many more have been kept after it,
-    /// whatever the other participants applied: the bounded memory before issue 26 (2^17
-    /// final timestamps), with which a shard down long enough stalls on its return
+    /// The leader forgets a cross-shard outcome once its answer has left the table
+    /// (acknowledged or expired) and this many more have left after it, whatever the other
+    /// participants applied: main's bounded memory before issue 26 (the last 2^17 final
+    /// timestamps), with which a shard down long enough stalls on its return
     /// (`leader::outcomes`).
     pub outcomes_fifo: Option<usize>,
 }
@@ -456,8 +457,6 @@ pub struct ShardLeader<L: ReplicatedLog> {
     commit_owed: BTreeMap<ShardId, LogIndex>,
     /// Committed `Applied` markers sent to and heard from the other shards.
     applied_exchange: applied_exchange::AppliedExchange,
-    /// Outcomes kept, oldest first (only with `Mutations::outcomes_fifo`).
-    outcomes_fifo: std::collections::VecDeque<TxnId>,
 }
 
 impl<L: ReplicatedLog> ShardLeader<L> {
@@ -466,6 +465,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let term = log.term();
         let progress = Progress::new(&config.group_sizes, config.shards);
         let fast = config.fast_path.then(|| fast::FastOrder::new(&config.mutations));
+        let mut answers = Answers::default();
+        answers.emulate_fifo(config.mutations.outcomes_fifo);
         Self {
             config,
             log,
@@ -477,7 +478,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             pending_per_client: Map::default(),
             early: Map::default(),
             early_dropped: BTreeSet::new(),
-            answers: Answers::default(),
+            answers,
             refusing: Map::default(),
             clients_heard: Map::default(),
             all_clients_at: 0,
@@ -508,7 +509,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             progress,
             commit_owed: BTreeMap::new(),
             applied_exchange: applied_exchange::AppliedExchange::default(),
-            outcomes_fifo: std::collections::VecDeque::new(),
         }
     }
 

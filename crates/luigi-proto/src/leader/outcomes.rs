@@ -222,4 +222,57 @@ mod tests {
         o.peer_applied(1, 10);
         assert!(o.is_empty());
     }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Remember { seq: u64, outcome: Outcome, others: Vec<ShardId> },
+        Applied { shard: ShardId, ts: Timestamp },
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let outcome = prop_oneof![
+            any::<u64>().prop_map(Outcome::Executed),
+            any::<u64>().prop_map(|ts| Outcome::Refused { reason: "r".into(), ts }),
+        ];
+        prop_oneof![
+            (0..16u64, outcome, proptest::collection::btree_set(1..4u32, 0..4))
+                .prop_map(|(seq, outcome, others)| Op::Remember { seq, outcome, others: others.into_iter().collect() }),
+            (1..4u32, any::<u64>()).prop_map(|(shard, ts)| Op::Applied { shard, ts }),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Against a model, over full-range timestamps: an outcome is kept exactly while one
+        /// of its other participants' markers is below its bound, and its first value stays.
+        #[test]
+        fn kept_exactly_while_some_other_participant_is_below_it(ops in proptest::collection::vec(op(), 0..64)) {
+            let mut o = Outcomes::default();
+            let mut floors = std::collections::BTreeMap::<ShardId, Timestamp>::new();
+            let mut first = std::collections::BTreeMap::<u64, (Outcome, Vec<ShardId>)>::new();
+            for op in ops {
+                match op {
+                    Op::Remember { seq, outcome, others } => {
+                        let below = |s: &ShardId| floors.get(s).copied().unwrap_or(0) < outcome.bound();
+                        if o.get(id(seq)).is_none() && others.iter().any(below) {
+                            first.insert(seq, (outcome.clone(), others.clone()));
+                        }
+                        o.remember(id(seq), outcome, &others);
+                    }
+                    Op::Applied { shard, ts } => {
+                        let f = floors.entry(shard).or_default();
+                        *f = (*f).max(ts);
+                        o.peer_applied(shard, ts);
+                    }
+                }
+                first.retain(|_, (outcome, others)| {
+                    others.iter().any(|s| floors.get(s).copied().unwrap_or(0) < outcome.bound())
+                });
+                for seq in 0..16 {
+                    proptest::prop_assert_eq!(o.get(id(seq)), first.get(&seq).map(|(outcome, _)| outcome));
+                }
+                proptest::prop_assert_eq!(o.len(), first.len());
+            }
+        }
+    }
 }

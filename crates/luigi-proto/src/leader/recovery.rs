@@ -26,6 +26,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let mut l = Self::new(config, log, store, registry);
         l.now = now;
         l.answers = answers;
+        l.answers.emulate_fifo(l.config.mutations.outcomes_fifo);
         l.admission_floor = recovered_floor;
         l.floor_committed = floor;
         l.floor_proposed = floor;

@@ -221,3 +221,41 @@ fn marker_reports_from_itself_or_a_stranger_are_ignored() {
     tick(&mut b, 100 + applied_exchange::APPLIED_REPORT_US);
     assert!(!tape.borrow().iter().any(|e| matches!(e.record, LogRecord::PeerApplied { .. })));
 }
+
+/// A (shard 0) executed `t1` and `t2` with B and died before any marker covered them; B's
+/// client acknowledged both; A's new leader asks B. Returns A's new leader after B's
+/// answers, and those answers.
+fn lost_executions_answered(fifo: Option<usize>) -> (Leader, Vec<PeerItem>) {
+    let (mut a, tape_a) = leader_with(LeaderConfig { applied_marker_us: u64::MAX, ..LeaderConfig::new(0, 8) });
+    let mutations = Mutations { outcomes_fifo: fifo, ..Mutations::default() };
+    let (mut b, _) = leader_with(LeaderConfig { mutations, ..LeaderConfig::new(1, 8) });
+    let t1 = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
+    let t2 = txn(2, 1_000, &[(0, 3, Some(7)), (1, 4, Some(8))]);
+    let out_a = [dispatch(&mut a, 100, &t1), dispatch(&mut a, 100, &t2)].concat();
+    let out_b = [dispatch(&mut b, 100, &t1), dispatch(&mut b, 100, &t2)].concat();
+    deliver(&mut a, 200, to_peer(&out_b, 0));
+    deliver(&mut b, 200, to_peer(&out_a, 1));
+    let answered = [replies(&tick(&mut a, 2_000)), replies(&tick(&mut b, 2_000))].concat();
+    assert_eq!(answered.len(), 4, "both answered on both shards");
+    assert!(!tape_a.borrow().iter().any(|e| matches!(e.record, LogRecord::Applied { ts } if ts >= 1_000)));
+    acknowledge(&mut b, 3_000, 3, 4);
+    let (mut a2, _) = take_over(0, &tape_a, 4_000);
+    let answer = deliver(&mut b, 4_100, to_peer(&tick(&mut a2, 4_000), 1));
+    deliver(&mut a2, 4_200, to_peer(&answer, 0));
+    tick(&mut a2, 10_000);
+    (a2, answers_to(&answer, 0))
+}
+
+/// Main's design before issue 26 (`Mutations::outcomes_fifo`, here a memory of one): once
+/// B's client acknowledged `t1` and one more, B no longer knows `t1`'s final timestamp and
+/// answers `Acknowledged`; A's new leader stays stalled on it for good. With the retention
+/// rule B answers both.
+#[test]
+fn main_s_fifo_memory_loses_what_a_recovering_peer_needs() {
+    let (a2, told) = lost_executions_answered(None);
+    assert_eq!(told, vec![PeerItem::Executed { id: id(1), ts: 1_000 }, PeerItem::Executed { id: id(2), ts: 1_000 }]);
+    assert_eq!((a2.stats().executed, a2.pending_len(), a2.stats().recover_acknowledged), (2, 0, 0));
+    let (a2, told) = lost_executions_answered(Some(1));
+    assert_eq!(told, vec![PeerItem::Acknowledged { id: id(1) }, PeerItem::Executed { id: id(2), ts: 1_000 }]);
+    assert_eq!((a2.stats().executed, a2.pending_len(), a2.stats().recover_acknowledged), (1, 1, 1), "stalled");
+}
