@@ -358,9 +358,6 @@ pub struct LeaderStats {
     /// `Recover` requests about transactions answered and acknowledged whose outcome is not
     /// kept (answered with `Acknowledged`; a recovering participant is never told this).
     pub recover_forgotten: u64,
-    /// `Recover` requests from a shard whose committed marker is past the proposal they
-    /// carry: sent before it executed or aborted the transaction, ignored.
-    pub recover_stale: u64,
     /// `Recover` requests answered from a kept outcome whose answer had left the table
     /// (acknowledged or expired): what the retention rule is for.
     pub recover_kept: u64,

@@ -209,12 +209,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if from == self.config.shard || txn.piece(from).is_none() {
             return; // not a participant: nothing it may ask
         }
-        if self.answers.outcomes().floor(from) >= ts {
-            // `from`'s committed marker is past its own proposal: it executed or aborted the
-            // transaction since it asked (a delayed request, or a deposed leader's).
-            self.stats.recover_stale += 1;
-            return;
-        }
         match self.answers.known(id) {
             Known::Answered(a) if a.is_refusal() => {
                 let reason = match &a.outcome {
@@ -242,19 +236,16 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.queue_peer(from, PeerItem::Refuse { id, reason });
             }
             None if matches!(self.answers.known(id), Known::Acknowledged) => {
-                // Answered and acknowledged, and no outcome kept: `from`, below its proposal,
-                // needs none (this shard aborted it, or it ran single-shard here).
+                // Answered and acknowledged, and no outcome kept: this shard aborted it, or
+                // `from` is past it (a delayed request).
                 self.stats.recover_forgotten += 1;
                 self.queue_peer(from, PeerItem::Acknowledged { id });
             }
             None if Answers::is_expired(txn.ts, self.watermark) => {
-                // It never ran here: an execution's outcome is kept while `from` is below it.
-                // Too old to be admitted now, so refused for good (logged: no later leader
-                // admits it), and the others abort it.
-                if txn.piece(self.config.shard).is_some() {
-                    let why = format!("shard {} never prepared it, and it is too old to be now", self.config.shard);
-                    self.refuse(&txn, why, 0, out);
-                }
+                // Unknown and that old: it may have run here with every participant past it
+                // since (a delayed request), or never; not admitted, and nothing inferred.
+                self.stats.recover_forgotten += 1;
+                self.queue_peer(from, PeerItem::Acknowledged { id });
             }
             None => {
                 // Never dispatched here (its coordinator died, or the dispatch is late):

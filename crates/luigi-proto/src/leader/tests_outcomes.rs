@@ -1,8 +1,7 @@
 //! Transcript tests of the retention rule for cross-shard outcomes (DESIGN.md rules 7 and
 //! 9, `leader::outcomes`): a participant keeps what another participant's recovery may ask
 //! for until that participant's committed log has applied past it, through acknowledgement
-//! and expiry, and not after; refusals likewise; what it never ran and is too old to run is
-//! refused for good; the bound is a `Busy` answer.
+//! and expiry, and not after; refusals likewise; the bound is a `Busy` answer.
 
 use super::answers::{ANSWER_EXPIRY_US, EXPIRY_SCAN_US};
 use super::follower::Follower;
@@ -94,9 +93,9 @@ fn an_execution_a_peer_lost_is_kept_past_acknowledgement_and_expiry_until_it_app
     assert!(b.answers().outcomes().is_empty(), "A applied past it: nothing kept");
     assert!(tape_b.borrow().iter().any(|e| matches!(e.record, LogRecord::PeerApplied { shard: 0, ts } if ts >= 1_400)));
     assert!(follower_of(1, &tape_b).answers().outcomes().is_empty(), "B's followers forget at the same record");
-    // The first Recover again, delayed: A no longer needs anything, and is told nothing.
-    let stale = deliver(&mut b, now + 10, recover);
-    assert_eq!((answers_to(&stale, 0), b.stats().recover_stale), (vec![], 1));
+    // The first Recover again, delayed: nothing is kept, and nothing is inferred.
+    let late = deliver(&mut b, now + 10, recover);
+    assert_eq!(answers_to(&late, 0), vec![PeerItem::Acknowledged { id: id(1) }]);
 }
 
 /// A refusal is kept for the other participants past its client's expiry, until their
@@ -132,25 +131,6 @@ fn a_refusal_is_kept_for_a_recovering_peer_past_expiry_and_goes_once_its_marker_
     }
     assert!(b.answers().outcomes().is_empty(), "A's marker is past it");
     assert!(follower_of(1, &tape_b).answers().outcomes().is_empty());
-}
-
-/// A participant that never ran a transaction and holds nothing of it, asked after it became
-/// too old to admit, refuses it for good (logged), and the asker aborts it.
-#[test]
-fn a_transaction_never_seen_and_too_old_to_run_is_refused_for_good() {
-    let (mut a, tape_a) = leader(0);
-    let (mut b, tape_b) = leader(1);
-    let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
-    dispatch(&mut a, 100, &t); // the coordinator died before dispatching to B; A dies too
-    let later = 1_000 + ANSWER_EXPIRY_US + 10_000;
-    tick(&mut b, later);
-    let (mut a2, _) = take_over(0, &tape_a, later);
-    let asked = deliver(&mut b, later + 100, to_peer(&tick(&mut a2, later), 1));
-    assert!(matches!(answers_to(&asked, 0).as_slice(), [PeerItem::Refuse { .. }]), "{asked:?}");
-    assert!(tape_b.borrow().iter().any(|e| matches!(&e.record, LogRecord::Refuse { id: i, .. } if *i == id(1))));
-    assert_eq!(b.stats().admitted, 0);
-    deliver(&mut a2, later + 200, to_peer(&asked, 0));
-    assert_eq!((a2.stats().aborted, a2.pending_len()), (1, 0));
 }
 
 /// No cross-shard proposal lies more than the expiry above its coordinator's timestamp
