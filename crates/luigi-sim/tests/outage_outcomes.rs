@@ -69,7 +69,7 @@ fn a_shard_down_for_seconds_under_cross_shard_load_recovers_and_everything_commi
 /// transaction commits after the heal. Slow in debug; run it with
 /// `cargo test -p luigi-sim --test outage_outcomes minute -- --ignored --nocapture`.
 #[test]
-#[ignore = "a minute of virtual time with recoveries every 40 ms: minutes of real time; its run is in results/outage-outcomes-minute.txt"]
+#[ignore = "a minute of virtual time with recoveries every 40 ms: over 20 minutes of real time on a loaded 2-core machine (debug)"]
 fn minute_long_outage() {
     let seed = 7_100;
     let (config, faults) = outage(seed, 60_000_000, CLIENTS, TXNS);
