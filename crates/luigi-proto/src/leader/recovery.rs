@@ -274,9 +274,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     /// Another participant answered `Recover` with `Acknowledged`: it keeps no outcome of
-    /// this transaction and its client acknowledged it. A participant keeps a cross-shard
-    /// outcome until this shard has applied past it, so only a stale answer (this shard no
-    /// longer needs it) or a peer without that memory says so. Nothing is inferred from it
+    /// this transaction (it acknowledged or aborted it, or never saw it and it is too old to
+    /// admit). A participant keeps a cross-shard outcome until this shard has applied past
+    /// it, so a participant that executed or refused it does not say so while this shard
+    /// still needs the answer (DESIGN.md rule 9). Nothing is inferred from it
     /// (a client that broke its promise would make that unsafe); it is counted, and the
     /// transaction stays visible in [`ShardLeader::stalled`] while recovery keeps asking.
     pub(super) fn on_acknowledged(&mut self, id: TxnId) {
