@@ -78,6 +78,7 @@ impl NodeConfig {
         leader.floor_lookahead_us = tuning.floor_lookahead_us;
         leader.recover_after_us = tuning.recover_after_us;
         leader.max_ahead_us = tuning.max_ahead_us();
+        leader.answer_expiry_us = tuning.answer_expiry_us;
         leader.group_sizes = replicas.clone();
         let transfers = TransferConfig::new(&tuning);
         NodeConfig {

@@ -60,6 +60,10 @@ pub struct Tuning {
     /// The clock bound (DESIGN.md rule 22): the largest offset between two nodes' clocks the
     /// cluster tolerates, µs. Default [`MAX_CLOCK_OFFSET_US_DEFAULT`].
     pub max_clock_offset_us: u64,
+    /// How long a client's answers outlive its newest transaction, µs (DESIGN.md rule 7;
+    /// `[protocol] answer_expiry_s`). Default
+    /// [`DEFAULT_ANSWER_EXPIRY_US`](luigi_proto::leader::answers::DEFAULT_ANSWER_EXPIRY_US).
+    pub answer_expiry_us: u64,
     /// Fast-path accept records a replica writes between two rewrites of its live ones
     /// (after a rewrite is durable, the accept log drops what came before it).
     pub accepts_rewrite_records: u64,
@@ -81,6 +85,7 @@ impl Tuning {
             snapshot_ack_timeout_us: 8 * one_way_us + RECOVERY_MIN_US,
             accepts_rewrite_records: 4_096,
             max_clock_offset_us: MAX_CLOCK_OFFSET_US_DEFAULT,
+            answer_expiry_us: luigi_proto::leader::answers::DEFAULT_ANSWER_EXPIRY_US,
         }
     }
 

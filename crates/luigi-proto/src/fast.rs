@@ -439,7 +439,7 @@ impl Acceptor {
             LogRecord::Decide { id, ts } => self.on_decided(*id, *ts),
             LogRecord::Abort { id } | LogRecord::Refuse { id, .. } => self.on_dropped(*id),
             LogRecord::Applied { ts } => self.on_applied(*ts),
-            LogRecord::Floor { .. } => {}
+            LogRecord::Floor { .. } | LogRecord::PeerApplied { .. } => {}
         }
     }
 
@@ -511,7 +511,7 @@ pub fn to_recover<'a>(
             LogRecord::Abort { id } | LogRecord::Refuse { id, .. } => {
                 refused.insert(*id, ());
             }
-            LogRecord::Floor { .. } => {}
+            LogRecord::Floor { .. } | LogRecord::PeerApplied { .. } => {}
         }
     }
     let mut out: Vec<AcceptedTxn> = first
@@ -753,7 +753,7 @@ mod tests {
             seqs(&to_recover(0, std::slice::from_ref(&both), &[], |id| id.seq == 2)),
             vec![(1, 100), (3, 300), (4, 400)]
         );
-        let refused = [LogRecord::Refuse { id: a.id, reason: "no".into(), arrival_delta_us: 0, ts: 1 }];
+        let refused = [LogRecord::Refuse { id: a.id, reason: "no".into(), arrival_delta_us: 0, ts: 1, others: vec![] }];
         assert_eq!(
             seqs(&to_recover(0, std::slice::from_ref(&both), &refused, |_| false)),
             vec![(2, 200), (3, 300), (4, 400)]
@@ -793,7 +793,10 @@ mod tests {
         f.on_committed(0, &prepare(&x, 150));
         f.on_committed(0, &LogRecord::Decide { id: x.id, ts: 250 });
         assert_eq!(f.undecided(), vec![(100, a.id), (300, c.id)], "x raised above b overtakes it");
-        f.on_committed(0, &LogRecord::Refuse { id: c.id, reason: "no".into(), arrival_delta_us: 0, ts: 1 });
+        f.on_committed(
+            0,
+            &LogRecord::Refuse { id: c.id, reason: "no".into(), arrival_delta_us: 0, ts: 1, others: vec![] },
+        );
         f.on_committed(0, &LogRecord::Floor { ts: 1_000 });
         assert_eq!(f.undecided(), vec![(100, a.id)]);
         let record = AcceptRecord { txn: a.clone(), ts: 100 };

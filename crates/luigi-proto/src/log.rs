@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{Timestamp, Txn, TxnId};
+use crate::types::{ShardId, Timestamp, Txn, TxnId};
 
 /// Position of a record in a shard's log, from 1.
 pub type LogIndex = u64;
@@ -60,6 +60,9 @@ pub enum LogRecord {
         /// its client's answers expire past it (DESIGN.md rule 7, expiry).
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
+        /// The other participants: a cross-shard refusal is kept for their recoveries until
+        /// each has applied past it (`leader::outcomes`).
+        others: Vec<ShardId>,
     },
     /// Every transaction with a final timestamp at or below `ts` is decided and executed on
     /// the leader (its watermark passed `ts`): followers execute the pending ones now, in
@@ -75,6 +78,15 @@ pub enum LogRecord {
     Floor {
         /// The promised floor.
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
+        ts: Timestamp,
+    },
+    /// Shard `shard`'s leader reported its committed `Applied` marker at `ts`: the
+    /// cross-shard outcomes kept for its recovery up to there are forgotten (replicas forget
+    /// at this record, so every replica keeps the same; `leader::outcomes`).
+    PeerApplied {
+        /// The other shard.
+        shard: ShardId,
+        /// Its committed marker.
         ts: Timestamp,
     },
 }

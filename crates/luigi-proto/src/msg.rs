@@ -420,13 +420,19 @@ pub enum PeerItem {
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::text()"))]
         reason: String,
     },
-    /// Answer to `Recover`: I answered `id` and its client has acknowledged that answer, so I
-    /// no longer know what it was (beyond the bounded memory of recent final timestamps). A
-    /// client acknowledges a transaction only once every participant answered it; the
-    /// sender learns that it cannot get the final timestamp from me.
+    /// Answer to `Recover`: I answered `id` and its client has acknowledged that answer, and
+    /// I keep no outcome of it (kept until every other participant applied past it, so a
+    /// recovering participant is not told this; counted, nothing is inferred from it).
     Acknowledged {
         /// Transaction.
         id: TxnId,
+    },
+    /// My shard's committed `Applied` marker is at `ts` (sent when it moves, and to a new
+    /// leader): the receiver stops keeping cross-shard outcomes my recovery could need up to
+    /// there (DESIGN.md rule 9; `leader::outcomes`).
+    Applied {
+        /// The sender's committed marker.
+        ts: Timestamp,
     },
     /// A replica of the sending shard reports its progress (DESIGN.md rule 14): what proves
     /// that shard's proposals committed. Sent by followers and leaders alike.

@@ -37,8 +37,9 @@ fn records() -> Vec<LogRecord> {
         LogRecord::Prepare { txn: txn(1, 100), ts: 120, arrival_delta_us: -5, acked_below: 1 },
         LogRecord::Decide { id, ts: 130 },
         LogRecord::Abort { id },
-        LogRecord::Refuse { id, reason: "full".into(), arrival_delta_us: 7, ts: u64::MAX },
+        LogRecord::Refuse { id, reason: "full".into(), arrival_delta_us: 7, ts: u64::MAX, others: vec![1] },
         LogRecord::Floor { ts: 1_000 },
+        LogRecord::PeerApplied { shard: 1, ts: 400 },
         LogRecord::Applied { ts: 500 },
     ]
 }
@@ -224,7 +225,7 @@ impl History {
                 let applied = self.applied;
                 self.prepared.retain(|_, at| *at > applied);
             }
-            LogRecord::Floor { .. } => {}
+            LogRecord::Floor { .. } | LogRecord::PeerApplied { .. } => {}
         }
         Some(record)
     }

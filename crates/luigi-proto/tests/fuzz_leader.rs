@@ -358,7 +358,8 @@ impl Run {
                 LogRecord::Decide { .. }
                 | LogRecord::Abort { .. }
                 | LogRecord::Floor { .. }
-                | LogRecord::Applied { .. } => {}
+                | LogRecord::Applied { .. }
+                | LogRecord::PeerApplied { .. } => {}
             }
         }
         Ok(())
@@ -417,7 +418,7 @@ fn item_id(item: &PeerItem) -> Option<TxnId> {
         | PeerItem::Acknowledged { id }
         | PeerItem::FastAccept { id, .. } => Some(*id),
         PeerItem::Recover { txn, .. } => Some(txn.id),
-        PeerItem::Progress(_) | PeerItem::Base(_) => None,
+        PeerItem::Progress(_) | PeerItem::Applied { .. } | PeerItem::Base(_) => None,
     }
 }
 

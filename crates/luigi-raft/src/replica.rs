@@ -70,9 +70,10 @@ fn follower_snapshot(
     registry: Registry,
     initial: InitialStore,
     replay: Replay,
+    answer_expiry_us: u64,
 ) -> Result<SnapshotImage, RaftError> {
     let records = replay.records()?;
-    let follower = rebuild(shard, &registry, &initial, replay.snapshot_data(), &records)?;
+    let follower = rebuild(shard, &registry, &initial, replay.snapshot_data(), &records, answer_expiry_us)?;
     let applied = follower.stats().applied_index;
     if applied != index {
         return Err(RaftError::Invalid(format!("the replay to index {index} rebuilt the state at index {applied}")));
@@ -88,13 +89,15 @@ fn rebuild(
     initial: &InitialStore,
     data: Option<&[u8]>,
     entries: &[LogEntry],
+    answer_expiry_us: u64,
 ) -> Result<Follower, RaftError> {
-    let mut follower = match data {
+    let follower = match data {
         Some(data) => {
             Follower::from_snapshot(shard, registry.clone(), data).map_err(|e| RaftError::Invalid(e.to_string()))?
         }
         None => Follower::new(shard, initial(), registry.clone()),
     };
+    let mut follower = follower.with_answer_expiry(answer_expiry_us);
     for e in entries {
         follower.apply(e);
     }
@@ -162,7 +165,8 @@ impl Replica {
         let follower = match log.snapshot_data() {
             Some(data) => Follower::from_snapshot(config.shard, registry.clone(), data)?,
             None => Follower::new(config.shard, initial(), registry.clone()),
-        };
+        }
+        .with_answer_expiry(config.answer_expiry_us);
         let acceptor = config.fast_path.then(|| empty_acceptor(&config));
         Ok(Self {
             config,
@@ -198,6 +202,7 @@ impl Replica {
     /// (`None` if this replica was serving), for the caller to drop where it costs nothing:
     /// freeing a large store takes a while too.
     pub fn install_follower(&mut self, restored: Follower) -> Option<Follower> {
+        let restored = restored.with_answer_expiry(self.config.answer_expiry_us);
         let (log, replaced) = match std::mem::replace(&mut self.state, State::Switching) {
             State::Follower(mut f, log) => {
                 self.executed.extend(f.take_executed());
@@ -230,7 +235,8 @@ impl Replica {
             return Ok(None);
         };
         let (shard, registry, initial) = (self.config.shard, self.registry.clone(), self.initial.clone());
-        Ok(Some(SnapshotJob::new(index, move || follower_snapshot(index, shard, registry, initial, replay))))
+        let expiry = self.config.answer_expiry_us;
+        Ok(Some(SnapshotJob::new(index, move || follower_snapshot(index, shard, registry, initial, replay, expiry))))
     }
 
     /// The Raft log (for the shell to step messages into and drive its readies).
@@ -585,7 +591,14 @@ impl Replica {
         let empty = Follower::new(self.config.shard, Store::new(), self.registry.clone());
         let rebuilt = log.replay_for_rebuild().and_then(|replay| {
             let records = replay.records()?;
-            let follower = rebuild(self.config.shard, &self.registry, &self.initial, replay.snapshot_data(), &records)?;
+            let follower = rebuild(
+                self.config.shard,
+                &self.registry,
+                &self.initial,
+                replay.snapshot_data(),
+                &records,
+                self.config.answer_expiry_us,
+            )?;
             Ok((follower, records))
         });
         match rebuilt {

@@ -12,6 +12,7 @@
 //! fast_path = true             # Luigi's fast path (default: on, for shards of 3 replicas
 //!                              # or more; DESIGN.md, "The fast path")
 //! max_clock_offset_us = 500000 # the clock bound (DESIGN.md rule 22; default 500 ms)
+//! answer_expiry_s = 120        # how long a silent client's answers are kept (rule 7)
 //!
 //! [[shards]]
 //! replicas = ["127.0.0.1:7100"]
@@ -37,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use luigi_node::Tuning;
+use luigi_proto::leader::answers::MIN_ANSWER_EXPIRY_US;
 use luigi_proto::types::{Protocol, ShardId};
 use luigi_workloads::WorkloadSpec;
 use serde::{Deserialize, Serialize};
@@ -48,6 +50,10 @@ pub const CLIENT_NODE: &str = "client";
 
 /// Replicas a shard needs for the fast path (a leader and a super-quorum of 2 followers).
 pub const FAST_PATH_REPLICAS_MIN: usize = 3;
+
+/// The longest answer expiry a cluster file may set (`[protocol] answer_expiry_s`): a day.
+/// Past it a command-line client run every second would cost more tables than it is worth.
+pub const ANSWER_EXPIRY_S_MAX: u64 = 86_400;
 
 /// A parsed and validated cluster file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -113,6 +119,13 @@ pub struct ProtocolConfig {
     /// clock than a client's resend timeout, its headroom and this bound together. Default
     /// 500 ms (CockroachDB's); raise it only for clocks that are known to drift further.
     pub max_clock_offset_us: Option<u64>,
+    /// How long a client's answers outlive its newest transaction, seconds (DESIGN.md rule
+    /// 7): a client that stops (every `luigi get/put/scan/txn` invocation) costs nothing
+    /// after it, and a dispatch older than this is answered `Expired`, never executed
+    /// again. Default 120; at least 30 (longer than any client resends); every server of
+    /// the cluster must use the same value (change it with the whole cluster stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_expiry_s: Option<u64>,
     /// Raft's election timeout base, µs (rounded up to whole ticks; the timeout is drawn
     /// from it to twice it). Default: 10 ticks and at least 1 s (`luigi_node::tuning`).
     pub election_timeout_us: Option<u64>,
@@ -261,6 +274,13 @@ impl ClusterConfig {
                 format!("is Luigi's; this cluster runs {}", self.protocol()),
             ));
         }
+        if let Some(s) = self.protocol.answer_expiry_s {
+            let (min, max) = (MIN_ANSWER_EXPIRY_US / 1_000_000, ANSWER_EXPIRY_S_MAX);
+            if !(min..=max).contains(&s) {
+                let why = format!("is {s} s; must be from {min} s (longer than a client resends) to {max} s");
+                return Err(invalid("protocol.answer_expiry_s".into(), why));
+            }
+        }
         if self.protocol.election_timeout_us == Some(0) {
             return Err(invalid("protocol.election_timeout_us".into(), "must be positive".into()));
         }
@@ -355,6 +375,7 @@ impl ClusterConfig {
         t.floor_lookahead_us = p.floor_lookahead_us.unwrap_or(t.floor_lookahead_us);
         t.snapshot_entries = p.snapshot_entries.unwrap_or(t.snapshot_entries).max(1);
         t.max_clock_offset_us = p.max_clock_offset_us.unwrap_or(t.max_clock_offset_us);
+        t.answer_expiry_us = p.answer_expiry_s.map_or(t.answer_expiry_us, |s| s.saturating_mul(1_000_000));
         if let Some(us) = p.election_timeout_us {
             t.election_ticks = us.div_ceil(t.raft_tick_us).max(2) as usize;
         }
@@ -408,6 +429,17 @@ mod tests {
         assert_eq!(c.delay_model().dist("s0r0", "s1r0"), DelayDist::new(1000, 10));
         assert_eq!(c.delay_model().dist("client", "s1r0"), Scenario::Geo.delay());
         assert_eq!(parse(&c.to_toml()).unwrap(), c);
+    }
+
+    #[test]
+    fn the_answer_expiry_is_set_in_seconds_within_its_bounds() {
+        let with = |s: &str| parse(&format!("[protocol]\n{s}\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]"));
+        assert_eq!(with("").unwrap().tuning().answer_expiry_us, 120_000_000);
+        assert_eq!(with("answer_expiry_s = 600").unwrap().tuning().answer_expiry_us, 600_000_000);
+        for bad in ["answer_expiry_s = 29", "answer_expiry_s = 86401", "answer_expiry_s = 0"] {
+            let e = with(bad).unwrap_err();
+            assert!(e.contains("protocol.answer_expiry_s") && e.contains("must be from 30 s"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -53,6 +53,7 @@ fn arb_server_to_server() -> impl Strategy<Value = WireMsg> {
         ),
         (id.clone(), any::<u64>()).prop_map(|(id, ts)| PeerItem::Confirm { id, ts }),
         id.clone().prop_map(|id| PeerItem::Acknowledged { id }),
+        any::<u64>().prop_map(|ts| PeerItem::Applied { ts }),
     ];
     prop_oneof![
         (any::<u32>(), any::<u64>(), proptest::collection::vec(item, 0..4))

@@ -100,6 +100,10 @@ pub struct SimConfig {
     pub ping_first: bool,
     /// Each client starts submitting at a time drawn uniformly from `[0, start_spread_us]`.
     pub start_spread_us: u64,
+    /// Micro workload: from each client's transaction number `from_seq` on, no transaction
+    /// touches `shard` (drawn again until it does not). What a test uses to go on loading the
+    /// other shards while one is down, with none of them waiting on it.
+    pub retired_shard: Option<RetiredShard>,
     /// Template for every leader's configuration (`shard` is overwritten).
     pub leader: LeaderConfig,
     /// Template for every coordinator's configuration (`client` is overwritten, and so is the
@@ -168,6 +172,7 @@ impl SimConfig {
             max_ops: 10,
             read_ratio: 0.5,
             cross_shard_ratio: 0.0,
+            retired_shard: None,
             link: LinkConfig::default(),
             links: BTreeMap::new(),
             reorder: false,
@@ -231,6 +236,12 @@ impl SimConfig {
             Some(w) => w.initial(shard),
             None => Store::new(),
         }
+    }
+
+    /// Retires `shard` from each client's transaction `from_seq` on ([`SimConfig::retired_shard`]).
+    pub fn retire_shard(mut self, shard: ShardId, from_seq: u64) -> Self {
+        self.retired_shard = Some(RetiredShard { shard, from_seq });
+        self
     }
 
     /// Sets the seed.
@@ -496,4 +507,13 @@ impl Default for SimConfig {
     fn default() -> Self {
         Self::new(0)
     }
+}
+
+/// A shard the micro workload stops touching ([`SimConfig::retired_shard`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetiredShard {
+    /// The shard.
+    pub shard: ShardId,
+    /// Each client's first transaction number that avoids it.
+    pub from_seq: u64,
 }

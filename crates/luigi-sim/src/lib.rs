@@ -108,7 +108,7 @@ pub mod workload;
 pub mod world;
 
 pub use checker::{check, CheckOptions, History, Moment, TxnRecord};
-pub use config::{Delay, LinkConfig, SimConfig};
+pub use config::{Delay, LinkConfig, RetiredShard, SimConfig};
 pub use failover::{
     failover_config, hostile_dispatches, run_replicated, CutKind, CutMode, FailoverReport, FaultConfig, KillPoint,
     Outage, PlannedCut, HOSTILE_CLIENT,

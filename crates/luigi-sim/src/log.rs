@@ -221,7 +221,7 @@ impl ReplicatedLog for SimLog {
             LogRecord::Decide { id, ts } => Some((*id, TxnRecordKind::Decide(*ts))),
             LogRecord::Abort { id } => Some((*id, TxnRecordKind::Abort)),
             LogRecord::Refuse { id, .. } => Some((*id, TxnRecordKind::Refuse)),
-            LogRecord::Floor { .. } | LogRecord::Applied { .. } => None,
+            LogRecord::Floor { .. } | LogRecord::Applied { .. } | LogRecord::PeerApplied { .. } => None,
         };
         if let Some((id, kind)) = kind {
             self.txns.entry(id).or_default().push((at, kind));

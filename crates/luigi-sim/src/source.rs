@@ -66,7 +66,7 @@ impl TxnSource {
     pub(crate) fn next(&mut self, client: ClientId, seq: u64) -> Result<Drawn, String> {
         match self {
             TxnSource::Micro(w) => {
-                let spec = w.next(client, seq);
+                let spec = w.next(client, seq)?;
                 let describe = format!("{:?}", spec.ops);
                 Ok(Drawn { procedure: spec.procedure, args: spec.args, pieces: spec.pieces, describe })
             }

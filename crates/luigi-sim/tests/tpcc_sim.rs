@@ -104,8 +104,10 @@ fn tpcc_replay_catches_execution_out_of_timestamp_order() {
     let mut caught = Vec::new();
     // Single-shard transactions are decided at admission (rule 14), so a conflicting one is
     // still pending when a later one is due only behind a cross-shard transaction's
-    // agreement: seeds 7 and 11 of these have one.
-    for seed in 7..12 {
+    // agreement: seeds 7 and 11 had one until issue 26's marker reports moved the traces
+    // (seeds 7..12 then ended Stuck with the mutation); of 7..40, seeds 12, 13, 16, 19, 20,
+    // 30, 33, 37 and 39 show the mismatch now.
+    for seed in 12..14 {
         let mut config = hosted(seed).clock_offset_max(0);
         config.leader.max_pending = SimConfig::new(seed).leader.max_pending;
         config.leader.mutations = Mutations { release_ignores_conflicts: true, ..Mutations::default() };

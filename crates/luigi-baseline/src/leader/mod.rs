@@ -288,6 +288,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                 | PeerItem::Executed { .. }
                 | PeerItem::Refuse { .. }
                 | PeerItem::Acknowledged { .. }
+                | PeerItem::Applied { .. }
                 | PeerItem::FastAccept { .. }
                 | PeerItem::Progress(_) => {
                     tracing::warn!(from, ?item, "Luigi agreement item at a baseline leader; dropped")

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use super::admissible::{Admission, Inadmissible};
 use super::admission;
 use super::agreement::Agreement;
-use super::answers::{Answer, Answers, Known, ANSWERS_PER_CLIENT_MAX, ANSWER_EXPIRY_US};
+use super::answers::{Answer, Known, ANSWERS_PER_CLIENT_MAX};
 use super::{LeaderOutput, Pending, Refusing, ShardLeader};
 use crate::log::{LogError, LogRecord, ReplicatedLog};
 use crate::msg::{PeerItem, TxnError};
-use crate::types::{ClientId, TimeUs, Timestamp, Txn, TxnId};
+use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 impl<L: ReplicatedLog> ShardLeader<L> {
     /// A client's dispatch of `txn` (or a recovering participant's, through `Recover`):
@@ -45,7 +45,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
         match self.answers.known(id) {
             Known::Unknown => false,
-            Known::Acknowledged(_) => {
+            Known::Acknowledged => {
                 self.stats.duplicates += 1;
                 self.reply_now(id, 0, Err(TxnError::Forgotten), arrival_delta_us, 0, out);
                 true
@@ -99,7 +99,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 return true;
             }
         };
-        if Answers::is_expired(txn.ts, self.watermark) {
+        if self.answers.is_expired(txn.ts, self.watermark) {
             // Unknown here and that old: its client may have expired here with its answer
             // after it executed (or the client's clock is far behind). Not admitted.
             self.stats.expired += 1;
@@ -107,13 +107,13 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 "transaction {id:?} is stamped more than {} s below shard {}'s watermark: if it \
                  ran, its answer expired (outcome no longer known); if it is new, the client's \
                  clock is behind",
-                ANSWER_EXPIRY_US / 1_000_000,
+                self.answers.expiry_us() / 1_000_000,
                 self.config.shard
             );
             self.reply_now(id, 0, Err(TxnError::Expired(why)), arrival_delta_us, 0, out);
             return true;
         }
-        if let Some(why) = self.client_busy(id.client) {
+        if let Some(why) = self.client_busy(id.client).or_else(|| self.outcomes_full(txn)) {
             // Transient: not stored, the client asks again soon.
             self.reply_now(id, 0, Err(TxnError::Busy(why)), arrival_delta_us, 0, out);
             return true;
@@ -148,6 +148,25 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             .then(|| format!("client {client} has {pending} transactions pending on shard {shard}"))
     }
 
+    /// Why a cross-shard `txn` must wait: the outcomes kept for the other participants'
+    /// recoveries, with the transactions that may add one, are at `outcomes_max` (they go as
+    /// the others report their markers; `leader::outcomes`).
+    fn outcomes_full(&mut self, txn: &Txn) -> Option<String> {
+        if !txn.is_cross_shard() {
+            return None;
+        }
+        let kept = self.answers.outcomes().len();
+        let max = self.config.outcomes_max;
+        if kept + self.pending.len() + self.refusing.len() < max {
+            return None;
+        }
+        self.stats.outcomes_full += 1;
+        let shard = self.config.shard;
+        Some(format!(
+            "shard {shard} keeps {kept} cross-shard outcomes for other shards' recoveries (with pending ones, at most {max})"
+        ))
+    }
+
     /// Rule 3.5: logs `PREPARE` at the proposal and takes `txn` in: queued, pending, its
     /// proposal announced to the other participants.
     fn admit(
@@ -163,6 +182,18 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let keys = txn.piece(self.config.shard).expect("validated");
         let floor = self.watermark.max(self.admission_floor);
         let proposal = admission::propose(txn.ts, now, floor, &self.floors, keys);
+        if txn.is_cross_shard() && proposal > txn.ts.saturating_add(self.answers.expiry_us()) {
+            // A refusal elsewhere is kept for this shard until its marker passes the
+            // coordinator's timestamp plus the expiry (`leader::outcomes`): no proposal
+            // may lie beyond that. Only a dispatch that old, or a client clock that far
+            // behind, meets this.
+            let why = format!(
+                "shard {} would order it more than {} s after its timestamp",
+                self.config.shard,
+                self.answers.expiry_us() / 1_000_000
+            );
+            return self.refuse(&txn, why, arrival_delta_us, out);
+        }
         let record = LogRecord::Prepare { txn: txn.clone(), ts: proposal, arrival_delta_us, acked_below };
         let prepare_index = match self.log.propose(record) {
             Ok(index) => index,
@@ -272,12 +303,13 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// told to try again.
     pub(super) fn refuse(&mut self, txn: &Txn, reason: String, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
         let id = txn.id;
-        let record = LogRecord::Refuse { id, reason: reason.clone(), arrival_delta_us, ts: txn.ts };
+        let me = self.config.shard;
+        let others: Vec<_> = txn.shards().filter(|s| *s != me).collect();
+        let record =
+            LogRecord::Refuse { id, reason: reason.clone(), arrival_delta_us, ts: txn.ts, others: others.clone() };
         match self.log.propose(record) {
             Ok(_) => {
                 self.stats.rejected += 1;
-                let me = self.config.shard;
-                let others = txn.shards().filter(|s| *s != me).collect();
                 self.refusing.insert(id, Refusing { others, reason, arrival_delta_us });
             }
             Err(LogError::NotLeader) => {
@@ -289,16 +321,20 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    /// A `Refuse` record committed: store the refusal, tell the others, answer the client.
+    /// A `Refuse` record committed: store the refusal (and keep it for the other
+    /// participants), tell the others, answer the client.
     pub(super) fn on_refuse_logged(
         &mut self,
         id: TxnId,
         reason: String,
         arrival_delta_us: i64,
         ts: Timestamp,
+        others: &[ShardId],
         out: &mut Vec<LeaderOutput>,
     ) {
         self.store_refusal(id, reason.clone(), arrival_delta_us, ts);
+        // Kept for the other participants' recoveries (`leader::outcomes`).
+        self.answers.refused_cross(id, reason.clone(), ts, others);
         // Not ours (an earlier leader's, committed before this one took over): stored only.
         let Some(r) = self.refusing.remove(&id) else { return };
         for shard in r.others {

@@ -45,6 +45,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.max_executed_ts = self.max_executed_ts.max(p.ts);
         let rounds = p.agreement.as_ref().map_or(0, Agreement::rounds);
         self.answers.insert(id, Answer { ts: p.ts, outcome, arrival_delta_us: p.arrival_delta_us, rounds }, p.txn.ts);
+        if p.txn.is_cross_shard() {
+            let shards: Vec<_> = p.txn.shards().collect();
+            self.answers.executed_cross(shard, id, p.ts, &shards);
+        }
         self.unanswered.insert((p.ts, id));
         out.push(LeaderOutput::Executed { shard, id, ts: p.ts });
     }

@@ -184,6 +184,19 @@ impl Follower {
         Ok(())
     }
 
+    /// Sets the cluster's answer expiry (`LeaderConfig::answer_expiry_us`; not in snapshots):
+    /// a follower must forget a client no sooner than its leader would.
+    pub fn set_answer_expiry(&mut self, expiry_us: u64) {
+        self.answers.set_expiry(expiry_us);
+    }
+
+    /// As [`Follower::set_answer_expiry`], for chaining.
+    #[must_use]
+    pub fn with_answer_expiry(mut self, expiry_us: u64) -> Self {
+        self.set_answer_expiry(expiry_us);
+        self
+    }
+
     /// A follower restored from [`Follower::snapshot`] bytes; entries after the snapshot's
     /// index follow with [`Follower::apply`].
     pub fn from_snapshot(shard: ShardId, registry: Registry, bytes: &[u8]) -> Result<Self, SnapshotError> {
@@ -254,10 +267,11 @@ impl Follower {
                     self.stats.aborted += 1;
                 }
             }
-            LogRecord::Refuse { id, reason, arrival_delta_us, ts } => {
+            LogRecord::Refuse { id, reason, arrival_delta_us, ts, others } => {
                 // The leader refuses only what it does not hold prepared.
                 debug_assert!(!self.prepared.contains_key(id), "shard {}: refused prepared {id:?}", self.shard);
                 self.answers.insert(*id, Answer::refusal(reason.clone(), *arrival_delta_us), *ts);
+                self.answers.refused_cross(*id, reason.clone(), *ts, others);
             }
             LogRecord::Floor { ts } => {
                 self.last_floor = (entry.index, self.floor);
@@ -268,6 +282,7 @@ impl Follower {
                 // Expiry follows the markers, as the leader's follows its watermark.
                 self.answers.expire_at(*ts);
             }
+            LogRecord::PeerApplied { shard, ts } => self.answers.peer_applied(*shard, *ts),
         }
     }
 
@@ -291,6 +306,10 @@ impl Follower {
                 (true, Some(_)) => 2,
             };
             self.answers.insert(id, Answer { ts: at, outcome, arrival_delta_us: p.arrival_delta_us, rounds }, txn.ts);
+            if txn.is_cross_shard() {
+                let shards: Vec<_> = txn.shards().collect();
+                self.answers.executed_cross(self.shard, id, at, &shards);
+            }
             self.stats.executed += 1;
             if self.executed.len() >= EXECUTED_JOURNAL_MAX {
                 self.executed.pop_front();
@@ -467,13 +486,14 @@ mod tests {
     /// refusal stays while its own timestamp says.
     #[test]
     fn followers_forget_idle_clients_at_the_markers() {
-        use super::super::answers::{ANSWER_EXPIRY_US, EXPIRY_SCAN_US};
+        use super::super::answers::DEFAULT_ANSWER_EXPIRY_US as ANSWER_EXPIRY_US;
+        const EXPIRY_SCAN_US: u64 = ANSWER_EXPIRY_US / 8;
         let a = write(1, 7, 100);
         let refused = TxnId { client: 5, seq: 1 };
         let far = 900 + ANSWER_EXPIRY_US + 2 * EXPIRY_SCAN_US;
         let log = entries(vec![
             LogRecord::Prepare { txn: a, ts: 50, arrival_delta_us: 0, acked_below: 0 },
-            LogRecord::Refuse { id: refused, reason: "ahead".into(), arrival_delta_us: 0, ts: far },
+            LogRecord::Refuse { id: refused, reason: "ahead".into(), arrival_delta_us: 0, ts: far, others: vec![] },
             LogRecord::Applied { ts: 60 },
             LogRecord::Applied { ts: far },
         ]);

@@ -24,9 +24,11 @@ pub mod admission;
 pub mod agreement;
 pub mod answers;
 pub mod follower;
+pub mod outcomes;
 pub mod queue;
 
 // `ShardLeader`'s methods, by concern (each file adds an `impl ShardLeader` block).
+mod applied_exchange;
 mod dispatch;
 mod early;
 mod execute;
@@ -63,6 +65,12 @@ const EARLY_DROPPED_MAX: usize = 1 << 16;
 /// the largest offset between two nodes' clocks that the cluster tolerates. CockroachDB's
 /// default; NTP keeps clocks within a few milliseconds of each other.
 pub const MAX_CLOCK_OFFSET_US_DEFAULT: u64 = 500_000;
+
+/// [`LeaderConfig::outcomes_max`] by default. Outcomes are kept only while another
+/// participant has not applied past them: a few report periods' worth of cross-shard
+/// commits normally, and while a shard is down the ones it took part in that its old
+/// leader executed and did not mark applied.
+pub const OUTCOMES_MAX_DEFAULT: usize = 1 << 18;
 
 /// Knobs of a shard leader.
 #[derive(Clone, Debug)]
@@ -116,6 +124,16 @@ pub struct LeaderConfig {
     /// Keep the fast path's order table, mark fast-eligible answers with their order hash
     /// and vote for them (see [`fast`]); set from the cluster file's `[protocol] fast_path`.
     pub fast_path: bool,
+    /// Cross-shard outcomes kept for the other participants' recoveries, plus the
+    /// transactions that may add one (pending or being refused), at most: past it a
+    /// cross-shard dispatch is answered `Busy` (nothing stored) until the other participants
+    /// have applied past enough of them (`leader::outcomes`).
+    pub outcomes_max: usize,
+    /// How long a client's answers outlive its newest transaction, timestamp µs behind the
+    /// watermark (DESIGN.md rule 7; `[protocol] answer_expiry_s`). The same on every server
+    /// of a cluster, followers included: it also bounds how far past its timestamp a
+    /// cross-shard transaction may be ordered (`leader::outcomes`).
+    pub answer_expiry_us: u64,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: Mutations,
 }
@@ -140,6 +158,8 @@ impl LeaderConfig {
             group_sizes: Vec::new(),
             max_ahead_us: MAX_CLOCK_OFFSET_US_DEFAULT + 2_000_000,
             fast_path: false,
+            outcomes_max: OUTCOMES_MAX_DEFAULT,
+            answer_expiry_us: answers::DEFAULT_ANSWER_EXPIRY_US,
             mutations: Mutations::default(),
         }
     }
@@ -186,6 +206,12 @@ pub struct Mutations {
     /// (rule 22): what the leader refuses reaches the accept log, and a new leader's
     /// recovery.
     pub skip_fast_accept_check: bool,
+    /// The leader forgets a cross-shard outcome once its answer has left the table
+    /// (acknowledged or expired) and this many more have left after it, whatever the other
+    /// participants applied: main's bounded memory before issue 26 (the last 2^17 final
+    /// timestamps), with which a shard down long enough stalls on its return
+    /// (`leader::outcomes`).
+    pub outcomes_fifo: Option<usize>,
 }
 
 /// An effect of the leader for its shell to carry out.
@@ -339,9 +365,15 @@ pub struct LeaderStats {
     pub early_overflow: u64,
     /// `Recover` requests sent for stalled (or recovered) transactions.
     pub recover_sent: u64,
-    /// `Recover` requests about transactions answered and acknowledged so long ago that the
-    /// final timestamp is no longer remembered (answered with `Acknowledged`).
+    /// `Recover` requests about transactions answered and acknowledged whose outcome is not
+    /// kept (answered with `Acknowledged`; a recovering participant is never told this).
     pub recover_forgotten: u64,
+    /// `Recover` requests answered from a kept outcome whose answer had left the table
+    /// (acknowledged or expired): what the retention rule is for.
+    pub recover_kept: u64,
+    /// Cross-shard dispatches answered `Busy` because the kept outcomes reached
+    /// [`LeaderConfig::outcomes_max`].
+    pub outcomes_full: u64,
     /// `Acknowledged` answers received for a transaction still undecided here (it stays
     /// stalled: see `on_acknowledged`).
     pub recover_acknowledged: u64,
@@ -430,6 +462,8 @@ pub struct ShardLeader<L: ReplicatedLog> {
     /// Per shard, the highest position of a proposal sent to it before it was committed:
     /// this leader's commit is reported to it once it passes that (`report_commit`).
     commit_owed: BTreeMap<ShardId, LogIndex>,
+    /// Committed `Applied` markers sent to and heard from the other shards.
+    applied_exchange: applied_exchange::AppliedExchange,
 }
 
 impl<L: ReplicatedLog> ShardLeader<L> {
@@ -438,6 +472,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let term = log.term();
         let progress = Progress::new(&config.group_sizes, config.shards);
         let fast = config.fast_path.then(|| fast::FastOrder::new(&config.mutations));
+        let mut answers = Answers::default();
+        answers.set_expiry(config.answer_expiry_us);
+        answers.emulate_fifo(config.mutations.outcomes_fifo);
         Self {
             config,
             log,
@@ -449,7 +486,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             pending_per_client: Map::default(),
             early: Map::default(),
             early_dropped: BTreeSet::new(),
-            answers: Answers::default(),
+            answers,
             refusing: Map::default(),
             clients_heard: Map::default(),
             all_clients_at: 0,
@@ -479,6 +516,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             early_candidates: BTreeSet::new(),
             progress,
             commit_owed: BTreeMap::new(),
+            applied_exchange: applied_exchange::AppliedExchange::default(),
         }
     }
 
@@ -571,7 +609,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let release = self.queue.next_clock_deadline().unwrap_or(TimeUs::MAX);
         let recover = self.recover_queue.first().map_or(TimeUs::MAX, |(at, _)| *at);
         let early = self.early_deadline().unwrap_or(TimeUs::MAX);
-        Some(release.min(renew).min(broadcast).min(recover).min(early))
+        let applied = self.applied_exchange_deadline().unwrap_or(TimeUs::MAX);
+        Some(release.min(renew).min(broadcast).min(recover).min(early).min(applied))
     }
 
     /// Handles a message from client `client`.
@@ -608,6 +647,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 PeerItem::Executed { id, ts } => self.on_executed(id, from, ts),
                 PeerItem::Refuse { id, reason } => self.on_refuse(id, peer::named_refusal(from, reason)),
                 PeerItem::Acknowledged { id } => self.on_acknowledged(id),
+                PeerItem::Applied { ts } => self.on_peer_applied(from, ts),
                 // Another protocol's message: a server of this cluster runs a baseline.
                 PeerItem::Base(item) => tracing::warn!(from, ?item, "baseline message at a Luigi leader; dropped"),
             }
@@ -626,6 +666,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.log_applied_marker(now);
         }
         self.answers.expire_at(self.watermark);
+        self.exchange_applied(now);
         self.report_commit();
         self.flush_outbox(out);
     }
@@ -670,16 +711,18 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 }
                 LogRecord::Decide { id, ts } => self.on_decide_logged(id, ts),
                 LogRecord::Abort { id } => self.on_abort_logged(id, out),
-                LogRecord::Refuse { id, reason, arrival_delta_us, ts } => {
-                    self.on_refuse_logged(id, reason, arrival_delta_us, ts, out)
+                LogRecord::Refuse { id, reason, arrival_delta_us, ts, others } => {
+                    self.on_refuse_logged(id, reason, arrival_delta_us, ts, &others, out)
                 }
                 LogRecord::Floor { ts } => self.floor_committed = self.floor_committed.max(ts),
                 // For followers (the leader executed already); the fast path's table prunes.
                 LogRecord::Applied { ts } => {
+                    self.applied_exchange.committed = self.applied_exchange.committed.max(ts);
                     if let Some(f) = self.fast.as_mut() {
                         f.applied(ts);
                     }
                 }
+                LogRecord::PeerApplied { shard, ts } => self.answers.peer_applied(shard, ts),
             }
         }
         self.committed_buf = entries;
@@ -699,6 +742,8 @@ mod tests_cross;
 mod tests_fast_cross;
 #[cfg(test)]
 mod tests_fast_recovery;
+#[cfg(test)]
+mod tests_outcomes;
 #[cfg(test)]
 mod tests_recovery;
 #[cfg(test)]

@@ -20,6 +20,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         if shard == me {
             return;
         }
+        self.applied_to_new_leader(shard);
         let mut items = Vec::new();
         for (id, p) in &self.pending {
             let shared = p.agreement.as_ref().is_some_and(|a| a.shards().contains(&shard));

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::agreement::{Agreement, Step};
-use super::answers::{Answer, Answers, Known};
+use super::answers::{Answer, Known};
 use super::follower::Handover;
+use super::outcomes::Outcome;
 use super::speculation::DeferredRecover;
 use super::{LeaderConfig, LeaderOutput, Pending, ShardLeader, StalledTxn};
 use crate::log::{LogEntry, LogRecord, ReplicatedLog};
@@ -25,12 +26,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let mut l = Self::new(config, log, store, registry);
         l.now = now;
         l.answers = answers;
+        l.answers.set_expiry(l.config.answer_expiry_us);
+        l.answers.emulate_fifo(l.config.mutations.outcomes_fifo);
         l.admission_floor = recovered_floor;
         l.floor_committed = floor;
         l.floor_proposed = floor;
         l.watermark = applied_ts;
         l.applied_at = (now, applied_ts);
         l.max_executed_ts = applied_ts;
+        l.applied_exchange.committed = applied_ts;
         l.broadcast_at = (now, 0);
         let me = l.config.shard;
         for p in prepared {
@@ -95,7 +99,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 LogRecord::Decide { .. }
                 | LogRecord::Abort { .. }
                 | LogRecord::Refuse { .. }
-                | LogRecord::Applied { .. } => continue,
+                | LogRecord::Applied { .. }
+                | LogRecord::PeerApplied { .. } => continue,
             };
             let id = txn.id;
             let Some(keys) = txn.piece(me).cloned() else { continue };
@@ -202,6 +207,9 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.on_proposal(id, from, ts);
             return;
         }
+        if from == self.config.shard || txn.piece(from).is_none() {
+            return; // not a participant: nothing it may ask
+        }
         match self.answers.known(id) {
             Known::Answered(a) if a.is_refusal() => {
                 let reason = match &a.outcome {
@@ -210,32 +218,37 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 };
                 self.queue_peer(from, PeerItem::Refuse { id, reason });
             }
-            // Executed here at its final timestamp: the maximum of every proposal, confirmed.
-            // A speculative execution is told only once its position commits (rule 14): the
-            // execution, and with it this shard's PREPARE, could still be lost.
-            Known::Answered(&Answer { ts: final_ts, .. }) | Known::Acknowledged(Some(final_ts)) => {
-                match self.spec.answer_position(id) {
-                    Some(position) => {
-                        let deferred = DeferredRecover { txn, from, ts };
-                        if !self.spec.defer_recover(position, deferred, self.config.max_early) {
-                            self.stats.early_overflow += 1; // asked again a period later
-                        }
-                    }
-                    None => self.queue_peer(from, PeerItem::Executed { id, ts: final_ts }),
-                }
+            Known::Answered(&Answer { ts: final_ts, .. }) => self.tell_executed(txn, from, ts, final_ts),
+            Known::Acknowledged | Known::Unknown => self.recover_from_outcomes(txn, from, ts, out),
+        }
+    }
+
+    /// Answers `Recover` for a transaction whose answer is not in the table: from the kept
+    /// outcomes (kept while `from` may need them, `leader::outcomes`), else it never ran here.
+    fn recover_from_outcomes(&mut self, txn: Arc<Txn>, from: ShardId, ts: Timestamp, out: &mut Vec<LeaderOutput>) {
+        let id = txn.id;
+        match self.answers.outcomes().get(id).cloned() {
+            Some(Outcome::Executed(final_ts)) => {
+                self.stats.recover_kept += 1;
+                self.tell_executed(txn, from, ts, final_ts);
             }
-            // Answered here and acknowledged: the client had every participant's answer.
-            Known::Acknowledged(None) => {
+            Some(Outcome::Refused { reason, .. }) => {
+                self.stats.recover_kept += 1;
+                self.queue_peer(from, PeerItem::Refuse { id, reason });
+            }
+            None if matches!(self.answers.known(id), Known::Acknowledged) => {
+                // Answered and acknowledged, and no outcome kept: this shard aborted it, or
+                // `from` is past it (a delayed request).
                 self.stats.recover_forgotten += 1;
                 self.queue_peer(from, PeerItem::Acknowledged { id });
             }
-            Known::Unknown if Answers::is_expired(txn.ts, self.watermark) => {
-                // It may have executed here, its client's answers expired since: say what is
-                // said of an acknowledged one whose final timestamp is forgotten.
+            None if self.answers.is_expired(txn.ts, self.watermark) => {
+                // Unknown and that old: it may have run here with every participant past it
+                // since (a delayed request), or never; not admitted, and nothing inferred.
                 self.stats.recover_forgotten += 1;
                 self.queue_peer(from, PeerItem::Acknowledged { id });
             }
-            Known::Unknown => {
+            None => {
                 // Never dispatched here (its coordinator died, or the dispatch is late):
                 // prepare it now; a late dispatch is then a duplicate.
                 // Not asked for the fast path: the leader's path alone (rule 14).
@@ -245,13 +258,29 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    /// Another participant answered `Recover` with `Acknowledged`: it answered this
-    /// transaction and its client acknowledged every participant's answer, so it executed
-    /// everywhere (this shard lost its execution with a leader change), but the final
-    /// timestamp is forgotten there. Nothing is inferred from it (a client that broke its
-    /// promise would make that unsafe); the transaction stays stalled and visible in
-    /// [`ShardLeader::stalled`] while recovery keeps asking the others. See DESIGN.md on why
-    /// the all-shards commit rule keeps this out of reach.
+    /// Executed here at its final timestamp: the maximum of every proposal, confirmed. A
+    /// speculative execution is told only once its position commits (rule 14): the
+    /// execution, and with it this shard's PREPARE, could still be lost.
+    fn tell_executed(&mut self, txn: Arc<Txn>, from: ShardId, ts: Timestamp, final_ts: Timestamp) {
+        let id = txn.id;
+        match self.spec.answer_position(id) {
+            Some(position) => {
+                let deferred = DeferredRecover { txn, from, ts };
+                if !self.spec.defer_recover(position, deferred, self.config.max_early) {
+                    self.stats.early_overflow += 1; // asked again a period later
+                }
+            }
+            None => self.queue_peer(from, PeerItem::Executed { id, ts: final_ts }),
+        }
+    }
+
+    /// Another participant answered `Recover` with `Acknowledged`: it keeps no outcome of
+    /// this transaction (it acknowledged or aborted it, or never saw it and it is too old to
+    /// admit). A participant keeps a cross-shard outcome until this shard has applied past
+    /// it, so a participant that executed or refused it does not say so while this shard
+    /// still needs the answer (DESIGN.md rule 9). Nothing is inferred from it
+    /// (a client that broke its promise would make that unsafe); it is counted, and the
+    /// transaction stays visible in [`ShardLeader::stalled`] while recovery keeps asking.
     pub(super) fn on_acknowledged(&mut self, id: TxnId) {
         if self.pending.get(&id).is_some_and(|p| p.agreement.as_ref().is_some_and(|a| !a.is_decided())) {
             self.stats.recover_acknowledged += 1;

@@ -18,7 +18,7 @@ use crate::procedures::micro_key;
 /// A log that commits at once and keeps a copy of every committed entry (the replicas' log).
 /// While `held` is set nothing commits; while `full` is set it takes nothing (backlog).
 #[derive(Default)]
-struct TapLog {
+pub(super) struct TapLog {
     inner: LocalLog,
     tape: Rc<RefCell<Vec<LogEntry>>>,
     held: Rc<Cell<bool>>,
@@ -42,16 +42,24 @@ impl ReplicatedLog for TapLog {
     }
 }
 
-type Leader = ShardLeader<TapLog>;
+pub(super) type Leader = ShardLeader<TapLog>;
 
-fn leader(shard: ShardId) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
+pub(super) fn leader(shard: ShardId) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
+    leader_with(LeaderConfig::new(shard, 8))
+}
+
+pub(super) fn leader_with(config: LeaderConfig) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
     let log = TapLog::default();
     let tape = log.tape.clone();
-    (ShardLeader::new(LeaderConfig::new(shard, 8), log, Store::new(), Registry::with_builtins()), tape)
+    (ShardLeader::new(config, log, Store::new(), Registry::with_builtins()), tape)
 }
 
 /// The old leader is gone: a replica replays its committed log and takes over at `now`.
-fn take_over(shard: ShardId, tape: &Rc<RefCell<Vec<LogEntry>>>, now: TimeUs) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
+pub(super) fn take_over(
+    shard: ShardId,
+    tape: &Rc<RefCell<Vec<LogEntry>>>,
+    now: TimeUs,
+) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
     let mut f = Follower::new(shard, Store::new(), Registry::with_builtins());
     for e in tape.borrow().iter() {
         f.apply(e);
@@ -66,7 +74,7 @@ fn take_over(shard: ShardId, tape: &Rc<RefCell<Vec<LogEntry>>>, now: TimeUs) -> 
     (new, new_tape)
 }
 
-fn value(l: &Leader, key: u64) -> Option<u64> {
+pub(super) fn value(l: &Leader, key: u64) -> Option<u64> {
     l.store().get(&micro_key(key)).map(|v| u64::from_le_bytes(v.as_slice().try_into().unwrap()))
 }
 
@@ -105,7 +113,8 @@ fn a_new_leader_keeps_answers_finishes_prepared_transactions_and_admits_above_it
             | LogRecord::Decide { .. }
             | LogRecord::Abort { .. }
             | LogRecord::Refuse { .. }
-            | LogRecord::Applied { .. } => None,
+            | LogRecord::Applied { .. }
+            | LogRecord::PeerApplied { .. } => None,
         })
         .collect();
     let floor = floors.into_iter().max().expect("the old leader logged a floor promise");
@@ -297,7 +306,8 @@ fn recover_is_always_answered() {
     a.on_client(200, 9, ClientMsg::Dispatch { txn: next, sent_us: 200, acked_below: 2, fast: true }, &mut out);
     let recover = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Recover { txn: t.clone(), ts: 1_000 }] };
     let out = deliver(&mut a, 300, vec![recover.clone()]);
-    assert_eq!(items(&to_peer(&out, 1)), vec![PeerItem::Acknowledged { id: id(1) }]);
+    let refused = PeerItem::Refuse { id: id(1), reason: "no".into() };
+    assert_eq!(items(&to_peer(&out, 1)), vec![refused], "acknowledged, and the refusal kept for shard 1");
     // Shard 1 never saw the transaction: it prepares it from the Recover item and proposes.
     let out = deliver(&mut b, 300, vec![PeerBatch { from: 0, ..recover }]);
     assert_eq!(b.stats().admitted, 1);
@@ -399,7 +409,8 @@ fn the_largest_timestamps_are_refused_without_overflow() {
 /// arrives after that is answered `Expired`, never executed again.
 #[test]
 fn an_idle_clients_answers_expire_and_a_late_retry_is_told_so_not_executed() {
-    use super::answers::{ANSWER_EXPIRY_US, EXPIRY_SCAN_US};
+    use super::answers::DEFAULT_ANSWER_EXPIRY_US as ANSWER_EXPIRY_US;
+    const EXPIRY_SCAN_US: u64 = ANSWER_EXPIRY_US / 8;
     let (mut a, _) = leader(0);
     let t = txn(1, 1_000, &[(0, 1, Some(5))]);
     dispatch(&mut a, 100, &t);
@@ -417,11 +428,12 @@ fn an_idle_clients_answers_expire_and_a_late_retry_is_told_so_not_executed() {
     assert_eq!(*i, id(1));
     assert!(why.contains("outcome no longer known"), "{why}");
     assert_eq!((a.stats().executed, a.stats().expired, a.pending_len()), (executed, 1, 0));
-    // A recovering participant asking for it hears what an acknowledged one gets.
+    // A shard that takes no part in it has nothing to ask (a participant's recovery is
+    // `tests_outcomes`'s).
     let now = later + 2 * EXPIRY_SCAN_US + 20;
     let recover = PeerBatch { from: 1, watermark: 0, items: vec![PeerItem::Recover { txn: t, ts: 1_000 }] };
-    let told = items(&to_peer(&deliver(&mut a, now, vec![recover]), 1));
-    assert_eq!(told, vec![PeerItem::Acknowledged { id: id(1) }]);
+    assert!(to_peer(&deliver(&mut a, now, vec![recover]), 1).is_empty());
+    assert_eq!(a.stats().rejected, 0, "nothing refused either");
     // A client of today commits as ever.
     let fresh = txn(2, now + 100, &[(0, 1, Some(6))]);
     dispatch(&mut a, now, &fresh);

@@ -10,6 +10,11 @@ use crate::progress::LogPos;
 use crate::types::{TimeUs, Timestamp, Txn, TxnId};
 use std::sync::Arc;
 
+/// How far an idle shard's watermark moves between two `Applied` markers (timestamp µs):
+/// as often as the answers' expiry scans at the default expiry (a kept refusal waits at
+/// most this long past its bound).
+pub const IDLE_MARKER_US: u64 = 15_000_000;
+
 impl<L: ReplicatedLog> ShardLeader<L> {
     pub(super) fn advance_watermark(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         let below_pending = self.queue.min_ts().map_or(Timestamp::MAX, |ts| ts - 1);
@@ -129,10 +134,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.log_applied_marker(self.applied_at.0);
     }
 
-    /// Logs a marker if the watermark moved and something executed since the last one.
+    /// Logs a marker if the watermark moved and something executed since the last one, or,
+    /// on an idle shard, once the watermark is [`IDLE_MARKER_US`] past the last one: the
+    /// other shards keep a refusal for this shard until its committed marker passes the
+    /// refused transaction's timestamp plus the expiry (`leader::outcomes`), and nothing
+    /// may be kept for good behind an idle shard.
     pub(super) fn log_applied_marker(&mut self, now: TimeUs) {
         let marker = self.applied_marker();
-        if marker > self.applied_at.1 && self.max_executed_ts > self.applied_at.1 {
+        let idle_due = marker >= self.applied_at.1.saturating_add(IDLE_MARKER_US);
+        if marker > self.applied_at.1 && (self.max_executed_ts > self.applied_at.1 || idle_due) {
             self.applied_at = (now, marker);
             self.propose_record(LogRecord::Applied { ts: marker });
         }

@@ -90,7 +90,7 @@ impl RaftGroups<'_> {
                 }
                 LogRecord::Abort { id } => oracle.durable.entry(id).or_default().aborted = true,
                 LogRecord::Refuse { id, .. } => oracle.durable.entry(id).or_default().refused = true,
-                LogRecord::Floor { .. } | LogRecord::Applied { .. } => {}
+                LogRecord::Floor { .. } | LogRecord::Applied { .. } | LogRecord::PeerApplied { .. } => {}
             }
         }
         Ok(())
@@ -237,6 +237,8 @@ impl RaftGroups<'_> {
             stores.push(leader.store());
             if let Some(stats) = luigi(leader).and_then(Replica::leader).map(|l| l.stats()) {
                 self.report.recover_sent += stats.recover_sent;
+                self.report.recover_kept += stats.recover_kept;
+                self.report.recover_acknowledged += stats.recover_acknowledged;
                 self.report.fast_proposals += stats.fast_proposals;
                 self.report.early_answers += stats.early_answers;
             }

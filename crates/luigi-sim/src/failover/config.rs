@@ -385,6 +385,11 @@ pub struct FailoverReport {
     /// Leader counters, summed over every serving incarnation that was still alive at the
     /// end (a crashed leader's counters are lost with it).
     pub recover_sent: u64,
+    /// `Recover` requests answered from an outcome kept past its answer (DESIGN.md rule 9,
+    /// retention), counted like `recover_sent`.
+    pub recover_kept: u64,
+    /// `Acknowledged` answers received by a recovering leader, counted like `recover_sent`.
+    pub recover_acknowledged: u64,
     /// Other shards' marked proposals used before their proof (DESIGN.md rule 18), counted
     /// like `recover_sent`.
     pub fast_proposals: u64,
@@ -436,6 +441,8 @@ impl FailoverReport {
         self.fanned_out += r.fanned_out;
         self.early_commits += r.early_commits;
         self.recover_sent += r.recover_sent;
+        self.recover_kept += r.recover_kept;
+        self.recover_acknowledged += r.recover_acknowledged;
         self.fast_proposals += r.fast_proposals;
         self.early_answers += r.early_answers;
         self.end_us = self.end_us.max(r.end_us);

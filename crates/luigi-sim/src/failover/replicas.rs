@@ -500,6 +500,7 @@ impl RaftGroups<'_> {
                         | PeerItem::Executed { .. }
                         | PeerItem::Refuse { .. }
                         | PeerItem::Acknowledged { .. }
+                        | PeerItem::Applied { .. }
                         | PeerItem::Progress(_)
                         | PeerItem::FastAccept { .. }
                         | PeerItem::Base(

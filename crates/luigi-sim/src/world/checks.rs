@@ -292,6 +292,8 @@ fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
         recover_sent: a.recover_sent + b.recover_sent,
         recover_forgotten: a.recover_forgotten + b.recover_forgotten,
         recover_acknowledged: a.recover_acknowledged + b.recover_acknowledged,
+        recover_kept: a.recover_kept + b.recover_kept,
+        outcomes_full: a.outcomes_full + b.outcomes_full,
         fast_proposals: a.fast_proposals + b.fast_proposals,
         early_answers: a.early_answers + b.early_answers,
     }
