@@ -38,7 +38,7 @@ pub mod state;
 
 pub use leader::{BaseConfig, BaseLeader};
 pub use record::BaseRecord;
-pub use replica::{replicas_for, BaseLog, BaseReplica, BaseReplicas};
+pub use replica::{replicas_for, BaseImages, BaseLog, BaseProtocol, BaseReplica, BaseReplicas};
 pub use state::ShardState;
 
 use luigi_proto::types::Protocol;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use luigi_baseline::{BaseConfig, BaseReplica, Mode};
+use luigi_baseline::{BaseConfig, BaseProtocol, BaseReplica, Mode};
 use luigi_proto::leader::LeaderOutput;
 use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError};
 use luigi_proto::procedures::micro_key;
@@ -12,7 +12,8 @@ use luigi_raft::{RaftConfig, RaftLog};
 
 fn lone(recovered: Option<luigi_raft::RecoveredState>) -> BaseReplica {
     let log = RaftLog::new_typed(RaftConfig::new(1, vec![1], 7), recovered).unwrap();
-    BaseReplica::new(BaseConfig::new(0, 1, Mode::Occ), common::registry(), empty_store(), log).unwrap()
+    BaseReplica::start(BaseProtocol::new(BaseConfig::new(0, 1, Mode::Occ), common::registry(), empty_store()), log)
+        .unwrap()
 }
 
 fn settle(r: &mut BaseReplica, now: u64) -> Vec<LeaderOutput> {

@@ -487,7 +487,10 @@ impl ReplicaNode {
                 if !self.is_group_peer(shard, sender, from) {
                     return Err(format!("accepts of shard {shard} from raft id {sender} by {from}"));
                 }
-                self.replica.accepts_from(from.replica, term, &records)
+                match self.replica.fast_path_mut() {
+                    Some(fast) => fast.accepts_from(from.replica, term, &records),
+                    None => Ok(()), // no fast path: no recovery round asked
+                }
             }
             ReplicationMsg::ClockProbe { shard, from: sender, sent_us } => {
                 if !self.is_group_peer(shard, sender, from) {
@@ -522,7 +525,9 @@ impl ReplicaNode {
         let me = self.config.node;
         let replica = &self.replica;
         self.accepts_questions.retain(|&(asker, term)| {
-            let Some(records) = replica.accepts_of(term) else { return true };
+            // Without a fast path, nothing is undecided: the answer is empty.
+            let answer = replica.fast_path().map_or(Some(Vec::new()), |fast| fast.accepts_of(term));
+            let Some(records) = answer else { return true };
             let msg = ReplicationMsg::Accepts { shard: me.shard, from: me.raft_id(), term, records };
             fx.push(Effect::Replicate { to: asker, msg });
             false
@@ -551,7 +556,7 @@ impl ReplicaNode {
     /// every other replica of the group, again every [`ACCEPTS_ASK_AGAIN_US`] while it waits
     /// (a question or an answer may be lost).
     fn ask_for_accepts(&mut self, now: TimeUs, fx: &mut Vec<Effect>) {
-        let Some(term) = self.replica.accepts_wanted() else { return };
+        let Some(term) = self.replica.fast_path().and_then(|fast| fast.accepts_wanted()) else { return };
         let (asked_term, asked_at) = self.accepts_asked;
         if asked_term == term && now < asked_at.saturating_add(ACCEPTS_ASK_AGAIN_US) {
             return;
@@ -572,7 +577,12 @@ impl ReplicaNode {
     pub fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), NodeError> {
         let node = self.config.node;
         self.accepts_written = records.len() as u64; // a long log found is rewritten soon
-        self.replica.restore_accepts(records).map_err(|reason| NodeError::Accepts { node, reason })
+        let restored = match (self.replica.fast_path_mut(), records.first()) {
+            (Some(fast), _) => fast.restore_accepts(records),
+            (None, None) => Ok(()),
+            (None, Some((n, _))) => Err(format!("accept record {n} found, but this protocol has no fast path")),
+        };
+        restored.map_err(|reason| NodeError::Accepts { node, reason })
     }
 
     /// The shell made every [`Persist`] up to `number` durable (see the module docs).
@@ -1185,7 +1195,7 @@ impl ReplicaNode {
             if rewrite {
                 // Every record still needed (these ones among them), written again: the
                 // accept log then drops what came before.
-                records = self.replica.accepts_live();
+                records = self.replica.fast_path().map(|fast| fast.accepts_live()).unwrap_or_default();
                 self.accepts_written = 0;
             }
             let number = self.last_ready;

@@ -18,7 +18,10 @@
 //!   prepare and commit records), which it replicates through the same seam.
 //! - [`replica_api`]: the seam between a protocol's shard replica and the node that drives it
 //!   ([`ShardReplica`] over the record-type-free [`LogControl`], built by a [`ReplicaFactory`]);
-//!   [`replica::Replica`] is Luigi's, [`replica::LuigiReplicas`] its factory.
+//! - [`role_machine`]: the one [`RoleMachine`] every protocol's replica is (follower/leader
+//!   switching, rebuild, own snapshots, the hint), over the protocol's part
+//!   ([`ReplicaProtocol`]); [`replica::Replica`] is Luigi's, [`replica::LuigiReplicas`] its
+//!   factory.
 //! - [`disk::DiskStorage`]: the durable shell helper (file I/O through `luigi-wal`) that
 //!   persists what [`Ready`] asks for and recovers a [`RecoveredState`] at restart.
 //!
@@ -62,6 +65,7 @@ mod node;
 pub mod replica;
 pub mod replica_api;
 mod rng;
+pub mod role_machine;
 mod store;
 pub mod waiting;
 
@@ -73,6 +77,10 @@ pub use node::{
 /// The raft-rs message and entry types, for shells that want them.
 pub use raft::eraftpb;
 pub use replica_api::{
-    BuildError, LogControl, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob,
-    StateBox, Transition,
+    empty_store, BuildError, FastPathReplica, InitialStore, LogControl, ReplicaFactory, ReplicaSetup, ShardReplica,
+    SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
+};
+pub use role_machine::{
+    FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, ReplayedExecutions, ReplicaProtocol, ReplicaStats,
+    RoleMachine,
 };

@@ -1,7 +1,9 @@
 //! The seam between a shard replica's state machine and the node that drives it
-//! (`luigi_node::ReplicaNode`): [`ShardReplica`], what a protocol's replica (Luigi's
-//! [`crate::replica::Replica`], a baseline's) offers; [`LogControl`], the record-type-free
-//! controls of its Raft log the node needs; [`ReplicaFactory`], how a node builds one.
+//! (`luigi_node::ReplicaNode`): [`ShardReplica`], what a protocol's replica offers (every
+//! protocol's through the one [`crate::role_machine::RoleMachine`]: Luigi's
+//! [`crate::replica::Replica`], a baseline's); [`FastPathReplica`], the fast path's optional
+//! extension; [`LogControl`], the record-type-free controls of its Raft log the node needs;
+//! [`ReplicaFactory`], how a node builds one.
 //!
 //! Everything above the state machine (driving the log's readies, ticks, the first election,
 //! snapshot cadence, transfers and compaction, routing, persistence) is written once, in
@@ -30,8 +32,18 @@ use luigi_proto::procedure::Registry;
 use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_store::Store;
 
-use crate::replica::InitialStore;
 use crate::{RaftConfig, RaftError, RaftLog, Ready, Record, RecoveredState, Role, SnapshotData};
+
+/// Builds a shard's initial store: a workload's population (e.g. TPC-C's tables, generated
+/// from a seed, the same on every replica), or an empty store. It is the state before the
+/// log's first entry: a replica calls it when it starts without a snapshot, and when it
+/// rebuilds its state by replaying its log from the start.
+pub type InitialStore = Arc<dyn Fn() -> Store + Send + Sync>;
+
+/// The [`InitialStore`] of a shard that starts empty.
+pub fn empty_store() -> InitialStore {
+    Arc::new(Store::new)
+}
 
 /// A replica's state, type-erased: a snapshot decoded off the event loop
 /// ([`SnapshotDecoder::decode`]) for [`ShardReplica::install_decoded`], or a state an
@@ -399,46 +411,15 @@ pub trait ShardReplica: Send {
     /// The replica's counters on one line (for logs).
     fn stats_line(&self) -> String;
 
-    /// The term whose fast-path recovery round this replica, running for it or elected and
-    /// not serving yet, waits for: the shell asks the group for their undecided accepts
-    /// ([`ShardReplica::accepts_of`]) and hands the answers to
-    /// [`ShardReplica::accepts_from`]. `None` for protocols without a fast path.
-    fn accepts_wanted(&self) -> Option<u64> {
+    /// The fast path's extension, if this replica's protocol has one (the node asks for it
+    /// to run the fast path's recovery rounds and its accept log).
+    fn fast_path(&self) -> Option<&dyn FastPathReplica> {
         None
     }
 
-    /// Every fast-path accept record this replica still needs, encoded: its undecided
-    /// accepts and its leader state's votes (what a rewrite of the accept log keeps).
-    fn accepts_live(&self) -> Vec<Vec<u8>> {
-        Vec::new()
-    }
-
-    /// This replica's undecided fast-path accept records, encoded: the answer to a new
-    /// leader's question of `term`, or `None` while this replica's own term is older (it
-    /// answers when asked again).
-    fn accepts_of(&self, _term: u64) -> Option<Vec<Vec<u8>>> {
-        Some(Vec::new())
-    }
-
-    /// `replica`'s undecided accepts, asked about in `term`.
-    ///
-    /// # Errors
-    /// A record that does not decode (the answer is dropped).
-    fn accepts_from(&mut self, _replica: u32, _term: u64, _records: &[Vec<u8>]) -> Result<(), String> {
-        Ok(())
-    }
-
-    /// The fast-path accept records its disk held at restart (see [`crate::accepts`]), given
-    /// before the first turn so that the replayed log decides them again. Protocols without
-    /// a fast path have none to take.
-    ///
-    /// # Errors
-    /// A record that does not decode (a damaged accept log).
-    fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), String> {
-        match records.first() {
-            None => Ok(()),
-            Some((n, _)) => Err(format!("accept record {n} found, but this protocol has no fast path")),
-        }
+    /// As [`ShardReplica::fast_path`], mutable.
+    fn fast_path_mut(&mut self) -> Option<&mut dyn FastPathReplica> {
+        None
     }
 
     /// The replica, for a protocol-specific look (see `<dyn ShardReplica>::downcast_ref`).
@@ -451,6 +432,38 @@ impl<'a> dyn ShardReplica + 'a {
     pub fn downcast_ref<T: ShardReplica + 'static>(&self) -> Option<&T> {
         self.as_any().downcast_ref()
     }
+}
+
+/// What a replica with a fast path offers the node beyond [`ShardReplica`]: the accepts of a
+/// new leader's recovery round and the accept log's records (DESIGN.md, the fast path).
+pub trait FastPathReplica {
+    /// The term whose fast-path recovery round this replica, running for it or elected and
+    /// not serving yet, waits for: the shell asks the group for their undecided accepts
+    /// ([`FastPathReplica::accepts_of`]) and hands the answers to
+    /// [`FastPathReplica::accepts_from`].
+    fn accepts_wanted(&self) -> Option<u64>;
+
+    /// Every fast-path accept record this replica still needs, encoded: its undecided
+    /// accepts and its leader state's votes (what a rewrite of the accept log keeps).
+    fn accepts_live(&self) -> Vec<Vec<u8>>;
+
+    /// This replica's undecided fast-path accept records, encoded: the answer to a new
+    /// leader's question of `term`, or `None` while this replica's own term is older (it
+    /// answers when asked again).
+    fn accepts_of(&self, term: u64) -> Option<Vec<Vec<u8>>>;
+
+    /// `replica`'s undecided accepts, asked about in `term`.
+    ///
+    /// # Errors
+    /// A record that does not decode (the answer is dropped).
+    fn accepts_from(&mut self, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String>;
+
+    /// The fast-path accept records its disk held at restart (see [`crate::accepts`]), given
+    /// before the first turn so that the replayed log decides them again.
+    ///
+    /// # Errors
+    /// A record that does not decode (a damaged accept log).
+    fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), String>;
 }
 
 /// What a [`ReplicaFactory`] builds a replica from.

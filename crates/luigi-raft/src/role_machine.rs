@@ -1,0 +1,434 @@
+//! The role machine of a shard replica, written once for every protocol: a follower applying
+//! its Raft log's committed records until its log leads and the protocol says it may serve,
+//! then the protocol's leader; a leader that loses leadership rebuilds its follower state by
+//! replaying its log (it ran ahead of the log); a leader's snapshot replaces the follower
+//! state; the replica's own snapshots are jobs that replay the log off the event loop; and
+//! the [`ShardReplica`] the node drives is implemented once, for every
+//! [`RoleMachine<P>`](RoleMachine) (`role_machine/shard_replica.rs`).
+//!
+//! A protocol ([`ReplicaProtocol`]) supplies its record type, its follower state
+//! ([`FollowerCore`], made by its [`FollowerImages`]) and its leader state ([`LeaderCore`]),
+//! when an elected replica may serve and how it takes office, and states its policies where
+//! protocols differ: what a follower does with a dispatch while it knows no leader
+//! ([`FollowerDispatch`]), and whether a rebuilt follower reports the executions of its replay
+//! ([`ReplayedExecutions`]). Luigi's fast path is an optional extension
+//! ([`ReplicaProtocol::fast_path`]) the node asks for.
+//!
+//! ```text
+//! on message:  replica.on_client / on_peer / log_mut().step_bytes
+//! then:        drive the log's readies (send, persist, advance), then replica.turn(now, out)
+//! ```
+
+use bytes::Bytes;
+use luigi_proto::leader::LeaderOutput;
+use luigi_proto::log::{LogEntry, ReplicatedLog};
+use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnReply};
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_store::Store;
+
+#[cfg(doc)]
+use crate::replica_api::{FastPathReplica, ShardReplica};
+use crate::replica_api::{SnapshotImage, SnapshotJob, Transition};
+use crate::waiting::{Held, Waiting};
+use crate::{RaftError, RaftLog, Record, Replay};
+
+mod protocol;
+mod shard_replica;
+
+pub use protocol::{FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, ReplayedExecutions, ReplicaProtocol};
+
+/// Counters of role changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaStats {
+    /// Times this replica became the serving leader.
+    pub promotions: u64,
+    /// Times it lost leadership and rebuilt its follower state.
+    pub demotions: u64,
+}
+
+/// What the replica is now.
+#[allow(clippy::large_enum_variant)] // one per replica, swapped rarely
+pub(crate) enum Role<P: ReplicaProtocol> {
+    Leader(P::Leader),
+    Follower(P::Follower, RaftLog<P::Record>),
+    /// Only while switching (never observed outside a method).
+    Switching,
+}
+
+/// One replica of a shard: protocol `P`'s follower or leader over the same Raft log.
+pub struct RoleMachine<P: ReplicaProtocol> {
+    pub(crate) protocol: P,
+    pub(crate) role: Role<P>,
+    committed: Vec<LogEntry<P::Record>>,
+    /// Executions of the follower state not yet taken (see [`RoleMachine::take_executed`]).
+    executed: Vec<(TxnId, Timestamp)>,
+    /// Dispatches that came while no serving leader was known
+    /// ([`FollowerDispatch::HoldWhileNoLeader`]).
+    waiting: Waiting,
+    stats: ReplicaStats,
+}
+
+/// The replica index (from 0) of the leader `log` knows of; Raft ids are indexes + 1.
+fn hint<R: Record>(log: &RaftLog<R>) -> Option<u32> {
+    log.leader_id().map(|id| (id - 1) as u32)
+}
+
+/// The other replica `log` knows to lead its group, if any: a client should go there.
+pub(crate) fn other_leader<R: Record>(log: &RaftLog<R>) -> Option<u32> {
+    hint(log).filter(|_| !log.is_leader())
+}
+
+/// The follower state at the end of `entries`, which follow the snapshot `data` (or the start
+/// of the log, from the initial store).
+fn rebuild<I: FollowerImages>(
+    images: &I,
+    data: Option<&[u8]>,
+    entries: &[LogEntry<<I::Follower as FollowerCore>::Record>],
+) -> Result<I::Follower, RaftError> {
+    let mut follower = match data {
+        Some(data) => images.load(data).map_err(RaftError::Invalid)?,
+        None => images.fresh((images.initial())()),
+    };
+    for e in entries {
+        follower.apply(e);
+    }
+    Ok(follower)
+}
+
+/// A replica's own snapshot in the making ([`RoleMachine::own_snapshot_due`]): the follower
+/// state at `index`, rebuilt from the log's latest snapshot (or the initial store) and the
+/// records handed out after it, then serialized. It holds only shared or owned data (the
+/// replay shares the log's entry payloads and snapshot bytes), so taking it costs the event
+/// loop a copy of the entries' headers, and the shell runs it on another thread.
+fn make_snapshot<I: FollowerImages>(
+    index: u64,
+    images: &I,
+    replay: &Replay<<I::Follower as FollowerCore>::Record>,
+) -> Result<SnapshotImage, RaftError> {
+    let records = replay.records()?;
+    let follower = rebuild(images, replay.snapshot_data(), &records)?;
+    let applied = follower.applied_index();
+    if applied != index {
+        return Err(RaftError::Invalid(format!("the replay to index {index} rebuilt the state at index {applied}")));
+    }
+    Ok(SnapshotImage::new(index, Bytes::from(follower.image())))
+}
+
+impl<P: ReplicaProtocol> RoleMachine<P> {
+    /// A replica of `protocol` over `log`, starting as a follower: from the log's snapshot if
+    /// it has one (a restart after compaction), else from the initial store. Committed records
+    /// the log hands back (all of them after a restart) rebuild the rest.
+    ///
+    /// # Errors
+    /// The log's snapshot does not load.
+    pub fn start(protocol: P, log: RaftLog<P::Record>) -> Result<Self, RaftError> {
+        let images = protocol.images();
+        let follower = match log.snapshot_data() {
+            Some(data) => images.load(data).map_err(RaftError::Invalid)?,
+            None => images.fresh((images.initial())()),
+        };
+        Ok(RoleMachine {
+            protocol,
+            role: Role::Follower(follower, log),
+            committed: Vec::new(),
+            executed: Vec::new(),
+            waiting: Waiting::default(),
+            stats: ReplicaStats::default(),
+        })
+    }
+
+    /// The protocol's part.
+    pub fn protocol(&self) -> &P {
+        &self.protocol
+    }
+
+    /// Replaces the follower state by the leader's snapshot, already decoded (off the event
+    /// loop: decoding a large store's image takes a while) into `restored`. A replica still
+    /// serving (its log stepped down in the same batch of messages) is demoted by it. Returns
+    /// the follower state it replaced (`None` if this replica was serving), for the caller to
+    /// drop where it costs nothing: freeing a large store takes a while too.
+    pub fn install_follower(&mut self, restored: P::Follower) -> Option<P::Follower> {
+        let (log, replaced) = match std::mem::replace(&mut self.role, Role::Switching) {
+            Role::Follower(mut f, log) => {
+                self.executed.extend(f.take_executed());
+                (log, Some(f))
+            }
+            Role::Leader(l) => {
+                self.stats.demotions += 1;
+                (l.into_log(), None)
+            }
+            Role::Switching => unreachable!("not observable"),
+        };
+        self.role = Role::Follower(restored, log);
+        replaced
+    }
+
+    /// This replica's own snapshot, once the last record it applied reached `next_at`: a job
+    /// that yields (index, bytes) for the shell to compact behind, run off the event loop.
+    /// A follower's job rebuilds the state it holds at that index from its latest snapshot
+    /// and the records after it (the log keeps both in memory until it compacts), so the
+    /// replica never pauses to serialize a large store; the price is replaying a period of
+    /// records a second time, on another core. A leader's state runs ahead of its log, so a
+    /// leader with followers takes none and compacts behind the snapshots they offer. The
+    /// leader of a group of one has no followers, and takes the snapshot a follower would.
+    ///
+    /// # Errors
+    /// An entry is missing from the log's memory (a bug).
+    pub fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
+        let Some((index, replay)) = self.log().own_snapshot_replay(self.is_serving(), next_at)? else {
+            return Ok(None);
+        };
+        let images = self.protocol.images().clone();
+        Ok(Some(SnapshotJob::new(index, move || make_snapshot(index, &images, &replay))))
+    }
+
+    /// The Raft log (for the shell to step messages into and drive its readies).
+    pub fn log_mut(&mut self) -> &mut RaftLog<P::Record> {
+        match &mut self.role {
+            Role::Leader(l) => l.log_mut(),
+            Role::Follower(_, log) => log,
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// The Raft log, read-only (role, term, commit and applied indexes for status reports).
+    pub fn log(&self) -> &RaftLog<P::Record> {
+        match &self.role {
+            Role::Leader(l) => l.log(),
+            Role::Follower(_, log) => log,
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// True while this replica serves as the shard leader.
+    pub fn is_serving(&self) -> bool {
+        matches!(self.role, Role::Leader(_))
+    }
+
+    /// The serving leader, if this replica is it.
+    pub fn leader(&self) -> Option<&P::Leader> {
+        match &self.role {
+            Role::Leader(l) => Some(l),
+            Role::Follower(..) | Role::Switching => None,
+        }
+    }
+
+    /// The follower state, if this replica is not serving.
+    pub fn follower(&self) -> Option<&P::Follower> {
+        match &self.role {
+            Role::Follower(f, _) => Some(f),
+            Role::Leader(_) | Role::Switching => None,
+        }
+    }
+
+    /// The store as this replica has it (a follower's lags the leader's).
+    pub fn store(&self) -> &Store {
+        match &self.role {
+            Role::Leader(l) => l.store(),
+            Role::Follower(f, _) => f.store(),
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// Role-change counters.
+    pub fn stats(&self) -> ReplicaStats {
+        self.stats
+    }
+
+    /// Which replica (index from 0) clients should try: the leader this replica knows of.
+    pub fn leader_hint(&self) -> Option<u32> {
+        hint(self.log())
+    }
+
+    /// A client's message. A non-serving replica answers a ping with its follower state's
+    /// watermark (a valid, if older, promise) and a dispatch as its protocol says
+    /// ([`FollowerDispatch`], after the fast path's offer).
+    pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+        let shard = self.protocol.shard();
+        match &mut self.role {
+            Role::Leader(l) => l.on_client(now, client, msg, out),
+            Role::Follower(f, log) => match msg {
+                ClientMsg::Hello { .. } | ClientMsg::Status => {} // status: answered by the shell
+                ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
+                    client,
+                    msg: ServerMsg::pong(shard, now, sent_us, f.pong_watermark()),
+                }),
+                ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
+                    if self.protocol.follower_offer(log, now, client, &txn, fast, out) {
+                        return;
+                    }
+                    match P::FOLLOWER_DISPATCH {
+                        FollowerDispatch::AnswerNotLeader => out.push(LeaderOutput::ToClient {
+                            client,
+                            msg: ServerMsg::Reply(TxnReply::not_leader(txn.id, shard, hint(log), now, sent_us)),
+                        }),
+                        FollowerDispatch::HoldWhileNoLeader => {
+                            let leader = other_leader(log);
+                            let held = Held { arrived: now, client, txn, sent_us, acked_below, fast };
+                            let refused = match leader {
+                                Some(_) => Err(held),
+                                None => self.waiting.hold(held),
+                            };
+                            if let Err(held) = refused {
+                                out.push(not_leader(shard, leader, now, held));
+                            }
+                        }
+                    }
+                }
+            },
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// Agreement items from another shard's leader; a non-serving replica drops them (the
+    /// sender's recovery or round timeout asks again).
+    pub fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
+        match &mut self.role {
+            Role::Leader(l) => {
+                l.on_peer(now, batch, out);
+                true
+            }
+            Role::Follower(..) => false,
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// Another shard has a new leader; nothing to do unless this replica serves.
+    pub fn peer_leader_changed(&mut self, shard: ShardId) {
+        if let Role::Leader(l) = &mut self.role {
+            l.peer_leader_changed(shard);
+        }
+    }
+
+    /// After the shell drove the log: applies committed records (follower), switches role if
+    /// leadership moved, and ticks the leader. Returns the transition, if any.
+    ///
+    /// # Errors
+    /// A demoted leader that cannot replay its log (a bad entry or snapshot) reports it
+    /// rather than serve a wrong state.
+    pub fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+        let mut transition = None;
+        match &mut self.role {
+            Role::Follower(f, log) => {
+                log.take_committed(&mut self.committed);
+                for e in self.committed.drain(..) {
+                    f.apply(&e);
+                    self.protocol.on_committed(&e);
+                }
+                self.executed.extend(f.take_executed());
+                if let Some(handover) = self.protocol.may_serve(f, log, now)? {
+                    self.promote(now, handover);
+                    transition = Some(Transition::Promoted);
+                }
+            }
+            Role::Leader(l) => {
+                if !l.log().is_leader() {
+                    self.demote()?;
+                    transition = Some(Transition::Demoted);
+                } else {
+                    self.protocol.leading(l);
+                }
+            }
+            Role::Switching => unreachable!("not observable"),
+        }
+        self.tend_waiting(now, out);
+        if let Role::Leader(l) = &mut self.role {
+            l.tick(now, out);
+        }
+        Ok(transition)
+    }
+
+    /// Hands the waiting dispatches to this replica's leader state once it serves, answers
+    /// them with the leader's name once another replica is known to lead, and answers those
+    /// held too long without a name.
+    fn tend_waiting(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let shard = self.protocol.shard();
+        match &mut self.role {
+            Role::Leader(l) => {
+                for held in self.waiting.release() {
+                    let (client, msg) = held.dispatch(now);
+                    l.on_client(now, client, msg, out);
+                }
+            }
+            Role::Follower(_, log) => {
+                let leader = other_leader(log);
+                let answered: Vec<Held> = match leader {
+                    Some(_) => self.waiting.release().collect(),
+                    None => self.waiting.expired(now),
+                };
+                for held in answered {
+                    out.push(not_leader(shard, leader, now, held));
+                }
+            }
+            Role::Switching => unreachable!("not observable"),
+        }
+    }
+
+    /// The transactions the follower state executed since the last call, in execution order.
+    /// A serving leader reports its own executions as [`LeaderOutput::Executed`] outputs
+    /// instead.
+    pub fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
+        if let Role::Follower(f, _) = &mut self.role {
+            self.executed.extend(f.take_executed());
+        }
+        std::mem::take(&mut self.executed)
+    }
+
+    /// When [`RoleMachine::turn`] has timed work (a leader's next deadline).
+    pub fn next_deadline(&self) -> Option<TimeUs> {
+        match &self.role {
+            Role::Leader(l) => l.next_deadline(),
+            Role::Follower(..) | Role::Switching => None,
+        }
+    }
+
+    /// Takes office with the state applied so far and what the protocol handed over.
+    fn promote(&mut self, now: TimeUs, handover: P::Handover) {
+        let Role::Follower(f, log) = std::mem::replace(&mut self.role, Role::Switching) else {
+            unreachable!("promote is called on a follower")
+        };
+        self.role = Role::Leader(self.protocol.take_office(f, log, now, handover));
+        self.stats.promotions += 1;
+    }
+
+    /// Stops serving: drops the leader state (it may have executed ahead of its log) and
+    /// rebuilds a follower by replaying the log from its snapshot (or the start).
+    fn demote(&mut self) -> Result<(), RaftError> {
+        let Role::Leader(mut l) = std::mem::replace(&mut self.role, Role::Switching) else {
+            unreachable!("demote is called on a leader")
+        };
+        let images = self.protocol.images();
+        let rebuilt = l.log_mut().replay_for_rebuild().and_then(|replay| {
+            let records = replay.records()?;
+            let follower = rebuild(images, replay.snapshot_data(), &records)?;
+            Ok((follower, records))
+        });
+        match rebuilt {
+            Ok((mut follower, records)) => {
+                if P::REPLAYED_EXECUTIONS == ReplayedExecutions::Forgotten {
+                    follower.take_executed();
+                }
+                self.protocol.stepped_down(&l, Some(&records));
+                self.role = Role::Follower(follower, l.into_log());
+                self.stats.demotions += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.protocol.stepped_down(&l, None);
+                // Keep a consistent (if empty) follower so the shell can report and stop.
+                let empty = self.protocol.images().fresh(Store::new());
+                self.role = Role::Follower(empty, l.into_log());
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The `NotLeader` answer to `held`, naming `leader`.
+fn not_leader(shard: ShardId, leader: Option<u32>, now: TimeUs, held: Held) -> LeaderOutput {
+    let (client, msg) = held.not_leader(shard, leader, now);
+    LeaderOutput::ToClient { client, msg }
+}

@@ -1,0 +1,219 @@
+//! The protocol's side of the role machine: what a protocol supplies ([`ReplicaProtocol`]:
+//! its record type, its follower and leader cores, when it may serve and how it takes
+//! office) and the policies it states where protocols differ.
+
+use std::sync::Arc;
+
+use luigi_proto::leader::LeaderOutput;
+use luigi_proto::log::LogEntry;
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus};
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use luigi_store::Store;
+
+use super::RoleMachine;
+#[cfg(doc)]
+use crate::replica_api::SnapshotDecoder;
+use crate::replica_api::{FastPathReplica, InitialStore};
+use crate::{RaftError, RaftLog, Record};
+
+/// A protocol's follower state: what a replica holds while it does not serve, built from a
+/// snapshot image or an initial store ([`FollowerImages`]) and the committed records after it.
+pub trait FollowerCore: Send + Sized + 'static {
+    /// The log's record type.
+    type Record: Record + Send + 'static;
+
+    /// Applies one committed record.
+    fn apply(&mut self, entry: &LogEntry<Self::Record>);
+
+    /// What applying executed since the last call, in execution order.
+    fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)>;
+
+    /// The index of the last record applied.
+    fn applied_index(&self) -> u64;
+
+    /// The state serialized as a snapshot image.
+    fn image(&self) -> Vec<u8>;
+
+    /// The watermark a follower's pong promises.
+    fn pong_watermark(&self) -> Timestamp;
+
+    /// The store as this state holds it.
+    fn store(&self) -> &Store;
+
+    /// Fills in a status report's state machine part.
+    fn status(&self, status: &mut ReplicaStatus);
+
+    /// What the state promises between any two calls.
+    ///
+    /// # Errors
+    /// The broken invariant.
+    fn check_invariants(&self) -> Result<(), String>;
+
+    /// Its counters for the replica's stats line, if it keeps any.
+    fn stats_line(&self) -> Option<String>;
+}
+
+/// How a protocol's follower states are made: fresh over a store, or from a snapshot image.
+/// Shared with snapshot jobs and decoders that run off the event loop, hence `Clone + Send +
+/// Sync`.
+pub trait FollowerImages: Clone + Send + Sync + 'static {
+    /// The follower state it makes.
+    type Follower: FollowerCore;
+
+    /// The shard's state before its log's first entry.
+    fn initial(&self) -> &InitialStore;
+
+    /// A follower state over `store`, nothing applied.
+    fn fresh(&self, store: Store) -> Self::Follower;
+
+    /// The follower state a snapshot image holds.
+    ///
+    /// # Errors
+    /// The image does not decode (or is another shard's).
+    fn load(&self, data: &[u8]) -> Result<Self::Follower, String>;
+
+    /// Checks a follower's offered image at `index` (see [`SnapshotDecoder::check`]).
+    ///
+    /// # Errors
+    /// Why it is not a valid image of this shard at `index`.
+    fn check(&self, index: u64, data: &[u8]) -> Result<(), String>;
+}
+
+/// A protocol's shard leader over its Raft log.
+pub trait LeaderCore: Send + Sized + 'static {
+    /// The log's record type.
+    type Record: Record + Send + 'static;
+
+    /// Its log.
+    fn log(&self) -> &RaftLog<Self::Record>;
+    /// Its log, to drive.
+    fn log_mut(&mut self) -> &mut RaftLog<Self::Record>;
+    /// Gives its log back (on stepping down).
+    fn into_log(self) -> RaftLog<Self::Record>;
+    /// A client's message.
+    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>);
+    /// Items from another shard's leader.
+    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>);
+    /// Another shard has a new leader.
+    fn peer_leader_changed(&mut self, shard: ShardId);
+    /// Its timed work.
+    fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>);
+    /// When [`LeaderCore::tick`] next has work.
+    fn next_deadline(&self) -> Option<TimeUs>;
+    /// Its store.
+    fn store(&self) -> &Store;
+    /// Fills in a status report's state machine part (`serving` included).
+    fn status(&self, now: TimeUs, status: &mut ReplicaStatus);
+    /// What it promises between any two calls.
+    ///
+    /// # Errors
+    /// The broken invariant.
+    fn check_invariants(&self) -> Result<(), String>;
+    /// Its counters for the replica's stats line.
+    fn stats_line(&self) -> String;
+}
+
+/// What a follower does with a client's dispatch (it does not serve).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FollowerDispatch {
+    /// Answers `NotLeader` with the leader its log knows of (itself, elected and not
+    /// serving yet, included) or none.
+    AnswerNotLeader,
+    /// Holds it while no other replica is known to lead (an election, or this replica won
+    /// one and does not serve yet), bounded ([`crate::waiting::Waiting`]), and hands it to its own leader
+    /// state once it serves; answers `NotLeader` naming the other leader once one is known.
+    HoldWhileNoLeader,
+}
+
+/// Whether a follower state rebuilt by replaying the log (a demoted leader's) reports the
+/// executions of that replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayedExecutions {
+    /// They are reported at the next [`RoleMachine::take_executed`].
+    Reported,
+    /// They are forgotten.
+    Forgotten,
+}
+
+/// One protocol's part of a replica: its cores, its record type, when it may serve, and its
+/// policies. [`RoleMachine`] runs everything else.
+pub trait ReplicaProtocol: Send + Sized + 'static {
+    /// The log's record type.
+    type Record: Record + Send + 'static;
+    /// The follower state.
+    type Follower: FollowerCore<Record = Self::Record>;
+    /// The leader state.
+    type Leader: LeaderCore<Record = Self::Record>;
+    /// How follower states are made.
+    type Images: FollowerImages<Follower = Self::Follower>;
+    /// What [`ReplicaProtocol::may_serve`] hands to [`ReplicaProtocol::take_office`].
+    type Handover;
+
+    /// What a follower does with a dispatch.
+    const FOLLOWER_DISPATCH: FollowerDispatch;
+    /// Whether a rebuilt follower reports its replay's executions.
+    const REPLAYED_EXECUTIONS: ReplayedExecutions;
+
+    /// The shard.
+    fn shard(&self) -> ShardId;
+
+    /// How its follower states are made.
+    fn images(&self) -> &Self::Images;
+
+    /// A follower applied a committed record (after the follower state did).
+    fn on_committed(&mut self, _entry: &LogEntry<Self::Record>) {}
+
+    /// Whether a follower whose log may lead takes office now (called at every follower
+    /// turn, after applying): what to take office with, or `None` (not yet, or its log does
+    /// not lead).
+    ///
+    /// # Errors
+    /// The log's tail does not decode.
+    fn may_serve(
+        &mut self,
+        follower: &Self::Follower,
+        log: &mut RaftLog<Self::Record>,
+        now: TimeUs,
+    ) -> Result<Option<Self::Handover>, RaftError>;
+
+    /// The leader state of a follower that takes office at `now`.
+    fn take_office(
+        &mut self,
+        follower: Self::Follower,
+        log: RaftLog<Self::Record>,
+        now: TimeUs,
+        handover: Self::Handover,
+    ) -> Self::Leader;
+
+    /// A leader's turn while it still leads, before its tick.
+    fn leading(&mut self, _leader: &Self::Leader) {}
+
+    /// `leader` stopped leading; `replayed` is what rebuilding its follower state replayed
+    /// (`None`: the rebuild failed).
+    fn stepped_down(&mut self, _leader: &Self::Leader, _replayed: Option<&[LogEntry<Self::Record>]>) {}
+
+    /// A follower's fast-path answer to a dispatch: whether it took it (then nothing else
+    /// answers it). Protocols without a fast path take none.
+    #[allow(clippy::too_many_arguments)]
+    fn follower_offer(
+        &mut self,
+        _log: &RaftLog<Self::Record>,
+        _now: TimeUs,
+        _client: ClientId,
+        _txn: &Arc<Txn>,
+        _fast: bool,
+        _out: &mut Vec<LeaderOutput>,
+    ) -> bool {
+        false
+    }
+
+    /// The fast-path extension of `machine`, if the protocol has one.
+    fn fast_path(_machine: &RoleMachine<Self>) -> Option<&dyn FastPathReplica> {
+        None
+    }
+
+    /// As [`ReplicaProtocol::fast_path`], mutable.
+    fn fast_path_mut(_machine: &mut RoleMachine<Self>) -> Option<&mut dyn FastPathReplica> {
+        None
+    }
+}

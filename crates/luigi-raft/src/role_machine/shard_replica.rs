@@ -1,0 +1,135 @@
+//! The node's seam ([`ShardReplica`]), implemented once for every protocol's
+//! [`RoleMachine`], and the snapshot decoder it hands out.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use luigi_proto::leader::LeaderOutput;
+use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus};
+use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_store::Store;
+
+use super::{FollowerCore, FollowerImages, LeaderCore, ReplicaProtocol, Role, RoleMachine};
+use crate::replica_api::{
+    FastPathReplica, LogControl, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
+};
+use crate::RaftError;
+
+/// A protocol's snapshot images read off the event loop, through its [`FollowerImages`].
+struct Decoder<I>(I);
+
+impl<I: FollowerImages> SnapshotDecoder for Decoder<I> {
+    fn check(&self, index: u64, data: &[u8]) -> Result<(), String> {
+        self.0.check(index, data)
+    }
+
+    fn decode(&self, data: &[u8]) -> Result<StateBox, String> {
+        Ok(Box::new(self.0.load(data)?))
+    }
+}
+
+impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
+    fn log(&self) -> &dyn LogControl {
+        RoleMachine::log(self)
+    }
+
+    fn log_mut(&mut self) -> &mut dyn LogControl {
+        RoleMachine::log_mut(self)
+    }
+
+    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+        RoleMachine::on_client(self, now, client, msg, out)
+    }
+
+    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
+        RoleMachine::on_peer(self, now, batch, out)
+    }
+
+    fn peer_leader_changed(&mut self, shard: ShardId) {
+        RoleMachine::peer_leader_changed(self, shard)
+    }
+
+    fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+        RoleMachine::turn(self, now, out)
+    }
+
+    fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
+        RoleMachine::take_executed(self)
+    }
+
+    fn next_deadline(&self) -> Option<TimeUs> {
+        RoleMachine::next_deadline(self)
+    }
+
+    fn is_serving(&self) -> bool {
+        RoleMachine::is_serving(self)
+    }
+
+    fn leader_hint(&self) -> Option<u32> {
+        RoleMachine::leader_hint(self)
+    }
+
+    fn store(&self) -> &Store {
+        RoleMachine::store(self)
+    }
+
+    fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
+        RoleMachine::own_snapshot_due(self, next_at)
+    }
+
+    fn snapshot_decoder(&self) -> Arc<dyn SnapshotDecoder> {
+        Arc::new(Decoder(self.protocol.images().clone()))
+    }
+
+    fn install_snapshot(&mut self, data: &[u8]) -> Result<Option<StateBox>, RaftError> {
+        let restored = self.protocol.images().load(data).map_err(RaftError::Invalid)?;
+        Ok(self.install_follower(restored).map(|f| Box::new(f) as StateBox))
+    }
+
+    fn install_decoded(&mut self, state: StateBox) -> Result<Option<StateBox>, RaftError> {
+        let restored = state
+            .downcast::<P::Follower>()
+            .map_err(|_| RaftError::Invalid("the decoded snapshot is not this protocol's follower state".into()))?;
+        Ok(self.install_follower(*restored).map(|f| Box::new(f) as StateBox))
+    }
+
+    fn status(&self, now: TimeUs, status: &mut ReplicaStatus) {
+        match &self.role {
+            Role::Leader(l) => l.status(now, status),
+            Role::Follower(f, _) => f.status(status),
+            Role::Switching => {}
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        match &self.role {
+            Role::Leader(l) => l.check_invariants(),
+            Role::Follower(f, _) => f.check_invariants(),
+            Role::Switching => Ok(()),
+        }
+    }
+
+    fn stats_line(&self) -> String {
+        let core = match &self.role {
+            Role::Leader(l) => Some(l.stats_line()),
+            Role::Follower(f, _) => f.stats_line(),
+            Role::Switching => None,
+        };
+        match core {
+            Some(core) => format!("{core} {:?}", self.stats),
+            None => format!("{:?}", self.stats),
+        }
+    }
+
+    fn fast_path(&self) -> Option<&dyn FastPathReplica> {
+        P::fast_path(self)
+    }
+
+    fn fast_path_mut(&mut self) -> Option<&mut dyn FastPathReplica> {
+        P::fast_path_mut(self)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
