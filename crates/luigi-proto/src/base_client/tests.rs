@@ -2,6 +2,8 @@
 //! after every step.
 
 use super::*;
+use crate::coordinator::Completion;
+use crate::msg::ClientMsg;
 use crate::procedure::ProcError;
 use crate::types::{KeySet, Timestamp};
 

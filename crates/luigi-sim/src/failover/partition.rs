@@ -182,10 +182,11 @@ impl RaftGroups<'_> {
     pub(super) fn observe_owd(&mut self, core: &Core<'_>) {
         let mut max = i64::MIN;
         for node in core.cs.nodes.iter().filter(|n| !n.dead && n.started) {
-            let Some(coord) = node.coord.luigi() else { continue };
             let local = local_clock(core.now, node.offset_us);
             for shard in 0..core.config.shards {
-                max = max.max(coord.owd_estimate_us(local, shard));
+                // A baseline's client keeps no estimate.
+                let Some(owd) = node.coord.owd_estimate_us(local, shard) else { continue };
+                max = max.max(owd);
             }
         }
         if max > i64::MIN {
