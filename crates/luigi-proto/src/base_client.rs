@@ -23,7 +23,7 @@
 //!   many "not the leader" answers). As with Luigi's coordinator the id is kept and asked
 //!   about (every retry timeout) until answered, then reported with
 //!   [`CoordOutput::Resolved`]; until then it holds `acked_below` down, so at most
-//!   [`UNRESOLVED_MAX`](crate::coordinator::UNRESOLVED_MAX) may wait (see [`BaseClient::can_submit`]).
+//!   [`UNRESOLVED_MAX`](crate::coordinator::UNRESOLVED_MAX) may wait (see [`ClientCore::can_submit`]).
 //!
 //! Retries always resend the same dispatch (same [`TxnId`]): a server that has it answers
 //! from what it stored rather than running it twice.
@@ -131,16 +131,6 @@ impl BaseClient {
         Self { flights: InFlightTable::new(config.client, knobs), config, routing, aborted: 0 }
     }
 
-    /// This client's id.
-    pub fn client(&self) -> ClientId {
-        self.config.client
-    }
-
-    /// The protocol it speaks.
-    pub fn protocol(&self) -> Protocol {
-        self.config.protocol
-    }
-
     /// Counters.
     pub fn stats(&self) -> BaseClientStats {
         let c = self.flights.counts();
@@ -150,55 +140,6 @@ impl BaseClient {
             aborted: self.aborted,
             unknown: c.unknown,
             resolved: c.resolved,
-        }
-    }
-
-    /// Transactions submitted and not answered yet (no `Done`).
-    pub fn in_flight(&self) -> usize {
-        self.flights.in_flight()
-    }
-
-    /// Transactions reported unknown whose outcome is still being asked about.
-    pub fn unresolved(&self) -> usize {
-        self.flights.unresolved()
-    }
-
-    /// False while [`UNRESOLVED_MAX`](crate::coordinator::UNRESOLVED_MAX) transactions are
-    /// unresolved: the shell should hold new submissions until some resolve (each holds the
-    /// acknowledgement of every later one).
-    pub fn can_submit(&self) -> bool {
-        self.flights.can_submit()
-    }
-
-    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant).
-    pub fn submit(
-        &mut self,
-        now: TimeUs,
-        procedure: &str,
-        args: Vec<u8>,
-        mut pieces: Vec<ShardPiece>,
-        out: &mut Vec<CoordOutput>,
-    ) -> TxnId {
-        let id = self.flights.issue(&mut pieces);
-        // The baselines order nothing by it; any non-zero value will do (Luigi's servers
-        // take 0 for "no timestamp").
-        let ts = now.max(1);
-        let txn = Arc::new(Txn { id, procedure: procedure.to_string(), args, pieces, ts });
-        self.flights.open(&self.routing, now, txn, false, (), out);
-        id
-    }
-
-    /// Handles a message from a server. Watermarks, pongs and status answers carry nothing a
-    /// baseline client needs.
-    pub fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
-        match msg {
-            ServerMsg::Reply(reply) => self.on_reply(now, reply, out),
-            ServerMsg::Pong { .. }
-            | ServerMsg::Watermark { .. }
-            | ServerMsg::Status(_)
-            | ServerMsg::Progress(_)
-            | ServerMsg::Promise { .. }
-            | ServerMsg::FastAccept { .. } => {}
         }
     }
 
@@ -249,26 +190,83 @@ impl BaseClient {
         self.flights.report(id, outcome, rounds, false, out);
         self.flights.forget(id);
     }
+}
+
+impl ClientCore for BaseClient {
+    fn client(&self) -> ClientId {
+        self.config.client
+    }
+
+    fn protocol(&self) -> Protocol {
+        self.config.protocol
+    }
+
+    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant).
+    fn submit(
+        &mut self,
+        now: TimeUs,
+        procedure: &str,
+        args: Vec<u8>,
+        mut pieces: Vec<ShardPiece>,
+        out: &mut Vec<CoordOutput>,
+    ) -> TxnId {
+        let id = self.flights.issue(&mut pieces);
+        // The baselines order nothing by it; any non-zero value will do (Luigi's servers
+        // take 0 for "no timestamp").
+        let ts = now.max(1);
+        let txn = Arc::new(Txn { id, procedure: procedure.to_string(), args, pieces, ts });
+        self.flights.open(&self.routing, now, txn, false, (), out);
+        id
+    }
+
+    /// Handles a message from a server. Watermarks, pongs and status answers carry nothing a
+    /// baseline client needs.
+    fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
+        match msg {
+            ServerMsg::Reply(reply) => self.on_reply(now, reply, out),
+            ServerMsg::Pong { .. }
+            | ServerMsg::Watermark { .. }
+            | ServerMsg::Status(_)
+            | ServerMsg::Progress(_)
+            | ServerMsg::Promise { .. }
+            | ServerMsg::FastAccept { .. } => {}
+        }
+    }
 
     /// Resends the dispatches that timed out (or met a "not the leader"), and reports as
     /// unknown those out of attempts (still asked about afterwards, every retry timeout).
-    pub fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
+    fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
         self.flights.tick(&self.routing, now, out, |flights, id, why, out| {
             flights.report(id, TxnOutcome::Unknown(why), 0, false, out);
             true
         });
     }
 
-    /// The earliest time [`BaseClient::tick`] has work to do.
-    pub fn next_deadline(&self) -> Option<TimeUs> {
+    fn next_deadline(&self) -> Option<TimeUs> {
         self.flights.next_retry()
     }
 
     /// The shell lost its connection to the replica it sends `shard`'s messages to: the
     /// dispatches waiting on `shard` are sent again soon, to whichever replica the shell
     /// picks next, instead of after the full retry timeout.
-    pub fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
+    fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
         self.flights.shard_unreachable(&self.routing, now, shard);
+    }
+
+    /// False while [`UNRESOLVED_MAX`](crate::coordinator::UNRESOLVED_MAX) transactions are
+    /// unresolved: the shell should hold new submissions until some resolve (each holds the
+    /// acknowledgement of every later one).
+    fn can_submit(&self) -> bool {
+        self.flights.can_submit()
+    }
+
+    fn in_flight(&self) -> usize {
+        self.flights.in_flight()
+    }
+
+    /// Transactions reported unknown whose outcome is still being asked about.
+    fn unresolved(&self) -> usize {
+        self.flights.unresolved()
     }
 
     /// Checks the invariants that hold between steps, and describes the first one broken:
@@ -277,7 +275,7 @@ impl BaseClient {
     /// - no reply slot holds, for OCC and 2PL, a protocol abort (that finishes the
     ///   transaction);
     /// - no transaction in flight has every reply (it would have been finished).
-    pub fn check_invariants(&self) -> Result<(), String> {
+    fn check_invariants(&self) -> Result<(), String> {
         self.flights.check_invariants("base client")?;
         let broken = |what: String| format!("client {} base client: {what}", self.config.client);
         for (id, f) in self.flights.flights() {
@@ -296,59 +294,6 @@ impl BaseClient {
             }
         }
         Ok(())
-    }
-}
-
-impl ClientCore for BaseClient {
-    fn client(&self) -> ClientId {
-        self.config.client
-    }
-
-    fn protocol(&self) -> Protocol {
-        self.config.protocol
-    }
-
-    fn submit(
-        &mut self,
-        now: TimeUs,
-        procedure: &str,
-        args: Vec<u8>,
-        pieces: Vec<ShardPiece>,
-        out: &mut Vec<CoordOutput>,
-    ) -> TxnId {
-        BaseClient::submit(self, now, procedure, args, pieces, out)
-    }
-
-    fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
-        BaseClient::on_message(self, now, msg, out)
-    }
-
-    fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
-        BaseClient::tick(self, now, out)
-    }
-
-    fn next_deadline(&self) -> Option<TimeUs> {
-        self.flights.next_retry()
-    }
-
-    fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
-        self.flights.shard_unreachable(&self.routing, now, shard);
-    }
-
-    fn can_submit(&self) -> bool {
-        self.flights.can_submit()
-    }
-
-    fn in_flight(&self) -> usize {
-        self.flights.in_flight()
-    }
-
-    fn unresolved(&self) -> usize {
-        self.flights.unresolved()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        BaseClient::check_invariants(self)
     }
 
     fn counters(&self) -> ClientCounters {

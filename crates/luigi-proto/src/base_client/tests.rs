@@ -2,6 +2,7 @@
 //! after every step.
 
 use super::*;
+use crate::client_core::ClientCore;
 use crate::coordinator::Completion;
 use crate::msg::ClientMsg;
 use crate::procedure::ProcError;

@@ -45,7 +45,7 @@ pub const NOT_LEADER_RESENDS_MAX: u32 = 200;
 /// Transactions reported to the caller (unknown, or rejected by one participant) whose
 /// other participants have not answered yet, at most. They hold `acked_below` down, so the
 /// shell stops submitting while this many are outstanding (see
-/// [`Coordinator::can_submit`]).
+/// [`ClientCore::can_submit`](crate::client_core::ClientCore::can_submit)).
 pub const UNRESOLVED_MAX: usize = 1 << 16;
 
 /// Knobs of a coordinator.
@@ -345,23 +345,6 @@ impl Coordinator {
             resolved: c.resolved,
             ..self.stats
         }
-    }
-
-    /// Transactions submitted and not answered yet (no `Done`).
-    pub fn in_flight(&self) -> usize {
-        self.flights.in_flight()
-    }
-
-    /// Transactions answered (unknown, or rejected by some participant) that still wait for
-    /// a participant's answer before they can be acknowledged.
-    pub fn unresolved(&self) -> usize {
-        self.flights.unresolved()
-    }
-
-    /// False while [`UNRESOLVED_MAX`] transactions are unresolved: the shell should hold new
-    /// submissions until some resolve (each holds the acknowledgement of every later one).
-    pub fn can_submit(&self) -> bool {
-        self.flights.can_submit()
     }
 
     /// The current one-way-delay estimate towards `shard`'s leader at `now`.

@@ -41,6 +41,9 @@ impl ClientCore for Coordinator {
         Coordinator::shard_unreachable(self, now, shard)
     }
 
+    /// False while [`UNRESOLVED_MAX`](super::UNRESOLVED_MAX) transactions are unresolved:
+    /// the shell should hold new submissions until some resolve (each holds the
+    /// acknowledgement of every later one).
     fn can_submit(&self) -> bool {
         self.flights.can_submit()
     }

@@ -2,6 +2,7 @@
 //! rejected outcomes, and acknowledgement.
 
 use super::*;
+use crate::client_core::ClientCore;
 use crate::msg::{ServerMsg, TxnReply};
 use crate::types::{KeySet, ShardPiece};
 
