@@ -89,10 +89,6 @@ impl FlightPolicy<()> for Routing {
     fn dispatch_to(&self) -> DispatchTo {
         self.0
     }
-
-    fn refrains_when_settled(&self) -> bool {
-        false
-    }
 }
 
 /// Counters.

@@ -228,6 +228,22 @@ pub(crate) trait ClientWorld {
         Ok(())
     }
 
+    /// The clients' links to replica `replica` of `shard` went down or came up: as the
+    /// runtime client does on a lost or regained connection, each live client whose routes
+    /// say so ([`ClientRoutes::link_change_resends`]) sends the dispatches waiting on `shard`
+    /// again soon rather than after the full retry timeout.
+    fn client_links_changed(&mut self, shard: ShardId, replica: u32) -> Step {
+        self.trace(|| format!("the clients' links to R{shard}.{replica} change"));
+        for id in 1..=self.clients().nodes.len() as ClientId {
+            let node = self.client(id)?;
+            if node.dead || !node.routes.link_change_resends(shard, replica) {
+                continue;
+            }
+            self.call_client(id, false, |coord, local, _, _| coord.shard_unreachable(local, shard))?;
+        }
+        Ok(())
+    }
+
     /// Sends `msg` for `shard` to the replica the client's routes pick.
     fn route(&mut self, id: ClientId, shard: ShardId, msg: ClientMsg) -> Step {
         if shard >= self.sim_config().shards {
@@ -308,7 +324,9 @@ pub(crate) trait ClientWorld {
                 let node = self.client(id)?;
                 (node.started, node.outstanding, node.next_seq, node.dead)
             };
-            if dead || !started || outstanding >= in_flight {
+            // Past the unresolved bound the client holds new submissions, as the runtime
+            // client does: each unresolved one holds every later acknowledgement.
+            if dead || !started || outstanding >= in_flight || !self.client(id)?.coord.can_submit() {
                 return Ok(());
             }
             let spec = match self.client(id)?.steps.pop_front() {

@@ -59,10 +59,6 @@ pub trait FlightPolicy<X> {
     fn all_settled(&self, flight: &Flight<X>) -> bool {
         (0..flight.replies.len()).all(|slot| self.settled(flight, slot))
     }
-
-    /// Whether a transaction whose answers all count is kept from being declared unknown
-    /// (Luigi's rule; the baselines finish such a transaction at once, so it never applies).
-    fn refrains_when_settled(&self) -> bool;
 }
 
 /// One transaction in flight.
@@ -261,7 +257,7 @@ impl<X> InFlightTable<X> {
             // Every answer counts and only the commit rule waits: the outcome is settled
             // (never reported unknown). An answer that does not count may be lost: asked
             // again like silence.
-            let silent = !(policy.refrains_when_settled() && policy.all_settled(flight));
+            let silent = !policy.all_settled(flight);
             if let Some(why) = self.count_resend(id, silent) {
                 self.counts.unknown += 1;
                 if !gave_up(self, id, why, out) {

@@ -59,10 +59,6 @@ impl FlightPolicy<Vec<fast::Accepts>> for Settle<'_> {
     fn dispatch_to(&self) -> DispatchTo {
         DispatchTo::EachWaiting
     }
-
-    fn refrains_when_settled(&self) -> bool {
-        true
-    }
 }
 
 /// Participant `slot`'s answer counts: there, and its position proven committed (rule 14),
