@@ -90,3 +90,6 @@ pub trait ClientCore: Send {
         None
     }
 }
+
+#[cfg(test)]
+mod tests;
