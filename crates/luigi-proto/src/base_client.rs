@@ -30,7 +30,9 @@
 
 use std::sync::Arc;
 
-use crate::client_core::{ClientCore, ClientCounters, DispatchTo, Flight, FlightPolicy, InFlightTable, RetryKnobs};
+use crate::client_core::{
+    ClientCore, ClientCounters, DispatchTo, Flight, FlightPolicy, FlightsView, InFlightTable, RetryKnobs,
+};
 use crate::coordinator::{CoordOutput, TxnOutcome};
 use crate::msg::{ServerMsg, TxnError, TxnReply};
 use crate::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, Txn, TxnId};
@@ -249,20 +251,8 @@ impl ClientCore for BaseClient {
         self.flights.shard_unreachable(&self.routing, now, shard);
     }
 
-    /// False while [`UNRESOLVED_MAX`](crate::coordinator::UNRESOLVED_MAX) transactions are
-    /// unresolved: the shell should hold new submissions until some resolve (each holds the
-    /// acknowledgement of every later one).
-    fn can_submit(&self) -> bool {
-        self.flights.can_submit()
-    }
-
-    fn in_flight(&self) -> usize {
-        self.flights.in_flight()
-    }
-
-    /// Transactions reported unknown whose outcome is still being asked about.
-    fn unresolved(&self) -> usize {
-        self.flights.unresolved()
+    fn table(&self) -> &dyn FlightsView {
+        &self.flights
     }
 
     /// Checks the invariants that hold between steps, and describes the first one broken:

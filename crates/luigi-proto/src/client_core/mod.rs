@@ -14,6 +14,30 @@ use crate::coordinator::CoordOutput;
 use crate::msg::ServerMsg;
 use crate::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, TxnId};
 
+/// What the shells read of an [`InFlightTable`], whatever the protocol's entries hold.
+pub trait FlightsView {
+    /// Transactions submitted and not answered yet (no `Done`).
+    fn in_flight(&self) -> usize;
+    /// Transactions answered but not acknowledgeable yet.
+    fn unresolved(&self) -> usize;
+    /// False while too many transactions are unresolved.
+    fn can_submit(&self) -> bool;
+}
+
+impl<X> FlightsView for InFlightTable<X> {
+    fn in_flight(&self) -> usize {
+        InFlightTable::in_flight(self)
+    }
+
+    fn unresolved(&self) -> usize {
+        InFlightTable::unresolved(self)
+    }
+
+    fn can_submit(&self) -> bool {
+        InFlightTable::can_submit(self)
+    }
+}
+
 /// Counters every client core reports; a protocol without the thing counted reports 0.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClientCounters {
@@ -62,15 +86,26 @@ pub trait ClientCore: Send {
     /// to: dispatches waiting on `shard` are sent again soon.
     fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId);
 
-    /// False while too many transactions are unresolved: the shell holds new submissions.
-    fn can_submit(&self) -> bool;
+    /// Its in-flight table (what the accessors below read).
+    fn table(&self) -> &dyn FlightsView;
+
+    /// False while [`UNRESOLVED_MAX`](crate::coordinator::UNRESOLVED_MAX) transactions are
+    /// unresolved: the shell holds new submissions until some resolve (each holds the
+    /// acknowledgement of every later one).
+    fn can_submit(&self) -> bool {
+        self.table().can_submit()
+    }
 
     /// Transactions submitted and not answered yet (no `Done`).
-    fn in_flight(&self) -> usize;
+    fn in_flight(&self) -> usize {
+        self.table().in_flight()
+    }
 
     /// Transactions answered (unknown, or rejected by some participant) still waiting for
     /// a participant's answer before they can be acknowledged.
-    fn unresolved(&self) -> usize;
+    fn unresolved(&self) -> usize {
+        self.table().unresolved()
+    }
 
     /// Checks the invariants that hold between steps, and describes the first one broken.
     fn check_invariants(&self) -> Result<(), String>;

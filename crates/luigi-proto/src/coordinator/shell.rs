@@ -1,7 +1,7 @@
 //! The coordinator as the shells see it: Luigi's [`ClientCore`].
 
 use super::{CoordOutput, Coordinator};
-use crate::client_core::{ClientCore, ClientCounters};
+use crate::client_core::{ClientCore, ClientCounters, FlightsView};
 use crate::msg::ServerMsg;
 use crate::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, TxnId};
 
@@ -41,19 +41,8 @@ impl ClientCore for Coordinator {
         Coordinator::shard_unreachable(self, now, shard)
     }
 
-    /// False while [`UNRESOLVED_MAX`](super::UNRESOLVED_MAX) transactions are unresolved:
-    /// the shell should hold new submissions until some resolve (each holds the
-    /// acknowledgement of every later one).
-    fn can_submit(&self) -> bool {
-        self.flights.can_submit()
-    }
-
-    fn in_flight(&self) -> usize {
-        self.flights.in_flight()
-    }
-
-    fn unresolved(&self) -> usize {
-        self.flights.unresolved()
+    fn table(&self) -> &dyn FlightsView {
+        &self.flights
     }
 
     fn check_invariants(&self) -> Result<(), String> {
