@@ -30,12 +30,14 @@
 
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod leader;
 pub mod locks;
 pub mod record;
 pub mod replica;
 pub mod state;
 
+pub use client::client_for;
 pub use leader::{BaseConfig, BaseLeader};
 pub use record::BaseRecord;
 pub use replica::{replicas_for, BaseImages, BaseLog, BaseProtocol, BaseReplica, BaseReplicas};

@@ -10,11 +10,14 @@
 //! - [`log`]: the replicated-log seam and an in-memory implementation for tests.
 //! - [`coordinator`]: the client side (timestamps, dispatch, retries, commit by watermark).
 //! - [`base_client`]: the client side of the baselines (OCC, 2PL, direct), same outputs.
+//! - [`client_core`]: what every protocol's client is to the shells (the `ClientCore` trait)
+//!   and the in-flight table that owns the retry rules once.
 //! - [`leader`]: the shard leader (admission, hold queue, execution, watermark, answers).
 
 #[cfg(feature = "arbitrary")]
 pub mod arbitrary;
 pub mod base_client;
+pub mod client_core;
 pub mod coordinator;
 pub mod fast;
 pub mod keyhash;

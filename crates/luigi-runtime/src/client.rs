@@ -1,5 +1,5 @@
-//! The client library: the cluster protocol's client core (Luigi's [`Coordinator`], or the
-//! baselines' [`BaseClient`]) driven by one tokio task, with a connection to every replica of
+//! The client library: the cluster protocol's client core (a
+//! [`ClientCore`]: Luigi's coordinator, or the baselines' client) driven by one tokio task, with a connection to every replica of
 //! every shard. Dispatches go to the replica believed to lead its shard; a
 //! `NotLeader` answer (with its hint), a watermark broadcast (only leaders send them) or a
 //! lost connection moves that belief. `execute` submits a transaction and resolves with its
@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use luigi_node::ClientRoutes;
-use luigi_proto::base_client::{BaseClient, BaseClientConfig};
+use luigi_proto::client_core::ClientCore;
 use luigi_proto::coordinator::fast::FanOut;
-use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
-use luigi_proto::msg::{ClientMsg, ServerMsg, WireMsg};
+use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, CoordinatorConfig, TxnOutcome};
+use luigi_proto::msg::{ClientMsg, WireMsg};
 use luigi_proto::partition::{split, HashPartitioner, Partitioner};
 use luigi_proto::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, TxnId};
 use luigi_store::Key;
@@ -141,7 +141,7 @@ impl Client {
             }
         }
         let protocol = config.protocol();
-        let core = Core::new(config, id, protocol);
+        let core = client_core(config, id);
         let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
         let (resolutions, _) = broadcast::channel(RESOLUTIONS_BUFFER);
         let driver = Driver {
@@ -297,91 +297,33 @@ impl Routes {
     }
 }
 
-/// The client core of the cluster's protocol. Both produce [`CoordOutput`]s, so the driver
-/// (connections, routing, delay links, authentication) is one for every protocol.
-enum Core {
-    /// Luigi's coordinator.
-    Luigi(Box<Coordinator>),
-    /// The baselines' client (OCC, 2PL, direct).
-    Base(BaseClient),
+/// The client core of the cluster's protocol ([`luigi_baseline::client_for`]): Luigi's
+/// coordinator or a baseline's client, driven alike (connections, routing, delay links and
+/// authentication are one for every protocol).
+fn client_core(config: &ClusterConfig, id: ClientId) -> Box<dyn ClientCore> {
+    let mut c = CoordinatorConfig::new(id);
+    c.headroom_us = config.headroom_us();
+    c.retry_timeout_us = config.retry_timeout_us();
+    c.initial_owd_us = config.scenario().delay().mean_us;
+    c.commit_rule = CommitRule::AllShards { shards: config.shard_count() };
+    c.group_sizes = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
+    // Rule 20: the fast path where it pays (under saturation few transactions commit fast,
+    // and fanning every one out costs the followers more).
+    c.fan_out = if config.fast_path_anywhere() { FanOut::Adaptive } else { FanOut::Never };
+    luigi_baseline::client_for(config.protocol(), c)
 }
 
-impl Core {
-    fn new(config: &ClusterConfig, id: ClientId, protocol: Protocol) -> Self {
-        match protocol {
-            Protocol::Luigi => {
-                let mut c = CoordinatorConfig::new(id);
-                c.headroom_us = config.headroom_us();
-                c.retry_timeout_us = config.retry_timeout_us();
-                c.initial_owd_us = config.scenario().delay().mean_us;
-                c.commit_rule = CommitRule::AllShards { shards: config.shard_count() };
-                c.group_sizes = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
-                // Rule 20: the fast path where it pays (under saturation few transactions
-                // commit fast, and fanning every one out costs the followers more).
-                c.fan_out = if config.fast_path_anywhere() { FanOut::Adaptive } else { FanOut::Never };
-                Core::Luigi(Box::new(Coordinator::new(c)))
-            }
-            Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
-                let mut c = BaseClientConfig::new(id, protocol);
-                c.retry_timeout_us = config.retry_timeout_us();
-                Core::Base(BaseClient::new(c))
-            }
-        }
-    }
-
-    /// Seeds Luigi's one-way-delay estimates (the baselines stamp nothing).
-    fn warm_up(&self, now: TimeUs, shards: u32, out: &mut Vec<CoordOutput>) {
-        match self {
-            Core::Luigi(c) => {
-                for shard in 0..shards {
-                    for _ in 0..WARMUP_PINGS {
-                        c.ping(now, shard, out);
-                    }
-                }
-            }
-            Core::Base(_) => {}
-        }
-    }
-
-    fn can_submit(&self) -> bool {
-        match self {
-            Core::Luigi(c) => c.can_submit(),
-            Core::Base(c) => c.can_submit(),
-        }
-    }
-
-    fn submit(&mut self, now: TimeUs, req: &mut Request, out: &mut Vec<CoordOutput>) -> TxnId {
-        let (args, pieces) = (std::mem::take(&mut req.args), std::mem::take(&mut req.pieces));
-        match self {
-            Core::Luigi(c) => c.submit(now, &req.procedure, args, pieces, out),
-            Core::Base(c) => c.submit(now, &req.procedure, args, pieces, out),
-        }
-    }
-
-    fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
-        match self {
-            Core::Luigi(c) => c.on_message(now, msg, out),
-            Core::Base(c) => c.on_message(now, msg, out),
-        }
-    }
-
-    fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
-        match self {
-            Core::Luigi(c) => c.tick(now, out),
-            Core::Base(c) => c.tick(now, out),
-        }
-    }
-
-    fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
-        match self {
-            Core::Luigi(c) => c.shard_unreachable(now, shard),
-            Core::Base(c) => c.shard_unreachable(now, shard),
+/// Seeds `core`'s one-way-delay estimates (a protocol that stamps nothing sends no ping).
+fn warm_up(core: &dyn ClientCore, now: TimeUs, shards: u32, out: &mut Vec<CoordOutput>) {
+    for shard in 0..shards {
+        for _ in 0..WARMUP_PINGS {
+            core.ping(now, shard, out);
         }
     }
 }
 
 struct Driver {
-    core: Core,
+    core: Box<dyn ClientCore>,
     routes: Routes,
     waiting: HashMap<TxnId, oneshot::Sender<Completion>>,
     out: Vec<CoordOutput>,
@@ -391,7 +333,7 @@ struct Driver {
 
 impl Driver {
     async fn run(mut self, mut requests: mpsc::Receiver<Request>, mut inbound: mpsc::Receiver<Event>) {
-        self.core.warm_up(clock::now_us(), self.routes.guess.shards(), &mut self.out);
+        warm_up(&*self.core, clock::now_us(), self.routes.guess.shards(), &mut self.out);
         self.flush();
         let mut accepting = true;
         // Retries are on the scale of the retry timeout; a coarse tick is plenty and keeps
@@ -429,8 +371,8 @@ impl Driver {
         }
     }
 
-    fn submit(&mut self, mut req: Request) {
-        let id = self.core.submit(clock::now_us(), &mut req, &mut self.out);
+    fn submit(&mut self, req: Request) {
+        let id = self.core.submit(clock::now_us(), &req.procedure, req.args, req.pieces, &mut self.out);
         self.waiting.insert(id, req.done);
     }
 

@@ -1,5 +1,5 @@
 //! The clients of a simulated run, the same in every world: each is a client core
-//! ([`ClientCore`]: Luigi's [`Coordinator`], or the baselines' [`BaseClient`]) at its own clock
+//! ([`ClientCore`]: Luigi's coordinator, or the baselines' client) at its own clock
 //! offset, routing with the runtime client's rules ([`ClientRoutes`]), submitting
 //! the workload's transactions into a window of `in_flight` (a business transaction of several
 //! steps keeps its slot: the next step is submitted as soon as the previous one committed),
@@ -10,10 +10,10 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use luigi_node::ClientRoutes;
-use luigi_proto::base_client::{BaseClient, BaseClientConfig};
-use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, Coordinator, CoordinatorConfig, TxnOutcome};
-use luigi_proto::msg::{ClientMsg, ServerMsg};
-use luigi_proto::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, Timestamp, TxnId};
+use luigi_proto::client_core::ClientCore;
+use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, CoordinatorConfig, TxnOutcome};
+use luigi_proto::msg::ClientMsg;
+use luigi_proto::types::{ClientId, Protocol, ShardId, TimeUs, Timestamp, TxnId};
 
 use crate::checker::{AnswerRecord, History, Moment, TxnRecord};
 use crate::config::SimConfig;
@@ -24,135 +24,25 @@ use crate::replies::ReplyLedger;
 use crate::source::{Drawn, TxnSource};
 use crate::violation::{Violation, ViolationKind};
 
-/// A client's protocol core: one shell drives either (as the runtime client does).
-pub(crate) enum ClientCore {
-    /// Luigi's coordinator.
-    Luigi(Box<Coordinator>),
-    /// The baselines' client (OCC, 2PL, direct).
-    Base(BaseClient),
-}
-
-impl ClientCore {
-    /// The core of client `id` for `config`'s protocol.
-    fn new(config: &SimConfig, id: ClientId, replicas: u32) -> Self {
-        match config.protocol {
-            Protocol::Luigi => {
-                let commit_rule = match config.coordinator.commit_rule {
-                    CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
-                    rule @ CommitRule::Participants => rule,
-                };
-                ClientCore::Luigi(Box::new(Coordinator::new(CoordinatorConfig {
-                    client: id,
-                    commit_rule,
-                    group_sizes: vec![replicas; config.shards as usize],
-                    ..config.coordinator.clone()
-                })))
-            }
-            protocol @ (Protocol::Occ | Protocol::TwoPl | Protocol::Direct) => {
-                // The baselines' client takes the retry knobs of the run's coordinator template.
-                let c = &config.coordinator;
-                ClientCore::Base(BaseClient::new(BaseClientConfig {
-                    retry_timeout_us: c.retry_timeout_us,
-                    max_attempts: c.max_attempts,
-                    not_leader_retry_us: c.not_leader_retry_us,
-                    ..BaseClientConfig::new(id, protocol)
-                }))
-            }
-        }
-    }
-
-    /// Luigi's coordinator, if that is the core (the ideal-log model's checks of its counters).
-    pub(crate) fn luigi(&self) -> Option<&Coordinator> {
-        match self {
-            ClientCore::Luigi(c) => Some(c),
-            ClientCore::Base(_) => None,
-        }
-    }
-
-    pub(crate) fn submit(
-        &mut self,
-        now: TimeUs,
-        procedure: &str,
-        args: Vec<u8>,
-        pieces: Vec<ShardPiece>,
-        out: &mut Vec<CoordOutput>,
-    ) -> TxnId {
-        match self {
-            ClientCore::Luigi(c) => c.submit(now, procedure, args, pieces, out),
-            ClientCore::Base(c) => c.submit(now, procedure, args, pieces, out),
-        }
-    }
-
-    pub(crate) fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>) {
-        match self {
-            ClientCore::Luigi(c) => c.on_message(now, msg, out),
-            ClientCore::Base(c) => c.on_message(now, msg, out),
-        }
-    }
-
-    pub(crate) fn tick(&mut self, now: TimeUs, out: &mut Vec<CoordOutput>) {
-        match self {
-            ClientCore::Luigi(c) => c.tick(now, out),
-            ClientCore::Base(c) => c.tick(now, out),
-        }
-    }
-
-    /// A ping for `shard`'s leader (Luigi's delay estimate; the baselines use none).
-    pub(crate) fn ping(&self, now: TimeUs, shard: ShardId, out: &mut Vec<CoordOutput>) {
-        match self {
-            ClientCore::Luigi(c) => c.ping(now, shard, out),
-            ClientCore::Base(_) => {}
-        }
-    }
-
-    pub(crate) fn next_deadline(&self) -> Option<TimeUs> {
-        match self {
-            ClientCore::Luigi(c) => c.next_deadline(),
-            ClientCore::Base(c) => c.next_deadline(),
-        }
-    }
-
-    pub(crate) fn check_invariants(&self) -> Result<(), String> {
-        match self {
-            ClientCore::Luigi(c) => c.check_invariants(),
-            ClientCore::Base(c) => c.check_invariants(),
-        }
-    }
-
-    pub(crate) fn in_flight(&self) -> usize {
-        match self {
-            ClientCore::Luigi(c) => c.in_flight(),
-            ClientCore::Base(c) => c.in_flight(),
-        }
-    }
-
-    pub(crate) fn unresolved(&self) -> usize {
-        match self {
-            ClientCore::Luigi(c) => c.unresolved(),
-            ClientCore::Base(c) => c.unresolved(),
-        }
-    }
-
-    /// Dispatches sent again.
-    pub(crate) fn retries(&self) -> u64 {
-        match self {
-            ClientCore::Luigi(c) => c.stats().retries,
-            ClientCore::Base(c) => c.stats().retries,
-        }
-    }
-
-    /// The core's counters, for a stuck run's report.
-    pub(crate) fn stats_line(&self) -> String {
-        match self {
-            ClientCore::Luigi(c) => format!("{:?}", c.stats()),
-            ClientCore::Base(c) => format!("{:?}", c.stats()),
-        }
-    }
+/// The client core of client `id` for `config`'s protocol ([`luigi_baseline::client_for`],
+/// as the runtime client builds its own), in a cluster of `replicas` replicas per shard.
+fn client_core(config: &SimConfig, id: ClientId, replicas: u32) -> Box<dyn ClientCore> {
+    let commit_rule = match config.coordinator.commit_rule {
+        CommitRule::AllShards { .. } => CommitRule::AllShards { shards: config.shards },
+        rule @ CommitRule::Participants => rule,
+    };
+    let coordinator = CoordinatorConfig {
+        client: id,
+        commit_rule,
+        group_sizes: vec![replicas; config.shards as usize],
+        ..config.coordinator.clone()
+    };
+    luigi_baseline::client_for(config.protocol, coordinator)
 }
 
 /// One client.
 pub(crate) struct ClientNode {
-    pub(crate) coord: ClientCore,
+    pub(crate) coord: Box<dyn ClientCore>,
     pub(crate) offset_us: i64,
     /// Started submitting its workload.
     pub(crate) started: bool,
@@ -172,7 +62,7 @@ impl ClientNode {
     /// Client `id` of `config`, in a cluster of `replicas` replicas per shard.
     pub(crate) fn new(config: &SimConfig, id: ClientId, replicas: u32, offset_us: i64) -> Self {
         ClientNode {
-            coord: ClientCore::new(config, id, replicas),
+            coord: client_core(config, id, replicas),
             offset_us,
             started: false,
             dead: false,
@@ -306,7 +196,7 @@ pub(crate) trait ClientWorld {
         &mut self,
         id: ClientId,
         sort: bool,
-        f: impl FnOnce(&mut ClientCore, TimeUs, ShardId, &mut Vec<CoordOutput>),
+        f: impl FnOnce(&mut dyn ClientCore, TimeUs, ShardId, &mut Vec<CoordOutput>),
     ) -> Step {
         let now = self.now();
         let shards = self.sim_config().shards;
@@ -316,7 +206,7 @@ pub(crate) trait ClientWorld {
         let mut out = std::mem::take(&mut self.clients().out);
         let node = self.client(id)?;
         let local = local_clock(now, node.offset_us);
-        f(&mut node.coord, local, shards, &mut out);
+        f(&mut *node.coord, local, shards, &mut out);
         // What the coordinator promises holds after every step.
         if let Err(e) = node.coord.check_invariants() {
             return Err(self.violation(ViolationKind::Invariant, e));
@@ -335,6 +225,22 @@ pub(crate) trait ClientWorld {
             node.coord.next_deadline().map(|d| virtual_deadline(d, node.offset_us).max(now + 1))
         };
         self.schedule_wake(Node::Client(id), at);
+        Ok(())
+    }
+
+    /// The clients' links to replica `replica` of `shard` went down or came up: as the
+    /// runtime client does on a lost or regained connection, each live client whose routes
+    /// say so ([`ClientRoutes::link_change_resends`]) sends the dispatches waiting on `shard`
+    /// again soon rather than after the full retry timeout.
+    fn client_links_changed(&mut self, shard: ShardId, replica: u32) -> Step {
+        self.trace(|| format!("the clients' links to R{shard}.{replica} change"));
+        for id in 1..=self.clients().nodes.len() as ClientId {
+            let node = self.client(id)?;
+            if node.dead || !node.routes.link_change_resends(shard, replica) {
+                continue;
+            }
+            self.call_client(id, false, |coord, local, _, _| coord.shard_unreachable(local, shard))?;
+        }
         Ok(())
     }
 
@@ -418,7 +324,9 @@ pub(crate) trait ClientWorld {
                 let node = self.client(id)?;
                 (node.started, node.outstanding, node.next_seq, node.dead)
             };
-            if dead || !started || outstanding >= in_flight {
+            // Past the unresolved bound the client holds new submissions, as the runtime
+            // client does: each unresolved one holds every later acknowledgement.
+            if dead || !started || outstanding >= in_flight || !self.client(id)?.coord.can_submit() {
                 return Ok(());
             }
             let spec = match self.client(id)?.steps.pop_front() {

@@ -133,6 +133,15 @@ pub enum EventKind {
         /// Index of the fault.
         index: usize,
     },
+    /// The clients' links to replica `replica` of `shard` went down or came up (it crashed
+    /// or restarted, or a cut that drops links began or healed), as a runtime client sees a
+    /// connection close or reopen.
+    ClientLinks {
+        /// The replica's shard.
+        shard: ShardId,
+        /// The replica.
+        replica: u32,
+    },
 }
 
 /// An event at a virtual time; `seq` (insertion order) breaks ties, so the order is total.

@@ -2,6 +2,9 @@
 //! after every step.
 
 use super::*;
+use crate::client_core::ClientCore;
+use crate::coordinator::Completion;
+use crate::msg::ClientMsg;
 use crate::procedure::ProcError;
 use crate::types::{KeySet, Timestamp};
 

@@ -22,20 +22,20 @@
 
 use std::collections::BTreeSet;
 
-use crate::Map;
-use std::sync::Arc;
-
-use crate::msg::{ClientMsg, TxnError, TxnReply};
+use crate::client_core::{Flight, InFlightTable, RetryKnobs};
+use crate::msg::{ClientMsg, TxnError};
 use crate::owd::OwdEstimator;
 use crate::procedure::ProcError;
 use crate::progress::Progress;
-use crate::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use crate::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use crate::Map;
 
 // `Coordinator`'s methods, by concern (each file adds an `impl Coordinator` block).
 pub mod fast;
 mod invariants;
 mod replies;
 mod retry;
+mod shell;
 mod submit;
 
 /// Resends after "not the leader" (or "busy") answers before a transaction is reported as
@@ -45,7 +45,7 @@ pub const NOT_LEADER_RESENDS_MAX: u32 = 200;
 /// Transactions reported to the caller (unknown, or rejected by one participant) whose
 /// other participants have not answered yet, at most. They hold `acked_below` down, so the
 /// shell stops submitting while this many are outstanding (see
-/// [`Coordinator::can_submit`]).
+/// [`ClientCore::can_submit`](crate::client_core::ClientCore::can_submit)).
 pub const UNRESOLVED_MAX: usize = 1 << 16;
 
 /// Knobs of a coordinator.
@@ -243,35 +243,9 @@ impl TxnOutcome {
     }
 }
 
-#[derive(Debug)]
-struct InFlight {
-    txn: Arc<Txn>,
-    submitted_us: TimeUs,
-    /// When the silent participants get the dispatch again.
-    retry_at_us: TimeUs,
-    /// The next resend answers a "not the leader" (not counted as an attempt).
-    leader_wait: bool,
-    /// Resends caused by "not the leader" answers so far (bounded separately).
-    leader_waits: u32,
-    attempts: u32,
-    /// One slot per participant, in `txn.pieces` order.
-    replies: Vec<Option<TxnReply>>,
-    /// The followers' fast-path accepts, one slot per participant like `replies`.
-    accepts: Vec<fast::Accepts>,
-    /// It asked for the fast path (its dispatches go to every replica).
-    fast: bool,
-    /// Its `Done` went out already (unknown, or rejected by some participant); it stays until
-    /// every participant has answered, then goes without acknowledging anything unanswered.
-    reported: Option<Reported>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reported {
-    /// Reported [`TxnOutcome::Unknown`]: its real outcome goes out as `Resolved`.
-    Unknown,
-    /// Reported [`TxnOutcome::Rejected`]: definite; the rest only waits for the others.
-    Rejected,
-}
+/// A transaction in flight: the table's entry, with the followers' fast-path accepts, one
+/// slot per participant like its replies.
+type InFlight = Flight<Vec<fast::Accepts>>;
 
 /// Counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -301,11 +275,10 @@ pub struct CoordStats {
 /// The coordinator state machine of one client.
 pub struct Coordinator {
     config: CoordinatorConfig,
-    next_seq: u64,
     owd: Map<ShardId, OwdEstimator>,
     watermarks: Map<ShardId, Timestamp>,
-    in_flight: Map<TxnId, InFlight>,
-    in_flight_seqs: BTreeSet<u64>,
+    /// The transactions in flight and the retry rules.
+    flights: InFlightTable<Vec<fast::Accepts>>,
     /// Answered by every participant, waiting for a watermark to pass the timestamp or for
     /// the proof that an answer's position is committed.
     awaiting_watermark: BTreeSet<TxnId>,
@@ -334,12 +307,17 @@ impl Coordinator {
                     progress
                 }
             },
+            flights: InFlightTable::new(
+                config.client,
+                RetryKnobs {
+                    retry_timeout_us: config.retry_timeout_us,
+                    max_attempts: config.max_attempts,
+                    not_leader_retry_us: config.not_leader_retry_us,
+                },
+            ),
             config,
-            next_seq: 1,
             owd: Map::default(),
             watermarks: Map::default(),
-            in_flight: Map::default(),
-            in_flight_seqs: BTreeSet::new(),
             awaiting_watermark: BTreeSet::new(),
             promises: Map::default(),
             keepalive_at_us: 0,
@@ -359,24 +337,14 @@ impl Coordinator {
 
     /// Counters.
     pub fn stats(&self) -> CoordStats {
-        self.stats
-    }
-
-    /// Transactions submitted and not answered yet (no `Done`).
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.values().filter(|f| f.reported.is_none()).count()
-    }
-
-    /// Transactions answered (unknown, or rejected by some participant) that still wait for
-    /// a participant's answer before they can be acknowledged.
-    pub fn unresolved(&self) -> usize {
-        self.in_flight.values().filter(|f| f.reported.is_some()).count()
-    }
-
-    /// False while [`UNRESOLVED_MAX`] transactions are unresolved: the shell should hold new
-    /// submissions until some resolve (each holds the acknowledgement of every later one).
-    pub fn can_submit(&self) -> bool {
-        self.unresolved() < UNRESOLVED_MAX
+        let c = self.flights.counts();
+        CoordStats {
+            submitted: c.submitted,
+            retries: c.retries,
+            unknown: c.unknown,
+            resolved: c.resolved,
+            ..self.stats
+        }
     }
 
     /// The current one-way-delay estimate towards `shard`'s leader at `now`.

@@ -3,9 +3,10 @@
 //! timestamp, or at once when a participant refused it; it is forgotten (acknowledged) only
 //! once every participant answered.
 
-use super::fast::Accept;
+use super::fast::{Accept, Accepts, FanOutPolicy};
 use super::submit::{fast_settled, settled};
-use super::{CommitRule, Completion, CoordOutput, Coordinator, Reported, TxnOutcome};
+use super::{CommitRule, CoordOutput, CoordStats, Coordinator, CoordinatorConfig, TxnOutcome};
+use crate::client_core::{InFlightTable, Reported};
 use crate::msg::{ServerMsg, TxnError, TxnReply};
 use crate::types::{ShardId, TimeUs, Timestamp, TxnId};
 
@@ -46,10 +47,10 @@ impl Coordinator {
 
     /// A follower's fast-path accept of `id` on `shard`.
     fn on_accept(&mut self, shard: ShardId, id: TxnId, accept: Accept, out: &mut Vec<CoordOutput>) {
-        let Some(flight) = self.in_flight.get_mut(&id) else { return };
+        let Some(flight) = self.flights.get_mut(id) else { return };
         let Some(slot) = flight.txn.pieces.iter().position(|p| p.shard == shard) else { return };
         let n = self.config.group_sizes.get(shard as usize).copied().unwrap_or(0);
-        flight.accepts[slot].note(accept, n);
+        flight.extra[slot].note(accept, n);
         self.try_complete_txn(id, out);
     }
 
@@ -78,19 +79,10 @@ impl Coordinator {
     pub(super) fn on_reply(&mut self, now: TimeUs, reply: TxnReply, out: &mut Vec<CoordOutput>) {
         let shard = reply.shard;
         self.note_watermark(shard, reply.watermark);
-        let Some(flight) = self.in_flight.get_mut(&reply.id) else {
-            return; // a duplicate answer to a finished transaction
-        };
-        let Some(slot) = flight.txn.pieces.iter().position(|p| p.shard == shard) else {
-            return; // not a participant: ignore rather than trust it
-        };
-        if matches!(reply.outcome, Err(TxnError::NotLeader { .. } | TxnError::Busy(_))) {
-            // Nothing was stored there (an election is under way, or its log is full): ask
-            // again soon rather than after the full retry timeout.
-            flight.retry_at_us = flight.retry_at_us.min(now + self.config.not_leader_retry_us);
-            flight.leader_wait = true;
-            return;
-        }
+        // The table drops what is not a participant's answer in flight, and applies the
+        // "not the leader" / "busy" resend rule (nothing was stored there).
+        let Some(slot) = self.flights.on_reply(now, &reply) else { return };
+        let flight = self.flights.get_mut(reply.id).expect("answered in flight");
         let sample = (flight.attempts == 1 && !matches!(reply.outcome, Err(TxnError::Rejected(_))))
             .then(|| (reply.arrival_delta_us, now.saturating_sub(flight.submitted_us)));
         let id = reply.id;
@@ -107,7 +99,7 @@ impl Coordinator {
     }
 
     pub(super) fn try_complete_txn(&mut self, id: TxnId, out: &mut Vec<CoordOutput>) {
-        let Some(flight) = self.in_flight.get(&id) else {
+        let Some(flight) = self.flights.get(id) else {
             return;
         };
         let all_answered = flight.replies.iter().all(Option::is_some);
@@ -123,7 +115,7 @@ impl Coordinator {
             }
             if all_answered {
                 self.forget(id);
-            } else if let Some(f) = self.in_flight.get_mut(&id) {
+            } else if let Some(f) = self.flights.get_mut(id) {
                 f.reported = Some(Reported::Rejected);
             }
             return;
@@ -175,44 +167,45 @@ impl Coordinator {
 
     /// Tells the caller `outcome` (`Done`, or `Resolved` after an earlier `Unknown`).
     pub(super) fn report(&mut self, id: TxnId, outcome: TxnOutcome, out: &mut Vec<CoordOutput>) {
-        let flight = self.in_flight.get_mut(&id).expect("reporting an in-flight transaction");
-        let rounds = flight.replies.iter().flatten().map(|r| r.rounds).max().unwrap_or(0);
-        let fast = matches!(outcome, TxnOutcome::Ordered { .. })
-            && (0..flight.replies.len()).all(|slot| fast_settled(&self.config, flight, slot));
-        let earlier = flight.reported;
-        flight.reported = Some(match outcome {
-            TxnOutcome::Unknown(_) => Reported::Unknown,
-            TxnOutcome::Ordered { .. } | TxnOutcome::Rejected(_) => Reported::Rejected,
-        });
-        self.stats.fast += u64::from(fast);
-        self.stats.early += u64::from(fast && flight.replies.iter().flatten().any(|r| r.early));
-        if flight.fast && earlier.is_none() {
-            self.fan_out.completed(fast);
-        }
-        let asked_fast = flight.fast;
-        let completion = Completion {
-            id,
-            submitted_us: flight.submitted_us,
-            attempts: flight.attempts,
-            rounds,
-            fast,
-            asked_fast,
-            outcome,
-        };
-        match earlier {
-            None => out.push(CoordOutput::Done(completion)),
-            Some(Reported::Unknown) => {
-                self.stats.resolved += 1;
-                out.push(CoordOutput::Resolved(completion));
-            }
-            Some(Reported::Rejected) => unreachable!("a definite outcome is reported once"),
-        }
+        let tally = Tally { config: &self.config, stats: &mut self.stats, fan_out: &mut self.fan_out };
+        report(&mut self.flights, tally, id, outcome, out);
     }
 
     /// Every participant answered `id`: it leaves, and later dispatches acknowledge it.
     pub(super) fn forget(&mut self, id: TxnId) {
-        self.in_flight.remove(&id).expect("forgetting an in-flight transaction");
+        self.flights.forget(id);
         self.awaiting_watermark.remove(&id);
-        self.in_flight_seqs.remove(&id.seq);
+    }
+}
+
+/// What reporting an outcome updates besides the table: Luigi's counters and the fast
+/// path's fan-out policy.
+pub(super) struct Tally<'a> {
+    pub(super) config: &'a CoordinatorConfig,
+    pub(super) stats: &'a mut CoordStats,
+    pub(super) fan_out: &'a mut FanOutPolicy,
+}
+
+/// Tells the caller `outcome` of `id` through the table (`Done`, or `Resolved` after an
+/// earlier `Unknown`), counting a fast commit and telling the fan-out policy how a
+/// transaction that asked for the fast path ended.
+pub(super) fn report(
+    flights: &mut InFlightTable<Vec<Accepts>>,
+    tally: Tally<'_>,
+    id: TxnId,
+    outcome: TxnOutcome,
+    out: &mut Vec<CoordOutput>,
+) {
+    let flight = flights.get(id).expect("reporting an in-flight transaction");
+    let rounds = flight.rounds();
+    let fast = matches!(outcome, TxnOutcome::Ordered { .. })
+        && (0..flight.replies.len()).all(|slot| fast_settled(tally.config, flight, slot));
+    let early = fast && flight.replies.iter().flatten().any(|r| r.early);
+    let asked_fast = flight.asked_fast;
+    let earlier = flights.report(id, outcome, rounds, fast, out);
+    tally.stats.fast += u64::from(fast);
+    tally.stats.early += u64::from(early);
+    if asked_fast && earlier.is_none() {
+        tally.fan_out.completed(fast);
     }
 }

@@ -1,10 +1,12 @@
-//! Starting a transaction (DESIGN.md rules 1 and 2): stamp it, send the whole transaction to
-//! every participant at once, and say which answers are acknowledged (`acked_below`).
+//! Starting a transaction (DESIGN.md rules 1 and 2): stamp it and send the whole
+//! transaction to every participant at once (the in-flight table numbers it and says which
+//! answers are acknowledged, `acked_below`); and when a participant's answer counts, which
+//! decides where resends go.
 
 use std::sync::Arc;
 
 use super::{fast, CoordOutput, Coordinator, CoordinatorConfig, InFlight};
-use crate::msg::ClientMsg;
+use crate::client_core::{DispatchTo, FlightPolicy};
 use crate::progress::Progress;
 use crate::types::{ShardId, ShardPiece, TimeUs, Txn, TxnId};
 
@@ -18,36 +20,18 @@ impl Coordinator {
         mut pieces: Vec<ShardPiece>,
         out: &mut Vec<CoordOutput>,
     ) -> TxnId {
-        assert!(!pieces.is_empty(), "a transaction needs at least one participant");
-        pieces.sort_by_key(|p| p.shard);
-        let id = TxnId { client: self.config.client, seq: self.next_seq };
-        self.next_seq += 1;
+        let id = self.flights.issue(&mut pieces);
         let ts = self.stamp(now, pieces.iter().map(|p| p.shard));
         let txn = Arc::new(Txn { id, procedure: procedure.to_string(), args, pieces, ts });
-        let slots = txn.pieces.len();
+        let accepts = vec![fast::Accepts::default(); txn.pieces.len()];
         let fast = self.fan_out.ask();
         self.stats.fanned_out += u64::from(fast);
-        let retry_at_us = now + self.config.retry_timeout_us;
-        let flight = InFlight {
-            txn,
-            submitted_us: now,
-            retry_at_us,
-            leader_wait: false,
-            leader_waits: 0,
-            attempts: 1,
-            replies: vec![None; slots],
-            accepts: vec![fast::Accepts::default(); slots],
-            fast,
-            reported: None,
-        };
-        if self.in_flight.is_empty() {
+        if self.flights.is_empty() {
             // Dispatches keep this client known to the participants for now.
             self.keepalive_at_us = now.saturating_add(self.config.keepalive_us);
         }
-        self.in_flight_seqs.insert(id.seq);
-        self.stats.submitted += 1;
-        self.send_dispatch(now, &flight, out);
-        self.in_flight.insert(id, flight);
+        let policy = Settle { progress: &self.progress, config: &self.config };
+        self.flights.open(&policy, now, txn, fast, accepts, out);
         id
     }
 
@@ -55,32 +39,25 @@ impl Coordinator {
     /// leader may have died): dispatches still waiting for `shard` are sent again soon, to
     /// whichever replica the shell picks next, instead of after the full retry timeout.
     pub fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
-        let soon = now + self.config.not_leader_retry_us;
-        let (progress, config) = (&self.progress, &self.config);
-        for flight in self.in_flight.values_mut() {
-            let waiting = (0..flight.replies.len())
-                .any(|slot| flight.txn.pieces[slot].shard == shard && !settled(progress, config, flight, slot));
-            if waiting && flight.retry_at_us > soon {
-                flight.retry_at_us = soon;
-                flight.leader_wait = true;
-            }
-        }
+        let policy = Settle { progress: &self.progress, config: &self.config };
+        self.flights.shard_unreachable(&policy, now, shard);
+    }
+}
+
+/// Luigi's share of the retry rules: a dispatch goes to every participant whose answer does
+/// not count yet ([`settled`]).
+pub(super) struct Settle<'a> {
+    pub(super) progress: &'a Progress,
+    pub(super) config: &'a CoordinatorConfig,
+}
+
+impl FlightPolicy<Vec<fast::Accepts>> for Settle<'_> {
+    fn settled(&self, flight: &InFlight, slot: usize) -> bool {
+        settled(self.progress, self.config, flight, slot)
     }
 
-    pub(super) fn acked_below(&self) -> u64 {
-        self.in_flight_seqs.first().copied().unwrap_or(self.next_seq)
-    }
-
-    pub(super) fn send_dispatch(&self, now: TimeUs, flight: &InFlight, out: &mut Vec<CoordOutput>) {
-        let acked_below = self.acked_below();
-        for (slot, piece) in flight.txn.pieces.iter().enumerate() {
-            if !settled(&self.progress, &self.config, flight, slot) {
-                out.push(CoordOutput::Send {
-                    shard: piece.shard,
-                    msg: ClientMsg::Dispatch { txn: flight.txn.clone(), sent_us: now, acked_below, fast: flight.fast },
-                });
-            }
-        }
+    fn dispatch_to(&self) -> DispatchTo {
+        DispatchTo::EachWaiting
     }
 }
 
@@ -100,12 +77,12 @@ pub(super) fn settled(progress: &Progress, config: &CoordinatorConfig, flight: &
 pub(super) fn fast_settled(config: &CoordinatorConfig, flight: &InFlight, slot: usize) -> bool {
     let Some(r) = flight.replies[slot].as_ref() else { return false };
     let n = config.group_sizes.get(r.shard as usize).copied().unwrap_or(0);
-    flight.accepts[slot].fast_commits(r, flight.txn.ts, n, config.mutations.fast_ignores_order)
+    flight.extra[slot].fast_commits(r, flight.txn.ts, n, config.mutations.fast_ignores_order)
 }
 
 impl Coordinator {
     /// Every participant's answer counts (see [`settled`]).
     pub(super) fn all_settled(&self, flight: &InFlight) -> bool {
-        (0..flight.replies.len()).all(|slot| settled(&self.progress, &self.config, flight, slot))
+        Settle { progress: &self.progress, config: &self.config }.all_settled(flight)
     }
 }

@@ -2,7 +2,8 @@
 //! rejected outcomes, and acknowledgement.
 
 use super::*;
-use crate::msg::ServerMsg;
+use crate::client_core::ClientCore;
+use crate::msg::{ServerMsg, TxnReply};
 use crate::types::{KeySet, ShardPiece};
 
 /// A config without keepalive pings (tested on their own), so transcripts show only
@@ -352,9 +353,9 @@ fn acked_below_tracks_the_oldest_unfinished() {
     let a = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
     let b = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
     c.on_message(1, reply(b, 0, 5, 5, 1), &mut out);
-    assert_eq!(c.acked_below(), a.seq);
+    assert_eq!(c.flights.acked_below(), a.seq);
     c.on_message(1, reply(a, 0, 5, 5, 1), &mut out);
-    assert_eq!(c.acked_below(), 3);
+    assert_eq!(c.flights.acked_below(), 3);
     c.check_invariants().unwrap();
 }
 
@@ -755,8 +756,8 @@ fn an_expired_answer_makes_the_outcome_unknown_and_is_acknowledged_once_all_answ
         })
         .collect();
     assert!(matches!(done.as_slice(), [TxnOutcome::Unknown(why)] if why == "gone"), "{out:?}");
-    assert_eq!(c.acked_below(), id.seq, "not acknowledged while shard 1 may hold it");
+    assert_eq!(c.flights.acked_below(), id.seq, "not acknowledged while shard 1 may hold it");
     c.on_message(20, reply(id, 1, 5, 5, 0), &mut out);
-    assert_eq!(c.acked_below(), id.seq + 1);
+    assert_eq!(c.flights.acked_below(), id.seq + 1);
     c.check_invariants().unwrap();
 }

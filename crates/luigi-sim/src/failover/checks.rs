@@ -283,11 +283,11 @@ impl RaftGroups<'_> {
         self.report.txns = core.cs.submitted;
         self.report.orphans = core.cs.orphans.len() as u64;
         self.report.unknown = core.cs.unknown;
-        self.report.retries = core.cs.nodes.iter().map(|c| c.coord.retries()).sum();
-        let coords = || core.cs.nodes.iter().filter_map(|c| c.coord.luigi());
-        self.report.fast_commits = coords().map(|c| c.stats().fast).sum();
-        self.report.fanned_out = coords().map(|c| c.stats().fanned_out).sum();
-        self.report.early_commits = coords().map(|c| c.stats().early).sum();
+        let counters = || core.cs.nodes.iter().map(|c| c.coord.counters());
+        self.report.retries = counters().map(|c| c.flights.retries).sum();
+        self.report.fast_commits = counters().map(|c| c.fast).sum();
+        self.report.fanned_out = counters().map(|c| c.fanned_out).sum();
+        self.report.early_commits = counters().map(|c| c.early).sum();
         self.report.events = core.events;
         self.report.messages = core.delivered;
         self.report.trace_hash = core.trace_hash;

@@ -12,7 +12,7 @@ use luigi_proto::types::ShardId;
 use super::config::{CutKind, CutMode};
 use super::{FaultAction, RaftGroups};
 use crate::engine::{local_clock, Core, Step};
-use crate::net::{Node, SimMsg, VirtualUs};
+use crate::net::{EventKind, Node, SimMsg, VirtualUs};
 
 /// Messages held on cut links at most, over the run (a TCP buffer is bounded too): past it,
 /// a message is lost and counted ([`FailoverReport::held_lost`](super::FailoverReport)).
@@ -35,6 +35,12 @@ impl ActiveCut {
             (CutKind::BothWays | CutKind::FromGroup, CutMode::Lost) => true,
             (CutKind::Outgoing | CutKind::Incoming, CutMode::Lost) | (_, CutMode::Held) => false,
         }
+    }
+
+    /// Whether the cut takes the clients' links to the replica down too (a cut from its own
+    /// group keeps them).
+    fn drops_client_links(self) -> bool {
+        self.drops_links() && self.kind != CutKind::FromGroup
     }
 }
 
@@ -156,6 +162,9 @@ impl RaftGroups<'_> {
         if cut.drops_links() {
             self.links_down(core, s, i, cut.kind == CutKind::FromGroup)?;
         }
+        if cut.drops_client_links() {
+            core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i });
+        }
         let at = core.now + down_us;
         self.schedule_fault(core, at, FaultAction::Heal(s, i));
         Ok(())
@@ -165,6 +174,9 @@ impl RaftGroups<'_> {
     /// its held links kept is delivered (the clients' estimates are read a second later).
     pub(super) fn heal_replica(&mut self, core: &mut Core<'_>, s: ShardId, i: u32) -> Step {
         let cut = self.replicas[s as usize][i as usize].cut.take();
+        if cut.is_some_and(ActiveCut::drops_client_links) {
+            core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i });
+        }
         match cut {
             Some(c) if c.mode == CutMode::Held => {
                 self.release(core);
@@ -182,10 +194,11 @@ impl RaftGroups<'_> {
     pub(super) fn observe_owd(&mut self, core: &Core<'_>) {
         let mut max = i64::MIN;
         for node in core.cs.nodes.iter().filter(|n| !n.dead && n.started) {
-            let Some(coord) = node.coord.luigi() else { continue };
             let local = local_clock(core.now, node.offset_us);
             for shard in 0..core.config.shards {
-                max = max.max(coord.owd_estimate_us(local, shard));
+                // A baseline's client keeps no estimate.
+                let Some(owd) = node.coord.owd_estimate_us(local, shard) else { continue };
+                max = max.max(owd);
             }
         }
         if max > i64::MIN {

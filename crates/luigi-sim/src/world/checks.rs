@@ -8,7 +8,7 @@ use luigi_proto::leader::follower::Follower;
 use luigi_proto::leader::LeaderStats;
 use luigi_proto::log::LogEntry;
 use luigi_proto::msg::TxnReply;
-use luigi_proto::types::{Access, KeySet, ShardId, Timestamp, TxnId};
+use luigi_proto::types::{Access, KeySet, Protocol, ShardId, Timestamp, TxnId};
 use luigi_store::{Key, Store};
 
 use super::IdealLog;
@@ -207,12 +207,15 @@ impl IdealLog {
         let mut retries = 0;
         for (id, c) in (1..).zip(&core.cs.nodes) {
             // The ideal-log model runs Luigi only (`crate::run` refuses the baselines).
-            let Some(coord) = c.coord.luigi() else {
-                let msg = format!("client {id} is not Luigi's coordinator in the ideal-log model");
-                return Err(core.violation(ViolationKind::Config, msg));
-            };
-            let stats = coord.stats();
-            retries += stats.retries;
+            match c.coord.protocol() {
+                Protocol::Luigi => {}
+                Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
+                    let msg = format!("client {id} is not Luigi's coordinator in the ideal-log model");
+                    return Err(core.violation(ViolationKind::Config, msg));
+                }
+            }
+            let stats = c.coord.counters();
+            retries += stats.flights.retries;
             if stats.ts_mismatch != 0 {
                 return Err(core.violation(
                     ViolationKind::TimestampMismatch,
