@@ -8,9 +8,9 @@
 //! `SWEEP_REJECTIONS=1` adds small pending limits, which hit the known early-buffer bug in
 //! `known_bugs.rs` when an agreement item overtakes a dispatch).
 
-use std::time::Instant;
+mod common;
 
-use luigi_sim::{run, Delay, SimConfig, SEED_ENV, TRACE_ENV};
+use luigi_sim::{Delay, SimConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -63,47 +63,14 @@ fn draw(seed: u64) -> SimConfig {
     c
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{name}={v} is not a number")))
-}
-
 #[test]
 #[ignore = "slow randomized sweep; see the module docs"]
 fn sweep_random_configurations() {
-    let seeds: Vec<u64> = match env_u64(SEED_ENV) {
-        Some(seed) => vec![seed],
-        None => {
-            let first = env_u64("LUIGI_SIM_SWEEP_FROM").unwrap_or(0);
-            (first..first + env_u64("LUIGI_SIM_SWEEP").unwrap_or(2_000)).collect()
-        }
-    };
-    sweep("sweep_random_configurations", &seeds);
+    common::sweep_all("sweep", "sweep_random_configurations", &common::sweep(0, 2_000), draw);
 }
 
 /// The first seeds of the sweep, in the default suite.
 #[test]
 fn sweep_quick() {
-    let seeds: Vec<u64> = match env_u64(SEED_ENV) {
-        Some(seed) => vec![seed],
-        None => (0..150).collect(),
-    };
-    sweep("sweep_quick", &seeds);
-}
-
-fn sweep(test: &str, seeds: &[u64]) {
-    let start = Instant::now();
-    let mut failures = Vec::new();
-    for &seed in seeds {
-        let mut config = draw(seed);
-        config.trace = std::env::var(TRACE_ENV).is_ok_and(|v| v != "0");
-        if let Err(v) = run(config) {
-            eprintln!(
-                "{v}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim --test \
-                 sweep {test} -- --include-ignored --nocapture\n"
-            );
-            failures.push(seed);
-        }
-    }
-    eprintln!("{test}: {} seeds in {:?}, {} failed: {failures:?}", seeds.len(), start.elapsed(), failures.len());
-    assert!(failures.is_empty(), "failing seeds: {failures:?}");
+    common::sweep_all("sweep", "sweep_quick", &common::seeds(0..150), draw);
 }
