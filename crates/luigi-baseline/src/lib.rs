@@ -28,8 +28,6 @@
 //! decider computes the same function of durable, monotone facts, so they all agree. See
 //! `docs/BASELINES.md` for the protocol, its round trips and its recovery.
 
-#![warn(missing_docs)]
-
 pub mod client;
 pub mod leader;
 pub mod locks;

@@ -167,6 +167,7 @@ fn history(c: &mut Cluster, s: ShardId) -> Vec<LogEntry<BaseRecord>> {
     c.leader(s).log().history.clone()
 }
 
+#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn check(run: &mut Run, seed: u64, mode: Mode) {
     let c = &mut run.c;
     // Liveness: everything decided, no lock left.

@@ -434,6 +434,7 @@ impl ReplicaNode {
     ///
     /// # Errors
     /// The message is malformed or misaddressed (the shell logs it and goes on).
+    #[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
     pub fn on_replication(&mut self, from: NodeId, msg: ReplicationMsg, fx: &mut Vec<Effect>) -> Result<(), String> {
         let me = self.config.node;
         match msg {

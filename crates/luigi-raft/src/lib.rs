@@ -56,8 +56,6 @@
 //! Same config (including the seed), same recovered state and same sequence of calls give the
 //! same behaviour: see [`RaftLog`] for how the election timeouts are seeded.
 
-#![warn(missing_docs)]
-
 pub mod accepts;
 pub mod codec;
 pub mod disk;

@@ -34,6 +34,7 @@ fn arb_wire() -> impl Strategy<Value = WireMsg> {
     prop_oneof![3 => arb_server_to_server(), 2 => any::<WireMsg>()]
 }
 
+#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn arb_server_to_server() -> impl Strategy<Value = WireMsg> {
     let id = (any::<u64>(), any::<u64>()).prop_map(|(client, seq)| TxnId { client, seq });
     let item = prop_oneof![

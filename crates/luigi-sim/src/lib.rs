@@ -89,8 +89,6 @@
 //! println!("{} committed, trace {:#x}", report.committed, report.trace_hash);
 //! ```
 
-#![warn(missing_docs)]
-
 pub mod checker;
 mod clients;
 pub mod config;

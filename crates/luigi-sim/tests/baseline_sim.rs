@@ -31,6 +31,7 @@ use luigi_sim::{failover_config, run_replicated, FailoverReport, FaultConfig, Ki
 use luigi_store::{Key, Store};
 use luigi_workloads::tpcc::{Mix, TpccConfig, TpccLoad, TpccWorkload};
 
+use common::{Catch, Trial};
 use support::{gives_up, hosted_config, hosted_faults, one_seed, sweep};
 
 const FILE: &str = "baseline_sim";
@@ -258,18 +259,17 @@ fn derived_order_catches_lost_and_leaked_writes() {
 /// loses what a quorum acknowledged): the baseline's checks catch lost or diverging writes.
 #[test]
 fn acknowledging_unsynced_writes_is_caught() {
-    let mut caught = 0;
-    for seed in 0..10 {
-        let faults = FaultConfig {
-            ack_before_sync: true,
-            sync: luigi_sim::Delay::new(20_000, 10_000),
-            fault_gap: luigi_sim::Delay::new(15_000, 10_000),
-            ..FaultConfig::new()
-        };
-        let config = failover_config(seed, 2).protocol(PROTOCOLS[(seed % 2) as usize]).txns(200);
-        if common::caught_replicated(&config, &faults) {
-            caught += 1;
-        }
-    }
-    assert!(caught > 0, "no seed caught a disk that acknowledges before syncing");
+    common::caught_as(
+        FILE,
+        "acknowledging_unsynced_writes_is_caught",
+        &common::seeds(0..10),
+        Catch::Kind(ViolationKind::Invariant),
+        |seed| {
+            Trial::replicated(
+                failover_config(seed, 2).protocol(PROTOCOLS[(seed % 2) as usize]).txns(200),
+                common::slow_sync_faults(),
+            )
+        },
+        common::ack_before_sync,
+    );
 }

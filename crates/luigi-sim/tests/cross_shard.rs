@@ -12,7 +12,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::Instant;
 
-use common::{cross, refusing, seeds, skewed, traced};
+use common::{cross, refusing, seeds, skewed, traced, Catch, Trial};
 use luigi_proto::coordinator::CommitRule;
 use luigi_sim::{run, RunReport, SimConfig, ViolationKind};
 
@@ -183,16 +183,14 @@ fn participants_commit_rule_with_clock_skew_is_not_strictly_serializable() {
 /// disguise, and clock skew shows it.
 #[test]
 fn passing_over_a_live_shard_on_its_promise_alone_is_caught() {
-    let mut caught = 0;
-    for seed in seeds(0..6) {
-        let mut config = cross(seed).clock_offset_max(20_000);
-        config.coordinator.mutations.pass_over_without_term_change = true;
-        if let Err(v) = run(traced(config)) {
-            assert_eq!(v.kind, ViolationKind::RealTime, "seed {seed}: {v}");
-            caught += 1;
-        }
-    }
-    assert!(caught > 0, "no seed caught a shard passed over while its leader still admitted");
+    common::caught_as(
+        "cross_shard",
+        "passing_over_a_live_shard_on_its_promise_alone_is_caught",
+        &seeds(0..6),
+        Catch::Kind(ViolationKind::RealTime),
+        |seed| Trial::ideal(cross(seed).clock_offset_max(20_000)),
+        |t| t.config.coordinator.mutations.pass_over_without_term_change = true,
+    );
 }
 
 #[test]

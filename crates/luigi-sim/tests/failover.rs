@@ -14,31 +14,11 @@ mod common;
 
 use std::time::Instant;
 
-use luigi_sim::{
-    failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint, Outage, SimConfig, SEED_ENV, TRACE_ENV,
-};
+use common::{Catch, Trial};
+use luigi_sim::{failover_config, FailoverReport, FaultConfig, KillPoint, Outage, SimConfig, ViolationKind};
 
 fn must_pass(test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverReport {
-    let seed = config.seed;
-    let config = common::traced(config);
-    let outcome = std::panic::catch_unwind(|| run_replicated(&config, faults)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        panic!(
-            "{test}: seed {seed} panicked: {what}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim \
-             --test failover {test} -- --nocapture (add {TRACE_ENV}=1 for every event)"
-        )
-    });
-    match outcome {
-        Ok(report) => report,
-        Err(v) => panic!(
-            "{test}: {v}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim --test failover {test} \
-             -- --nocapture (add {TRACE_ENV}=1 for every event)"
-        ),
-    }
+    common::must_pass_replicated("failover", test, config, faults)
 }
 
 /// 2 or 3 shards by seed.
@@ -53,12 +33,12 @@ fn random_faults_sweep() {
     for seed in common::sweep(1, 80) {
         let r = must_pass("random_faults_sweep", failover_config(seed, shards(seed)), &FaultConfig::new());
         total.absorb(&r);
-        if std::env::var(SEED_ENV).is_ok() {
+        if common::one_seed() {
             eprintln!("{r:?}");
         }
     }
     eprintln!("random faults: {total:?} in {:?}", started.elapsed());
-    if std::env::var(SEED_ENV).is_err() {
+    if !common::one_seed() {
         // Over the whole sweep (one seed alone may have no crash).
         assert!(total.committed > 0 && total.crashes > 0 && total.promotions > total.crashes, "{total:?}");
     }
@@ -75,12 +55,12 @@ fn random_faults_with_snapshots_sweep() {
     for seed in common::sweep(2_001, 60) {
         let r = must_pass("random_faults_with_snapshots_sweep", failover_config(seed, shards(seed)), &faults);
         total.absorb(&r);
-        if std::env::var(SEED_ENV).is_ok() {
+        if common::one_seed() {
             eprintln!("{r:?}");
         }
     }
     eprintln!("random faults with snapshots: {total:?} in {:?}", started.elapsed());
-    if std::env::var(SEED_ENV).is_err() {
+    if !common::one_seed() {
         // Over the whole sweep (one seed alone may have no crash).
         assert!(total.committed > 0 && total.crashes > 0 && total.compactions > 0, "{total:?}");
         assert!(total.snapshots_installed > 0, "no replica ever needed its leader's snapshot: {total:?}");
@@ -95,7 +75,7 @@ fn kill_sweep(test: &str, point: KillPoint, seeds: std::ops::Range<u64>) -> Fail
     for seed in common::seeds(seeds) {
         let config = failover_config(seed, shards(seed)).cross_shard(1.0);
         let r = must_pass(test, config, &FaultConfig::kill_at(point, 3));
-        if std::env::var(SEED_ENV).is_ok() {
+        if common::one_seed() {
             eprintln!("{r:?}");
         }
         total.absorb(&r);
@@ -151,19 +131,20 @@ fn same_seed_same_trace() {
 /// participants' proposals differ is caught in the replicated world too.
 #[test]
 fn skipping_the_second_round_is_caught() {
-    let mut caught = 0;
-    for seed in 0..10 {
-        let mut config = failover_config(seed, 2).cross_shard(1.0).clock_offset_max(0);
-        config.ping_first = false;
-        config.coordinator.headroom_us = 0;
-        config = config.clock_offset(luigi_sim::Node::Replica(0, 0), 15_000);
-        config.leader.mutations.skip_second_round = true;
-        if let Err(v) = run_replicated(&config, &FaultConfig::kill_at(KillPoint::Decided, 0)) {
-            eprintln!("seed {seed}: caught {:?}", v.kind);
-            caught += 1;
-        }
-    }
-    assert!(caught > 0, "no seed caught a protocol without its second round");
+    common::caught_as(
+        "failover",
+        "skipping_the_second_round_is_caught",
+        &common::seeds(0..10),
+        Catch::Kind(ViolationKind::NotDurable),
+        |seed| {
+            let mut config = failover_config(seed, 2).cross_shard(1.0).clock_offset_max(0);
+            config.ping_first = false;
+            config.coordinator.headroom_us = 0;
+            let config = config.clock_offset(luigi_sim::Node::Replica(0, 0), 15_000);
+            Trial::replicated(config, FaultConfig::kill_at(KillPoint::Decided, 0))
+        },
+        |t| t.config.leader.mutations.skip_second_round = true,
+    );
 }
 
 /// The checks are not vacuous: a disk that acknowledges writes before syncing them loses
@@ -171,20 +152,14 @@ fn skipping_the_second_round_is_caught() {
 /// own assertion that a follower lost entries it acknowledged).
 #[test]
 fn acknowledging_unsynced_writes_is_caught() {
-    let mut caught = 0;
-    for seed in 0..10 {
-        let faults = FaultConfig {
-            ack_before_sync: true,
-            sync: luigi_sim::Delay::new(20_000, 10_000),
-            fault_gap: luigi_sim::Delay::new(15_000, 10_000),
-            ..FaultConfig::new()
-        };
-        let config = failover_config(seed, 2);
-        if common::caught_replicated(&config, &faults) {
-            caught += 1;
-        }
-    }
-    assert!(caught > 0, "no seed caught a disk that acknowledges before syncing");
+    common::caught_as(
+        "failover",
+        "acknowledging_unsynced_writes_is_caught",
+        &common::seeds(0..10),
+        Catch::Kind(ViolationKind::Invariant),
+        |seed| Trial::replicated(failover_config(seed, 2), common::slow_sync_faults()),
+        common::ack_before_sync,
+    );
 }
 
 /// A harsher configuration drawn from `seed`: 2-3 shards, lossy and reordering links, clock
@@ -298,7 +273,7 @@ fn majority_loss_sweep() {
     for seed in seeds {
         let (config, faults) = majority_loss(seed);
         let r = must_pass("majority_loss_sweep", config, &faults);
-        if std::env::var(SEED_ENV).is_ok() {
+        if common::one_seed() {
             eprintln!("{r:?}");
         }
         total.absorb(&r);
@@ -316,7 +291,7 @@ fn majority_loss_sweep() {
         total.recovery_us / 1000,
         started.elapsed()
     );
-    if std::env::var(SEED_ENV).is_err() {
+    if !common::one_seed() {
         assert_eq!(total.outages, 2 * runs, "two outages per seed");
         assert!(total.unknown > 0, "no coordinator ever gave up: the sweep does not test unknown outcomes");
     }
@@ -329,26 +304,19 @@ fn majority_loss_sweep() {
 /// again. The checks must catch it on some seed.
 #[test]
 fn acknowledging_unknown_outcomes_is_caught() {
-    let mut caught = 0;
-    let mut ran = 0;
-    for seed in 4000..4012 {
-        let (mut config, mut faults) = majority_loss(seed);
-        config.coordinator.mutations.acknowledge_unknown = true;
-        config.max_virtual_us = 20_000_000;
-        faults.settle_us = 2_000_000;
-        ran += 1;
-        match run_replicated(&config, &faults) {
-            Ok(_) => {}
-            Err(v) => {
-                caught += 1;
-                if caught == 1 {
-                    eprintln!("first catch: {}", v.to_string().chars().take(300).collect::<String>());
-                }
-            }
-        }
-    }
-    eprintln!("acknowledging unknown outcomes: caught on {caught} of {ran} seeds");
-    assert!(caught > 0, "the mutation went unnoticed on every seed");
+    common::caught_as(
+        "failover",
+        "acknowledging_unknown_outcomes_is_caught",
+        &common::seeds(4000..4012),
+        Catch::Kind(ViolationKind::Stuck),
+        |seed| {
+            let (mut config, mut faults) = majority_loss(seed);
+            config.max_virtual_us = 20_000_000;
+            faults.settle_us = 2_000_000;
+            Trial::replicated(config, faults)
+        },
+        |t| t.config.coordinator.mutations.acknowledge_unknown = true,
+    );
 }
 
 /// A follower that fell behind its leader's compaction catches up through the leader's
@@ -373,7 +341,7 @@ fn a_follower_behind_compaction_catches_up_through_a_snapshot_larger_than_a_fram
         total.absorb(&r);
     }
     eprintln!("large snapshots: {total:?} in {:?}", started.elapsed());
-    if std::env::var(SEED_ENV).is_err() {
+    if !common::one_seed() {
         assert!(total.snapshots_installed > 0, "no replica needed its leader's snapshot: {total:?}");
         assert!(total.installed_bytes_max > 16 << 20, "no snapshot larger than a frame was installed: {total:?}");
         assert!(total.leader_compactions > 0, "no leader compacted behind an offer: {total:?}");

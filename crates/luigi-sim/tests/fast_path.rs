@@ -12,8 +12,9 @@
 
 mod common;
 
+use common::{Catch, Trial, World};
 use luigi_proto::coordinator::fast::FanOut;
-use luigi_sim::{failover_config, FailoverReport, FaultConfig, SimConfig};
+use luigi_sim::{failover_config, FailoverReport, FaultConfig, SimConfig, ViolationKind};
 
 /// Two 3-replica shards, single-shard transactions over `keys` keys, clocks within 100 µs
 /// (the fast path needs clocks close next to the one-way delays, as Tiga's does), and
@@ -95,22 +96,38 @@ fn random_faults_with_the_fast_path_on() {
     assert!(total.crashes > 0 && total.fast_commits > 0, "{total:?}");
 }
 
-/// Whether random faults catch the broken rule `mutate` sets on some seed of `seeds`.
-fn caught_on_some_seed(seeds: std::ops::Range<u64>, mutate: impl Fn(&mut SimConfig)) -> bool {
-    seeds.into_iter().any(|seed| {
-        let mut config = fast(seed, 40, 1_000);
-        mutate(&mut config);
-        common::caught_replicated(&config, &FaultConfig::new())
-    })
+/// The mutation test `test`: random faults catch the broken rule `mutate` sets as `catch` on
+/// some seed of `seeds` of `config` (and the same seed passes without it).
+fn caught_as(
+    test: &str,
+    seeds: std::ops::Range<u64>,
+    catch: Catch,
+    config: impl Fn(u64) -> SimConfig,
+    mutate: impl Fn(&mut SimConfig),
+) {
+    common::caught_as(
+        "fast_path",
+        test,
+        &common::seeds(seeds),
+        catch,
+        |seed| Trial::replicated(config(seed), FaultConfig::new()),
+        |t| mutate(&mut t.config),
+    );
 }
 
 #[test]
 fn a_new_leader_that_skips_the_fast_recovery_is_caught() {
-    // Random faults catch it within a few dozen seeds (the first catch, at seed 45: a
-    // Raft-only partition cut a leader off from its followers while clients still reached
-    // all three; they fast-committed, and the new leader never saw the PREPARE).
-    let caught = caught_on_some_seed(41..90, |c| c.leader.mutations.skip_fast_recovery = true);
-    assert!(caught, "losing fast commits went unnoticed on seeds 41..90");
+    // Random faults catch it within a few seeds (the first catch, at seed 45, as NotDurable;
+    // none of 46..90 does: a Raft-only partition cut a leader off from its followers while
+    // clients still reached all three; they fast-committed, and the new leader never saw the
+    // PREPARE). The range stops there, as the search that found it did.
+    caught_as(
+        "a_new_leader_that_skips_the_fast_recovery_is_caught",
+        41..46,
+        Catch::Kind(ViolationKind::NotDurable),
+        |seed| fast(seed, 40, 1_000),
+        |c| c.leader.mutations.skip_fast_recovery = true,
+    );
 }
 
 #[test]
@@ -126,11 +143,12 @@ fn a_leader_that_answers_fast_without_its_vote_is_caught() {
     // as the runtime client does: the first catch in 3364..): a deposed leader's PREPARE
     // truncated, its answer to the new leader's question without the transaction it had
     // answered fast; the transaction is lost (NotDurable).
-    let mut config = fast(4074, 8, 1_000).drop_rate(0.02);
-    config.leader.mutations.skip_leader_vote = true;
-    assert!(
-        common::caught_replicated(&config, &FaultConfig::new()),
-        "a leader's lost vote went unnoticed at seed 4074"
+    caught_as(
+        "a_leader_that_answers_fast_without_its_vote_is_caught",
+        4074..4075,
+        Catch::Kind(ViolationKind::NotDurable),
+        |seed| fast(seed, 8, 1_000).drop_rate(0.02),
+        |c| c.leader.mutations.skip_leader_vote = true,
     );
 }
 
@@ -142,8 +160,13 @@ fn a_coordinator_that_commits_fast_on_different_order_hashes_is_caught() {
     // before): after a failover, an answer no longer matches the serial replay of the
     // committed logs (ResultMismatch). Equal hashes are what make the followers' recent
     // order the leader's.
-    let caught = caught_on_some_seed(279..280, |c| c.coordinator.mutations.fast_ignores_order = true);
-    assert!(caught, "fast commits on differing order hashes went unnoticed at seed 279");
+    caught_as(
+        "a_coordinator_that_commits_fast_on_different_order_hashes_is_caught",
+        279..280,
+        Catch::Kind(ViolationKind::ResultMismatch),
+        |seed| fast(seed, 40, 1_000),
+        |c| c.coordinator.mutations.fast_ignores_order = true,
+    );
 }
 
 #[test]
@@ -247,10 +270,16 @@ fn a_leader_that_uses_a_marked_proposal_without_every_accept_is_caught() {
     // for accepts wait for the replica's term; 56 before): a leader
     // decided on another shard's marked, unproven proposal that shard then lost; its new
     // leader learned of the transaction from a `Recover` and prepared it above its floor, so
-    // the participants disagree on the final timestamp (an assertion in the agreement).
-    let mut config = fast_cross(45, 40);
-    config.leader.mutations.fast_trusts_marked_proposals = true;
-    assert!(common::caught_replicated(&config, &FaultConfig::new()), "went unnoticed at seed 45");
+    // the participants disagree on the final timestamp: a replica executed the transaction
+    // before its shard durably adopted the final timestamp (NotDurable; an assertion in the
+    // agreement caught it before the checks did, when the test was written).
+    caught_as(
+        "a_leader_that_uses_a_marked_proposal_without_every_accept_is_caught",
+        45..46,
+        Catch::Kind(ViolationKind::NotDurable),
+        |seed| fast_cross(seed, 40),
+        |c| c.leader.mutations.fast_trusts_marked_proposals = true,
+    );
 }
 
 #[test]
@@ -258,9 +287,13 @@ fn a_coordinator_that_counts_an_early_answer_outside_a_fast_commit_is_caught() {
     // Rule 21. Found by a release search (first catch at seed 217 with 40 keys; 113 before
     // a new leader's floor promise left with its no-op): an answer no longer matches the
     // sequential replay (ResultMismatch).
-    let mut config = fast_cross(217, 40);
-    config.coordinator.mutations.early_answers_count_alone = true;
-    assert!(common::caught_replicated(&config, &FaultConfig::new()), "went unnoticed at seed 217");
+    caught_as(
+        "a_coordinator_that_counts_an_early_answer_outside_a_fast_commit_is_caught",
+        217..218,
+        Catch::Kind(ViolationKind::ResultMismatch),
+        |seed| fast_cross(seed, 40),
+        |c| c.coordinator.mutations.early_answers_count_alone = true,
+    );
 }
 
 /// Searches seeds for one where random faults catch a broken rule, for the tests above:
@@ -305,8 +338,9 @@ fn search_for_a_seed_that_catches_a_mutation() {
             "none-cross" => config = config.cross_shard(1.0),
             other => panic!("S_MUT={other}: one of c, h, f2, order, vote, marked, early-time, early-alone, none-cross"),
         }
-        if common::caught_replicated(&config, &FaultConfig::new()) {
-            eprintln!("CAUGHT {which} at seed {seed}");
+        let got = common::outcome(&config, &World::Replicated(FaultConfig::new()));
+        if !got.passed() {
+            eprintln!("CAUGHT {which} at seed {seed}: {}", got.summary());
             return;
         }
         if seed % 100 == 0 {

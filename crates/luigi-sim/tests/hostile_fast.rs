@@ -12,8 +12,9 @@
 
 mod common;
 
+use common::{Catch, Trial};
 use luigi_proto::coordinator::fast::FanOut;
-use luigi_sim::{failover_config, FailoverReport, FaultConfig, KillPoint, SimConfig};
+use luigi_sim::{failover_config, FailoverReport, FaultConfig, KillPoint, SimConfig, ViolationKind};
 
 /// Two 3-replica shards with the fast path (every dispatch fanned out), clocks within
 /// 100 µs, half of the transactions cross-shard.
@@ -56,7 +57,12 @@ fn hostile_fast_dispatches_before_leader_kills_are_never_executed_and_the_shards
 /// for 10 s (Stuck). Caught on seed 6001, the sweep's first, as on each of 6001..6020.
 #[test]
 fn followers_that_accept_without_the_admission_check_are_caught() {
-    let mut c = config(6_001);
-    c.leader.mutations.skip_fast_accept_check = true;
-    assert!(common::caught_replicated(&c, &faults(6_001)), "unchecked fast accepts went unnoticed at seed 6001");
+    common::caught_as(
+        "hostile_fast",
+        "followers_that_accept_without_the_admission_check_are_caught",
+        &common::seeds(6_001..6_002),
+        Catch::Kind(ViolationKind::Stuck),
+        |seed| Trial::replicated(config(seed), faults(seed)),
+        |t| t.config.leader.mutations.skip_fast_accept_check = true,
+    );
 }

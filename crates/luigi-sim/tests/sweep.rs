@@ -4,13 +4,11 @@
 //! leader links). Ignored by default because it is slow;
 //! run it with
 //! `LUIGI_SIM_SWEEP=2000 cargo test -p luigi-sim --test sweep -- --ignored --nocapture`
-//! (`LUIGI_SIM_SWEEP_FROM=n` picks the first seed, `LUIGI_SIM_SEED=n` runs one seed,
-//! `SWEEP_REJECTIONS=1` adds small pending limits, which hit the known early-buffer bug in
-//! `known_bugs.rs` when an agreement item overtakes a dispatch).
+//! (`LUIGI_SIM_SWEEP_FROM=n` picks the first seed, `LUIGI_SIM_SEED=n` runs one seed).
 
-use std::time::Instant;
+mod common;
 
-use luigi_sim::{run, Delay, SimConfig, SEED_ENV, TRACE_ENV};
+use luigi_sim::{Delay, SimConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -44,16 +42,13 @@ fn draw(seed: u64) -> SimConfig {
     c.coordinator.max_attempts = 1_000;
     // The floor promise must be logged further ahead than a commit takes (LeaderConfig docs).
     c.leader.floor_lookahead_us = [1_000, 100_000, 1_000_000][r.gen_range(0..3)].max(4 * commit);
+    // One run in five: a small pending limit, so leaders refuse under load (and clients
+    // retry, and the other participants of a refused cross-shard transaction abort).
     let small_pending = r.gen_range(1..=10);
-    // A small pending limit makes leaders reject under load, which (with retries) runs into a
-    // known protocol bug; SWEEP_REJECTIONS=1 keeps it in.
-    if r.gen_bool(0.2) && std::env::var("SWEEP_REJECTIONS").is_ok() {
+    if r.gen_bool(0.2) {
         c.leader.max_pending = small_pending;
     }
     c.max_virtual_us = 3_600_000_000;
-    // Long lossy runs with slow commits spend most events on busy leader wake-ups (the
-    // `next_deadline` bug in `known_bugs.rs`; e.g. seed 174: 4.2M of 5.6M events).
-    c.max_events = 20_000_000;
     // Drawn last so that the draws above stay what they were.
     c.peer_links_fifo = r.gen_bool(0.5);
     if r.gen_bool(0.3) {
@@ -63,47 +58,14 @@ fn draw(seed: u64) -> SimConfig {
     c
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{name}={v} is not a number")))
-}
-
 #[test]
 #[ignore = "slow randomized sweep; see the module docs"]
 fn sweep_random_configurations() {
-    let seeds: Vec<u64> = match env_u64(SEED_ENV) {
-        Some(seed) => vec![seed],
-        None => {
-            let first = env_u64("LUIGI_SIM_SWEEP_FROM").unwrap_or(0);
-            (first..first + env_u64("LUIGI_SIM_SWEEP").unwrap_or(2_000)).collect()
-        }
-    };
-    sweep("sweep_random_configurations", &seeds);
+    common::sweep_all("sweep", "sweep_random_configurations", &common::sweep(0, 2_000), draw);
 }
 
 /// The first seeds of the sweep, in the default suite.
 #[test]
 fn sweep_quick() {
-    let seeds: Vec<u64> = match env_u64(SEED_ENV) {
-        Some(seed) => vec![seed],
-        None => (0..150).collect(),
-    };
-    sweep("sweep_quick", &seeds);
-}
-
-fn sweep(test: &str, seeds: &[u64]) {
-    let start = Instant::now();
-    let mut failures = Vec::new();
-    for &seed in seeds {
-        let mut config = draw(seed);
-        config.trace = std::env::var(TRACE_ENV).is_ok_and(|v| v != "0");
-        if let Err(v) = run(config) {
-            eprintln!(
-                "{v}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim --test \
-                 sweep {test} -- --include-ignored --nocapture\n"
-            );
-            failures.push(seed);
-        }
-    }
-    eprintln!("{test}: {} seeds in {:?}, {} failed: {failures:?}", seeds.len(), start.elapsed(), failures.len());
-    assert!(failures.is_empty(), "failing seeds: {failures:?}");
+    common::sweep_all("sweep", "sweep_quick", &common::seeds(0..150), draw);
 }

@@ -22,12 +22,13 @@ use luigi_proto::leader::Mutations;
 use luigi_proto::partition::Partitioner;
 use luigi_proto::procedure::{ProcCtx, ProcError, Procedure, Registry};
 use luigi_proto::types::ShardId;
-use luigi_sim::{run, run_replicated, FailoverReport, FaultConfig, SimConfig, ViolationKind};
+use luigi_sim::{FailoverReport, FaultConfig, SimConfig, ViolationKind};
 use luigi_store::{Key, Store, Value};
 use luigi_workloads::tpcc::keys::{w_ytd_key, warehouse_of};
 use luigi_workloads::tpcc::{Mix, TpccConfig, TpccLoad, TpccWorkload};
 use luigi_workloads::{TxnGenerator, Workload};
 
+use common::{Catch, Trial};
 use support::{hosted_config, hosted_faults, one_seed, sweep};
 
 const FILE: &str = "tpcc_sim";
@@ -101,27 +102,25 @@ fn tpcc_ideal_log_sweep() {
 /// nothing else checks in the Raft model.
 #[test]
 fn tpcc_replay_catches_execution_out_of_timestamp_order() {
-    let mut caught = Vec::new();
     // Single-shard transactions are decided at admission (rule 14), so a conflicting one is
     // still pending when a later one is due only behind a cross-shard transaction's
     // agreement: seeds 7 and 11 had one until issue 26's marker reports moved the traces
     // (seeds 7..12 then ended Stuck with the mutation); of 7..40, seeds 12, 13, 16, 19, 20,
-    // 30, 33, 37 and 39 show the mismatch now.
-    for seed in 12..14 {
-        let mut config = hosted(seed).clock_offset_max(0);
-        config.leader.max_pending = SimConfig::new(seed).leader.max_pending;
-        config.leader.mutations = Mutations { release_ignores_conflicts: true, ..Mutations::default() };
-        config.clients = 4;
-        config.in_flight = 4;
-        let faults = FaultConfig { random_faults: false, settle_us: 1_000_000, ..FaultConfig::new() };
-        if let Err(v) = run_replicated(&config, &faults) {
-            caught.push(v.kind);
-        }
-    }
-    eprintln!("out-of-order release caught as {caught:?}");
-    assert!(
-        caught.iter().any(|k| matches!(k, ViolationKind::ResultMismatch | ViolationKind::StateMismatch)),
-        "the replay never caught TPC-C transactions executed out of timestamp order: {caught:?}"
+    // 30, 33, 37 and 39 showed the mismatch after that.
+    common::caught_as(
+        FILE,
+        "tpcc_replay_catches_execution_out_of_timestamp_order",
+        &common::seeds(12..14),
+        // The replay's comparison of answers.
+        Catch::Kind(ViolationKind::ResultMismatch),
+        |seed| {
+            let mut config = hosted(seed).clock_offset_max(0);
+            config.leader.max_pending = SimConfig::new(seed).leader.max_pending;
+            config.clients = 4;
+            config.in_flight = 4;
+            Trial::replicated(config, FaultConfig { random_faults: false, settle_us: 1_000_000, ..FaultConfig::new() })
+        },
+        |t| t.config.leader.mutations = Mutations { release_ignores_conflicts: true, ..Mutations::default() },
     );
 }
 
@@ -176,11 +175,21 @@ impl Workload for LosesYtd {
 
 #[test]
 fn tpcc_conditions_catch_a_payment_that_loses_w_ytd() {
-    let broken = || Arc::new(LosesYtd(tpcc(2)));
-    let mut config = tpcc_config(2, 40, broken(), 1);
-    config.leader.max_pending = SimConfig::new(2).leader.max_pending;
-    let v = run_replicated(&config, &FaultConfig::new()).expect_err("caught");
-    assert_eq!(v.kind, ViolationKind::Consistency, "{v}");
-    let v = run(common::cross(2).txns(40).hosting(broken(), 1)).expect_err("caught");
-    assert_eq!(v.kind, ViolationKind::Consistency, "{v}");
+    let test = "tpcc_conditions_catch_a_payment_that_loses_w_ytd";
+    let workload = |broken: bool| -> Arc<dyn Workload> {
+        if broken {
+            Arc::new(LosesYtd(tpcc(2)))
+        } else {
+            Arc::new(tpcc(2))
+        }
+    };
+    let replicated = |broken| {
+        let mut config = tpcc_config(2, 40, workload(broken), 1);
+        config.leader.max_pending = SimConfig::new(2).leader.max_pending;
+        Trial::replicated(config, FaultConfig::new())
+    };
+    let consistency = Catch::Kind(ViolationKind::Consistency);
+    common::caught_as(FILE, test, &[2], consistency, |_| replicated(false), |t| *t = replicated(true));
+    let ideal = |broken| Trial::ideal(common::cross(2).txns(40).hosting(workload(broken), 1));
+    common::caught_as(FILE, test, &[2], consistency, |_| ideal(false), |t| *t = ideal(true));
 }

@@ -25,10 +25,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use luigi_proto::leader::Mutations;
-use luigi_sim::{run, run_replicated, FailoverReport, FaultConfig, KillPoint, SimConfig, ViolationKind};
+use luigi_sim::{FailoverReport, FaultConfig, KillPoint, SimConfig, ViolationKind};
 use luigi_workloads::micro::{MicroConfig, MicroWorkload, Placement, Spread};
 
 use bank::{Bank, Broken};
+use common::{Catch, Trial, World};
 use support::{hosted_config, hosted_faults, one_seed, sweep};
 
 const FILE: &str = "workload_sim";
@@ -166,21 +167,38 @@ fn hosted_same_seed_same_trace() {
 /// its arguments (it counts its own runs) answers what no replay in timestamp order gives.
 #[test]
 fn replay_catches_a_procedure_with_hidden_state() {
-    let config = roomy_bank_config(3, bank(3).broken(Broken::HiddenState));
-    let v = run_replicated(&config, &FaultConfig::new()).expect_err("caught");
-    assert_eq!(v.kind, ViolationKind::ResultMismatch, "{v}");
+    broken_bank_caught_as(
+        "replay_catches_a_procedure_with_hidden_state",
+        3,
+        World::Replicated(FaultConfig::new()),
+        Broken::HiddenState,
+        ViolationKind::ResultMismatch,
+    );
+}
+
+/// The mutation test `test`: on `seed`, the bank broken as `broken` is caught as `kind` in
+/// `world`, and the correct bank passes.
+fn broken_bank_caught_as(test: &str, seed: u64, world: World, broken: Broken, kind: ViolationKind) {
+    let trial = |seed| match &world {
+        World::Ideal => Trial::ideal(common::cross(seed).hosting(Arc::new(Bank::new(2, 4)), seed)),
+        World::Replicated(faults) => Trial::replicated(roomy_bank_config(seed, bank(seed)), faults.clone()),
+    };
+    common::caught_as(FILE, test, &[seed], Catch::Kind(kind), trial, |t| {
+        t.config = match &t.world {
+            World::Ideal => common::cross(seed).hosting(Arc::new(Bank::new(2, 4).broken(broken)), seed),
+            World::Replicated(_) => roomy_bank_config(seed, bank(seed).broken(broken)),
+        }
+    });
 }
 
 /// The workload's own check runs after the replay: a deterministic procedure that makes
 /// money passes the replay (every replica and the replay agree) but not the bank's check.
 #[test]
 fn workload_check_catches_minted_money() {
-    let config = roomy_bank_config(4, bank(4).broken(Broken::MintsMoney));
-    let v = run_replicated(&config, &FaultConfig::new()).expect_err("caught");
-    assert_eq!(v.kind, ViolationKind::Consistency, "{v}");
-    let config = common::cross(4).hosting(Arc::new(Bank::new(2, 4).broken(Broken::MintsMoney)), 4);
-    let v = run(config).expect_err("caught");
-    assert_eq!(v.kind, ViolationKind::Consistency, "{v}");
+    let test = "workload_check_catches_minted_money";
+    let consistency = ViolationKind::Consistency;
+    broken_bank_caught_as(test, 4, World::Replicated(FaultConfig::new()), Broken::MintsMoney, consistency);
+    broken_bank_caught_as(test, 4, World::Ideal, Broken::MintsMoney, consistency);
 }
 
 /// The replay catches a protocol bug the Raft model has no other check for: leaders that
@@ -188,20 +206,18 @@ fn workload_check_catches_minted_money() {
 /// execute conflicting transactions out of timestamp order.
 #[test]
 fn replay_catches_execution_out_of_timestamp_order() {
-    let mut caught = Vec::new();
-    for seed in 0..8 {
-        let mut config = roomy_bank_config(seed, Bank::new(2, 4));
-        config.leader.mutations = Mutations { release_ignores_conflicts: true, ..Mutations::default() };
-        config.clients = 4;
-        config.in_flight = 4;
-        if let Err(v) = run_replicated(&config, &FaultConfig { random_faults: false, ..FaultConfig::new() }) {
-            caught.push(v.kind);
-        }
-    }
-    eprintln!("out-of-order release caught as {caught:?}");
-    assert!(
-        caught.iter().any(|k| matches!(k, ViolationKind::ResultMismatch | ViolationKind::StateMismatch)),
-        "the replay never caught conflicting transactions executed out of timestamp order: {caught:?}"
+    common::caught_as(
+        FILE,
+        "replay_catches_execution_out_of_timestamp_order",
+        &common::seeds(0..8),
+        Catch::Kind(ViolationKind::ResultMismatch),
+        |seed| {
+            let mut config = roomy_bank_config(seed, Bank::new(2, 4));
+            config.clients = 4;
+            config.in_flight = 4;
+            Trial::replicated(config, FaultConfig { random_faults: false, ..FaultConfig::new() })
+        },
+        |t| t.config.leader.mutations = Mutations { release_ignores_conflicts: true, ..Mutations::default() },
     );
 }
 

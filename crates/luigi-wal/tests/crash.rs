@@ -101,6 +101,7 @@ fn a_snapshot_renamed_without_a_directory_sync_may_vanish_and_the_previous_one_i
 
 /// One seeded run of random operations against a model; returns (crashes, torn tails seen,
 /// unsynced entries that survived a crash).
+#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn run(seed: u64) -> (u64, u64, u64) {
     let mut rng = Rng(seed);
     let fs = SimFs::new(seed);

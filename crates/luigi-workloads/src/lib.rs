@@ -14,8 +14,6 @@
 //! Workloads: [`micro`] and [`tpcc`] (see `docs/TPCC.md`). [`WorkloadSpec`] names a
 //! workload with its server-side parameters, as a cluster file carries it.
 
-#![warn(missing_docs)]
-
 pub mod micro;
 pub mod tpcc;
 

@@ -35,6 +35,7 @@ struct Done {
     shards_done: Vec<ShardId>,
 }
 
+#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn run(protocol: &str) {
     let dir = scratch(&format!("baseline-failover-{protocol}"));
     let data = dir.join("data");

@@ -44,6 +44,7 @@ fn json(text: &str) -> Value {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn data_commands_and_status_against_a_real_cluster() {
     let dir = scratch("cli");
     let ports: Vec<[u16; 3]> = (0..2).map(|_| [free_port(), free_port(), free_port()]).collect();

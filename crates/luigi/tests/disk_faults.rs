@@ -97,6 +97,7 @@ fn discarded(data: &Path, node: &str) -> Vec<PathBuf> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn damaged_raft_state_is_refused_and_rejoin_rebuilds_the_replica() {
     let began = Instant::now();
     let dir = scratch("disk-faults");

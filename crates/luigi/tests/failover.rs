@@ -66,6 +66,7 @@ fn offset(shard: u32, replica: u32, skew_us: i64) -> i64 {
 /// Kills shard 0's leader under load, restarts it, kills the next one and restarts it, with
 /// the servers' clocks `skew_us` apart around the machine's (see [`offset`]), and checks
 /// the balances against the committed transfers.
+#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn failover_under_load(name: &str, skew_us: i64) {
     let dir = scratch(name);
     let data = dir.join("data");

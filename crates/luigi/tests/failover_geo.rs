@@ -43,6 +43,7 @@ fn accounts_on(shard: u32) -> Vec<u64> {
 
 #[test]
 #[ignore = "25 s under emulated WAN delays; run with --ignored to measure"]
+#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn killing_a_leader_under_geo_pauses_its_shard_and_barely_the_other() {
     let dir = scratch("failover-geo");
     let data = dir.join("data");

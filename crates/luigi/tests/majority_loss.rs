@@ -60,6 +60,7 @@ const READ_BOUND: Duration = Duration::from_secs(20);
 const SUBSET_SEARCH_NODES: u64 = 20_000_000;
 
 #[test]
+#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn losing_a_shard_majority_twice_under_cross_shard_load_recovers() {
     let dir = scratch("majority-loss");
     let (config_path, ports) = three_replica_cluster(&dir, SHARDS, "same-region", "");

@@ -26,6 +26,7 @@ const WAREHOUSES: u32 = 2;
 const SCALE: f64 = 0.02;
 
 #[test]
+#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn tpcc_survives_a_leader_kill_with_every_condition_holding() {
     let dir = scratch("tpcc-failover");
     let data = dir.join("data");

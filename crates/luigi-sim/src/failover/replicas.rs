@@ -324,6 +324,7 @@ impl RaftGroups<'_> {
         Err(core.violation(ViolationKind::Invariant, format!("{me} never settles")))
     }
 
+    #[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
     fn execute_one(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, e: Effect, again: &mut Vec<Effect>) -> Step {
         let me = Node::Replica(s, i);
         match e {

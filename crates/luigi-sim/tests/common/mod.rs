@@ -1,9 +1,13 @@
-//! Helpers shared by the seed-sweeping test files: seed selection, tracing, and the
-//! cross-shard configurations.
+//! Helpers shared by the simulator's test files: the one seed runner (seed selection,
+//! tracing, a run that fails with the command that reruns its seed, a sweep that lists every
+//! failing seed), the mutation tests' check, and the cross-shard configurations.
 
 #![allow(dead_code)] // each test file uses a subset
 
-use luigi_sim::{run, run_replicated, FailoverReport, FaultConfig, Node, RunReport, SimConfig, SEED_ENV, TRACE_ENV};
+use luigi_sim::{
+    run, run_replicated, FailoverReport, FaultConfig, Node, RunReport, SimConfig, Violation, ViolationKind, SEED_ENV,
+    TRACE_ENV,
+};
 
 /// The seeds to run: `range`, or only the one named by `LUIGI_SIM_SEED`.
 pub fn seeds(range: std::ops::Range<u64>) -> Vec<u64> {
@@ -16,9 +20,18 @@ pub fn seeds(range: std::ops::Range<u64>) -> Vec<u64> {
 /// The seeds of a sweep: `LUIGI_SIM_SWEEP` of them (default `count`) from
 /// `LUIGI_SIM_SWEEP_FROM` (default `from`), or only `LUIGI_SIM_SEED`.
 pub fn sweep(from: u64, count: u64) -> Vec<u64> {
-    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default);
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .map_or(default, |v| v.trim().parse().unwrap_or_else(|_| panic!("{name}={v} is not a number")))
+    };
     let from = env("LUIGI_SIM_SWEEP_FROM", from);
     seeds(from..from + env("LUIGI_SIM_SWEEP", count))
+}
+
+/// True when `LUIGI_SIM_SEED` picks one seed (sweep-wide assertions are skipped then).
+pub fn one_seed() -> bool {
+    std::env::var(SEED_ENV).is_ok()
 }
 
 /// Turns on event tracing when `LUIGI_SIM_TRACE` is set.
@@ -27,45 +40,216 @@ pub fn traced(mut config: SimConfig) -> SimConfig {
     config
 }
 
-/// Runs `config` replicated with `faults` (a run with a deliberate bug) and says whether it
-/// was caught: by a violation, or by a panic (an assertion in the code, or raft-rs's own).
-pub fn caught_replicated(config: &SimConfig, faults: &FaultConfig) -> bool {
-    let seed = config.seed;
-    match std::panic::catch_unwind(|| run_replicated(config, faults)) {
-        Ok(Ok(_)) => false,
-        Ok(Err(v)) => {
-            eprintln!("seed {seed}: caught {:?}: {}", v.kind, v.message.chars().take(200).collect::<String>());
-            true
-        }
-        Err(_) => {
-            eprintln!("seed {seed}: a panic (an assertion in the code, or raft-rs's) caught it");
-            true
+/// The command that reruns `seed` of `test` (in the test file `file`) alone.
+pub fn rerun(file: &str, test: &str, seed: u64) -> String {
+    format!(
+        "rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim --test {file} {test} -- --include-ignored \
+         --nocapture (add {TRACE_ENV}=1 for every event)"
+    )
+}
+
+/// Where a run happens: over the ideal log, or over Raft groups under these faults.
+#[derive(Clone, Debug)]
+pub enum World {
+    /// `luigi_sim::run`: one leader per shard over an ideal log.
+    Ideal,
+    /// `luigi_sim::run_replicated` with these faults.
+    Replicated(FaultConfig),
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Every check passed over the ideal log.
+    Ideal(RunReport),
+    /// Every check passed over Raft groups.
+    Replicated(FailoverReport),
+    /// A check failed.
+    Violated(Violation),
+    /// The code panicked (an assertion in a core, or raft-rs's own), with this message.
+    Panicked(String),
+}
+
+impl Outcome {
+    /// Whether every check passed.
+    pub fn passed(&self) -> bool {
+        matches!(self, Outcome::Ideal(_) | Outcome::Replicated(_))
+    }
+
+    /// What the outcome says, in a line.
+    pub fn summary(&self) -> String {
+        match self {
+            Outcome::Ideal(_) | Outcome::Replicated(_) => "passed".into(),
+            Outcome::Violated(v) => format!("{:?}: {}", v.kind, v.message.chars().take(200).collect::<String>()),
+            Outcome::Panicked(what) => format!("a panic: {}", what.chars().take(200).collect::<String>()),
         }
     }
 }
 
-/// Runs `config`; on a violation, fails with the violation and the command that reruns it.
-pub fn must_pass(file: &str, test: &str, config: SimConfig) -> RunReport {
-    let seed = config.seed;
-    match run(traced(config)) {
-        Ok(report) => report,
-        Err(v) => panic!(
-            "{test}: {v}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim \
-             --test {file} {test} -- --nocapture (add {TRACE_ENV}=1 for every event)"
+/// Runs `config` (traced when `LUIGI_SIM_TRACE` is set) in `world`, a panic included.
+pub fn outcome(config: &SimConfig, world: &World) -> Outcome {
+    let config = traced(config.clone());
+    // The run's state is dropped after a panic, so nothing broken is seen again.
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match world {
+        World::Ideal => run(config).map(Outcome::Ideal),
+        World::Replicated(faults) => run_replicated(&config, faults).map(Outcome::Replicated),
+    }));
+    match ran {
+        Ok(Ok(passed)) => passed,
+        Ok(Err(v)) => Outcome::Violated(v),
+        Err(panic) => Outcome::Panicked(
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+                .unwrap_or_default(),
         ),
     }
 }
 
-/// Runs `config` replicated with `faults`; on a violation, fails with it and the command that
+/// Runs `config` in `world`; on a violation or a panic, fails with it and the command that
 /// reruns the seed.
-pub fn must_pass_replicated(file: &str, test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverReport {
+fn must_pass_in(file: &str, test: &str, config: &SimConfig, world: &World) -> Outcome {
     let seed = config.seed;
-    match run_replicated(&traced(config), faults) {
-        Ok(report) => report,
-        Err(v) => panic!(
-            "{test}: {v}\n  rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim \
-             --test {file} {test} -- --nocapture (add {TRACE_ENV}=1 for every event)"
-        ),
+    match outcome(config, world) {
+        Outcome::Violated(v) => panic!("{test}: {v}\n  {}", rerun(file, test, seed)),
+        Outcome::Panicked(what) => panic!("{test}: seed {seed} panicked: {what}\n  {}", rerun(file, test, seed)),
+        passed @ (Outcome::Ideal(_) | Outcome::Replicated(_)) => passed,
+    }
+}
+
+/// Runs `config` over the ideal log; on a violation (or a panic), fails with it and the
+/// command that reruns the seed.
+pub fn must_pass(file: &str, test: &str, config: SimConfig) -> RunReport {
+    match must_pass_in(file, test, &config, &World::Ideal) {
+        Outcome::Ideal(report) => report,
+        other => unreachable!("an ideal-log run ended as {other:?}"),
+    }
+}
+
+/// Runs `config` over Raft groups with `faults`; on a violation (or a panic), fails with it
+/// and the command that reruns the seed.
+pub fn must_pass_replicated(file: &str, test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverReport {
+    match must_pass_in(file, test, &config, &World::Replicated(faults.clone())) {
+        Outcome::Replicated(report) => report,
+        other => unreachable!("a replicated run ended as {other:?}"),
+    }
+}
+
+/// Runs `config(seed)` over the ideal log for every seed of `seeds`, printing each failure
+/// with the command that reruns it, and fails at the end listing the failing seeds.
+pub fn sweep_all(file: &str, test: &str, seeds: &[u64], config: impl Fn(u64) -> SimConfig) {
+    let start = std::time::Instant::now();
+    let mut failures = Vec::new();
+    for &seed in seeds {
+        let got = outcome(&config(seed), &World::Ideal);
+        if let Outcome::Violated(_) | Outcome::Panicked(_) = got {
+            let what = match got {
+                Outcome::Violated(v) => v.to_string(),
+                other => format!("seed {seed}: {}", other.summary()),
+            };
+            eprintln!("{what}\n  {}\n", rerun(file, test, seed));
+            failures.push(seed);
+        }
+    }
+    eprintln!("{test}: {} seeds in {:?}, {} failed: {failures:?}", seeds.len(), start.elapsed(), failures.len());
+    assert!(failures.is_empty(), "failing seeds: {failures:?}");
+}
+
+/// What a mutation test expects to catch its broken rule.
+#[derive(Clone, Copy, Debug)]
+pub enum Catch {
+    /// A violation of this kind.
+    Kind(ViolationKind),
+    /// A panic whose message holds this text: an assertion in the code that the broken rule
+    /// trips before any check of the simulator could (the test says which).
+    Panic(&'static str),
+}
+
+impl Catch {
+    fn matches(self, outcome: &Outcome) -> bool {
+        match (self, outcome) {
+            (Catch::Kind(kind), Outcome::Violated(v)) => v.kind == kind,
+            (Catch::Panic(text), Outcome::Panicked(what)) => what.contains(text),
+            (Catch::Kind(_) | Catch::Panic(_), _) => false,
+        }
+    }
+}
+
+/// One run of a mutation test: its configuration and its world.
+#[derive(Clone, Debug)]
+pub struct Trial {
+    /// The run's configuration.
+    pub config: SimConfig,
+    /// Where it runs.
+    pub world: World,
+}
+
+impl Trial {
+    /// `config` over the ideal log.
+    pub fn ideal(config: SimConfig) -> Self {
+        Trial { config, world: World::Ideal }
+    }
+
+    /// `config` over Raft groups under `faults`.
+    pub fn replicated(config: SimConfig, faults: FaultConfig) -> Self {
+        Trial { config, world: World::Replicated(faults) }
+    }
+}
+
+/// The check of a mutation test: for each seed of `seeds`, runs `trial(seed)` with `mutate`
+/// applied (a broken rule: a `Mutations` flag, a lying disk, a broken workload) and counts
+/// the seeds on which it is caught as `catch`; a violation of another kind, another panic or
+/// no catch at all is printed and not counted. The unmutated `trial(seed)` of the first seed
+/// caught must pass: the control, showing that the mutation is what was caught. Fails when
+/// no seed catches it as `catch`, listing what each gave. Returns the number of seeds caught
+/// and the first catch.
+pub fn caught_as(
+    file: &str,
+    test: &str,
+    seeds: &[u64],
+    catch: Catch,
+    trial: impl Fn(u64) -> Trial,
+    mutate: impl Fn(&mut Trial),
+) -> (usize, Outcome) {
+    let mut first = None;
+    let mut caught = 0;
+    let mut missed = Vec::new();
+    for &seed in seeds {
+        let mut mutated = trial(seed);
+        mutate(&mut mutated);
+        let got = outcome(&mutated.config, &mutated.world);
+        if !catch.matches(&got) {
+            eprintln!("{test}: seed {seed}: not caught as {catch:?}: {}", got.summary());
+            missed.push((seed, got.summary()));
+            continue;
+        }
+        caught += 1;
+        if first.is_none() {
+            let control = trial(seed);
+            must_pass_in(file, test, &control.config, &control.world);
+            first = Some(got);
+        }
+    }
+    let Some(first) = first else { panic!("{test}: no seed caught the mutation as {catch:?}: {missed:?}") };
+    eprintln!("{test}: caught as {catch:?} on {caught} of {} seeds", seeds.len());
+    (caught, first)
+}
+
+/// The faults of the lying-disk mutation tests: slow syncs (20 ± 10 ms) and frequent faults
+/// (every 15 ± 10 ms), so that crashes find writes acknowledged but not yet synced.
+pub fn slow_sync_faults() -> FaultConfig {
+    FaultConfig {
+        sync: luigi_sim::Delay::new(20_000, 10_000),
+        fault_gap: luigi_sim::Delay::new(15_000, 10_000),
+        ..FaultConfig::new()
+    }
+}
+
+/// The lying-disk mutation: the disk acknowledges writes before it syncs them.
+pub fn ack_before_sync(trial: &mut Trial) {
+    if let World::Replicated(faults) = &mut trial.world {
+        faults.ack_before_sync = true;
     }
 }
 
@@ -109,11 +293,12 @@ pub fn skewed(seed: u64) -> SimConfig {
 }
 
 /// `cross(seed)` with 1-3 transactions pending per leader at most, so leaders refuse and the
-/// other participants abort. Clients sit close to every leader (50-400 us) and leaders far
-/// from each other (1.5-4 ms), so an agreement item never overtakes a dispatch: with a tiny
-/// pending limit an early item would hit the known early-buffer bug (see `known_bugs.rs`).
+/// other participants abort. Its delays are `cross`'s, so an agreement item may overtake a
+/// dispatch: an early item dropped from a full early buffer dooms its transaction, refused
+/// when its dispatch comes (this shape once kept leaders far apart to avoid a stall there,
+/// fixed in 2f7ea76).
 pub fn refusing(seed: u64) -> SimConfig {
-    let mut c = cross(seed).per_link_delays(50, 400, 50).peer_link_delays(1_500, 4_000, 20);
+    let mut c = cross(seed);
     c.leader.max_pending = 1 + (seed % 3) as usize;
     c
 }

@@ -1,44 +1,11 @@
-//! What the hosted-workload test files share: running a replicated seed with a rerun command
-//! on failure, the sweeps' seeds, and the run and fault knobs drawn from a seed.
+//! What the hosted-workload test files share: the run and fault knobs drawn from a seed (the
+//! seed runner is `common`'s).
 
 #![allow(dead_code)] // each test file uses a subset
 
-use luigi_sim::{
-    failover_config, run_replicated, Delay, FailoverReport, FaultConfig, KillPoint, Outage, SimConfig, SEED_ENV,
-    TRACE_ENV,
-};
+use luigi_sim::{failover_config, Delay, FaultConfig, KillPoint, Outage, SimConfig};
 
-use crate::common;
-
-/// Runs `config` over Raft groups with `faults`; on a violation (or a panic), fails with it
-/// and the command that reruns the seed.
-pub fn must_pass(file: &str, test: &str, config: SimConfig, faults: &FaultConfig) -> FailoverReport {
-    let seed = config.seed;
-    let config = common::traced(config);
-    let rerun = format!(
-        "rerun this seed alone: {SEED_ENV}={seed} cargo test -p luigi-sim --test {file} {test} -- --nocapture \
-         (add {TRACE_ENV}=1 for every event)"
-    );
-    match std::panic::catch_unwind(|| run_replicated(&config, faults)) {
-        Ok(Ok(report)) => report,
-        Ok(Err(v)) => panic!("{test}: {v}\n  {rerun}"),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            panic!("{test}: seed {seed} panicked: {what}\n  {rerun}")
-        }
-    }
-}
-
-pub use crate::common::sweep;
-
-/// True when `LUIGI_SIM_SEED` picks one seed (sweep-wide assertions are skipped then).
-pub fn one_seed() -> bool {
-    std::env::var(SEED_ENV).is_ok()
-}
+pub use crate::common::{must_pass_replicated as must_pass, one_seed, sweep};
 
 /// How long a healed cluster with snapshots may take to converge, virtual µs. A follower
 /// behind its leader's compaction needs a snapshot transfer, and on lossy links each lost
