@@ -48,6 +48,27 @@ pub enum ClientError {
     /// The client's driver task has stopped.
     #[error("client is shut down")]
     Closed,
+    /// The transaction's pieces cannot be sent (no participant, two pieces for one shard, or
+    /// a shard the cluster does not have); nothing was sent.
+    #[error("invalid transaction: {0}")]
+    Invalid(String),
+}
+
+/// Why `pieces` cannot make a transaction of a cluster of `shards` shards, if they cannot.
+fn check_pieces(pieces: &[ShardPiece], shards: u32) -> Result<(), ClientError> {
+    if pieces.is_empty() {
+        return Err(ClientError::Invalid("it names no key, so no shard takes part".into()));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for p in pieces {
+        if p.shard >= shards {
+            return Err(ClientError::Invalid(format!("a piece names shard {}; the cluster has {shards}", p.shard)));
+        }
+        if !seen.insert(p.shard) {
+            return Err(ClientError::Invalid(format!("two pieces name shard {}", p.shard)));
+        }
+    }
+    Ok(())
 }
 
 struct Request {
@@ -198,6 +219,9 @@ impl Client {
         args: Vec<u8>,
         pieces: Vec<ShardPiece>,
     ) -> Result<Completion, ClientError> {
+        // The client core refuses such pieces by panicking (a caller's bug there); here they
+        // are the library user's input.
+        check_pieces(&pieces, self.partitioner.shards())?;
         let (done, rx) = oneshot::channel();
         let req = Request { procedure: procedure.to_string(), args, pieces, done };
         self.requests.send(req).await.map_err(|_| ClientError::Closed)?;
@@ -445,5 +469,26 @@ impl Driver {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use luigi_proto::types::KeySet;
+
+    fn piece(shard: ShardId) -> ShardPiece {
+        ShardPiece { shard, keys: KeySet::default() }
+    }
+
+    /// A library user's malformed pieces get a clear error before anything is sent, never a
+    /// panic of the client's driver (which would stop every later transaction).
+    #[test]
+    fn malformed_pieces_are_refused_with_what_is_wrong() {
+        assert!(check_pieces(&[piece(0), piece(1)], 2).is_ok());
+        let err = |pieces: &[ShardPiece]| check_pieces(pieces, 2).unwrap_err().to_string();
+        assert!(err(&[]).contains("no shard takes part"), "{}", err(&[]));
+        assert!(err(&[piece(1), piece(1)]).contains("two pieces name shard 1"));
+        assert!(err(&[piece(0), piece(2)]).contains("names shard 2; the cluster has 2"));
     }
 }

@@ -86,10 +86,12 @@ fn caught(
 fn a_coordinator_that_trusts_unproven_answers_is_caught() {
     caught(
         "a_coordinator_that_trusts_unproven_answers_is_caught",
-        12..20,
+        60..101,
         KillPoint::SpeculativeAnswer,
         0.0,
-        // A told result the committed logs do not hold (seed 19).
+        // A told result the committed logs do not hold (seeds 63, 79 and 100; seed 19 of
+        // 12..20 until issue 26's marker reports and the clients' early resends on link
+        // changes moved the traces; 16 of 12..300 catch it now).
         Catch::Kind(ViolationKind::NotDurable),
         |c| c.coordinator.mutations.trust_unproven_answers = true,
     );
@@ -114,10 +116,12 @@ fn a_leader_that_hides_its_answers_positions_is_caught() {
 fn progress_reports_of_another_term_taken_as_proof_are_caught() {
     caught(
         "progress_reports_of_another_term_taken_as_proof_are_caught",
-        12..20,
+        60..101,
         KillPoint::SpeculativeAnswer,
         0.0,
-        // A told result the committed logs do not hold (seed 19).
+        // A told result the committed logs do not hold (seeds 79 and 100; seed 19 of 12..20
+        // until issue 26's marker reports and the clients' early resends on link changes
+        // moved the traces; 14 of 12..300 catch it now).
         Catch::Kind(ViolationKind::NotDurable),
         |c| c.coordinator.mutations.accept_reports_of_any_term = true,
     );

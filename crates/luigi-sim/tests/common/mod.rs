@@ -225,6 +225,7 @@ pub fn caught_as(
             continue;
         }
         caught += 1;
+        eprintln!("{test}: seed {seed}: caught as {catch:?}");
         if first.is_none() {
             let control = trial(seed);
             must_pass_in(file, test, &control.config, &control.world);
