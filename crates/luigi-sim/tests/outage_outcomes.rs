@@ -121,7 +121,10 @@ fn minute_long_outage() {
     let seed = 7_100;
     let down_us = 70_000_000;
     let (mut config, faults) = outage(seed, down_us, CLIENTS, 230_000);
-    let fifo = std::env::var("LUIGI_OUTAGE_FIFO").ok().map(|v| v.parse().expect("LUIGI_OUTAGE_FIFO: a number"));
+    let fifo = std::env::var("LUIGI_OUTAGE_FIFO")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(|v| v.parse().expect("LUIGI_OUTAGE_FIFO: a number"));
     config.leader.mutations.outcomes_fifo = fifo;
     let started = std::time::Instant::now();
     match run_replicated(&config, &faults) {
