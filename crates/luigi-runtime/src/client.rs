@@ -10,10 +10,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::wire::WireMsg;
 use luigi_node::ClientRoutes;
 use luigi_protocol::coordinator::fast::FanOut;
 use luigi_protocol::coordinator::{CommitRule, CoordinatorConfig};
-use luigi_protocol::msg::WireMsg;
 use luigi_store::Key;
 use luigi_txn::client_core::ClientCore;
 use luigi_txn::client_core::{ClientOutput, Completion, TxnOutcome};

@@ -18,7 +18,8 @@
 //! - a connection accepted on the seats kept for peers ([`on_reserve`]) may only prove it is
 //!   a peer (or ask for the status): it cannot become a client.
 
-use luigi_protocol::msg::{ReplicationMsg, WireMsg};
+use crate::wire::WireMsg;
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_txn::msg::ClientMsg;
 use luigi_txn::types::{ClientId, Protocol, ShardId};
 

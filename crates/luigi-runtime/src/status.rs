@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use luigi_protocol::msg::WireMsg;
+use crate::wire::WireMsg;
 use luigi_txn::msg::{ClientMsg, PeerClockOffset, ReplicaStatus, ServerMsg, StalledTxnInfo};
 use luigi_txn::types::ShardId;
 

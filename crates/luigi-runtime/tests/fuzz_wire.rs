@@ -7,11 +7,12 @@
 //! `PROPTEST_CASES=n` runs more cases (default 256).
 
 use bytes::BytesMut;
-use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg, SnapshotKind, SnapshotRefusal, WireMsg};
+use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg, SnapshotKind, SnapshotRefusal};
 use luigi_runtime::auth;
 use luigi_runtime::config::NodeId;
 use luigi_runtime::gate::{self, ConnAuth, GateConfig, Verdict};
 use luigi_runtime::net::codec::{decode_payload, FrameCodec};
+use luigi_runtime::wire::WireMsg;
 use luigi_txn::msg::ClientMsg;
 use luigi_txn::progress::{LogPos, ProgressReport};
 use luigi_txn::types::TxnId;

@@ -1,5 +1,5 @@
 //! Messages between clients and shard replicas, for every protocol. One enum per direction;
-//! the transport frames them in `luigi_protocol::msg::WireMsg` so every connection speaks
+//! the transport frames them in `luigi_runtime::wire::WireMsg` so every connection speaks
 //! one type.
 
 use std::sync::Arc;

@@ -19,11 +19,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use luigi_protocol::msg::{ReplicationMsg, WireMsg};
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_runtime::auth;
 use luigi_runtime::client::Client;
 use luigi_runtime::config::{ClusterConfig, NodeId};
 use luigi_runtime::server::{ConnLimits, Server, StorageOptions};
+use luigi_runtime::wire::WireMsg;
 use luigi_txn::client_core::TxnOutcome;
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
 use luigi_txn::partition::HashPartitioner;

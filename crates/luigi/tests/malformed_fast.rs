@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use luigi_protocol::msg::WireMsg;
+use luigi_runtime::wire::WireMsg;
 use luigi_txn::msg::{ClientMsg, ServerMsg};
 use luigi_txn::types::{KeySet, Protocol, ShardPiece, Txn, TxnId};
 use luigi_workloads::procedures::{kv_args, kv_key, Kv, KvOp};

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use luigi_protocol::msg::WireMsg;
+use crate::wire::WireMsg;
 use luigi_txn::msg::ClientMsg;
 use luigi_txn::types::ClientId;
 use luigi_txn::Map;

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use luigi_protocol::msg::WireMsg;
+use crate::wire::WireMsg;
 use luigi_txn::msg::ClientMsg;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};

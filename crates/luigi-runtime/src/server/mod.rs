@@ -19,9 +19,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::wire::WireMsg;
 use anyhow::Context;
 use luigi_node::{CheckedSnapshot, Effect, NodeConfig, NodeError, ReplicaNode, SnapshotCheck};
-use luigi_protocol::msg::WireMsg;
 use luigi_raft::replica::{empty_store, InitialStore, Replica};
 use luigi_raft::{SnapshotImage, SnapshotJob};
 use luigi_txn::msg::ServerMsg;

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use luigi_protocol::msg::WireMsg;
 use luigi_runtime::client::Client;
 use luigi_runtime::net::codec::{decode_payload, encode_frame};
+use luigi_runtime::wire::WireMsg;
 use luigi_txn::client_core::TxnOutcome;
 use luigi_workloads::procedures::{account_key, Transfer, TransferArgs};
 
