@@ -14,8 +14,8 @@
 //! - [`fast`]: the fast path's order bookkeeping and a follower's accept rule.
 //! - [`log`]: the replicated-log seam and Luigi's log records.
 //! - [`msg`]: what travels between servers: peer batches (Luigi's items and, for now, the
-//!   baselines' `BaseItem`s, which share the node's peer route), the replication layer's
-//!   messages and the frame every connection speaks ([`msg::WireMsg`]).
+//!   baselines' `BaseItem`s, which share the node's peer route) and the replication layer's
+//!   messages (the frame every connection speaks is `luigi_runtime::wire::WireMsg`).
 
 #[cfg(feature = "arbitrary")]
 pub mod arbitrary;

@@ -210,7 +210,7 @@ pub enum BaseState {
     Aborted,
 }
 
-/// Server-to-server messages of the replication layer (see [`WireMsg::Replication`]).
+/// Server-to-server messages of the replication layer (framed as `luigi_runtime::wire::WireMsg::Replication`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
 pub enum ReplicationMsg {

@@ -21,7 +21,7 @@ pub enum ClientMsg {
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::client()"))]
         client: ClientId,
         /// HMAC-SHA256 of the connection's challenge under the cluster's client token, when
-        /// the cluster has one (see [`WireMsg::Challenge`]).
+        /// the cluster has one (see `luigi_runtime::wire::WireMsg::Challenge`).
         proof: Option<[u8; 32]>,
         /// The protocol the client speaks: a server of a cluster running another one closes
         /// the connection and says why.
