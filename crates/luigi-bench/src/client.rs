@@ -343,12 +343,12 @@ mod tests {
         assert_eq!(b, vec![1, 2, 4, 4, 4]);
         assert_eq!(POLICY.backoff(u32::MAX), POLICY.backoff_max, "no overflow");
         assert_eq!(POLICY.total_backoff(), Duration::from_millis(1 + 2 + 4 + 4));
-        let geo = ClusterConfig::local(1, luigi_runtime::net::wan::Scenario::Geo, &[1]);
+        let geo = ClusterConfig::local(1, luigi_wan::Scenario::Geo, &[1]);
         let p = RetryPolicy::for_cluster(&geo);
-        let mean = luigi_runtime::net::wan::Scenario::Geo.delay().mean_us;
+        let mean = luigi_wan::Scenario::Geo.delay().mean_us;
         assert_eq!(p.backoff_initial, Duration::from_micros(2 * mean).max(RetryPolicy::BACKOFF_MIN));
         assert_eq!((p.attempts_max, p.backoff_max), (5, p.backoff_initial * 16));
-        let lan = ClusterConfig::local(1, luigi_runtime::net::wan::Scenario::None, &[1]);
+        let lan = ClusterConfig::local(1, luigi_wan::Scenario::None, &[1]);
         assert_eq!(RetryPolicy::for_cluster(&lan).backoff_initial, RetryPolicy::BACKOFF_MIN);
     }
 }

@@ -239,7 +239,7 @@ fn random_secret() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use luigi_runtime::net::wan::Scenario;
+    use luigi_wan::Scenario;
 
     fn one_node() -> ClusterConfig {
         ClusterConfig::local(1, Scenario::None, &[0])

@@ -296,7 +296,7 @@ mod tests {
     use super::*;
     use crate::client::ClusterConnector;
     use luigi_runtime::config::ClusterConfig;
-    use luigi_runtime::net::wan::Scenario;
+    use luigi_wan::Scenario;
     use luigi_workloads::micro::{MicroConfig, MicroGenerator};
 
     #[test]

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, ensure};
 use luigi_runtime::config::ClusterConfig;
-use luigi_runtime::net::wan::Scenario;
 use luigi_txn::types::Protocol;
+use luigi_wan::Scenario;
 
 /// Most shards of a local cluster: each replica is a server process on this machine.
 pub const MAX_SHARDS: u32 = 64;

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use luigi_runtime::config::ClusterConfig;
-use luigi_runtime::net::wan::Scenario;
 use luigi_txn::partition::{HashPartitioner, Partitioner};
 use luigi_txn::types::{KeySet, Protocol, ShardPiece};
+use luigi_wan::Scenario;
 use luigi_workloads::micro::{micro_key, Micro, MicroOp};
 use luigi_workloads::{TxnGenerator, TxnSpec, Workload, WorkloadSpec};
 

@@ -238,7 +238,7 @@ mod tests {
                 assert!(why.contains("direct is not transactional"), "{why}");
             }
         }
-        let mut config = ClusterConfig::local(1, luigi_runtime::net::wan::Scenario::None, &[1]);
+        let mut config = ClusterConfig::local(1, luigi_wan::Scenario::None, &[1]);
         config.set_protocol(Protocol::Direct);
         let e = check_cluster(&config).unwrap_err().to_string();
         assert!(e.contains("runs direct") && e.contains("not transactional"), "{e}");

@@ -18,8 +18,8 @@ use luigi_txn::types::TimeUs;
 use crate::clock_guard::ClockGuard;
 use crate::clock_offsets::{ClockOffsets, EchoOutcome, ProbeConfig, OUTSTANDING_MAX, PROBE_INTERVAL_US};
 use crate::effect::Effect;
-use crate::routing::NodeId;
 use crate::tuning::Tuning;
+use luigi_txn::types::NodeId;
 
 /// An echo received, waiting for the next turn.
 #[derive(Clone, Copy, Debug)]

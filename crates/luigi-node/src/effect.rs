@@ -6,8 +6,8 @@ use luigi_raft::{SnapshotJob, Transition};
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::types::{ClientId, ShardId, Timestamp, TxnId};
 
-use crate::routing::NodeId;
 use crate::snapshots::SnapshotCheck;
+use luigi_txn::types::NodeId;
 
 /// One thing to do, in the order the node produced it.
 pub enum Effect {

@@ -18,7 +18,6 @@
 pub mod clock_guard;
 pub mod clock_offsets;
 pub mod clock_watch;
-pub mod delay;
 pub mod effect;
 pub mod node;
 pub mod routing;
@@ -29,7 +28,7 @@ pub mod tuning;
 
 pub use effect::{Discarded, Effect, Persist};
 pub use node::{NodeConfig, NodeError, NodeStats, ReplicaNode};
-pub use routing::{ClientRoutes, NodeId, ShardRoutes};
+pub use routing::ShardRoutes;
 pub use snapshot_transfer::{TransferConfig, TransferStats, Transfers};
 pub use snapshots::{CheckedSnapshot, SnapshotCheck};
 pub use tuning::Tuning;

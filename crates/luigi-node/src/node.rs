@@ -37,10 +37,11 @@ use luigi_txn::types::{ClientId, ShardId, TimeUs};
 
 use crate::clock_watch::ClockWatch;
 use crate::effect::{Discarded, Effect, Persist};
-use crate::routing::{NodeId, ShardRoutes};
+use crate::routing::ShardRoutes;
 use crate::snapshot_transfer::{TransferConfig, TransferEvent, TransferStats, Transfers};
 use crate::snapshots::{Cadence, CheckedSnapshot, SnapshotCheck};
 use crate::tuning::{Tuning, TICK_CATCH_UP_MAX};
+use luigi_txn::types::NodeId;
 
 /// Ready-and-turn rounds in one [`ReplicaNode::turn`] before the node counts as livelocked
 /// (each round must make progress; a few are normal).

@@ -7,9 +7,10 @@
 
 use std::collections::VecDeque;
 
-use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
+use luigi_node::{Effect, NodeConfig, ReplicaNode, Tuning};
 use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::{RecoveredState, Role};
+use luigi_txn::types::NodeId;
 
 const TICK_US: u64 = 10_000;
 const STEP_US: u64 = 2_000;

@@ -6,11 +6,12 @@
 
 use std::sync::Arc;
 
-use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
+use luigi_node::{Effect, NodeConfig, ReplicaNode, Tuning};
 use luigi_protocol::leader::admissible::Admission;
 use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::RecoveredState;
 use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::NodeId;
 use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
 use proptest::prelude::*;
 

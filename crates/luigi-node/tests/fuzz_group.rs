@@ -26,13 +26,14 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
-use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
+use luigi_node::{Effect, NodeConfig, ReplicaNode, Tuning};
 use luigi_protocol::arbitrary as arb;
 use luigi_protocol::leader::admissible::Admission;
 use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::RecoveredState;
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
 use luigi_txn::procedure::Registry;
+use luigi_txn::types::NodeId;
 use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
 use luigi_workloads::procedures::{kv_args, kv_key, Kv, KvOp};
 use proptest::prelude::*;

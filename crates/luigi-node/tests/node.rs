@@ -3,11 +3,13 @@
 //! leader announcement, routing of agreement batches by `LeaderIs`, snapshot offers, and the
 //! client's routing rules.
 
-use luigi_node::{ClientRoutes, Effect, NodeConfig, NodeId, ReplicaNode, ShardRoutes, Tuning};
+use luigi_node::{Effect, NodeConfig, ReplicaNode, ShardRoutes, Tuning};
 use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg};
 use luigi_raft::replica::Transition;
 use luigi_raft::{decode_message, HardState, RecoveredState};
+use luigi_txn::client_core::ClientRoutes;
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
+use luigi_txn::types::NodeId;
 use luigi_txn::types::{Protocol, Txn, TxnId};
 
 const TICK_US: u64 = 10_000;

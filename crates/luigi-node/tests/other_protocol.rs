@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
+use luigi_node::{Effect, NodeConfig, ReplicaNode, Tuning};
 use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::{LogEntry, ReplicatedLog};
 use luigi_protocol::msg::{PeerBatch, ReplicationMsg};
@@ -20,6 +20,7 @@ use luigi_raft::{
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, ServerMsg, TxnError, TxnReply};
+use luigi_txn::types::NodeId;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 /// The counter's record: (client, sequence number, amount added).

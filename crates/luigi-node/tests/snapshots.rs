@@ -7,11 +7,12 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
+use luigi_node::{Effect, NodeConfig, ReplicaNode, Tuning};
 use luigi_protocol::msg::{ReplicationMsg, SnapshotKind};
 use luigi_raft::{decode_message, RecoveredState};
 use luigi_store::{table_key, Store};
 use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::NodeId;
 use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
 use luigi_workloads::procedures::{micro_key, Micro, MicroOp};
 

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::wire::WireMsg;
-use luigi_node::ClientRoutes;
 use luigi_protocol::coordinator::fast::FanOut;
 use luigi_protocol::coordinator::{CommitRule, CoordinatorConfig};
 use luigi_store::Key;
 use luigi_txn::client_core::ClientCore;
+use luigi_txn::client_core::ClientRoutes;
 use luigi_txn::client_core::{ClientOutput, Completion, TxnOutcome};
 use luigi_txn::msg::ClientMsg;
 use luigi_txn::partition::{split, HashPartitioner, Partitioner};

@@ -43,7 +43,7 @@ use luigi_txn::types::{Protocol, ShardId};
 use luigi_workloads::WorkloadSpec;
 use serde::{Deserialize, Serialize};
 
-use crate::net::wan::{DelayDist, DelayModel, Scenario};
+use luigi_wan::{DelayDist, DelayModel, Scenario};
 
 /// Name standing for every client in link overrides.
 pub const CLIENT_NODE: &str = "client";
@@ -193,7 +193,7 @@ pub enum ConfigError {
     },
 }
 
-pub use luigi_node::NodeId;
+pub use luigi_txn::types::NodeId;
 
 impl ClusterConfig {
     /// Reads and validates `path`.

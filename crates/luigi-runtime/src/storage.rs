@@ -16,10 +16,11 @@ use std::path::PathBuf;
 use std::sync::mpsc as std_mpsc;
 
 use anyhow::Context;
-use luigi_node::{NodeId, Persist};
+use luigi_node::Persist;
 use luigi_raft::accepts::FoundAccepts;
 use luigi_raft::disk::{DiskStorage, SnapshotWriter};
 use luigi_raft::{RecoveredState, SnapshotData};
+use luigi_txn::types::NodeId;
 use luigi_wal::{Durability, WalOptions};
 
 use crate::config::ClusterConfig;

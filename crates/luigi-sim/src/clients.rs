@@ -9,9 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use luigi_node::ClientRoutes;
 use luigi_protocol::coordinator::{CommitRule, CoordinatorConfig};
 use luigi_txn::client_core::ClientCore;
+use luigi_txn::client_core::ClientRoutes;
 use luigi_txn::client_core::{ClientOutput, Completion, TxnOutcome};
 use luigi_txn::msg::ClientMsg;
 use luigi_txn::types::{ClientId, Protocol, ShardId, TimeUs, Timestamp, TxnId};

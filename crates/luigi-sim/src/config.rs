@@ -20,7 +20,7 @@ use crate::procedure;
 
 /// A delay drawn uniformly from `[mean - jitter, mean + jitter]` microseconds (never
 /// negative): the server's own delay model.
-pub use luigi_node::delay::DelayDist as Delay;
+pub use luigi_wan::DelayDist as Delay;
 
 /// How one directed link behaves.
 #[derive(Clone, Copy, Debug, PartialEq)]

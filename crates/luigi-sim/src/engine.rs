@@ -15,10 +15,10 @@
 
 use std::collections::HashMap;
 
-use luigi_node::NodeId;
 use luigi_protocol::msg::{ReplicationMsg, SnapshotKind};
 use luigi_txn::client_core::ClientOutput;
 use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::NodeId;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, TxnId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

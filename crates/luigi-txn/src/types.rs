@@ -1,5 +1,8 @@
 //! Identifiers and the transaction as it travels on the wire.
 
+use std::fmt;
+use std::str::FromStr;
+
 use luigi_store::Key;
 use serde::{Deserialize, Serialize};
 
@@ -361,5 +364,42 @@ mod tests {
         assert!(Access::Read.conflicts(Access::Write));
         assert!(Access::Write.conflicts(Access::Read));
         assert!(Access::Write.conflicts(Access::Write));
+    }
+}
+
+/// Identity of a server node: one replica of one shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId {
+    /// Shard.
+    pub shard: ShardId,
+    /// Replica index within the shard, from 0.
+    pub replica: u32,
+}
+
+impl NodeId {
+    /// The node's name, `s{shard}r{replica}`.
+    pub fn name(&self) -> String {
+        self.to_string()
+    }
+
+    /// The node's Raft id within its group (replica index + 1: Raft ids are non-zero).
+    pub fn raft_id(&self) -> u64 {
+        u64::from(self.replica) + 1
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "s{}r{}", self.shard, self.replica)
+    }
+}
+
+impl FromStr for NodeId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("node name '{s}' is not of the form s<shard>r<replica>, e.g. s0r0");
+        let rest = s.strip_prefix('s').ok_or_else(bad)?;
+        let (shard, replica) = rest.split_once('r').ok_or_else(bad)?;
+        Ok(NodeId { shard: shard.parse().map_err(|_| bad())?, replica: replica.parse().map_err(|_| bad())? })
     }
 }

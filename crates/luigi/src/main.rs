@@ -21,8 +21,8 @@ use luigi_bench::run::RunSpec;
 use luigi_bench::tpcc::{check_cluster, conditions_skipped, render_conditions, run_tpcc, TpccOptions, TpccRun};
 use luigi_bench::workload::micro::MicroOptions;
 use luigi_runtime::config::{ClusterConfig, NodeId};
-use luigi_runtime::net::wan::Scenario;
 use luigi_runtime::server::{Server, StorageOptions};
+use luigi_wan::Scenario;
 
 /// mimalloc instead of the system allocator: transactions are decoded on connection threads and
 /// freed on the event-loop thread, a pattern glibc's arenas handle poorly (it was about a third

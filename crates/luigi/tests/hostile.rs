@@ -482,7 +482,7 @@ fn the_default_connection_limits_fit_the_largest_local_benchmark() {
     assert!(fit.peer_reserve >= 2 * others && fit.stranger_seats() == limits.stranger_seats(), "{fit:?}");
     // A handshake (the challenge out, the hello back, each at its longest) fits several
     // times in the shorter deadline in every emulated network.
-    for scenario in luigi_runtime::net::wan::Scenario::all_wan() {
+    for scenario in luigi_wan::Scenario::all_wan() {
         let d = scenario.delay();
         let handshake = Duration::from_micros(2 * (d.mean_us + d.jitter_us));
         assert!(4 * handshake <= limits.reserve_deadline, "{scenario:?}: {handshake:?}");

@@ -17,7 +17,8 @@
 //! # Server (accept loop)
 //!
 //! ```no_run
-//! use luigi_runtime::net::{split_stream, DelayLine, DelayModel, NetConfig, Scenario};
+//! use luigi_runtime::net::{split_stream, DelayLine, NetConfig};
+//! use luigi_wan::{DelayModel, Scenario};
 //! # #[derive(serde::Serialize, serde::Deserialize)] struct Request(u64);
 //! # #[derive(serde::Serialize, serde::Deserialize)] struct Response(u64);
 //! # async fn serve() -> std::io::Result<()> {
@@ -44,7 +45,8 @@
 //! # Client (connect)
 //!
 //! ```no_run
-//! use luigi_runtime::net::{connect, DelayLine, DelayModel, NetConfig, Scenario};
+//! use luigi_runtime::net::{connect, DelayLine, NetConfig};
+//! use luigi_wan::{DelayModel, Scenario};
 //! # #[derive(serde::Serialize, serde::Deserialize)] struct Request(u64);
 //! # #[derive(serde::Serialize, serde::Deserialize)] struct Response(u64);
 //! # async fn client() -> anyhow::Result<()> {
@@ -71,7 +73,4 @@ pub use codec::{
 pub use peer::{
     connect, split_stream, NetConfig, PeerReader, PeerWriter, ReadEnd, SendError, SEND_QUEUE_FRAMES_DEFAULT,
 };
-pub use wan::{
-    now_us, DelayDist, DelayError, DelayLine, DelayLink, DelayModel, ParseScenarioError, Scenario,
-    DELAY_LINE_CAPACITY_DEFAULT,
-};
+pub use wan::{now_us, DelayError, DelayLine, DelayLink, DELAY_LINE_CAPACITY_DEFAULT};

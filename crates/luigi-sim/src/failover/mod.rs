@@ -20,7 +20,7 @@
 //!   write that must be synced); the node hears `persisted` only then. A crash loses
 //!   everything not synced. A restart builds a new node from what is durable, which replays
 //!   the committed log.
-//! - Clients route with the runtime client's rules ([`ClientRoutes`](luigi_node::ClientRoutes)): `NotLeader` hints,
+//! - Clients route with the runtime client's rules ([`ClientRoutes`](luigi_txn::client_core::ClientRoutes)): `NotLeader` hints,
 //!   newer watermarks, and the next replica when a dispatch is resent with no news.
 //!   Agreement batches go to the replica the sending node believes leads the shard.
 //! - Faults: a seeded schedule of random faults (at most one faulty replica per shard at a
@@ -52,10 +52,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use luigi_node::NodeId;
 use luigi_node::ReplicaNode;
 use luigi_raft::ShardReplica;
 use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::NodeId;
 use luigi_txn::types::{ClientId, Protocol, ShardId, Timestamp, TxnId};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

@@ -3,7 +3,7 @@
 //! crashes, restarts and cuts it.
 
 use luigi_baseline::{replicas_for, BaseReplica};
-use luigi_node::{Effect, NodeConfig, NodeError, NodeId, ReplicaNode, Tuning};
+use luigi_node::{Effect, NodeConfig, NodeError, ReplicaNode, Tuning};
 use luigi_protocol::leader::{LeaderConfig, LeaderStats, ShardLeader};
 use luigi_protocol::msg::BaseItem;
 use luigi_protocol::msg::PeerItem;
@@ -13,6 +13,7 @@ use luigi_raft::replica::Replica;
 use luigi_raft::Transition;
 use luigi_raft::{RaftLog, RecoveredState, ShardReplica};
 use luigi_txn::msg::ServerMsg;
+use luigi_txn::types::NodeId;
 use luigi_txn::types::{Protocol, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_wal::{Durability, SimFs, WalOptions};
 use std::collections::{HashMap, HashSet, VecDeque};

@@ -7,9 +7,11 @@
 //! cluster's protocol is `luigi_baseline::client_for`, beside the replicas' `replicas_for`.
 
 mod outputs;
+pub mod routes;
 pub mod table;
 
 pub use outputs::{ClientOutput, Completion, TxnOutcome, NOT_LEADER_RESENDS_MAX, UNRESOLVED_MAX};
+pub use routes::ClientRoutes;
 
 pub use table::{DispatchTo, Flight, FlightCounts, FlightPolicy, InFlightTable, Reported, RetryKnobs};
 

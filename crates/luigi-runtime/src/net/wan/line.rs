@@ -14,7 +14,8 @@ use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc::OwnedPermit;
 
 use super::link::{DelayLink, LinkInner, LinkState};
-use super::{now_us, DelayDist};
+use super::now_us;
+use luigi_wan::DelayDist;
 
 /// Default bound on frames held by one [`DelayLine`].
 pub const DELAY_LINE_CAPACITY_DEFAULT: usize = 1_000_000;

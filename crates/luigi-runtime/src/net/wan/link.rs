@@ -10,9 +10,10 @@ use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc::OwnedPermit;
 
 use super::line::{DelayError, Pending, Shared};
+use super::now_us;
 #[cfg(doc)]
 use super::DelayLine;
-use super::{now_us, DelayDist};
+use luigi_wan::DelayDist;
 
 pub(super) struct LinkState {
     pub(super) rng: ChaCha8Rng,

@@ -35,7 +35,6 @@
 
 mod line;
 mod link;
-mod model;
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -45,7 +44,6 @@ use tokio::sync::mpsc::OwnedPermit;
 
 pub use line::{DelayError, DelayLine, DELAY_LINE_CAPACITY_DEFAULT};
 pub use link::DelayLink;
-pub use model::{DelayDist, DelayModel, ParseScenarioError, Scenario};
 
 /// Microseconds elapsed since a process-wide anchor (the first call).
 ///

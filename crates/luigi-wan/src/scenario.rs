@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use luigi_node::delay::DelayDist;
+use crate::delay::DelayDist;
 
 /// Named WAN deployments (uniform one-way delay between every pair of nodes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
