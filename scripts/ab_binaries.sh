@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Two builds of `luigi`, side by side in one session: for a change that claims to cost
+# nothing (a refactor), throughput and CPU per committed transaction of micro and TPC-C on
+# 1x3 and 2x3 (`--net none`, fsync, 2 threads x 200 in flight, 10 s after 2 s warm-up),
+# A then B, PAIRS times per shape, so the machine's drift hits both alike. CPU is the user +
+# system time of the whole `luigi bench` process tree (servers and clients share it), from
+# /usr/bin/time; "CPU us/txn" is that over the committed transactions of the measured
+# window plus the warm-up's (an upper bound: setup CPU is included).
+#
+# Usage: A_LABEL=what B_LABEL=what scripts/ab_binaries.sh A_BIN B_BIN [OUT]   (PAIRS=2 by default;
+# the labels, e.g. the commits the binaries were built from, go into the header)
+# Results: OUT (default results/ab-binaries.txt) with the command, both binaries' commits
+# and the machine on top; the runs' JSON files beside it in OUT.d/. A failed run is
+# reported as failed and makes the script exit non-zero.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+a=$1 b=$2 out=${3:-results/ab-binaries.txt}
+pairs=${PAIRS:-2}
+dir=$out.d
+rm -rf "$dir" && mkdir -p "$dir"
+status=0
+shapes=("micro 1 3" "micro 2 3" "tpcc 1 3" "tpcc 2 3")
+run() { # label bin workload shards replicas pair
+  local label=$1 bin=$2 w=$3 s=$4 r=$5 p=$6
+  local json=$dir/$w-${s}x$r-$label-$p.json
+  local t
+  if ! t=$( { /usr/bin/time -f "%U %S" "$bin" bench "$w" --shards "$s" --replicas "$r" --threads 2 --net none \
+      --duration 10 --json "$json" > "$dir/$w-${s}x$r-$label-$p.log" 2>&1; } 2>&1 ); then
+    echo "| $w ${s}x$r | $label | pair $p | FAILED (see $dir/$w-${s}x$r-$label-$p.log) | | |"
+    status=1
+    return
+  fi
+  python3 - "$json" "$t" "$w ${s}x$r" "$label" "$p" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d = d[0] if isinstance(d, list) else d
+user, sys_ = (float(x) for x in sys.argv[2].split()[-2:])
+txns = d["committed"] * (1 + d["warmup_s"] / d["duration_s"])
+print(f"| {sys.argv[3]} | {sys.argv[4]} | pair {sys.argv[5]} | {d['throughput_tps']:,.0f} | {user + sys_:.1f} | {1e6 * (user + sys_) / txns:,.0f} |")
+PY
+}
+{
+  echo "# scripts/ab_binaries.sh $a $b (PAIRS=$pairs)"
+  echo "# A: $a (${A_LABEL:-unlabelled}), B: $b (${B_LABEL:-unlabelled}); tree at $(git rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "# machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -sr)"
+  echo
+  echo "| shape | build | pair | tx/s | CPU s | CPU us/txn |"
+  echo "|---|---|---|---|---|---|"
+  for shape in "${shapes[@]}"; do
+    read -r w s r <<< "$shape"
+    for ((p = 1; p <= pairs; p++)); do
+      run A "$a" "$w" "$s" "$r" "$p"
+      run B "$b" "$w" "$s" "$r" "$p"
+    done
+  done
+} | tee "$out"
+exit "$status"
