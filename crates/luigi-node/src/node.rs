@@ -30,10 +30,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::msg::{PeerBatch, SnapshotKind, TransferId};
-use luigi_proto::types::{ShardId, TimeUs};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::msg::{PeerBatch, SnapshotKind, TransferId};
 use luigi_raft::{RecoveredState, ReplicaSetup, ShardReplica, SnapshotDecoder, StateBox};
+use luigi_txn::types::{ShardId, TimeUs};
 
 use crate::clock_watch::ClockWatch;
 use crate::routing::{NodeId, ShardRoutes};

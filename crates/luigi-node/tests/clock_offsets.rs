@@ -8,8 +8,7 @@
 use std::collections::VecDeque;
 
 use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
-use luigi_proto::msg::ReplicationMsg;
-use luigi_proto::procedure::Registry;
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::{RecoveredState, Role};
 
 const TICK_US: u64 = 10_000;
@@ -35,7 +34,7 @@ impl Group {
             let mut tuning = Tuning::for_delay(1_000, 100);
             tuning.raft_tick_us = TICK_US;
             tuning.max_clock_offset_us = BOUND_US;
-            NodeConfig::new(NodeId { shard: 0, replica }, vec![3], 7, tuning, Registry::with_builtins())
+            NodeConfig::new(NodeId { shard: 0, replica }, vec![3], 7, tuning, luigi_workloads::procedures::builtins())
         };
         let mut nodes: Vec<ReplicaNode> =
             (0..3).map(|r| ReplicaNode::new(config(r), RecoveredState::default()).unwrap()).collect();

@@ -2,8 +2,8 @@
 //! the group's undecided accepts and their answers, and the accept log (its records written
 //! with the log's persistence, the answers that wait for them).
 
-use luigi_proto::msg::ReplicationMsg;
-use luigi_proto::types::TimeUs;
+use luigi_protocol::msg::ReplicationMsg;
+use luigi_txn::types::TimeUs;
 
 use super::outputs::HeldMsg;
 use super::{NodeError, ReplicaNode};

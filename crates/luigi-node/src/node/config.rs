@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use luigi_proto::leader::LeaderConfig;
-use luigi_proto::procedure::Registry;
+use luigi_protocol::leader::LeaderConfig;
 use luigi_raft::replica::{empty_store, InitialStore, LuigiReplicas};
 use luigi_raft::{RaftConfig, RaftError, ReplicaFactory};
+use luigi_txn::procedure::Registry;
 
 use crate::routing::NodeId;
 use crate::snapshot_transfer::TransferConfig;

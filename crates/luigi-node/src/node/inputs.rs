@@ -2,9 +2,10 @@
 //! replication messages (Raft, snapshot transfers, fast-path accepts, clock probes, leader
 //! announcements) and the links coming up or going.
 
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg, SnapshotKind};
-use luigi_proto::types::{ClientId, ShardId, TimeUs};
+use luigi_protocol::msg::{PeerBatch, ReplicationMsg, SnapshotKind};
 use luigi_raft::RaftError;
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::{ClientId, ShardId, TimeUs};
 
 use super::accepts::AcceptsQuestion;
 use super::ReplicaNode;

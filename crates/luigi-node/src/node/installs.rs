@@ -4,9 +4,9 @@
 //! ask for turned into effects, Raft told how each install went, and the checks of what was
 //! received.
 
-use luigi_proto::msg::SnapshotKind;
-use luigi_proto::types::TimeUs;
+use luigi_protocol::msg::SnapshotKind;
 use luigi_raft::SnapshotData;
+use luigi_txn::types::TimeUs;
 
 use super::{replica_of, PendingCheck, ReplicaNode, SnapshotCrc};
 use crate::effect::Effect;

@@ -3,10 +3,11 @@
 //! records; Raft's messages (a snapshot's as a transfer); agreement batches through their
 //! routes.
 
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::msg::{PeerBatch, PeerItem, ReplicationMsg, ServerMsg};
-use luigi_proto::types::ShardId;
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg};
 use luigi_raft::OutMessage;
+use luigi_txn::msg::ServerMsg;
+use luigi_txn::types::ShardId;
 
 use super::{replica_of, ReplicaNode};
 use crate::effect::Effect;

@@ -1,9 +1,10 @@
 //! This replica's progress reports (rule 14): a follower's last durable acknowledgement, a
 //! leader's commit index, sent to every connected client and to the other shards' leaders.
 
-use luigi_proto::msg::{PeerBatch, PeerItem, ServerMsg};
-use luigi_proto::progress::{LogPos, ProgressReport};
-use luigi_proto::types::{ShardId, TimeUs};
+use luigi_protocol::msg::{PeerBatch, PeerItem};
+use luigi_txn::msg::ServerMsg;
+use luigi_txn::progress::{LogPos, ProgressReport};
+use luigi_txn::types::{ShardId, TimeUs};
 
 use super::ReplicaNode;
 use crate::effect::Effect;

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use luigi_proto::msg::SnapshotKind;
+use luigi_protocol::msg::SnapshotKind;
 use luigi_raft::{RaftError, SnapshotImage};
 
 use super::{replica_of, NodeError, ReplicaNode, Restored, SnapshotCrc};

@@ -21,10 +21,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use luigi_node::{CheckedSnapshot, Effect, NodeConfig, NodeError, ReplicaNode, SnapshotCheck};
-use luigi_proto::msg::{ServerMsg, WireMsg};
-use luigi_proto::procedure::Registry;
+use luigi_protocol::msg::WireMsg;
 use luigi_raft::replica::{empty_store, InitialStore, Replica};
 use luigi_raft::{SnapshotImage, SnapshotJob};
+use luigi_txn::msg::ServerMsg;
+use luigi_txn::procedure::Registry;
 use luigi_wal::Durability;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
