@@ -434,7 +434,9 @@ fn a_replicated_counter_elects_replicates_and_catches_up_by_snapshot_under_the_n
     g.cut[2] = false;
     for _ in 0..400 {
         g.step();
-        if g.nodes[2].stats().snapshots_installed > 0 && g.nodes[2].transfers_in_flight() == (0, 0) {
+        if g.nodes[2].stats().snapshots_installed > 0
+            && g.nodes[2].transfers_in_flight() == luigi_node::node::InFlight::default()
+        {
             break;
         }
     }

@@ -214,7 +214,9 @@ fn a_follower_behind_the_leaders_compaction_catches_up_through_a_snapshot_in_chu
     g.to_two.clear();
     for _ in 0..400 {
         g.step();
-        if g.nodes[2].stats().snapshots_installed > 0 && g.nodes[2].transfers_in_flight() == (0, 0) {
+        if g.nodes[2].stats().snapshots_installed > 0
+            && g.nodes[2].transfers_in_flight() == luigi_node::node::InFlight::default()
+        {
             break;
         }
     }

@@ -1,0 +1,134 @@
+//! What a node is ([`NodeConfig`]: its place in the cluster, its tuning, its protocol) and
+//! why it cannot go on ([`NodeError`]).
+
+use std::sync::Arc;
+
+use luigi_protocol::leader::LeaderConfig;
+use luigi_raft::replica::{empty_store, InitialStore, LuigiReplicas};
+use luigi_raft::{RaftConfig, RaftError, ReplicaFactory};
+use luigi_txn::procedure::Registry;
+
+use crate::snapshot_transfer::TransferConfig;
+use crate::tuning::Tuning;
+use luigi_txn::types::NodeId;
+/// What a node is and how it is tuned.
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// This node.
+    pub node: NodeId,
+    /// Replicas of each shard, by shard.
+    pub replicas: Vec<u32>,
+    /// The cluster's seed (Raft's election timeouts are drawn from it).
+    pub seed: u64,
+    /// Every timeout.
+    pub tuning: Tuning,
+    /// The shard leader's configuration (its shard, shard count and timeouts are set from
+    /// the fields above by [`NodeConfig::new`]).
+    pub leader: LeaderConfig,
+    /// The stored procedures.
+    pub registry: Registry,
+    /// The shard's state before its log's first entry (empty unless a workload populates it,
+    /// see [`NodeConfig::with_initial`]).
+    pub initial: InitialStore,
+    /// The snapshot transfers' parameters ([`TransferConfig::new`] over `tuning`).
+    pub transfers: TransferConfig,
+    /// The protocol: builds the replica's state machine and its Raft log (default:
+    /// Luigi's, [`LuigiReplicas`]; see [`NodeConfig::with_protocol`]).
+    pub protocol: Arc<dyn ReplicaFactory>,
+}
+
+impl NodeConfig {
+    /// The configuration of `node` in a cluster with `replicas[s]` replicas in shard `s`.
+    pub fn new(node: NodeId, replicas: Vec<u32>, seed: u64, tuning: Tuning, registry: Registry) -> Self {
+        let mut leader = LeaderConfig::new(node.shard, replicas.len() as u32);
+        leader.floor_lookahead_us = tuning.floor_lookahead_us;
+        leader.recover_after_us = tuning.recover_after_us;
+        leader.max_ahead_us = tuning.max_ahead_us();
+        leader.answer_expiry_us = tuning.answer_expiry_us;
+        leader.group_sizes = replicas.clone();
+        let transfers = TransferConfig::new(&tuning);
+        NodeConfig {
+            node,
+            replicas,
+            seed,
+            tuning,
+            leader,
+            registry,
+            initial: empty_store(),
+            transfers,
+            protocol: Arc::new(LuigiReplicas),
+        }
+    }
+
+    /// The same, running `protocol`'s replicas instead of Luigi's.
+    pub fn with_protocol(mut self, protocol: Arc<dyn ReplicaFactory>) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// The same, starting from the store `initial` builds (a workload's population) instead
+    /// of an empty one.
+    pub fn with_initial(mut self, initial: InitialStore) -> Self {
+        self.initial = initial;
+        self
+    }
+
+    /// Replicas in this node's group.
+    pub fn group_size(&self) -> u32 {
+        self.replicas[self.node.shard as usize]
+    }
+
+    /// The Raft configuration: every replica of a group draws from the same seed (see
+    /// [`luigi_raft::RaftLog`], "Determinism").
+    pub fn raft(&self) -> RaftConfig {
+        let voters: Vec<u64> = (1..=u64::from(self.group_size())).collect();
+        let mut rc =
+            RaftConfig::new(self.node.raft_id(), voters, self.seed ^ u64::from(self.node.shard).rotate_left(40));
+        rc.election_ticks = self.tuning.election_ticks;
+        rc.election_spacing_ticks = self.tuning.election_spacing_ticks;
+        // A snapshot's data travels in chunks (`snapshot_transfer`), never inside a message.
+        rc.external_snapshots = true;
+        rc
+    }
+}
+
+/// Why a node cannot go on. The shell stops it (the server exits with the message; the
+/// simulator reports a violation).
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Its configuration is wrong.
+    #[error("node {node}: {reason}")]
+    Config {
+        /// The node.
+        node: NodeId,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The log or the state machine failed (a lost entry, a snapshot that does not load, a
+    /// bad record).
+    #[error("node {node}: {what}: {source}")]
+    Raft {
+        /// The node.
+        node: NodeId,
+        /// What it was doing.
+        what: &'static str,
+        /// The error.
+        source: RaftError,
+    },
+    /// Its accept log holds a record it cannot read (see `luigi-raft`'s `accepts`).
+    #[error("node {node}: its fast-path accept log is damaged: {reason}")]
+    Accepts {
+        /// The node.
+        node: NodeId,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The node keeps producing work without settling (a bug).
+    #[error("node {node}: the log never settles ({rounds} rounds in one turn)")]
+    Livelock {
+        /// The node.
+        node: NodeId,
+        /// Rounds run.
+        rounds: usize,
+    },
+}
