@@ -55,6 +55,7 @@ use crate::Map;
 use admission::Floors;
 use agreement::Agreement;
 use answers::Answers;
+use dispatch::Dispatch;
 use queue::HoldQueue;
 use speculation::Speculation;
 
@@ -626,7 +627,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
                 let arrival_delta_us = crate::msg::arrival_delta_us(now, sent_us);
                 self.forget_acked(txn.id.client, acked_below);
-                self.on_dispatch(now, txn, arrival_delta_us, acked_below, fast, out);
+                self.on_dispatch(now, Dispatch { txn, arrival_delta_us, acked_below, asked_fast: fast }, out);
             }
             ClientMsg::Status => {} // answered by the shell, which sees the whole replica
         }
