@@ -8,7 +8,7 @@
 
 pub mod table;
 
-pub use table::{DispatchTo, Flight, FlightCounts, FlightPolicy, InFlightTable, Reported, RetryKnobs};
+pub use table::{DispatchTo, Flight, FlightCounts, FlightPolicy, InFlightTable, InvalidPieces, Reported, RetryKnobs};
 
 use crate::coordinator::CoordOutput;
 use crate::msg::ServerMsg;
@@ -63,7 +63,8 @@ pub trait ClientCore: Send {
     /// The protocol it speaks.
     fn protocol(&self) -> Protocol;
 
-    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant).
+    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant);
+    /// refuses malformed pieces ([`InFlightTable::issue`]) without sending anything.
     fn submit(
         &mut self,
         now: TimeUs,
@@ -71,7 +72,7 @@ pub trait ClientCore: Send {
         args: Vec<u8>,
         pieces: Vec<ShardPiece>,
         out: &mut Vec<CoordOutput>,
-    ) -> TxnId;
+    ) -> Result<TxnId, InvalidPieces>;
 
     /// Handles a message from a server.
     fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<CoordOutput>);

@@ -1,7 +1,7 @@
 //! The coordinator as the shells see it: Luigi's [`ClientCore`].
 
 use super::{CoordOutput, Coordinator};
-use crate::client_core::{ClientCore, ClientCounters, FlightsView};
+use crate::client_core::{ClientCore, ClientCounters, FlightsView, InvalidPieces};
 use crate::msg::ServerMsg;
 use crate::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, TxnId};
 
@@ -21,7 +21,7 @@ impl ClientCore for Coordinator {
         args: Vec<u8>,
         pieces: Vec<ShardPiece>,
         out: &mut Vec<CoordOutput>,
-    ) -> TxnId {
+    ) -> Result<TxnId, InvalidPieces> {
         Coordinator::submit(self, now, procedure, args, pieces, out)
     }
 
