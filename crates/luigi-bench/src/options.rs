@@ -198,8 +198,15 @@ impl BenchOptions {
     }
 
     /// Every rule that needs no file system.
-    #[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
     fn check_ranges(&self) -> anyhow::Result<()> {
+        self.check_cluster_shape()?;
+        self.check_load()?;
+        self.check_times()
+    }
+
+    /// The local cluster's shape: options only a local cluster takes, its shards and
+    /// replicas, its network scenarios.
+    fn check_cluster_shape(&self) -> anyhow::Result<()> {
         if self.cluster.is_some() {
             let local_only: Vec<&str> = [
                 ("--shards", self.shards.is_some()),
@@ -250,6 +257,11 @@ impl BenchOptions {
         if let Some(net) = &self.net {
             ensure!(!net.is_empty(), "invalid --net: give at least one network scenario");
         }
+        Ok(())
+    }
+
+    /// The offered load: client threads, transactions outstanding per thread and in all.
+    fn check_load(&self) -> anyhow::Result<()> {
         ensure!(!self.threads.is_empty(), "invalid --threads: give at least one thread count");
         // The whole list, before the first run starts.
         for &threads in &self.threads {
@@ -291,6 +303,11 @@ impl BenchOptions {
                 )
             )
         );
+        Ok(())
+    }
+
+    /// The measured interval, the warm-up and the headroom.
+    fn check_times(&self) -> anyhow::Result<()> {
         ensure!(
             self.duration_s.is_finite() && (MIN_DURATION_S..=MAX_SECONDS).contains(&self.duration_s),
             invalid(
