@@ -184,23 +184,13 @@ impl Group {
 
     /// Notes replies and executions among what the replicas' effects left.
     fn note(&mut self, seen: Vec<Seen>) -> Result<(), TestCaseError> {
-        for Seen { effect, .. } in seen {
-            match effect {
-                Effect::ToClient { client, msg } => self.reply(client, msg)?,
-                Effect::Executed { id, .. } => {
+        for s in seen {
+            match s {
+                Seen::ToClient { client, msg, .. } => self.reply(client, msg)?,
+                Seen::Executed { id, .. } => {
                     self.executed.insert(id);
                 }
-                Effect::ToClients { .. }
-                | Effect::ToAllClients { .. }
-                | Effect::ToPeer { .. }
-                | Effect::Replicate { .. }
-                | Effect::Persist(_)
-                | Effect::MakeSnapshot(_)
-                | Effect::CheckSnapshot(_)
-                | Effect::MarkDamaged { .. }
-                | Effect::SaveSnapshot(_)
-                | Effect::Discard(_)
-                | Effect::Transition(_) => {}
+                Seen::Transition { .. } | Seen::HeldCheck { .. } => {}
             }
         }
         Ok(())

@@ -13,7 +13,7 @@ mod common;
 
 use bytes::Bytes;
 use common::{MiniCluster, Seen};
-use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
+use luigi_node::{NodeConfig, NodeId, ReplicaNode, Tuning};
 use luigi_proto::leader::LeaderOutput;
 use luigi_proto::log::{LogEntry, ReplicatedLog};
 use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, TxnError, TxnReply};
@@ -306,22 +306,11 @@ impl Group {
 
     /// Notes the replies and transitions among what the replicas' effects left.
     fn note(&mut self, seen: Vec<Seen>) {
-        for Seen { replica, effect } in seen {
-            match effect {
-                Effect::ToClient { msg: ServerMsg::Reply(reply), .. } => self.replies.push((replica, reply)),
-                Effect::Transition(t) => self.transitions.push((replica, t)),
-                Effect::ToClient { .. }
-                | Effect::ToClients { .. }
-                | Effect::ToAllClients { .. }
-                | Effect::ToPeer { .. }
-                | Effect::Replicate { .. }
-                | Effect::Persist(_)
-                | Effect::SaveSnapshot(_)
-                | Effect::MakeSnapshot(_)
-                | Effect::CheckSnapshot(_)
-                | Effect::MarkDamaged { .. }
-                | Effect::Discard(_)
-                | Effect::Executed { .. } => {}
+        for s in seen {
+            match s {
+                Seen::ToClient { replica, msg: ServerMsg::Reply(reply), .. } => self.replies.push((replica, reply)),
+                Seen::Transition { replica, transition } => self.transitions.push((replica, transition)),
+                Seen::ToClient { .. } | Seen::Executed { .. } | Seen::HeldCheck { .. } => {}
             }
         }
     }

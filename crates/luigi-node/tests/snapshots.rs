@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{MiniCluster, Seen};
-use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
+use luigi_node::{NodeConfig, NodeId, ReplicaNode, Tuning};
 use luigi_proto::msg::{ClientMsg, ReplicationMsg, SnapshotKind};
 use luigi_proto::procedure::Registry;
 use luigi_proto::procedures::{micro_key, Micro, MicroOp};
@@ -79,23 +79,12 @@ impl Group {
 
     /// Holds replica 2's snapshot checks among what its effects left, if they take time.
     fn note(&mut self, seen: Vec<Seen>) {
-        for Seen { effect, .. } in seen {
-            match effect {
-                Effect::CheckSnapshot(check) => {
-                    self.held_checks.push(HeldCheck { at: self.now + self.check_two_us, check })
+        for s in seen {
+            match s {
+                Seen::HeldCheck { check, .. } => {
+                    self.held_checks.push(HeldCheck { at: self.now + self.check_two_us, check });
                 }
-                Effect::ToClient { .. }
-                | Effect::ToClients { .. }
-                | Effect::ToAllClients { .. }
-                | Effect::ToPeer { .. }
-                | Effect::Replicate { .. }
-                | Effect::Persist(_)
-                | Effect::SaveSnapshot(_)
-                | Effect::MakeSnapshot(_)
-                | Effect::MarkDamaged { .. }
-                | Effect::Discard(_)
-                | Effect::Transition(_)
-                | Effect::Executed { .. } => {}
+                Seen::ToClient { .. } | Seen::Executed { .. } | Seen::Transition { .. } => {}
             }
         }
     }

@@ -8,8 +8,10 @@
 
 use std::collections::VecDeque;
 
-use luigi_node::{Effect, NodeId, ReplicaNode};
-use luigi_proto::msg::ReplicationMsg;
+use luigi_node::{Effect, NodeId, ReplicaNode, SnapshotCheck};
+use luigi_proto::msg::{ReplicationMsg, ServerMsg};
+use luigi_proto::types::{ClientId, TxnId};
+use luigi_raft::Transition;
 
 /// Rounds of effects a replica may produce in a row (each persist or snapshot answered
 /// leads to another turn) before it counts as never settling.
@@ -25,13 +27,38 @@ pub struct InFlight {
     pub msg: ReplicationMsg,
 }
 
-/// An effect the executor leaves to the test, with the replica that produced it.
-pub struct Seen {
-    /// The replica.
-    pub replica: u32,
-    /// Its effect: a message to clients or peers, an execution, a transition, a snapshot to
-    /// save or a state to discard.
-    pub effect: Effect,
+/// What the executor leaves to the test of a replica's effects.
+pub enum Seen {
+    /// A message to a client.
+    ToClient {
+        /// The replica that sent it.
+        replica: u32,
+        /// The client.
+        client: ClientId,
+        /// The message.
+        msg: ServerMsg,
+    },
+    /// An execution.
+    Executed {
+        /// The replica that executed it.
+        replica: u32,
+        /// The transaction.
+        id: TxnId,
+    },
+    /// The replica started or stopped serving.
+    Transition {
+        /// The replica.
+        replica: u32,
+        /// Which way.
+        transition: Transition,
+    },
+    /// A snapshot check of a replica whose checks the test holds (`hold_checks`).
+    HeldCheck {
+        /// The replica.
+        replica: u32,
+        /// The check, to run and hand back.
+        check: SnapshotCheck,
+    },
 }
 
 /// One message delivered (see [`MiniCluster::deliver_one`]).
@@ -142,8 +169,8 @@ impl MiniCluster {
             Effect::MakeSnapshot(job) => {
                 node.snapshot_made(job.run(), again).map_err(|e| format!("replica {r}'s snapshot: {e}"))?;
             }
-            effect @ Effect::CheckSnapshot(_) if self.hold_checks[r as usize] => {
-                seen.push(Seen { replica: r, effect });
+            Effect::CheckSnapshot(check) if self.hold_checks[r as usize] => {
+                seen.push(Seen::HeldCheck { replica: r, check });
             }
             Effect::CheckSnapshot(check) => {
                 if let Err(why) = node.snapshot_checked(check.run(), again) {
@@ -151,14 +178,17 @@ impl MiniCluster {
                 }
             }
             Effect::MarkDamaged { reason } => return Err(format!("replica {r} damaged: {reason}")),
-            effect @ (Effect::ToClient { .. }
-            | Effect::ToClients { .. }
+            Effect::ToClient { client, msg } => seen.push(Seen::ToClient { replica: r, client, msg }),
+            Effect::Executed { id, .. } => seen.push(Seen::Executed { replica: r, id }),
+            Effect::Transition(transition) => seen.push(Seen::Transition { replica: r, transition }),
+            // What these tests do not look at: watermarks to clients, agreement batches to
+            // other shards (a group of one shard has none to reach), snapshots saved (the
+            // replicas keep their state in memory), former states dropped.
+            Effect::ToClients { .. }
             | Effect::ToAllClients { .. }
             | Effect::ToPeer { .. }
             | Effect::SaveSnapshot(_)
-            | Effect::Discard(_)
-            | Effect::Transition(_)
-            | Effect::Executed { .. }) => seen.push(Seen { replica: r, effect }),
+            | Effect::Discard(_) => {}
         }
         Ok(())
     }
