@@ -2,10 +2,10 @@
 //! ([`replicas_for`](crate::replicas_for)). The tokio client and the simulator both call it,
 //! so each drives Luigi's coordinator or the baselines' client through [`ClientCore`] alone.
 
-use luigi_proto::base_client::{BaseClient, BaseClientConfig};
-use luigi_proto::client_core::ClientCore;
-use luigi_proto::coordinator::{Coordinator, CoordinatorConfig};
-use luigi_proto::types::Protocol;
+use crate::base_client::{BaseClient, BaseClientConfig};
+use luigi_protocol::coordinator::{Coordinator, CoordinatorConfig};
+use luigi_txn::client_core::ClientCore;
+use luigi_txn::types::Protocol;
 
 /// The client core of `protocol` for client `config.client`. Luigi's coordinator takes
 /// `config` whole; a baseline's client takes its retry knobs (`retry_timeout_us`,

@@ -1,7 +1,7 @@
 //! The baseline protocols Luigi is measured against, as sans-I/O cores like Luigi's own: an
-//! event and the time go in, [`LeaderOutput`](luigi_proto::leader::LeaderOutput)s come out,
+//! event and the time go in, [`LeaderOutput`](luigi_protocol::leader::LeaderOutput)s come out,
 //! and every shard's writes are replicated through its log (the
-//! [`ReplicatedLog`](luigi_proto::log::ReplicatedLog) seam: Raft in servers and the
+//! [`ReplicatedLog`](luigi_protocol::log::ReplicatedLog) seam: Raft in servers and the
 //! simulator's failover model, an in-memory log in unit tests).
 //!
 //! - [`Mode::Occ`]: optimistic concurrency control with two-phase commit among the
@@ -23,11 +23,12 @@
 //!
 //! The commit point of a cross-shard transaction is "every participant has durably prepared
 //! it": a coordinator that loses its state (a crash) is replaced by any leader that asks every
-//! participant for its durable state ([`BaseItem::Status`](luigi_proto::msg::BaseItem)); a
+//! participant for its durable state ([`BaseItem::Status`](luigi_protocol::msg::BaseItem)); a
 //! participant that never prepared the transaction first logs that it never will. Every
 //! decider computes the same function of durable, monotone facts, so they all agree. See
 //! `docs/BASELINES.md` for the protocol, its round trips and its recovery.
 
+pub mod base_client;
 pub mod client;
 pub mod leader;
 pub mod locks;
@@ -41,7 +42,7 @@ pub use record::BaseRecord;
 pub use replica::{replicas_for, BaseImages, BaseLog, BaseProtocol, BaseReplica, BaseReplicas};
 pub use state::ShardState;
 
-use luigi_proto::types::Protocol;
+use luigi_txn::types::Protocol;
 
 /// Which baseline a leader runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

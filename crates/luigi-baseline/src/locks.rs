@@ -1,13 +1,13 @@
 //! The leader's lock table and key versions, both by key hash
-//! ([`luigi_proto::keyhash::stable_key_hash`] of a declared key: the unit of conflict; stable
+//! ([`luigi_txn::keyhash::stable_key_hash`] of a declared key: the unit of conflict; stable
 //! because `PREPARE` records carry the hashes a new leader locks again).
 //! A hash collision only makes two keys conflict needlessly.
 //!
 //! Locks are no-wait: a request that finds a conflicting holder fails at once (the
 //! transaction aborts) instead of waiting, so there is no deadlock to detect.
 
-use luigi_proto::types::TxnId;
-use luigi_proto::Map;
+use luigi_txn::types::TxnId;
+use luigi_txn::Map;
 
 /// Locks held on one key.
 #[derive(Clone, Debug, Default)]

@@ -1,8 +1,8 @@
 //! What a baseline shard logs. Every record a client's answer depends on is committed before
 //! the answer leaves.
 
-use luigi_proto::types::{ShardId, TxnId};
 use luigi_store::{Key, Value};
+use luigi_txn::types::{ShardId, TxnId};
 use serde::{Deserialize, Serialize};
 
 /// A write: the key and its new value (`None`: deleted).

@@ -8,16 +8,17 @@
 
 use std::sync::Arc;
 
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::log::LogEntry;
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus};
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::log::LogEntry;
+use luigi_protocol::msg::PeerBatch;
 use luigi_raft::{
     BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, RaftError, RaftLog,
     ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
 };
 use luigi_store::Store;
+use luigi_txn::msg::{ClientMsg, ReplicaStatus};
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use crate::leader::{BaseConfig, BaseLeader};
 use crate::record::BaseRecord;
@@ -229,7 +230,7 @@ impl ReplicaFactory for BaseReplicas {
 
 /// The replica factory of `protocol`: Luigi's, or the baseline's for its mode. The server and
 /// the simulator build their nodes with it, so a cluster runs the protocol its file names.
-pub fn replicas_for(protocol: luigi_proto::types::Protocol) -> Arc<dyn ReplicaFactory> {
+pub fn replicas_for(protocol: luigi_txn::types::Protocol) -> Arc<dyn ReplicaFactory> {
     match crate::Mode::of(protocol) {
         Some(mode) => Arc::new(BaseReplicas { mode }),
         None => Arc::new(luigi_raft::replica::LuigiReplicas),

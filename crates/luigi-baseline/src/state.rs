@@ -4,9 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use luigi_proto::log::LogEntry;
-use luigi_proto::types::{ShardId, TxnId};
+use luigi_protocol::log::LogEntry;
 use luigi_store::{Key, Store, Value};
+use luigi_txn::types::{ShardId, TxnId};
 use serde::{Deserialize, Serialize};
 
 use crate::record::{BaseRecord, Write};

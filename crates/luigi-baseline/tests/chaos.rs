@@ -21,12 +21,12 @@ use std::sync::Arc;
 
 use common::*;
 use luigi_baseline::{BaseRecord, Mode};
-use luigi_proto::keyhash::key_hash;
-use luigi_proto::log::LogEntry;
-use luigi_proto::msg::{TxnError, TxnReply};
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ShardId, Txn, TxnId};
+use luigi_protocol::log::LogEntry;
 use luigi_store::Store;
+use luigi_txn::keyhash::key_hash;
+use luigi_txn::msg::{TxnError, TxnReply};
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{ShardId, Txn, TxnId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

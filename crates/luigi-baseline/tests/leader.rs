@@ -4,11 +4,12 @@ mod common;
 
 use common::*;
 use luigi_baseline::Mode;
-use luigi_proto::msg::{BaseItem, TxnError};
-use luigi_proto::procedure::ProcError;
-use luigi_proto::procedures::MicroOutput;
+use luigi_protocol::msg::BaseItem;
+use luigi_txn::msg::TxnError;
+use luigi_txn::procedure::ProcError;
+use luigi_workloads::procedures::MicroOutput;
 
-fn output(r: &luigi_proto::msg::TxnReply) -> MicroOutput {
+fn output(r: &luigi_txn::msg::TxnReply) -> MicroOutput {
     postcard::from_bytes(r.outcome.as_ref().expect("committed")).unwrap()
 }
 
@@ -77,7 +78,7 @@ fn occ_aborts_a_piece_whose_declared_keys_changed_since_it_executed() {
     // Meanwhile a single-shard transaction writes key 3 on shard 1.
     c.dispatch(1, micro(2, 2, &[(3, Some(99))]));
     for o in out {
-        if let luigi_proto::leader::LeaderOutput::ToPeer { shard, batch } = o {
+        if let luigi_protocol::leader::LeaderOutput::ToPeer { shard, batch } = o {
             c.net.push_back((shard, batch));
         }
     }

@@ -4,11 +4,11 @@
 mod common;
 
 use luigi_baseline::{BaseConfig, BaseProtocol, BaseReplica, Mode};
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::msg::{ClientMsg, ServerMsg, TxnError};
-use luigi_proto::procedures::micro_key;
+use luigi_protocol::leader::LeaderOutput;
 use luigi_raft::replica::empty_store;
 use luigi_raft::{RaftConfig, RaftLog};
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
+use luigi_workloads::procedures::micro_key;
 
 fn lone(recovered: Option<luigi_raft::RecoveredState>) -> BaseReplica {
     let log = RaftLog::new_typed(RaftConfig::new(1, vec![1], 7), recovered).unwrap();

@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::future::BoxFuture;
-use luigi_proto::coordinator::{Completion, TxnOutcome};
-use luigi_proto::msg::TxnError;
-use luigi_proto::procedure::ProcError;
-use luigi_proto::types::{Protocol, ShardId};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
+use luigi_txn::client_core::{Completion, TxnOutcome};
+use luigi_txn::msg::TxnError;
+use luigi_txn::procedure::ProcError;
+use luigi_txn::types::{Protocol, ShardId};
 use luigi_workloads::TxnSpec;
 
 /// How a transaction ended, as the driver counts it.
@@ -234,8 +234,8 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Instant;
 
-    use luigi_proto::coordinator::TxnOutcome;
-    use luigi_proto::types::TxnId;
+    use luigi_txn::client_core::TxnOutcome;
+    use luigi_txn::types::TxnId;
 
     use super::*;
 

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, ensure};
-use luigi_proto::types::Protocol;
 use luigi_runtime::config::ClusterConfig;
 use luigi_runtime::net::wan::Scenario;
+use luigi_txn::types::Protocol;
 
 /// Most shards of a local cluster: each replica is a server process on this machine.
 pub const MAX_SHARDS: u32 = 64;

@@ -23,7 +23,7 @@ use crate::stats::LatencySummary;
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct BenchResult {
     /// Commit protocol under test: `"luigi"`, `"occ"`, `"2pl"` or `"direct"`
-    /// (`luigi_proto::types::Protocol`'s names).
+    /// (`luigi_txn::types::Protocol`'s names).
     pub protocol: String,
     /// False for a protocol that gives no atomicity or isolation (`direct`): its figures are
     /// a lower bound, not a transaction protocol's.

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use luigi_proto::partition::{HashPartitioner, Partitioner};
-use luigi_proto::types::{KeySet, Protocol, ShardPiece};
 use luigi_runtime::config::ClusterConfig;
 use luigi_runtime::net::wan::Scenario;
+use luigi_txn::partition::{HashPartitioner, Partitioner};
+use luigi_txn::types::{KeySet, Protocol, ShardPiece};
 use luigi_workloads::micro::{micro_key, Micro, MicroOp};
 use luigi_workloads::{TxnGenerator, TxnSpec, Workload, WorkloadSpec};
 
@@ -117,7 +117,7 @@ pub fn load_grace(config: &ClusterConfig) -> Duration {
 /// How long the client asks about a transaction before answering it `Unknown`: its attempts
 /// times its retry timeout on `config`.
 pub fn client_give_up(config: &ClusterConfig) -> Duration {
-    let attempts = luigi_proto::coordinator::CoordinatorConfig::new(0).max_attempts;
+    let attempts = luigi_protocol::coordinator::CoordinatorConfig::new(0).max_attempts;
     Duration::from_micros(config.retry_timeout_us().saturating_mul(u64::from(attempts)))
 }
 

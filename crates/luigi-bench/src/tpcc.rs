@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
-use luigi_proto::types::Protocol;
 use luigi_runtime::config::ClusterConfig;
+use luigi_txn::types::Protocol;
 use luigi_workloads::tpcc::{ConditionResult, Mix, TpccConfig, TpccLoad, TpccWorkload};
 use luigi_workloads::WorkloadSpec;
 use serde_json::json;

@@ -22,15 +22,16 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use luigi_node::snapshot_transfer::{TransferConfig, TransferEvent, Transfers};
 use luigi_node::Tuning;
-use luigi_proto::leader::follower::Follower;
-use luigi_proto::leader::{LeaderConfig, LeaderOutput};
-use luigi_proto::msg::{ClientMsg, ReplicationMsg, SnapshotKind};
-use luigi_proto::procedure::Registry;
-use luigi_proto::procedures::{micro_key, Micro, MicroOp};
-use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_protocol::leader::follower::Follower;
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput};
+use luigi_protocol::msg::{ReplicationMsg, SnapshotKind};
 use luigi_raft::replica::{InitialStore, Replica};
 use luigi_raft::{RaftConfig, RaftLog};
 use luigi_store::{table_key, Store};
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_workloads::procedures::{micro_key, Micro, MicroOp};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -193,7 +194,7 @@ fn main() {
         }
         store
     });
-    let registry = Registry::with_builtins();
+    let registry = luigi_workloads::procedures::builtins();
     let mut r = loaded_replica(rows, records, &registry, &initial);
 
     // ---- after: what is left on the event loop ----

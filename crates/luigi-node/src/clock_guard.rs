@@ -21,8 +21,8 @@
 //!   clear nothing, or a skewed replica would stand for election again at the moment it is
 //!   reconnected, a probe interval before it could know.
 
-use luigi_proto::msg::{ClockStatus, PeerClockOffset};
-use luigi_proto::types::TimeUs;
+use luigi_txn::msg::{ClockStatus, PeerClockOffset};
+use luigi_txn::types::TimeUs;
 
 use crate::clock_offsets::OffsetSample;
 

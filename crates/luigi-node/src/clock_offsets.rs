@@ -6,7 +6,7 @@
 //! comes back at `now`, the round trip is `rtt = now - probe_sent`, and the peer read its clock
 //! at some point of it: `offset = echo - (probe_sent + rtt / 2)`, within `rtt / 2` of the
 //! truth whatever the delays on the way out and back. The rules mirror the clients'
-//! `OwdEstimator` (`luigi-proto`'s `owd`): a sample whose round trip exceeds a limit waited in
+//! `OwdEstimator` (`luigi-protocol`'s `owd`): a sample whose round trip exceeds a limit waited in
 //! a queue or a buffer and is dropped; samples older than [`SAMPLE_MAX_AGE_US`] no longer count.
 //! Of a peer's fresh samples, the one with the smallest round trip (the tightest error bound)
 //! is the estimate.
@@ -17,10 +17,10 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use luigi_proto::types::TimeUs;
+use luigi_txn::types::TimeUs;
 
 /// Samples older than this do not count (µs), as the clients' delay samples.
-pub use luigi_proto::owd::SAMPLE_MAX_AGE_US;
+pub use luigi_protocol::owd::SAMPLE_MAX_AGE_US;
 
 /// Probes a replica sends each peer: one per this period, µs.
 pub const PROBE_INTERVAL_US: TimeUs = 1_000_000;

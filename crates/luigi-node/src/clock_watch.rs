@@ -10,9 +10,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use luigi_proto::msg::{ClockStatus, ReplicationMsg};
-use luigi_proto::types::TimeUs;
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::LogControl;
+use luigi_txn::msg::ClockStatus;
+use luigi_txn::types::TimeUs;
 
 use crate::clock_guard::ClockGuard;
 use crate::clock_offsets::{ClockOffsets, EchoOutcome, ProbeConfig, OUTSTANDING_MAX, PROBE_INTERVAL_US};

@@ -1,9 +1,10 @@
 //! What a [`crate::ReplicaNode`] asks its shell to do.
 
-use luigi_proto::msg::{PeerBatch, ReplicationMsg, ServerMsg};
-use luigi_proto::types::{ClientId, ShardId, Timestamp, TxnId};
+use luigi_protocol::msg::{PeerBatch, ReplicationMsg};
 use luigi_raft::{Ready, SnapshotData};
 use luigi_raft::{SnapshotJob, Transition};
+use luigi_txn::msg::ServerMsg;
+use luigi_txn::types::{ClientId, ShardId, Timestamp, TxnId};
 
 use crate::routing::NodeId;
 use crate::snapshots::SnapshotCheck;

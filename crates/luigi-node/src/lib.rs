@@ -1,6 +1,6 @@
 //! One replica of a Luigi shard as a sans-I/O state machine: [`ReplicaNode`].
 //!
-//! The protocol cores (`luigi-proto`: the shard leader, its follower state, the coordinator)
+//! The protocol cores (`luigi-protocol`: the shard leader, its follower state, the coordinator)
 //! and the Raft log (`luigi-raft`) say what happens on each message. This crate holds the
 //! layer above them that both shells need and that must not be written twice: driving the
 //! log's readies, ticks, the first election, role switches, snapshot cadence and compaction,

@@ -23,16 +23,17 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use bytes::Bytes;
 use std::sync::Arc;
 
-use luigi_proto::leader::{LeaderConfig, LeaderOutput};
-use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ReplicationMsg, ServerMsg, SnapshotKind, TransferId};
-use luigi_proto::procedure::Registry;
-use luigi_proto::progress::{LogPos, ProgressReport};
-use luigi_proto::types::{ClientId, ShardId, TimeUs};
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput};
+use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg, SnapshotKind, TransferId};
 use luigi_raft::replica::{empty_store, InitialStore, LuigiReplicas};
 use luigi_raft::{
     OutMessage, RaftConfig, RaftError, RecoveredState, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotData,
     SnapshotDecoder, SnapshotImage, StateBox, Transition,
 };
+use luigi_txn::msg::{ClientMsg, ServerMsg};
+use luigi_txn::procedure::Registry;
+use luigi_txn::progress::{LogPos, ProgressReport};
+use luigi_txn::types::{ClientId, ShardId, TimeUs};
 
 use crate::clock_watch::ClockWatch;
 use crate::effect::{Discarded, Effect, Persist};

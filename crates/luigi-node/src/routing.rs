@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::str::FromStr;
 
-use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnError};
-use luigi_proto::types::{Protocol, ShardId, Timestamp, TxnId};
+use luigi_protocol::msg::PeerBatch;
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
+use luigi_txn::types::{Protocol, ShardId, Timestamp, TxnId};
 
 /// Identity of a server node: one replica of one shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -49,8 +49,8 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use luigi_proto::msg::{ReplicationMsg, SnapshotKind, SnapshotRefusal, TransferId};
-use luigi_proto::types::{ShardId, TimeUs};
+use luigi_protocol::msg::{ReplicationMsg, SnapshotKind, SnapshotRefusal, TransferId};
+use luigi_txn::types::{ShardId, TimeUs};
 
 use crate::tuning::Tuning;
 

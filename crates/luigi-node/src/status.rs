@@ -1,7 +1,7 @@
 //! A replica's state for `luigi status`, in any role.
 
-use luigi_proto::msg::{ReplicaRole, ReplicaStatus};
-use luigi_proto::types::TimeUs;
+use luigi_txn::msg::{ReplicaRole, ReplicaStatus};
+use luigi_txn::types::TimeUs;
 
 use crate::node::ReplicaNode;
 

@@ -3,7 +3,7 @@
 //! each may be overridden) and the simulator from its network model, through this one
 //! derivation.
 
-pub use luigi_proto::leader::MAX_CLOCK_OFFSET_US_DEFAULT;
+pub use luigi_protocol::leader::MAX_CLOCK_OFFSET_US_DEFAULT;
 
 /// The floor of a Raft tick, µs. Below it, a loaded 2-core machine's scheduling noise is
 /// of the order of the tick itself and elections fire spuriously.
@@ -62,7 +62,7 @@ pub struct Tuning {
     pub max_clock_offset_us: u64,
     /// How long a client's answers outlive its newest transaction, µs (DESIGN.md rule 7;
     /// `[protocol] answer_expiry_s`). Default
-    /// [`DEFAULT_ANSWER_EXPIRY_US`](luigi_proto::leader::answers::DEFAULT_ANSWER_EXPIRY_US).
+    /// [`DEFAULT_ANSWER_EXPIRY_US`](luigi_protocol::leader::answers::DEFAULT_ANSWER_EXPIRY_US).
     pub answer_expiry_us: u64,
     /// Fast-path accept records a replica writes between two rewrites of its live ones
     /// (after a rewrite is durable, the accept log drops what came before it).
@@ -85,7 +85,7 @@ impl Tuning {
             snapshot_ack_timeout_us: 8 * one_way_us + RECOVERY_MIN_US,
             accepts_rewrite_records: 4_096,
             max_clock_offset_us: MAX_CLOCK_OFFSET_US_DEFAULT,
-            answer_expiry_us: luigi_proto::leader::answers::DEFAULT_ANSWER_EXPIRY_US,
+            answer_expiry_us: luigi_protocol::leader::answers::DEFAULT_ANSWER_EXPIRY_US,
         }
     }
 

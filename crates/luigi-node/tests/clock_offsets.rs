@@ -9,7 +9,6 @@ mod common;
 
 use common::MiniCluster;
 use luigi_node::{NodeConfig, NodeId, ReplicaNode, Tuning};
-use luigi_proto::procedure::Registry;
 use luigi_raft::{RecoveredState, Role};
 
 const TICK_US: u64 = 10_000;
@@ -33,7 +32,7 @@ impl Group {
             let mut tuning = Tuning::for_delay(1_000, 100);
             tuning.raft_tick_us = TICK_US;
             tuning.max_clock_offset_us = BOUND_US;
-            NodeConfig::new(NodeId { shard: 0, replica }, vec![3], 7, tuning, Registry::with_builtins())
+            NodeConfig::new(NodeId { shard: 0, replica }, vec![3], 7, tuning, luigi_workloads::procedures::builtins())
         };
         let nodes: Vec<ReplicaNode> =
             (0..3).map(|r| ReplicaNode::new(config(r), RecoveredState::default()).unwrap()).collect();

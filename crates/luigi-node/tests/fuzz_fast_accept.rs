@@ -7,19 +7,24 @@
 use std::sync::Arc;
 
 use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
-use luigi_proto::leader::admissible::Admission;
-use luigi_proto::msg::{ClientMsg, ReplicationMsg};
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_protocol::leader::admissible::Admission;
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::RecoveredState;
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
 use proptest::prelude::*;
 
 /// Replica 1 of shard 0 (of 2 shards of 3 replicas) that heard replica 0 lead term 1.
 fn follower() -> ReplicaNode {
     let mut tuning = Tuning::for_delay(1_000, 100);
     tuning.raft_tick_us = 10_000;
-    let mut config =
-        NodeConfig::new(NodeId { shard: 0, replica: 1 }, vec![3, 3], 42, tuning, Registry::with_builtins());
+    let mut config = NodeConfig::new(
+        NodeId { shard: 0, replica: 1 },
+        vec![3, 3],
+        42,
+        tuning,
+        luigi_workloads::procedures::builtins(),
+    );
     config.leader.fast_path = true;
     let mut n = ReplicaNode::new(config, RecoveredState::default()).unwrap();
     let mut hb = luigi_raft::eraftpb::Message::default();
@@ -62,7 +67,7 @@ proptest! {
         dispatches in proptest::collection::vec((arb_txn(), arb_time(), arb_time()), 1..16)
     ) {
         let mut n = follower();
-        let registry = Registry::with_builtins();
+        let registry = luigi_workloads::procedures::builtins();
         for (txn, now, sent_us) in dispatches {
             let txn = Arc::new(txn);
             let mut fx = Vec::new();

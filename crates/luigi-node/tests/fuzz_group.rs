@@ -1,7 +1,7 @@
 //! Structure-aware property test of a shard's replica group (issue 26): three
 //! [`ReplicaNode`]s of a 1-shard cluster with the fast path, joined by an in-test network
 //! that delivers every message in order, get any client message (the derived strategies of
-//! `luigi_proto::arbitrary`), transactions of any shape stamped anywhere from far behind the
+//! `luigi_protocol::arbitrary`), transactions of any shape stamped anywhere from far behind the
 //! clock to `u64::MAX` dispatched on the fast path to the followers only (what the leader
 //! would refuse), any replication message from a node outside the group and the
 //! group-level ones (leader lost, accepts questions, snapshot transfer messages) from
@@ -30,13 +30,14 @@ use std::sync::Arc;
 
 use common::{MiniCluster, Seen};
 use luigi_node::{Effect, NodeConfig, NodeId, ReplicaNode, Tuning};
-use luigi_proto::arbitrary as arb;
-use luigi_proto::leader::admissible::Admission;
-use luigi_proto::msg::{ClientMsg, ReplicationMsg, ServerMsg, TxnError};
-use luigi_proto::procedure::Registry;
-use luigi_proto::procedures::{kv_args, kv_key, Kv, KvOp};
-use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_protocol::arbitrary as arb;
+use luigi_protocol::leader::admissible::Admission;
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::RecoveredState;
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_workloads::procedures::{kv_args, kv_key, Kv, KvOp};
 use proptest::prelude::*;
 
 const REPLICAS: u32 = 3;
@@ -111,7 +112,8 @@ impl Group {
             .map(|i| {
                 let mut tuning = Tuning::for_delay(1_000, 100);
                 tuning.raft_tick_us = 10_000;
-                let mut config = NodeConfig::new(node_id(i), vec![REPLICAS], 42, tuning, Registry::with_builtins());
+                let mut config =
+                    NodeConfig::new(node_id(i), vec![REPLICAS], 42, tuning, luigi_workloads::procedures::builtins());
                 config.leader.fast_path = true;
                 config.leader.mutations.skip_fast_accept_check = unchecked;
                 ReplicaNode::new(config, RecoveredState::default()).expect("a fresh node starts")
@@ -124,7 +126,7 @@ impl Group {
             executed: HashSet::new(),
             probe_replies: Vec::new(),
             probe_seq: 0,
-            registry: Registry::with_builtins(),
+            registry: luigi_workloads::procedures::builtins(),
         };
         g.until_serving(None).expect("a fresh group elects a leader");
         g

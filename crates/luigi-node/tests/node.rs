@@ -4,18 +4,18 @@
 //! client's routing rules.
 
 use luigi_node::{ClientRoutes, Effect, NodeConfig, NodeId, ReplicaNode, ShardRoutes, Tuning};
-use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ReplicationMsg, ServerMsg, TxnError, TxnReply};
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{Protocol, Txn, TxnId};
+use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg};
 use luigi_raft::replica::Transition;
 use luigi_raft::{decode_message, HardState, RecoveredState};
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
+use luigi_txn::types::{Protocol, Txn, TxnId};
 
 const TICK_US: u64 = 10_000;
 
 fn config(node: NodeId, replicas: Vec<u32>) -> NodeConfig {
     let mut tuning = Tuning::for_delay(1_000, 100);
     tuning.raft_tick_us = TICK_US;
-    NodeConfig::new(node, replicas, 42, tuning, Registry::with_builtins())
+    NodeConfig::new(node, replicas, 42, tuning, luigi_workloads::procedures::builtins())
 }
 
 fn node(shard: u32, replica: u32, replicas: Vec<u32>) -> ReplicaNode {
@@ -392,9 +392,9 @@ fn a_fast_path_follower_answers_an_early_dispatch_with_an_accept_once_its_record
         id: TxnId { client: 7, seq: 1 },
         procedure: "kv".into(),
         args: Vec::new(),
-        pieces: vec![luigi_proto::types::ShardPiece {
+        pieces: vec![luigi_txn::types::ShardPiece {
             shard: 0,
-            keys: luigi_proto::types::KeySet::new(vec![], vec![b"k".to_vec()]),
+            keys: luigi_txn::types::KeySet::new(vec![], vec![b"k".to_vec()]),
         }],
         ts: 50_000,
     });
@@ -439,7 +439,7 @@ fn a_fast_path_follower_answers_an_early_dispatch_with_an_accept_once_its_record
     assert!(!fx.iter().any(|e| matches!(e, Effect::Persist(_))), "no accept");
     let named = fx.iter().any(|e| {
         matches!(e, Effect::ToClient { client: 7, msg: ServerMsg::Reply(r) }
-            if r.outcome == Err(luigi_proto::msg::TxnError::NotLeader { hint: Some(0) }))
+            if r.outcome == Err(luigi_txn::msg::TxnError::NotLeader { hint: Some(0) }))
     });
     assert!(named, "NotLeader naming replica 0");
 }
@@ -451,9 +451,9 @@ fn a_fast_path_follower_answers_an_early_dispatch_with_an_accept_once_its_record
 #[test]
 fn a_fast_path_follower_accepts_nothing_its_leader_would_refuse() {
     let mut n = fast_follower();
-    let piece = |shard, reads: &[&[u8]], writes: &[&[u8]]| luigi_proto::types::ShardPiece {
+    let piece = |shard, reads: &[&[u8]], writes: &[&[u8]]| luigi_txn::types::ShardPiece {
         shard,
-        keys: luigi_proto::types::KeySet {
+        keys: luigi_txn::types::KeySet {
             reads: reads.iter().map(|k| k.to_vec()).collect(),
             writes: writes.iter().map(|k| k.to_vec()).collect(),
         },
@@ -495,9 +495,9 @@ fn a_fast_path_followers_accept_of_a_cross_shard_transaction_goes_to_the_other_l
     heartbeat(&mut n, 0, 1, 1_000);
     let mut fx = Vec::new();
     n.shard_link(NodeId { shard: 1, replica: 0 }, true, &mut fx);
-    let piece = |shard, key: &[u8]| luigi_proto::types::ShardPiece {
+    let piece = |shard, key: &[u8]| luigi_txn::types::ShardPiece {
         shard,
-        keys: luigi_proto::types::KeySet::new(vec![], vec![key.to_vec()]),
+        keys: luigi_txn::types::KeySet::new(vec![], vec![key.to_vec()]),
     };
     let id = TxnId { client: 7, seq: 1 };
     let txn = std::sync::Arc::new(Txn {
@@ -540,12 +540,12 @@ fn accepts_found_at_restart_are_undecided_again_and_a_damaged_one_is_refused_by_
     let mut config = config(NodeId { shard: 0, replica: 1 }, vec![3]);
     config.leader.fast_path = true;
     let mut n = ReplicaNode::new(config, RecoveredState::default()).unwrap();
-    let keys = luigi_proto::types::KeySet::new(vec![], vec![b"k".to_vec()]);
+    let keys = luigi_txn::types::KeySet::new(vec![], vec![b"k".to_vec()]);
     let txn = std::sync::Arc::new(Txn {
-        pieces: vec![luigi_proto::types::ShardPiece { shard: 0, keys }],
+        pieces: vec![luigi_txn::types::ShardPiece { shard: 0, keys }],
         ..(*kv_txn(7, 1)).clone()
     });
-    let record = luigi_proto::fast::AcceptRecord { txn, ts: 90_000 }.encode();
+    let record = luigi_protocol::fast::AcceptRecord { txn, ts: 90_000 }.encode();
     n.restore_accepts(&[(4, record)]).unwrap();
     let undecided = |n: &ReplicaNode| {
         let replica = n.replica().as_any().downcast_ref::<luigi_raft::replica::Replica>().unwrap();
@@ -559,9 +559,9 @@ fn accepts_found_at_restart_are_undecided_again_and_a_damaged_one_is_refused_by_
 #[test]
 fn a_question_for_accepts_is_answered_only_once_the_replicas_term_has_reached_it() {
     let mut n = fast_follower();
-    let keys = luigi_proto::types::KeySet::new(vec![], vec![b"k".to_vec()]);
+    let keys = luigi_txn::types::KeySet::new(vec![], vec![b"k".to_vec()]);
     let txn = std::sync::Arc::new(Txn {
-        pieces: vec![luigi_proto::types::ShardPiece { shard: 0, keys }],
+        pieces: vec![luigi_txn::types::ShardPiece { shard: 0, keys }],
         ts: 50_000,
         ..(*kv_txn(7, 1)).clone()
     });
@@ -613,9 +613,9 @@ fn a_question_for_accepts_is_answered_only_once_the_replicas_term_has_reached_it
 fn every_few_accepts_the_live_ones_are_written_again_so_the_accept_log_can_drop_the_rest() {
     let mut n = fast_follower_rewriting_every(3);
     let txn = |seq: u64| {
-        let keys = luigi_proto::types::KeySet::new(vec![], vec![format!("k{seq}").into_bytes()]);
+        let keys = luigi_txn::types::KeySet::new(vec![], vec![format!("k{seq}").into_bytes()]);
         std::sync::Arc::new(Txn {
-            pieces: vec![luigi_proto::types::ShardPiece { shard: 0, keys }],
+            pieces: vec![luigi_txn::types::ShardPiece { shard: 0, keys }],
             ts: 50_000 + seq,
             ..(*kv_txn(7, seq)).clone()
         })

@@ -14,16 +14,16 @@ mod common;
 use bytes::Bytes;
 use common::{MiniCluster, Seen};
 use luigi_node::{NodeConfig, NodeId, ReplicaNode, Tuning};
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::log::{LogEntry, ReplicatedLog};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, ServerMsg, TxnError, TxnReply};
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::log::{LogEntry, ReplicatedLog};
+use luigi_protocol::msg::PeerBatch;
 use luigi_raft::{
     BuildError, LogControl, RaftError, RaftLog, RecoveredState, ReplicaFactory, ReplicaSetup, ShardReplica,
     SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
 };
 use luigi_store::Store;
+use luigi_txn::msg::{ClientMsg, ReplicaStatus, ServerMsg, TxnError, TxnReply};
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 /// The counter's record: (client, sequence number, amount added).
 type Add = (u64, u64, u64);
@@ -270,8 +270,9 @@ fn config(replica: u32) -> NodeConfig {
     let mut tuning = Tuning::for_delay(1_000, 100);
     tuning.raft_tick_us = TICK_US;
     tuning.snapshot_entries = 6;
-    let mut c = NodeConfig::new(NodeId { shard: 0, replica }, vec![3], 42, tuning, Registry::with_builtins())
-        .with_protocol(Arc::new(Counters));
+    let mut c =
+        NodeConfig::new(NodeId { shard: 0, replica }, vec![3], 42, tuning, luigi_workloads::procedures::builtins())
+            .with_protocol(Arc::new(Counters));
     c.transfers.chunk_bytes = 4; // a 16-byte image: 4 chunks
     c.transfers.window_chunks = 2;
     c

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use luigi_node::snapshot_transfer::{SendRefused, TransferConfig, TransferEvent, Transfers};
-use luigi_proto::msg::{ReplicationMsg, SnapshotKind};
+use luigi_protocol::msg::{ReplicationMsg, SnapshotKind};
 
 const SENDER: u64 = 1;
 const RECEIVER: u64 = 2;

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use common::{MiniCluster, Seen};
 use luigi_node::{NodeConfig, NodeId, ReplicaNode, Tuning};
-use luigi_proto::msg::{ClientMsg, ReplicationMsg, SnapshotKind};
-use luigi_proto::procedure::Registry;
-use luigi_proto::procedures::{micro_key, Micro, MicroOp};
-use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_protocol::msg::{ReplicationMsg, SnapshotKind};
 use luigi_raft::{decode_message, RecoveredState};
 use luigi_store::{table_key, Store};
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_workloads::procedures::{micro_key, Micro, MicroOp};
 
 const TICK_US: u64 = 10_000;
 const CHUNK_BYTES: u32 = 512;
@@ -32,8 +32,9 @@ fn config(replica: u32) -> NodeConfig {
     let mut tuning = Tuning::for_delay(1_000, 100);
     tuning.raft_tick_us = TICK_US;
     tuning.snapshot_entries = 6;
-    let mut c = NodeConfig::new(NodeId { shard: 0, replica }, vec![3], 42, tuning, Registry::with_builtins())
-        .with_initial(Arc::new(population));
+    let mut c =
+        NodeConfig::new(NodeId { shard: 0, replica }, vec![3], 42, tuning, luigi_workloads::procedures::builtins())
+            .with_initial(Arc::new(population));
     c.transfers.chunk_bytes = CHUNK_BYTES;
     c.transfers.window_chunks = 3;
     c

@@ -8,8 +8,8 @@
 //! The parts:
 //!
 //! - [`RaftLog`]: the sans-I/O core (no threads, sockets, clocks or files). It implements the
-//!   protocol's seam [`luigi_proto::log::ReplicatedLog`]: `propose` on the leader returns the
-//!   record's log index (or [`luigi_proto::log::LogError::NotLeader`]), `take_committed` hands
+//!   protocol's seam [`luigi_protocol::log::ReplicatedLog`]: `propose` on the leader returns the
+//!   record's log index (or [`luigi_protocol::log::LogError::NotLeader`]), `take_committed` hands
 //!   back committed records in log order on every replica. Raft's own entries (a new leader's
 //!   no-op, which raft-rs appends on election and commits like any entry; conf changes) are
 //!   skipped, so indexes of taken records increase but are not consecutive. The log is generic

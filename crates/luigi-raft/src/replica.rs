@@ -12,16 +12,17 @@
 //! ([`FollowerDispatch::HoldWhileNoLeader`]), and with the fast path accepts them
 //! ([`FastPathReplica`]).
 
-use luigi_proto::fast::Acceptor;
-use luigi_proto::leader::admissible::Admission;
-use luigi_proto::leader::follower::Follower;
-use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
-use luigi_proto::log::LogRecord;
-use luigi_proto::log::{LogEntry, ReplicatedLog};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus, StalledTxnInfo};
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use luigi_protocol::fast::Acceptor;
+use luigi_protocol::leader::admissible::Admission;
+use luigi_protocol::leader::follower::Follower;
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use luigi_protocol::log::LogRecord;
+use luigi_protocol::log::{LogEntry, ReplicatedLog};
+use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
+use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 use std::sync::Arc;
 
 pub use crate::replica_api::{empty_store, InitialStore, SnapshotImage, SnapshotJob, Transition};
@@ -350,7 +351,7 @@ impl RoleMachine<LuigiProtocol> {
 /// Stalled transactions listed (oldest first) in a status report.
 pub const STATUS_STALLED_MAX: usize = 5;
 
-/// Luigi's replicas ([`Replica`] over a [`RaftLog`] of [`luigi_proto::log::LogRecord`]s):
+/// Luigi's replicas ([`Replica`] over a [`RaftLog`] of [`luigi_protocol::log::LogRecord`]s):
 /// the default [`ReplicaFactory`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LuigiReplicas;
@@ -378,10 +379,10 @@ impl ReplicaFactory for LuigiReplicas {
 mod tests {
     use std::sync::Arc;
 
-    use luigi_proto::fast::AcceptRecord;
-    use luigi_proto::msg::ServerMsg;
-    use luigi_proto::procedures::{micro_key, Micro, MicroOp};
-    use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+    use luigi_protocol::fast::AcceptRecord;
+    use luigi_txn::msg::ServerMsg;
+    use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
+    use luigi_workloads::procedures::{micro_key, Micro, MicroOp};
 
     use super::*;
     use crate::RaftConfig;
@@ -389,7 +390,7 @@ mod tests {
     /// A one-voter group: the replica elects itself; readies are "persisted" at once.
     fn lone_replica() -> Replica {
         let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
-        Replica::new(LeaderConfig::new(0, 1), Registry::with_builtins(), empty_store(), log).unwrap()
+        Replica::new(LeaderConfig::new(0, 1), luigi_workloads::procedures::builtins(), empty_store(), log).unwrap()
     }
 
     fn drive(r: &mut Replica) {
@@ -449,7 +450,7 @@ mod tests {
         let (at, data) = (image.index, image.data);
         assert_eq!(at, index);
         let value = |store: &Store| store.get(&micro_key(1)).map(|v| v.as_slice().to_vec());
-        let image = Follower::from_snapshot(0, Registry::with_builtins(), &data).unwrap();
+        let image = Follower::from_snapshot(0, luigi_workloads::procedures::builtins(), &data).unwrap();
         assert_eq!(value(image.store()), Some(5u64.to_le_bytes().to_vec()), "the state at the job's index");
         assert_eq!(value(r.store()), Some(6u64.to_le_bytes().to_vec()));
 
@@ -466,7 +467,7 @@ mod tests {
         };
         let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), Some(recovered)).unwrap();
         let mut restarted =
-            Replica::new(LeaderConfig::new(0, 1), Registry::with_builtins(), empty_store(), log).unwrap();
+            Replica::new(LeaderConfig::new(0, 1), luigi_workloads::procedures::builtins(), empty_store(), log).unwrap();
         restarted.log_mut().campaign().unwrap();
         settle(&mut restarted, 60_000_100);
         assert!(restarted.is_serving());
@@ -481,7 +482,7 @@ mod tests {
     fn a_new_leader_recovers_no_malformed_accept() {
         let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
         let config = LeaderConfig { fast_path: true, ..LeaderConfig::new(0, 1) };
-        let mut r = Replica::new(config, Registry::with_builtins(), empty_store(), log).unwrap();
+        let mut r = Replica::new(config, luigi_workloads::procedures::builtins(), empty_store(), log).unwrap();
         let ClientMsg::Dispatch { txn, .. } = dispatch(1) else { unreachable!() };
         let unsorted = KeySet { reads: vec![], writes: vec![micro_key(2), micro_key(1)] };
         let bad = Txn { pieces: vec![ShardPiece { shard: 0, keys: unsorted }], ts: 500, ..(*txn).clone() };
@@ -543,7 +544,7 @@ mod tests {
         other.turn(100 + crate::waiting::WAITING_US_MAX + 1, &mut late).unwrap();
         assert!(
             matches!(late.as_slice(), [LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) }]
-                if reply.outcome == Err(luigi_proto::msg::TxnError::NotLeader { hint: None }) && reply.arrival_delta_us == 10),
+                if reply.outcome == Err(luigi_txn::msg::TxnError::NotLeader { hint: None }) && reply.arrival_delta_us == 10),
             "{late:?}"
         );
         assert_eq!(r.leader_hint(), Some(0));

@@ -26,11 +26,12 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use luigi_proto::leader::{LeaderConfig, LeaderOutput};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus};
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput};
+use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
+use luigi_txn::msg::{ClientMsg, ReplicaStatus};
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use crate::{RaftConfig, RaftError, RaftLog, Ready, Record, RecoveredState, Role, SnapshotData};
 

@@ -20,11 +20,12 @@
 //! ```
 
 use bytes::Bytes;
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::log::{LogEntry, ReplicatedLog};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnReply};
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::log::{LogEntry, ReplicatedLog};
+use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnReply};
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 #[cfg(doc)]
 use crate::replica_api::{FastPathReplica, ShardReplica};

@@ -12,8 +12,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use luigi_proto::msg::{ClientMsg, ServerMsg, TxnReply};
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Txn};
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnReply};
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Txn};
 
 /// Dispatches held at most.
 pub const WAITING_MAX: usize = 4096;
@@ -103,8 +103,8 @@ impl Waiting {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use luigi_proto::msg::TxnError;
-    use luigi_proto::types::TxnId;
+    use luigi_txn::msg::TxnError;
+    use luigi_txn::types::TxnId;
 
     fn held(seq: u64, arrived: TimeUs, sent_us: TimeUs) -> Held {
         let txn = Txn { id: TxnId { client: 1, seq }, procedure: "noop".into(), args: vec![], pieces: vec![], ts: 1 };

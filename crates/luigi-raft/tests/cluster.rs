@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::{Cluster, Event, TICK};
-use luigi_proto::log::{LogError, LogRecord, ReplicatedLog};
+use luigi_protocol::log::{LogError, LogRecord, ReplicatedLog};
 use luigi_raft::Role;
 
 /// Proposes `count` records on the current leader, a few per time unit, and returns them.

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Cluster, TICK};
-use luigi_proto::log::ReplicatedLog;
+use luigi_protocol::log::ReplicatedLog;
 use luigi_raft::disk::{DiskError, DiskStorage, HARD_STATE_FILE};
 use luigi_raft::{HardState, RaftConfig, RaftError, RaftLog, RecoveredState};
 use luigi_wal::{Durability, WalOptions};

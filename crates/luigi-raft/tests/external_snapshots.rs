@@ -4,7 +4,7 @@
 //! path and takes it whole through `step_snapshot`; the leader sends that follower nothing but
 //! heartbeats until the transfer's outcome is reported, and tries again after a failure.
 
-use luigi_proto::log::{LogRecord, ReplicatedLog};
+use luigi_protocol::log::{LogRecord, ReplicatedLog};
 use luigi_raft::eraftpb::MessageType;
 use luigi_raft::{decode_message, OutMessage, RaftConfig, RaftError, RaftLog};
 

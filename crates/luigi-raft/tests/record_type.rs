@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use luigi_proto::log::{LocalLog, LogEntry, LogIndex, ReplicatedLog};
+use luigi_protocol::log::{LocalLog, LogEntry, LogIndex, ReplicatedLog};
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::{RaftConfig, RaftLog, RecoveredState};
 use luigi_wal::fs::{Fs, SimFs};
@@ -127,7 +127,7 @@ fn a_group_replicates_records_of_another_type_in_the_same_order_everywhere() {
 
     // A follower refuses proposals, whatever the record type.
     let follower = if leader == 1 { 2 } else { 1 };
-    assert_eq!(g.replica(follower).log.propose(op(0)), Err(luigi_proto::log::LogError::NotLeader));
+    assert_eq!(g.replica(follower).log.propose(op(0)), Err(luigi_protocol::log::LogError::NotLeader));
 
     let ops: Vec<Op> = (0..30).map(op).collect();
     let mut indexes = Vec::new();

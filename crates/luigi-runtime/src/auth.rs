@@ -10,10 +10,10 @@
 //! protects a connection against an attacker on the path (use a private network or a VPN
 //! between regions).
 //!
-//! [`WireMsg::Challenge`]: luigi_proto::msg::WireMsg::Challenge
+//! [`WireMsg::Challenge`]: crate::wire::WireMsg::Challenge
 
 use hmac::{Hmac, Mac};
-use luigi_proto::types::ClientId;
+use luigi_txn::types::ClientId;
 use sha2::Sha256;
 
 use crate::config::NodeId;
@@ -27,11 +27,11 @@ pub type Proof = [u8; 32];
 
 /// Waits (at most `timeout`) for the challenge a server sends first on every connection.
 pub async fn read_challenge(
-    reader: &mut crate::net::peer::StartedReader<luigi_proto::msg::WireMsg>,
+    reader: &mut crate::net::peer::StartedReader<crate::wire::WireMsg>,
     timeout: std::time::Duration,
 ) -> Result<Nonce, String> {
     match reader.next_within(timeout).await? {
-        luigi_proto::msg::WireMsg::Challenge { nonce } => Ok(nonce),
+        crate::wire::WireMsg::Challenge { nonce } => Ok(nonce),
         other => Err(format!("expected a challenge first, got {other:?}")),
     }
 }

@@ -10,14 +10,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::wire::WireMsg;
 use luigi_node::ClientRoutes;
-use luigi_proto::client_core::ClientCore;
-use luigi_proto::coordinator::fast::FanOut;
-use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, CoordinatorConfig, TxnOutcome};
-use luigi_proto::msg::{ClientMsg, WireMsg};
-use luigi_proto::partition::{split, HashPartitioner, Partitioner};
-use luigi_proto::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, TxnId};
+use luigi_protocol::coordinator::fast::FanOut;
+use luigi_protocol::coordinator::{CommitRule, CoordinatorConfig};
 use luigi_store::Key;
+use luigi_txn::client_core::ClientCore;
+use luigi_txn::client_core::{ClientOutput, Completion, TxnOutcome};
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::partition::{split, HashPartitioner, Partitioner};
+use luigi_txn::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, TxnId};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, warn};
 
@@ -69,14 +71,14 @@ const RESOLUTIONS_BUFFER: usize = 1024;
 /// Luigi, or a baseline). Cheap to clone; clones share the coordinator.
 ///
 /// **Outcomes.** [`Client::execute`] answers each transaction once:
-/// [`TxnOutcome::Ordered`](luigi_proto::coordinator::TxnOutcome::Ordered) (executed on every
+/// [`TxnOutcome::Ordered`](luigi_txn::client_core::TxnOutcome::Ordered) (executed on every
 /// participant and durable), `Rejected` (executed nowhere, never will be), or `Unknown` (no
 /// complete answer in time, e.g. a shard without a majority: it may have executed, or may
 /// still). The client keeps asking about an unknown transaction under the same id, so it
 /// executes at most once, and publishes its outcome on [`Client::resolutions`] once learned.
 /// On a baseline cluster (OCC, 2PL) a transaction may also come back aborted by the protocol
 /// (a lock conflict, a failed validation: see
-/// [`TxnOutcome::protocol_abort`](luigi_proto::coordinator::TxnOutcome::protocol_abort)):
+/// [`TxnOutcome::protocol_abort`](luigi_txn::client_core::TxnOutcome::protocol_abort)):
 /// final for its id, executed nowhere; the caller may submit it again as a new transaction.
 /// The id of a client must be unique in the cluster for as long as the servers remember
 /// answers (use a fresh one per process).
@@ -225,7 +227,7 @@ async fn replica_link(
     addr: std::net::SocketAddr,
     client: ClientId,
     token: Option<String>,
-    protocol: luigi_proto::types::Protocol,
+    protocol: luigi_txn::types::Protocol,
     link: Option<DelayLink>,
     tx: mpsc::Sender<Event>,
 ) {
@@ -320,7 +322,7 @@ fn client_core(config: &ClusterConfig, id: ClientId) -> Box<dyn ClientCore> {
 }
 
 /// Seeds `core`'s one-way-delay estimates (a protocol that stamps nothing sends no ping).
-fn warm_up(core: &dyn ClientCore, now: TimeUs, shards: u32, out: &mut Vec<CoordOutput>) {
+fn warm_up(core: &dyn ClientCore, now: TimeUs, shards: u32, out: &mut Vec<ClientOutput>) {
     for shard in 0..shards {
         for _ in 0..WARMUP_PINGS {
             core.ping(now, shard, out);
@@ -332,7 +334,7 @@ struct Driver {
     core: Box<dyn ClientCore>,
     routes: Routes,
     waiting: HashMap<TxnId, oneshot::Sender<Result<Completion, ClientError>>>,
-    out: Vec<CoordOutput>,
+    out: Vec<ClientOutput>,
     resolutions: broadcast::Sender<Completion>,
     _delay_line: Option<Arc<DelayLine>>,
 }
@@ -430,7 +432,7 @@ impl Driver {
     fn flush(&mut self) {
         for o in self.out.drain(..) {
             match o {
-                CoordOutput::Send { shard, msg } => {
+                ClientOutput::Send { shard, msg } => {
                     let writers = self.routes.writers(shard, &msg);
                     if writers.is_empty() {
                         debug!(shard, "no replica of the shard connected; will retry");
@@ -443,7 +445,7 @@ impl Driver {
                         }
                     }
                 }
-                CoordOutput::Done(c) => {
+                ClientOutput::Done(c) => {
                     if !matches!(c.outcome, TxnOutcome::Unknown(_)) {
                         self.routes.guess.forget(c.id);
                     }
@@ -451,7 +453,7 @@ impl Driver {
                         let _ = done.send(Ok(c));
                     }
                 }
-                CoordOutput::Resolved(c) => {
+                ClientOutput::Resolved(c) => {
                     self.routes.guess.forget(c.id);
                     debug!(id = ?c.id, outcome = ?c.outcome, "outcome of an unknown transaction learned");
                     let _ = self.resolutions.send(c); // no subscriber: nobody asked

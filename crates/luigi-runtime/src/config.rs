@@ -38,8 +38,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use luigi_node::Tuning;
-use luigi_proto::leader::answers::MIN_ANSWER_EXPIRY_US;
-use luigi_proto::types::{Protocol, ShardId};
+use luigi_protocol::leader::answers::MIN_ANSWER_EXPIRY_US;
+use luigi_txn::types::{Protocol, ShardId};
 use luigi_workloads::WorkloadSpec;
 use serde::{Deserialize, Serialize};
 

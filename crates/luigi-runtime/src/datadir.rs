@@ -66,7 +66,7 @@ impl NodeMeta {
                 members.push_str(&format!("{s}/{addr};"));
             }
         }
-        let h = luigi_proto::keyhash::fnv1a(members.as_bytes());
+        let h = luigi_txn::keyhash::fnv1a(members.as_bytes());
         NodeMeta {
             format: FORMAT,
             node: node.name(),

@@ -18,8 +18,10 @@
 //! - a connection accepted on the seats kept for peers ([`on_reserve`]) may only prove it is
 //!   a peer (or ask for the status): it cannot become a client.
 
-use luigi_proto::msg::{ClientMsg, ReplicationMsg, WireMsg};
-use luigi_proto::types::{ClientId, Protocol, ShardId};
+use crate::wire::WireMsg;
+use luigi_protocol::msg::ReplicationMsg;
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::{ClientId, Protocol, ShardId};
 
 use crate::auth::{self, Nonce};
 use crate::config::NodeId;
@@ -216,8 +218,8 @@ fn same_group(cfg: &GateConfig, node: NodeId, shard: ShardId, from: u64) -> Resu
 mod tests {
     use std::sync::Arc;
 
-    use luigi_proto::msg::{PeerBatch, SnapshotKind, SnapshotRefusal};
-    use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+    use luigi_protocol::msg::{PeerBatch, SnapshotKind, SnapshotRefusal};
+    use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
 
     use super::*;
 

@@ -12,3 +12,4 @@ pub mod server;
 pub mod status;
 pub mod storage;
 pub mod timer;
+pub mod wire;

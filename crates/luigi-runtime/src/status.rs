@@ -4,8 +4,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use luigi_proto::msg::{ClientMsg, PeerClockOffset, ReplicaStatus, ServerMsg, StalledTxnInfo, WireMsg};
-use luigi_proto::types::ShardId;
+use crate::wire::WireMsg;
+use luigi_txn::msg::{ClientMsg, PeerClockOffset, ReplicaStatus, ServerMsg, StalledTxnInfo};
+use luigi_txn::types::ShardId;
 
 use crate::config::{ClusterConfig, NodeId};
 use crate::net::peer::{connect, NetConfig};
@@ -256,7 +257,7 @@ impl ClusterHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use luigi_proto::msg::ReplicaRole;
+    use luigi_txn::msg::ReplicaRole;
 
     fn report(shard: u32, replica: u32, serving: Option<(bool, u64)>) -> ReplicaReport {
         let status = serving.map(|(serving, term)| ReplicaStatus {
@@ -320,7 +321,7 @@ mod tests {
         assert!(ClusterHealth::of(1, &reports, 3_000_000).is_healthy(), "1 s behind: moving");
         let s = reports[0].status.as_mut().unwrap();
         s.watermark = 10_800_000;
-        let id = luigi_proto::types::TxnId { client: 7, seq: 2 };
+        let id = luigi_txn::types::TxnId { client: 7, seq: 2 };
         s.stalled = vec![StalledTxnInfo { id, shards: vec![0, 1], age_us: 39_000_000, durable: true }];
         let h = ClusterHealth::of(1, &reports, 3_000_000);
         assert!(!h.is_healthy());
@@ -342,7 +343,7 @@ mod tests {
         reports[1].status.as_mut().unwrap().clock.peers = vec![far(0, 2_000_300), far(2, -1_000)];
         assert!(ClusterHealth::of(1, &reports, 3_000_000).is_healthy(), "one far peer is not a verdict");
         let s = reports[0].status.as_mut().unwrap();
-        s.clock = luigi_proto::msg::ClockStatus {
+        s.clock = luigi_txn::msg::ClockStatus {
             bound_us: 500_000,
             beyond_bound: true,
             peers: vec![far(1, -2_000_300), far(2, -2_001_000)],

@@ -3,17 +3,19 @@
 //! server-to-server message through from a connection that did not prove the cluster secret,
 //! and a connection on the seats kept for peers never becomes a client. Messages are drawn
 //! with strategies of their own and, structure-aware, with the derived `Arbitrary` of the
-//! wire vocabulary (`luigi-proto`'s feature `arbitrary`).
+//! wire vocabulary (`luigi-protocol`'s feature `arbitrary`).
 //! `PROPTEST_CASES=n` runs more cases (default 256).
 
 use bytes::BytesMut;
-use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ReplicationMsg, SnapshotKind, SnapshotRefusal, WireMsg};
-use luigi_proto::progress::{LogPos, ProgressReport};
-use luigi_proto::types::TxnId;
+use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg, SnapshotKind, SnapshotRefusal};
 use luigi_runtime::auth;
 use luigi_runtime::config::NodeId;
 use luigi_runtime::gate::{self, ConnAuth, GateConfig, Verdict};
 use luigi_runtime::net::codec::{decode_payload, FrameCodec};
+use luigi_runtime::wire::WireMsg;
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::progress::{LogPos, ProgressReport};
+use luigi_txn::types::TxnId;
 use proptest::prelude::*;
 use tokio_util::codec::Decoder;
 
@@ -23,13 +25,13 @@ fn gate_config() -> GateConfig {
         replicas: vec![3, 3],
         secret: "the cluster secret 0123".into(),
         client_token: None,
-        protocol: luigi_proto::types::Protocol::Luigi,
+        protocol: luigi_txn::types::Protocol::Luigi,
     }
 }
 
 /// Frames as they may arrive: the server-to-server shapes with every field over its whole
 /// range (below), and any message of the wire vocabulary (the derived strategies of
-/// `luigi_proto::arbitrary`).
+/// `luigi_protocol::arbitrary`).
 fn arb_wire() -> impl Strategy<Value = WireMsg> {
     prop_oneof![3 => arb_server_to_server(), 2 => any::<WireMsg>()]
 }
@@ -81,7 +83,7 @@ fn arb_server_to_server() -> impl Strategy<Value = WireMsg> {
             proof
         }),
         1 => (any::<u64>(), proptest::option::of(any::<[u8; 32]>())).prop_map(|(client, proof)| WireMsg::Client(
-            ClientMsg::Hello { client, proof, protocol: luigi_proto::types::Protocol::Occ }
+            ClientMsg::Hello { client, proof, protocol: luigi_txn::types::Protocol::Occ }
         )),
         1 => any::<[u8; 16]>().prop_map(|nonce| WireMsg::Challenge { nonce }),
     ]

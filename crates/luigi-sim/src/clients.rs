@@ -10,10 +10,11 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use luigi_node::ClientRoutes;
-use luigi_proto::client_core::ClientCore;
-use luigi_proto::coordinator::{CommitRule, Completion, CoordOutput, CoordinatorConfig, TxnOutcome};
-use luigi_proto::msg::ClientMsg;
-use luigi_proto::types::{ClientId, Protocol, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_protocol::coordinator::{CommitRule, CoordinatorConfig};
+use luigi_txn::client_core::ClientCore;
+use luigi_txn::client_core::{ClientOutput, Completion, TxnOutcome};
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::{ClientId, Protocol, ShardId, TimeUs, Timestamp, TxnId};
 
 use crate::checker::{AnswerRecord, History, Moment, TxnRecord};
 use crate::config::SimConfig;
@@ -113,7 +114,7 @@ pub(crate) struct ClientState {
     /// For each answer a delivered message produced, that message (see `delivering`): the
     /// baselines' checks find which execution of a single-shard read was answered.
     pub(crate) answered_by: HashMap<TxnId, (Node, u64)>,
-    out: Vec<CoordOutput>,
+    out: Vec<ClientOutput>,
 }
 
 impl ClientState {
@@ -175,7 +176,7 @@ pub(crate) trait ClientWorld {
         &mut self,
         _id: ClientId,
         _cross: bool,
-        _out: &mut Vec<CoordOutput>,
+        _out: &mut Vec<ClientOutput>,
     ) -> Result<bool, Violation> {
         Ok(false)
     }
@@ -197,7 +198,7 @@ pub(crate) trait ClientWorld {
         &mut self,
         id: ClientId,
         sort: bool,
-        f: impl FnOnce(&mut dyn ClientCore, TimeUs, ShardId, &mut Vec<CoordOutput>),
+        f: impl FnOnce(&mut dyn ClientCore, TimeUs, ShardId, &mut Vec<ClientOutput>),
     ) -> Step {
         let now = self.now();
         let shards = self.sim_config().shards;
@@ -263,11 +264,11 @@ pub(crate) trait ClientWorld {
     }
 
     /// Handles a coordinator's outputs: dispatches leave, answers are recorded.
-    fn client_outputs(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
+    fn client_outputs(&mut self, id: ClientId, out: &mut Vec<ClientOutput>) -> Step {
         for o in out.drain(..) {
             match o {
-                CoordOutput::Send { shard, msg } => self.route(id, shard, msg)?,
-                CoordOutput::Done(done)
+                ClientOutput::Send { shard, msg } => self.route(id, shard, msg)?,
+                ClientOutput::Done(done)
                     if matches!(done.outcome, TxnOutcome::Unknown(_)) && !self.unknown_is_final() =>
                 {
                     // The client moves on (its window slot frees; a prober's does not, its
@@ -279,7 +280,7 @@ pub(crate) trait ClientWorld {
                         self.client(id)?.outstanding -= 1;
                     }
                 }
-                CoordOutput::Done(done) => {
+                ClientOutput::Done(done) => {
                     self.client(id)?.routes.forget(done.id);
                     let txn = done.id;
                     let outputs = committed_outputs(&done.outcome);
@@ -288,7 +289,7 @@ pub(crate) trait ClientWorld {
                         self.queue_next_step(id, txn, &outputs)?;
                     }
                 }
-                CoordOutput::Resolved(done) => {
+                ClientOutput::Resolved(done) => {
                     self.client(id)?.routes.forget(done.id);
                     let in_window = self.unknown_is_final() || self.clients().prober == Some(id);
                     self.record_answer(id, done, in_window)?
@@ -315,7 +316,7 @@ pub(crate) trait ClientWorld {
 
     /// Submits transactions while the client's window has room: the next steps of its
     /// business transactions, then new ones while the run wants more.
-    fn refill(&mut self, id: ClientId, out: &mut Vec<CoordOutput>) -> Step {
+    fn refill(&mut self, id: ClientId, out: &mut Vec<ClientOutput>) -> Step {
         loop {
             let in_flight = match self.clients().prober {
                 None => self.sim_config().in_flight,
@@ -431,10 +432,10 @@ fn committed_outputs(outcome: &TxnOutcome) -> Option<Vec<(ShardId, Vec<u8>)>> {
 }
 
 /// Sort key that puts a coordinator's output in transaction-id order.
-fn output_order(o: &CoordOutput) -> TxnId {
+fn output_order(o: &ClientOutput) -> TxnId {
     match o {
-        CoordOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => txn.id,
-        CoordOutput::Send { .. } => TxnId { client: 0, seq: 0 },
-        CoordOutput::Done(done) | CoordOutput::Resolved(done) => done.id,
+        ClientOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => txn.id,
+        ClientOutput::Send { .. } => TxnId { client: 0, seq: 0 },
+        ClientOutput::Done(done) | ClientOutput::Resolved(done) => done.id,
     }
 }

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
-use luigi_proto::coordinator::{CommitRule, CoordinatorConfig};
-use luigi_proto::leader::{LeaderConfig, Mutations};
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{Protocol, ShardId};
+use luigi_protocol::coordinator::{CommitRule, CoordinatorConfig};
+use luigi_protocol::leader::{LeaderConfig, Mutations};
 use luigi_store::Store;
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{Protocol, ShardId};
 use luigi_workloads::micro::{MicroConfig, Placement, Spread};
 use luigi_workloads::Workload;
 use rand::{Rng, SeedableRng};
@@ -94,7 +94,7 @@ pub struct SimConfig {
     pub clock_offsets: BTreeMap<Node, i64>,
     /// Time between a leader appending a log record and the record being committed
     /// (a replication round). Commits happen in log order. `Delay::ZERO` behaves exactly like
-    /// `luigi_proto::log::LocalLog` (commit on append).
+    /// `luigi_protocol::log::LocalLog` (commit on append).
     pub log_commit: Delay,
     /// Clients ping every leader at time 0 to seed their one-way-delay estimates.
     pub ping_first: bool,

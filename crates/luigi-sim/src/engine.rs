@@ -16,9 +16,10 @@
 use std::collections::HashMap;
 
 use luigi_node::NodeId;
-use luigi_proto::coordinator::CoordOutput;
-use luigi_proto::msg::{ClientMsg, ReplicationMsg, SnapshotKind};
-use luigi_proto::types::{ClientId, ShardId, TimeUs, TxnId};
+use luigi_protocol::msg::{ReplicationMsg, SnapshotKind};
+use luigi_txn::client_core::ClientOutput;
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::{ClientId, ShardId, TimeUs, TxnId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -580,12 +581,12 @@ impl<C: ClusterModel> ClientWorld for Sim<'_, C> {
 
     /// The coordinator kill point: the dispatch reaches the first participant only, then
     /// the client dies.
-    fn dies_after_submit(&mut self, id: ClientId, cross: bool, out: &mut Vec<CoordOutput>) -> Result<bool, Violation> {
+    fn dies_after_submit(&mut self, id: ClientId, cross: bool, out: &mut Vec<ClientOutput>) -> Result<bool, Violation> {
         if !self.cluster.dies_after_submit(&mut self.core, id, cross) {
             return Ok(false);
         }
-        let first = out.iter().position(|o| matches!(o, CoordOutput::Send { .. }));
-        let mut kept: Vec<CoordOutput> = first.map(|k| out.swap_remove(k)).into_iter().collect();
+        let first = out.iter().position(|o| matches!(o, ClientOutput::Send { .. }));
+        let mut kept: Vec<ClientOutput> = first.map(|k| out.swap_remove(k)).into_iter().collect();
         out.clear();
         self.client_outputs(id, &mut kept)?;
         self.kill_client(id)?;

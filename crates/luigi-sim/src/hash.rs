@@ -1,9 +1,9 @@
 //! Small, stable hash functions (independent of the Rust version and of the process), for
 //! the trace hash.
 
-/// FNV-1a over `bytes`: the protocol's one stable hash, written once in `luigi_proto::keyhash`
+/// FNV-1a over `bytes`: the protocol's one stable hash, written once in `luigi_protocol::keyhash`
 /// (its reference values are tested there).
-pub use luigi_proto::keyhash::fnv1a;
+pub use luigi_txn::keyhash::fnv1a;
 
 /// Folds `x` into the running hash `h` (order sensitive).
 pub fn fold(h: u64, x: u64) -> u64 {

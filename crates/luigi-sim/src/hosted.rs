@@ -19,10 +19,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ShardId, Timestamp, TxnId};
 use luigi_raft::replica::InitialStore;
 use luigi_store::Store;
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{ShardId, Timestamp, TxnId};
 use luigi_workloads::{TxnGenerator, Workload};
 
 use crate::checker::{self, CheckOptions, CheckSummary, History};

@@ -1,6 +1,6 @@
-//! The deterministic simulator of Luigi: the real sans-I/O cores (`luigi_proto`'s
-//! [`Coordinator`](luigi_proto::coordinator::Coordinator) per client and
-//! [`ShardLeader`](luigi_proto::leader::ShardLeader) per shard) driven on one thread in
+//! The deterministic simulator of Luigi: the real sans-I/O cores (`luigi_protocol`'s
+//! [`Coordinator`](luigi_protocol::coordinator::Coordinator) per client and
+//! [`ShardLeader`](luigi_protocol::leader::ShardLeader) per shard) driven on one thread in
 //! virtual time, with a seeded network and seeded clocks, and a checker over the outcome.
 //!
 //! One engine, two cluster models (FoundationDB-shaped). The engine (`engine.rs`, `Sim`)
@@ -44,7 +44,7 @@
 //!   clock to virtual time) and `tick`ed.
 //! - Each shard's log is a [`SimLog`]: records commit a seeded delay after they are appended,
 //!   in log order (a replication round). With [`Delay::ZERO`] it is exactly
-//!   `luigi_proto::log::LocalLog`. A commit delay is what makes "durable" and "released"
+//!   `luigi_protocol::log::LocalLog`. A commit delay is what makes "durable" and "released"
 //!   differ in time, which the hold queue must respect.
 //! - Workload: each client keeps `in_flight` `micro` transactions outstanding (closed loop)
 //!   until `txns` have been submitted; keys come from a small space so transactions conflict;
@@ -58,7 +58,7 @@
 //!   submitted when the previous one commits), and whose own consistency check runs on the
 //!   final stores after the replay. [`SimConfig::probe_txns`] adds a liveness probe: once the
 //!   run has settled (every fault healed), new transactions must be answered and commit.
-//! - Coordinators use [`CommitRule::AllShards`](luigi_proto::coordinator::CommitRule) by
+//! - Coordinators use [`CommitRule::AllShards`](luigi_protocol::coordinator::CommitRule) by
 //!   default, as the runtime does.
 //! - Everything random derives from [`SimConfig::seed`] (ChaCha8): same config, same trace
 //!   hash ([`RunReport::trace_hash`]) and same report.
@@ -171,7 +171,7 @@ pub struct RunReport {
     pub cross_differed: u64,
     /// Every leader's counters, summed over shards (a cross-shard transaction counts once
     /// per participant in `cross_decided`, `cross_differed` and `aborted`).
-    pub leaders: luigi_proto::leader::LeaderStats,
+    pub leaders: luigi_protocol::leader::LeaderStats,
     /// Leader-to-leader batches sent.
     pub peer_batches: u64,
     /// Leader wake-ups after which the leader asked for a deadline in the past again although
@@ -204,12 +204,12 @@ pub fn run(config: SimConfig) -> Result<RunReport, Violation> {
     let tag = |v: Violation| v.in_run(config.seed, summary.clone());
     config.validate().map_err(|why| tag(Violation::new(ViolationKind::Config, why)))?;
     match config.protocol {
-        luigi_proto::types::Protocol::Luigi => {}
+        luigi_txn::types::Protocol::Luigi => {}
         // The ideal-log model is one Luigi `ShardLeader` per shard: the baselines run in the
         // Raft model only.
-        p @ (luigi_proto::types::Protocol::Occ
-        | luigi_proto::types::Protocol::TwoPl
-        | luigi_proto::types::Protocol::Direct) => {
+        p @ (luigi_txn::types::Protocol::Occ
+        | luigi_txn::types::Protocol::TwoPl
+        | luigi_txn::types::Protocol::Direct) => {
             let why = format!("the ideal-log model runs Luigi only; run {} with run_replicated", p.name());
             return Err(tag(Violation::new(ViolationKind::Config, why)));
         }

@@ -3,8 +3,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
-use luigi_proto::types::{ShardId, Timestamp, TxnId};
+use luigi_protocol::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
+use luigi_txn::types::{ShardId, Timestamp, TxnId};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::Delay;
@@ -13,7 +13,7 @@ use crate::net::VirtualUs;
 /// The log of one simulated shard. The simulator sets the virtual time with
 /// [`SimLog::set_now`] before every call into the leader; a record appended at `t` commits at
 /// `max(t + delay, commit time of the previous record)`. With [`Delay::ZERO`] it behaves like
-/// `luigi_proto::log::LocalLog`: every record is committed as soon as it is appended.
+/// `luigi_protocol::log::LocalLog`: every record is committed as soon as it is appended.
 pub struct SimLog {
     rng: ChaCha8Rng,
     delay: Delay,
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn durable_reports_what_is_committed_about_a_transaction() {
-        use luigi_proto::types::Txn;
+        use luigi_txn::types::Txn;
         use std::sync::Arc;
         let mut log = SimLog::new(ChaCha8Rng::seed_from_u64(1), Delay::new(100, 0), 8);
         let id = TxnId { client: 1, seq: 1 };

@@ -4,8 +4,9 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicationMsg, ServerMsg};
-use luigi_proto::types::{ClientId, ShardId};
+use luigi_protocol::msg::{PeerBatch, ReplicationMsg};
+use luigi_txn::msg::{ClientMsg, ServerMsg};
+use luigi_txn::types::{ClientId, ShardId};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -297,8 +298,8 @@ mod tests {
     }
 
     fn peer(i: u64) -> SimMsg {
-        let items = vec![luigi_proto::msg::PeerItem::Refuse {
-            id: luigi_proto::types::TxnId { client: 1, seq: i },
+        let items = vec![luigi_protocol::msg::PeerItem::Refuse {
+            id: luigi_txn::types::TxnId { client: 1, seq: i },
             reason: String::new(),
         }];
         SimMsg::Peer(PeerBatch { from: 0, watermark: i, items })

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use luigi_proto::procedure::Registry;
+use luigi_txn::procedure::Registry;
 use luigi_workloads::micro::TaggedMicro;
 
 pub use luigi_workloads::micro::{
@@ -18,7 +18,7 @@ pub const NAME: &str = TaggedMicro::NAME;
 
 /// The built-in procedures plus `sim-micro`.
 pub fn registry() -> Registry {
-    let mut r = Registry::with_builtins();
+    let mut r = luigi_workloads::procedures::builtins();
     r.register(NAME, Arc::new(TaggedMicro));
     r
 }
@@ -26,9 +26,9 @@ pub fn registry() -> Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use luigi_proto::procedures::{micro_key, MicroOp, MicroOutput};
-    use luigi_proto::types::{KeySet, TxnId};
     use luigi_store::Store;
+    use luigi_txn::types::{KeySet, TxnId};
+    use luigi_workloads::procedures::{micro_key, MicroOp, MicroOutput};
 
     #[test]
     fn runs_micro_under_its_tagged_arguments() {

@@ -6,9 +6,10 @@
 
 use std::collections::HashMap;
 
-use luigi_proto::coordinator::{Completion, TxnOutcome};
-use luigi_proto::msg::{PeerItem, TxnError, TxnReply};
-use luigi_proto::types::{ShardId, Timestamp, TxnId};
+use luigi_protocol::msg::PeerItem;
+use luigi_txn::client_core::{Completion, TxnOutcome};
+use luigi_txn::msg::{TxnError, TxnReply};
+use luigi_txn::types::{ShardId, Timestamp, TxnId};
 
 use crate::violation::ViolationKind;
 

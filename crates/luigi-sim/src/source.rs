@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use luigi_proto::partition::Partitioner;
-use luigi_proto::types::{ClientId, ShardId, ShardPiece};
+use luigi_txn::partition::Partitioner;
+use luigi_txn::types::{ClientId, ShardId, ShardPiece};
 use luigi_workloads::{TxnGenerator, TxnSpec};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

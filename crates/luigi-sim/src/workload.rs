@@ -4,7 +4,7 @@
 //! carries the transaction id, with write values unique per (transaction, operation) so that
 //! the checker can tell every write apart.
 
-use luigi_proto::types::{ClientId, ShardPiece, TxnId};
+use luigi_txn::types::{ClientId, ShardPiece, TxnId};
 use luigi_workloads::micro::{micro_pieces, MicroGenerator, MicroOp};
 use rand_chacha::ChaCha8Rng;
 

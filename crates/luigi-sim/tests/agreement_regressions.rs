@@ -5,13 +5,14 @@ mod common;
 
 use std::sync::Arc;
 
-use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
-use luigi_proto::log::LocalLog;
-use luigi_proto::msg::{ClientMsg, PeerBatch, PeerItem, ServerMsg, TxnError};
-use luigi_proto::procedures::{micro_key, MicroOp};
-use luigi_proto::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use luigi_protocol::log::LocalLog;
+use luigi_protocol::msg::{PeerBatch, PeerItem};
 use luigi_sim::{procedure, run};
 use luigi_store::Store;
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
+use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
+use luigi_workloads::procedures::{micro_key, MicroOp};
 
 fn leader(shard: u32, max_pending: usize) -> ShardLeader<LocalLog> {
     // The early buffer shares the bound, so one early item fills it.

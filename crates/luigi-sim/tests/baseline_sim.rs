@@ -23,12 +23,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::procedures::{micro_key, Micro, MicroOp, MicroOutput};
-use luigi_proto::types::{KeySet, Protocol, ShardId, ShardPiece, TxnId};
 use luigi_sim::checker::{check, derive_order, AnswerRecord, CheckOptions, History, Moment, Placement, TxnRecord};
 use luigi_sim::{failover_config, run_replicated, FailoverReport, FaultConfig, KillPoint, SimConfig, ViolationKind};
 use luigi_store::{Key, Store};
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::types::{KeySet, Protocol, ShardId, ShardPiece, TxnId};
+use luigi_workloads::procedures::{micro_key, Micro, MicroOp, MicroOutput};
 use luigi_workloads::tpcc::{Mix, TpccConfig, TpccLoad, TpccWorkload};
 
 use common::{Catch, Trial};
@@ -191,7 +191,7 @@ fn placements(on_shard_0: &[(TxnId, Placement)]) -> Vec<BTreeMap<TxnId, Placemen
     vec![on_shard_0.iter().copied().collect()]
 }
 
-fn registry() -> luigi_proto::procedure::Registry {
+fn registry() -> luigi_txn::procedure::Registry {
     luigi_sim::SimConfig::new(0).registry()
 }
 
@@ -245,7 +245,7 @@ fn derived_order_catches_lost_and_leaked_writes() {
     assert_eq!(lost.kind, ViolationKind::NotDurable, "{lost}");
     let mut aborted = w;
     aborted.answers[0].outcome =
-        TxnOutcome::Ordered { ts: 0, results: vec![(0, Err(luigi_proto::msg::TxnError::Aborted("conflict".into())))] };
+        TxnOutcome::Ordered { ts: 0, results: vec![(0, Err(luigi_txn::msg::TxnError::Aborted("conflict".into())))] };
     let leaked = derive_order(
         &History { txns: vec![aborted] },
         &BTreeMap::new(),

@@ -1,13 +1,12 @@
 //! The checker on hand-made histories: it must accept a correct one and name the culprit of
 //! each kind of incorrect one.
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::procedure::Registry;
-use luigi_proto::procedures::{micro_key, Micro, MicroOp, MicroOutput};
-use luigi_proto::types::{KeySet, ShardId, ShardPiece, Timestamp, TxnId};
 use luigi_sim::checker::{check, AnswerRecord, CheckOptions, CheckSummary, History, Moment, TxnRecord};
 use luigi_sim::{Violation, ViolationKind};
 use luigi_store::{Key, Store};
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::types::{KeySet, ShardId, ShardPiece, Timestamp, TxnId};
+use luigi_workloads::procedures::{micro_key, Micro, MicroOp, MicroOutput};
 
 fn id(client: u64, seq: u64) -> TxnId {
     TxnId { client, seq }
@@ -60,7 +59,7 @@ fn store_with(pairs: &[(u64, u64)]) -> Store {
 
 fn run_with(h: &History, stores: &[Store], options: CheckOptions) -> Result<CheckSummary, Violation> {
     let refs: Vec<&Store> = stores.iter().collect();
-    check(h, &Registry::with_builtins(), &refs, options)
+    check(h, &luigi_workloads::procedures::builtins(), &refs, options)
 }
 
 fn run(h: &History, stores: &[Store]) -> Result<CheckSummary, Violation> {

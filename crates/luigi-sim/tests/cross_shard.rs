@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use common::{cross, refusing, seeds, skewed, traced, Catch, Trial};
-use luigi_proto::coordinator::CommitRule;
+use luigi_protocol::coordinator::CommitRule;
 use luigi_sim::{run, RunReport, SimConfig, ViolationKind};
 
 fn must_pass(test: &str, config: SimConfig) -> RunReport {

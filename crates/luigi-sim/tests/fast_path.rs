@@ -13,7 +13,7 @@
 mod common;
 
 use common::{Catch, Trial, World};
-use luigi_proto::coordinator::fast::FanOut;
+use luigi_protocol::coordinator::fast::FanOut;
 use luigi_sim::{failover_config, FailoverReport, FaultConfig, SimConfig, ViolationKind};
 
 /// Two 3-replica shards, single-shard transactions over `keys` keys, clocks within 100 µs
@@ -64,7 +64,7 @@ fn adaptive_clients_under_contention_sample_and_every_answer_still_matches_the_l
         total.absorb(&common::must_pass_replicated("fast_path", test, config, &FaultConfig::new()));
     }
     eprintln!("{total:?}");
-    let window = u64::from(luigi_proto::coordinator::fast::FAN_OUT_WINDOW);
+    let window = u64::from(luigi_protocol::coordinator::fast::FAN_OUT_WINDOW);
     let runs = total.txns / 1_500;
     assert!(total.fanned_out >= runs * window && total.fanned_out < total.txns / 2, "{total:?}");
     assert!(total.crashes > 0 && total.fast_commits > 0, "{total:?}");

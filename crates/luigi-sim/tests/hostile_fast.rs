@@ -13,7 +13,7 @@
 mod common;
 
 use common::{Catch, Trial};
-use luigi_proto::coordinator::fast::FanOut;
+use luigi_protocol::coordinator::fast::FanOut;
 use luigi_sim::{failover_config, FailoverReport, FaultConfig, KillPoint, SimConfig, ViolationKind};
 
 /// Two 3-replica shards with the fast path (every dispatch fanned out), clocks within

@@ -31,11 +31,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant;
 
-use luigi_proto::leader::{LeaderConfig, LeaderOutput, Mutations, ShardLeader};
-use luigi_proto::msg::{ClientMsg, PeerBatch, ServerMsg, TxnReply};
-use luigi_proto::procedures::{micro_key, MicroOp, MicroOutput};
-use luigi_proto::types::{KeySet, ShardId, ShardPiece, TimeUs, Timestamp, Txn, TxnId};
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput, Mutations, ShardLeader};
+use luigi_protocol::msg::PeerBatch;
 use luigi_sim::procedure;
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnReply};
+use luigi_txn::types::{KeySet, ShardId, ShardPiece, TimeUs, Timestamp, Txn, TxnId};
+use luigi_workloads::procedures::{micro_key, MicroOp, MicroOutput};
 
 /// Executions in the order the leaders reported them (their `Executed` outputs).
 type ExecLog = std::rc::Rc<std::cell::RefCell<Vec<(ShardId, TxnId)>>>;

@@ -2,7 +2,7 @@
 //! cross-shard transactions among themselves, and the shard comes back. Its new leader finds
 //! executions its followers had not applied prepared in its log and asks the other
 //! participants for their outcomes (`Recover`). They keep what it needs until its committed
-//! log has applied past them (`luigi_proto::leader::outcomes`, DESIGN.md rules 7 and 9), so
+//! log has applied past them (`luigi_protocol::leader::outcomes`, DESIGN.md rules 7 and 9), so
 //! every transaction commits after the heal, and the replicated world's checks and the
 //! checker pass.
 //!
@@ -23,7 +23,7 @@
 
 mod common;
 
-use luigi_proto::coordinator::CommitRule;
+use luigi_protocol::coordinator::CommitRule;
 use luigi_sim::{failover_config, run_replicated, FailoverReport, FaultConfig, Outage, SimConfig, ViolationKind};
 
 /// Each client's first transaction that avoids shard 0.

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use common::{seeds, Catch, Outcome, Trial};
-use luigi_proto::leader::Mutations;
+use luigi_protocol::leader::Mutations;
 use luigi_sim::{run, Delay, LinkConfig, Node, RunReport, SimConfig, ViolationKind, SEED_ENV};
 
 /// Runs `config`; on a violation, fails with the violation and the command that reruns it.

@@ -18,12 +18,12 @@ mod support;
 use std::sync::Arc;
 use std::time::Instant;
 
-use luigi_proto::leader::Mutations;
-use luigi_proto::partition::Partitioner;
-use luigi_proto::procedure::{ProcCtx, ProcError, Procedure, Registry};
-use luigi_proto::types::ShardId;
+use luigi_protocol::leader::Mutations;
 use luigi_sim::{FailoverReport, FaultConfig, SimConfig, ViolationKind};
 use luigi_store::{Key, Store, Value};
+use luigi_txn::partition::Partitioner;
+use luigi_txn::procedure::{ProcCtx, ProcError, Procedure, Registry};
+use luigi_txn::types::ShardId;
 use luigi_workloads::tpcc::keys::{w_ytd_key, warehouse_of};
 use luigi_workloads::tpcc::{Mix, TpccConfig, TpccLoad, TpccWorkload};
 use luigi_workloads::{TxnGenerator, Workload};

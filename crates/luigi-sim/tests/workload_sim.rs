@@ -24,7 +24,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Instant;
 
-use luigi_proto::leader::Mutations;
+use luigi_protocol::leader::Mutations;
 use luigi_sim::{FailoverReport, FaultConfig, KillPoint, SimConfig, ViolationKind};
 use luigi_workloads::micro::{MicroConfig, MicroWorkload, Placement, Spread};
 
@@ -229,9 +229,9 @@ fn replay_catches_execution_out_of_timestamp_order() {
 fn the_replay_starts_from_the_population_and_compares_outputs() {
     use std::collections::BTreeMap;
 
-    use luigi_proto::coordinator::TxnOutcome;
-    use luigi_proto::types::TxnId;
     use luigi_sim::checker::{check_from, AnswerRecord, CheckOptions, History, Moment, TxnRecord};
+    use luigi_txn::client_core::TxnOutcome;
+    use luigi_txn::types::TxnId;
     use luigi_workloads::Workload;
 
     let bank = Bank::new(2, 4);
@@ -242,7 +242,7 @@ fn the_replay_starts_from_the_population_and_compares_outputs() {
     let audit = std::iter::repeat_with(|| generator.next_txn().expect("draws"))
         .find(|t| t.procedure == "bank.audit" && t.pieces.len() == 2)
         .expect("a cross-shard audit");
-    let results: Vec<(u32, Result<Vec<u8>, luigi_proto::msg::TxnError>)> = audit
+    let results: Vec<(u32, Result<Vec<u8>, luigi_txn::msg::TxnError>)> = audit
         .pieces
         .iter()
         .map(|p| {
@@ -250,7 +250,7 @@ fn the_replay_starts_from_the_population_and_compares_outputs() {
             (p.shard, registry.execute(&audit.procedure, &audit.args, &mut store, &p.keys, p.shard).map_err(Into::into))
         })
         .collect();
-    let record = |results: Vec<(u32, Result<Vec<u8>, luigi_proto::msg::TxnError>)>| History {
+    let record = |results: Vec<(u32, Result<Vec<u8>, luigi_txn::msg::TxnError>)>| History {
         txns: vec![TxnRecord {
             id: TxnId { client: 1, seq: 1 },
             procedure: audit.procedure.clone(),
@@ -279,7 +279,7 @@ fn the_replay_starts_from_the_population_and_compares_outputs() {
     let v = check(&record(mutated), &initial).expect_err("a mutated output");
     assert_eq!(v.kind, ViolationKind::ResultMismatch, "{v}");
     let mut half = results;
-    half[0].1 = Err(luigi_proto::procedure::ProcError::UserAbort("only here".into()).into());
+    half[0].1 = Err(luigi_txn::procedure::ProcError::UserAbort("only here".into()).into());
     let v = check(&record(half), &initial).expect_err("rolled back on one participant only");
     assert_eq!(v.kind, ViolationKind::ResultMismatch, "{v}");
 }

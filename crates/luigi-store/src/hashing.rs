@@ -12,7 +12,7 @@
 //! of one process agrees with every other of the same process.
 //!
 //! Nothing keyed here may leave the process: not in a message, on disk, nor compared with
-//! another replica's (those use stable hashes: see `luigi_proto::keyhash`).
+//! another replica's (those use stable hashes: see `luigi_protocol::keyhash`).
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;

@@ -15,15 +15,16 @@
 //! workload with its server-side parameters, as a cluster file carries it.
 
 pub mod micro;
+pub mod procedures;
 pub mod tpcc;
 
 use std::fmt;
 use std::sync::Arc;
 
-use luigi_proto::partition::Partitioner;
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ShardId, ShardPiece};
 use luigi_store::{Key, Store, Value};
+use luigi_txn::partition::Partitioner;
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{ShardId, ShardPiece};
 
 /// One transaction to run: a procedure call and the keys it declares on each participant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,7 +138,7 @@ pub trait Workload: Send + Sync {
 
     /// The built-in procedures plus this workload's.
     fn registry(&self) -> Registry {
-        let mut registry = Registry::with_builtins();
+        let mut registry = crate::procedures::builtins();
         self.register(&mut registry);
         registry
     }

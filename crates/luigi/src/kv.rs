@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{ArgMatches, Args};
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::partition::HashPartitioner;
-use luigi_proto::procedures::{kv_args, kv_merge, kv_pieces, Kv, KvOp, KvResult};
-use luigi_proto::types::Timestamp;
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::partition::HashPartitioner;
+use luigi_txn::types::Timestamp;
+use luigi_workloads::procedures::{kv_args, kv_merge, kv_pieces, Kv, KvOp, KvResult};
 use serde_json::{json, Value as Json};
 
 /// Exit status of `get` when the key does not exist.

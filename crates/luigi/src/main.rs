@@ -20,7 +20,6 @@ use luigi_bench::report::{
 use luigi_bench::run::RunSpec;
 use luigi_bench::tpcc::{check_cluster, conditions_skipped, render_conditions, run_tpcc, TpccOptions, TpccRun};
 use luigi_bench::workload::micro::MicroOptions;
-use luigi_proto::procedure::Registry;
 use luigi_runtime::config::{ClusterConfig, NodeId};
 use luigi_runtime::net::wan::Scenario;
 use luigi_runtime::server::{Server, StorageOptions};
@@ -316,7 +315,7 @@ SIGKILL the servers still exit (their standard input closes) but the directory s
 
 fn main() -> ExitCode {
     // First, before anything hashes: this process's tables are keyed by a random seed.
-    luigi_proto::keyhash::seed_randomly();
+    luigi_txn::keyhash::seed_randomly();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // The client commands print results, not logs (RUST_LOG still turns them on).
@@ -368,7 +367,7 @@ fn server(args: ServerArgs) -> anyhow::Result<()> {
     let result = rt.block_on(async move {
         let storage =
             StorageOptions { data_dir: args.data_dir.clone(), durability: args.durability.wal(), rejoin: args.rejoin };
-        let server = Server::bind(config, node, Registry::with_builtins(), storage).await?;
+        let server = Server::bind(config, node, luigi_workloads::procedures::builtins(), storage).await?;
         let exit_on_eof = args.exit_on_stdin_eof;
         let shutdown = async move {
             let stdin_closed = async {

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use luigi_proto::msg::{ReplicaRole, ReplicaStatus};
 use luigi_runtime::config::ClusterConfig;
 use luigi_runtime::status::{cluster_status, largest_offset, ClusterHealth, ReplicaReport, STATUS_TIMEOUT_DEFAULT};
+use luigi_txn::msg::{ReplicaRole, ReplicaStatus};
 use serde_json::json;
 
 /// Stalled transactions shown per replica in the table (`--json` has all the replica sent).

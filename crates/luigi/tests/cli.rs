@@ -10,8 +10,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{free_port, scratch, ServerProc};
-use luigi_proto::partition::{HashPartitioner, Partitioner};
-use luigi_proto::procedures::kv_key;
+use luigi_txn::partition::{HashPartitioner, Partitioner};
+use luigi_workloads::procedures::kv_key;
 use serde_json::Value;
 
 const EXE: &str = env!("CARGO_BIN_EXE_luigi");

@@ -21,11 +21,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use luigi_proto::msg::{ReplicaRole, ReplicaStatus};
-use luigi_proto::procedures::TransferArgs;
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
 use luigi_runtime::status::replica_status;
+use luigi_txn::msg::{ReplicaRole, ReplicaStatus};
+use luigi_workloads::procedures::TransferArgs;
 
 use common::{scratch, start_durable, three_replica_cluster, transfer, ServerProc, EXE};
 

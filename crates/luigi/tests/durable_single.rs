@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use common::{free_port, scratch, ServerProc};
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::procedures::{micro_key, Micro, MicroOp, MicroOutput};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_workloads::procedures::{micro_key, Micro, MicroOp, MicroOutput};
 
 const EXE: &str = env!("CARGO_BIN_EXE_luigi");
 /// Keys written per phase.

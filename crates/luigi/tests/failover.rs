@@ -23,11 +23,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::partition::{HashPartitioner, Partitioner};
-use luigi_proto::procedures::{account_key, MicroOp, TransferArgs};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::partition::{HashPartitioner, Partitioner};
+use luigi_workloads::procedures::{account_key, MicroOp, TransferArgs};
 
 use common::history::Recorder;
 use common::load::{assert_no_unknown, expected_balances, Done, TransferLoad, ACCOUNTS};

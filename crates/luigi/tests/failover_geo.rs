@@ -15,11 +15,11 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::partition::{HashPartitioner, Partitioner};
-use luigi_proto::procedures::{account_key, TransferArgs};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::partition::{HashPartitioner, Partitioner};
+use luigi_workloads::procedures::{account_key, TransferArgs};
 
 use common::{read_balances, scratch, start_all, start_durable as start, three_replica_cluster, transfer};
 

@@ -19,16 +19,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::msg::{ClientMsg, ReplicationMsg, ServerMsg, TxnError, WireMsg};
-use luigi_proto::partition::HashPartitioner;
-use luigi_proto::procedure::Registry;
-use luigi_proto::procedures::{kv_args, kv_pieces, micro_key, Kv, KvOp, Micro, MicroOp, TransferArgs};
-use luigi_proto::types::{KeySet, Protocol, ShardPiece, Txn, TxnId};
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_runtime::auth;
 use luigi_runtime::client::Client;
 use luigi_runtime::config::{ClusterConfig, NodeId};
 use luigi_runtime::server::{ConnLimits, Server, StorageOptions};
+use luigi_runtime::wire::WireMsg;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
+use luigi_txn::partition::HashPartitioner;
+use luigi_txn::types::{KeySet, Protocol, ShardPiece, Txn, TxnId};
+use luigi_workloads::procedures::{kv_args, kv_pieces, micro_key, Kv, KvOp, Micro, MicroOp, TransferArgs};
 
 use common::{free_port, latest_leader, scratch, start_durable, three_replica_cluster_with, transfer, ServerProc, EXE};
 
@@ -239,7 +240,7 @@ fn poison_is_refused_by_the_leader(ports: &[u16]) {
         raw.send(&WireMsg::Client(ClientMsg::Hello {
             client: 900 + r as u64,
             proof: None,
-            protocol: luigi_proto::types::Protocol::Luigi,
+            protocol: luigi_txn::types::Protocol::Luigi,
         }));
         raw.send(&poison(900 + r as u64));
         let started = Instant::now();
@@ -271,7 +272,7 @@ fn a_client_cannot_pass_for_another(port: u16) {
     owner.send(&WireMsg::Client(ClientMsg::Hello {
         client: 950,
         proof: None,
-        protocol: luigi_proto::types::Protocol::Luigi,
+        protocol: luigi_txn::types::Protocol::Luigi,
     }));
     owner.send(&WireMsg::Client(ClientMsg::Ping { sent_us: 1 }));
     assert!(owner.pong(), "the owner's connection answers its ping");
@@ -279,7 +280,7 @@ fn a_client_cannot_pass_for_another(port: u16) {
     thief.send(&WireMsg::Client(ClientMsg::Hello {
         client: 950,
         proof: None,
-        protocol: luigi_proto::types::Protocol::Luigi,
+        protocol: luigi_txn::types::Protocol::Luigi,
     }));
     assert!(thief.refusal().contains("in use"));
     assert!(thief.closed());
@@ -411,7 +412,8 @@ impl InProcess {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
             rt.block_on(async move {
                 let storage = StorageOptions { data_dir: data, durability: luigi_wal::Durability::None, rejoin: false };
-                let server = Server::bind(config, node, Registry::with_builtins(), storage).await.unwrap();
+                let server =
+                    Server::bind(config, node, luigi_workloads::procedures::builtins(), storage).await.unwrap();
                 bound.send(()).unwrap();
                 let stopped = async {
                     let _ = stopped.await;
@@ -501,9 +503,9 @@ fn the_default_connection_limits_fit_the_largest_local_benchmark() {
 /// Runs `n` bank transfers between accounts of different shards of a 2-shard cluster and
 /// requires them all to commit.
 fn cross_shard_transfers_commit(rt: &tokio::runtime::Runtime, client: &Client, n: u64) {
-    use luigi_proto::partition::Partitioner;
+    use luigi_txn::partition::Partitioner;
     let shards = HashPartitioner::new(2);
-    let on = |shard| (0..).filter(move |a| shards.shard_of(&luigi_proto::procedures::account_key(*a)) == shard);
+    let on = |shard| (0..).filter(move |a| shards.shard_of(&luigi_workloads::procedures::account_key(*a)) == shard);
     for (from, to) in on(0).zip(on(1)).take(n as usize) {
         let args = TransferArgs { from, to, amount: 1 };
         let outcome =
@@ -703,7 +705,7 @@ fn stalled_frames(port: u16, pid: u32) {
         raw.send(&WireMsg::Client(ClientMsg::Hello {
             client: 20_000 + i,
             proof: None,
-            protocol: luigi_proto::types::Protocol::Luigi,
+            protocol: luigi_txn::types::Protocol::Luigi,
         }));
         raw.0.write_all(&(8u32 << 20).to_be_bytes()).unwrap();
         raw.0.write_all(&chunk).unwrap();

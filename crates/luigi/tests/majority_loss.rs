@@ -25,11 +25,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::partition::HashPartitioner;
-use luigi_proto::procedures::TransferArgs;
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::partition::HashPartitioner;
+use luigi_workloads::procedures::TransferArgs;
 
 use cluster::{accounts_by_shard, pick, read_balances, wait_for_commits, Cluster};
 use common::subset::{find_subset, Subset};

@@ -13,9 +13,10 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use luigi_proto::msg::{ClientMsg, ServerMsg, WireMsg};
-use luigi_proto::procedures::{kv_args, kv_key, Kv, KvOp};
-use luigi_proto::types::{KeySet, Protocol, ShardPiece, Txn, TxnId};
+use luigi_runtime::wire::WireMsg;
+use luigi_txn::msg::{ClientMsg, ServerMsg};
+use luigi_txn::types::{KeySet, Protocol, ShardPiece, Txn, TxnId};
+use luigi_workloads::procedures::{kv_args, kv_key, Kv, KvOp};
 
 use common::{latest_leader, scratch, start_all, three_replica_cluster_with, EXE};
 

@@ -22,10 +22,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use luigi_proto::partition::{HashPartitioner, Partitioner};
-use luigi_proto::procedures::{account_key, TransferArgs};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
+use luigi_txn::partition::{HashPartitioner, Partitioner};
+use luigi_workloads::procedures::{account_key, TransferArgs};
 
 use common::load::{assert_balances, assert_no_unknown, Done, TransferLoad};
 use common::netns::NetNs;

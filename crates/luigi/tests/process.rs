@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use common::{free_port, scratch, ServerProc};
 
 use luigi_bench::report::read_json;
-use luigi_proto::procedures::{micro_key, Micro, MicroOp, MicroOutput};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
+use luigi_workloads::procedures::{micro_key, Micro, MicroOp, MicroOutput};
 
 const EXE: &str = env!("CARGO_BIN_EXE_luigi");
 
@@ -163,7 +163,7 @@ fn client_library_reads_its_writes_and_server_survives_garbage() {
             .execute(Micro::NAME, postcard::to_stdvec(&read).unwrap(), vec![micro_key(5)], vec![])
             .await
             .unwrap();
-        let luigi_proto::coordinator::TxnOutcome::Ordered { results, .. } = done.outcome else {
+        let luigi_txn::client_core::TxnOutcome::Ordered { results, .. } = done.outcome else {
             panic!("read not ordered: {:?}", done.outcome)
         };
         let out: MicroOutput = postcard::from_bytes(results[0].1.as_ref().unwrap()).unwrap();
@@ -171,7 +171,7 @@ fn client_library_reads_its_writes_and_server_survives_garbage() {
         // An unknown procedure is an error answer, not a hang or a crash.
         let done = client.execute("no.such.proc", vec![], vec![], vec![micro_key(1)]).await.unwrap();
         assert!(
-            matches!(&done.outcome, luigi_proto::coordinator::TxnOutcome::Rejected(why) if why.contains("unknown procedure")),
+            matches!(&done.outcome, luigi_txn::client_core::TxnOutcome::Rejected(why) if why.contains("unknown procedure")),
             "{:?}",
             done.outcome
         );

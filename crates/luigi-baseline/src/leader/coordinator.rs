@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::log::ReplicatedLog;
-use luigi_proto::msg::{BaseItem, BaseState, ServerMsg, TxnError};
-use luigi_proto::types::{ClientId, ShardId, Txn, TxnId};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::log::ReplicatedLog;
+use luigi_protocol::msg::{BaseItem, BaseState};
+use luigi_txn::msg::{ServerMsg, TxnError};
+use luigi_txn::types::{ClientId, ShardId, Txn, TxnId};
 
 use super::{status_of, BaseLeader};
 use crate::record::BaseRecord;
@@ -226,7 +227,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
 }
 
 /// `reply` with its WAN rounds (1: ended in round 1; 2: both rounds).
-pub(super) fn with_rounds(mut reply: luigi_proto::msg::TxnReply, rounds: u8) -> luigi_proto::msg::TxnReply {
+pub(super) fn with_rounds(mut reply: luigi_txn::msg::TxnReply, rounds: u8) -> luigi_txn::msg::TxnReply {
     reply.rounds = rounds;
     reply
 }

@@ -4,17 +4,17 @@
 
 use std::sync::Arc;
 
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::log::LogError;
-use luigi_proto::msg::TxnError;
-use luigi_proto::procedure::TxnCtx;
-use luigi_proto::types::{ClientId, KeySet, Txn};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::log::LogError;
+use luigi_txn::msg::TxnError;
+use luigi_txn::procedure::TxnCtx;
+use luigi_txn::types::{ClientId, KeySet, Txn};
 
 use super::{lock_keys, BaseLeader, Wait};
 use crate::record::BaseRecord;
 use crate::state::Outcome;
 use crate::Mode;
-use luigi_proto::log::ReplicatedLog;
+use luigi_protocol::log::ReplicatedLog;
 
 impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     pub(super) fn on_dispatch(
@@ -28,7 +28,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         let me = self.config.shard;
         let refuse = |this: &Self, why: String, out: &mut Vec<LeaderOutput>| {
             for reply in this.replies(&txn, arrival, |_| Err(TxnError::Rejected(why.clone()))) {
-                out.push(LeaderOutput::ToClient { client, msg: luigi_proto::msg::ServerMsg::Reply(reply) });
+                out.push(LeaderOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
             }
         };
         if txn.id.client != client {
@@ -87,7 +87,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         }
         if self.waits_len >= self.config.waits_max {
             let reply = self.reply(id, me, Err(TxnError::Busy(format!("{} answers wait", self.waits_len))), arrival);
-            return out.push(LeaderOutput::ToClient { client, msg: luigi_proto::msg::ServerMsg::Reply(reply) });
+            return out.push(LeaderOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
         }
         let (reads, writes) = lock_keys(keys);
         if self.config.mode != Mode::Direct {
@@ -95,7 +95,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                 self.stats.lock_conflicts += 1;
                 let why = format!("a key (hash {h:016x}) is locked by a transaction being committed");
                 let reply = self.reply(id, me, Err(TxnError::Aborted(why)), arrival);
-                return out.push(LeaderOutput::ToClient { client, msg: luigi_proto::msg::ServerMsg::Reply(reply) });
+                return out.push(LeaderOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
             }
         }
         let procedure = self.registry.get(&txn.procedure).expect("checked at dispatch");
@@ -123,7 +123,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             }
             Err(e) => {
                 let reply = self.reply(id, me, Err(log_refusal(e)), arrival);
-                out.push(LeaderOutput::ToClient { client, msg: luigi_proto::msg::ServerMsg::Reply(reply) });
+                out.push(LeaderOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
             }
         }
     }
@@ -135,7 +135,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     fn answer_after_barrier(
         &mut self,
         client: ClientId,
-        id: luigi_proto::types::TxnId,
+        id: luigi_txn::types::TxnId,
         outcome: Result<Vec<u8>, TxnError>,
         arrival: i64,
         read: bool,
@@ -152,7 +152,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             }
             Err(e) => {
                 let reply = self.reply(id, me, Err(log_refusal(e)), arrival);
-                out.push(LeaderOutput::ToClient { client, msg: luigi_proto::msg::ServerMsg::Reply(reply) });
+                out.push(LeaderOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
             }
         }
     }

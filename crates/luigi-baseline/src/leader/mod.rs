@@ -10,12 +10,13 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use luigi_proto::keyhash::stable_key_hash;
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::log::{LogEntry, LogError, ReplicatedLog};
-use luigi_proto::msg::{BaseItem, BaseState, ClientMsg, PeerBatch, PeerItem, ServerMsg, TxnError, TxnReply};
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ClientId, KeySet, ShardId, TimeUs, Txn, TxnId};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::log::{LogEntry, LogError, ReplicatedLog};
+use luigi_protocol::msg::{BaseItem, BaseState, PeerBatch, PeerItem};
+use luigi_txn::keyhash::stable_key_hash;
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{ClientId, KeySet, ShardId, TimeUs, Txn, TxnId};
 
 use crate::locks::{LockTable, Versions};
 use crate::record::{BaseRecord, Write};
@@ -268,7 +269,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             }),
             // The baselines have no fast path: `fast` is moot.
             ClientMsg::Dispatch { txn, sent_us, acked_below, fast: _ } => {
-                let arrival = luigi_proto::msg::arrival_delta_us(now, sent_us);
+                let arrival = luigi_txn::msg::arrival_delta_us(now, sent_us);
                 self.on_dispatch(client, txn, arrival, acked_below, out);
             }
         }

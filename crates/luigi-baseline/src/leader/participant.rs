@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::log::ReplicatedLog;
-use luigi_proto::msg::{BaseItem, BaseState, TxnError};
-use luigi_proto::procedure::TxnCtx;
-use luigi_proto::types::{ShardId, Txn, TxnId};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::log::ReplicatedLog;
+use luigi_protocol::msg::{BaseItem, BaseState};
+use luigi_txn::msg::TxnError;
+use luigi_txn::procedure::TxnCtx;
+use luigi_txn::types::{ShardId, Txn, TxnId};
 
 use super::{lock_keys, status_of, BaseLeader, Execution, Wait};
 use crate::record::BaseRecord;

@@ -7,10 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::log::ReplicatedLog;
-use luigi_proto::msg::{BaseItem, BaseState, ServerMsg, TxnError};
-use luigi_proto::types::{ClientId, ShardId, TimeUs, TxnId};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::log::ReplicatedLog;
+use luigi_protocol::msg::{BaseItem, BaseState};
+use luigi_txn::msg::{ServerMsg, TxnError};
+use luigi_txn::types::{ClientId, ShardId, TimeUs, TxnId};
 
 use super::coordinator::with_rounds;
 use super::BaseLeader;

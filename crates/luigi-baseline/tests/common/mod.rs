@@ -5,13 +5,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use luigi_baseline::{BaseConfig, BaseLeader, BaseRecord, Mode, ShardState};
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::log::{LogEntry, LogError, ReplicatedLog};
-use luigi_proto::msg::{BaseItem, ClientMsg, PeerBatch, PeerItem, ServerMsg, TxnError, TxnReply};
-use luigi_proto::procedure::{ProcCtx, ProcError, Procedure, Registry};
-use luigi_proto::procedures::{micro_key, Micro, MicroOp};
-use luigi_proto::types::{KeySet, ShardId, ShardPiece, Txn, TxnId};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::log::{LogEntry, LogError, ReplicatedLog};
+use luigi_protocol::msg::{BaseItem, PeerBatch, PeerItem};
 use luigi_store::Store;
+use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
+use luigi_txn::procedure::{ProcCtx, ProcError, Procedure, Registry};
+use luigi_txn::types::{KeySet, ShardId, ShardPiece, Txn, TxnId};
+use luigi_workloads::procedures::{micro_key, Micro, MicroOp};
 
 /// A log whose records commit only when the test says so.
 #[derive(Debug, Default)]
@@ -69,7 +70,7 @@ impl Procedure for UserAbort {
 }
 
 pub fn registry() -> Registry {
-    let mut r = Registry::with_builtins();
+    let mut r = luigi_workloads::procedures::builtins();
     r.register("user-abort", Arc::new(UserAbort));
     r
 }

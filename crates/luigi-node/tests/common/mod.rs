@@ -9,9 +9,10 @@
 use std::collections::VecDeque;
 
 use luigi_node::{Effect, NodeId, ReplicaNode, SnapshotCheck};
-use luigi_proto::msg::{ReplicationMsg, ServerMsg};
-use luigi_proto::types::{ClientId, TxnId};
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::Transition;
+use luigi_txn::msg::ServerMsg;
+use luigi_txn::types::{ClientId, TxnId};
 
 /// Rounds of effects a replica may produce in a row (each persist or snapshot answered
 /// leads to another turn) before it counts as never settling.

@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 
 use bytes::Bytes;
-use luigi_proto::log::{LogEntry, LogRecord};
+use luigi_protocol::log::{LogEntry, LogRecord};
 use raft::eraftpb::{ConfState, Entry, Snapshot};
 
 #[cfg(doc)]
@@ -12,7 +12,7 @@ use super::RaftLog;
 use super::{decode_committed, is_record, RaftError, Record};
 use crate::codec::{HardState, PersistEntry};
 #[cfg(doc)]
-use luigi_proto::log::{LogError, ReplicatedLog};
+use luigi_protocol::log::{LogError, ReplicatedLog};
 
 /// Tuning and identity of one replica. Build with [`RaftConfig::new`] and adjust fields.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,7 +16,7 @@ mod step;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
 
-use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
+use luigi_protocol::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
 use raft::eraftpb::{ConfState, Entry, EntryType};
 use raft::{GetEntriesContext, RawNode, StateRole};
 use serde::de::DeserializeOwned;

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 #[cfg(doc)]
-use luigi_proto::log::ReplicatedLog;
+use luigi_protocol::log::ReplicatedLog;
 use raft::eraftpb::{Message, MessageType};
 use raft::{SnapshotStatus, StateRole};
 

@@ -5,14 +5,15 @@
 
 use std::sync::Arc;
 
-use luigi_proto::fast::{to_recover, AcceptRecord, Accepted, AcceptedTxn, Acceptor, NotAccepted};
-use luigi_proto::leader::admissible::Admission;
-use luigi_proto::leader::answers::Known;
-use luigi_proto::leader::follower::Follower;
-use luigi_proto::leader::{LeaderConfig, LeaderOutput};
-use luigi_proto::log::{LogEntry, LogRecord, ReplicatedLog};
-use luigi_proto::msg::{PeerBatch, PeerItem, ServerMsg};
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use luigi_protocol::fast::{to_recover, AcceptRecord, Accepted, AcceptedTxn, Acceptor, NotAccepted};
+use luigi_protocol::leader::admissible::Admission;
+use luigi_protocol::leader::answers::Known;
+use luigi_protocol::leader::follower::Follower;
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput};
+use luigi_protocol::log::{LogEntry, LogRecord, ReplicatedLog};
+use luigi_protocol::msg::{PeerBatch, PeerItem};
+use luigi_txn::msg::ServerMsg;
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 use super::{LuigiProtocol, Replica};
 use crate::replica_api::FastPathReplica;

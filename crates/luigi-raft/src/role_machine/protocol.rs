@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::log::LogEntry;
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus};
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::log::LogEntry;
+use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
+use luigi_txn::msg::{ClientMsg, ReplicaStatus};
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 use super::RoleMachine;
 #[cfg(doc)]

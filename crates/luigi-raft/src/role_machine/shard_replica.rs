@@ -4,10 +4,11 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use luigi_proto::leader::LeaderOutput;
-use luigi_proto::msg::{ClientMsg, PeerBatch, ReplicaStatus};
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_protocol::leader::LeaderOutput;
+use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
+use luigi_txn::msg::{ClientMsg, ReplicaStatus};
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use super::{FollowerCore, FollowerImages, LeaderCore, ReplicaProtocol, Role, RoleMachine};
 use crate::replica_api::{

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use luigi_proto::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
+use luigi_protocol::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::eraftpb::MessageType;
 use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, RecoveredState, Role, SnapshotData};

@@ -15,7 +15,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use luigi_proto::Map;
+use luigi_txn::Map;
 
 use super::ConnId;
 

@@ -7,9 +7,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use luigi_proto::msg::{ClientMsg, WireMsg};
-use luigi_proto::types::ClientId;
-use luigi_proto::Map;
+use crate::wire::WireMsg;
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::ClientId;
+use luigi_txn::Map;
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use luigi_proto::msg::{ClientMsg, WireMsg};
+use crate::wire::WireMsg;
+use luigi_txn::msg::ClientMsg;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};

@@ -19,12 +19,13 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::wire::WireMsg;
 use anyhow::Context;
 use luigi_node::{CheckedSnapshot, Effect, NodeConfig, NodeError, ReplicaNode, SnapshotCheck};
-use luigi_proto::msg::{ServerMsg, WireMsg};
-use luigi_proto::procedure::Registry;
 use luigi_raft::replica::{empty_store, InitialStore, Replica};
 use luigi_raft::{SnapshotImage, SnapshotJob};
+use luigi_txn::msg::ServerMsg;
+use luigi_txn::procedure::Registry;
 use luigi_wal::Durability;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;

@@ -26,9 +26,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::keyhash::key_hash;
-use luigi_proto::types::{ShardId, Timestamp, TxnId};
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::keyhash::key_hash;
+use luigi_txn::types::{ShardId, Timestamp, TxnId};
 
 use super::serial::{add_real_time, topological_order};
 use super::History;

@@ -1,7 +1,7 @@
 //! What the simulator records for the checker: every transaction's dispatch and answers.
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::types::{ShardId, ShardPiece, Timestamp, TxnId};
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::types::{ShardId, ShardPiece, Timestamp, TxnId};
 
 /// A point of the run: virtual time, and the simulator's step counter that orders events at
 /// the same virtual time. "A before B" means `A < B` in (us, step) order.
@@ -50,7 +50,7 @@ pub struct TxnRecord {
 
 impl TxnRecord {
     /// Its key set on `shard`, if `shard` participates.
-    pub fn piece(&self, shard: ShardId) -> Option<&luigi_proto::types::KeySet> {
+    pub fn piece(&self, shard: ShardId) -> Option<&luigi_txn::types::KeySet> {
         self.pieces.iter().find(|p| p.shard == shard).map(|p| &p.keys)
     }
 

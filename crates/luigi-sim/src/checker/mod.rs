@@ -32,10 +32,10 @@ pub(crate) use replay::show_key;
 
 use std::collections::{BTreeMap, HashSet};
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::procedure::Registry;
-use luigi_proto::types::{ShardId, Timestamp, TxnId};
 use luigi_store::Store;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{ShardId, Timestamp, TxnId};
 
 use realtime::real_time;
 use replay::{replay, Edge};

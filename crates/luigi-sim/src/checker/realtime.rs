@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use luigi_proto::types::{ShardId, Timestamp};
+use luigi_txn::types::{ShardId, Timestamp};
 
 use super::{CheckOptions, History, Moment, TxnRecord};
 use crate::violation::{Violation, ViolationKind};

@@ -3,12 +3,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::msg::TxnError;
-use luigi_proto::procedure::Registry;
-use luigi_proto::procedures::MicroOutput;
-use luigi_proto::types::{Access, ShardId, ShardPiece, Timestamp};
 use luigi_store::{Key, Store, Value};
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::msg::TxnError;
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::{Access, ShardId, ShardPiece, Timestamp};
+use luigi_workloads::procedures::MicroOutput;
 
 use super::History;
 use crate::violation::{Violation, ViolationKind};

@@ -20,11 +20,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use luigi_baseline::{BaseRecord, ShardState};
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::log::LogEntry;
-use luigi_proto::msg::{ServerMsg, TxnReply};
-use luigi_proto::types::{ShardId, Timestamp, TxnId};
+use luigi_protocol::log::LogEntry;
 use luigi_store::Store;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::msg::{ServerMsg, TxnReply};
+use luigi_txn::types::{ShardId, Timestamp, TxnId};
 
 use super::replicas::base;
 use super::{shards_of, RaftGroups};

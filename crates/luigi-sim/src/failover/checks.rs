@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 
 use luigi_node::ReplicaNode;
-use luigi_proto::log::LogRecord;
-use luigi_proto::msg::{TxnError, TxnReply};
-use luigi_proto::types::{Protocol, ShardId, Timestamp, TxnId};
+use luigi_protocol::log::LogRecord;
 use luigi_raft::replica::Replica;
 use luigi_store::Store;
+use luigi_txn::msg::{TxnError, TxnReply};
+use luigi_txn::types::{Protocol, ShardId, Timestamp, TxnId};
 
 use super::baseline::BaseOracle;
 use super::config::without_population;

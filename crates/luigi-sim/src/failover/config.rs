@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use luigi_proto::msg::ClientMsg;
-use luigi_proto::procedures::{micro_key, Micro, MicroOp};
-use luigi_proto::types::{KeySet, ShardId, ShardPiece, Txn, TxnId};
 use luigi_store::{table_key, ScanOrder, Store};
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::{KeySet, ShardId, ShardPiece, Txn, TxnId};
+use luigi_workloads::procedures::{micro_key, Micro, MicroOp};
 
 use crate::config::{Delay, SimConfig};
 

@@ -4,7 +4,7 @@
 //! leader kills, and the decision that a coordinator dies after a partial dispatch (the
 //! engine kills it).
 
-use luigi_proto::types::ShardId;
+use luigi_txn::types::ShardId;
 use rand::Rng;
 
 use super::config::{CutKind, CutMode};

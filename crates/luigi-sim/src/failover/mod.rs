@@ -1,6 +1,6 @@
 //! The Raft cluster model (`RaftGroups`): every shard is a Raft group of [`ReplicaNode`]s,
 //! the node the server runs (a follower or the serving
-//! [`ShardLeader`](luigi_proto::leader::ShardLeader) over its own Raft log, with its ticks,
+//! [`ShardLeader`](luigi_protocol::leader::ShardLeader) over its own Raft log, with its ticks,
 //! elections, snapshots and routing), and the model injects faults (`faults.rs`): replica
 //! crashes and restarts, isolations and Raft-only partitions, leader kills at named points of
 //! a cross-shard transaction, and coordinators that die after dispatching to only some
@@ -54,9 +54,9 @@ use std::collections::{HashMap, HashSet};
 
 use luigi_node::NodeId;
 use luigi_node::ReplicaNode;
-use luigi_proto::msg::ClientMsg;
-use luigi_proto::types::{ClientId, Protocol, ShardId, Timestamp, TxnId};
 use luigi_raft::ShardReplica;
+use luigi_txn::msg::ClientMsg;
+use luigi_txn::types::{ClientId, Protocol, ShardId, Timestamp, TxnId};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 

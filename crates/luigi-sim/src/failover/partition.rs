@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use luigi_proto::types::ShardId;
+use luigi_txn::types::ShardId;
 
 use super::config::{CutKind, CutMode};
 use super::{FaultAction, RaftGroups};

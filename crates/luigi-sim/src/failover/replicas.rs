@@ -4,15 +4,16 @@
 
 use luigi_baseline::{replicas_for, BaseReplica};
 use luigi_node::{Effect, NodeConfig, NodeError, NodeId, Persist, ReplicaNode, SnapshotCheck, Tuning};
-use luigi_proto::leader::{LeaderConfig, LeaderStats, ShardLeader};
-use luigi_proto::msg::BaseItem;
-use luigi_proto::msg::{PeerItem, ServerMsg};
-use luigi_proto::types::{Protocol, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_protocol::leader::{LeaderConfig, LeaderStats, ShardLeader};
+use luigi_protocol::msg::BaseItem;
+use luigi_protocol::msg::PeerItem;
 use luigi_raft::accepts::FoundAccepts;
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::replica::Replica;
 use luigi_raft::{RaftLog, RecoveredState, ShardReplica};
 use luigi_raft::{SnapshotJob, Transition};
+use luigi_txn::msg::ServerMsg;
+use luigi_txn::types::{Protocol, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_wal::{Durability, SimFs, WalOptions};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;

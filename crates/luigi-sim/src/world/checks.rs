@@ -4,12 +4,12 @@
 
 use std::collections::HashMap;
 
-use luigi_proto::leader::follower::Follower;
-use luigi_proto::leader::LeaderStats;
-use luigi_proto::log::LogEntry;
-use luigi_proto::msg::TxnReply;
-use luigi_proto::types::{Access, KeySet, Protocol, ShardId, Timestamp, TxnId};
+use luigi_protocol::leader::follower::Follower;
+use luigi_protocol::leader::LeaderStats;
+use luigi_protocol::log::LogEntry;
 use luigi_store::{Key, Store};
+use luigi_txn::msg::TxnReply;
+use luigi_txn::types::{Access, KeySet, Protocol, ShardId, Timestamp, TxnId};
 
 use super::IdealLog;
 use crate::checker;

@@ -9,9 +9,9 @@
 
 use std::collections::HashSet;
 
-use luigi_proto::leader::{LeaderConfig, LeaderOutput, ShardLeader};
-use luigi_proto::msg::{ClientMsg, ServerMsg};
-use luigi_proto::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use luigi_txn::msg::{ClientMsg, ServerMsg};
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use crate::config::SimConfig;
 use crate::engine::{busy_backoff_us, ClusterModel, Core, Seeds, Sim, Step};

@@ -14,10 +14,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use luigi_proto::partition::{split, Partitioner};
-use luigi_proto::procedure::{ProcCtx, ProcError, Procedure, Registry};
-use luigi_proto::types::ShardId;
 use luigi_store::{table_key, Key, Store, Value};
+use luigi_txn::partition::{split, Partitioner};
+use luigi_txn::procedure::{ProcCtx, ProcError, Procedure, Registry};
+use luigi_txn::types::ShardId;
 use luigi_workloads::{GenError, TxnGenerator, TxnSpec, Workload};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -1,7 +1,7 @@
 //! The micro transaction generator, shared by the load driver and the simulator.
 
-use luigi_proto::partition::{split, Partitioner};
-use luigi_proto::types::{ShardId, ShardPiece};
+use luigi_txn::partition::{split, Partitioner};
+use luigi_txn::types::{ShardId, ShardPiece};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Zipf};

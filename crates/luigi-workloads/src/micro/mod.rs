@@ -1,7 +1,7 @@
 //! The micro benchmark: transactions of reads and writes of 8-byte values over a key space of
 //! `keys` keys (uniform or Zipfian), a share of them cross-shard.
 //!
-//! - Procedures: the built-in [`Micro`] (defined in `luigi_proto::procedures`, where every
+//! - Procedures: the built-in [`Micro`] (defined in `luigi_protocol::procedures`, where every
 //!   server registers it) and [`TaggedMicro`] (`micro` with the transaction id in front of
 //!   its arguments, which the simulator uses to observe executions).
 //! - Partitioning: [`MicroPartitioner`], hash ([`Placement::Hash`], what the runtime's clients
@@ -22,12 +22,12 @@ mod tagged;
 
 use std::sync::Arc;
 
-use luigi_proto::keyhash::stable_key_hash;
-use luigi_proto::partition::Partitioner;
-use luigi_proto::procedure::Registry;
-pub use luigi_proto::procedures::{micro_key, Micro, MicroOp, MicroOutput, MICRO_TABLE};
-use luigi_proto::types::ShardId;
+pub use crate::procedures::{micro_key, Micro, MicroOp, MicroOutput, MICRO_TABLE};
 use luigi_store::{Key, Store, Value};
+use luigi_txn::keyhash::stable_key_hash;
+use luigi_txn::partition::Partitioner;
+use luigi_txn::procedure::Registry;
+use luigi_txn::types::ShardId;
 
 pub use generator::{micro_pieces, MicroGenerator, PLACEMENT_TRIES_MAX};
 pub use tagged::{decode_tagged_args, encode_tagged_args, is_micro, micro_ops, split_tagged_args, TaggedMicro};

@@ -4,8 +4,8 @@
 //! The id does not change what the procedure does, but it lets an observer (the simulator)
 //! see which transaction a leader executes, on which shard and in which order.
 
-use luigi_proto::procedure::{ProcCtx, ProcError, Procedure};
-use luigi_proto::types::TxnId;
+use luigi_txn::procedure::{ProcCtx, ProcError, Procedure};
+use luigi_txn::types::TxnId;
 
 use super::{Micro, MicroOp};
 

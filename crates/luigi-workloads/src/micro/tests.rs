@@ -1,7 +1,7 @@
 use std::collections::BTreeSet;
 
-use luigi_proto::partition::HashPartitioner;
-use luigi_proto::types::TxnId;
+use luigi_txn::partition::HashPartitioner;
+use luigi_txn::types::TxnId;
 
 use super::*;
 use crate::TxnSpec;
@@ -163,7 +163,7 @@ fn tagged_arguments_round_trip_and_run_micro() {
     assert_eq!(micro_ops("kv", &args), None);
     assert!(is_micro(TaggedMicro::NAME) && is_micro(Micro::NAME) && !is_micro("kv"));
     let registry = MicroWorkload::new(MicroConfig::default(), 1).unwrap().registry();
-    let keys = luigi_proto::types::KeySet::new(vec![], vec![micro_key(4)]);
+    let keys = luigi_txn::types::KeySet::new(vec![], vec![micro_key(4)]);
     let mut store = Store::new();
     let out = registry.execute(TaggedMicro::NAME, &args, &mut store, &keys, 0).unwrap();
     assert_eq!(postcard::from_bytes::<MicroOutput>(&out).unwrap(), vec![(4, Some(7))]);

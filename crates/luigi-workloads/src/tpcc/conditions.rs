@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use luigi_proto::types::ShardId;
+use luigi_txn::types::ShardId;
 
 use super::population::DISTRICTS;
 use super::procedures::check::{ShardSummary, Tally, CONDITIONS};

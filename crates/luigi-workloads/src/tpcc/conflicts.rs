@@ -14,9 +14,9 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use luigi_proto::procedure::{ProcCtx, ProcError, TxnCtx};
-use luigi_proto::types::{Access, KeySet, ShardId};
 use luigi_store::{Key, ScanOrder, Store, Value};
+use luigi_txn::procedure::{ProcCtx, ProcError, TxnCtx};
+use luigi_txn::types::{Access, KeySet, ShardId};
 
 use super::generator::TpccGenerator;
 use super::procedures::{lookup, Env};

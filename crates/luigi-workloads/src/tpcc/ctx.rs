@@ -2,9 +2,9 @@
 //! `TxnCtx` ([`check_access`], [`check_scan`]): the check over local stores runs through it
 //! without copying or mutably borrowing them. (Writing contexts are Luigi's `TxnCtx`.)
 
-use luigi_proto::procedure::{check_access, check_scan, ProcCtx, ProcError};
-use luigi_proto::types::{Access, KeySet, ShardId};
 use luigi_store::{Key, ScanOrder, Store, Value};
+use luigi_txn::procedure::{check_access, check_scan, ProcCtx, ProcError};
+use luigi_txn::types::{Access, KeySet, ShardId};
 
 /// A read-only context: every write is refused as undeclared.
 pub struct ReadCtx<'a> {

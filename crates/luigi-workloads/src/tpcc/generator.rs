@@ -2,7 +2,7 @@
 //! NURand customers and items with the run-time constants, remote lines and payments, and
 //! a logical clock for dates.
 
-use luigi_proto::types::ShardId;
+use luigi_txn::types::ShardId;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -318,7 +318,7 @@ pub fn describe(key: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use luigi_proto::procedure::prefix_successor;
+    use luigi_txn::procedure::prefix_successor;
 
     #[test]
     fn units_are_prefixes_of_their_rows_and_disjoint() {

@@ -28,10 +28,10 @@ mod tests;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use luigi_proto::partition::Partitioner;
-use luigi_proto::procedure::{Procedure, Registry};
-use luigi_proto::types::{limits, ShardId};
 use luigi_store::{Key, Store, Value};
+use luigi_txn::partition::Partitioner;
+use luigi_txn::procedure::{Procedure, Registry};
+use luigi_txn::types::{limits, ShardId};
 use serde::{Deserialize, Serialize};
 
 pub use conditions::{evaluate, STATEMENTS};

@@ -1,10 +1,10 @@
 //! Partitioning by warehouse: warehouse `w` (1-based) lives on shard `(w - 1) % shards`;
 //! ITEM is replicated on every shard; any other key (the runtime's probe and key-value keys)
-//! is hashed like [`luigi_proto::partition::HashPartitioner`].
+//! is hashed like [`luigi_txn::partition::HashPartitioner`].
 
-use luigi_proto::keyhash::stable_key_hash;
-use luigi_proto::partition::Partitioner;
-use luigi_proto::types::ShardId;
+use luigi_txn::keyhash::stable_key_hash;
+use luigi_txn::partition::Partitioner;
+use luigi_txn::types::ShardId;
 
 use super::keys::{is_item_key, warehouse_of};
 
@@ -51,9 +51,9 @@ impl Partitioner for TpccPartitioner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::procedures::kv_key;
     use crate::tpcc::keys::{item_key, stock_key, warehouse_key};
-    use luigi_proto::partition::HashPartitioner;
-    use luigi_proto::procedures::kv_key;
+    use luigi_txn::partition::HashPartitioner;
 
     #[test]
     fn warehouses_round_robin_items_replicated_others_hashed() {

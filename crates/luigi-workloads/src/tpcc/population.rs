@@ -7,8 +7,8 @@
 //! ([`s_dist`], [`warehouse_name`], [`district_name`]) that a piece recomputes when it needs
 //! another warehouse's value; the population takes them from the same functions.
 
-use luigi_proto::types::ShardId;
 use luigi_store::{Key, Value};
+use luigi_txn::types::ShardId;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -6,8 +6,8 @@
 //! Integer rows (W_YTD, D_YTD, D_NEXT_O_ID) are a postcard integer; index entries and
 //! NEW-ORDER rows are empty.
 
-use luigi_proto::procedure::{ProcCtx, ProcError};
 use luigi_store::{Key, Value};
+use luigi_txn::procedure::{ProcCtx, ProcError};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

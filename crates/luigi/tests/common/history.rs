@@ -12,15 +12,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::partition::{split, HashPartitioner, Partitioner};
-use luigi_proto::procedure::Registry;
-use luigi_proto::procedures::{account_key, micro_key, Micro, MicroOp, MicroOutput, Transfer, TransferArgs};
-use luigi_proto::types::ShardPiece;
 use luigi_runtime::client::Client;
 use luigi_sim::checker::{check, AnswerRecord, CheckOptions, CheckSummary, History, Moment, TxnRecord};
 use luigi_store::Store;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::partition::{split, HashPartitioner, Partitioner};
+use luigi_txn::types::ShardPiece;
 use luigi_workloads::micro::micro_pieces;
+use luigi_workloads::procedures::{account_key, micro_key, Micro, MicroOp, MicroOutput, Transfer, TransferArgs};
 
 /// Runs transactions through a client and records each with its dispatch and answer.
 pub struct Recorder {
@@ -111,7 +110,7 @@ impl Recorder {
         let history = History { txns: self.txns.lock().unwrap().clone() };
         let stores: Vec<&Store> = stores.iter().collect();
         let options = CheckOptions { realtime_across_shards: true };
-        match check(&history, &Registry::with_builtins(), &stores, options) {
+        match check(&history, &luigi_workloads::procedures::builtins(), &stores, options) {
             Ok(summary) => summary,
             Err(violation) => {
                 panic!("the history of {} transactions is not strictly serializable: {violation}", history.txns.len())

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::procedures::TransferArgs;
-use luigi_proto::types::Timestamp;
 use luigi_runtime::client::Client;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::types::Timestamp;
+use luigi_workloads::procedures::TransferArgs;
 
 use super::{read_balances, transfer};
 

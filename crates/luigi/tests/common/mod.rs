@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::msg::WireMsg;
-use luigi_proto::procedures::{account_key, Transfer, TransferArgs};
 use luigi_runtime::client::Client;
 use luigi_runtime::net::codec::{decode_payload, encode_frame};
+use luigi_runtime::wire::WireMsg;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_workloads::procedures::{account_key, Transfer, TransferArgs};
 
 /// The `luigi` binary under test.
 pub const EXE: &str = env!("CARGO_BIN_EXE_luigi");

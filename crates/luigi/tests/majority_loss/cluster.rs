@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::partition::{HashPartitioner, Partitioner};
-use luigi_proto::procedures::{account_key, TransferArgs};
 use luigi_runtime::client::Client;
 use luigi_runtime::config::ClusterConfig;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::partition::{HashPartitioner, Partitioner};
+use luigi_workloads::procedures::{account_key, TransferArgs};
 
 use crate::common::{start_durable, transfer, ServerProc};
 use crate::ledger::{Effect, Ledger};

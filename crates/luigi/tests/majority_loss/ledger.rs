@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use luigi_proto::coordinator::TxnOutcome;
-use luigi_proto::partition::HashPartitioner;
-use luigi_proto::procedures::TransferArgs;
+use luigi_txn::client_core::TxnOutcome;
+use luigi_txn::partition::HashPartitioner;
+use luigi_workloads::procedures::TransferArgs;
 
 use crate::cluster::shards_of;
 use crate::common::subset::{find_subset, Subset};

@@ -7,10 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use luigi_proto::partition::Partitioner;
-use luigi_proto::procedure::{prefix_successor, ProcCtx, ProcError, Procedure};
-use luigi_proto::types::ShardId;
 use luigi_store::{Key, ScanOrder, Value};
+use luigi_txn::partition::Partitioner;
+use luigi_txn::procedure::{prefix_successor, ProcCtx, ProcError, Procedure};
+use luigi_txn::types::ShardId;
 use serde::{Deserialize, Serialize};
 
 use super::{bad, spec, Env, CHECK};

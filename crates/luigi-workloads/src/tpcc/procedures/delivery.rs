@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use luigi_proto::partition::Partitioner;
-use luigi_proto::procedure::{prefix_successor, ProcCtx, ProcError, Procedure};
 use luigi_store::{Key, ScanOrder};
+use luigi_txn::partition::Partitioner;
+use luigi_txn::procedure::{prefix_successor, ProcCtx, ProcError, Procedure};
 use serde::{Deserialize, Serialize};
 
 use super::{bad, spec, Env, DELIVERY};

@@ -19,9 +19,9 @@ pub mod stock_level;
 
 use std::sync::Arc;
 
-use luigi_proto::partition::{split, Partitioner};
-use luigi_proto::procedure::{prefix_successor, ProcCtx, ProcError, Procedure, Registry};
 use luigi_store::{Key, ScanOrder};
+use luigi_txn::partition::{split, Partitioner};
+use luigi_txn::procedure::{prefix_successor, ProcCtx, ProcError, Procedure, Registry};
 use serde::{Deserialize, Serialize};
 
 use super::keys::{customer_key, customer_of_name_index, name_index_prefix, pad_name};

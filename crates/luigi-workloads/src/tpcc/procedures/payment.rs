@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use luigi_proto::partition::Partitioner;
-use luigi_proto::procedure::{ProcCtx, ProcError, Procedure};
 use luigi_store::Key;
+use luigi_txn::partition::Partitioner;
+use luigi_txn::procedure::{ProcCtx, ProcError, Procedure};
 use serde::{Deserialize, Serialize};
 
 use super::{bad, dollars, find_customer, spec, CustomerSel, Env, PAYMENT};

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use luigi_proto::partition::Partitioner;
-use luigi_proto::procedure::{ProcCtx, ProcError, Procedure};
 use luigi_store::{Key, ScanOrder};
+use luigi_txn::partition::Partitioner;
+use luigi_txn::procedure::{ProcCtx, ProcError, Procedure};
 use serde::{Deserialize, Serialize};
 
 use super::{bad, spec, Env, STOCK_LEVEL_ORDERS, STOCK_LEVEL_STOCK};

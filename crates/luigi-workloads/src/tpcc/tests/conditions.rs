@@ -1,4 +1,4 @@
-use luigi_proto::procedure::ProcError;
+use luigi_txn::procedure::ProcError;
 
 use super::super::keys::*;
 use super::super::rows::*;

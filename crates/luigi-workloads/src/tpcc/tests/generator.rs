@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use luigi_proto::partition::Partitioner;
+use luigi_txn::partition::Partitioner;
 
 use super::super::conflicts::measure_conflicts;
 use super::super::keys::*;

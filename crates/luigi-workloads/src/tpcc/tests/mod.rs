@@ -5,9 +5,9 @@ mod generator;
 mod population;
 mod transactions;
 
-use luigi_proto::procedure::{ProcError, Registry};
-use luigi_proto::types::ShardId;
 use luigi_store::Store;
+use luigi_txn::procedure::{ProcError, Registry};
+use luigi_txn::types::ShardId;
 use serde::de::DeserializeOwned;
 
 use super::rows::{decode, encode};

@@ -1,7 +1,7 @@
 use std::collections::BTreeSet;
 
-use luigi_proto::procedure::{prefix_successor, ProcError};
 use luigi_store::ScanOrder;
+use luigi_txn::procedure::{prefix_successor, ProcError};
 
 use super::super::keys::*;
 use super::super::population::{history_data, s_dist, DISTRICTS};

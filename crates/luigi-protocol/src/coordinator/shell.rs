@@ -1,0 +1,71 @@
+//! The coordinator as the shells see it: Luigi's [`ClientCore`].
+
+use super::Coordinator;
+use luigi_txn::client_core::ClientOutput;
+use luigi_txn::client_core::{ClientCore, ClientCounters, FlightsView, InvalidPieces};
+use luigi_txn::msg::ServerMsg;
+use luigi_txn::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, TxnId};
+
+impl ClientCore for Coordinator {
+    fn client(&self) -> ClientId {
+        self.config.client
+    }
+
+    fn protocol(&self) -> Protocol {
+        Protocol::Luigi
+    }
+
+    fn submit(
+        &mut self,
+        now: TimeUs,
+        procedure: &str,
+        args: Vec<u8>,
+        pieces: Vec<ShardPiece>,
+        out: &mut Vec<ClientOutput>,
+    ) -> Result<TxnId, InvalidPieces> {
+        Coordinator::submit(self, now, procedure, args, pieces, out)
+    }
+
+    fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<ClientOutput>) {
+        Coordinator::on_message(self, now, msg, out)
+    }
+
+    fn tick(&mut self, now: TimeUs, out: &mut Vec<ClientOutput>) {
+        Coordinator::tick(self, now, out)
+    }
+
+    fn next_deadline(&self) -> Option<TimeUs> {
+        Coordinator::next_deadline(self)
+    }
+
+    fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId) {
+        Coordinator::shard_unreachable(self, now, shard)
+    }
+
+    fn table(&self) -> &dyn FlightsView {
+        &self.flights
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        Coordinator::check_invariants(self)
+    }
+
+    fn counters(&self) -> ClientCounters {
+        let s = self.stats;
+        let (fast, fanned_out, early, ts_mismatch) = (s.fast, s.fanned_out, s.early, s.ts_mismatch);
+        ClientCounters { flights: self.flights.counts(), fast, fanned_out, early, ts_mismatch }
+    }
+
+    fn stats_line(&self) -> String {
+        format!("{:?}", self.stats())
+    }
+
+    /// Seeds the one-way-delay estimate (the timestamps rest on it).
+    fn ping(&self, now: TimeUs, shard: ShardId, out: &mut Vec<ClientOutput>) {
+        Coordinator::ping(self, now, shard, out)
+    }
+
+    fn owd_estimate_us(&self, now: TimeUs, shard: ShardId) -> Option<i64> {
+        Some(Coordinator::owd_estimate_us(self, now, shard))
+    }
+}

@@ -1,0 +1,27 @@
+//! The Luigi protocol, sans I/O.
+//!
+//! Everything here is a plain state machine: an event and the current time go in, effects
+//! come out. There are no sockets, threads, clocks or unseeded randomness, so the tokio runtime
+//! (`luigi-runtime`) and the deterministic simulator (`luigi-sim`) drive the very same code.
+//! The protocol-neutral model it runs on (transactions, procedures, partitioning, the
+//! client-facing messages, the client core) is `luigi-txn`.
+//!
+//! - [`coordinator`]: Luigi's client (timestamps, dispatch, commit by watermark), one
+//!   policy over `luigi_txn::client_core`'s in-flight table.
+//! - [`owd`]: the one-way-delay estimates the coordinator stamps with.
+//! - [`leader`]: the shard leader and follower (admission, hold queue, execution, watermark,
+//!   answers, agreement, recovery, outcome retention).
+//! - [`fast`]: the fast path's order bookkeeping and a follower's accept rule.
+//! - [`log`]: the replicated-log seam and Luigi's log records.
+//! - [`msg`]: what travels between servers: peer batches (Luigi's items and, for now, the
+//!   baselines' `BaseItem`s, which share the node's peer route) and the replication layer's
+//!   messages (the frame every connection speaks is `luigi_runtime::wire::WireMsg`).
+
+#[cfg(feature = "arbitrary")]
+pub mod arbitrary;
+pub mod coordinator;
+pub mod fast;
+pub mod leader;
+pub mod log;
+pub mod msg;
+pub mod owd;

@@ -1,0 +1,480 @@
+//! Stored procedures: the server-side code a transaction runs on each participant shard.
+//!
+//! A procedure is written against [`ProcCtx`], the operations a transaction may perform on
+//! one shard. Luigi runs it over a [`TxnCtx`]: that shard's store, restricted to the keys the
+//! transaction declared for the shard (a declared key may be a prefix that stands for a
+//! range), with every write undone if the procedure returns an error, so a failed or
+//! user-aborted procedure leaves no trace. Another protocol can run the same body over its
+//! own context (e.g. an optimistic one that fetches remote reads and buffers writes).
+//! Execution must be a deterministic function of the state read and the arguments: followers
+//! and new leaders replay it.
+//!
+//! Granularity rule: conflicts are detected on declared keys, so for any given table every
+//! procedure must declare either whole rows or the same prefix level (e.g. "district d's
+//! orders"), never a mix.
+
+use crate::Map;
+use std::sync::Arc;
+
+use luigi_store::{Key, ScanOrder, Store, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::types::{Access, KeySet, ShardId};
+
+/// Why a procedure did not commit its writes on a shard.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
+pub enum ProcError {
+    /// No procedure is registered under this name.
+    #[error("unknown procedure '{0}'")]
+    UnknownProcedure(String),
+    /// The arguments could not be decoded or are invalid.
+    #[error("bad arguments: {0}")]
+    BadArgs(String),
+    /// The procedure touched a key outside the declared key set.
+    #[error("key {key:?} was not declared for {access:?} on shard {shard}")]
+    KeyNotDeclared {
+        /// The key.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
+        key: Vec<u8>,
+        /// The access it needed.
+        access: Access,
+        /// The shard.
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
+        shard: ShardId,
+    },
+    /// `insert` found the key already present.
+    #[error("key {0:?} already exists")]
+    DuplicateKey(Vec<u8>),
+    /// A value did not have the expected encoding (e.g. an integer of 8 bytes).
+    #[error("value under {0:?} is not an 8-byte integer")]
+    NotAnInteger(Vec<u8>),
+    /// The procedure chose to abort (e.g. TPC-C's invalid item); its writes are undone.
+    #[error("aborted by procedure: {0}")]
+    UserAbort(String),
+}
+
+/// A stored procedure. Implementations must be deterministic.
+pub trait Procedure: Send + Sync {
+    /// Runs the procedure's part on the shard behind `ctx`; the returned bytes go to the client.
+    fn execute(&self, ctx: &mut dyn ProcCtx, args: &[u8]) -> Result<Vec<u8>, ProcError>;
+}
+
+/// What a procedure may do on one shard: the operations of [`TxnCtx`], as a trait so that the
+/// same procedure body runs over any protocol's context.
+///
+/// Contract for implementations: only declared keys are accessible ([`ProcError::KeyNotDeclared`]
+/// otherwise: a read needs the key declared, a write needs it declared as a write), a
+/// procedure reads its own earlier writes, and writes take effect only if the whole procedure
+/// succeeds (the caller undoes or discards them on error). Reads take `&mut self` so that a
+/// context may fetch or record them.
+pub trait ProcCtx {
+    /// The shard this part runs on.
+    fn shard(&self) -> ShardId;
+
+    /// The keys declared on this shard.
+    fn keys(&self) -> &KeySet;
+
+    /// How `key` may be accessed here (`None`: not declared on this shard).
+    fn access(&self, key: &[u8]) -> Option<Access> {
+        self.keys().access(key)
+    }
+
+    /// Reads `key`.
+    fn get(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError>;
+
+    /// Writes `value` under `key`.
+    fn put(&mut self, key: Key, value: Value) -> Result<(), ProcError>;
+
+    /// Writes `value` under a key that must not exist yet ([`ProcError::DuplicateKey`]).
+    fn insert(&mut self, key: Key, value: Value) -> Result<(), ProcError>;
+
+    /// Deletes `key`, returning its old value.
+    fn delete(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError>;
+
+    /// Up to `limit` entries with `start <= key < end` in `order`. The whole range must lie
+    /// under one declared prefix (so concurrent inserts into it conflict with this scan).
+    fn scan(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        order: ScanOrder,
+    ) -> Result<Vec<(Key, Value)>, ProcError>;
+
+    /// Reads `key` as a little-endian i64 (absent = 0).
+    fn get_i64(&mut self, key: &[u8]) -> Result<i64, ProcError> {
+        match self.get(key)? {
+            None => Ok(0),
+            Some(v) => decode_i64(key, &v),
+        }
+    }
+
+    /// Adds `delta` to the integer under `key` (absent = 0) and returns the new value.
+    fn add_i64(&mut self, key: &[u8], delta: i64) -> Result<i64, ProcError> {
+        require_write(self.keys(), key, self.shard())?;
+        let new = self.get_i64(key)?.wrapping_add(delta);
+        self.put(key.to_vec(), new.to_le_bytes().to_vec())?;
+        Ok(new)
+    }
+
+    /// Replaces the value under `key` with `new` only if it currently equals `expected`
+    /// (`None`: absent). Returns whether it did.
+    fn update_if(&mut self, key: &[u8], expected: Option<&[u8]>, new: Value) -> Result<bool, ProcError> {
+        require_write(self.keys(), key, self.shard())?;
+        if self.get(key)?.as_deref() != expected {
+            return Ok(false);
+        }
+        self.put(key.to_vec(), new)?;
+        Ok(true)
+    }
+}
+
+/// Checks that `keys` lets a procedure access `key` as `needed` on `shard`: a read needs the
+/// key (or a prefix of it) declared, a write needs it declared as a write. Every [`ProcCtx`]
+/// implementation applies this rule.
+pub fn check_access(keys: &KeySet, key: &[u8], needed: Access, shard: ShardId) -> Result<(), ProcError> {
+    match (keys.access(key), needed) {
+        (Some(Access::Write), _) | (Some(Access::Read), Access::Read) => Ok(()),
+        (Some(Access::Read), Access::Write) | (None, _) => {
+            Err(ProcError::KeyNotDeclared { key: key.to_vec(), access: needed, shard })
+        }
+    }
+}
+
+fn require_write(keys: &KeySet, key: &[u8], shard: ShardId) -> Result<(), ProcError> {
+    check_access(keys, key, Access::Write, shard)
+}
+
+/// Checks that the scan range `start..end` lies under one prefix declared in `keys` (see
+/// [`ProcCtx::scan`]).
+pub fn check_scan(keys: &KeySet, start: &[u8], end: &[u8], shard: ShardId) -> Result<(), ProcError> {
+    let covered = keys.entries().any(|(prefix, _)| {
+        start.starts_with(prefix) && (end.starts_with(prefix) || prefix_successor(prefix).as_deref() == Some(end))
+    });
+    if covered {
+        Ok(())
+    } else {
+        Err(ProcError::KeyNotDeclared { key: start.to_vec(), access: Access::Read, shard })
+    }
+}
+
+/// Procedures by name, shared by every shard of a server.
+#[derive(Clone, Default)]
+pub struct Registry {
+    procedures: Map<String, Arc<dyn Procedure>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `procedure` under `name`, replacing any previous one.
+    pub fn register(&mut self, name: &str, procedure: Arc<dyn Procedure>) {
+        self.procedures.insert(name.to_string(), procedure);
+    }
+
+    /// The procedure registered under `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Procedure>> {
+        self.procedures.get(name).cloned()
+    }
+
+    /// True when `name` is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.procedures.contains_key(name)
+    }
+
+    /// Runs `name` on `store` restricted to `keys`; on error every write is rolled back.
+    pub fn execute(
+        &self,
+        name: &str,
+        args: &[u8],
+        store: &mut Store,
+        keys: &KeySet,
+        shard: ShardId,
+    ) -> Result<Vec<u8>, ProcError> {
+        TxnCtx::new(store, keys, shard).execute(self.procedure(name)?, args)
+    }
+
+    fn procedure(&self, name: &str) -> Result<&dyn Procedure, ProcError> {
+        let procedure = self.procedures.get(name).ok_or_else(|| ProcError::UnknownProcedure(name.to_string()))?;
+        Ok(procedure.as_ref())
+    }
+
+    /// What running `name` on `store` restricted to `keys` would return, leaving `store` as
+    /// it was (every write is rolled back): a leader's early answer (DESIGN.md rule 21).
+    pub fn dry_run(
+        &self,
+        name: &str,
+        args: &[u8],
+        store: &mut Store,
+        keys: &KeySet,
+        shard: ShardId,
+    ) -> Result<Vec<u8>, ProcError> {
+        let procedure = self.procedure(name)?;
+        let mut ctx = TxnCtx::new(store, keys, shard);
+        let result = ctx.execute(procedure, args);
+        ctx.rollback();
+        result
+    }
+}
+
+/// One transaction's view of one shard's store: Luigi's [`ProcCtx`], which reads and writes
+/// the store in place and keeps an undo log.
+pub struct TxnCtx<'a> {
+    store: &'a mut Store,
+    keys: &'a KeySet,
+    shard: ShardId,
+    undo: Vec<(Key, Option<Value>)>,
+}
+
+impl<'a> TxnCtx<'a> {
+    /// A transaction's view of `store` (shard `shard`'s) restricted to `keys`.
+    pub fn new(store: &'a mut Store, keys: &'a KeySet, shard: ShardId) -> Self {
+        Self { store, keys, shard, undo: Vec::new() }
+    }
+
+    /// Runs `procedure` here; on error every write it made is rolled back.
+    pub fn execute(&mut self, procedure: &dyn Procedure, args: &[u8]) -> Result<Vec<u8>, ProcError> {
+        let result = procedure.execute(self, args);
+        if result.is_err() {
+            self.rollback();
+        }
+        result
+    }
+
+    fn check(&self, key: &[u8], needed: Access) -> Result<(), ProcError> {
+        check_access(self.keys, key, needed, self.shard)
+    }
+
+    /// The writes made through this context so far, as they stand in the store: each key
+    /// written (once, in the order first written) with its value now (`None`: deleted). A
+    /// protocol that buffers writes (the baselines) takes them here, then calls
+    /// [`TxnCtx::rollback`].
+    pub fn writes(&self) -> Vec<(Key, Option<Value>)> {
+        let mut seen = crate::Map::default();
+        let mut out = Vec::new();
+        for (key, _) in &self.undo {
+            if seen.insert(key.as_slice(), ()).is_none() {
+                out.push((key.clone(), self.store.get(key).cloned()));
+            }
+        }
+        out
+    }
+
+    /// Undoes every write made through this context (a caller that ran a procedure through a
+    /// wrapping context, e.g. one recording accesses, rolls back here).
+    pub fn rollback(&mut self) {
+        while let Some((key, old)) = self.undo.pop() {
+            match old {
+                Some(v) => self.store.put(key, v),
+                None => self.store.delete(&key),
+            };
+        }
+    }
+}
+
+impl ProcCtx for TxnCtx<'_> {
+    fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    fn keys(&self) -> &KeySet {
+        self.keys
+    }
+
+    fn get(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError> {
+        self.check(key, Access::Read)?;
+        Ok(self.store.get(key).cloned())
+    }
+
+    fn put(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
+        self.check(&key, Access::Write)?;
+        let old = self.store.put_slice(&key, value);
+        self.undo.push((key, old));
+        Ok(())
+    }
+
+    fn insert(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
+        self.check(&key, Access::Write)?;
+        if self.store.get(&key).is_some() {
+            return Err(ProcError::DuplicateKey(key));
+        }
+        self.put(key, value)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError> {
+        self.check(key, Access::Write)?;
+        let old = self.store.delete(key);
+        if old.is_some() {
+            self.undo.push((key.to_vec(), old.clone()));
+        }
+        Ok(old)
+    }
+
+    fn scan(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        order: ScanOrder,
+    ) -> Result<Vec<(Key, Value)>, ProcError> {
+        check_scan(self.keys, start, end, self.shard)?;
+        Ok(self.store.scan(start, end, limit, order))
+    }
+}
+
+/// The smallest key greater than every key that starts with `prefix` (`None` if there is none).
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+fn decode_i64(key: &[u8], v: &[u8]) -> Result<i64, ProcError> {
+    let bytes: [u8; 8] = v.try_into().map_err(|_| ProcError::NotAnInteger(key.to_vec()))?;
+    Ok(i64::from_le_bytes(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use luigi_store::table_key;
+
+    struct Scripted(fn(&mut dyn ProcCtx) -> Result<Vec<u8>, ProcError>);
+    impl Procedure for Scripted {
+        fn execute(&self, ctx: &mut dyn ProcCtx, _args: &[u8]) -> Result<Vec<u8>, ProcError> {
+            (self.0)(ctx)
+        }
+    }
+
+    fn registry(f: fn(&mut dyn ProcCtx) -> Result<Vec<u8>, ProcError>) -> Registry {
+        let mut r = Registry::new();
+        r.register("p", Arc::new(Scripted(f)));
+        r
+    }
+
+    #[test]
+    fn unknown_procedure_is_an_error() {
+        let r = Registry::new();
+        let err = r.execute("nope", &[], &mut Store::new(), &KeySet::default(), 0).unwrap_err();
+        assert_eq!(err, ProcError::UnknownProcedure("nope".into()));
+    }
+
+    #[test]
+    fn undeclared_and_read_only_keys_are_refused() {
+        let keys = KeySet::new(vec![b"r".to_vec()], vec![b"w".to_vec()]);
+        let r = registry(|ctx| ctx.put(b"r".to_vec(), vec![1]).map(|_| vec![]));
+        let err = r.execute("p", &[], &mut Store::new(), &keys, 3).unwrap_err();
+        assert!(matches!(err, ProcError::KeyNotDeclared { access: Access::Write, shard: 3, .. }));
+        let r = registry(|ctx| ctx.get(b"x").map(|_| vec![]));
+        assert!(r.execute("p", &[], &mut Store::new(), &keys, 0).is_err());
+    }
+
+    #[test]
+    fn failure_rolls_back_every_write() {
+        let keys = KeySet::new(vec![], vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        let mut store = Store::new();
+        store.put(b"a".to_vec(), b"old".to_vec());
+        store.put(b"c".to_vec(), b"gone?".to_vec());
+        let before = store.clone();
+        let r = registry(|ctx| {
+            ctx.put(b"a".to_vec(), b"new".to_vec())?;
+            ctx.insert(b"b".to_vec(), b"ins".to_vec())?;
+            ctx.delete(b"c")?;
+            ctx.add_i64(b"b", 1)?; // "ins" is not an integer: fails after three writes
+            Ok(vec![])
+        });
+        let err = r.execute("p", &[], &mut store, &keys, 0).unwrap_err();
+        assert_eq!(err, ProcError::NotAnInteger(b"b".to_vec()));
+        assert_eq!(store, before);
+    }
+
+    #[test]
+    fn a_dry_run_returns_what_execution_returns_and_leaves_the_store_as_it_was() {
+        let keys = KeySet::new(vec![], vec![b"n".to_vec(), b"s".to_vec()]);
+        let mut store = Store::new();
+        store.put(b"n".to_vec(), 4i64.to_le_bytes().to_vec());
+        let before = store.clone();
+        let r = registry(|ctx| {
+            let n = ctx.add_i64(b"n", 3)?;
+            ctx.insert(b"s".to_vec(), b"x".to_vec())?;
+            Ok(n.to_string().into_bytes())
+        });
+        assert_eq!(r.dry_run("p", &[], &mut store, &keys, 0), Ok(b"7".to_vec()));
+        assert_eq!(store, before, "nothing written");
+        assert_eq!(r.execute("p", &[], &mut store, &keys, 0), Ok(b"7".to_vec()), "the same answer");
+        assert_ne!(store, before);
+    }
+
+    #[test]
+    fn integer_ops_insert_and_conditional_update() {
+        let keys = KeySet::new(vec![], vec![b"n".to_vec(), b"s".to_vec()]);
+        let mut store = Store::new();
+        let r = registry(|ctx| {
+            assert_eq!(ctx.add_i64(b"n", 5)?, 5);
+            assert_eq!(ctx.add_i64(b"n", -7)?, -2);
+            ctx.insert(b"s".to_vec(), b"x".to_vec())?;
+            assert!(matches!(ctx.insert(b"s".to_vec(), b"y".to_vec()), Err(ProcError::DuplicateKey(_))));
+            assert!(!ctx.update_if(b"s", Some(b"nope"), b"z".to_vec())?);
+            assert!(ctx.update_if(b"s", Some(b"x"), b"z".to_vec())?);
+            Ok(ctx.get(b"s")?.unwrap())
+        });
+        assert_eq!(r.execute("p", &[], &mut store, &keys, 0).unwrap(), b"z".to_vec());
+        assert_eq!(store.get(b"n").unwrap(), &(-2i64).to_le_bytes().to_vec());
+    }
+
+    #[test]
+    fn scans_need_a_declared_prefix_covering_the_range() {
+        let prefix = table_key(7, &[1]);
+        let keys = KeySet::new(vec![prefix.clone()], vec![]);
+        let mut store = Store::new();
+        for i in 0..5 {
+            store.put(table_key(7, &[1, i]), vec![i as u8]);
+            store.put(table_key(7, &[2, i]), vec![i as u8]);
+        }
+        let mut ctx = TxnCtx::new(&mut store, &keys, 0);
+        let end = prefix_successor(&prefix).unwrap();
+        let last = ctx.scan(&prefix, &end, 1, ScanOrder::Descending).unwrap();
+        assert_eq!(last[0].0, table_key(7, &[1, 4]));
+        assert_eq!(ctx.scan(&table_key(7, &[1, 1]), &table_key(7, &[1, 3]), 9, ScanOrder::Ascending).unwrap().len(), 2);
+        assert!(ctx.scan(&prefix, &table_key(7, &[3]), 9, ScanOrder::Ascending).is_err());
+        assert!(ctx.get(&table_key(7, &[1, 2])).unwrap().is_some());
+        assert!(ctx.get(&table_key(7, &[2, 2])).is_err());
+        let _ = &mut ctx;
+    }
+
+    #[test]
+    fn writes_are_listed_once_with_their_final_values_and_can_be_undone() {
+        let keys = KeySet::new(vec![], vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        let mut store = Store::new();
+        store.put(b"c".to_vec(), b"old".to_vec());
+        let before = store.clone();
+        let mut ctx = TxnCtx::new(&mut store, &keys, 0);
+        ctx.put(b"b".to_vec(), b"1".to_vec()).unwrap();
+        ctx.put(b"a".to_vec(), b"2".to_vec()).unwrap();
+        ctx.put(b"b".to_vec(), b"3".to_vec()).unwrap();
+        ctx.delete(b"c").unwrap();
+        let writes = ctx.writes();
+        assert_eq!(
+            writes,
+            vec![(b"b".to_vec(), Some(b"3".to_vec())), (b"a".to_vec(), Some(b"2".to_vec())), (b"c".to_vec(), None)]
+        );
+        ctx.rollback();
+        assert_eq!(store, before);
+    }
+
+    #[test]
+    fn prefix_successor_carries() {
+        assert_eq!(prefix_successor(&[1, 2]), Some(vec![1, 3]));
+        assert_eq!(prefix_successor(&[1, 255]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[255, 255]), None);
+    }
+}
