@@ -3,8 +3,8 @@
 # nothing (a refactor), throughput and CPU per committed transaction of micro and TPC-C on
 # 1x3 and 2x3 (`--net none`, fsync, 2 threads x 200 in flight, 10 s after 2 s warm-up),
 # A then B, PAIRS times per shape, so the machine's drift hits both alike. CPU is the user +
-# system time of the whole `luigi bench` process tree (servers and clients share it), from
-# /usr/bin/time; "CPU us/txn" is that over the committed transactions of the measured
+# system time of the whole `luigi bench` process tree (its server processes are reaped, so
+# their CPU counts), from /usr/bin/time; "CPU us/txn" is that over the committed transactions of the measured
 # window plus the warm-up's (an upper bound: setup CPU is included).
 #
 # Usage: A_LABEL=what B_LABEL=what scripts/ab_binaries.sh A_BIN B_BIN [OUT]   (PAIRS=2 by default;
@@ -24,14 +24,14 @@ shapes=("micro 1 3" "micro 2 3" "tpcc 1 3" "tpcc 2 3")
 run() { # label bin workload shards replicas pair
   local label=$1 bin=$2 w=$3 s=$4 r=$5 p=$6
   local json=$dir/$w-${s}x$r-$label-$p.json
-  local t
-  if ! t=$( { /usr/bin/time -f "%U %S" "$bin" bench "$w" --shards "$s" --replicas "$r" --threads 2 --net none \
-      --duration 10 --json "$json" > "$dir/$w-${s}x$r-$label-$p.log" 2>&1; } 2>&1 ); then
+  local t=$dir/$w-${s}x$r-$label-$p.time
+  if ! /usr/bin/time -f "%U %S" -o "$t" "$bin" bench "$w" --shards "$s" --replicas "$r" --threads 2 --net none \
+      --duration 10 --json "$json" > "$dir/$w-${s}x$r-$label-$p.log" 2>&1; then
     echo "| $w ${s}x$r | $label | pair $p | FAILED (see $dir/$w-${s}x$r-$label-$p.log) | | |"
     status=1
     return
   fi
-  python3 - "$json" "$t" "$w ${s}x$r" "$label" "$p" <<'PY'
+  python3 - "$json" "$(tail -1 "$t")" "$w ${s}x$r" "$label" "$p" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 d = d[0] if isinstance(d, list) else d
