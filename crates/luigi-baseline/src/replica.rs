@@ -12,8 +12,8 @@ use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::LogEntry;
 use luigi_protocol::msg::PeerBatch;
 use luigi_raft::{
-    BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, RaftError, RaftLog,
-    ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
+    BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, LeaderFigures, RaftError,
+    RaftLog, ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus};
@@ -148,6 +148,15 @@ impl LeaderCore for BaseLeader<BaseLog> {
 
     fn stats_line(&self) -> String {
         format!("{:?}", self.stats())
+    }
+
+    fn figures(&self) -> LeaderFigures {
+        LeaderFigures {
+            pending: self.pending_len(),
+            prepared: self.state().prepared().keys().copied().collect(),
+            locks_held: self.locks_held(),
+            ..LeaderFigures::default()
+        }
     }
 }
 

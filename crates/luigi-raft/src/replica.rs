@@ -26,7 +26,7 @@ use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 use std::sync::Arc;
 
 pub use crate::replica_api::{empty_store, InitialStore, SnapshotImage, SnapshotJob, Transition};
-use crate::replica_api::{BuildError, FastPathReplica, ReplicaFactory, ReplicaSetup, ShardReplica};
+use crate::replica_api::{BuildError, FastPathReplica, LeaderFigures, ReplicaFactory, ReplicaSetup, ShardReplica};
 pub use crate::role_machine::ReplicaStats;
 use crate::role_machine::{
     other_leader, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, ReplayedExecutions, ReplicaProtocol,
@@ -155,15 +155,11 @@ impl LeaderCore for ShardLeader<RaftLog> {
     }
 
     fn status(&self, now: TimeUs, status: &mut ReplicaStatus) {
-        let stalled = self.stalled(now, usize::MAX);
+        let stalled = LeaderCore::stalled(self, now);
         status.serving = true;
         (status.watermark, status.pending, status.stalled_count) =
             (self.watermark(), self.pending_len() as u64, stalled.len() as u64);
-        status.stalled = stalled
-            .into_iter()
-            .take(STATUS_STALLED_MAX)
-            .map(|t| StalledTxnInfo { id: t.id, shards: t.shards, age_us: t.age_us, durable: t.durable })
-            .collect();
+        status.stalled = stalled.into_iter().take(STATUS_STALLED_MAX).collect();
         (status.answer_clients, status.answers) = (self.answers().clients() as u64, self.answers().len() as u64);
     }
 
@@ -173,6 +169,22 @@ impl LeaderCore for ShardLeader<RaftLog> {
 
     fn stats_line(&self) -> String {
         format!("{:?}", self.stats())
+    }
+
+    fn figures(&self) -> LeaderFigures {
+        LeaderFigures {
+            pending: self.pending_len(),
+            watermark: Some(self.watermark()),
+            luigi: Some(self.stats()),
+            ..LeaderFigures::default()
+        }
+    }
+
+    fn stalled(&self, now: TimeUs) -> Vec<StalledTxnInfo> {
+        ShardLeader::stalled(self, now, usize::MAX)
+            .into_iter()
+            .map(|t| StalledTxnInfo { id: t.id, shards: t.shards, age_us: t.age_us, durable: t.durable })
+            .collect()
     }
 }
 

@@ -8,13 +8,13 @@ use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::LogEntry;
 use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
-use luigi_txn::msg::{ClientMsg, ReplicaStatus};
+use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 use super::RoleMachine;
 #[cfg(doc)]
 use crate::replica_api::SnapshotDecoder;
-use crate::replica_api::{FastPathReplica, InitialStore};
+use crate::replica_api::{FastPathReplica, InitialStore, LeaderFigures};
 use crate::{RaftError, RaftLog, Record};
 
 /// A protocol's follower state: what a replica holds while it does not serve, built from a
@@ -112,6 +112,13 @@ pub trait LeaderCore: Send + Sized + 'static {
     fn check_invariants(&self) -> Result<(), String>;
     /// Its counters for the replica's stats line.
     fn stats_line(&self) -> String;
+    /// Its figures as plain data (see [`LeaderFigures`]).
+    fn figures(&self) -> LeaderFigures;
+    /// Its transactions pending longer than a normal agreement takes, oldest first (see
+    /// [`crate::ShardReplica::stalled`]); none if the protocol does not track them.
+    fn stalled(&self, _now: TimeUs) -> Vec<StalledTxnInfo> {
+        Vec::new()
+    }
 }
 
 /// What a follower does with a client's dispatch (it does not serve).

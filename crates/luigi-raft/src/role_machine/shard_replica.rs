@@ -1,18 +1,17 @@
 //! The node's seam ([`ShardReplica`]), implemented once for every protocol's
 //! [`RoleMachine`], and the snapshot decoder it hands out.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
-use luigi_txn::msg::{ClientMsg, ReplicaStatus};
+use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use super::{FollowerCore, FollowerImages, LeaderCore, ReplicaProtocol, Role, RoleMachine};
 use crate::replica_api::{
-    FastPathReplica, LogControl, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
+    FastPathReplica, LeaderFigures, LogControl, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
 };
 use crate::RaftError;
 
@@ -130,7 +129,11 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
         P::fast_path_mut(self)
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn leader_figures(&self) -> Option<LeaderFigures> {
+        self.leader().map(LeaderCore::figures)
+    }
+
+    fn stalled(&self, now: TimeUs) -> Vec<StalledTxnInfo> {
+        self.leader().map(|l| l.stalled(now)).unwrap_or_default()
     }
 }
