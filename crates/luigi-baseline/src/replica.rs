@@ -100,32 +100,27 @@ impl FollowerCore for ShardState {
 impl LeaderCore for BaseLeader<BaseLog> {
     type Record = BaseRecord;
 
-    fn log(&self) -> &BaseLog {
-        BaseLeader::log(self)
+    fn on_client(
+        &mut self,
+        log: &mut BaseLog,
+        now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        BaseLeader::on_client(self, log, now, client, msg, out)
     }
 
-    fn log_mut(&mut self) -> &mut BaseLog {
-        BaseLeader::log_mut(self)
-    }
-
-    fn into_log(self) -> BaseLog {
-        BaseLeader::into_log(self)
-    }
-
-    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
-        BaseLeader::on_client(self, now, client, msg, out)
-    }
-
-    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
-        BaseLeader::on_peer(self, now, batch, out)
+    fn on_peer(&mut self, log: &mut BaseLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+        BaseLeader::on_peer(self, log, now, batch, out)
     }
 
     /// Nothing to do: items sent to the old leader are lost with it, and their senders'
     /// round timeouts (abort or resolution) take over.
     fn peer_leader_changed(&mut self, _shard: ShardId) {}
 
-    fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
-        BaseLeader::tick(self, now, out)
+    fn tick(&mut self, log: &mut BaseLog, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        BaseLeader::tick(self, log, now, out)
     }
 
     fn next_deadline(&self) -> Option<TimeUs> {
@@ -204,8 +199,8 @@ impl ReplicaProtocol for BaseProtocol {
         Ok(log.may_serve().then_some(()))
     }
 
-    fn take_office(&mut self, state: ShardState, log: BaseLog, now: TimeUs, _: ()) -> BaseLeader<BaseLog> {
-        BaseLeader::recover(self.config.clone(), self.registry.clone(), log, state, now)
+    fn take_office(&mut self, state: ShardState, _log: &mut BaseLog, now: TimeUs, _: ()) -> BaseLeader<BaseLog> {
+        BaseLeader::recover(self.config.clone(), self.registry.clone(), state, now)
     }
 }
 

@@ -118,32 +118,27 @@ impl FollowerCore for Follower {
 impl LeaderCore for ShardLeader<RaftLog> {
     type Record = LogRecord;
 
-    fn log(&self) -> &RaftLog {
-        ShardLeader::log(self)
+    fn on_client(
+        &mut self,
+        log: &mut RaftLog,
+        now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        ShardLeader::on_client(self, log, now, client, msg, out)
     }
 
-    fn log_mut(&mut self) -> &mut RaftLog {
-        ShardLeader::log_mut(self)
-    }
-
-    fn into_log(self) -> RaftLog {
-        ShardLeader::into_log(self)
-    }
-
-    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
-        ShardLeader::on_client(self, now, client, msg, out)
-    }
-
-    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
-        ShardLeader::on_peer(self, now, batch, out)
+    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+        ShardLeader::on_peer(self, log, now, batch, out)
     }
 
     fn peer_leader_changed(&mut self, shard: ShardId) {
         ShardLeader::peer_leader_changed(self, shard)
     }
 
-    fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
-        ShardLeader::tick(self, now, out)
+    fn tick(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        ShardLeader::tick(self, log, now, out)
     }
 
     fn next_deadline(&self) -> Option<TimeUs> {
@@ -273,13 +268,19 @@ impl ReplicaProtocol for LuigiProtocol {
 
     /// Takes office with the state applied so far and `tail`, the records after it (the
     /// fast path's recovered `PREPARE`s, not committed yet).
-    fn take_office(&mut self, f: Follower, log: RaftLog, now: TimeUs, tail: Vec<LogEntry>) -> ShardLeader<RaftLog> {
+    fn take_office(
+        &mut self,
+        f: Follower,
+        log: &mut RaftLog,
+        now: TimeUs,
+        tail: Vec<LogEntry>,
+    ) -> ShardLeader<RaftLog> {
         // Serving before its recovered PREPAREs commit (they are its log's tail): the leader
         // takes them over as its own, and the accepts stay until they commit.
         let kept = self.recovery.as_ref().and_then(|r| r.proposed).filter(|last| *last > log.commit_index());
         let own_floor = self.own_floor.filter(|(term, _)| *term == log.term()).map(|(_, index)| index);
         let mut leader = ShardLeader::recover(self.config.clone(), log, f.into_handover(own_floor), now);
-        leader.take_over_tail(tail);
+        leader.take_over_tail(log, tail);
         if self.acceptor.is_some() {
             // Recovery put every transaction that may have been fast-committed in earlier
             // terms into its log: once that commits, the accepts decide nothing more.
@@ -292,8 +293,8 @@ impl ReplicaProtocol for LuigiProtocol {
         leader
     }
 
-    fn leading(&mut self, l: &ShardLeader<RaftLog>) {
-        if self.accepts_kept_until.is_some_and(|last| l.log().commit_index() >= last) {
+    fn leading(&mut self, _l: &ShardLeader<RaftLog>, log: &RaftLog) {
+        if self.accepts_kept_until.is_some_and(|last| log.commit_index() >= last) {
             // Its recovered PREPAREs are committed: the accepts decide nothing more.
             self.accepts_kept_until = None;
             self.acceptor = Some(empty_acceptor(&self.config));

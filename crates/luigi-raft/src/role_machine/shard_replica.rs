@@ -96,7 +96,7 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
     fn status(&self, now: TimeUs, status: &mut ReplicaStatus) {
         match &self.role {
             Role::Leader(l) => l.status(now, status),
-            Role::Follower(f, _) => f.status(status),
+            Role::Follower(f) => f.status(status),
             Role::Switching => {}
         }
     }
@@ -104,7 +104,7 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
     fn check_invariants(&self) -> Result<(), String> {
         match &self.role {
             Role::Leader(l) => l.check_invariants(),
-            Role::Follower(f, _) => f.check_invariants(),
+            Role::Follower(f) => f.check_invariants(),
             Role::Switching => Ok(()),
         }
     }
@@ -112,7 +112,7 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
     fn stats_line(&self) -> String {
         let core = match &self.role {
             Role::Leader(l) => Some(l.stats_line()),
-            Role::Follower(f, _) => f.stats_line(),
+            Role::Follower(f) => f.stats_line(),
             Role::Switching => None,
         };
         match core {
