@@ -2,6 +2,10 @@
 //! the persistence contract (promises leave only after `persisted`), promotion and the
 //! leader announcement, routing of agreement batches by `LeaderIs`, snapshot offers, and the
 //! client's routing rules.
+//!
+//! Size: over 600 lines: one short test per input of the node, sharing the group helpers at
+//! the top (the client-routing tests move to `luigi-txn` with `ClientRoutes` when this file is
+//! next split).
 
 use luigi_node::{Effect, NodeConfig, ReplicaNode, ShardRoutes, Tuning};
 use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg};

@@ -90,3 +90,39 @@ fn no_cycle_even_through_dev_dependencies() {
         visit(n, &edges, &mut Vec::new(), &mut done);
     }
 }
+
+/// Every `.rs` file under `crates/` with its line count.
+fn sources() -> Vec<(std::path::PathBuf, usize, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(std::path::PathBuf, usize, String)>) {
+        for entry in std::fs::read_dir(dir).expect("readable dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("readable source");
+                out.push((path, text.lines().count(), text));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join(".."), &mut out);
+    out
+}
+
+/// CONTRIBUTING.md's sizes: no source file over 800 lines, and one over 600 says why in its
+/// module doc (a `//! Size:` paragraph).
+#[test]
+fn source_files_are_sized_by_concept() {
+    let mut too_long = Vec::new();
+    let mut unexplained = Vec::new();
+    for (path, lines, text) in sources() {
+        let module_doc: Vec<&str> = text.lines().take_while(|l| l.starts_with("//!")).collect();
+        if lines > 800 {
+            too_long.push(format!("{} ({lines} lines)", path.display()));
+        } else if lines > 600 && !module_doc.iter().any(|l| l.starts_with("//! Size:")) {
+            unexplained.push(format!("{} ({lines} lines)", path.display()));
+        }
+    }
+    assert!(too_long.is_empty(), "source files over 800 lines: split them by concept: {too_long:?}");
+    assert!(unexplained.is_empty(), "source files over 600 lines without a `//! Size:` note: {unexplained:?}");
+}

@@ -10,6 +10,9 @@
 //! seat they may hold shut out no peer server. The last two run servers in this process
 //! under small limits ([`Server::with_conn_limits`]), and strangers connect from other
 //! loopback addresses (127.0.0.2, ...).
+//!
+//! Size: over 600 lines: one process test per hostile client or peer behaviour, sharing the
+//! raw-connection helpers at the top; each test is short.
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! Transcript tests of the coordinator: stamping, the commit rules, retries, unknown and
 //! rejected outcomes, and acknowledgement.
+//!
+//! Size: over 600 lines: the coordinator's transcript tests, one scenario each, kept
+//! together because they share the transcript helpers at the top.
 
 use super::*;
 use luigi_txn::client_core::{ClientCore, Completion, TxnOutcome};

@@ -4,6 +4,10 @@
 //! rest is split by concern: [`config`] (what goes in), [`ready`] (what comes out),
 //! [`step`] (messages in, rejoining, lost entries), [`determinism`] (election timeouts),
 //! [`compact`] (snapshots and replays), [`abstain`] (a replica that must not lead), [`error`].
+//!
+//! Size: over 600 lines, of which about 200 are documentation (what each call may be
+//! relied on for, which the node and the simulator follow); the rest is already split by
+//! concern into the modules above.
 
 mod abstain;
 mod compact;

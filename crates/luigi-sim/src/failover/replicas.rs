@@ -1,6 +1,10 @@
 //! The replicas of the Raft cluster model: each is a [`ReplicaNode`] (the node the server
 //! runs), and this file only executes its effects on the simulated network and disk, and
 //! crashes, restarts and cuts it.
+//!
+//! Size: over 600 lines: executing every kind of the node's effects on the simulated network
+//! and disk, and the replica's crash, restart and cuts, which share the replica table; the
+//! fault plans and checks are in `faults.rs` and `checks.rs`.
 
 use luigi_baseline::replicas_for;
 use luigi_node::{Effect, NodeConfig, NodeError, ReplicaNode, Tuning};
