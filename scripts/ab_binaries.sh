@@ -14,6 +14,7 @@
 # reported as failed and makes the script exit non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 a=$1 b=$2 out=${3:-results/ab-binaries.txt}
 pairs=${PAIRS:-2}
 dir=$out.d
@@ -40,9 +41,8 @@ print(f"| {sys.argv[3]} | {sys.argv[4]} | pair {sys.argv[5]} | {d['throughput_tp
 PY
 }
 {
-  echo "# scripts/ab_binaries.sh $a $b (PAIRS=$pairs)"
-  echo "# A: $a (${A_LABEL:-unlabelled}), B: $b (${B_LABEL:-unlabelled}); tree at $(git rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "# machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -sr)"
+  results_header "scripts/ab_binaries.sh $a $b (PAIRS=$pairs)"
+  echo "# A: $a (${A_LABEL:-unlabelled}), B: $b (${B_LABEL:-unlabelled}); CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   echo
   echo "| shape | build | pair | tx/s | CPU s | CPU us/txn |"
   echo "|---|---|---|---|---|---|"

@@ -10,6 +10,7 @@
 # Results: results/cli-memory-<TAG>.txt, with the command, commit and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 LUIGI=${LUIGI:-target/debug/luigi}
 N=${N:-10000}
 STEP=${STEP:-1000}
@@ -45,9 +46,7 @@ answers() {
   echo " ${kept:--} / ${clients:--}"
 }
 {
-  echo "# scripts/cli_memory.sh N=$N STEP=$STEP IDLE=$IDLE PORT=$PORT LUIGI=$LUIGI"
-  echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (uncommitted changes)'), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "# machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -sr)"
+  results_header "scripts/cli_memory.sh N=$N STEP=$STEP IDLE=$IDLE PORT=$PORT LUIGI=$LUIGI"
   echo "# puts  seconds  rss_kib(s0r0 s0r1 s0r2)  answers(s0r0 s0r1 s0r2) / clients(same)"
 } > "$out"
 start=$(date +%s)

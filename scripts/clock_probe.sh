@@ -9,15 +9,14 @@
 # machine on top). Exits non-zero when the test fails (and says so in the file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 out=results/clock-probe.txt
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 status=0
 cargo test -p luigi --test clock_skew -- --nocapture --test-threads 1 > "$tmp" 2>&1 || status=$?
 {
-  echo "# scripts/clock_probe.sh (cargo test -p luigi --test clock_skew -- --nocapture --test-threads 1; debug build, loopback)"
-  echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (uncommitted changes)'), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "# machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -sr)"
+  results_header "scripts/clock_probe.sh (cargo test -p luigi --test clock_skew -- --nocapture --test-threads 1; debug build, loopback)"
   echo "# exit codes: 0 done, 1 not found, 2 refused (nothing done), 3 outcome unknown"
   grep -E '^(luigi |test |running|test result)' "$tmp" || true
   if ((status != 0)); then echo "# FAILED (exit $status):"; tail -40 "$tmp"; fi

@@ -10,6 +10,7 @@
 # machine on top). Exits non-zero when either run does not end as it must.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 out=results/outage-minute.txt
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
@@ -20,9 +21,7 @@ run() {
 }
 { run LUIGI_OUTAGE_FIFO=; run LUIGI_OUTAGE_FIFO=131072; } > "$tmp"
 {
-  echo "# scripts/outage_minute.sh (cargo test -p luigi-sim --test outage_outcomes minute -- --ignored --nocapture, without and with LUIGI_OUTAGE_FIFO=131072)"
-  echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (uncommitted changes)'), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "# machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -sr)"
+  results_header "scripts/outage_minute.sh (cargo test -p luigi-sim --test outage_outcomes minute -- --ignored --nocapture, without and with LUIGI_OUTAGE_FIFO=131072)"
   grep -E '^(## |seed |test result)' "$tmp" | cut -c1-2000 || true
   if ((status != 0)); then echo "# FAILED (exit $status):"; tail -40 "$tmp"; fi
 } > "$out"

@@ -19,6 +19,7 @@
 # ecf9440~1, before the delay-sample rules), only when no timeline was written; the test's
 # verdict is in OUTPUT either way.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 args="$*"
 allow_fail=0
@@ -73,9 +74,7 @@ status=0
 (cd "$tree/crates/luigi" && LUIGI_PARTITION_TIMELINE="$timeline" "$binary" --nocapture --test-threads 1) >"$log" 2>&1 || status=$?
 
 {
-    echo "# scripts/partition_heal.sh $args (test crates/luigi/tests/partition.rs, debug build)"
-    echo "# commit: $(git -C "$here" log -1 --format='%h %s' "$commit")"
-    echo "# machine: $(uname -a); nproc $(nproc); $(date -u '+%Y-%m-%d %H:%M UTC')"
+    results_header "scripts/partition_heal.sh $args (test crates/luigi/tests/partition.rs, debug build)" "$commit" "$here"
     if [[ $status -eq 0 ]]; then
         echo "# verdict: the test passed (liveness after every heal, timestamps' median lead < 1 s 2-7 s after it, balances)"
     else

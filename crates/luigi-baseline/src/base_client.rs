@@ -31,7 +31,7 @@
 use std::sync::Arc;
 
 use luigi_txn::client_core::{
-    ClientCore, ClientCounters, DispatchTo, Flight, FlightPolicy, FlightsView, InFlightTable, RetryKnobs,
+    ClientCore, ClientCounters, DispatchTo, Flight, FlightPolicy, FlightsView, InFlightTable, InvalidPieces, RetryKnobs,
 };
 use luigi_txn::client_core::{ClientOutput, TxnOutcome};
 use luigi_txn::msg::{ServerMsg, TxnError, TxnReply};
@@ -50,6 +50,8 @@ pub struct BaseClientConfig {
     pub max_attempts: u32,
     /// Resend delay after a "not the leader" or "busy" answer.
     pub not_leader_retry_us: u64,
+    /// The cluster's shard count (`u32::MAX` by default: any shard id is taken).
+    pub shards: u32,
 }
 
 impl BaseClientConfig {
@@ -62,6 +64,7 @@ impl BaseClientConfig {
             retry_timeout_us: luigi.retry_timeout_us,
             max_attempts: luigi.max_attempts,
             not_leader_retry_us: luigi.not_leader_retry_us,
+            shards: luigi.shards,
         }
     }
 }
@@ -126,7 +129,7 @@ impl BaseClient {
             max_attempts: config.max_attempts,
             not_leader_retry_us: config.not_leader_retry_us,
         };
-        Self { flights: InFlightTable::new(config.client, knobs), config, routing, aborted: 0 }
+        Self { flights: InFlightTable::new(config.client, config.shards, knobs), config, routing, aborted: 0 }
     }
 
     /// Counters.
@@ -207,14 +210,14 @@ impl ClientCore for BaseClient {
         args: Vec<u8>,
         mut pieces: Vec<ShardPiece>,
         out: &mut Vec<ClientOutput>,
-    ) -> TxnId {
-        let id = self.flights.issue(&mut pieces);
+    ) -> Result<TxnId, InvalidPieces> {
+        let id = self.flights.issue(&mut pieces)?;
         // The baselines order nothing by it; any non-zero value will do (Luigi's servers
         // take 0 for "no timestamp").
         let ts = now.max(1);
         let txn = Arc::new(Txn { id, procedure: procedure.to_string(), args, pieces, ts });
         self.flights.open(&self.routing, now, txn, false, (), out);
-        id
+        Ok(id)
     }
 
     /// Handles a message from a server. Watermarks, pongs and status answers carry nothing a

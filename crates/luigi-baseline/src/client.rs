@@ -18,6 +18,7 @@ pub fn client_for(protocol: Protocol, config: CoordinatorConfig) -> Box<dyn Clie
             retry_timeout_us: config.retry_timeout_us,
             max_attempts: config.max_attempts,
             not_leader_retry_us: config.not_leader_retry_us,
+            shards: config.shards,
             ..BaseClientConfig::new(config.client, protocol)
         })),
     }

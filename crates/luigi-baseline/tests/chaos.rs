@@ -167,7 +167,8 @@ fn history(c: &mut Cluster, s: ShardId) -> Vec<LogEntry<BaseRecord>> {
     c.leader(s).log().history.clone()
 }
 
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
+/// After a run: liveness, atomicity and agreement of the answers with the installs, and
+/// serializability (the install orders replayed through a model).
 fn check(run: &mut Run, seed: u64, mode: Mode) {
     let c = &mut run.c;
     // Liveness: everything decided, no lock left.
@@ -176,7 +177,20 @@ fn check(run: &mut Run, seed: u64, mode: Mode) {
         assert!(l.state().prepared().is_empty(), "{mode:?} seed {seed}: shard {s} still has prepared pieces");
         assert_eq!(l.pending_len(), 0, "{mode:?} seed {seed}: shard {s} still has work");
     }
-    // Installs per shard, in log order.
+    let installs = installs(c);
+    let installed: BTreeMap<TxnId, BTreeSet<ShardId>> = installs.iter().fold(BTreeMap::new(), |mut m, (s, ids)| {
+        for id in ids {
+            m.entry(*id).or_insert_with(BTreeSet::new).insert(*s);
+        }
+        m
+    });
+    check_answers(run, &installed, seed, mode);
+    let order = serial_order(run, &installs, &installed, seed, mode);
+    check_replay(run, &order, seed, mode);
+}
+
+/// Installs per shard, in log order.
+fn installs(c: &mut Cluster) -> BTreeMap<ShardId, Vec<TxnId>> {
     let mut installs: BTreeMap<ShardId, Vec<TxnId>> = BTreeMap::new();
     for s in 0..SHARDS {
         let h = history(c, s);
@@ -190,13 +204,12 @@ fn check(run: &mut Run, seed: u64, mode: Mode) {
             }
         }
     }
-    let installed: BTreeMap<TxnId, BTreeSet<ShardId>> = installs.iter().fold(BTreeMap::new(), |mut m, (s, ids)| {
-        for id in ids {
-            m.entry(*id).or_insert_with(BTreeSet::new).insert(*s);
-        }
-        m
-    });
-    // Answers agree across participants and with the installs.
+    installs
+}
+
+/// Answers agree across participants and with the installs (`installed`: where each
+/// transaction was installed).
+fn check_answers(run: &Run, installed: &BTreeMap<TxnId, BTreeSet<ShardId>>, seed: u64, mode: Mode) {
     for (id, txn) in &run.txns {
         let answers: Vec<&TxnReply> = txn.shards().filter_map(|s| run.answers.get(&(*id, s))).collect();
         let committed_answers = answers.iter().filter(|r| r.outcome.is_ok()).count();
@@ -228,10 +241,20 @@ fn check(run: &mut Run, seed: u64, mode: Mode) {
             assert_eq!(on, &participants, "{mode:?} seed {seed}: {id:?} installed on {on:?} only (atomicity)");
         }
     }
-    // Serializability: per-shard conflict orders have no common cycle; replay one order.
+}
+
+/// A serial order of the installed transactions: the per-shard conflict orders have no
+/// common cycle.
+fn serial_order(
+    run: &Run,
+    installs: &BTreeMap<ShardId, Vec<TxnId>>,
+    installed: &BTreeMap<TxnId, BTreeSet<ShardId>>,
+    seed: u64,
+    mode: Mode,
+) -> Vec<TxnId> {
     let mut edges: BTreeMap<TxnId, BTreeSet<TxnId>> = BTreeMap::new();
     let mut indegree: BTreeMap<TxnId, usize> = installed.keys().map(|id| (*id, 0)).collect();
-    for (s, ids) in &installs {
+    for (s, ids) in installs {
         for (i, a) in ids.iter().enumerate() {
             for b in &ids[i + 1..] {
                 if conflict(&run.txns[a], &run.txns[b], *s) && edges.entry(*a).or_default().insert(*b) {
@@ -257,9 +280,15 @@ fn check(run: &mut Run, seed: u64, mode: Mode) {
         installed.len(),
         "{mode:?} seed {seed}: the install orders have a cycle (not serializable)"
     );
+    order
+}
+
+/// Replays `order` through a model: the committed answers and the leaders' final stores
+/// are the replay's.
+fn check_replay(run: &mut Run, order: &[TxnId], seed: u64, mode: Mode) {
     let registry: Registry = registry();
     let mut model: Vec<Store> = (0..SHARDS).map(|_| Store::new()).collect();
-    for id in &order {
+    for id in order {
         let t = &run.txns[id];
         for p in &t.pieces {
             let out = registry.execute(&t.procedure, &t.args, &mut model[p.shard as usize], &p.keys, p.shard);
@@ -277,7 +306,7 @@ fn check(run: &mut Run, seed: u64, mode: Mode) {
     }
     for s in 0..SHARDS {
         assert_eq!(
-            c.leader(s).state().store(),
+            run.c.leader(s).state().store(),
             &model[s as usize],
             "{mode:?} seed {seed}: shard {s}'s store differs from the replay"
         );

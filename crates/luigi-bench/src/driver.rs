@@ -22,7 +22,7 @@ use anyhow::Context;
 use futures::stream::{FuturesUnordered, StreamExt};
 use luigi_workloads::{TxnGenerator, TxnSpec};
 
-use crate::client::{TxnClient, TxnConnector, TxnStatus};
+use crate::client::{TxnClient, TxnConnector, TxnResult, TxnStatus};
 use crate::stats::{Counters, LatencyRecorder};
 
 /// How to drive the load.
@@ -129,6 +129,15 @@ struct Business {
 }
 
 impl Business {
+    /// Adds an answered step's attempts, rounds, path and aborts.
+    fn absorb(&mut self, done: &TxnResult) {
+        self.attempts += done.attempts;
+        self.rounds = self.rounds.max(done.rounds);
+        self.fast &= done.fast;
+        self.asked_fast &= done.asked_fast;
+        self.protocol_aborts = self.protocol_aborts.saturating_add(done.protocol_aborts);
+    }
+
     fn start(first: &TxnSpec) -> Self {
         let cross = first.pieces.len() > 1;
         Self {
@@ -208,7 +217,8 @@ struct Window {
     deadline: Instant,
 }
 
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
+/// One load thread: keeps `in_flight` business transactions going through one client until
+/// the measured interval ends, counting the answers within it.
 async fn thread_load(
     connector: &dyn TxnConnector,
     client_id: u64,
@@ -217,7 +227,7 @@ async fn thread_load(
     window: Window,
     progress: &Progress,
 ) -> anyhow::Result<LoadReport> {
-    let Window { measure_from, measure_until, deadline } = window;
+    let Window { measure_until, deadline, .. } = window;
     let overdue = |outstanding: usize| {
         anyhow::anyhow!(
             "the load did not finish {:.0?} after the measured interval ({outstanding} transaction(s) unanswered): \
@@ -251,11 +261,7 @@ async fn thread_load(
         };
         let Some((spec, mut business, answered, done)) = next else { break }; // drained
         let done = done?;
-        business.attempts += done.attempts;
-        business.rounds = business.rounds.max(done.rounds);
-        business.fast &= done.fast;
-        business.asked_fast &= done.asked_fast;
-        business.protocol_aborts = business.protocol_aborts.saturating_add(done.protocol_aborts);
+        business.absorb(&done);
         // A committed step may have a next one: the business transaction goes on.
         if done.status == TxnStatus::Committed {
             if let Some(step) = workload.next_step(&spec, &done.outputs)? {
@@ -265,23 +271,7 @@ async fn thread_load(
                 continue;
             }
         }
-        let counted = answered >= measure_from && answered < measure_until;
-        if answered >= measure_from {
-            progress.measuring.store(true, Ordering::Relaxed);
-        }
-        if done.status == TxnStatus::Committed {
-            progress.committed.fetch_add(1, Ordering::Relaxed);
-        }
-        if counted {
-            report.count(&business, done.status, answered - business.sent);
-        } else if answered >= measure_until {
-            // Drained: a stalled cluster shows here (its transactions come back unknown).
-            match done.status {
-                TxnStatus::Rejected => report.counters.rejected += 1,
-                TxnStatus::Unknown => report.counters.unknown += 1,
-                TxnStatus::Committed | TxnStatus::RolledBack | TxnStatus::Aborted => {}
-            }
-        }
+        tally(&mut report, progress, window, &business, done.status, answered);
         if answered < measure_until {
             let spec = workload.next_txn()?;
             let business = Business::start(&spec);
@@ -289,6 +279,36 @@ async fn thread_load(
         }
     }
     Ok(report)
+}
+
+/// Counts a business transaction that ended with `status` at `answered`: in the report if
+/// within the measured interval (a refusal or an unknown outcome after it too: a stalled
+/// cluster shows there), in the progress shown either way.
+fn tally(
+    report: &mut LoadReport,
+    progress: &Progress,
+    window: Window,
+    business: &Business,
+    status: TxnStatus,
+    answered: Instant,
+) {
+    let counted = answered >= window.measure_from && answered < window.measure_until;
+    if answered >= window.measure_from {
+        progress.measuring.store(true, Ordering::Relaxed);
+    }
+    if status == TxnStatus::Committed {
+        progress.committed.fetch_add(1, Ordering::Relaxed);
+    }
+    if counted {
+        report.count(business, status, answered - business.sent);
+    } else if answered >= window.measure_until {
+        // Drained: a stalled cluster shows here (its transactions come back unknown).
+        match status {
+            TxnStatus::Rejected => report.counters.rejected += 1,
+            TxnStatus::Unknown => report.counters.unknown += 1,
+            TxnStatus::Committed | TxnStatus::RolledBack | TxnStatus::Aborted => {}
+        }
+    }
 }
 
 #[cfg(test)]

@@ -475,14 +475,35 @@ fn render_markdown_rows<const N: usize>(headers: &[&str; N], numeric: &[bool; N]
 
 /// What makes two results the same cell of a side-by-side comparison: everything but the
 /// protocol (the workload's own knobs included, e.g. TPC-C's remote-item share).
-fn cell_key(r: &BenchResult) -> (String, u32, u32, String, u32, u32, String) {
+#[derive(PartialEq, Eq)]
+struct Cell {
+    workload: String,
+    shards: u32,
+    replicas: u32,
+    net: String,
+    threads: u32,
+    in_flight: u32,
+    /// The compared workload knobs, as `name=value` words.
+    knobs: String,
+}
+
+/// The cell `r` belongs to.
+fn cell_key(r: &BenchResult) -> Cell {
     let knobs: Vec<String> = r
         .params
         .iter()
         .filter(|(k, _)| PARAMS_COMPARED.contains(&k.as_str()))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    (r.workload.clone(), r.shards, r.replicas, r.net.clone(), r.threads, r.in_flight, knobs.join(" "))
+    Cell {
+        workload: r.workload.clone(),
+        shards: r.shards,
+        replicas: r.replicas,
+        net: r.net.clone(),
+        threads: r.threads,
+        in_flight: r.in_flight,
+        knobs: knobs.join(" "),
+    }
 }
 
 /// Workload knobs that tell cells apart in [`render_side_by_side`].
@@ -495,7 +516,7 @@ const PARAMS_COMPARED: [&str; 6] = ["keys", "ops", "read_ratio", "cross_shard_pc
 /// committed transactions that were cross-shard.
 pub fn render_side_by_side(results: &[BenchResult]) -> String {
     let mut protocols: Vec<String> = Vec::new();
-    let mut rows: Vec<(_, BTreeMap<String, &BenchResult>)> = Vec::new();
+    let mut rows: Vec<(Cell, BTreeMap<String, &BenchResult>)> = Vec::new();
     for r in results {
         let label = protocol_label(r);
         if !protocols.contains(&label) {
@@ -516,7 +537,7 @@ pub fn render_side_by_side(results: &[BenchResult]) -> String {
     out.push_str("\n|---|---|---|---|---|---|");
     out.push_str(&"---|".repeat(protocols.len()));
     out.push('\n');
-    for ((workload, shards, replicas, net, threads, in_flight, knobs), by) in &rows {
+    for (Cell { workload, shards, replicas, net, threads, in_flight, knobs }, by) in &rows {
         out.push_str(&format!("| {workload} | {shards}x{replicas} | {net} | {threads} | {in_flight} | {knobs} |"));
         for p in &protocols {
             let cell = match by.get(p) {

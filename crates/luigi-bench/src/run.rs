@@ -128,7 +128,6 @@ pub fn client_give_up(config: &ClusterConfig) -> Duration {
 /// Fails if the run does not finish within its bounds (see the module documentation), if no
 /// transaction commits in the measured interval, if transactions are left `Unknown`, or if
 /// the closing step fails.
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 pub fn run_workload<T>(
     run: &RunSpec,
     label: &str,
@@ -138,8 +137,51 @@ pub fn run_workload<T>(
 ) -> anyhow::Result<(Measured, T)> {
     let started_at_unix_s = luigi_runtime::clock::now_us() / 1_000_000;
     let started = Instant::now();
-    // The cluster file, or that of the local cluster to start (its addresses are set then).
-    let config = match &run.cluster_file {
+    let config = cluster_config(run, hosted)?;
+    // The watchdog: every bound of the run, plus a margin.
+    let grace = load_grace(&config);
+    let _watchdog = watchdog(run, label, grace, closing.bound);
+    let (mut local, config) = match &run.cluster_file {
+        Some(_) => (None, config),
+        None => {
+            let cluster =
+                LocalCluster::start(&run.exe, config, run.durability).context("starting the local cluster")?;
+            let config = cluster.config().clone();
+            (Some(cluster), config)
+        }
+    };
+    let shards = config.shard_count();
+    let connector = ClusterConnector { cluster: &config };
+    // A local cluster's servers were just started and may still be building their initial
+    // state: connecting is retried. A cluster file's servers are running already.
+    let patient = local.is_some();
+    wait_until_serving(&connector, shards, patient).context("waiting for every shard to commit a first transaction")?;
+    let ready = started.elapsed();
+    let opts = LoadOptions {
+        threads: run.threads,
+        in_flight: run.in_flight,
+        warmup: run.warmup,
+        duration: run.duration,
+        client_id_base: luigi_runtime::clock::now_us() << 8,
+        grace,
+    };
+    let make = move |t: u32| -> Box<dyn TxnGenerator> { workload.generator(0x5eed + u64::from(t)) };
+    let report = drive_load(run, label, &connector, &opts, &make);
+    let closed = report.as_ref().ok().map(|_| (closing.step)(&connector));
+    if let Some(cluster) = &mut local {
+        cluster.check_alive()?;
+        cluster.stop();
+    }
+    let report = report?;
+    check_measured(&report, &config)?;
+    let closed = closed.expect("the load succeeded")?;
+    Ok((Measured { report, config, ready, started_at_unix_s }, closed))
+}
+
+/// The cluster file of `run`, or that of the local cluster to start (its addresses are set
+/// then), hosting `hosted`.
+fn cluster_config(run: &RunSpec, hosted: Option<WorkloadSpec>) -> anyhow::Result<ClusterConfig> {
+    Ok(match &run.cluster_file {
         Some(path) => {
             let mut config = ClusterConfig::load(path)?;
             anyhow::ensure!(
@@ -166,12 +208,15 @@ pub fn run_workload<T>(
             }
             config
         }
-    };
-    // The watchdog: every bound of the run, plus a margin.
-    let grace = load_grace(&config);
+    })
+}
+
+/// Arms the run's watchdog: every bound of the run (`grace` for the load, `closing` for
+/// the closing step), plus a margin.
+fn watchdog(run: &RunSpec, label: &str, grace: Duration, closing: Duration) -> Watchdog {
     let start_up = if run.cluster_file.is_some() { Duration::ZERO } else { READY_TIMEOUT };
-    let bound = start_up + PROBE_DEADLINE + run.warmup + run.duration + grace + closing.bound + WATCHDOG_MARGIN;
-    let _watchdog = Watchdog::arm(
+    let bound = start_up + PROBE_DEADLINE + run.warmup + run.duration + grace + closing + WATCHDOG_MARGIN;
+    Watchdog::arm(
         bound,
         format!(
             "the {label} run did not finish within {}s (start-up, first commits, warm-up {}s, duration {}s, grace {}s, \
@@ -180,38 +225,23 @@ pub fn run_workload<T>(
             run.warmup.as_secs_f64(),
             run.duration.as_secs_f64(),
             grace.as_secs(),
-            closing.bound.as_secs()
+            closing.as_secs()
         ),
-    );
-    let (mut local, config) = match &run.cluster_file {
-        Some(_) => (None, config),
-        None => {
-            let cluster =
-                LocalCluster::start(&run.exe, config, run.durability).context("starting the local cluster")?;
-            let config = cluster.config().clone();
-            (Some(cluster), config)
-        }
-    };
-    let shards = config.shard_count();
-    let connector = ClusterConnector { cluster: &config };
-    // A local cluster's servers were just started and may still be building their initial
-    // state: connecting is retried. A cluster file's servers are running already.
-    let patient = local.is_some();
-    wait_until_serving(&connector, shards, patient).context("waiting for every shard to commit a first transaction")?;
-    let ready = started.elapsed();
-    let opts = LoadOptions {
-        threads: run.threads,
-        in_flight: run.in_flight,
-        warmup: run.warmup,
-        duration: run.duration,
-        client_id_base: luigi_runtime::clock::now_us() << 8,
-        grace,
-    };
-    let make = move |t: u32| -> Box<dyn TxnGenerator> { workload.generator(0x5eed + u64::from(t)) };
+    )
+}
+
+/// Runs the load (with a progress bar if `run` asks for one).
+fn drive_load(
+    run: &RunSpec,
+    label: &str,
+    connector: &ClusterConnector<'_>,
+    opts: &LoadOptions,
+    make: &(dyn Fn(u32) -> Box<dyn TxnGenerator> + Sync),
+) -> anyhow::Result<LoadReport> {
     let progress = Arc::new(Progress::default());
     let bar = run.progress.then(|| progress_bar(run, label));
     let report = std::thread::scope(|scope| {
-        let load = scope.spawn(|| run_load(&connector, &opts, &make, &progress));
+        let load = scope.spawn(|| run_load(connector, opts, make, &progress));
         if let Some(bar) = &bar {
             watch(bar, &progress, &load, run.warmup + run.duration);
         }
@@ -220,12 +250,11 @@ pub fn run_workload<T>(
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let closed = report.as_ref().ok().map(|_| (closing.step)(&connector));
-    if let Some(cluster) = &mut local {
-        cluster.check_alive()?;
-        cluster.stop();
-    }
-    let report = report?;
+    report
+}
+
+/// The measured interval is a measurement: something committed, nothing left unknown.
+fn check_measured(report: &LoadReport, config: &ClusterConfig) -> anyhow::Result<()> {
     let c = &report.counters;
     let measured_s = report.measured.as_secs_f64();
     anyhow::ensure!(
@@ -241,11 +270,10 @@ pub fn run_workload<T>(
         "{} transaction(s) got no complete answer within the client's give-up time ({}s): the cluster stalled or \
          lost servers during the run, its figures are not a measurement ({} committed)",
         c.unknown,
-        client_give_up(&config).as_secs_f64(),
+        client_give_up(config).as_secs_f64(),
         c.committed
     );
-    let closed = closed.expect("the load succeeded")?;
-    Ok((Measured { report, config, ready, started_at_unix_s }, closed))
+    Ok(())
 }
 
 impl Measured {

@@ -29,6 +29,7 @@ use luigi_raft::replica::{InitialStore, Replica};
 use luigi_raft::{RaftConfig, RaftLog};
 use luigi_store::{table_key, Store};
 use luigi_txn::msg::ClientMsg;
+use luigi_txn::procedure::Registry;
 use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
 use luigi_workloads::procedures::{micro_key, Micro, MicroOp};
 
@@ -68,20 +69,8 @@ fn settle(r: &mut Replica, now: u64, out: &mut Vec<LeaderOutput>) {
     }
 }
 
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
-fn main() {
-    let rows = env("ROWS", 1_000_000);
-    let records = env("RECORDS", 10_000);
-    let initial: InitialStore = Arc::new(move || {
-        let mut store = Store::new();
-        for row in 0..rows {
-            let mut value = vec![0u8; 300];
-            value[..8].copy_from_slice(&row.to_le_bytes());
-            store.put(table_key(0xF0F0, &[row]), value);
-        }
-        store
-    });
-    let registry = luigi_workloads::procedures::builtins();
+/// A replica serving alone from a store of `rows` rows of 300 bytes, after `records` writes.
+fn loaded_replica(rows: u64, records: u64, registry: &Registry, initial: &InitialStore) -> Replica {
     let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
     let (mut r, built) =
         timed(|| Replica::new(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), log).unwrap());
@@ -104,26 +93,25 @@ fn main() {
         r.log().handed_out(),
         started.elapsed().as_secs_f64()
     );
+    r
+}
 
-    // ---- after: what is left on the event loop ----
-    let (job, due) = timed(|| r.own_snapshot_due(1).unwrap().expect("due"));
-    let (image, job_time) = timed(|| job.run().unwrap());
-    let bytes = image.data.len();
-    println!("snapshot image: {:.1} MB at index {}", bytes as f64 / 1e6, image.index);
-    let (snap, compact) = timed(|| r.log_mut().compact(image.index, image.data.clone()).unwrap());
-    let saved = snap.clone(); // the SaveSnapshot effect's copy: shared bytes
-    let tuning = Tuning::for_delay(1_000, 100);
-    let mut sender = Transfers::new(0, 2, TransferConfig::new(&tuning));
-    let mut receiver = Transfers::new(0, 1, TransferConfig::new(&tuning));
-    let mut events = Vec::new();
-    let (_, begin) = timed(|| {
-        sender.send(1, 1, SnapshotKind::Offer, snap.index, snap.data.clone(), image.crc32, &mut events).unwrap()
-    });
-    drop(saved);
-    // The whole transfer, message by message, timing each side's handling of each message.
+/// A whole transfer, message by message, timed on each side.
+struct TransferTimes {
+    /// The longest a sender's or receiver's handling of one message took.
+    worst_send: Duration,
+    worst_receive: Duration,
+    messages: u64,
+    total: Duration,
+    /// What the receiver got.
+    received: Bytes,
+}
+
+/// Runs a transfer begun with `events` between `sender` and `receiver` to its end.
+fn run_transfer(sender: &mut Transfers, receiver: &mut Transfers, mut events: Vec<TransferEvent>) -> TransferTimes {
     let (mut worst_send, mut worst_receive, mut messages) = (Duration::ZERO, Duration::ZERO, 0u64);
     let mut received = None;
-    let transfer_started = Instant::now();
+    let started = Instant::now();
     while !events.is_empty() {
         let mut back = Vec::new();
         for e in events.drain(..) {
@@ -153,10 +141,80 @@ fn main() {
         }
         events = forth;
     }
-    let transfer_total = transfer_started.elapsed();
-    let received: Bytes = received.expect("the transfer completed");
-    assert_eq!(received, snap.data);
-    let (decoded, decode) = timed(|| Follower::from_snapshot(0, registry.clone(), &received).unwrap());
+    let total = started.elapsed();
+    TransferTimes { worst_send, worst_receive, messages, total, received: received.expect("the transfer completed") }
+}
+
+/// What the event loop did in the previous design with the same state.
+#[derive(Clone, Copy)]
+struct Before {
+    serialize: Duration,
+    copies: Duration,
+    check: Duration,
+    decode: Duration,
+}
+
+/// Times the previous design's inline work on a snapshot of `bytes` bytes at `index`.
+fn time_before(registry: &Registry, data: &[u8], index: u64, bytes: usize) -> Before {
+    let follower = Follower::from_snapshot(0, registry.clone(), data).unwrap();
+    let (old_image, serialize) = timed(|| follower.snapshot());
+    assert_eq!(old_image.len(), bytes);
+    let (_, copies) = timed(|| {
+        let in_log = std::hint::black_box(old_image.to_vec()); // SnapshotData::from_raft's copy
+        let offer = std::hint::black_box(in_log.clone()); // the offer's copy
+        (in_log.len(), offer.len())
+    });
+    let (_, check) = timed(|| Follower::check_snapshot(0, index, &old_image).unwrap());
+    let (old_decoded, decode) = timed(|| Follower::from_snapshot(0, registry.clone(), &old_image).unwrap());
+    drop(old_decoded);
+    Before { serialize, copies, check, decode }
+}
+
+/// What is left on the event loop now, and what runs off it.
+struct After {
+    due: Duration,
+    compact: Duration,
+    begin: Duration,
+    install: Duration,
+    discard: Duration,
+    job: Duration,
+    decode: Duration,
+    transfer: TransferTimes,
+}
+
+fn main() {
+    let rows = env("ROWS", 1_000_000);
+    let records = env("RECORDS", 10_000);
+    let initial: InitialStore = Arc::new(move || {
+        let mut store = Store::new();
+        for row in 0..rows {
+            let mut value = vec![0u8; 300];
+            value[..8].copy_from_slice(&row.to_le_bytes());
+            store.put(table_key(0xF0F0, &[row]), value);
+        }
+        store
+    });
+    let registry = luigi_workloads::procedures::builtins();
+    let mut r = loaded_replica(rows, records, &registry, &initial);
+
+    // ---- after: what is left on the event loop ----
+    let (job, due) = timed(|| r.own_snapshot_due(1).unwrap().expect("due"));
+    let (image, job_time) = timed(|| job.run().unwrap());
+    let bytes = image.data.len();
+    println!("snapshot image: {:.1} MB at index {}", bytes as f64 / 1e6, image.index);
+    let (snap, compact) = timed(|| r.log_mut().compact(image.index, image.data.clone()).unwrap());
+    let saved = snap.clone(); // the SaveSnapshot effect's copy: shared bytes
+    let tuning = Tuning::for_delay(1_000, 100);
+    let mut sender = Transfers::new(0, 2, TransferConfig::new(&tuning));
+    let mut receiver = Transfers::new(0, 1, TransferConfig::new(&tuning));
+    let mut events = Vec::new();
+    let (_, begin) = timed(|| {
+        sender.send(1, 1, SnapshotKind::Offer, snap.index, snap.data.clone(), image.crc32, &mut events).unwrap()
+    });
+    drop(saved);
+    let transfer = run_transfer(&mut sender, &mut receiver, events);
+    assert_eq!(transfer.received, snap.data);
+    let (decoded, decode) = timed(|| Follower::from_snapshot(0, registry.clone(), &transfer.received).unwrap());
     // A lagging follower (of a group of two that never elects: it stays a follower) with the
     // same store installs it: a swap; the state it replaces is freed off the loop
     // (`Effect::Discard`).
@@ -167,18 +225,14 @@ fn main() {
     let (_, discard) = timed(|| drop(replaced));
 
     // ---- before: the same work, inline ----
-    let follower = Follower::from_snapshot(0, registry.clone(), &snap.data).unwrap();
-    let (old_image, serialize) = timed(|| follower.snapshot());
-    assert_eq!(old_image.len(), bytes);
-    let (_, copies) = timed(|| {
-        let in_log = std::hint::black_box(old_image.to_vec()); // SnapshotData::from_raft's copy
-        let offer = std::hint::black_box(in_log.clone()); // the offer's copy
-        (in_log.len(), offer.len())
-    });
-    let (_, check) = timed(|| Follower::check_snapshot(0, snap.index, &old_image).unwrap());
-    let (old_decoded, old_decode) = timed(|| Follower::from_snapshot(0, registry.clone(), &old_image).unwrap());
-    drop(old_decoded);
+    let before = time_before(&registry, &snap.data, snap.index, bytes);
+    let after = After { due, compact, begin, install, discard, job: job_time, decode, transfer };
+    print_figures(&before, &after);
+}
 
+fn print_figures(before: &Before, after: &After) {
+    let Before { serialize, copies, check, decode: old_decode } = *before;
+    let After { due, compact, begin, install, discard, job, decode, ref transfer } = *after;
     println!();
     println!("on the event loop, before (snapshot made, checked and installed inline, sent as one message):");
     println!("  a follower serializes its state (Follower::snapshot)      {}", ms(serialize));
@@ -194,18 +248,20 @@ fn main() {
     println!("  compact behind the image (shared bytes)                  {}", ms(compact));
     println!("  begin the offer's transfer                               {}", ms(begin));
     println!(
-        "  one transfer message, worst of {messages}: sender {} / receiver {}",
-        ms(worst_send).trim(),
-        ms(worst_receive).trim()
+        "  one transfer message, worst of {}: sender {} / receiver {}",
+        transfer.messages,
+        ms(transfer.worst_send).trim(),
+        ms(transfer.worst_receive).trim()
     );
     println!("  install a snapshot decoded off the loop (a swap)          {}", ms(install));
-    let worst_after = [due, compact, begin, worst_send, worst_receive, install].into_iter().max().unwrap();
+    let worst_after =
+        [due, compact, begin, transfer.worst_send, transfer.worst_receive, install].into_iter().max().unwrap();
     println!("  worst single pause                                      {}", ms(worst_after));
     println!("off the event loop, after:");
-    println!("  the snapshot job (replay, serialize, CRC)                {}", ms(job_time));
+    println!("  the snapshot job (replay, serialize, CRC)                {}", ms(job));
     println!("  decode a received snapshot (SnapshotCheck)               {}", ms(decode));
     println!("  free the replaced state (Effect::Discard)                {}", ms(discard));
-    println!("  the whole transfer in memory, both sides                  {}", ms(transfer_total));
+    println!("  the whole transfer in memory, both sides                  {}", ms(transfer.total));
 }
 
 fn sender_of(msg: &ReplicationMsg) -> u64 {

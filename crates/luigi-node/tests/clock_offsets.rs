@@ -5,10 +5,10 @@
 //! only one left to elect), takes part again once back within, and one skewed follower does
 //! not make a correct leader step down.
 
-use std::collections::VecDeque;
+mod common;
 
-use luigi_node::{Effect, NodeConfig, ReplicaNode, Tuning};
-use luigi_protocol::msg::ReplicationMsg;
+use common::MiniCluster;
+use luigi_node::{NodeConfig, ReplicaNode, Tuning};
 use luigi_raft::{RecoveredState, Role};
 use luigi_txn::types::NodeId;
 
@@ -20,11 +20,9 @@ const START_US: u64 = 10_000_000;
 
 /// Three replicas with clocks `virtual time + offsets[r]`; `cut` ones hear and say nothing.
 struct Group {
-    nodes: Vec<ReplicaNode>,
+    cluster: MiniCluster,
     offsets: [u64; 3],
-    cut: [bool; 3],
     now: u64,
-    queue: VecDeque<(u32, u32, ReplicationMsg)>,
     /// Every role each replica was seen in.
     roles: Vec<Vec<Role>>,
 }
@@ -37,59 +35,38 @@ impl Group {
             tuning.max_clock_offset_us = BOUND_US;
             NodeConfig::new(NodeId { shard: 0, replica }, vec![3], 7, tuning, luigi_workloads::procedures::builtins())
         };
-        let mut nodes: Vec<ReplicaNode> =
+        let nodes: Vec<ReplicaNode> =
             (0..3).map(|r| ReplicaNode::new(config(r), RecoveredState::default()).unwrap()).collect();
-        for (i, n) in nodes.iter_mut().enumerate() {
-            for j in (0..3).filter(|j| *j != i as u32) {
-                n.replica_link(j, true);
-            }
-        }
-        Group { nodes, offsets: [0; 3], cut: [false; 3], now: START_US, queue: VecDeque::new(), roles: vec![vec![]; 3] }
+        Group { cluster: MiniCluster::new(nodes), offsets: [0; 3], now: START_US, roles: vec![vec![]; 3] }
+    }
+
+    fn node(&self, r: u32) -> &ReplicaNode {
+        &self.cluster.nodes[r as usize]
     }
 
     fn clock(&self, r: u32) -> u64 {
         self.now + self.offsets[r as usize]
     }
 
-    fn turn(&mut self, r: u32, mut fx: Vec<Effect>) {
-        for _ in 0..64 {
-            let now = self.clock(r);
-            self.nodes[r as usize].turn(now, &mut fx).unwrap();
-            let mut again = Vec::new();
-            for e in fx.drain(..) {
-                if let Effect::Replicate { to, msg } = e {
-                    if !self.cut[r as usize] && !self.cut[to.replica as usize] {
-                        self.queue.push_back((r, to.replica, msg));
-                    }
-                } else if let Effect::Persist(p) = e {
-                    if p.sync {
-                        self.nodes[r as usize].persisted(p.number, &mut again);
-                    }
-                }
-            }
-            if again.is_empty() {
-                let role = self.nodes[r as usize].replica().log().role();
-                if self.roles[r as usize].last() != Some(&role) {
-                    self.roles[r as usize].push(role);
-                }
-                return;
-            }
-            fx = again;
+    /// Notes replica `r`'s role after it settled.
+    fn note_role(&mut self, r: u32) {
+        let role = self.node(r).replica().log().role();
+        if self.roles[r as usize].last() != Some(&role) {
+            self.roles[r as usize].push(role);
         }
-        panic!("replica {r} never settles");
     }
 
     /// Advances one step: every replica turns, and every message in flight is delivered.
     fn step(&mut self) {
         self.now += STEP_US;
         for r in 0..3 {
-            self.turn(r, Vec::new());
+            self.cluster.turn(r, self.clock(r)).unwrap();
+            self.note_role(r);
         }
+        let (now, offsets) = (self.now, self.offsets);
         for _ in 0..10_000 {
-            let Some((from, to, msg)) = self.queue.pop_front() else { return };
-            let mut fx = Vec::new();
-            let _ = self.nodes[to as usize].on_replication(NodeId { shard: 0, replica: from }, msg, &mut fx);
-            self.turn(to, fx);
+            let Some(delivered) = self.cluster.deliver_one(|r| now + offsets[r as usize]).unwrap() else { return };
+            self.note_role(delivered.to);
         }
         panic!("the messages never settle");
     }
@@ -111,12 +88,11 @@ impl Group {
     }
 
     fn leader(&self) -> Option<u32> {
-        let live = (0..3u32).filter(|r| !self.cut[*r as usize]);
-        live.into_iter().find(|r| self.nodes[*r as usize].replica().is_serving())
+        self.cluster.serving()
     }
 
     fn beyond(&self, r: u32) -> bool {
-        self.nodes[r as usize].status(self.clock(r)).clock.beyond_bound
+        self.node(r).status(self.clock(r)).clock.beyond_bound
     }
 }
 
@@ -127,7 +103,7 @@ fn a_leader_whose_clock_jumps_beyond_the_bound_hands_over_and_stands_for_no_elec
     g.run(2_000_000);
     // Everyone measured everyone, within the bound: nothing happens.
     for r in 0..3u32 {
-        let s = g.nodes[r as usize].status(g.clock(r)).clock;
+        let s = g.cluster.nodes[r as usize].status(g.clock(r)).clock;
         assert_eq!(s.bound_us, BOUND_US);
         assert!(!s.beyond_bound);
         assert_eq!(
@@ -141,14 +117,14 @@ fn a_leader_whose_clock_jumps_beyond_the_bound_hands_over_and_stands_for_no_elec
     g.offsets[0] = 2_000_000;
     assert!(g.run_until(5_000_000, |g| g.leader().is_some_and(|l| l != 0)), "replica 0 handed leadership over");
     assert!(g.beyond(0));
-    assert!(g.nodes[0].clock().stats().handovers >= 1);
-    assert!(g.nodes[0].replica().log().is_abstaining());
+    assert!(g.cluster.nodes[0].clock().stats().handovers >= 1);
+    assert!(g.cluster.nodes[0].replica().log().is_abstaining());
     // The others see it too once their probes ran (a sample from before the jump may be
     // the estimate for a few seconds, as long as its round trip is the smallest: up to
     // `SAMPLE_MAX_AGE_US`).
     g.run(6_000_000);
     assert_ne!(g.leader(), Some(0));
-    let s = g.nodes[1].status(g.clock(1)).clock;
+    let s = g.cluster.nodes[1].status(g.clock(1)).clock;
     assert!(!s.beyond_bound, "the others are within each other's bound");
     let far = s.peers.iter().find(|p| p.replica == 0).unwrap();
     assert!((1_990_000..=2_010_000).contains(&far.offset_us), "{far:?}");
@@ -157,20 +133,20 @@ fn a_leader_whose_clock_jumps_beyond_the_bound_hands_over_and_stands_for_no_elec
     let new_leader = g.leader().unwrap();
     let third = 3 - new_leader;
     g.roles[0].clear();
-    g.cut[new_leader as usize] = true;
-    g.cut[third as usize] = true;
+    g.cluster.cut[new_leader as usize] = true;
+    g.cluster.cut[third as usize] = true;
     g.run(5_000_000);
     assert_eq!(g.roles[0], vec![Role::Follower], "an abstaining replica campaigned");
     // The third comes back: it is elected with replica 0's vote.
-    g.cut[third as usize] = false;
+    g.cluster.cut[third as usize] = false;
     assert!(g.run_until(10_000_000, |g| g.leader() == Some(third)), "the third replica elected");
     assert!(g.roles[0].iter().all(|r| *r == Role::Follower), "{:?}", g.roles[0]);
     // The others' clocks jump too: all within the bound again, replica 0 takes part again.
-    g.cut[new_leader as usize] = false;
+    g.cluster.cut[new_leader as usize] = false;
     g.offsets[1] = 2_000_000;
     g.offsets[2] = 2_000_000;
     assert!(g.run_until(10_000_000, |g| !g.beyond(0)), "back within the bound");
-    assert!(!g.nodes[0].replica().log().is_abstaining());
+    assert!(!g.cluster.nodes[0].replica().log().is_abstaining());
 }
 
 #[test]
@@ -182,16 +158,16 @@ fn one_skewed_follower_does_not_move_a_correct_leader() {
     g.run(10_000_000);
     assert_eq!(g.leader(), Some(0));
     assert_eq!(g.roles[0], vec![Role::Leader], "the correct leader stayed");
-    assert_eq!(g.nodes[0].clock().stats().handovers, 0);
+    assert_eq!(g.cluster.nodes[0].clock().stats().handovers, 0);
     // The leader sees one peer far, and is not beyond; the skewed one is.
-    let s = g.nodes[0].status(g.clock(0)).clock;
+    let s = g.cluster.nodes[0].status(g.clock(0)).clock;
     assert!(!s.beyond_bound);
     let far = s.peers.iter().find(|p| p.replica == 2).unwrap();
     assert!((1_990_000..=2_010_000).contains(&far.offset_us), "{far:?}");
     assert!(g.beyond(2));
     assert!(!g.beyond(1));
     // The skewed follower may never lead: with the leader cut off, replica 1 is elected.
-    g.cut[0] = true;
+    g.cluster.cut[0] = true;
     assert!(g.run_until(10_000_000, |g| g.leader() == Some(1)), "replica 1 elected");
     assert!(!g.roles[2].contains(&Role::Leader));
     assert!(!g.roles[2].contains(&Role::Candidate) && !g.roles[2].contains(&Role::PreCandidate));

@@ -23,9 +23,12 @@
 //! `PROPTEST_CASES / 32` cases (at least 8; 128 at CI's 4096). With the followers' check
 //! removed (`Mutations::skip_fast_accept_check`) it fails, as the last test shows.
 
-use std::collections::{HashSet, VecDeque};
+mod common;
+
+use std::collections::HashSet;
 use std::sync::Arc;
 
+use common::{MiniCluster, Seen};
 use luigi_node::{Effect, NodeConfig, ReplicaNode, Tuning};
 use luigi_protocol::arbitrary as arb;
 use luigi_protocol::leader::admissible::Admission;
@@ -86,12 +89,8 @@ fn arb_step() -> impl Strategy<Value = Step> {
 
 /// The group, its network and what the run saw.
 struct Group {
-    nodes: Vec<ReplicaNode>,
+    cluster: MiniCluster,
     now: u64,
-    /// Messages in flight: (to, from, message).
-    wire: VecDeque<(u32, u32, ReplicationMsg)>,
-    /// A replica cut off from the others.
-    cut: Option<u32>,
     /// Ids that arrived in a dispatch that passed the admission check where it arrived.
     admissible: HashSet<TxnId>,
     /// Ids some replica executed.
@@ -118,18 +117,12 @@ impl Group {
                     NodeConfig::new(node_id(i), vec![REPLICAS], 42, tuning, luigi_workloads::procedures::builtins());
                 config.leader.fast_path = true;
                 config.leader.mutations.skip_fast_accept_check = unchecked;
-                let mut n = ReplicaNode::new(config, RecoveredState::default()).expect("a fresh node starts");
-                for j in (0..REPLICAS).filter(|j| *j != i) {
-                    n.replica_link(j, true);
-                }
-                n
+                ReplicaNode::new(config, RecoveredState::default()).expect("a fresh node starts")
             })
             .collect();
         let mut g = Group {
-            nodes,
+            cluster: MiniCluster::new(nodes),
             now: start,
-            wire: VecDeque::new(),
-            cut: None,
             admissible: HashSet::new(),
             executed: HashSet::new(),
             probe_replies: Vec::new(),
@@ -141,7 +134,18 @@ impl Group {
     }
 
     fn serving(&self) -> Option<u32> {
-        (0..REPLICAS).find(|&i| Some(i) != self.cut && self.nodes[i as usize].replica().is_serving())
+        self.cluster.serving()
+    }
+
+    fn node(&self, i: u32) -> &ReplicaNode {
+        &self.cluster.nodes[i as usize]
+    }
+
+    /// Cuts replica `i` off from the others (`None`: nobody).
+    fn cut(&mut self, i: Option<u32>) {
+        for (r, cut) in self.cluster.cut.iter_mut().enumerate() {
+            *cut = Some(r as u32) == i;
+        }
     }
 
     /// Runs rounds until a replica other than `not` serves; errors after 20 s of virtual time.
@@ -159,70 +163,38 @@ impl Group {
     fn round(&mut self) -> Result<(), TestCaseError> {
         self.now += ROUND_US;
         for i in 0..REPLICAS {
-            let mut fx = Vec::new();
-            let turned = self.nodes[i as usize].turn(self.now, &mut fx);
-            self.effects(i, fx)?;
-            prop_assert!(turned.is_ok(), "replica {} failed: {:?}", i, turned.err().map(|e| e.to_string()));
+            let turned = self.cluster.turn(i, self.now);
+            prop_assert!(turned.is_ok(), "replica {} failed: {:?}", i, turned.as_ref().err());
+            self.note(turned.unwrap_or_default())?;
         }
         self.deliver()
     }
 
     fn deliver(&mut self) -> Result<(), TestCaseError> {
-        let mut delivered = 0;
-        while let Some((to, from, msg)) = self.wire.pop_front() {
-            delivered += 1;
-            prop_assert!(delivered < 100_000, "the group does not go quiet");
-            if self.cut.is_some_and(|c| c == to || c == from) {
-                continue;
-            }
-            let mut fx = Vec::new();
-            let result = self.nodes[to as usize].on_replication(node_id(from), msg, &mut fx);
-            prop_assert_eq!(result, Ok(()), "a message within the group refused");
-            self.effects(to, fx)?;
-        }
-        Ok(())
+        let now = self.now;
+        let delivered = self.cluster.deliver(|_| now, 100_000);
+        prop_assert!(delivered.is_ok(), "{:?}", delivered.as_ref().err());
+        prop_assert_eq!(&self.cluster.refusals, &Vec::<String>::new(), "a message within the group refused");
+        self.note(delivered.unwrap_or_default())
     }
 
-    /// Carries out replica `i`'s effects: replication onto the wire, writes made durable at
-    /// once, replies and executions noted.
+    /// Carries out replica `i`'s effects (the mini cluster's executor), noting what they left.
     fn effects(&mut self, i: u32, fx: Vec<Effect>) -> Result<(), TestCaseError> {
-        let mut synced = None;
-        for e in fx {
-            match e {
-                Effect::Replicate { to, msg } => {
-                    prop_assert_eq!(to.shard, 0);
-                    self.wire.push_back((to.replica, i, msg));
-                }
-                Effect::Persist(p) => synced = Some(p.number),
-                Effect::ToClient { client, msg } => self.reply(client, msg)?,
-                Effect::Executed { id, .. } => {
+        let seen = self.cluster.execute(i, self.now, fx);
+        prop_assert!(seen.is_ok(), "replica {} failed: {:?}", i, seen.as_ref().err());
+        self.note(seen.unwrap_or_default())
+    }
+
+    /// Notes replies and executions among what the replicas' effects left.
+    fn note(&mut self, seen: Vec<Seen>) -> Result<(), TestCaseError> {
+        for s in seen {
+            match s {
+                Seen::ToClient { client, msg, .. } => self.reply(client, msg)?,
+                Seen::Executed { id, .. } => {
                     self.executed.insert(id);
                 }
-                Effect::MarkDamaged { reason } => prop_assert!(false, "replica {} damaged: {}", i, reason),
-                Effect::CheckSnapshot(check) => {
-                    let mut more = Vec::new();
-                    // A drawn transfer that completed: refused or taken, never a panic.
-                    let _ = self.nodes[i as usize].snapshot_checked(check.run(), &mut more);
-                    self.effects(i, more)?;
-                }
-                Effect::MakeSnapshot(job) => {
-                    let mut more = Vec::new();
-                    let made = self.nodes[i as usize].snapshot_made(job.run(), &mut more);
-                    prop_assert!(made.is_ok(), "replica {} could not take its snapshot", i);
-                    self.effects(i, more)?;
-                }
-                Effect::ToClients { .. }
-                | Effect::ToAllClients { .. }
-                | Effect::ToPeer { .. }
-                | Effect::SaveSnapshot(_)
-                | Effect::Discard(_)
-                | Effect::Transition(_) => {}
+                Seen::Transition { .. } | Seen::HeldCheck { .. } => {}
             }
-        }
-        if let Some(number) = synced {
-            let mut more = Vec::new();
-            self.nodes[i as usize].persisted(number, &mut more);
-            self.effects(i, more)?;
         }
         Ok(())
     }
@@ -245,13 +217,13 @@ impl Group {
     /// Client message `msg` to replica `to`, noting a dispatch that passes its check there.
     fn client(&mut self, to: u32, conn: u64, msg: ClientMsg) -> Result<(), TestCaseError> {
         if let ClientMsg::Dispatch { txn, .. } = &msg {
-            let config = &self.nodes[to as usize].config().leader;
+            let config = &self.node(to).config().leader;
             if Admission::new(config, &self.registry).check(txn, self.now).is_ok() {
                 self.admissible.insert(txn.id);
             }
         }
         let mut fx = Vec::new();
-        self.nodes[to as usize].on_client(self.now, conn, msg, &mut fx);
+        self.cluster.nodes[to as usize].on_client(self.now, conn, msg, &mut fx);
         self.effects(to, fx)
     }
 
@@ -300,9 +272,9 @@ impl Group {
             }
             Step::Failover => {
                 if let Some(old) = self.serving() {
-                    self.cut = Some(old);
+                    self.cut(Some(old));
                     self.until_serving(Some(old))?;
-                    self.cut = None;
+                    self.cut(None);
                 }
             }
         }
@@ -320,7 +292,7 @@ impl Group {
         }
         let announcement = matches!(msg, ReplicationMsg::LeaderIs { .. });
         let mut fx = Vec::new();
-        let result = self.nodes[to as usize].on_replication(from, msg, &mut fx);
+        let result = self.cluster.nodes[to as usize].on_replication(from, msg, &mut fx);
         if let Err(why) = &result {
             prop_assert!(!why.is_empty(), "a refusal without a reason");
         }
@@ -332,7 +304,7 @@ impl Group {
 
     /// After the steps: the group settles, and a valid transaction commits.
     fn commits_on(&mut self) -> Result<(), TestCaseError> {
-        self.cut = None;
+        self.cut(None);
         let leader = self.until_serving(None)?;
         let (id, msg) = self.valid();
         for i in 0..REPLICAS {

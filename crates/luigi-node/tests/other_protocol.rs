@@ -5,14 +5,17 @@
 //! node's election, replication, snapshot cadence, compaction and transfers are the same
 //! code that runs Luigi's replicas.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod common;
+
 use bytes::Bytes;
-use luigi_node::{Effect, NodeConfig, ReplicaNode, Tuning};
+use common::{MiniCluster, Seen};
+use luigi_node::{NodeConfig, ReplicaNode, Tuning};
 use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::{LogEntry, ReplicatedLog};
-use luigi_protocol::msg::{PeerBatch, ReplicationMsg};
+use luigi_protocol::msg::PeerBatch;
 use luigi_raft::{
     BuildError, LeaderFigures, LogControl, RaftError, RaftLog, RecoveredState, ReplicaFactory, ReplicaSetup,
     ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
@@ -290,12 +293,10 @@ fn add(seq: u64) -> ClientMsg {
     ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq, fast: true }
 }
 
-/// Three replicas and the messages between them; `cut` replicas hear and say nothing.
+/// Three replicas and the messages between them, and what they said.
 struct Group {
-    nodes: Vec<ReplicaNode>,
-    cut: Vec<bool>,
+    cluster: MiniCluster,
     now: u64,
-    queue: VecDeque<(u32, u32, ReplicationMsg)>,
     /// Replies to clients: (replica, reply).
     replies: Vec<(u32, TxnReply)>,
     transitions: Vec<(u32, Transition)>,
@@ -305,94 +306,53 @@ impl Group {
     fn new() -> Self {
         let nodes: Vec<ReplicaNode> =
             (0..3).map(|r| ReplicaNode::new(config(r), RecoveredState::default()).unwrap()).collect();
-        let mut g = Group {
-            nodes,
-            cut: vec![false; 3],
-            now: 0,
-            queue: VecDeque::new(),
-            replies: Vec::new(),
-            transitions: Vec::new(),
-        };
-        for i in 0..3 {
-            for j in 0..3 {
-                if i != j {
-                    g.nodes[i as usize].replica_link(j, true);
-                }
-            }
-        }
-        g
+        Group { cluster: MiniCluster::new(nodes), now: 0, replies: Vec::new(), transitions: Vec::new() }
     }
 
-    fn execute(&mut self, i: u32, mut fx: Vec<Effect>) {
-        for _ in 0..64 {
-            if fx.is_empty() {
-                return;
+    /// Notes the replies and transitions among what the replicas' effects left.
+    fn note(&mut self, seen: Vec<Seen>) {
+        for s in seen {
+            match s {
+                Seen::ToClient { replica, msg: ServerMsg::Reply(reply), .. } => self.replies.push((replica, reply)),
+                Seen::Transition { replica, transition } => self.transitions.push((replica, transition)),
+                Seen::ToClient { .. } | Seen::Executed { .. } | Seen::HeldCheck { .. } => {}
             }
-            let mut again = Vec::new();
-            for e in fx.drain(..) {
-                let node = &mut self.nodes[i as usize];
-                match e {
-                    Effect::Replicate { to, msg } => {
-                        if !self.cut[i as usize] && !self.cut[to.replica as usize] {
-                            self.queue.push_back((i, to.replica, msg));
-                        }
-                    }
-                    Effect::Persist(p) if p.sync => node.persisted(p.number, &mut again),
-                    Effect::MakeSnapshot(job) => node.snapshot_made(job.run(), &mut again).unwrap(),
-                    Effect::CheckSnapshot(check) => node.snapshot_checked(check.run(), &mut again).unwrap(),
-                    Effect::ToClient { msg: ServerMsg::Reply(reply), .. } => self.replies.push((i, reply)),
-                    Effect::Transition(t) => self.transitions.push((i, t)),
-                    Effect::Persist(_)
-                    | Effect::SaveSnapshot(_)
-                    | Effect::ToClient { .. }
-                    | Effect::ToClients { .. }
-                    | Effect::ToAllClients { .. }
-                    | Effect::ToPeer { .. }
-                    | Effect::MarkDamaged { .. }
-                    | Effect::Discard(_)
-                    | Effect::Executed { .. } => {}
-                }
-            }
-            if !again.is_empty() {
-                self.nodes[i as usize].turn(self.now, &mut again).unwrap();
-            }
-            fx = again;
         }
-        panic!("replica {i} never settles");
+    }
+
+    /// Client message `msg` to replica `i`.
+    fn client(&mut self, i: u32, msg: ClientMsg) {
+        let mut fx = Vec::new();
+        self.cluster.nodes[i as usize].on_client(self.now, 4, msg, &mut fx);
+        let seen = self.cluster.execute(i, self.now, fx).unwrap();
+        self.note(seen);
     }
 
     /// Advances 1 ms: every replica turns, and every message in flight is delivered.
     fn step(&mut self) {
         self.now += 1_000;
         for i in 0..3 {
-            let mut fx = Vec::new();
-            self.nodes[i as usize].turn(self.now, &mut fx).unwrap();
-            self.execute(i, fx);
+            let seen = self.cluster.turn(i, self.now).unwrap();
+            self.note(seen);
         }
-        for _ in 0..10_000 {
-            let Some((from, to, msg)) = self.queue.pop_front() else { return };
-            let mut fx = Vec::new();
-            let from = NodeId { shard: 0, replica: from };
-            let _ = self.nodes[to as usize].on_replication(from, msg, &mut fx);
-            self.nodes[to as usize].turn(self.now, &mut fx).unwrap();
-            self.execute(to, fx);
-        }
-        panic!("the messages never settle");
+        let now = self.now;
+        let seen = self.cluster.deliver(|_| now, 10_000).unwrap();
+        self.note(seen);
     }
 
     fn leader(&self) -> Option<usize> {
-        self.nodes.iter().position(|n| n.replica().is_serving())
+        self.cluster.nodes.iter().position(|n| n.replica().is_serving())
     }
 
     /// Replica `i`'s counter, as its store holds it (0 before the first addition).
     fn value(&self, i: usize) -> u64 {
-        let stored = self.nodes[i].replica().store().get(COUNTER_KEY).map(|v| v.as_slice().to_vec());
+        let stored = self.cluster.nodes[i].replica().store().get(COUNTER_KEY).map(|v| v.as_slice().to_vec());
         stored.map_or(0, |v| u64::from_le_bytes(v.try_into().expect("8 bytes")))
     }
 
     /// Replica `i`'s stats line (the counter's installs are on it).
     fn stats_line(&self, i: usize) -> String {
-        self.nodes[i].replica().stats_line()
+        self.cluster.nodes[i].replica().stats_line()
     }
 }
 
@@ -407,12 +367,10 @@ fn a_replicated_counter_elects_replicates_and_catches_up_by_snapshot_under_the_n
     }
     assert_eq!(g.leader(), Some(0), "replica 0 starts the first election");
     assert_eq!(g.transitions, vec![(0, Transition::Promoted)]);
-    assert_eq!(g.nodes[0].status(g.now).leader, Some(0));
+    assert_eq!(g.cluster.nodes[0].status(g.now).leader, Some(0));
 
     // A follower refuses with a hint to the leader.
-    let mut fx = Vec::new();
-    g.nodes[1].on_client(g.now, 4, add(100), &mut fx);
-    g.execute(1, fx);
+    g.client(1, add(100));
     let refused = g.replies.pop().expect("a refusal");
     assert_eq!(
         refused,
@@ -420,11 +378,9 @@ fn a_replicated_counter_elects_replicates_and_catches_up_by_snapshot_under_the_n
     );
 
     // Replica 2 is cut off while the others count, snapshot and compact.
-    g.cut[2] = true;
+    g.cluster.cut[2] = true;
     for seq in 1..=30 {
-        let mut fx = Vec::new();
-        g.nodes[0].on_client(g.now, 4, add(seq), &mut fx);
-        g.execute(0, fx);
+        g.client(0, add(seq));
         g.step();
     }
     let sums: Vec<u64> =
@@ -432,16 +388,16 @@ fn a_replicated_counter_elects_replicates_and_catches_up_by_snapshot_under_the_n
     let expected: Vec<u64> = (1..=30).map(|n| n * (n + 1) / 2).collect();
     assert_eq!(sums, expected, "each answered once committed, with the sum so far");
     assert_eq!((g.value(0), g.value(1), g.value(2)), (465, 465, 0));
-    assert!(g.nodes[1].stats().snapshots_taken > 0, "the follower's cadence made snapshot jobs");
-    let compacted = g.nodes[0].replica().log().snapshot_index();
-    assert!(compacted > g.nodes[2].replica().log().last_index(), "replica 2 is behind the compaction");
+    assert!(g.cluster.nodes[1].stats().snapshots_taken > 0, "the follower's cadence made snapshot jobs");
+    let compacted = g.cluster.nodes[0].replica().log().snapshot_index();
+    assert!(compacted > g.cluster.nodes[2].replica().log().last_index(), "replica 2 is behind the compaction");
 
     // Back: the leader's snapshot reaches it in chunks; it checks, decodes and installs it.
-    g.cut[2] = false;
+    g.cluster.cut[2] = false;
     for _ in 0..400 {
         g.step();
-        if g.nodes[2].stats().snapshots_installed > 0
-            && g.nodes[2].transfers_in_flight() == luigi_node::node::InFlight::default()
+        if g.cluster.nodes[2].stats().snapshots_installed > 0
+            && g.cluster.nodes[2].transfers_in_flight() == luigi_node::node::InFlight::default()
         {
             break;
         }
@@ -449,24 +405,24 @@ fn a_replicated_counter_elects_replicates_and_catches_up_by_snapshot_under_the_n
     for _ in 0..20 {
         g.step();
     }
-    assert_eq!(g.nodes[2].stats().snapshots_installed, 1);
+    assert_eq!(g.cluster.nodes[2].stats().snapshots_installed, 1);
     assert!(
         g.stats_line(2).contains("installs (1, 0)"),
         "decoded off the loop by the counter's decoder, then installed: {}",
         g.stats_line(2)
     );
-    assert!(g.nodes[0].transfer_stats().delivered > 0, "the leader's snapshot went as a transfer");
+    assert!(g.cluster.nodes[0].transfer_stats().delivered > 0, "the leader's snapshot went as a transfer");
     assert_eq!(g.value(2), 465);
-    let hash = g.nodes[0].replica().store().state_hash();
-    assert!(g.nodes.iter().all(|n| n.replica().store().state_hash() == hash), "every store is equal");
+    let hash = g.cluster.nodes[0].replica().store().state_hash();
+    assert!(g.cluster.nodes.iter().all(|n| n.replica().store().state_hash() == hash), "every store is equal");
 
     // Replication goes on, to every replica.
-    let mut fx = Vec::new();
-    g.nodes[0].on_client(g.now, 4, add(31), &mut fx);
-    g.execute(0, fx);
+    g.client(0, add(31));
     for _ in 0..20 {
         g.step();
     }
     assert_eq!((g.value(0), g.value(1), g.value(2)), (496, 496, 496));
-    assert!(g.nodes.iter().all(|n| n.replica().check_invariants().is_ok()));
+    assert!(g.cluster.nodes.iter().all(|n| n.replica().check_invariants().is_ok()));
+    assert_eq!(g.cluster.refusals, Vec::<String>::new(), "nothing within the group refused");
+    assert_eq!(g.cluster.snapshot_refusals, Vec::<String>::new());
 }

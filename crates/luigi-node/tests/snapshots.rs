@@ -4,10 +4,12 @@
 //! small chunks (Raft's own message carries none of the data), and what arrives is checked
 //! off the loop before Raft or the compaction gets it.
 
-use std::collections::VecDeque;
+mod common;
+
 use std::sync::Arc;
 
-use luigi_node::{Effect, NodeConfig, ReplicaNode, Tuning};
+use common::{MiniCluster, Seen};
+use luigi_node::{NodeConfig, ReplicaNode, Tuning};
 use luigi_protocol::msg::{ReplicationMsg, SnapshotKind};
 use luigi_raft::{decode_message, RecoveredState};
 use luigi_store::{table_key, Store};
@@ -51,116 +53,82 @@ fn dispatch(seq: u64) -> ClientMsg {
     ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq, fast: true }
 }
 
-/// Three replicas and the messages between them; `cut` replicas hear and say nothing.
+/// Three replicas and the messages between them; what went to replica 2 (and came from it)
+/// is in `cluster.tapped`, by message, as one line each.
 struct Group {
-    nodes: Vec<ReplicaNode>,
-    cut: Vec<bool>,
+    cluster: MiniCluster,
     now: u64,
-    queue: VecDeque<(u32, u32, ReplicationMsg)>,
-    /// What went to replica 2 (and came from it), by message, as one line each.
-    to_two: Vec<String>,
     /// How long replica 2 takes to check a received snapshot, µs (0: at once); its checks
     /// wait here until due.
     check_two_us: u64,
-    held_checks: Vec<(u64, luigi_node::SnapshotCheck)>,
+    held_checks: Vec<HeldCheck>,
+}
+
+/// A snapshot check of replica 2's, due at `at`.
+struct HeldCheck {
+    at: u64,
+    check: luigi_node::SnapshotCheck,
 }
 
 impl Group {
     fn new() -> Self {
         let nodes: Vec<ReplicaNode> =
             (0..3).map(|r| ReplicaNode::new(config(r), RecoveredState::default()).unwrap()).collect();
-        let mut g = Group {
-            nodes,
-            cut: vec![false; 3],
-            now: 0,
-            queue: VecDeque::new(),
-            to_two: Vec::new(),
-            check_two_us: 0,
-            held_checks: Vec::new(),
-        };
-        for i in 0..3 {
-            for j in 0..3 {
-                if i != j {
-                    g.nodes[i as usize].replica_link(j, true);
-                }
-            }
-        }
-        g
+        let mut cluster = MiniCluster::new(nodes);
+        cluster.tap = Some(|m| (m.to == 2 || m.from == 2).then(|| line(m.from, m.to, &m.msg)));
+        Group { cluster, now: 0, check_two_us: 0, held_checks: Vec::new() }
     }
 
-    fn execute(&mut self, i: u32, mut fx: Vec<Effect>) {
-        for _ in 0..64 {
-            if fx.is_empty() {
-                return;
-            }
-            let mut again = Vec::new();
-            for e in fx.drain(..) {
-                let node = &mut self.nodes[i as usize];
-                match e {
-                    Effect::Replicate { to, msg } => {
-                        if !self.cut[i as usize] && !self.cut[to.replica as usize] {
-                            if to.replica == 2 || i == 2 {
-                                self.to_two.push(line(i, to.replica, &msg));
-                            }
-                            self.queue.push_back((i, to.replica, msg));
-                        }
-                    }
-                    Effect::Persist(p) if p.sync => node.persisted(p.number, &mut again),
-                    Effect::MakeSnapshot(job) => node.snapshot_made(job.run(), &mut again).unwrap(),
-                    Effect::CheckSnapshot(check) if i == 2 && self.check_two_us > 0 => {
-                        self.held_checks.push((self.now + self.check_two_us, check))
-                    }
-                    Effect::CheckSnapshot(check) => node.snapshot_checked(check.run(), &mut again).unwrap(),
-                    Effect::Persist(_)
-                    | Effect::SaveSnapshot(_)
-                    | Effect::ToClient { .. }
-                    | Effect::ToClients { .. }
-                    | Effect::ToAllClients { .. }
-                    | Effect::ToPeer { .. }
-                    | Effect::MarkDamaged { .. }
-                    | Effect::Discard(_)
-                    | Effect::Transition(_)
-                    | Effect::Executed { .. } => {}
+    /// Holds replica 2's snapshot checks among what its effects left, if they take time.
+    fn note(&mut self, seen: Vec<Seen>) {
+        for s in seen {
+            match s {
+                Seen::HeldCheck { check, .. } => {
+                    self.held_checks.push(HeldCheck { at: self.now + self.check_two_us, check });
                 }
+                Seen::ToClient { .. } | Seen::Executed { .. } | Seen::Transition { .. } => {}
             }
-            if !again.is_empty() {
-                self.nodes[i as usize].turn(self.now, &mut again).unwrap();
-            }
-            fx = again;
         }
-        panic!("replica {i} never settles");
     }
 
-    /// Advances 1 ms: every replica turns, and every message in flight is delivered.
+    /// Replica 2 takes `us` to check a received snapshot.
+    fn check_two_takes(&mut self, us: u64) {
+        self.check_two_us = us;
+        self.cluster.hold_checks[2] = us > 0;
+    }
+
+    /// Dispatch `seq` to replica `i`.
+    fn dispatch(&mut self, i: usize, seq: u64) {
+        let mut fx = Vec::new();
+        self.cluster.nodes[i].on_client(self.now, 4, dispatch(seq), &mut fx);
+        let seen = self.cluster.execute(i as u32, self.now, fx).unwrap();
+        self.note(seen);
+    }
+
+    /// Advances 1 ms: replica 2's due checks end, every replica turns, and every message in
+    /// flight is delivered.
     fn step(&mut self) {
         self.now += 1_000;
         let now = self.now;
         let (due, held): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.held_checks).into_iter().partition(|(at, _)| *at <= now);
+            std::mem::take(&mut self.held_checks).into_iter().partition(|h| h.at <= now);
         self.held_checks = held;
-        for (_, check) in due {
+        for HeldCheck { check, .. } in due {
             let mut fx = Vec::new();
-            self.nodes[2].snapshot_checked(check.run(), &mut fx).unwrap();
-            self.execute(2, fx);
+            self.cluster.nodes[2].snapshot_checked(check.run(), &mut fx).unwrap();
+            let seen = self.cluster.execute(2, now, fx).unwrap();
+            self.note(seen);
         }
         for i in 0..3 {
-            let mut fx = Vec::new();
-            self.nodes[i as usize].turn(self.now, &mut fx).unwrap();
-            self.execute(i, fx);
+            let seen = self.cluster.turn(i, now).unwrap();
+            self.note(seen);
         }
-        for _ in 0..10_000 {
-            let Some((from, to, msg)) = self.queue.pop_front() else { return };
-            let mut fx = Vec::new();
-            let from = NodeId { shard: 0, replica: from };
-            let _ = self.nodes[to as usize].on_replication(from, msg, &mut fx);
-            self.nodes[to as usize].turn(self.now, &mut fx).unwrap();
-            self.execute(to, fx);
-        }
-        panic!("the messages never settle");
+        let seen = self.cluster.deliver(|_| now, 10_000).unwrap();
+        self.note(seen);
     }
 
     fn leader(&self) -> Option<usize> {
-        self.nodes.iter().position(|n| n.replica().is_serving())
+        self.cluster.nodes.iter().position(|n| n.replica().is_serving())
     }
 }
 
@@ -198,24 +166,22 @@ fn a_follower_behind_the_leaders_compaction_catches_up_through_a_snapshot_in_chu
     let leader = g.leader().expect("a leader");
     assert_eq!(leader, 0, "replica 0 starts the first election");
     // Replica 2 is cut off while the others commit, snapshot and compact.
-    g.cut[2] = true;
+    g.cluster.cut[2] = true;
     for seq in 1..=400 {
-        let mut fx = Vec::new();
-        g.nodes[leader].on_client(g.now, 4, dispatch(seq), &mut fx);
-        g.execute(leader as u32, fx);
+        g.dispatch(leader, seq);
         g.step();
     }
-    let compacted = g.nodes[leader].replica().log().snapshot_index();
-    assert!(g.nodes[leader].stats().compactions_behind_offers > 0, "the leader compacted behind an offer");
-    assert!(compacted > g.nodes[2].replica().log().last_index(), "replica 2 is behind the compaction");
-    assert!(g.nodes[1].stats().snapshots_taken > 0);
+    let compacted = g.cluster.nodes[leader].replica().log().snapshot_index();
+    assert!(g.cluster.nodes[leader].stats().compactions_behind_offers > 0, "the leader compacted behind an offer");
+    assert!(compacted > g.cluster.nodes[2].replica().log().last_index(), "replica 2 is behind the compaction");
+    assert!(g.cluster.nodes[1].stats().snapshots_taken > 0);
     // Back: the leader's snapshot reaches it in chunks, and it installs it.
-    g.cut[2] = false;
-    g.to_two.clear();
+    g.cluster.cut[2] = false;
+    g.cluster.tapped.clear();
     for _ in 0..400 {
         g.step();
-        if g.nodes[2].stats().snapshots_installed > 0
-            && g.nodes[2].transfers_in_flight() == luigi_node::node::InFlight::default()
+        if g.cluster.nodes[2].stats().snapshots_installed > 0
+            && g.cluster.nodes[2].transfers_in_flight() == luigi_node::node::InFlight::default()
         {
             break;
         }
@@ -223,13 +189,15 @@ fn a_follower_behind_the_leaders_compaction_catches_up_through_a_snapshot_in_chu
     for _ in 0..50 {
         g.step();
     }
-    assert_eq!(g.nodes[2].stats().snapshots_installed, 1, "{:#?}", g.to_two);
-    let hash = g.nodes[leader].replica().store().state_hash();
-    assert!(g.nodes.iter().all(|n| n.replica().store().state_hash() == hash), "every store is equal");
+    assert_eq!(g.cluster.nodes[2].stats().snapshots_installed, 1, "{:#?}", g.cluster.tapped);
+    let hash = g.cluster.nodes[leader].replica().store().state_hash();
+    assert!(g.cluster.nodes.iter().all(|n| n.replica().store().state_hash() == hash), "every store is equal");
+    assert_eq!(g.cluster.snapshot_refusals, Vec::<String>::new(), "every snapshot received passed its check");
     // The snapshot's data travelled only as chunks: no Raft message carried it.
-    assert!(g.to_two.iter().all(|l| !l.ends_with("MsgSnapshot")), "{:#?}", g.to_two);
-    let begin = g.to_two.iter().position(|l| l.starts_with("0->2 begin install")).expect("a transfer to replica 2");
-    let transfer: Vec<&str> = g.to_two[begin..]
+    assert!(g.cluster.tapped.iter().all(|l| !l.ends_with("MsgSnapshot")), "{:#?}", g.cluster.tapped);
+    let begin =
+        g.cluster.tapped.iter().position(|l| l.starts_with("0->2 begin install")).expect("a transfer to replica 2");
+    let transfer: Vec<&str> = g.cluster.tapped[begin..]
         .iter()
         .filter(|l| l.contains("chunk") || l.contains("ack") || l.contains("begin"))
         .map(String::as_str)
@@ -249,7 +217,7 @@ fn a_follower_behind_the_leaders_compaction_catches_up_through_a_snapshot_in_chu
         }
     }
     assert_eq!(transfer.last(), Some(&format!("2->0 ack {chunks}").as_str()), "{transfer:#?}");
-    let stats = g.nodes[leader].transfer_stats();
+    let stats = g.cluster.nodes[leader].transfer_stats();
     assert!(stats.delivered >= 1 && stats.chunks_sent >= u64::from(chunks), "{stats:?}");
 }
 
@@ -263,22 +231,20 @@ fn a_snapshot_delivered_whole_is_not_sent_again_while_the_replica_installs_it() 
         }
     }
     let leader = g.leader().expect("a leader");
-    g.cut[2] = true;
+    g.cluster.cut[2] = true;
     for seq in 1..=400 {
-        let mut fx = Vec::new();
-        g.nodes[leader].on_client(g.now, 4, dispatch(seq), &mut fx);
-        g.execute(leader as u32, fx);
+        g.dispatch(leader, seq);
         g.step();
     }
-    assert!(g.nodes[leader].replica().log().snapshot_index() > g.nodes[2].replica().log().last_index());
+    assert!(g.cluster.nodes[leader].replica().log().snapshot_index() > g.cluster.nodes[2].replica().log().last_index());
     // Replica 2 takes 2 s to check and decode what it receives (a big image): Raft's
     // probes find its log behind meanwhile.
-    g.check_two_us = 2_000_000;
-    g.cut[2] = false;
-    g.to_two.clear();
+    g.check_two_takes(2_000_000);
+    g.cluster.cut[2] = false;
+    g.cluster.tapped.clear();
     for _ in 0..4_000 {
         g.step();
-        if g.nodes[2].stats().snapshots_installed > 0 && g.held_checks.is_empty() {
+        if g.cluster.nodes[2].stats().snapshots_installed > 0 && g.held_checks.is_empty() {
             break;
         }
     }
@@ -288,10 +254,11 @@ fn a_snapshot_delivered_whole_is_not_sent_again_while_the_replica_installs_it() 
     // The leader keeps compacting while replica 2 installs, so after an install it may need
     // the newer snapshot: at most one transfer more than installs. Without the rule, every
     // probe that found replica 2 behind sent the image again (10 transfers for 2 installs).
-    let installs = g.nodes[2].stats().snapshots_installed;
-    let begins: Vec<&String> = g.to_two.iter().filter(|l| l.starts_with("0->2 begin install")).collect();
+    let installs = g.cluster.nodes[2].stats().snapshots_installed;
+    let begins: Vec<&String> = g.cluster.tapped.iter().filter(|l| l.starts_with("0->2 begin install")).collect();
     assert!((1..=2).contains(&installs), "{installs} installs");
     assert!(begins.len() as u64 <= installs + 1, "snapshots sent again while being installed: {begins:#?}");
-    let hash = g.nodes[leader].replica().store().state_hash();
-    assert!(g.nodes.iter().all(|n| n.replica().store().state_hash() == hash), "every store is equal");
+    let hash = g.cluster.nodes[leader].replica().store().state_hash();
+    assert!(g.cluster.nodes.iter().all(|n| n.replica().store().state_hash() == hash), "every store is equal");
+    assert_eq!(g.cluster.snapshot_refusals, Vec::<String>::new(), "every snapshot received passed its check");
 }

@@ -25,6 +25,9 @@ pub enum LogRecord {
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
         /// Server clock at first arrival minus client send clock (echoed in the reply).
+        /// Durable because a later leader answers with it: one that takes the transaction
+        /// over from its replay echoes it, and a first attempt's answer is a one-way-delay
+        /// sample for the coordinator (DESIGN.md rule 6).
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::delta()"))]
         arrival_delta_us: i64,
         /// The dispatch's acknowledgement: the client holds every answer below this sequence
@@ -54,7 +57,8 @@ pub enum LogRecord {
         /// Why (the client's answer).
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::text()"))]
         reason: String,
-        /// Echoed in the answer.
+        /// Echoed in the answer, also by a later leader or a follower that replayed the
+        /// record (as `Prepare`'s).
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::delta()"))]
         arrival_delta_us: i64,
         /// The refused transaction's timestamp (its coordinator's): the refusal is kept until

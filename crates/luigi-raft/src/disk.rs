@@ -216,6 +216,66 @@ pub struct DiskStorage {
     accepts_compact_below: Option<u64>,
 }
 
+/// Refuses a replica directory marked damaged ([`DiskStorage::mark_damaged`]).
+fn refuse_if_damaged(fs: &dyn Fs, dir: &Path) -> Result<(), DiskError> {
+    let damaged = dir.join(DAMAGED_FILE);
+    match fs.read(&damaged) {
+        Ok(reason) => {
+            let reason = String::from_utf8_lossy(&reason).trim().to_string();
+            Err(DiskError::Damaged { path: damaged, reason })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("read", &damaged)(e)),
+    }
+}
+
+/// The latest snapshot saved in `dir`, if any.
+fn latest_snapshot(fs: &dyn Fs, dir: &Path) -> Result<Option<SnapshotData>, DiskError> {
+    Ok(match load_latest_snapshot_in(fs, dir)? {
+        Some((meta, data)) => {
+            let path = luigi_wal::snapshot::snapshot_path(dir, meta.index);
+            let voters = decode_voters(&path, &meta.extra)?;
+            Some(SnapshotData { index: meta.index, term: meta.term, voters, data: data.into() })
+        }
+        None => None,
+    })
+}
+
+/// The log's entries after the snapshot at `snap_index` (of `snap_term`), once the log is
+/// made to continue it: a log that does not is dropped, the part the snapshot covers
+/// compacted away (see the module docs). A log starting past the snapshot is corrupt.
+fn log_after_snapshot(
+    wal: &mut Wal,
+    dir: &Path,
+    snap_index: u64,
+    snap_term: u64,
+) -> Result<Vec<PersistEntry>, DiskError> {
+    if let Some(first) = wal.first_index() {
+        if first > snap_index + 1 {
+            return Err(DiskError::Corrupt {
+                path: dir.to_path_buf(),
+                reason: format!("the log starts at {first} but the snapshot ends at {snap_index}"),
+            });
+        }
+        // Keep the log after the snapshot only if it continues it (see the module docs).
+        let continues = first == snap_index + 1 || wal.term(snap_index) == Some(snap_term);
+        if !continues {
+            wal.truncate_suffix(first)?;
+        } else if snap_index > 0 {
+            wal.compact_prefix(snap_index)?;
+        }
+    }
+    let mut entries = Vec::new();
+    if let Some(last) = wal.last_index() {
+        if last > snap_index {
+            for e in wal.read(snap_index + 1..last + 1)? {
+                entries.push(PersistEntry { index: e.index, term: e.term, data: e.data });
+            }
+        }
+    }
+    Ok(entries)
+}
+
 impl DiskStorage {
     /// Opens (creating if needed) the replica directory `dir` and recovers its state: the
     /// newest snapshot, the log after it (a torn WAL tail is cut, see `luigi-wal`), the hard
@@ -235,7 +295,6 @@ impl DiskStorage {
     ///
     /// # Errors
     /// As [`DiskStorage::open`].
-    #[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
     pub fn open_with(
         fs: Arc<dyn Fs>,
         dir: impl AsRef<Path>,
@@ -243,25 +302,10 @@ impl DiskStorage {
     ) -> Result<(DiskStorage, RecoveredState), DiskError> {
         let dir = dir.as_ref().to_path_buf();
         ensure_dir_durably(&*fs, &dir)?;
-        let damaged = dir.join(DAMAGED_FILE);
-        match fs.read(&damaged) {
-            Ok(reason) => {
-                let reason = String::from_utf8_lossy(&reason).trim().to_string();
-                return Err(DiskError::Damaged { path: damaged, reason });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err("read", &damaged)(e)),
-        }
+        refuse_if_damaged(&*fs, &dir)?;
         let rejoining = fs.exists(&dir.join(REJOIN_FILE));
         let fsync = options.durability == Durability::Fsync;
-        let snapshot = match load_latest_snapshot_in(&*fs, &dir)? {
-            Some((meta, data)) => {
-                let path = luigi_wal::snapshot::snapshot_path(&dir, meta.index);
-                let voters = decode_voters(&path, &meta.extra)?;
-                Some(SnapshotData { index: meta.index, term: meta.term, voters, data: data.into() })
-            }
-            None => None,
-        };
+        let snapshot = latest_snapshot(&*fs, &dir)?;
         let (accepts, accepts_found) = AcceptLog::open_in(Arc::clone(&fs), &dir, options.clone())?;
         let (mut wal, _report) = Wal::open_in(Arc::clone(&fs), &dir, options)?;
         let hard_state = read_hard_state(&*fs, &dir)?;
@@ -272,29 +316,7 @@ impl DiskStorage {
         }
 
         let (snap_index, snap_term) = snapshot.as_ref().map_or((0, 0), |s| (s.index, s.term));
-        if let Some(first) = wal.first_index() {
-            if first > snap_index + 1 {
-                return Err(DiskError::Corrupt {
-                    path: dir.clone(),
-                    reason: format!("the log starts at {first} but the snapshot ends at {snap_index}"),
-                });
-            }
-            // Keep the log after the snapshot only if it continues it (see the module docs).
-            let continues = first == snap_index + 1 || wal.term(snap_index) == Some(snap_term);
-            if !continues {
-                wal.truncate_suffix(first)?;
-            } else if snap_index > 0 {
-                wal.compact_prefix(snap_index)?;
-            }
-        }
-        let mut entries = Vec::new();
-        if let Some(last) = wal.last_index() {
-            if last > snap_index {
-                for e in wal.read(snap_index + 1..last + 1)? {
-                    entries.push(PersistEntry { index: e.index, term: e.term, data: e.data });
-                }
-            }
-        }
+        let entries = log_after_snapshot(&mut wal, &dir, snap_index, snap_term)?;
         let last_index = snap_index + entries.len() as u64;
         let mut hs = hard_state.unwrap_or_default();
         if hs.commit > last_index {

@@ -23,7 +23,6 @@ struct Stats {
     persist_crashes: u64,
 }
 
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn chaos(seed: u64, disk: Option<&std::path::Path>) -> Stats {
     let n = if seed.is_multiple_of(2) { 3 } else { 5 };
     let mut c = match disk {
@@ -44,41 +43,7 @@ fn chaos(seed: u64, disk: Option<&std::path::Path>) -> Stats {
             }
         }
         if unit % 50 == 0 {
-            match rng.range(0, 9) {
-                0 => {
-                    let side: BTreeSet<u64> = (1..=n).filter(|_| rng.chance(500)).collect();
-                    c.partition = Some(side);
-                }
-                1 | 2 => c.partition = None,
-                3 => {
-                    if let Some(l) = c.leader() {
-                        c.isolated.insert(l);
-                    }
-                }
-                4 => c.isolated.clear(),
-                5 | 8 => {
-                    let up = c.up_ids();
-                    if (n as usize - up.len()) < max_down as usize && c.crash_in_persist.is_none() {
-                        let victim = up[rng.range(0, up.len() as u64 - 1) as usize];
-                        if unit % 100 == 0 {
-                            c.crash(victim);
-                        } else {
-                            c.crash_in_persist = Some(victim);
-                        }
-                    }
-                }
-                6 => {
-                    if let Some(&id) = c.crashed.iter().next() {
-                        c.restart(id);
-                    }
-                }
-                7 => {
-                    let up = c.up_ids();
-                    let id = up[rng.range(0, up.len() as u64 - 1) as usize];
-                    c.compact(id);
-                }
-                _ => {}
-            }
+            fault(&mut c, &mut rng, unit, max_down);
         }
         c.step();
         if unit % 25 == 0 {
@@ -86,7 +51,53 @@ fn chaos(seed: u64, disk: Option<&std::path::Path>) -> Stats {
             c.check_committed_stable();
         }
     }
-    // Heal everything; the group must converge and still commit.
+    heal_and_converge(&mut c, seed)
+}
+
+/// A random fault (or its end) at `unit`: a partition, an isolated leader, a crash (at
+/// once, or in the middle of persisting; at most `max_down` replicas down), a restart, a
+/// compaction, or nothing.
+fn fault(c: &mut Cluster, rng: &mut Rng, unit: u64, max_down: u64) {
+    let n = c.n;
+    match rng.range(0, 9) {
+        0 => {
+            let side: BTreeSet<u64> = (1..=n).filter(|_| rng.chance(500)).collect();
+            c.partition = Some(side);
+        }
+        1 | 2 => c.partition = None,
+        3 => {
+            if let Some(l) = c.leader() {
+                c.isolated.insert(l);
+            }
+        }
+        4 => c.isolated.clear(),
+        5 | 8 => {
+            let up = c.up_ids();
+            if (n as usize - up.len()) < max_down as usize && c.crash_in_persist.is_none() {
+                let victim = up[rng.range(0, up.len() as u64 - 1) as usize];
+                if unit.is_multiple_of(100) {
+                    c.crash(victim);
+                } else {
+                    c.crash_in_persist = Some(victim);
+                }
+            }
+        }
+        6 => {
+            if let Some(&id) = c.crashed.iter().next() {
+                c.restart(id);
+            }
+        }
+        7 => {
+            let up = c.up_ids();
+            let id = up[rng.range(0, up.len() as u64 - 1) as usize];
+            c.compact(id);
+        }
+        _ => {}
+    }
+}
+
+/// Heals everything: the group must converge and still commit. What the seed exercised.
+fn heal_and_converge(c: &mut Cluster, seed: u64) -> Stats {
     c.partition = None;
     c.isolated.clear();
     c.drop_per_mille = 0;

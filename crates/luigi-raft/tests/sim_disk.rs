@@ -163,9 +163,25 @@ fn snapshots_and_markers_survive_power_losses() {
     assert!(old > 0 && new > 0, "old {old}, new {new}");
 }
 
+/// A hard state's term and vote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TermVote {
+    term: u64,
+    vote: u64,
+}
+
+/// What the disk must hold: the entries written (synced or not) by index with their terms,
+/// the last synced index, the synced and the latest term and vote, the snapshot's index.
+struct Model {
+    written: BTreeMap<u64, u64>,
+    synced_last: u64,
+    synced_hs: TermVote,
+    hs: TermVote,
+    snap_index: u64,
+}
+
 /// One seeded run against a model: readies (new terms and votes, conflicting suffixes),
 /// unsynced writes, failed syncs, local snapshots, power losses.
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn run(seed: u64) -> u64 {
     let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut next = move |n: u64| {
@@ -176,40 +192,18 @@ fn run(seed: u64) -> u64 {
     };
     let fs = SimFs::new(seed);
     let (mut disk, _) = open(&fs);
-    // Entries written (synced or not) by index, the last synced index, the synced term/vote.
-    let mut written: BTreeMap<u64, u64> = BTreeMap::new();
-    let (mut synced_last, mut synced_hs, mut hs, mut snap_index) = (0u64, (0u64, 0u64), (1u64, 1u64), 0u64);
+    let mut m = Model {
+        written: BTreeMap::new(),
+        synced_last: 0,
+        synced_hs: TermVote { term: 0, vote: 0 },
+        hs: TermVote { term: 1, vote: 1 },
+        snap_index: 0,
+    };
     let mut crashes = 0;
     for _ in 0..40 {
-        let last = written.keys().next_back().copied().unwrap_or(snap_index);
         match next(10) {
-            0..=4 => {
-                // New term (and vote) now and then; sometimes a conflicting suffix.
-                if next(4) == 0 {
-                    hs = (hs.0 + 1, 1 + next(3));
-                }
-                let first = if next(4) == 0 { snap_index + 1 + next(last - snap_index + 1) } else { last + 1 };
-                let n = 1 + next(3);
-                disk.write(&ready(first..=first + n - 1, hs.0, hs.1)).unwrap();
-                written.retain(|&i, _| i < first);
-                synced_last = synced_last.min(first - 1);
-                written.extend((first..first + n).map(|i| (i, hs.0)));
-                if next(3) > 0 {
-                    disk.sync().unwrap();
-                    synced_last = first + n - 1;
-                    synced_hs = hs;
-                }
-            }
-            5 if synced_last > snap_index => {
-                disk.sync().unwrap();
-                synced_hs = hs;
-                synced_last = written.keys().next_back().copied().unwrap_or(snap_index);
-                let index = snap_index + 1 + next(synced_last - snap_index);
-                let snap = SnapshotData { index, term: written[&index], voters: vec![1, 2, 3], data: vec![7].into() };
-                disk.save_snapshot(&snap).unwrap();
-                snap_index = index;
-                written.retain(|&i, _| i > index);
-            }
+            0..=4 => m.write(&mut disk, &mut next),
+            5 if m.synced_last > m.snap_index => m.snapshot(&mut disk, &mut next),
             _ => {
                 // Maybe a failed sync first (the process then stops), then a power loss.
                 if next(2) == 0 {
@@ -219,37 +213,79 @@ fn run(seed: u64) -> u64 {
                 drop(disk);
                 fs.crash();
                 crashes += 1;
-                let rec;
-                (disk, rec) = open(&fs);
-                assert_eq!(rec.snapshot.as_ref().map_or(0, |s| s.index), snap_index, "seed {seed}");
-                let got: Vec<(u64, u64)> = rec.entries.iter().map(|e| (e.index, e.term)).collect();
-                for (i, t) in &got {
-                    assert_eq!(written.get(i), Some(t), "seed {seed}: entry {i} of term {t} was not written");
-                }
-                for e in &rec.entries {
-                    assert_eq!(e.data, data(e.index, e.term), "seed {seed}: entry {} garbled", e.index);
-                }
-                let rec_last = got.last().map_or(snap_index, |e| e.0);
-                assert!(rec_last >= synced_last, "seed {seed}: synced up to {synced_last}, recovered {rec_last}");
-                let rec_hs = (rec.hard_state.term, rec.hard_state.vote);
-                RaftLog::new(RaftConfig::new(1, vec![1, 2, 3], 0), Some(rec)).expect("a consistent state");
-                assert!(rec_hs == synced_hs || rec_hs == hs, "seed {seed}: hard state {rec_hs:?}");
-                written.retain(|&i, _| i <= rec_last);
-                synced_last = rec_last;
-                synced_hs = rec_hs;
-                // Raft goes on in a term at least that of its last entry (and at least 1), and
-                // persists that term before anything else, as `RaftLog` does.
-                let last_term = got.last().map_or(0, |e| e.1);
-                hs = if rec_hs.0 >= last_term.max(1) { rec_hs } else { (last_term.max(1), 1) };
-                if hs != rec_hs {
-                    let hard_state = Some(HardState { term: hs.0, vote: hs.1, commit: 0 });
-                    disk.persist(&Ready { hard_state, ..Default::default() }).unwrap();
-                    synced_hs = hs;
-                }
+                disk = m.recover(&fs, seed);
             }
         }
     }
     crashes
+}
+
+impl Model {
+    /// A ready: a new term (and vote) now and then, sometimes a conflicting suffix; most
+    /// are synced.
+    fn write(&mut self, disk: &mut DiskStorage, next: &mut impl FnMut(u64) -> u64) {
+        let last = self.written.keys().next_back().copied().unwrap_or(self.snap_index);
+        if next(4) == 0 {
+            self.hs = TermVote { term: self.hs.term + 1, vote: 1 + next(3) };
+        }
+        let first = if next(4) == 0 { self.snap_index + 1 + next(last - self.snap_index + 1) } else { last + 1 };
+        let n = 1 + next(3);
+        disk.write(&ready(first..=first + n - 1, self.hs.term, self.hs.vote)).unwrap();
+        self.written.retain(|&i, _| i < first);
+        self.synced_last = self.synced_last.min(first - 1);
+        self.written.extend((first..first + n).map(|i| (i, self.hs.term)));
+        if next(3) > 0 {
+            disk.sync().unwrap();
+            self.synced_last = first + n - 1;
+            self.synced_hs = self.hs;
+        }
+    }
+
+    /// Everything synced, then a local snapshot at a synced index.
+    fn snapshot(&mut self, disk: &mut DiskStorage, next: &mut impl FnMut(u64) -> u64) {
+        disk.sync().unwrap();
+        self.synced_hs = self.hs;
+        self.synced_last = self.written.keys().next_back().copied().unwrap_or(self.snap_index);
+        let index = self.snap_index + 1 + next(self.synced_last - self.snap_index);
+        let snap = SnapshotData { index, term: self.written[&index], voters: vec![1, 2, 3], data: vec![7].into() };
+        disk.save_snapshot(&snap).unwrap();
+        self.snap_index = index;
+        self.written.retain(|&i, _| i > index);
+    }
+
+    /// After a power loss: the disk reopened holds the snapshot, every synced entry and only
+    /// written ones, and the synced (or latest) term and vote; Raft then goes on in a term at
+    /// least that of its last entry (and at least 1), persisted before anything else, as
+    /// `RaftLog` does.
+    fn recover(&mut self, fs: &SimFs, seed: u64) -> DiskStorage {
+        let (mut disk, rec) = open(fs);
+        let snap_index = self.snap_index;
+        assert_eq!(rec.snapshot.as_ref().map_or(0, |s| s.index), snap_index, "seed {seed}");
+        let got: Vec<(u64, u64)> = rec.entries.iter().map(|e| (e.index, e.term)).collect();
+        for (i, t) in &got {
+            assert_eq!(self.written.get(i), Some(t), "seed {seed}: entry {i} of term {t} was not written");
+        }
+        for e in &rec.entries {
+            assert_eq!(e.data, data(e.index, e.term), "seed {seed}: entry {} garbled", e.index);
+        }
+        let rec_last = got.last().map_or(snap_index, |e| e.0);
+        let synced_last = self.synced_last;
+        assert!(rec_last >= synced_last, "seed {seed}: synced up to {synced_last}, recovered {rec_last}");
+        let rec_hs = TermVote { term: rec.hard_state.term, vote: rec.hard_state.vote };
+        RaftLog::new(RaftConfig::new(1, vec![1, 2, 3], 0), Some(rec)).expect("a consistent state");
+        assert!(rec_hs == self.synced_hs || rec_hs == self.hs, "seed {seed}: hard state {rec_hs:?}");
+        self.written.retain(|&i, _| i <= rec_last);
+        self.synced_last = rec_last;
+        self.synced_hs = rec_hs;
+        let last_term = got.last().map_or(0, |e| e.1);
+        self.hs = if rec_hs.term >= last_term.max(1) { rec_hs } else { TermVote { term: last_term.max(1), vote: 1 } };
+        if self.hs != rec_hs {
+            let hard_state = Some(HardState { term: self.hs.term, vote: self.hs.vote, commit: 0 });
+            disk.persist(&Ready { hard_state, ..Default::default() }).unwrap();
+            self.synced_hs = self.hs;
+        }
+        disk
+    }
 }
 
 #[test]

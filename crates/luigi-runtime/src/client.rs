@@ -56,28 +56,12 @@ pub enum ClientError {
     Invalid(String),
 }
 
-/// Why `pieces` cannot make a transaction of a cluster of `shards` shards, if they cannot.
-fn check_pieces(pieces: &[ShardPiece], shards: u32) -> Result<(), ClientError> {
-    if pieces.is_empty() {
-        return Err(ClientError::Invalid("it names no key, so no shard takes part".into()));
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for p in pieces {
-        if p.shard >= shards {
-            return Err(ClientError::Invalid(format!("a piece names shard {}; the cluster has {shards}", p.shard)));
-        }
-        if !seen.insert(p.shard) {
-            return Err(ClientError::Invalid(format!("two pieces name shard {}", p.shard)));
-        }
-    }
-    Ok(())
-}
-
 struct Request {
     procedure: String,
     args: Vec<u8>,
     pieces: Vec<ShardPiece>,
-    done: oneshot::Sender<Completion>,
+    /// The answer, or why the client core refused the pieces ([`ClientError::Invalid`]).
+    done: oneshot::Sender<Result<Completion, ClientError>>,
 }
 
 /// Resolutions kept for slow subscribers (see [`Client::resolutions`]).
@@ -221,13 +205,10 @@ impl Client {
         args: Vec<u8>,
         pieces: Vec<ShardPiece>,
     ) -> Result<Completion, ClientError> {
-        // The client core refuses such pieces by panicking (a caller's bug there); here they
-        // are the library user's input.
-        check_pieces(&pieces, self.partitioner.shards())?;
         let (done, rx) = oneshot::channel();
         let req = Request { procedure: procedure.to_string(), args, pieces, done };
         self.requests.send(req).await.map_err(|_| ClientError::Closed)?;
-        rx.await.map_err(|_| ClientError::Closed)
+        rx.await.map_err(|_| ClientError::Closed)?
     }
 }
 
@@ -333,6 +314,7 @@ fn client_core(config: &ClusterConfig, id: ClientId) -> Box<dyn ClientCore> {
     c.initial_owd_us = config.scenario().delay().mean_us;
     c.commit_rule = CommitRule::AllShards { shards: config.shard_count() };
     c.group_sizes = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
+    c.shards = config.shard_count();
     // Rule 20: the fast path where it pays (under saturation few transactions commit fast,
     // and fanning every one out costs the followers more).
     c.fan_out = if config.fast_path_anywhere() { FanOut::Adaptive } else { FanOut::Never };
@@ -351,7 +333,7 @@ fn warm_up(core: &dyn ClientCore, now: TimeUs, shards: u32, out: &mut Vec<Client
 struct Driver {
     core: Box<dyn ClientCore>,
     routes: Routes,
-    waiting: HashMap<TxnId, oneshot::Sender<Completion>>,
+    waiting: HashMap<TxnId, oneshot::Sender<Result<Completion, ClientError>>>,
     out: Vec<ClientOutput>,
     resolutions: broadcast::Sender<Completion>,
     _delay_line: Option<Arc<DelayLine>>,
@@ -398,8 +380,15 @@ impl Driver {
     }
 
     fn submit(&mut self, req: Request) {
-        let id = self.core.submit(clock::now_us(), &req.procedure, req.args, req.pieces, &mut self.out);
-        self.waiting.insert(id, req.done);
+        // Malformed pieces are the library user's input: refused to them, sending nothing.
+        match self.core.submit(clock::now_us(), &req.procedure, req.args, req.pieces, &mut self.out) {
+            Ok(id) => {
+                self.waiting.insert(id, req.done);
+            }
+            Err(e) => {
+                let _ = req.done.send(Err(ClientError::Invalid(e.to_string())));
+            }
+        }
     }
 
     fn on_event(&mut self, ev: Event) {
@@ -461,7 +450,7 @@ impl Driver {
                         self.routes.guess.forget(c.id);
                     }
                     if let Some(done) = self.waiting.remove(&c.id) {
-                        let _ = done.send(c);
+                        let _ = done.send(Ok(c));
                     }
                 }
                 ClientOutput::Resolved(c) => {
@@ -471,26 +460,5 @@ impl Driver {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use luigi_txn::types::KeySet;
-
-    fn piece(shard: ShardId) -> ShardPiece {
-        ShardPiece { shard, keys: KeySet::default() }
-    }
-
-    /// A library user's malformed pieces get a clear error before anything is sent, never a
-    /// panic of the client's driver (which would stop every later transaction).
-    #[test]
-    fn malformed_pieces_are_refused_with_what_is_wrong() {
-        assert!(check_pieces(&[piece(0), piece(1)], 2).is_ok());
-        let err = |pieces: &[ShardPiece]| check_pieces(pieces, 2).unwrap_err().to_string();
-        assert!(err(&[]).contains("no shard takes part"), "{}", err(&[]));
-        assert!(err(&[piece(1), piece(1)]).contains("two pieces name shard 1"));
-        assert!(err(&[piece(0), piece(2)]).contains("names shard 2; the cluster has 2"));
     }
 }

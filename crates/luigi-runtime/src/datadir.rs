@@ -122,63 +122,17 @@ fn write_meta(dir: &Path, meta: &NodeMeta) -> anyhow::Result<()> {
 ///
 /// # Errors
 /// A shape mismatch, `rejoin` on a shard of one replica, I/O errors.
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 pub fn prepare(config: &ClusterConfig, node: NodeId, data_dir: &Path, rejoin: bool) -> anyhow::Result<PathBuf> {
     let dir = data_dir.join(node.name());
     let want = NodeMeta::of(config, node);
     let name = node.name();
     if rejoin {
-        if want.replicas < 2 {
-            bail!(
-                "node {name}: --rejoin rebuilds a replica from the other replicas of its shard, and shard {} has \
-                 no other replica",
-                node.shard
-            );
-        }
-        let moved = luigi_raft::disk::prepare_rejoin(&dir)
-            .with_context(|| format!("node {name}: cannot prepare {} for a rebuild", dir.display()))?;
-        match moved {
-            Some(old) => warn!(
-                node = %name,
-                "rebuilding this replica from its peers: its old data directory was moved to {}",
-                old.display()
-            ),
-            None => warn!(node = %name, "rebuilding this replica from its peers into {}", dir.display()),
-        }
-        write_meta(&dir, &want)?;
+        prepare_rejoin(node, &dir, &want)?;
         return Ok(dir);
     }
     let path = dir.join(META_FILE);
     match fs::read_to_string(&path) {
-        Ok(text) => {
-            let found: NodeMeta = toml::from_str(&text)
-                .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end().replace('\n', " ")))
-                .with_context(|| format!("node {name}: unreadable {}", path.display()))?;
-            if found.format != FORMAT {
-                bail!("node {name}: {} has format {}, this build reads {FORMAT}", path.display(), found.format);
-            }
-            if (found.shards, found.replicas, &found.node) != (want.shards, want.replicas, &want.node) {
-                bail!(
-                    "node {name}: data directory {} was created for a cluster of {}, but the cluster file gives {}; \
-                     refusing to start (keys or Raft voters would not match its data): use the data directory of \
-                     this cluster, or move this one away",
-                    dir.display(),
-                    found.describe(),
-                    want.describe()
-                );
-            }
-            if found.members != want.members {
-                warn!(
-                    node = %name,
-                    "the cluster's member addresses changed since {} was created (members {} then, {} now); \
-                     starting, as the shape is the same",
-                    dir.display(),
-                    found.members,
-                    want.members
-                );
-                write_meta(&dir, &want)?;
-            }
-        }
+        Ok(text) => check_shape(&name, &dir, &path, &text, &want)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if has_raft_state(&dir)? {
                 warn!(
@@ -197,6 +151,64 @@ pub fn prepare(config: &ClusterConfig, node: NodeId, data_dir: &Path, rejoin: bo
         Err(e) => return Err(e).with_context(|| format!("node {name}: cannot read {}", path.display())),
     }
     Ok(dir)
+}
+
+/// `--rejoin`: moves `node`'s old state in `dir` aside and sets it up to be rebuilt from its
+/// peers, recording the shape `want`.
+fn prepare_rejoin(node: NodeId, dir: &Path, want: &NodeMeta) -> anyhow::Result<()> {
+    let name = node.name();
+    if want.replicas < 2 {
+        bail!(
+            "node {name}: --rejoin rebuilds a replica from the other replicas of its shard, and shard {} has \
+             no other replica",
+            node.shard
+        );
+    }
+    let moved = luigi_raft::disk::prepare_rejoin(dir)
+        .with_context(|| format!("node {name}: cannot prepare {} for a rebuild", dir.display()))?;
+    match moved {
+        Some(old) => warn!(
+            node = %name,
+            "rebuilding this replica from its peers: its old data directory was moved to {}",
+            old.display()
+        ),
+        None => warn!(node = %name, "rebuilding this replica from its peers into {}", dir.display()),
+    }
+    write_meta(dir, want)
+}
+
+/// Checks the shape recorded in `dir`'s meta file (`text`, read from `path`) against the
+/// cluster file's `want`: another format or shape is refused; changed member addresses are
+/// recorded.
+fn check_shape(name: &str, dir: &Path, path: &Path, text: &str, want: &NodeMeta) -> anyhow::Result<()> {
+    let found: NodeMeta = toml::from_str(text)
+        .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end().replace('\n', " ")))
+        .with_context(|| format!("node {name}: unreadable {}", path.display()))?;
+    if found.format != FORMAT {
+        bail!("node {name}: {} has format {}, this build reads {FORMAT}", path.display(), found.format);
+    }
+    if (found.shards, found.replicas, &found.node) != (want.shards, want.replicas, &want.node) {
+        bail!(
+            "node {name}: data directory {} was created for a cluster of {}, but the cluster file gives {}; \
+             refusing to start (keys or Raft voters would not match its data): use the data directory of \
+             this cluster, or move this one away",
+            dir.display(),
+            found.describe(),
+            want.describe()
+        );
+    }
+    if found.members != want.members {
+        warn!(
+            node = %name,
+            "the cluster's member addresses changed since {} was created (members {} then, {} now); \
+             starting, as the shape is the same",
+            dir.display(),
+            found.members,
+            want.members
+        );
+        write_meta(dir, want)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -133,21 +133,27 @@ impl ClusterHealth {
     /// Judges `reports` of a cluster of `shards` shards; a leader's watermark more than
     /// `stuck_after_us` behind its clock is stuck.
     pub fn of(shards: u32, reports: &[ReplicaReport], stuck_after_us: u64) -> Self {
-        let mut best: Vec<Option<(u64, u32)>> = vec![None; shards as usize];
+        /// The replica serving in the highest term seen for a shard: its leader.
+        #[derive(Clone, Copy)]
+        struct Serving {
+            term: u64,
+            replica: u32,
+        }
+        let mut best: Vec<Option<Serving>> = vec![None; shards as usize];
         let mut down = Vec::new();
         for r in reports {
             match &r.status {
                 Ok(s) if s.serving => {
                     let slot = &mut best[r.node.shard as usize];
-                    if slot.is_none_or(|(term, _)| s.term > term) {
-                        *slot = Some((s.term, r.node.replica));
+                    if slot.is_none_or(|b| s.term > b.term) {
+                        *slot = Some(Serving { term: s.term, replica: r.node.replica });
                     }
                 }
                 Ok(_) => {}
                 Err(_) => down.push(r.node),
             }
         }
-        let leaders: Vec<Option<u32>> = best.into_iter().map(|b| b.map(|(_, replica)| replica)).collect();
+        let leaders: Vec<Option<u32>> = best.into_iter().map(|b| b.map(|b| b.replica)).collect();
         let stuck = reports
             .iter()
             .filter(|r| leaders.get(r.node.shard as usize).copied().flatten() == Some(r.node.replica))

@@ -36,6 +36,7 @@ fn client_core(config: &SimConfig, id: ClientId, replicas: u32) -> Box<dyn Clien
         client: id,
         commit_rule,
         group_sizes: vec![replicas; config.shards as usize],
+        shards: config.shards,
         ..config.coordinator.clone()
     };
     luigi_baseline::client_for(config.protocol, coordinator)
@@ -342,7 +343,11 @@ pub(crate) trait ClientWorld {
             let dispatched = self.moment();
             let node = self.client(id)?;
             let local = local_clock(now, node.offset_us);
-            let txn_id = node.coord.submit(local, &spec.procedure, spec.args.clone(), spec.pieces.clone(), out);
+            let submitted = node.coord.submit(local, &spec.procedure, spec.args.clone(), spec.pieces.clone(), out);
+            let txn_id = match submitted {
+                Ok(id) => id,
+                Err(e) => return Err(self.violation(ViolationKind::Config, format!("client {id}'s transaction: {e}"))),
+            };
             node.outstanding += 1;
             node.next_seq += 1;
             if txn_id != (TxnId { client: id, seq }) {

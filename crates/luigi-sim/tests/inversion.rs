@@ -172,7 +172,6 @@ fn observe_executions(
 }
 
 /// Plays the interleaving of the module docs with `mutations` on both leaders.
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn scenario(mutations: Mutations) -> Outcome {
     let sink = ExecLog::default();
     let mut a = Leader::new(A, mutations, &sink);
@@ -226,8 +225,18 @@ fn scenario(mutations: Mutations) -> Outcome {
     // Execution order on A must follow A's own committed log (what a replica replays).
     let on_a: Vec<TxnId> = executed.iter().filter(|(s, _)| *s == A).map(|(_, id)| *id).collect();
     assert_eq!(on_a, vec![l_id, t_id], "A runs L (1500) before T (final 2000) either way");
-    let (t_log, l_log) = (a.logged_ts(t_id).unwrap(), a.logged_ts(l_id).unwrap());
-    if (t_log, t_id) < (l_log, l_id) {
+    check_a_replays(&mut a, &t, &l, &mut violations);
+    let answers = [a.answer(t_id), b.answer(t_id), a.answer(l_id)];
+    assert!(answers.iter().all(Option::is_some), "every participant answered: {answers:?}");
+    Outcome { answers, violations }
+}
+
+/// After the scenario, with T and L executed on A in that order: A's committed log must
+/// order them so (or a replica replaying it inverts them), and a replica replaying it must
+/// compute A's answers and store.
+fn check_a_replays(a: &mut Leader, t: &Arc<Txn>, l: &Arc<Txn>, violations: &mut Vec<String>) {
+    let (t_log, l_log) = (a.logged_ts(t.id).unwrap(), a.logged_ts(l.id).unwrap());
+    if (t_log, t.id) < (l_log, l.id) {
         violations.push(format!(
             "timestamp inversion on A: A executed L before T, but A's committed log orders T \
              (ts {t_log}) before L (ts {l_log}); the agreed final timestamp of T is 2000"
@@ -235,26 +244,24 @@ fn scenario(mutations: Mutations) -> Outcome {
     }
     // Replay A's committed log the way a replica would and compare with A's answers/store.
     let mut replica = Store::new();
-    let mut order = [(t_log, t_id, &t), (l_log, l_id, &l)];
-    order.sort_by_key(|(ts, id, _)| (*ts, *id));
+    let mut order = [(t_log, t), (l_log, l)];
+    order.sort_by_key(|(ts, x)| (*ts, x.id));
     let registry = procedure::registry();
-    for (_, id, x) in order {
+    for (_, x) in order {
         let keys = x.piece(A).unwrap();
         let out = registry.execute(&x.procedure, &x.args, &mut replica, keys, A).unwrap();
         let replayed: MicroOutput = postcard::from_bytes(&out).unwrap();
-        let answered = a.answer(id).map(|(_, o)| o);
+        let answered = a.answer(x.id).map(|(_, o)| o);
         if answered.as_ref() != Some(&replayed) {
             violations.push(format!(
-                "a replica replaying A's log computes {replayed:?} for {id:?}, but A answered {answered:?}"
+                "a replica replaying A's log computes {replayed:?} for {:?}, but A answered {answered:?}",
+                x.id
             ));
         }
     }
     if &replica != a.leader.store() {
         violations.push("a replica replaying A's log ends with a different store than A".into());
     }
-    let answers = [a.answer(t_id), b.answer(t_id), a.answer(l_id)];
-    assert!(answers.iter().all(Option::is_some), "every participant answered: {answers:?}");
-    Outcome { answers, violations }
 }
 
 /// The rule the named test checks: no violation in the scenario.

@@ -99,55 +99,54 @@ fn a_snapshot_renamed_without_a_directory_sync_may_vanish_and_the_previous_one_i
     assert!(old > 0 && new > 0, "old {old}, new {new}");
 }
 
-/// One seeded run of random operations against a model; returns (crashes, torn tails seen,
-/// unsynced entries that survived a crash).
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
-fn run(seed: u64) -> (u64, u64, u64) {
+/// What a seeded run saw.
+#[derive(Default)]
+struct Seen {
+    crashes: u64,
+    /// Torn tails cut at open.
+    torn: u64,
+    /// Unsynced entries that survived a crash.
+    survived: u64,
+}
+
+/// What the log must hold: what was written or buffered (index to term and data), the last
+/// index known durable, the current term.
+struct Model {
+    written: BTreeMap<u64, (u64, Vec<u8>)>,
+    synced_last: u64,
+    term: u64,
+}
+
+/// One seeded run of random operations against a model.
+fn run(seed: u64) -> Seen {
     let mut rng = Rng(seed);
     let fs = SimFs::new(seed);
     let options = WalOptions { segment_bytes: 300, buffered_bytes_max: 400, ..WalOptions::default() };
     let (mut wal, _) = open(&fs, &options);
-    // What the log holds (written or buffered), and the last index known durable.
-    let mut written: BTreeMap<u64, (u64, Vec<u8>)> = BTreeMap::new();
-    let mut synced_last = 0u64;
-    let mut term = 1;
-    let (mut crashes, mut torn, mut survived) = (0, 0, 0);
+    let mut m = Model { written: BTreeMap::new(), synced_last: 0, term: 1 };
+    let mut seen = Seen::default();
     let mut poisoned = false;
     for _ in 0..60 {
         let next = wal.last_index().map_or(1, |l| l + 1);
         // A poisoned log must be reopened: the process stops, here with a power loss.
         let op = if poisoned { 9 } else { rng.range(0, 9) };
         match op {
-            0..=3 => {
-                let n = rng.range(1, 4);
-                let batch: Vec<(u64, u64, Vec<u8>)> =
-                    (next..next + n).map(|i| (i, term, data(i, term, rng.range(0, 40) as usize))).collect();
-                wal.append(&batch).unwrap();
-                for (i, t, d) in batch {
-                    written.insert(i, (t, d));
-                }
-                // `append` may have synced part of the buffer itself.
-                synced_last = synced_last.max(wal.last_synced_index().unwrap_or(0));
-                if rng.range(0, 2) > 0 {
-                    wal.sync().unwrap();
-                    synced_last = wal.last_synced_index().unwrap_or(0);
-                }
-            }
+            0..=3 => m.append(&mut wal, &mut rng, next),
             4 => {
                 // Raft truncates a conflicting suffix (durably) and moves to a new term.
                 let first = wal.first_index().unwrap_or(next);
                 let from = rng.range(first, next);
                 wal.truncate_suffix(from).unwrap();
-                written.retain(|&i, _| i < from);
+                m.written.retain(|&i, _| i < from);
                 // Cut at the first index: the log is empty, the next append starts anywhere.
-                synced_last = if from <= first { 0 } else { synced_last.min(from - 1) };
-                term += 1;
+                m.synced_last = if from <= first { 0 } else { m.synced_last.min(from - 1) };
+                m.term += 1;
             }
             5 => {
-                let up_to = rng.range(0, synced_last);
+                let up_to = rng.range(0, m.synced_last);
                 wal.compact_prefix(up_to).unwrap();
                 let first = wal.first_index().unwrap_or(next);
-                written.retain(|&i, _| i >= first);
+                m.written.retain(|&i, _| i >= first);
             }
             6 | 7 => {
                 // A failed fdatasync: the batch may be on disk, unsynced; the log is poisoned.
@@ -157,7 +156,7 @@ fn run(seed: u64) -> (u64, u64, u64) {
                         assert!(wal.sync().is_err(), "poisoned");
                         poisoned = true;
                     } else {
-                        synced_last = wal.last_synced_index().unwrap_or(0);
+                        m.synced_last = wal.last_synced_index().unwrap_or(0);
                     }
                 }
             }
@@ -165,40 +164,68 @@ fn run(seed: u64) -> (u64, u64, u64) {
                 // Power loss, reopen.
                 drop(wal);
                 fs.crash();
-                crashes += 1;
+                seen.crashes += 1;
                 poisoned = false;
-                let rec;
-                (wal, rec) = open(&fs, &options);
-                torn += u64::from(rec.torn_tail.is_some());
-                let last = wal.last_index().unwrap_or(0);
-                assert!(last >= synced_last, "seed {seed}: synced up to {synced_last}, recovered up to {last}");
-                let first = wal.first_index().unwrap_or(last + 1);
-                for e in wal.read(first..last + 1).unwrap() {
-                    let want =
-                        written.get(&e.index).unwrap_or_else(|| panic!("seed {seed}: index {} never written", e.index));
-                    assert_eq!((e.term, &e.data), (want.0, &want.1), "seed {seed}: entry {} differs", e.index);
-                }
-                for i in written.keys().filter(|&&i| i >= first && i <= synced_last) {
-                    assert!(*i <= last, "seed {seed}: synced entry {i} lost");
-                }
-                survived += last - synced_last;
-                written.retain(|&i, _| i >= first && i <= last);
-                synced_last = last;
+                wal = m.recover(&fs, &options, seed, &mut seen);
             }
         }
     }
-    (crashes, torn, survived)
+    seen
+}
+
+impl Model {
+    /// A batch of 1 to 4 entries at `next`, synced or not.
+    fn append(&mut self, wal: &mut Wal, rng: &mut Rng, next: u64) {
+        let term = self.term;
+        let n = rng.range(1, 4);
+        let batch: Vec<(u64, u64, Vec<u8>)> =
+            (next..next + n).map(|i| (i, term, data(i, term, rng.range(0, 40) as usize))).collect();
+        wal.append(&batch).unwrap();
+        for (i, t, d) in batch {
+            self.written.insert(i, (t, d));
+        }
+        // `append` may have synced part of the buffer itself.
+        self.synced_last = self.synced_last.max(wal.last_synced_index().unwrap_or(0));
+        if rng.range(0, 2) > 0 {
+            wal.sync().unwrap();
+            self.synced_last = wal.last_synced_index().unwrap_or(0);
+        }
+    }
+
+    /// After a power loss: the reopened log holds every synced entry, and only entries
+    /// written, with their bytes.
+    fn recover(&mut self, fs: &SimFs, options: &WalOptions, seed: u64, seen: &mut Seen) -> Wal {
+        let (wal, rec) = open(fs, options);
+        seen.torn += u64::from(rec.torn_tail.is_some());
+        let synced_last = self.synced_last;
+        let last = wal.last_index().unwrap_or(0);
+        assert!(last >= synced_last, "seed {seed}: synced up to {synced_last}, recovered up to {last}");
+        let first = wal.first_index().unwrap_or(last + 1);
+        for e in wal.read(first..last + 1).unwrap() {
+            let want =
+                self.written.get(&e.index).unwrap_or_else(|| panic!("seed {seed}: index {} never written", e.index));
+            assert_eq!((e.term, &e.data), (want.0, &want.1), "seed {seed}: entry {} differs", e.index);
+        }
+        for i in self.written.keys().filter(|&&i| i >= first && i <= synced_last) {
+            assert!(*i <= last, "seed {seed}: synced entry {i} lost");
+        }
+        seen.survived += last - synced_last;
+        self.written.retain(|&i, _| i >= first && i <= last);
+        self.synced_last = last;
+        wal
+    }
 }
 
 #[test]
 fn seeded_appends_syncs_and_crashes_keep_every_synced_entry() {
-    let (mut crashes, mut torn, mut survived) = (0, 0, 0);
+    let mut total = Seen::default();
     for seed in 0..400 {
-        let (c, t, s) = run(seed);
-        crashes += c;
-        torn += t;
-        survived += s;
+        let seen = run(seed);
+        total.crashes += seen.crashes;
+        total.torn += seen.torn;
+        total.survived += seen.survived;
     }
+    let Seen { crashes, torn, survived } = total;
     eprintln!("crashes {crashes}, torn tails {torn}, unsynced entries surviving {survived}");
     assert!(crashes > 1000 && torn > 50 && survived > 50, "crashes {crashes}, torn {torn}, survived {survived}");
 }

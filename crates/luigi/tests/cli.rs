@@ -44,7 +44,6 @@ fn json(text: &str) -> Value {
 }
 
 #[test]
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn data_commands_and_status_against_a_real_cluster() {
     let dir = scratch("cli");
     let ports: Vec<[u16; 3]> = (0..2).map(|_| [free_port(), free_port(), free_port()]).collect();
@@ -81,9 +80,25 @@ fn data_commands_and_status_against_a_real_cluster() {
         );
     }
 
-    // Wait until both groups elected a leader that serves, and every follower has heard of a
-    // commit (a follower learns the commit index with the leader's next append or heartbeat,
-    // which can come after the leader serves).
+    let leaders = status_with_every_shard_led(&config);
+    data_commands(&config);
+    // Kill shard 1's leader and one follower: one replica is left, without a majority.
+    let follower = (0..3).find(|r| *r != leaders[1]).unwrap();
+    servers[1][leaders[1] as usize] = None;
+    servers[1][follower as usize] = None;
+    status_with_a_shard_without_leader(&config);
+
+    let o = unreachable.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot reach any replica of shard 0"), "{}", stderr(&o));
+    assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+}
+
+/// `luigi status` (JSON and table) once both groups elected a leader that serves and every
+/// follower has heard of a commit; returns each shard's leader.
+fn status_with_every_shard_led(config: &Path) -> Vec<u64> {
+    // A follower learns the commit index with the leader's next append or heartbeat, which
+    // can come after the leader serves.
     let deadline = Instant::now() + Duration::from_secs(15);
     let committed_everywhere = |status: &Value| {
         status["replicas"]
@@ -91,7 +106,7 @@ fn data_commands_and_status_against_a_real_cluster() {
             .is_some_and(|rs| rs.iter().all(|r| r["status"]["commit_index"].as_u64().is_some_and(|c| c >= 1)))
     };
     let status = loop {
-        let o = luigi(&config, &["status", "--json"]);
+        let o = luigi(config, &["status", "--json"]);
         if o.status.success() {
             let status = json(&stdout(&o));
             if committed_everywhere(&status) {
@@ -111,44 +126,48 @@ fn data_commands_and_status_against_a_real_cluster() {
         assert_eq!(r["role"], if leads { "leader" } else { "follower" }, "{r}");
         assert!(r["status"]["term"].as_u64().unwrap() >= 1 && r["status"]["commit_index"].as_u64().unwrap() >= 1);
     }
-    let table = ok(&config, &["status"]);
+    let table = ok(config, &["status"]);
     assert_eq!(table.lines().filter(|l| l.contains(" up ") && l.contains(" leader ")).count(), 2, "{table}");
     assert_eq!(table.lines().filter(|l| l.contains(" follower ")).count(), 4, "{table}");
     assert!(table.ends_with("cluster ok: 2 of 2 shards with a leader; 6 of 6 replicas up\n"), "{table}");
+    leaders
+}
 
+/// `luigi put/get/scan/txn` in text and JSON, over keys on both shards, and their exit
+/// statuses.
+fn data_commands(config: &Path) {
     // The user keys below live on both shards, so the transaction and the scan cross shards.
     let p = HashPartitioner::new(2);
     let shards: Vec<u32> = ["user/1", "user/2", "user/3"].iter().map(|k| p.shard_of(&kv_key(k.as_bytes()))).collect();
     assert!(shards.contains(&0) && shards.contains(&1), "{shards:?}");
 
-    assert_eq!(ok(&config, &["put", "user/1", "alice"]), "OK\n");
-    assert_eq!(ok(&config, &["put", "user/2", "bob"]), "OK\n");
-    assert_eq!(ok(&config, &["get", "user/1"]), "alice\n");
-    let missing = luigi(&config, &["get", "user/9"]);
+    assert_eq!(ok(config, &["put", "user/1", "alice"]), "OK\n");
+    assert_eq!(ok(config, &["put", "user/2", "bob"]), "OK\n");
+    assert_eq!(ok(config, &["get", "user/1"]), "alice\n");
+    let missing = luigi(config, &["get", "user/9"]);
     assert_eq!((missing.status.code(), stdout(&missing).as_str()), (Some(1), ""), "{}", stderr(&missing));
     assert!(stderr(&missing).contains("not found"));
-    let txn =
-        ok(&config, &["txn", "--put", "user/3=carol", "--get", "user/3", "--delete", "user/2", "--scan", "user/"]);
+    let txn = ok(config, &["txn", "--put", "user/3=carol", "--get", "user/3", "--delete", "user/2", "--scan", "user/"]);
     assert_eq!(
         txn,
         "put user/3: OK\nget user/3: carol\ndelete user/2: OK\nscan user/: 2 entries\n  user/1\talice\n  user/3\tcarol\n"
     );
-    assert_eq!(ok(&config, &["scan", "user/"]), "user/1\talice\nuser/3\tcarol\n");
-    assert_eq!(ok(&config, &["scan", "user/", "--limit", "1"]), "user/1\talice\n");
-    let got = json(&ok(&config, &["get", "user/3", "--json"]));
+    assert_eq!(ok(config, &["scan", "user/"]), "user/1\talice\nuser/3\tcarol\n");
+    assert_eq!(ok(config, &["scan", "user/", "--limit", "1"]), "user/1\talice\n");
+    let got = json(&ok(config, &["get", "user/3", "--json"]));
     assert_eq!((got["found"].clone(), got["value"].clone()), (Value::from(true), Value::from("carol")));
-    let txn = json(&ok(&config, &["txn", "--get", "user/2", "--put", "user/2=bob2", "--get", "user/2", "--json"]));
+    let txn = json(&ok(config, &["txn", "--get", "user/2", "--put", "user/2=bob2", "--get", "user/2", "--json"]));
     assert_eq!(txn["results"][0]["found"], false);
     assert_eq!(txn["results"][2]["value"], "bob2");
-    let bad = luigi(&config, &["put", "", "x"]);
+    let bad = luigi(config, &["put", "", "x"]);
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(stderr(&bad).trim().lines().count(), 1, "{}", stderr(&bad));
+}
 
-    // Kill shard 1's leader and one follower: one replica is left, without a majority.
-    let follower = (0..3).find(|r| *r != leaders[1]).unwrap();
-    servers[1][leaders[1] as usize] = None;
-    servers[1][follower as usize] = None;
-    let o = luigi(&config, &["status"]);
+/// `luigi status` with shard 1's leader and one follower down: the down replicas, no
+/// leader, a non-zero exit; and a transaction there ends unknown.
+fn status_with_a_shard_without_leader(config: &Path) {
+    let o = luigi(config, &["status"]);
     let table = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{table}");
     let down: Vec<&str> = table.lines().filter(|l| l.contains("down (connection refused)")).collect();
@@ -158,17 +177,12 @@ fn data_commands_and_status_against_a_real_cluster() {
     let summary = stderr(&o);
     assert!(summary.contains("cluster degraded: shard 1 without a leader; 4 of 6 replicas up"), "{summary}");
     assert_eq!(summary.trim().lines().count(), 1, "{summary}");
-    let status = json(&stdout(&luigi(&config, &["status", "--json"])));
+    let status = json(&stdout(&luigi(config, &["status", "--json"])));
     assert_eq!((status["healthy"].clone(), status["shards"][1]["leader"].clone()), (Value::from(false), Value::Null));
     assert_eq!(status["replicas"].as_array().unwrap().iter().filter(|r| r["up"] == false).count(), 2);
 
     // Without a leader for shard 1 no transaction completes: the outcome is unknown.
-    let o = luigi(&config, &["put", "user/4", "dave", "--timeout", "1.5"]);
+    let o = luigi(config, &["put", "user/4", "dave", "--timeout", "1.5"]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("outcome unknown") && stderr(&o).contains("may or may not have executed"));
-
-    let o = unreachable.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("cannot reach any replica of shard 0"), "{}", stderr(&o));
-    assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
 }

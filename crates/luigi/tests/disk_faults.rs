@@ -96,8 +96,182 @@ fn discarded(data: &Path, node: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// A small load of transfers on four tasks, for the whole test.
+struct Load {
+    committed: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(rt: &tokio::runtime::Runtime, client: &Client) -> Self {
+        let committed = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers = (0..4u64)
+            .map(|w| {
+                let (client, committed, stop) = (client.clone(), committed.clone(), stop.clone());
+                rt.spawn(async move {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let from = (w * 5 + n) % 16;
+                        let args = TransferArgs { from, to: (from + 1 + n % 15) % 16, amount: 1 };
+                        if transfer(&client, args).await.is_committed() {
+                            committed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        Load { committed, stop, workers }
+    }
+
+    fn committed(&self) -> u64 {
+        self.committed.load(Ordering::Relaxed)
+    }
+
+    fn stop(self, rt: &tokio::runtime::Runtime) {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in self.workers {
+            rt.block_on(w).unwrap();
+        }
+    }
+}
+
+/// The damaged follower: its cluster file, the data directory, where the test writes, its
+/// name and its directory.
+struct Follower {
+    config_path: PathBuf,
+    data: PathBuf,
+    dir: PathBuf,
+    name: String,
+    fdir: PathBuf,
+}
+
+/// (a) The hard state deleted: the restart exits naming the file and `--rejoin` (the file
+/// is put back after).
+fn lost_hard_state_is_refused(f: &Follower) {
+    let hs = f.fdir.join("raft-hardstate");
+    let saved = std::fs::read(&hs).unwrap();
+    std::fs::remove_file(&hs).unwrap();
+    let (code, out) = run_expecting_exit(&f.config_path, &f.data, &f.name, &[], &f.dir.join("a.log"));
+    let line = error_line(&out);
+    eprintln!("(a) exit {code:?}: {line}");
+    assert_eq!(code, Some(1));
+    assert!(line.contains(&hs.display().to_string()) && line.contains("--rejoin"), "{line}");
+    assert!(!out.contains("panicked"), "{out}");
+    std::fs::write(&hs, saved).unwrap();
+}
+
+/// (b) The WAL's tail cut: the restart exits saying it lost acknowledged entries, and so
+/// does the next one, at once, without rejoining the group.
+fn cut_log_tail_is_refused(f: &Follower) {
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(&f.fdir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    segments.sort();
+    let last = segments.pop().expect("a WAL segment");
+    let len = std::fs::metadata(&last).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&last).unwrap().set_len(len / 2).unwrap();
+    let (code, out) = run_expecting_exit(&f.config_path, &f.data, &f.name, &[], &f.dir.join("b1.log"));
+    let line = error_line(&out);
+    eprintln!("(b) exit {code:?}: {line}");
+    assert_eq!(code, Some(1));
+    assert!(line.contains("lost acknowledged log entries") && line.contains("--rejoin"), "{line}");
+    assert!(!out.contains("panicked"), "{out}");
+    // Restarted again, it refuses at once: it does not rejoin the group to fail again.
+    let t = Instant::now();
+    let (code, out) = run_expecting_exit(&f.config_path, &f.data, &f.name, &[], &f.dir.join("b2.log"));
+    let line = error_line(&out);
+    eprintln!("(b) again, exit {code:?} after {} ms: {line}", t.elapsed().as_millis());
+    assert_eq!(code, Some(1));
+    assert!(line.contains("lost acknowledged log entries") && line.contains("--rejoin"), "{line}");
+    assert!(!out.contains("raft role change") && !out.contains("restarting from the log"), "it refused first: {out}");
+}
+
+/// (c) `--rejoin`: the follower (replica `r`) is rebuilt from its peers while the load goes
+/// on, until its applied index reaches the leader's; returns it.
+fn rejoined(f: &Follower, rt: &tokio::runtime::Runtime, addrs: &[SocketAddr], r: usize, load: &Load) -> ServerProc {
+    let before_rejoin = load.committed();
+    let rejoin_log = f.dir.join("c.log");
+    let rejoined_at = Instant::now();
+    let stderr = std::fs::File::create(&rejoin_log).unwrap();
+    let child = Command::new(EXE)
+        .args(["server", "--exit-on-stdin-eof", "--durability", "fsync", "--rejoin", "--node", &f.name, "--config"])
+        .arg(&f.config_path)
+        .arg("--data-dir")
+        .arg(&f.data)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let server = ServerProc(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (caught_up, leader_applied) = loop {
+        let (_, l) = leader(rt, addrs);
+        if let Some(s) = status(rt, addrs[r]) {
+            if s.applied_index >= l.applied_index && s.applied_index > 0 {
+                break (s, l.applied_index);
+            }
+        }
+        let text = std::fs::read_to_string(&rejoin_log).unwrap();
+        assert!(!text.contains("luigi: error") && !text.contains("panicked"), "the rebuild failed: {text}");
+        assert!(Instant::now() < deadline, "the rebuilt replica did not catch up: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!(
+        "(c) rebuilt {} caught up in {} ms: applied {} (leader's {leader_applied}), term {}; \
+         {} transfers committed meanwhile",
+        f.name,
+        rejoined_at.elapsed().as_millis(),
+        caught_up.applied_index,
+        caught_up.term,
+        load.committed() - before_rejoin
+    );
+    let text = std::fs::read_to_string(&rejoin_log).unwrap();
+    for l in text.lines().filter(|l| l.contains("rebuilding") || l.contains("rejoin") || l.contains("snapshot")) {
+        eprintln!("(c) log: {l}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&rejoin_log).unwrap().contains("rejoined: caught up") {
+        assert!(Instant::now() < deadline, "no rejoin completion in the log");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
+}
+
+/// After the rebuild: the marker is gone, the old directory kept aside, and the cluster
+/// keeps committing with it (a liveness check, not a speed one: a loaded machine may take
+/// a while).
+fn rebuilt_and_committing(f: &Follower, load: &Load) {
+    assert!(!f.fdir.join("raft-rejoin").exists(), "the rejoin marker is gone once caught up");
+    let aside = discarded(&f.data, &f.name);
+    assert_eq!(aside.len(), 1, "the old directory is kept aside");
+    assert!(aside[0].join("raft-damaged").exists());
+    let now = load.committed();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while load.committed() <= now {
+        assert!(Instant::now() < deadline, "no commits within 10 s after the rebuild");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// (d) This 1-shard data directory with a 2-shard cluster file: refused.
+fn other_shape_is_refused(dir: &Path, data: &Path) {
+    let two = dir.join("two-shards");
+    std::fs::create_dir_all(&two).unwrap();
+    let (two_path, _) = three_replica_cluster(&two, 2, "none", "");
+    let (code, out) = run_expecting_exit(&two_path, data, "s0r0", &[], &dir.join("d.log"));
+    let line = error_line(&out);
+    eprintln!("(d) exit {code:?}: {line}");
+    assert_eq!(code, Some(1));
+    assert!(line.contains("1 shard(s)") && line.contains("2 shard(s)") && line.contains("refusing"), "{line}");
+}
+
 #[test]
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn damaged_raft_state_is_refused_and_rejoin_rebuilds_the_replica() {
     let began = Instant::now();
     let dir = scratch("disk-faults");
@@ -113,150 +287,28 @@ fn damaged_raft_state_is_refused_and_rejoin_rebuilds_the_replica() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let client = rt.block_on(Client::connect(&config, 77)).unwrap();
     assert!(rt.block_on(transfer(&client, TransferArgs { from: 0, to: 1, amount: 0 })).is_committed());
-
-    // A small load for the whole test.
-    let committed = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = (0..4u64)
-        .map(|w| {
-            let (client, committed, stop) = (client.clone(), committed.clone(), stop.clone());
-            rt.spawn(async move {
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let from = (w * 5 + n) % 16;
-                    let args = TransferArgs { from, to: (from + 1 + n % 15) % 16, amount: 1 };
-                    if transfer(&client, args).await.is_committed() {
-                        committed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
+    let load = Load::start(&rt, &client);
     std::thread::sleep(Duration::from_secs(2));
     let (lead, _) = leader(&rt, &addrs);
-    let f = (lead + 1) % 3;
-    let fname = format!("s0r{f}");
-    let fdir = data.join(&fname);
-    eprintln!("leader s0r{lead}, damaged follower {fname}, {} transfers so far", committed.load(Ordering::Relaxed));
+    let r = (lead + 1) % 3;
+    let name = format!("s0r{r}");
+    let fdir = data.join(&name);
+    eprintln!("leader s0r{lead}, damaged follower {name}, {} transfers so far", load.committed());
+    let follower = Follower { config_path, data: data.clone(), dir: dir.clone(), name, fdir };
 
-    // (a) The hard state deleted.
-    servers[f].take().unwrap().kill9();
-    let hs = fdir.join("raft-hardstate");
-    let saved = std::fs::read(&hs).unwrap();
-    std::fs::remove_file(&hs).unwrap();
-    let (code, out) = run_expecting_exit(&config_path, &data, &fname, &[], &dir.join("a.log"));
-    let line = error_line(&out);
-    eprintln!("(a) exit {code:?}: {line}");
-    assert_eq!(code, Some(1));
-    assert!(line.contains(&hs.display().to_string()) && line.contains("--rejoin"), "{line}");
-    assert!(!out.contains("panicked"), "{out}");
-    std::fs::write(&hs, saved).unwrap();
+    servers[r].take().unwrap().kill9();
+    lost_hard_state_is_refused(&follower);
+    std::thread::sleep(Duration::from_millis(500)); // the cluster commits more meanwhile
+    cut_log_tail_is_refused(&follower);
+    let before_rejoin = load.committed();
+    servers[r] = Some(rejoined(&follower, &rt, &addrs, r, &load));
+    rebuilt_and_committing(&follower, &load);
+    assert!(load.committed() > before_rejoin);
 
-    // (b) The WAL's tail cut (the cluster committed more meanwhile).
-    std::thread::sleep(Duration::from_millis(500));
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(&fdir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
-        .collect();
-    segments.sort();
-    let last = segments.pop().expect("a WAL segment");
-    let len = std::fs::metadata(&last).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&last).unwrap().set_len(len / 2).unwrap();
-    let (code, out) = run_expecting_exit(&config_path, &data, &fname, &[], &dir.join("b1.log"));
-    let line = error_line(&out);
-    eprintln!("(b) exit {code:?}: {line}");
-    assert_eq!(code, Some(1));
-    assert!(line.contains("lost acknowledged log entries") && line.contains("--rejoin"), "{line}");
-    assert!(!out.contains("panicked"), "{out}");
-    // Restarted again, it refuses at once: it does not rejoin the group to fail again.
-    let t = Instant::now();
-    let (code, out) = run_expecting_exit(&config_path, &data, &fname, &[], &dir.join("b2.log"));
-    let line = error_line(&out);
-    eprintln!("(b) again, exit {code:?} after {} ms: {line}", t.elapsed().as_millis());
-    assert_eq!(code, Some(1));
-    assert!(line.contains("lost acknowledged log entries") && line.contains("--rejoin"), "{line}");
-    assert!(!out.contains("raft role change") && !out.contains("restarting from the log"), "it refused first: {out}");
-
-    // (c) Rebuilt from its peers while the load goes on.
-    let before_rejoin = committed.load(Ordering::Relaxed);
-    let rejoin_log = dir.join("c.log");
-    let rejoined_at = Instant::now();
-    servers[f] = Some({
-        let stderr = std::fs::File::create(&rejoin_log).unwrap();
-        let child = Command::new(EXE)
-            .args(["server", "--exit-on-stdin-eof", "--durability", "fsync", "--rejoin", "--node", &fname, "--config"])
-            .arg(&config_path)
-            .arg("--data-dir")
-            .arg(&data)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        ServerProc(child)
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let (caught_up, leader_applied) = loop {
-        let (_, l) = leader(&rt, &addrs);
-        if let Some(s) = status(&rt, addrs[f]) {
-            if s.applied_index >= l.applied_index && s.applied_index > 0 {
-                break (s, l.applied_index);
-            }
-        }
-        let text = std::fs::read_to_string(&rejoin_log).unwrap();
-        assert!(!text.contains("luigi: error") && !text.contains("panicked"), "the rebuild failed: {text}");
-        assert!(Instant::now() < deadline, "the rebuilt replica did not catch up: {text}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    eprintln!(
-        "(c) rebuilt {fname} caught up in {} ms: applied {} (leader's {leader_applied}), term {}; \
-         {} transfers committed meanwhile",
-        rejoined_at.elapsed().as_millis(),
-        caught_up.applied_index,
-        caught_up.term,
-        committed.load(Ordering::Relaxed) - before_rejoin
-    );
-    let text = std::fs::read_to_string(&rejoin_log).unwrap();
-    for l in text.lines().filter(|l| l.contains("rebuilding") || l.contains("rejoin") || l.contains("snapshot")) {
-        eprintln!("(c) log: {l}");
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(&rejoin_log).unwrap().contains("rejoined: caught up") {
-        assert!(Instant::now() < deadline, "no rejoin completion in the log");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(!fdir.join("raft-rejoin").exists(), "the rejoin marker is gone once caught up");
-    let aside = discarded(&data, &fname);
-    assert_eq!(aside.len(), 1, "the old directory is kept aside");
-    assert!(aside[0].join("raft-damaged").exists());
-    // The cluster keeps committing with it.
-    // (A liveness check, not a speed one: a loaded machine may take a while.)
-    let now = committed.load(Ordering::Relaxed);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while committed.load(Ordering::Relaxed) <= now {
-        assert!(Instant::now() < deadline, "no commits within 10 s after the rebuild");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(committed.load(Ordering::Relaxed) > before_rejoin);
-
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        rt.block_on(w).unwrap();
-    }
+    load.stop(&rt);
     for s in servers.iter_mut() {
         assert!(s.take().unwrap().shut_down(Duration::from_secs(10)), "a server did not stop");
     }
-
-    // (d) This 1-shard data directory with a 2-shard cluster file.
-    let two = dir.join("two-shards");
-    std::fs::create_dir_all(&two).unwrap();
-    let (two_path, _) = three_replica_cluster(&two, 2, "none", "");
-    let (code, out) = run_expecting_exit(&two_path, &data, "s0r0", &[], &dir.join("d.log"));
-    let line = error_line(&out);
-    eprintln!("(d) exit {code:?}: {line}");
-    assert_eq!(code, Some(1));
-    assert!(line.contains("1 shard(s)") && line.contains("2 shard(s)") && line.contains("refusing"), "{line}");
+    other_shape_is_refused(&dir, &data);
     eprintln!("disk faults: done in {} ms; servers' log: {}", began.elapsed().as_millis(), logs.display());
 }

@@ -66,7 +66,6 @@ fn offset(shard: u32, replica: u32, skew_us: i64) -> i64 {
 /// Kills shard 0's leader under load, restarts it, kills the next one and restarts it, with
 /// the servers' clocks `skew_us` apart around the machine's (see [`offset`]), and checks
 /// the balances against the committed transfers.
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn failover_under_load(name: &str, skew_us: i64) {
     let dir = scratch(name);
     let data = dir.join("data");
@@ -110,25 +109,14 @@ fn failover_under_load(name: &str, skew_us: i64) {
     std::thread::sleep(Duration::from_secs(3));
     let before_kill = load.count();
     assert!(before_kill > 0, "no transfer committed before the kill");
-    let killed_at = Instant::now();
-    servers[0].take().unwrap().kill9();
-    std::thread::sleep(Duration::from_secs(3));
-    let restarted_at = Instant::now();
-    servers[0] = Some(start("s0r0", ports[0][0]));
-    std::thread::sleep(Duration::from_secs(2));
-    // Kill whoever leads shard 0 now, and bring it back a little later.
-    let second = latest_leader(&logs, 0).expect("shard 0 has a leader") as usize;
-    let second_killed_at = Instant::now();
-    servers[second].take().unwrap().kill9();
-    std::thread::sleep(Duration::from_secs(2));
-    servers[second] = Some(start(&format!("s0r{second}"), ports[0][second]));
-    std::thread::sleep(Duration::from_secs(2));
+    let mut times = two_failovers(&mut servers, &start, &ports[0], &logs, start_at);
     let (done, mut not_committed) = load.stop(&rt);
     micro_stop.store(true, Ordering::Relaxed);
     for w in micro_workers {
         not_committed.extend(rt.block_on(w).unwrap());
     }
-    let ended_at = Instant::now();
+    times.ended_at = Instant::now();
+    let Timeline { restarted_at, killed_at, ended_at, .. } = times;
 
     // Every transaction got a definite answer: no failures with unknown effects.
     assert_no_unknown(&not_committed);
@@ -136,9 +124,32 @@ fn failover_under_load(name: &str, skew_us: i64) {
     assert!(done.iter().any(|d| d.at > killed_at), "no transfer committed after the leader was killed");
     assert!(after_restart > 0, "no transfer committed after the restart");
 
-    // Read every account (a zero transfer returns both balances) and compare with the sum of
-    // the committed transfers.
-    let expected = expected_balances(&done);
+    check_balances_and_history(&rt, &recorder, &done, skew_us);
+    // Every replica compacted its log behind a snapshot, leaders included (s1r0 led all along:
+    // it compacts behind the snapshots its followers offer it). Not with skewed clocks: every
+    // commit waits for the watermark of the shard whose clock is behind, and too few commit
+    // for a snapshot.
+    if skew_us == 0 {
+        check_snapshots(&data);
+    }
+    report_pause(&done, &times);
+    eprintln!(
+        "failover (server clocks ±{} ms): {} transfers committed in {:.1} s ({} before the kill, {} after the \
+         restart), {} not committed (rejected or aborted); servers' log: {}",
+        skew_us / 1000,
+        done.len(),
+        (ended_at - start_at).as_secs_f64(),
+        before_kill,
+        after_restart,
+        not_committed.len(),
+        logs.display()
+    );
+}
+
+/// Reads every account (a zero transfer returns both balances) and compares with the sum of
+/// the committed transfers `done`; then checks the whole history.
+fn check_balances_and_history(rt: &tokio::runtime::Runtime, recorder: &Recorder, done: &[Done], skew_us: i64) {
+    let expected = expected_balances(done);
     let stores = rt.block_on(recorder.read_stores(ACCOUNTS, MICRO_KEYS));
     let shard_of = HashPartitioner::new(2);
     let balance = |a: u64| {
@@ -158,12 +169,11 @@ fn failover_under_load(name: &str, skew_us: i64) {
         summary.rejected,
         summary.conflict_edges
     );
+}
 
-    // Every replica compacted its log behind a snapshot, leaders included (s1r0 led all along:
-    // it compacts behind the snapshots its followers offer it). Not with skewed clocks: every
-    // commit waits for the watermark of the shard whose clock is behind, and too few commit
-    // for a snapshot.
-    for shard in (0..2).filter(|_| skew_us == 0) {
+/// Every replica of both shards holds a snapshot in its directory under `data`.
+fn check_snapshots(data: &std::path::Path) {
+    for shard in 0..2 {
         for replica in 0..3 {
             let dir = data.join(format!("s{shard}r{replica}"));
             let snapshots = std::fs::read_dir(&dir)
@@ -173,33 +183,77 @@ fn failover_under_load(name: &str, skew_us: i64) {
             assert!(snapshots > 0, "no snapshot in {}", dir.display());
         }
     }
+}
 
-    // The failover pause: the longest interval without a commit from the kill to the end,
-    // over all transfers and over those touching shard 0 (the one whose leaders die).
-    let touches_0 = |d: &Done| [d.args.from, d.args.to].iter().any(|a| shard_of.shard_of(&account_key(*a)) == 0);
-    let longest_gap = |times: &mut Vec<Instant>| {
-        times.sort();
-        let mut longest = times.first().map_or(Duration::ZERO, |t| *t - killed_at);
-        let mut from = Duration::ZERO; // after the kill
-        for w in times.windows(2) {
-            if w[1] - w[0] > longest {
-                longest = w[1] - w[0];
-                from = w[0] - killed_at;
-            }
+/// Kills shard 0's leader (`s0r0`, replica `servers[0]`), restarts it after 3 s, then kills
+/// whoever leads shard 0 two seconds later and brings it back after 2 s (`start` starts a
+/// server, `ports` are shard 0's); returns when (the run started at `start_at`).
+fn two_failovers(
+    servers: &mut [Option<common::ServerProc>],
+    start: &dyn Fn(&str, u16) -> common::ServerProc,
+    ports: &[u16; 3],
+    logs: &std::path::Path,
+    start_at: Instant,
+) -> Timeline {
+    let killed_at = Instant::now();
+    servers[0].take().unwrap().kill9();
+    std::thread::sleep(Duration::from_secs(3));
+    let restarted_at = Instant::now();
+    servers[0] = Some(start("s0r0", ports[0]));
+    std::thread::sleep(Duration::from_secs(2));
+    // Kill whoever leads shard 0 now, and bring it back a little later.
+    let second = latest_leader(logs, 0).expect("shard 0 has a leader") as usize;
+    let second_killed_at = Instant::now();
+    servers[second].take().unwrap().kill9();
+    std::thread::sleep(Duration::from_secs(2));
+    servers[second] = Some(start(&format!("s0r{second}"), ports[second]));
+    std::thread::sleep(Duration::from_secs(2));
+    Timeline { start_at, killed_at, restarted_at, second_killed_at, ended_at: Instant::now(), second }
+}
+
+/// When the run's faults happened.
+struct Timeline {
+    start_at: Instant,
+    killed_at: Instant,
+    restarted_at: Instant,
+    second_killed_at: Instant,
+    ended_at: Instant,
+    /// The replica of shard 0 killed second.
+    second: usize,
+}
+
+/// The longest interval without a commit from the first kill on, and when it began.
+fn longest_gap(times: &mut [Instant], killed_at: Instant) -> (Duration, Duration) {
+    times.sort();
+    let mut longest = times.first().map_or(Duration::ZERO, |t| *t - killed_at);
+    let mut from = Duration::ZERO; // after the kill
+    for w in times.windows(2) {
+        if w[1] - w[0] > longest {
+            longest = w[1] - w[0];
+            from = w[0] - killed_at;
         }
-        (longest, from)
-    };
+    }
+    (longest, from)
+}
+
+/// Reports the failover pause: the longest interval without a commit from the kill to the
+/// end, over all transfers and over those touching shard 0 (the one whose leaders die).
+fn report_pause(done: &[Done], t: &Timeline) {
+    let shard_of = HashPartitioner::new(2);
+    let killed_at = t.killed_at;
+    let touches_0 = |d: &Done| [d.args.from, d.args.to].iter().any(|a| shard_of.shard_of(&account_key(*a)) == 0);
     let mut shard0: Vec<Instant> =
         done.iter().filter(|d| touches_0(d)).map(|d| d.at).filter(|t| *t >= killed_at).collect();
-    let (longest_0, _) = longest_gap(&mut shard0);
+    let (longest_0, _) = longest_gap(&mut shard0, killed_at);
     let mut times: Vec<Instant> = done.iter().map(|d| d.at).filter(|t| *t >= killed_at).collect();
-    let (longest, longest_from) = longest_gap(&mut times);
+    let (longest, longest_from) = longest_gap(&mut times, killed_at);
     eprintln!(
         "failover: the longest interval starts {} ms after the first kill (the restart was {} ms after it, \
-         the second kill of s0r{second} {} ms after it)",
+         the second kill of s0r{} {} ms after it)",
         longest_from.as_millis(),
-        (restarted_at - killed_at).as_millis(),
-        (second_killed_at - killed_at).as_millis()
+        (t.restarted_at - killed_at).as_millis(),
+        t.second,
+        (t.second_killed_at - killed_at).as_millis()
     );
     let first_after_kill = times.first().map_or(0, |t| (*t - killed_at).as_millis());
     let per_100ms: Vec<usize> = (0..10)
@@ -212,18 +266,11 @@ fn failover_under_load(name: &str, skew_us: i64) {
         "failover: first commit {first_after_kill} ms after the kill; commits per 100 ms after it: {per_100ms:?}"
     );
     eprintln!(
-        "failover (server clocks ±{} ms): {} transfers committed in {:.1} s ({} before the kill, {} after the restart), {} not committed \
-         (rejected or aborted); longest interval without a commit after the kill: {} ms (without a commit touching \
-         shard 0: {} ms); servers' log: {}",
-        skew_us / 1000,
-        done.len(),
-        (ended_at - start_at).as_secs_f64(),
-        before_kill,
-        after_restart,
-        not_committed.len(),
+        "failover: {} s run; longest interval without a commit after the kill: {} ms (without a commit touching \
+         shard 0: {} ms)",
+        (t.ended_at - t.start_at).as_secs_f64(),
         longest.as_millis(),
-        longest_0.as_millis(),
-        logs.display()
+        longest_0.as_millis()
     );
 }
 

@@ -35,6 +35,46 @@ struct Done {
     args: TransferArgs,
 }
 
+/// Worker `w`'s closed loop of transfers among `mine` (accounts of `shard`) until `stop`;
+/// the committed ones go into `committed`, what else they ended with is returned.
+async fn transfers(
+    w: usize,
+    shard: usize,
+    mine: &[u64],
+    client: &Client,
+    committed: &Mutex<Vec<Done>>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<TxnOutcome> {
+    let mut other = Vec::new();
+    let mut n = 0usize;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        n += 1;
+        let from = mine[(w + 3 * n) % ACCOUNTS];
+        let to = mine[(w + 3 * n + 1 + n % (ACCOUNTS - 1)) % ACCOUNTS];
+        let args = TransferArgs { from, to, amount: (n % 9 + 1) as i64 };
+        match transfer(client, args).await {
+            outcome if outcome.is_committed() => {
+                committed.lock().unwrap().push(Done { at: Instant::now(), shard, args });
+            }
+            outcome => other.push(outcome),
+        }
+    }
+    other
+}
+
+/// The timeline: commits per bucket of each shard, from 2 s before the kill to 6 s after.
+fn print_timeline(done: &[Done], killed_at: Instant, timeout: &str) {
+    println!("failover under geo (election timeout {timeout}): kill -9 of s0r0 (shard 0's leader) at t = 0; commits per {BUCKET:?}");
+    println!("{:>7} {:>8} {:>8}", "t(s)", "shard 0", "shard 1");
+    let from = killed_at - Duration::from_secs(2);
+    for b in 0..32 {
+        let lo = from + BUCKET * b;
+        let count = |s| done.iter().filter(|d| d.shard == s && d.at >= lo && d.at < lo + BUCKET).count();
+        let t = (lo.duration_since(from).as_secs_f64()) - 2.0;
+        println!("{t:>7.2} {:>8} {:>8}", count(0), count(1));
+    }
+}
+
 /// The first `ACCOUNTS` account numbers whose keys live on `shard`.
 fn accounts_on(shard: u32) -> Vec<u64> {
     let p = HashPartitioner::new(2);
@@ -43,7 +83,6 @@ fn accounts_on(shard: u32) -> Vec<u64> {
 
 #[test]
 #[ignore = "25 s under emulated WAN delays; run with --ignored to measure"]
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn killing_a_leader_under_geo_pauses_its_shard_and_barely_the_other() {
     let dir = scratch("failover-geo");
     let data = dir.join("data");
@@ -71,23 +110,7 @@ fn killing_a_leader_under_geo_pauses_its_shard_and_barely_the_other() {
         let shard = w % 2;
         let mine = accounts[shard].clone();
         let (client, committed, stop) = (client.clone(), committed.clone(), stop.clone());
-        workers.push(rt.spawn(async move {
-            let mut other = Vec::new();
-            let mut n = 0usize;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                n += 1;
-                let from = mine[(w + 3 * n) % ACCOUNTS];
-                let to = mine[(w + 3 * n + 1 + n % (ACCOUNTS - 1)) % ACCOUNTS];
-                let args = TransferArgs { from, to, amount: (n % 9 + 1) as i64 };
-                match transfer(&client, args).await {
-                    outcome if outcome.is_committed() => {
-                        committed.lock().unwrap().push(Done { at: Instant::now(), shard, args });
-                    }
-                    outcome => other.push(outcome),
-                }
-            }
-            other
-        }));
+        workers.push(rt.spawn(async move { transfers(w, shard, &mine, &client, &committed, &stop).await }));
     }
 
     let start_at = Instant::now();
@@ -107,17 +130,8 @@ fn killing_a_leader_under_geo_pauses_its_shard_and_barely_the_other() {
     }
     let done = committed.lock().unwrap().clone();
 
-    // The timeline: commits per bucket of each shard, from 2 s before the kill to 6 s after.
     let timeout = election.map_or("derived".to_string(), |us| format!("{us} us"));
-    println!("failover under geo (election timeout {timeout}): kill -9 of s0r0 (shard 0's leader) at t = 0; commits per {BUCKET:?}");
-    println!("{:>7} {:>8} {:>8}", "t(s)", "shard 0", "shard 1");
-    let from = killed_at - Duration::from_secs(2);
-    for b in 0..32 {
-        let lo = from + BUCKET * b;
-        let count = |s| done.iter().filter(|d| d.shard == s && d.at >= lo && d.at < lo + BUCKET).count();
-        let t = (lo.duration_since(from).as_secs_f64()) - 2.0;
-        println!("{t:>7.2} {:>8} {:>8}", count(0), count(1));
-    }
+    print_timeline(&done, killed_at, &timeout);
     let mut pauses = [Duration::ZERO; 2];
     for (s, pause) in pauses.iter_mut().enumerate() {
         let mut times: Vec<Instant> = done.iter().filter(|d| d.shard == s && d.at >= start_at).map(|d| d.at).collect();

@@ -219,10 +219,26 @@ fn forged_frames_are_refused_and_the_cluster_keeps_committing() {
     for port in ports[0] {
         send_forged_frames(port);
     }
-    // A poison transaction (a participant shard that does not exist) from a client that said
-    // hello: refused by the leader as malformed, nothing admitted.
+    poison_is_refused_by_the_leader(&ports[0]);
+    a_client_cannot_pass_for_another(ports[0][0]);
+
+    // The cluster still commits, and shard 0's leader restarts from its data after kill -9.
+    transfers_commit(&config, 2, 20);
+    let leader = latest_leader(&log, 0).expect("shard 0 has a leader") as usize;
+    servers[0][leader].take().unwrap().kill9();
+    servers[0][leader] = Some(start_durable(&config_path, &data, &format!("s0r{leader}"), ports[0][leader], &log));
+    transfers_commit(&config, 3, 20);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("panicked"), "a server panicked: see {}", log.display());
+    assert!(text.contains("refused a message"), "refusals are logged");
+}
+
+/// A poison transaction (a participant shard that does not exist) from a client that said
+/// hello, to each replica of shard 0 (`ports`): refused by the leader as malformed, nothing
+/// admitted.
+fn poison_is_refused_by_the_leader(ports: &[u16]) {
     let mut rejected = 0;
-    for (r, port) in ports[0].iter().enumerate() {
+    for (r, port) in ports.iter().enumerate() {
         let (mut raw, _) = Raw::connect(*port);
         raw.send(&WireMsg::Client(ClientMsg::Hello {
             client: 900 + r as u64,
@@ -250,8 +266,12 @@ fn forged_frames_are_refused_and_the_cluster_keeps_committing() {
         }
     }
     assert_eq!(rejected, 1, "the leader refuses it; followers say they do not lead");
-    // A second connection cannot take over a connected client's id.
-    let (mut owner, _) = Raw::connect(ports[0][0]);
+}
+
+/// A second connection cannot take over a connected client's id, and a client cannot
+/// dispatch another client's transaction (at the replica on `port`).
+fn a_client_cannot_pass_for_another(port: u16) {
+    let (mut owner, _) = Raw::connect(port);
     owner.send(&WireMsg::Client(ClientMsg::Hello {
         client: 950,
         proof: None,
@@ -259,7 +279,7 @@ fn forged_frames_are_refused_and_the_cluster_keeps_committing() {
     }));
     owner.send(&WireMsg::Client(ClientMsg::Ping { sent_us: 1 }));
     assert!(owner.pong(), "the owner's connection answers its ping");
-    let (mut thief, _) = Raw::connect(ports[0][0]);
+    let (mut thief, _) = Raw::connect(port);
     thief.send(&WireMsg::Client(ClientMsg::Hello {
         client: 950,
         proof: None,
@@ -270,16 +290,6 @@ fn forged_frames_are_refused_and_the_cluster_keeps_committing() {
     // A client cannot dispatch another client's transaction.
     owner.send(&poison(951));
     assert!(owner.refusal().contains("dispatched a transaction of client 951"));
-
-    // The cluster still commits, and shard 0's leader restarts from its data after kill -9.
-    transfers_commit(&config, 2, 20);
-    let leader = latest_leader(&log, 0).expect("shard 0 has a leader") as usize;
-    servers[0][leader].take().unwrap().kill9();
-    servers[0][leader] = Some(start_durable(&config_path, &data, &format!("s0r{leader}"), ports[0][leader], &log));
-    transfers_commit(&config, 3, 20);
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert!(!text.contains("panicked"), "a server panicked: see {}", log.display());
-    assert!(text.contains("refused a message"), "refusals are logged");
 }
 
 const TOKEN: &str = "a test client token, 32 chars..";
@@ -566,10 +576,21 @@ fn strangers_holding_every_seat_they_may_hold_do_not_shut_out_peers() {
     drop((client, s0));
 }
 
-/// The server process's resident memory (KiB) and CPU time (clock ticks) from /proc.
-fn rss_kib_and_cpu_ticks(pid: u32) -> (u64, u64) {
+/// A process's resident memory and CPU time.
+#[derive(Clone, Copy)]
+struct Usage {
+    rss_kib: u64,
+    /// User and system time, in clock ticks (`USER_HZ`: 10 ms on Linux).
+    cpu_ticks: u64,
+}
+
+/// CPU milliseconds per clock tick (`USER_HZ` = 100 on Linux).
+const TICK_MS: u64 = 10;
+
+/// The server process's resident memory and CPU time from /proc.
+fn usage(pid: u32) -> Usage {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let rss = status
+    let rss_kib = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
@@ -577,8 +598,8 @@ fn rss_kib_and_cpu_ticks(pid: u32) -> (u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // Fields after the command name (which may hold spaces) start after the last ')'.
     let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    (rss, ticks)
+    let cpu_ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Usage { rss_kib, cpu_ticks }
 }
 
 /// Figures for the review (not an assertion of speed): a 1 x 1 server's memory and CPU idle,
@@ -588,7 +609,6 @@ fn rss_kib_and_cpu_ticks(pid: u32) -> (u64, u64) {
 /// `cargo test --release -p luigi --test hostile -- --ignored --nocapture`.
 #[test]
 #[ignore = "prints resource figures; run by hand"]
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn idle_and_stalled_connections_cost_little() {
     let dir = scratch("hostile-resources");
     let port = free_port();
@@ -598,45 +618,61 @@ fn idle_and_stalled_connections_cost_little() {
     let pid = server.0.id();
     let config = ClusterConfig::load(&config_path).unwrap();
     transfers_commit(&config, 1, 5);
-    let tick_ms = 10; // USER_HZ = 100 on Linux
     let window = Duration::from_secs(10);
-    let (_, cpu_a) = rss_kib_and_cpu_ticks(pid);
+    let a = usage(pid);
     std::thread::sleep(window);
-    let (rss0, cpu0) = rss_kib_and_cpu_ticks(pid);
-    eprintln!("idle server: CPU {} ms over {window:?}, rss {} MiB", (cpu0 - cpu_a) * tick_ms, rss0 / 1024);
+    let idle = usage(pid);
+    eprintln!(
+        "idle server: CPU {} ms over {window:?}, rss {} MiB",
+        (idle.cpu_ticks - a.cpu_ticks) * TICK_MS,
+        idle.rss_kib / 1024
+    );
+    idle_clients(&config, pid, window, idle);
+    idle_connections(port, pid);
+    oversized_frames(port, pid);
+    stalled_frames(port, pid);
+    transfers_commit(&config, 2, 200);
+    std::thread::sleep(Duration::from_secs(2));
+    eprintln!("after 200 more transactions: rss {} MiB", usage(pid).rss_kib / 1024);
+}
 
+/// 200 idle clients: the server's CPU over `window` and its memory (`before`: idle).
+fn idle_clients(config: &ClusterConfig, pid: u32, window: Duration, before: Usage) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let clients: Vec<Client> = rt.block_on(async {
         let mut v = Vec::new();
         for id in 0..200 {
-            v.push(Client::connect(&config, 10_000 + id).await.unwrap());
+            v.push(Client::connect(config, 10_000 + id).await.unwrap());
         }
         v
     });
     // A client is sent watermarks for 2 s after it last spoke (its connect pings).
     std::thread::sleep(Duration::from_secs(3));
-    let (_, cpu1) = rss_kib_and_cpu_ticks(pid);
+    let u1 = usage(pid);
     std::thread::sleep(window);
-    let (rss2, cpu2) = rss_kib_and_cpu_ticks(pid);
+    let u2 = usage(pid);
+    let cpu_ms = (u2.cpu_ticks - u1.cpu_ticks) * TICK_MS;
     eprintln!(
-        "200 idle clients: server CPU {} ms over {window:?} ({:.1} % of a core), rss {} MiB (connecting and the first 3 s took {} ms of CPU)",
-        (cpu2 - cpu1) * tick_ms,
-        (cpu2 - cpu1) as f64 * tick_ms as f64 / window.as_millis() as f64 * 100.0,
-        rss2 / 1024,
-        (cpu1 - cpu0) * tick_ms
+        "200 idle clients: server CPU {cpu_ms} ms over {window:?} ({:.1} % of a core), rss {} MiB (connecting and the first 3 s took {} ms of CPU)",
+        cpu_ms as f64 / window.as_millis() as f64 * 100.0,
+        u2.rss_kib / 1024,
+        (u1.cpu_ticks - before.cpu_ticks) * TICK_MS
     );
     drop(clients);
+}
 
-    // Nearly as many as one address may hold (1536), over less than their hello deadline.
+/// Nearly as many connections as one address may hold (1536), idle over less than their
+/// hello deadline, then closed at it.
+fn idle_connections(port: u16, pid: u32) {
     let idle: Vec<(Raw, [u8; 16])> = (0..1500).map(|_| Raw::connect(port)).collect();
     let short = Duration::from_secs(3);
-    let (_, cpu3) = rss_kib_and_cpu_ticks(pid);
+    let u3 = usage(pid);
     std::thread::sleep(short);
-    let (rss4, cpu4) = rss_kib_and_cpu_ticks(pid);
+    let u4 = usage(pid);
     eprintln!(
         "1500 idle connections: server CPU {} ms over {short:?}, rss {} MiB",
-        (cpu4 - cpu3) * tick_ms,
-        rss4 / 1024
+        (u4.cpu_ticks - u3.cpu_ticks) * TICK_MS,
+        u4.rss_kib / 1024
     );
     let started = Instant::now();
     for (mut raw, _) in idle {
@@ -644,7 +680,10 @@ fn idle_and_stalled_connections_cost_little() {
         assert!(raw.refusal().contains("no hello within"));
     }
     eprintln!("all closed at their hello deadline, the last {:?} after the window", started.elapsed());
+}
 
+/// 20 strangers announcing 16 MiB frames: refused at their length prefix.
+fn oversized_frames(port: u16, pid: u32) {
     let started = Instant::now();
     for _ in 0..20 {
         let (mut raw, _) = Raw::connect(port);
@@ -652,13 +691,16 @@ fn idle_and_stalled_connections_cost_little() {
         let _ = raw.0.write_all(&[0u8; 1 << 16]);
         assert!(raw.closed(), "a stranger's 16 MiB frame is refused at its length prefix");
     }
-    let (rss_s, _) = rss_kib_and_cpu_ticks(pid);
     eprintln!(
         "20 strangers announcing 16 MiB frames: all closed within {:?}; rss {} MiB",
         started.elapsed(),
-        rss_s / 1024
+        usage(pid).rss_kib / 1024
     );
+}
 
+/// 20 clients that each send 7 MiB of an 8 MiB frame and stall, until the server closes
+/// them.
+fn stalled_frames(port: u16, pid: u32) {
     let chunk = vec![0u8; 7 << 20];
     let mut stalled: Vec<TcpStream> = Vec::new();
     for i in 0..20 {
@@ -673,8 +715,7 @@ fn idle_and_stalled_connections_cost_little() {
         stalled.push(raw.0);
     }
     std::thread::sleep(Duration::from_secs(2));
-    let (rss5, _) = rss_kib_and_cpu_ticks(pid);
-    eprintln!("20 clients stalled 7 MiB into 8 MiB frames: rss {} MiB", rss5 / 1024);
+    eprintln!("20 clients stalled 7 MiB into 8 MiB frames: rss {} MiB", usage(pid).rss_kib / 1024);
     let started = Instant::now();
     let mut buf = [0u8; 64];
     for s in &mut stalled {
@@ -683,10 +724,5 @@ fn idle_and_stalled_connections_cost_little() {
     }
     let closed_after = started.elapsed() + Duration::from_secs(2);
     std::thread::sleep(Duration::from_secs(2));
-    let (rss6, _) = rss_kib_and_cpu_ticks(pid);
-    eprintln!("the server closed them after {closed_after:?}; rss then {} MiB", rss6 / 1024);
-    transfers_commit(&config, 2, 200);
-    std::thread::sleep(Duration::from_secs(2));
-    let (rss7, _) = rss_kib_and_cpu_ticks(pid);
-    eprintln!("after 200 more transactions: rss {} MiB", rss7 / 1024);
+    eprintln!("the server closed them after {closed_after:?}; rss then {} MiB", usage(pid).rss_kib / 1024);
 }

@@ -72,7 +72,7 @@ fn tick(c: &mut BaseClient, now: TimeUs) -> Vec<ClientOutput> {
 
 fn submit(c: &mut BaseClient, now: TimeUs, shards: &[ShardId]) -> (TxnId, Vec<ClientOutput>) {
     let mut out = Vec::new();
-    let id = c.submit(now, "p", vec![1], shards.iter().map(|s| piece(*s)).collect(), &mut out);
+    let id = c.submit(now, "p", vec![1], shards.iter().map(|s| piece(*s)).collect(), &mut out).unwrap();
     c.check_invariants().unwrap();
     (id, out)
 }

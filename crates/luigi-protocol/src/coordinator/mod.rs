@@ -65,6 +65,9 @@ pub struct CoordinatorConfig {
     /// Which transactions ask for the fast path (DESIGN.md rule 20); `Never` unless the
     /// cluster runs it.
     pub fan_out: fast::FanOut,
+    /// The cluster's shard count: a transaction's pieces name shards below it
+    /// (`u32::MAX` by default: any shard id is taken).
+    pub shards: u32,
     /// Fault-injection switches for tests only. All off in production.
     pub mutations: CoordMutations,
 }
@@ -123,6 +126,7 @@ impl CoordinatorConfig {
             keepalive_us: 250_000,
             group_sizes: Vec::new(),
             fan_out: fast::FanOut::Never,
+            shards: u32::MAX,
             mutations: CoordMutations::default(),
         }
     }
@@ -194,6 +198,7 @@ impl Coordinator {
             },
             flights: InFlightTable::new(
                 config.client,
+                config.shards,
                 RetryKnobs {
                     retry_timeout_us: config.retry_timeout_us,
                     max_attempts: config.max_attempts,

@@ -2,7 +2,7 @@
 
 use super::Coordinator;
 use luigi_txn::client_core::ClientOutput;
-use luigi_txn::client_core::{ClientCore, ClientCounters, FlightsView};
+use luigi_txn::client_core::{ClientCore, ClientCounters, FlightsView, InvalidPieces};
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, TxnId};
 
@@ -22,7 +22,7 @@ impl ClientCore for Coordinator {
         args: Vec<u8>,
         pieces: Vec<ShardPiece>,
         out: &mut Vec<ClientOutput>,
-    ) -> TxnId {
+    ) -> Result<TxnId, InvalidPieces> {
         Coordinator::submit(self, now, procedure, args, pieces, out)
     }
 

@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use super::{fast, Coordinator, CoordinatorConfig, InFlight};
 use luigi_txn::client_core::ClientOutput;
-use luigi_txn::client_core::{DispatchTo, FlightPolicy};
+use luigi_txn::client_core::{DispatchTo, FlightPolicy, InvalidPieces};
 use luigi_txn::progress::Progress;
 use luigi_txn::types::{ShardId, ShardPiece, TimeUs, Txn, TxnId};
 
 impl Coordinator {
-    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant).
+    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant);
+    /// refuses malformed pieces ([`issue`](crate::client_core::InFlightTable::issue)) without sending anything.
     pub fn submit(
         &mut self,
         now: TimeUs,
@@ -20,8 +21,8 @@ impl Coordinator {
         args: Vec<u8>,
         mut pieces: Vec<ShardPiece>,
         out: &mut Vec<ClientOutput>,
-    ) -> TxnId {
-        let id = self.flights.issue(&mut pieces);
+    ) -> Result<TxnId, InvalidPieces> {
+        let id = self.flights.issue(&mut pieces)?;
         let ts = self.stamp(now, pieces.iter().map(|p| p.shard));
         let txn = Arc::new(Txn { id, procedure: procedure.to_string(), args, pieces, ts });
         let accepts = vec![fast::Accepts::default(); txn.pieces.len()];
@@ -33,7 +34,7 @@ impl Coordinator {
         }
         let policy = Settle { progress: &self.progress, config: &self.config };
         self.flights.open(&policy, now, txn, fast, accepts, out);
-        id
+        Ok(id)
     }
 
     /// The shell lost its connection to the replica it sends `shard`'s messages to (the

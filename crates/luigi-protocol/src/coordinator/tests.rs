@@ -26,7 +26,7 @@ fn the_watched_shards_are_pinged_while_anything_is_in_flight() {
     let mut out = Vec::new();
     c.tick(0, &mut out);
     assert!(out.is_empty(), "nothing in flight: no pings");
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     out.clear();
     c.tick(99, &mut out);
     assert!(out.is_empty(), "the dispatch itself keeps the client known for a period");
@@ -88,7 +88,7 @@ fn stamps_with_max_owd_plus_headroom_and_dispatches_to_all() {
     let mut out = Vec::new();
     c.on_message(0, ServerMsg::Pong { shard: 0, arrival_delta_us: 1_000, sent_us: 0, watermark: 0 }, &mut out);
     c.on_message(0, ServerMsg::Pong { shard: 1, arrival_delta_us: 5_000, sent_us: 0, watermark: 0 }, &mut out);
-    let id = c.submit(10_000, "p", vec![], vec![piece(1), piece(0)], &mut out);
+    let id = c.submit(10_000, "p", vec![], vec![piece(1), piece(0)], &mut out).unwrap();
     assert_eq!(id, TxnId { client: 7, seq: 1 });
     assert_eq!(sends(&out), vec![0, 1]);
     let ClientOutput::Send { msg: ClientMsg::Dispatch { txn, sent_us, acked_below, fast: false }, .. } = &out[0] else {
@@ -103,7 +103,7 @@ fn stamps_with_max_owd_plus_headroom_and_dispatches_to_all() {
 fn answers_only_when_every_participant_watermark_passed() {
     let mut c = Coordinator::new(quiet(1));
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out).unwrap();
     out.clear();
     c.on_message(10, reply(id, 0, 500, 600, 5), &mut out);
     assert!(out.is_empty(), "shard 1 has not answered");
@@ -123,7 +123,7 @@ fn all_shards_rule_waits_for_non_participants() {
     let cfg = CoordinatorConfig { commit_rule: CommitRule::AllShards { shards: 3 }, ..quiet(1) };
     let mut c = Coordinator::new(cfg);
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     out.clear();
     c.on_message(5, reply(id, 0, 100, 100, 1), &mut out);
     c.on_message(5, ServerMsg::Watermark { shard: 1, watermark: 150 }, &mut out);
@@ -181,7 +181,7 @@ fn an_unknown_outcome_is_never_acknowledged_and_is_resolved_later() {
     let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..quiet(1) };
     let mut c = Coordinator::new(cfg);
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out).unwrap();
     c.on_message(10, reply(id, 0, 50, 60, 5), &mut out);
     out.clear();
     c.tick(100, &mut out);
@@ -191,7 +191,7 @@ fn an_unknown_outcome_is_never_acknowledged_and_is_resolved_later() {
     assert_eq!((c.in_flight(), c.unresolved()), (0, 1));
     assert_eq!(sends(&out), vec![1, 1], "shard 1 is still asked, also after the report");
     out.clear();
-    let later = c.submit(250, "p", vec![], vec![piece(0)], &mut out);
+    let later = c.submit(250, "p", vec![], vec![piece(0)], &mut out).unwrap();
     assert_eq!(acked_below_of(&out), vec![id.seq], "the unknown one is not acknowledged");
     c.on_message(260, reply(later, 0, 300, 300, 1), &mut out);
     out.clear();
@@ -202,7 +202,7 @@ fn an_unknown_outcome_is_never_acknowledged_and_is_resolved_later() {
     assert!(r.outcome.is_committed());
     assert_eq!((c.unresolved(), c.stats().unknown, c.stats().resolved), (0, 1, 1));
     out.clear();
-    c.submit(400, "p", vec![], vec![piece(0)], &mut out);
+    c.submit(400, "p", vec![], vec![piece(0)], &mut out).unwrap();
     assert_eq!(acked_below_of(&out), vec![later.seq + 1], "acknowledged once every participant answered");
     c.check_invariants().unwrap();
 }
@@ -214,7 +214,7 @@ fn a_rejection_is_reported_at_once_and_acknowledged_once_every_participant_answe
     let cfg = CoordinatorConfig { retry_timeout_us: 100, ..quiet(1) };
     let mut c = Coordinator::new(cfg);
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out).unwrap();
     out.clear();
     c.on_message(10, rejected(id, 0), &mut out);
     assert!(matches!(done(&out).map(|d| &d.outcome), Some(TxnOutcome::Rejected(_))));
@@ -226,7 +226,7 @@ fn a_rejection_is_reported_at_once_and_acknowledged_once_every_participant_answe
     c.on_message(110, rejected(id, 1), &mut out);
     assert!(out.is_empty(), "reported once");
     assert_eq!(c.unresolved(), 0);
-    c.submit(120, "p", vec![], vec![piece(0)], &mut out);
+    c.submit(120, "p", vec![], vec![piece(0)], &mut out).unwrap();
     assert_eq!(acked_below_of(&out), vec![id.seq + 1]);
     c.check_invariants().unwrap();
 }
@@ -236,7 +236,7 @@ fn busy_answers_are_resent_soon_like_not_leader() {
     let cfg = CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..quiet(1) };
     let mut c = Coordinator::new(cfg);
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     let busy = TxnReply {
         id,
         shard: 0,
@@ -263,7 +263,7 @@ fn a_transaction_waiting_only_for_a_watermark_is_never_reported_unknown() {
     let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 2, ..quiet(1) };
     let mut c = Coordinator::new(cfg);
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     c.on_message(10, reply(id, 0, 500, 400, 5), &mut out);
     out.clear();
     for t in 1..10 {
@@ -280,7 +280,7 @@ fn retries_resend_only_to_silent_participants_then_report_unknown() {
     let cfg = CoordinatorConfig { retry_timeout_us: 100, max_attempts: 3, ..quiet(1) };
     let mut c = Coordinator::new(cfg);
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out).unwrap();
     c.on_message(10, reply(id, 0, 50, 60, 5), &mut out);
     out.clear();
     c.tick(99, &mut out);
@@ -302,7 +302,7 @@ fn not_leader_answers_are_resent_soon_without_using_attempts() {
     let cfg = CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..quiet(1) };
     let mut c = Coordinator::new(cfg);
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     let not_leader = ServerMsg::Reply(TxnReply {
         id,
         shard: 0,
@@ -333,8 +333,8 @@ fn a_lost_leader_connection_resends_soon_to_the_shards_still_silent() {
     let cfg = CoordinatorConfig { retry_timeout_us: 1_000_000, not_leader_retry_us: 50, ..quiet(1) };
     let mut c = Coordinator::new(cfg);
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
-    c.submit(0, "p", vec![], vec![piece(1)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out).unwrap();
+    c.submit(0, "p", vec![], vec![piece(1)], &mut out).unwrap();
     c.on_message(10, reply(id, 0, 50, 60, 5), &mut out);
     out.clear();
     c.shard_unreachable(20, 0);
@@ -353,8 +353,8 @@ fn a_lost_leader_connection_resends_soon_to_the_shards_still_silent() {
 fn acked_below_tracks_the_oldest_unfinished() {
     let mut c = Coordinator::new(quiet(1));
     let mut out = Vec::new();
-    let a = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
-    let b = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let a = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
+    let b = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     c.on_message(1, reply(b, 0, 5, 5, 1), &mut out);
     assert_eq!(c.flights.acked_below(), a.seq);
     c.on_message(1, reply(a, 0, 5, 5, 1), &mut out);
@@ -366,7 +366,7 @@ fn acked_below_tracks_the_oldest_unfinished() {
 fn owd_learned_from_replies() {
     let mut c = Coordinator::new(CoordinatorConfig { headroom_us: 0, ..quiet(1) });
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     c.on_message(1, reply(id, 0, 5, 5, 2_500), &mut out);
     assert_eq!(c.owd_estimate_us(1, 0), 2_500);
     assert_eq!(c.stamp(1_000, [0].into_iter()), 3_500);
@@ -405,9 +405,9 @@ fn invariants_hold_after_every_step_and_a_lost_watermark_wait_is_reported() {
         c.check_invariants().unwrap();
     };
     let mut ids = Vec::new();
-    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(0), piece(1)], out)));
-    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(0)], out)));
-    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(1)], out)));
+    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(0), piece(1)], out).unwrap()));
+    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(0)], out).unwrap()));
+    step(&mut c, &mut |c, out| ids.push(c.submit(0, "p", vec![], vec![piece(1)], out).unwrap()));
     let (cross, single, refused) = (ids[0], ids[1], ids[2]);
     step(&mut c, &mut |c, out| c.on_message(10, reply(cross, 0, 50, 40, 5), out));
     step(&mut c, &mut |c, out| c.on_message(10, reply(single, 0, 60, 40, 5), out));
@@ -447,7 +447,7 @@ fn progress(shard: ShardId, replica: u32, term: u64, index: u64, committed: bool
 fn a_speculative_answer_completes_only_once_its_position_is_proven_committed() {
     let mut c = Coordinator::new(CoordinatorConfig { group_sizes: vec![3], ..quiet(1) });
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     out.clear();
     c.on_message(10, speculative(id, 0, 100, 4, 20, 7), &mut out);
     assert!(out.is_empty(), "answered and watermark passed, position 20 of term 4 not proven");
@@ -465,7 +465,7 @@ fn a_speculative_answer_completes_only_once_its_position_is_proven_committed() {
 fn an_unproven_answer_is_replaced_by_a_later_one_and_a_proven_one_is_kept() {
     let mut c = Coordinator::new(CoordinatorConfig { group_sizes: vec![3, 3], ..quiet(1) });
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     out.clear();
     // A leader answered speculatively and lost its log; the retry's answer (a new leader's,
     // executed at another timestamp) is the one that counts.
@@ -475,7 +475,7 @@ fn an_unproven_answer_is_replaced_by_a_later_one_and_a_proven_one_is_kept() {
     let [ClientOutput::Done(done)] = out.as_slice() else { panic!("expected completion, got {out:?}") };
     assert!(matches!(&done.outcome, TxnOutcome::Ordered { ts: 300, results } if results == &vec![(0, Ok(vec![2]))]));
 
-    let id = c.submit(30, "p", vec![], vec![piece(1)], &mut out);
+    let id = c.submit(30, "p", vec![], vec![piece(1)], &mut out).unwrap();
     out.clear();
     c.on_message(40, progress(1, 1, 6, 9, false), &mut out);
     c.on_message(41, speculative(id, 1, 500, 6, 9, 3), &mut out);
@@ -489,7 +489,7 @@ fn the_mutation_that_trusts_unproven_answers_completes_at_once() {
     let mutations = CoordMutations { trust_unproven_answers: true, ..CoordMutations::default() };
     let mut c = Coordinator::new(CoordinatorConfig { group_sizes: vec![3], mutations, ..quiet(1) });
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     out.clear();
     c.on_message(10, speculative(id, 0, 100, 4, 20, 7), &mut out);
     assert!(matches!(out.as_slice(), [ClientOutput::Done(_)]), "{out:?}");
@@ -508,7 +508,7 @@ fn two_shards_of_three() -> Coordinator {
 fn a_shard_failing_over_is_passed_over_once_a_majority_moved_past_its_promising_term() {
     let mut c = two_shards_of_three();
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     out.clear();
     c.on_message(5, ServerMsg::Watermark { shard: 1, watermark: 50 }, &mut out);
     c.on_message(5, ServerMsg::Promise { shard: 1, term: 4, floor: 900 }, &mut out);
@@ -525,8 +525,8 @@ fn a_shard_failing_over_is_passed_over_once_a_majority_moved_past_its_promising_
 fn a_promise_below_the_timestamp_or_of_a_participant_passes_nothing_over() {
     let mut c = two_shards_of_three();
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
-    let both = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
+    let both = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out).unwrap();
     out.clear();
     c.on_message(5, ServerMsg::Watermark { shard: 1, watermark: 50 }, &mut out);
     c.on_message(5, ServerMsg::Promise { shard: 1, term: 4, floor: 99 }, &mut out);
@@ -567,7 +567,7 @@ fn accept(id: TxnId, replica: u32, ts: Timestamp, order: u64) -> ServerMsg {
 fn a_fast_answer_completes_once_every_follower_accepted_it_at_the_stamped_timestamp_and_order() {
     let mut c = Coordinator::new(CoordinatorConfig { group_sizes: vec![3], ..quiet(1) });
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
     let ts = stamped(&out);
     out.clear();
     c.on_message(10, fast_answer(id, ts, 20, 5), &mut out);
@@ -579,7 +579,7 @@ fn a_fast_answer_completes_once_every_follower_accepted_it_at_the_stamped_timest
     assert_eq!(c.stats().fast, 1);
 
     // A follower that saw another order before it: no fast commit; the proof completes it.
-    let id = c.submit(20, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(20, "p", vec![], vec![piece(0)], &mut out).unwrap();
     let ts = stamped(&out);
     out.clear();
     c.on_message(30, fast_answer(id, ts, 20, 5), &mut out);
@@ -592,7 +592,7 @@ fn a_fast_answer_completes_once_every_follower_accepted_it_at_the_stamped_timest
     assert_eq!(c.stats().fast, 1, "not a fast commit");
 
     // Accepts at another timestamp than the stamped one count for nothing.
-    let id = c.submit(40, "p", vec![], vec![piece(0)], &mut out);
+    let id = c.submit(40, "p", vec![], vec![piece(0)], &mut out).unwrap();
     let ts = stamped(&out);
     out.clear();
     c.on_message(50, fast_answer(id, ts, 40, 0), &mut out);
@@ -621,7 +621,7 @@ fn rule_20_an_adaptive_coordinator_samples_once_few_fanned_out_transactions_comm
     let run = |c: &mut Coordinator, fast: bool, out: &mut Vec<ClientOutput>| {
         out.clear();
         let now = c.stats().submitted * 100;
-        let id = c.submit(now, "p", vec![], vec![piece(0)], out);
+        let id = c.submit(now, "p", vec![], vec![piece(0)], out).unwrap();
         let (ts, asked) = (stamped(out), asks_fast(out));
         out.clear();
         c.on_message(now + 10, fast_answer(id, ts, id.seq, 5), out);
@@ -678,7 +678,7 @@ fn rule_21_an_early_answer_counts_only_when_every_participant_commits_fast() {
     // Every participant's super-quorum: done, on shard 0's early answer and without its
     // watermark (the early answer left with its clock and floor promise past ts).
     let mut c = two_shards_of_three();
-    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out).unwrap();
     let ts = stamped(&out);
     out.clear();
     c.on_message(10, answer_on(id, 0, ts, 20, 5, true), &mut out);
@@ -696,7 +696,7 @@ fn rule_21_an_early_answer_counts_only_when_every_participant_commits_fast() {
         let mut c = two_shards_of_three();
         c.config.mutations = mutations;
         let mut out = Vec::new();
-        let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+        let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out).unwrap();
         let ts = stamped(&out);
         out.clear();
         c.on_message(10, answer_on(id, 0, ts, 20, 5, true), &mut out);
@@ -722,7 +722,7 @@ fn rule_21_an_early_answer_counts_only_when_every_participant_commits_fast() {
 fn rule_21_an_early_answer_never_replaces_a_regular_one() {
     let mut c = two_shards_of_three();
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out).unwrap();
     let ts = stamped(&out);
     out.clear();
     // Shard 0's regular answer, then a late early one (links reorder); shard 1 slow.
@@ -746,7 +746,7 @@ fn rule_21_an_early_answer_never_replaces_a_regular_one() {
 fn an_expired_answer_makes_the_outcome_unknown_and_is_acknowledged_once_all_answered() {
     let mut c = Coordinator::new(quiet(1));
     let mut out = Vec::new();
-    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out);
+    let id = c.submit(0, "p", vec![], vec![piece(0), piece(1)], &mut out).unwrap();
     out.clear();
     let ServerMsg::Reply(mut expired) = reply(id, 0, 0, 0, 0) else { unreachable!() };
     expired.outcome = Err(TxnError::Expired("gone".into()));

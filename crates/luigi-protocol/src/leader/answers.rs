@@ -126,7 +126,6 @@ impl Answers {
     /// snapshot or handed from follower to leader is set again by its owner.
     pub fn set_expiry(&mut self, expiry_us: u64) {
         self.expiry_us = expiry_us;
-        self.outcomes.set_expiry(expiry_us);
     }
 
     /// The answer expiry in force.
@@ -160,13 +159,13 @@ impl Answers {
     /// kept for the others (this shard, `me`, never asks itself).
     pub fn executed_cross(&mut self, me: ShardId, id: TxnId, final_ts: Timestamp, shards: &[ShardId]) {
         let others: Vec<ShardId> = shards.iter().copied().filter(|s| *s != me).collect();
-        self.outcomes.remember(id, Outcome::Executed(final_ts), &others);
+        self.outcomes.remember(id, Outcome::Executed(final_ts), &others, self.expiry_us);
     }
 
     /// This shard refused `id` (a `Refuse` record), a transaction stamped `ts` whose other
     /// participants are `others`: kept for them.
     pub fn refused_cross(&mut self, id: TxnId, reason: String, ts: Timestamp, others: &[ShardId]) {
-        self.outcomes.remember(id, Outcome::Refused { reason, ts }, others);
+        self.outcomes.remember(id, Outcome::Refused { reason, ts }, others, self.expiry_us);
     }
 
     /// `Mutations::outcomes_fifo`: with `Some(max)`, an outcome is forgotten once its answer

@@ -9,32 +9,34 @@ use super::admission;
 use super::agreement::Agreement;
 use super::answers::{Answer, Known, ANSWERS_PER_CLIENT_MAX};
 use super::{LeaderOutput, Pending, Refusing, ShardLeader};
-use crate::log::{LogError, LogRecord, ReplicatedLog};
+use crate::log::{LogError, LogIndex, LogRecord, ReplicatedLog};
 use crate::msg::PeerItem;
 use luigi_txn::msg::TxnError;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
+/// A dispatch as the leader takes it in: the transaction and what its message said about it.
+pub(super) struct Dispatch {
+    /// The transaction.
+    pub txn: Arc<Txn>,
+    /// Server clock at arrival minus the client's send clock (echoed in every answer to it).
+    pub arrival_delta_us: i64,
+    /// The client holds every answer below this sequence number.
+    pub acked_below: u64,
+    /// The client asks for the fast path (rule 16).
+    pub asked_fast: bool,
+}
+
 impl<L: ReplicatedLog> ShardLeader<L> {
-    /// A client's dispatch of `txn` (or a recovering participant's, through `Recover`):
-    /// answered from the answer table, refused, or admitted with a proposal (rule 3).
-    #[allow(clippy::too_many_arguments)] // the lent log made it 8; a dispatch's fields go in a struct next
-    pub(super) fn on_dispatch(
-        &mut self,
-        log: &mut L,
-        now: TimeUs,
-        txn: Arc<Txn>,
-        arrival_delta_us: i64,
-        acked_below: u64,
-        asked_fast: bool,
-        out: &mut Vec<LeaderOutput>,
-    ) {
-        if self.answered_before(&txn, arrival_delta_us, out)
-            || self.refused_by_others(log, &txn, arrival_delta_us, out)
-            || self.turned_away(log, now, &txn, arrival_delta_us, out)
+    /// A client's dispatch (or a recovering participant's, through `Recover`): answered from
+    /// the answer table, refused, or admitted with a proposal (rule 3).
+    pub(super) fn on_dispatch(&mut self, log: &mut L, now: TimeUs, d: Dispatch, out: &mut Vec<LeaderOutput>) {
+        if self.answered_before(&d.txn, d.arrival_delta_us, out)
+            || self.refused_by_others(log, &d.txn, d.arrival_delta_us, out)
+            || self.turned_away(log, now, &d.txn, d.arrival_delta_us, out)
         {
             return;
         }
-        self.admit(log, now, txn, arrival_delta_us, acked_below, asked_fast, out);
+        self.admit(log, now, d, out);
     }
 
     /// Rule 3.1: a retry of a transaction pending, being refused or answered here. Returns
@@ -183,50 +185,70 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         ))
     }
 
-    /// Rule 3.5: logs `PREPARE` at the proposal and takes `txn` in: queued, pending, its
-    /// proposal announced to the other participants.
-    #[allow(clippy::too_many_arguments)] // the lent log made it 8; a dispatch's fields go in a struct next
-    fn admit(
-        &mut self,
-        log: &mut L,
-        now: TimeUs,
-        txn: Arc<Txn>,
-        arrival_delta_us: i64,
-        acked_below: u64,
-        asked_fast: bool,
-        out: &mut Vec<LeaderOutput>,
-    ) {
-        let id = txn.id;
-        let keys = txn.piece(self.config.shard).expect("validated");
+    /// Rule 3.5: logs `PREPARE` at the proposal and takes the transaction in: queued,
+    /// pending, its proposal announced to the other participants.
+    fn admit(&mut self, log: &mut L, now: TimeUs, d: Dispatch, out: &mut Vec<LeaderOutput>) {
+        let keys = d.txn.piece(self.config.shard).expect("validated");
         let floor = self.watermark.max(self.admission_floor);
-        let proposal = admission::propose(txn.ts, now, floor, &self.floors, keys);
-        if txn.is_cross_shard() && proposal > txn.ts.saturating_add(self.answers.expiry_us()) {
-            // A refusal elsewhere is kept for this shard until its marker passes the
-            // coordinator's timestamp plus the expiry (`leader::outcomes`): no proposal
-            // may lie beyond that. Only a dispatch that old, or a client clock that far
-            // behind, meets this.
-            let why = format!(
+        let proposal = admission::propose(d.txn.ts, now, floor, &self.floors, keys);
+        if let Some(why) = self.beyond_expiry(&d.txn, proposal) {
+            return self.refuse(log, &d.txn, why, d.arrival_delta_us, out);
+        }
+        let Some(prepare_index) = self.log_prepare(log, &d, proposal, out) else { return };
+        self.take_in(log, now, d, proposal, prepare_index);
+    }
+
+    /// Why a cross-shard proposal may not be made: a refusal elsewhere is kept for this shard
+    /// until its marker passes the coordinator's timestamp plus the expiry
+    /// (`leader::outcomes`), so no proposal may lie beyond that. Only a dispatch that old,
+    /// or a client clock that far behind, meets this.
+    fn beyond_expiry(&self, txn: &Txn, proposal: Timestamp) -> Option<String> {
+        let expiry_us = self.answers.expiry_us();
+        (txn.is_cross_shard() && proposal > txn.ts.saturating_add(expiry_us)).then(|| {
+            format!(
                 "shard {} would order it more than {} s after its timestamp",
                 self.config.shard,
-                self.answers.expiry_us() / 1_000_000
-            );
-            return self.refuse(log, &txn, why, arrival_delta_us, out);
-        }
-        let record = LogRecord::Prepare { txn: txn.clone(), ts: proposal, arrival_delta_us, acked_below };
-        let prepare_index = match log.propose(record) {
-            Ok(index) => index,
+                expiry_us / 1_000_000
+            )
+        })
+    }
+
+    /// Logs the dispatch's `PREPARE` at `proposal`; where it lies in the log, or `None` (the
+    /// client answered) if the log takes nothing now.
+    fn log_prepare(
+        &mut self,
+        log: &mut L,
+        d: &Dispatch,
+        proposal: Timestamp,
+        out: &mut Vec<LeaderOutput>,
+    ) -> Option<LogIndex> {
+        let record = LogRecord::Prepare {
+            txn: d.txn.clone(),
+            ts: proposal,
+            arrival_delta_us: d.arrival_delta_us,
+            acked_below: d.acked_below,
+        };
+        let error = match log.propose(record) {
+            Ok(index) => return Some(index),
             // Not stored: this replica may lead soon (election) or another one does; the
             // coordinator retries under the same id.
-            Err(LogError::NotLeader) => {
-                self.reply_now(id, 0, Err(TxnError::NotLeader { hint: None }), arrival_delta_us, 0, out);
-                return;
-            }
+            Err(LogError::NotLeader) => TxnError::NotLeader { hint: None },
             // Not stored either: the coordinator asks again soon.
-            Err(e @ LogError::Backlogged(_)) => {
-                self.reply_now(id, 0, Err(TxnError::Busy(e.to_string())), arrival_delta_us, 0, out);
-                return;
-            }
+            Err(e @ LogError::Backlogged(_)) => TxnError::Busy(e.to_string()),
         };
+        self.reply_now(d.txn.id, 0, Err(error), d.arrival_delta_us, 0, out);
+        None
+    }
+
+    /// Takes in a dispatch whose `PREPARE` is at `prepare_index`: queued at `proposal`,
+    /// pending, and (rule 14) decided without waiting for the `PREPARE` to commit. A
+    /// single-shard transaction is decided by its admission; a cross-shard one announces its
+    /// proposal now, with the `PREPARE`'s position, and counts its own proposal at once (what
+    /// it executes stays speculative until its position commits).
+    fn take_in(&mut self, log: &mut L, now: TimeUs, d: Dispatch, proposal: Timestamp, prepare_index: LogIndex) {
+        let Dispatch { txn, arrival_delta_us, asked_fast, .. } = d;
+        let id = txn.id;
+        let keys = txn.piece(self.config.shard).expect("validated");
         self.stats.admitted += 1;
         self.answers.heard(id.client, proposal);
         if proposal != txn.ts {
@@ -252,10 +274,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             admitted_us: now,
         };
         self.insert_pending(id, pending);
-        // Rule 14: decided without waiting for the PREPARE to commit. A single-shard
-        // transaction is decided by its admission; a cross-shard one announces its proposal
-        // now, with the PREPARE's position, and counts its own proposal at once (what it
-        // executes stays speculative until its position commits).
         if !cross {
             self.queue.mark_ready(id);
         }

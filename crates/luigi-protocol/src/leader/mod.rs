@@ -64,6 +64,7 @@ use luigi_txn::Map;
 use admission::Floors;
 use agreement::Agreement;
 use answers::Answers;
+use dispatch::Dispatch;
 use queue::HoldQueue;
 use speculation::Speculation;
 
@@ -630,7 +631,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
                 let arrival_delta_us = luigi_txn::msg::arrival_delta_us(now, sent_us);
                 self.forget_acked(txn.id.client, acked_below);
-                self.on_dispatch(log, now, txn, arrival_delta_us, acked_below, fast, out);
+                self.on_dispatch(log, now, Dispatch { txn, arrival_delta_us, acked_below, asked_fast: fast }, out);
             }
             ClientMsg::Status => {} // answered by the shell, which sees the whole replica
         }

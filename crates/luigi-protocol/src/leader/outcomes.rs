@@ -30,7 +30,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::answers::DEFAULT_ANSWER_EXPIRY_US;
 use luigi_txn::types::{ShardId, Timestamp, TxnId};
 use luigi_txn::Map;
 
@@ -71,46 +70,24 @@ struct Kept {
 }
 
 /// The kept outcomes, and the other shards' committed `Applied` markers as logged here.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Outcomes {
     kept: Map<TxnId, Kept>,
     /// Per other shard, the kept outcomes it may still need, by bound.
     waiting_on: BTreeMap<ShardId, BTreeSet<(Timestamp, TxnId)>>,
     /// Per other shard, its committed `Applied` marker as this shard's log says.
     floors: BTreeMap<ShardId, Timestamp>,
-    /// The cluster's answer expiry (configuration, not replicated state).
-    #[serde(skip, default = "default_expiry")]
-    expiry_us: u64,
-}
-
-fn default_expiry() -> u64 {
-    DEFAULT_ANSWER_EXPIRY_US
-}
-
-impl Default for Outcomes {
-    fn default() -> Self {
-        Outcomes {
-            kept: Map::default(),
-            waiting_on: BTreeMap::new(),
-            floors: BTreeMap::new(),
-            expiry_us: default_expiry(),
-        }
-    }
 }
 
 impl Outcomes {
-    /// Sets the answer expiry that refusals are kept past (`LeaderConfig::answer_expiry_us`).
-    pub fn set_expiry(&mut self, expiry_us: u64) {
-        self.expiry_us = expiry_us;
-    }
-
     /// Keeps `outcome` of `id` for those of `others` (the other participants) whose
-    /// committed marker is not past it yet; nothing if none is.
-    pub fn remember(&mut self, id: TxnId, outcome: Outcome, others: &[ShardId]) {
+    /// committed marker is not past it yet; nothing if none is. A refusal is kept past its
+    /// timestamp plus `expiry_us`, the answer expiry in force (`Answers` owns it).
+    pub fn remember(&mut self, id: TxnId, outcome: Outcome, others: &[ShardId], expiry_us: u64) {
         if self.kept.contains_key(&id) {
             return; // an outcome is final; the first one stays
         }
-        let bound = outcome.bound(self.expiry_us);
+        let bound = outcome.bound(expiry_us);
         let mut waiting = 0;
         for shard in others {
             if self.floor(*shard) < bound && self.waiting_on.entry(*shard).or_default().insert((bound, id)) {
@@ -187,6 +164,7 @@ impl Outcomes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::leader::answers::DEFAULT_ANSWER_EXPIRY_US;
 
     fn id(seq: u64) -> TxnId {
         TxnId { client: 7, seq }
@@ -197,7 +175,7 @@ mod tests {
     #[test]
     fn an_execution_stays_until_every_other_participant_applied_past_it() {
         let mut o = Outcomes::default();
-        o.remember(id(1), Outcome::Executed(100), &[1, 2]);
+        o.remember(id(1), Outcome::Executed(100), &[1, 2], DEFAULT_ANSWER_EXPIRY_US);
         o.peer_applied(1, 99);
         o.peer_applied(2, 5_000);
         assert_eq!(o.get(id(1)), Some(&Outcome::Executed(100)), "shard 1 is below it");
@@ -213,9 +191,9 @@ mod tests {
     fn a_silent_shard_holds_only_what_it_took_part_in() {
         let mut o = Outcomes::default();
         for seq in 0..100 {
-            o.remember(id(seq), Outcome::Executed(10 + seq), &[1]);
+            o.remember(id(seq), Outcome::Executed(10 + seq), &[1], DEFAULT_ANSWER_EXPIRY_US);
         }
-        o.remember(id(1_000), Outcome::Executed(20), &[2]);
+        o.remember(id(1_000), Outcome::Executed(20), &[2], DEFAULT_ANSWER_EXPIRY_US);
         o.peer_applied(1, u64::MAX);
         assert_eq!((o.len(), o.waiting_on(2)), (1, 1), "shard 2 has not applied: its one stays");
         assert_eq!(o.get(id(1_000)), Some(&Outcome::Executed(20)));
@@ -228,32 +206,29 @@ mod tests {
         let mut o = Outcomes::default();
         let refused = Outcome::Refused { reason: "full".into(), ts: 1_000 };
         assert_eq!(refused.bound(DEFAULT_ANSWER_EXPIRY_US), 1_001 + DEFAULT_ANSWER_EXPIRY_US);
-        o.remember(id(1), refused.clone(), &[3]);
+        o.remember(id(1), refused.clone(), &[3], DEFAULT_ANSWER_EXPIRY_US);
         o.peer_applied(3, 1_000 + DEFAULT_ANSWER_EXPIRY_US);
         assert_eq!(o.get(id(1)), Some(&refused));
         o.peer_applied(3, 1_001 + DEFAULT_ANSWER_EXPIRY_US);
         assert!(o.is_empty());
-        o.remember(id(2), Outcome::Executed(500), &[3]);
-        o.remember(id(3), Outcome::Executed(500), &[]);
+        o.remember(id(2), Outcome::Executed(500), &[3], DEFAULT_ANSWER_EXPIRY_US);
+        o.remember(id(3), Outcome::Executed(500), &[], DEFAULT_ANSWER_EXPIRY_US);
         assert!(o.is_empty(), "shard 3 is past it; a single-shard one has nobody to wait for");
         let far = Outcome::Refused { reason: "x".into(), ts: u64::MAX };
         assert_eq!(far.bound(DEFAULT_ANSWER_EXPIRY_US), u64::MAX, "saturating");
     }
 
-    /// A configured expiry moves a refusal's bound; what was kept keeps the bound it was
-    /// indexed by if the expiry changes later.
+    /// A configured expiry moves a refusal's bound, and what was kept is found under the
+    /// bound it was kept by.
     #[test]
     fn a_configured_expiry_sets_how_long_a_refusal_stays() {
         let mut o = Outcomes::default();
-        o.set_expiry(10_000_000);
-        o.remember(id(1), Outcome::Refused { reason: "full".into(), ts: 1_000 }, &[3]);
-        o.set_expiry(DEFAULT_ANSWER_EXPIRY_US);
+        o.remember(id(1), Outcome::Refused { reason: "full".into(), ts: 1_000 }, &[3], 10_000_000);
         o.peer_applied(3, 1_000 + 10_000_000);
         assert_eq!(o.len(), 1);
         o.peer_applied(3, 1_001 + 10_000_000);
         assert!(o.is_empty());
-        o.remember(id(2), Outcome::Refused { reason: "full".into(), ts: 2_000 }, &[4]);
-        o.set_expiry(1);
+        o.remember(id(2), Outcome::Refused { reason: "full".into(), ts: 2_000 }, &[4], 10_000_000);
         o.forget(id(2));
         assert_eq!((o.len(), o.waiting_on(4)), (0, 0), "forgotten under the bound it was kept by");
     }
@@ -261,8 +236,8 @@ mod tests {
     #[test]
     fn the_first_outcome_stays() {
         let mut o = Outcomes::default();
-        o.remember(id(1), Outcome::Executed(10), &[1]);
-        o.remember(id(1), Outcome::Executed(20), &[1, 2]);
+        o.remember(id(1), Outcome::Executed(10), &[1], DEFAULT_ANSWER_EXPIRY_US);
+        o.remember(id(1), Outcome::Executed(20), &[1, 2], DEFAULT_ANSWER_EXPIRY_US);
         assert_eq!((o.get(id(1)), o.waiting_on(2)), (Some(&Outcome::Executed(10)), 0));
         o.peer_applied(1, 10);
         assert!(o.is_empty());
@@ -302,7 +277,7 @@ mod tests {
                         if o.get(id(seq)).is_none() && others.iter().any(below) {
                             first.insert(seq, (outcome.clone(), others.clone()));
                         }
-                        o.remember(id(seq), outcome, &others);
+                        o.remember(id(seq), outcome, &others, DEFAULT_ANSWER_EXPIRY_US);
                     }
                     Op::Applied { shard, ts } => {
                         let f = floors.entry(shard).or_default();

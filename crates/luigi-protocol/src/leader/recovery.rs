@@ -9,7 +9,7 @@ use super::answers::{Answer, Known};
 use super::follower::Handover;
 use super::outcomes::Outcome;
 use super::speculation::DeferredRecover;
-use super::{LeaderConfig, LeaderOutput, Pending, ShardLeader, StalledTxn};
+use super::{Dispatch, LeaderConfig, LeaderOutput, Pending, ShardLeader, StalledTxn};
 use crate::log::{LogEntry, LogRecord, ReplicatedLog};
 use crate::msg::PeerItem;
 use luigi_txn::msg::TxnError;
@@ -267,7 +267,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 // Never dispatched here (its coordinator died, or the dispatch is late):
                 // prepare it now; a late dispatch is then a duplicate.
                 // Not asked for the fast path: the leader's path alone (rule 14).
-                self.on_dispatch(log, self.now, txn, 0, 0, false, out);
+                let dispatch = Dispatch { txn, arrival_delta_us: 0, acked_below: 0, asked_fast: false };
+                self.on_dispatch(log, self.now, dispatch, out);
                 self.on_proposal(log, id, from, ts);
             }
         }

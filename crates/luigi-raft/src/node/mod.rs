@@ -35,6 +35,32 @@ use crate::codec::decode_entry;
 use crate::store::LogStore;
 use step::Rejoin;
 
+/// What a replica found when a leader's heartbeat claimed a commit index beyond its log: it
+/// lost acknowledged entries (see "Lost entries"), reported as [`RaftError::LostEntries`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LostEntries {
+    /// The leader whose heartbeat showed it.
+    leader: u64,
+    /// That leader's term.
+    term: u64,
+    /// The commit index it claimed.
+    commit: u64,
+    /// The last index this replica's log holds.
+    last_index: u64,
+}
+
+/// An acknowledgement to a leader (an append response) sent in a ready not yet advanced:
+/// it counts as durable once ready `ready` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AckInFlight {
+    /// The ready it went out in.
+    ready: u64,
+    /// The acknowledged entry's term.
+    term: u64,
+    /// The acknowledged entry's index.
+    index: LogIndex,
+}
+
 /// One replica of a shard's replicated log: Raft (Multi-Paxos with a strong leader) via raft-rs
 /// 0.7's `RawNode`, sans I/O: no threads, sockets, clocks or files. The shell calls
 /// [`RaftLog::tick`] on a timer, [`RaftLog::step_bytes`] for every message received, and then
@@ -121,13 +147,12 @@ pub struct RaftLog<R = LogRecord> {
     rejoin: Option<Rejoin>,
     /// The rejoin ended; the next ready says so.
     rejoin_done: bool,
-    /// Fatal: the replica lost acknowledged entries (see "Lost entries"): leader, term,
-    /// commit, last index.
-    lost: Option<(u64, u64, u64, u64)>,
+    /// Fatal: the replica lost acknowledged entries (see "Lost entries").
+    lost: Option<LostEntries>,
     /// Snapshots travel outside Raft's messages (see [`RaftConfig::external_snapshots`]).
     external_snapshots: bool,
-    /// Acknowledgements to a leader sent in readies not yet advanced: (ready, term, index).
-    acks_in_flight: VecDeque<(u64, u64, LogIndex)>,
+    /// Acknowledgements to a leader sent in readies not yet advanced.
+    acks_in_flight: VecDeque<AckInFlight>,
     /// The last acknowledgement whose ready was advanced (durable): term and index.
     acked: (u64, LogIndex),
     /// The leader this follower's connection to broke, and its term (see

@@ -6,7 +6,7 @@ use luigi_protocol::log::ReplicatedLog;
 use raft::eraftpb::{Message, MessageType};
 use raft::{SnapshotStatus, StateRole};
 
-use super::{decode_committed, nonzero, RaftError, RaftLog, Record, SnapshotData, REJOIN_CONTEXT};
+use super::{decode_committed, nonzero, AckInFlight, RaftError, RaftLog, Record, SnapshotData, REJOIN_CONTEXT};
 use crate::codec::{encode_entry, encode_message, HardState, PersistEntry};
 
 /// Role of a replica in its group.
@@ -170,7 +170,7 @@ impl<R: Record> RaftLog<R> {
         }
         for m in messages.iter().chain(&persisted_messages) {
             if m.get_msg_type() == MessageType::MsgAppendResponse && !m.reject {
-                self.acks_in_flight.push_back((out.number, m.term, m.index));
+                self.acks_in_flight.push_back(AckInFlight { ready: out.number, term: m.term, index: m.index });
             }
         }
         let external = self.external_snapshots;
@@ -202,7 +202,7 @@ impl<R: Record> RaftLog<R> {
     /// quorum; new messages and commits show up in the next [`RaftLog::ready`].
     pub fn advance(&mut self, number: u64) {
         self.raw.on_persist_ready(number);
-        while let Some(&(ready, term, index)) = self.acks_in_flight.front() {
+        while let Some(&AckInFlight { ready, term, index }) = self.acks_in_flight.front() {
             if ready > number {
                 break;
             }

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use raft::eraftpb::{Message, MessageType};
 use raft::StateRole;
 
-use super::{RaftError, RaftLog, Record};
+use super::{LostEntries, RaftError, RaftLog, Record};
 
 /// Message context a rejoining replica puts on its append rejections (see [`RaftLog`],
 /// "Rejoining").
@@ -43,7 +43,12 @@ impl<R: Record> RaftLog<R> {
     }
 
     pub(super) fn lost_error(&self) -> Option<RaftError> {
-        self.lost.map(|(leader, term, commit, last_index)| RaftError::LostEntries { leader, term, commit, last_index })
+        self.lost.map(|LostEntries { leader, term, commit, last_index }| RaftError::LostEntries {
+            leader,
+            term,
+            commit,
+            last_index,
+        })
     }
 
     /// A rejoining replica that caught up with the leader of its term records its vote in
@@ -135,7 +140,7 @@ impl<R: Record> RaftLog<R> {
         let mut claimed = None;
         if t == MessageType::MsgHeartbeat && current && msg.commit > last_index {
             if self.rejoin.is_none() {
-                self.lost = Some((msg.from, msg.term, msg.commit, last_index));
+                self.lost = Some(LostEntries { leader: msg.from, term: msg.term, commit: msg.commit, last_index });
                 return Err(self.lost_error().expect("just set"));
             }
             // Commit nothing we do not hold; tell the leader where our log ends.

@@ -66,14 +66,28 @@ pub type Placements = Vec<BTreeMap<TxnId, Placement>>;
 /// A committed answer that did not take effect on a participant, an aborted or refused one
 /// that did, an orphan on some participants only, an answered read that cannot be placed
 /// (`placements` lacks it), or a cycle in the order.
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 pub fn derive_order(
     history: &History,
     orphans: &BTreeMap<TxnId, Option<Timestamp>>,
     placements: &Placements,
 ) -> Result<(History, BTreeMap<TxnId, Option<Timestamp>>), Violation> {
+    let nodes = took_effect(history, orphans, placements)?;
+    let succ = conflicts_in_log_order(history, placements, &nodes);
+    let is_orphan = |i: usize| orphans.contains_key(&history.txns[i].id);
+    let answered: Vec<usize> = nodes.iter().copied().filter(|&i| !is_orphan(i)).collect();
+    let order = topological(history, &nodes, &answered, succ)?;
+    Ok(with_positions(history, orphans, &order))
+}
+
+/// The transactions (indices into `history`) that took effect: the graph's nodes. Checks
+/// atomicity and durability on the way: a committed answer took effect on every participant,
+/// one answered otherwise on none, an orphan on all or none.
+fn took_effect(
+    history: &History,
+    orphans: &BTreeMap<TxnId, Option<Timestamp>>,
+    placements: &Placements,
+) -> Result<Vec<usize>, Violation> {
     let placed = |shard: ShardId, id: TxnId| placements.get(shard as usize).and_then(|p| p.get(&id)).copied();
-    // Which transactions took effect: their nodes.
     let mut nodes: Vec<usize> = Vec::new();
     for (i, rec) in history.txns.iter().enumerate() {
         let shards: Vec<ShardId> = rec.pieces.iter().map(|p| p.shard).collect();
@@ -120,9 +134,13 @@ pub fn derive_order(
             Some(TxnOutcome::Unknown(_)) | None => {}
         }
     }
-    let n = history.txns.len();
-    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
-    // Per shard, the conflicting pairs in log order.
+    Ok(nodes)
+}
+
+/// The graph's edges (successors by node index): per shard, the conflicting pairs among
+/// `nodes` in log order.
+fn conflicts_in_log_order(history: &History, placements: &Placements, nodes: &[usize]) -> Vec<Vec<usize>> {
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); history.txns.len()];
     for (shard, on_shard) in placements.iter().enumerate() {
         let shard = shard as ShardId;
         let mut events: Vec<((u64, u8), usize)> = nodes
@@ -149,9 +167,17 @@ pub fn derive_order(
             }
         }
     }
-    let is_orphan = |i: usize| orphans.contains_key(&history.txns[i].id);
-    let answered: Vec<usize> = nodes.iter().copied().filter(|&i| !is_orphan(i)).collect();
-    let order = topological(history, &nodes, &answered, succ)?;
+    succ
+}
+
+/// `history` with each transaction of `order` stamped with its position (from 1) and every
+/// other ordered answer rolled back, and the orphans with their positions (`None`: not
+/// executed).
+fn with_positions(
+    history: &History,
+    orphans: &BTreeMap<TxnId, Option<Timestamp>>,
+    order: &[usize],
+) -> (History, BTreeMap<TxnId, Option<Timestamp>>) {
     let mut ts_of: HashMap<usize, Timestamp> = HashMap::new();
     for (pos, &i) in order.iter().enumerate() {
         ts_of.insert(i, pos as Timestamp + 1);
@@ -174,7 +200,7 @@ pub fn derive_order(
             (*id, position)
         })
         .collect();
-    Ok((derived, orphans))
+    (derived, orphans)
 }
 
 fn succ_extend(succ: &mut [Vec<usize>], from: Vec<usize>, to: usize) {

@@ -104,7 +104,6 @@ pub fn check_from(
 }
 
 /// Check 1; returns the indexes of the ordered transactions.
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 fn answered_exactly_once(
     history: &History,
     orphans: &BTreeMap<TxnId, Option<Timestamp>>,
@@ -129,82 +128,93 @@ fn answered_exactly_once(
             }
             continue;
         }
-        let answer = match rec.answers.as_slice() {
-            [] => {
-                return Err(Violation::new(
-                    ViolationKind::Unanswered,
-                    format!("txn {:?} (dispatched at {} us) was never answered", rec.id, rec.dispatched.us),
-                ))
-            }
-            [one] => one,
-            [first, second, ..] => {
-                return Err(Violation::new(
-                    ViolationKind::DuplicateAnswer,
-                    format!(
-                        "txn {:?} was answered {} times: first {:?} at {} us, then {:?} at {} us",
-                        rec.id,
-                        rec.answers.len(),
-                        first.outcome,
-                        first.at.us,
-                        second.outcome,
-                        second.at.us
-                    ),
-                ))
-            }
-        };
-        if answer.at < rec.dispatched {
-            return Err(Violation::new(
-                ViolationKind::Invariant,
-                format!("txn {:?} answered at {:?} before its dispatch at {:?}", rec.id, answer.at, rec.dispatched),
-            ));
-        }
-        for piece in &rec.pieces {
-            if piece.shard as usize >= shards {
-                return Err(Violation::new(
-                    ViolationKind::Invariant,
-                    format!("txn {:?} names shard {} but there are {shards} shards", rec.id, piece.shard),
-                ));
-            }
-        }
-        match &answer.outcome {
-            TxnOutcome::Ordered { ts, results } => {
-                let mut got: Vec<ShardId> = results.iter().map(|(s, _)| *s).collect();
-                let mut want: Vec<ShardId> = rec.pieces.iter().map(|p| p.shard).collect();
-                got.sort_unstable();
-                want.sort_unstable();
-                if got != want {
-                    return Err(Violation::new(
-                        ViolationKind::ResultMismatch,
-                        format!(
-                            "txn {:?} has results from shards {got:?} but its participants \
-                             are {want:?}",
-                            rec.id
-                        ),
-                    ));
-                }
-                if *ts == 0 {
-                    return Err(Violation::new(
-                        ViolationKind::Invariant,
-                        format!("txn {:?} was ordered at timestamp 0", rec.id),
-                    ));
-                }
-                summary.ordered += 1;
-                if answer.outcome.is_committed() {
-                    summary.committed += 1;
-                } else {
-                    summary.proc_aborted += 1;
-                }
-                ordered.push(i);
-            }
-            TxnOutcome::Rejected(_) => summary.rejected += 1,
-            // A shell records only definite answers (an unknown one must be resolved).
-            TxnOutcome::Unknown(why) => {
-                return Err(Violation::new(
-                    ViolationKind::Failed,
-                    format!("txn {:?} ended unknown after {} attempts: {why}", rec.id, answer.attempts),
-                ))
-            }
+        let answer = the_answer(rec, shards)?;
+        if counts_answer(rec, answer, summary)? {
+            ordered.push(i);
         }
     }
     Ok(ordered)
+}
+
+/// The one answer of `rec` (answered once, after its dispatch, naming shards the cluster has).
+fn the_answer(rec: &TxnRecord, shards: usize) -> Result<&AnswerRecord, Violation> {
+    let answer = match rec.answers.as_slice() {
+        [] => {
+            return Err(Violation::new(
+                ViolationKind::Unanswered,
+                format!("txn {:?} (dispatched at {} us) was never answered", rec.id, rec.dispatched.us),
+            ))
+        }
+        [one] => one,
+        [first, second, ..] => {
+            return Err(Violation::new(
+                ViolationKind::DuplicateAnswer,
+                format!(
+                    "txn {:?} was answered {} times: first {:?} at {} us, then {:?} at {} us",
+                    rec.id,
+                    rec.answers.len(),
+                    first.outcome,
+                    first.at.us,
+                    second.outcome,
+                    second.at.us
+                ),
+            ))
+        }
+    };
+    if answer.at < rec.dispatched {
+        return Err(Violation::new(
+            ViolationKind::Invariant,
+            format!("txn {:?} answered at {:?} before its dispatch at {:?}", rec.id, answer.at, rec.dispatched),
+        ));
+    }
+    for piece in &rec.pieces {
+        if piece.shard as usize >= shards {
+            return Err(Violation::new(
+                ViolationKind::Invariant,
+                format!("txn {:?} names shard {} but there are {shards} shards", rec.id, piece.shard),
+            ));
+        }
+    }
+    Ok(answer)
+}
+
+/// Counts `rec`'s answer in `summary`; returns whether it was ordered (with a result from
+/// each participant, at a non-zero timestamp).
+fn counts_answer(rec: &TxnRecord, answer: &AnswerRecord, summary: &mut CheckSummary) -> Result<bool, Violation> {
+    match &answer.outcome {
+        TxnOutcome::Ordered { ts, results } => {
+            let mut got: Vec<ShardId> = results.iter().map(|(s, _)| *s).collect();
+            let mut want: Vec<ShardId> = rec.pieces.iter().map(|p| p.shard).collect();
+            got.sort_unstable();
+            want.sort_unstable();
+            if got != want {
+                return Err(Violation::new(
+                    ViolationKind::ResultMismatch,
+                    format!("txn {:?} has results from shards {got:?} but its participants are {want:?}", rec.id),
+                ));
+            }
+            if *ts == 0 {
+                return Err(Violation::new(
+                    ViolationKind::Invariant,
+                    format!("txn {:?} was ordered at timestamp 0", rec.id),
+                ));
+            }
+            summary.ordered += 1;
+            if answer.outcome.is_committed() {
+                summary.committed += 1;
+            } else {
+                summary.proc_aborted += 1;
+            }
+            Ok(true)
+        }
+        TxnOutcome::Rejected(_) => {
+            summary.rejected += 1;
+            Ok(false)
+        }
+        // A shell records only definite answers (an unknown one must be resolved).
+        TxnOutcome::Unknown(why) => Err(Violation::new(
+            ViolationKind::Failed,
+            format!("txn {:?} ended unknown after {} attempts: {why}", rec.id, answer.attempts),
+        )),
+    }
 }

@@ -25,7 +25,6 @@ struct KeyState {
 
 /// Check 2, from the `initial` stores (one per shard, like `stores`); returns the conflict
 /// edges.
-#[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
 pub(super) fn replay(
     history: &History,
     ordered: &[usize],
@@ -44,10 +43,29 @@ pub(super) fn replay(
         let msg = format!("{} initial stores for {} shards", initial.len(), stores.len());
         return Err(Violation::new(ViolationKind::Invariant, msg));
     }
-    let mut model: Vec<Store> = initial.to_vec();
-    let mut keys: HashMap<(ShardId, Key), KeyState> = HashMap::new();
-    let mut edges = Vec::new();
+    let mut r = Replay { history, registry, model: initial.to_vec(), keys: HashMap::new(), edges: Vec::new() };
     for &(ts, i) in &order {
+        r.replay_txn(ts, i)?;
+    }
+    r.compare_stores(stores)?;
+    Ok(r.edges)
+}
+
+/// The sequential model as the replay goes, and the conflicts it found.
+struct Replay<'h> {
+    history: &'h History,
+    registry: &'h Registry,
+    /// Each shard's store after the transactions replayed so far.
+    model: Vec<Store>,
+    keys: HashMap<(ShardId, Key), KeyState>,
+    edges: Vec<Edge>,
+}
+
+impl Replay<'_> {
+    /// Replays transaction `i` (at `ts`) on each of its participants, comparing the answer
+    /// it got (an orphan has none) with the model's, and notes its conflicts.
+    fn replay_txn(&mut self, ts: Timestamp, i: usize) -> Result<(), Violation> {
+        let history = self.history;
         let rec = &history.txns[i];
         let results = match rec.answers.first().map(|a| &a.outcome) {
             Some(TxnOutcome::Ordered { results, .. }) => Some(results),
@@ -58,8 +76,9 @@ pub(super) fn replay(
         };
         for piece in &rec.pieces {
             let shard = piece.shard;
-            let expected = registry
-                .execute(&rec.procedure, &rec.args, &mut model[shard as usize], &piece.keys, shard)
+            let expected = self
+                .registry
+                .execute(&rec.procedure, &rec.args, &mut self.model[shard as usize], &piece.keys, shard)
                 .map_err(TxnError::from);
             let got = match results {
                 Some(results) => {
@@ -77,51 +96,62 @@ pub(super) fn replay(
                     render_args(&rec.procedure, &rec.args),
                 );
                 msg.push_str(&explain_reads(history, &rec.procedure, got, &expected));
-                msg.push_str(&predecessors(history, &keys, shard, piece));
+                msg.push_str(&predecessors(history, &self.keys, shard, piece));
                 return Err(Violation::new(ViolationKind::ResultMismatch, msg));
             }
-            for (key, access) in piece.keys.entries() {
-                let state = keys.entry((shard, key.clone())).or_default();
-                match access {
-                    Access::Read => {
-                        if let Some(w) = state.last_write {
-                            edges.push((w, i));
-                        }
-                        state.reads_since_write.push(i);
+            self.note_conflicts(i, piece);
+        }
+        Ok(())
+    }
+
+    /// The conflict edges from transaction `i`'s `piece`: after the last write of each key it
+    /// touches, and (for a write) after the reads since.
+    fn note_conflicts(&mut self, i: usize, piece: &ShardPiece) {
+        for (key, access) in piece.keys.entries() {
+            let state = self.keys.entry((piece.shard, key.clone())).or_default();
+            match access {
+                Access::Read => {
+                    if let Some(w) = state.last_write {
+                        self.edges.push((w, i));
                     }
-                    Access::Write => {
-                        if let Some(w) = state.last_write {
-                            edges.push((w, i));
-                        }
-                        edges.extend(state.reads_since_write.drain(..).map(|r| (r, i)));
-                        state.last_write = Some(i);
+                    state.reads_since_write.push(i);
+                }
+                Access::Write => {
+                    if let Some(w) = state.last_write {
+                        self.edges.push((w, i));
                     }
+                    self.edges.extend(state.reads_since_write.drain(..).map(|r| (r, i)));
+                    state.last_write = Some(i);
                 }
             }
         }
     }
-    for (shard, (model, actual)) in model.iter().zip(stores).enumerate() {
-        if model != *actual {
-            let shard = shard as ShardId;
-            let mut msg = format!(
-                "shard {shard}: the leader's final store (hash {:#x}, {} keys) differs from the \
-                 sequential replay in timestamp order (hash {:#x}, {} keys); {}",
-                actual.state_hash(),
-                actual.len(),
-                model.state_hash(),
-                model.len(),
-                first_difference(model, actual),
-            );
-            if let Some((key, _)) = differing_key(model, actual) {
-                if let Some(w) = keys.get(&(shard, key)).and_then(|s| s.last_write) {
-                    let w = &history.txns[w];
-                    let _ = write!(msg, "; last writer in timestamp order: {:?} at ts {:?}", w.id, w.ts());
+
+    /// Every leader's final store is the model's.
+    fn compare_stores(&self, stores: &[&Store]) -> Result<(), Violation> {
+        for (shard, (model, actual)) in self.model.iter().zip(stores).enumerate() {
+            if model != *actual {
+                let shard = shard as ShardId;
+                let mut msg = format!(
+                    "shard {shard}: the leader's final store (hash {:#x}, {} keys) differs from the \
+                     sequential replay in timestamp order (hash {:#x}, {} keys); {}",
+                    actual.state_hash(),
+                    actual.len(),
+                    model.state_hash(),
+                    model.len(),
+                    first_difference(model, actual),
+                );
+                if let Some((key, _)) = differing_key(model, actual) {
+                    if let Some(w) = self.keys.get(&(shard, key)).and_then(|s| s.last_write) {
+                        let w = &self.history.txns[w];
+                        let _ = write!(msg, "; last writer in timestamp order: {:?} at ts {:?}", w.id, w.ts());
+                    }
                 }
+                return Err(Violation::new(ViolationKind::StateMismatch, msg));
             }
-            return Err(Violation::new(ViolationKind::StateMismatch, msg));
         }
+        Ok(())
     }
-    Ok(edges)
 }
 
 /// Describes, for a mismatch, the transactions before this one on its keys.

@@ -12,8 +12,8 @@ use luigi_txn::types::{Protocol, ShardId, Timestamp, TxnId};
 
 use super::baseline::BaseOracle;
 use super::config::without_population;
-use super::replicas::{luigi_watermark, serving_pending};
-use super::{shards_of, FailoverReport, RaftGroups};
+use super::replicas::{luigi_watermark, serving_pending, SimReplica};
+use super::{shards_of, FailoverReport, RaftGroups, Rule4Later};
 use crate::checker::History;
 use crate::engine::{Core, Step};
 use crate::hosted::check_run;
@@ -30,6 +30,28 @@ enum Checked {
     Derived(History, BTreeMap<TxnId, Option<Timestamp>>),
     /// Direct: not transactional, durability only.
     DurabilityOnly,
+}
+
+/// Each converged group's serving leader's store, adding the Luigi leaders' recovery and
+/// fast-path counters to `report`.
+fn leader_stores<'r>(replicas: &'r [Vec<SimReplica>], report: &mut FailoverReport) -> Vec<&'r Store> {
+    let mut stores = Vec::new();
+    for group in replicas {
+        let leader = group
+            .iter()
+            .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
+            .find(|r| r.is_serving())
+            .expect("converged");
+        stores.push(leader.store());
+        if let Some(stats) = leader.leader_figures().and_then(|f| f.luigi) {
+            report.recover_sent += stats.recover_sent;
+            report.recover_kept += stats.recover_kept;
+            report.recover_acknowledged += stats.recover_acknowledged;
+            report.fast_proposals += stats.fast_proposals;
+            report.early_answers += stats.early_answers;
+        }
+    }
+    stores
 }
 
 impl RaftGroups<'_> {
@@ -154,7 +176,7 @@ impl RaftGroups<'_> {
         // reports proved) is committed before any of its replicas knows it: the check waits
         // for the final logs then.
         if durable.iter().any(|(p, d)| *p != s && d.prepares == 0 && !d.aborted) {
-            self.rule4_later.push((format!("R{s}.{i}"), s, id, ts));
+            self.rule4_later.push(Rule4Later { who: format!("R{s}.{i}"), shard: s, id, ts });
             return Ok(());
         }
         check_rule4(&format!("R{s}.{i}"), s, id, Some(ts), &durable)
@@ -169,7 +191,7 @@ impl RaftGroups<'_> {
     /// Rule 4 for the executions that ran before another participant's commit was known, over
     /// the final logs: the proposals they relied on were committed.
     fn check_rule4_later(&mut self, core: &Core<'_>) -> Step {
-        for (who, s, id, ts) in std::mem::take(&mut self.rule4_later) {
+        for Rule4Later { who, shard: s, id, ts } in std::mem::take(&mut self.rule4_later) {
             let shards = shards_of(&core.cs.history.txns[core.cs.index[&id]]);
             check_rule4(&format!("{who} (checked at the end)"), s, id, Some(ts), &self.durable_of(id, &shards))
                 .map_err(|msg| core.violation(ViolationKind::NotDurable, msg))?;
@@ -184,10 +206,34 @@ impl RaftGroups<'_> {
         core.cs.replies.check_reply(shard, r).map_err(|(kind, msg)| core.violation(kind, msg))
     }
 
-    #[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
+    /// The checks at the end of a converged run, and its report.
     pub(super) fn finish_checks(mut self, mut core: Core<'_>) -> Result<FailoverReport, Violation> {
-        // Raft safety: every replica's committed prefix is the group's.
-        let now = core.now;
+        self.check_committed_prefixes(core.now)?;
+        let derived = self.protocol_checks(&mut core)?;
+        let alive = self.replicas.iter().flatten().filter_map(|n| n.node.as_ref());
+        self.report.clock_handovers = alive.map(|n| n.clock().stats().handovers).sum();
+        let stores = leader_stores(&self.replicas, &mut self.report);
+        let (committed, rejected) = self.check_workload(&core, &derived, &stores)?;
+        self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
+        self.check_every_store(&core)?;
+        self.report.committed = committed;
+        self.report.rejected = rejected;
+        self.report.txns = core.cs.submitted;
+        self.report.orphans = core.cs.orphans.len() as u64;
+        self.report.unknown = core.cs.unknown;
+        let counters = || core.cs.nodes.iter().map(|c| c.coord.counters());
+        self.report.retries = counters().map(|c| c.flights.retries).sum();
+        self.report.fast_commits = counters().map(|c| c.fast).sum();
+        self.report.fanned_out = counters().map(|c| c.fanned_out).sum();
+        self.report.early_commits = counters().map(|c| c.early).sum();
+        self.report.events = core.events;
+        self.report.messages = core.delivered;
+        self.report.trace_hash = core.trace_hash;
+        Ok(self.report)
+    }
+
+    /// Raft safety: every replica's committed prefix is the group's.
+    fn check_committed_prefixes(&mut self, now: u64) -> Step {
         for (s, group) in self.replicas.iter_mut().enumerate() {
             let oracle = &self.oracle[s];
             for (i, node) in group.iter_mut().enumerate() {
@@ -205,52 +251,43 @@ impl RaftGroups<'_> {
                 }
             }
         }
-        // What is checked, by protocol: Luigi's answers against its committed records, then
-        // the replay in timestamp order; OCC's and 2PL's in the serial order derived from
-        // their logs; direct's durability only (it is not transactional).
-        let derived = match core.config.protocol {
+        Ok(())
+    }
+
+    /// What is checked, by protocol: Luigi's answers against its committed records, then
+    /// the replay in timestamp order; OCC's and 2PL's in the serial order derived from
+    /// their logs; direct's durability only (it is not transactional).
+    fn protocol_checks(&mut self, core: &mut Core<'_>) -> Result<Checked, Violation> {
+        Ok(match core.config.protocol {
             Protocol::Luigi => {
-                self.check_rule4_later(&core)?;
-                self.luigi_durability(&mut core)?;
+                self.check_rule4_later(core)?;
+                self.luigi_durability(core)?;
                 Checked::Timestamps
             }
             Protocol::Occ | Protocol::TwoPl => {
-                self.check_nothing_left(&core)?;
-                let (history, orphans) = self.derived_history(&core)?;
+                self.check_nothing_left(core)?;
+                let (history, orphans) = self.derived_history(core)?;
                 self.report.orphans_executed = orphans.values().filter(|ts| ts.is_some()).count() as u64;
                 Checked::Derived(history, orphans)
             }
             Protocol::Direct => {
-                self.check_nothing_left(&core)?;
+                self.check_nothing_left(core)?;
                 Checked::DurabilityOnly
             }
-        };
-        let mut stores: Vec<&Store> = Vec::new();
-        let alive = self.replicas.iter().flatten().filter_map(|n| n.node.as_ref());
-        self.report.clock_handovers = alive.map(|n| n.clock().stats().handovers).sum();
-        for group in &self.replicas {
-            let leader = group
-                .iter()
-                .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
-                .find(|r| r.is_serving())
-                .expect("converged");
-            stores.push(leader.store());
-            if let Some(stats) = leader.leader_figures().and_then(|f| f.luigi) {
-                self.report.recover_sent += stats.recover_sent;
-                self.report.recover_kept += stats.recover_kept;
-                self.report.recover_acknowledged += stats.recover_acknowledged;
-                self.report.fast_proposals += stats.fast_proposals;
-                self.report.early_answers += stats.early_answers;
-            }
-        }
+        })
+    }
+
+    /// The workload's checks over the leaders' final `stores` (as committed and rejected
+    /// counts), in the way `derived` says.
+    fn check_workload(&self, core: &Core<'_>, derived: &Checked, stores: &[&Store]) -> Result<(u64, u64), Violation> {
         // The workload's model knows nothing of the synthetic population.
         let modelled: Vec<Store> = if self.faults.population_bytes > 0 {
             stores.iter().map(|s| without_population(s)).collect()
         } else {
             Vec::new()
         };
-        let checked: Vec<&Store> = if modelled.is_empty() { stores.clone() } else { modelled.iter().collect() };
-        let (committed, rejected) = match &derived {
+        let checked: Vec<&Store> = if modelled.is_empty() { stores.to_vec() } else { modelled.iter().collect() };
+        Ok(match derived {
             Checked::Timestamps => {
                 let summary =
                     check_run(core.config, &core.cs.history, &core.cs.orphans, &checked).map_err(|v| v.at(core.now))?;
@@ -261,10 +298,12 @@ impl RaftGroups<'_> {
                 (summary.committed, summary.rejected)
             }
             // Direct: no replay, no workload check (neither atomic nor isolated).
-            Checked::DurabilityOnly => self.check_direct(&core)?,
-        };
-        self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
-        // Every replica holds the replayed state, not only the leaders checked above.
+            Checked::DurabilityOnly => self.check_direct(core)?,
+        })
+    }
+
+    /// Every replica holds the replayed state, not only the leaders checked.
+    fn check_every_store(&self, core: &Core<'_>) -> Step {
         for (s, group) in self.replicas.iter().enumerate() {
             for (i, node) in group.iter().enumerate() {
                 let hash = node.node.as_ref().map(|n| n.replica().store().state_hash());
@@ -278,20 +317,7 @@ impl RaftGroups<'_> {
                 }
             }
         }
-        self.report.committed = committed;
-        self.report.rejected = rejected;
-        self.report.txns = core.cs.submitted;
-        self.report.orphans = core.cs.orphans.len() as u64;
-        self.report.unknown = core.cs.unknown;
-        let counters = || core.cs.nodes.iter().map(|c| c.coord.counters());
-        self.report.retries = counters().map(|c| c.flights.retries).sum();
-        self.report.fast_commits = counters().map(|c| c.fast).sum();
-        self.report.fanned_out = counters().map(|c| c.fanned_out).sum();
-        self.report.early_commits = counters().map(|c| c.early).sum();
-        self.report.events = core.events;
-        self.report.messages = core.delivered;
-        self.report.trace_hash = core.trace_hash;
-        Ok(self.report)
+        Ok(())
     }
 
     /// Luigi: nothing answered is lost (every ordered answer is durable on every participant

@@ -109,6 +109,19 @@ fn sim<'a>(config: &'a SimConfig, faults: &'a FaultConfig) -> Result<Sim<'a, Raf
     Ok(Sim::new(core, cluster, &mut seeds))
 }
 
+/// An execution that relied on another shard's proposal proven committed by its progress
+/// reports before any replica there knew its commit (rule 14): checked against the final logs.
+struct Rule4Later {
+    /// Which replica executed it (`R<shard>.<replica>`).
+    who: String,
+    /// The executing shard.
+    shard: ShardId,
+    /// The transaction.
+    id: TxnId,
+    /// The timestamp it executed at.
+    ts: Timestamp,
+}
+
 /// What each shard's group has committed, from the highest commit index any replica reports.
 #[derive(Default)]
 struct Oracle {
@@ -153,8 +166,8 @@ pub(crate) struct RaftGroups<'a> {
     proposed: HashSet<(ShardId, TxnId)>,
     /// Executions that relied on another shard's proposal proven committed by its progress
     /// reports before any replica there knew its commit (rule 14): checked against the final
-    /// logs (who, executing shard, transaction, the timestamp it executed at).
-    rule4_later: Vec<(String, ShardId, TxnId, Timestamp)>,
+    /// logs.
+    rule4_later: Vec<Rule4Later>,
     /// The baselines' single-shard reads and the replies they produced.
     reads: baseline::ReadLedger,
     /// Messages waiting on links cut by a partition that holds them.

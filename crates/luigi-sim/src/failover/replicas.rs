@@ -7,14 +7,14 @@
 //! fault plans and checks are in `faults.rs` and `checks.rs`.
 
 use luigi_baseline::replicas_for;
-use luigi_node::{Effect, NodeConfig, NodeError, ReplicaNode, Tuning};
+use luigi_node::{Effect, NodeConfig, NodeError, Persist, ReplicaNode, SnapshotCheck, Tuning};
 use luigi_protocol::leader::{LeaderConfig, LeaderStats};
 use luigi_protocol::msg::BaseItem;
 use luigi_protocol::msg::PeerItem;
 use luigi_raft::accepts::FoundAccepts;
 use luigi_raft::disk::DiskStorage;
-use luigi_raft::Transition;
 use luigi_raft::{RecoveredState, ShardReplica};
+use luigi_raft::{SnapshotJob, Transition};
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::types::NodeId;
 use luigi_txn::types::{Protocol, ShardId, TimeUs, Timestamp, TxnId};
@@ -318,27 +318,12 @@ impl RaftGroups<'_> {
         Err(core.violation(ViolationKind::Invariant, format!("{me} never settles")))
     }
 
-    #[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
     fn execute_one(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, e: Effect, again: &mut Vec<Effect>) -> Step {
         let me = Node::Replica(s, i);
         match e {
             // Not a simulated client: it only sends (see `send_hostile`).
             Effect::ToClient { client: super::HOSTILE_CLIENT, .. } => {}
-            Effect::ToClient { client, msg } => {
-                if let ServerMsg::Reply(r) = &msg {
-                    match core.config.protocol {
-                        Protocol::Luigi => self.check_reply(core, s, r)?,
-                        Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
-                            self.bind_read_reply(s, i, r, &msg);
-                        }
-                    }
-                }
-                if client == 0 || client > u64::from(core.config.clients) {
-                    let msg = format!("{me} sent {msg:?} to nonexistent client {client}");
-                    return Err(core.violation(ViolationKind::Invariant, msg));
-                }
-                self.send(core, me, Node::Client(client), SimMsg::ToClient(msg));
-            }
+            Effect::ToClient { client, msg } => self.send_to_client(core, s, i, client, msg)?,
             Effect::ToAllClients { msg } => {
                 for client in 1..=u64::from(core.config.clients) {
                     self.send(core, me, Node::Client(client), SimMsg::ToClient(msg.clone()));
@@ -359,28 +344,7 @@ impl RaftGroups<'_> {
             Effect::Replicate { to, msg } => {
                 self.send(core, me, Node::Replica(to.shard, to.replica), SimMsg::Replication(msg))
             }
-            Effect::Persist(p) => {
-                let r = &mut self.replicas[s as usize][i as usize];
-                if let Err(e) = r.disk.storage().write_accepts(&p.accepts, p.accepts_rewrite) {
-                    let msg = format!("{me} cannot write its accept log: {e}");
-                    return Err(core.violation(ViolationKind::Invariant, msg));
-                }
-                if let Err(e) = r.disk.storage().write(&p.ready) {
-                    return Err(core.violation(ViolationKind::Invariant, format!("{me} cannot write its log: {e}")));
-                }
-                if p.sync && self.faults.ack_before_sync {
-                    // The broken disk: says durable before it is.
-                    r.node.as_mut().expect("up").persisted(p.number, again);
-                } else if p.sync {
-                    r.unsynced = Some(p.number);
-                }
-                if p.sync && !r.sync_scheduled {
-                    r.sync_scheduled = true;
-                    let at = core.now + self.faults.sync.sample_us(&mut self.disk_rng);
-                    let gen = r.gen;
-                    core.queue.push(at, EventKind::Sync { node: me, gen });
-                }
-            }
+            Effect::Persist(p) => self.persist(core, s, i, &p, again)?,
             Effect::SaveSnapshot(snap) => {
                 let index = snap.index;
                 if let Err(e) = self.replicas[s as usize][i as usize].disk.storage().save_snapshot(&snap) {
@@ -389,56 +353,131 @@ impl RaftGroups<'_> {
                 }
                 core.trace(|| format!("{me} saves a snapshot at {index}"));
             }
-            Effect::MakeSnapshot(job) => {
-                let made = job.run();
-                let node = self.replicas[s as usize][i as usize].node.as_mut().expect("up");
-                let taken = node.stats().snapshots_taken;
-                if let Err(e) = node.snapshot_made(made, again) {
-                    return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
-                }
-                self.report.compactions += node.stats().snapshots_taken - taken;
-            }
-            Effect::CheckSnapshot(check) => {
-                // Run at once (a server runs it on a thread while its replica goes on).
-                let index = check.index();
-                if check.is_install() {
-                    self.report.installed_bytes_max = self.report.installed_bytes_max.max(check.bytes() as u64);
-                }
-                let checked = check.run();
-                let node = self.replicas[s as usize][i as usize].node.as_mut().expect("up");
-                let compactions = node.stats().compactions_behind_offers;
-                if let Err(e) = node.snapshot_checked(checked, again) {
-                    // Every replica's snapshot is made by the same code from the same log: one
-                    // that does not load is a bug.
-                    return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
-                }
-                self.report.leader_compactions += node.stats().compactions_behind_offers - compactions;
-                core.trace(|| format!("{me} checked a received snapshot at {index}"));
-            }
+            Effect::MakeSnapshot(job) => self.make_snapshot(core, s, i, job, again)?,
+            Effect::CheckSnapshot(check) => self.check_snapshot(core, s, i, check, again)?,
             Effect::MarkDamaged { reason } => {
                 let _ = self.replicas[s as usize][i as usize].disk.storage().mark_damaged(&reason);
                 return Err(core.violation(ViolationKind::Invariant, format!("{me} lost its disk: {reason}")));
             }
             Effect::Executed { .. } => {} // checked in `after_turn`
             Effect::Discard(state) => drop(state),
-            Effect::Transition(t) => {
-                let r = &mut self.replicas[s as usize][i as usize];
-                r.watermark = 0;
-                r.reads.clear();
-                match t {
-                    Transition::Promoted => {
-                        self.report.promotions += 1;
-                        self.report.promoted.push((s, i));
-                        core.trace(|| format!("{me} serves as the leader"));
-                    }
-                    Transition::Demoted => {
-                        self.report.demotions += 1;
-                        core.trace(|| format!("{me} stepped down and rebuilt its state"));
-                    }
+            Effect::Transition(t) => self.transition(core, s, i, t),
+        }
+        Ok(())
+    }
+
+    /// A message to a simulated client: a reply is checked (Luigi) or bound to the read it
+    /// answers (the baselines) before it goes.
+    fn send_to_client(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, client: u64, msg: ServerMsg) -> Step {
+        let me = Node::Replica(s, i);
+        if let ServerMsg::Reply(r) = &msg {
+            match core.config.protocol {
+                Protocol::Luigi => self.check_reply(core, s, r)?,
+                Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
+                    self.bind_read_reply(s, i, r, &msg);
                 }
             }
         }
+        if client == 0 || client > u64::from(core.config.clients) {
+            let msg = format!("{me} sent {msg:?} to nonexistent client {client}");
+            return Err(core.violation(ViolationKind::Invariant, msg));
+        }
+        self.send(core, me, Node::Client(client), SimMsg::ToClient(msg));
         Ok(())
+    }
+
+    /// A write of a ready to the simulated disk: written now, durable at its sync (which is
+    /// scheduled if none is), or at once on the broken disk that says durable before it is.
+    fn persist(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, p: &Persist, again: &mut Vec<Effect>) -> Step {
+        let me = Node::Replica(s, i);
+        let r = &mut self.replicas[s as usize][i as usize];
+        if let Err(e) = r.disk.storage().write_accepts(&p.accepts, p.accepts_rewrite) {
+            let msg = format!("{me} cannot write its accept log: {e}");
+            return Err(core.violation(ViolationKind::Invariant, msg));
+        }
+        if let Err(e) = r.disk.storage().write(&p.ready) {
+            return Err(core.violation(ViolationKind::Invariant, format!("{me} cannot write its log: {e}")));
+        }
+        if p.sync && self.faults.ack_before_sync {
+            // The broken disk: says durable before it is.
+            r.node.as_mut().expect("up").persisted(p.number, again);
+        } else if p.sync {
+            r.unsynced = Some(p.number);
+        }
+        if p.sync && !r.sync_scheduled {
+            r.sync_scheduled = true;
+            let at = core.now + self.faults.sync.sample_us(&mut self.disk_rng);
+            let gen = r.gen;
+            core.queue.push(at, EventKind::Sync { node: me, gen });
+        }
+        Ok(())
+    }
+
+    /// Runs a snapshot job at once and hands its result back, counting the compaction.
+    fn make_snapshot(
+        &mut self,
+        core: &Core<'_>,
+        s: ShardId,
+        i: u32,
+        job: SnapshotJob,
+        again: &mut Vec<Effect>,
+    ) -> Step {
+        let me = Node::Replica(s, i);
+        let made = job.run();
+        let node = self.replicas[s as usize][i as usize].node.as_mut().expect("up");
+        let taken = node.stats().snapshots_taken;
+        if let Err(e) = node.snapshot_made(made, again) {
+            return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+        }
+        self.report.compactions += node.stats().snapshots_taken - taken;
+        Ok(())
+    }
+
+    /// Checks a received snapshot at once (a server runs it on a thread while its replica
+    /// goes on) and hands the result back.
+    fn check_snapshot(
+        &mut self,
+        core: &mut Core<'_>,
+        s: ShardId,
+        i: u32,
+        check: SnapshotCheck,
+        again: &mut Vec<Effect>,
+    ) -> Step {
+        let me = Node::Replica(s, i);
+        let index = check.index();
+        if check.is_install() {
+            self.report.installed_bytes_max = self.report.installed_bytes_max.max(check.bytes() as u64);
+        }
+        let checked = check.run();
+        let node = self.replicas[s as usize][i as usize].node.as_mut().expect("up");
+        let compactions = node.stats().compactions_behind_offers;
+        if let Err(e) = node.snapshot_checked(checked, again) {
+            // Every replica's snapshot is made by the same code from the same log: one
+            // that does not load is a bug.
+            return Err(core.violation(ViolationKind::Invariant, format!("{me}: {e}")));
+        }
+        self.report.leader_compactions += node.stats().compactions_behind_offers - compactions;
+        core.trace(|| format!("{me} checked a received snapshot at {index}"));
+        Ok(())
+    }
+
+    /// The replica started or stopped serving: what it published as a leader is void.
+    fn transition(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, t: Transition) {
+        let me = Node::Replica(s, i);
+        let r = &mut self.replicas[s as usize][i as usize];
+        r.watermark = 0;
+        r.reads.clear();
+        match t {
+            Transition::Promoted => {
+                self.report.promotions += 1;
+                self.report.promoted.push((s, i));
+                core.trace(|| format!("{me} serves as the leader"));
+            }
+            Transition::Demoted => {
+                self.report.demotions += 1;
+                core.trace(|| format!("{me} stepped down and rebuilt its state"));
+            }
+        }
     }
 
     /// Publishes a serving leader's watermark and schedules the next wake-up at its node's

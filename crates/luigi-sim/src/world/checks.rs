@@ -67,8 +67,17 @@ impl IdealLog {
     /// After the run: exactly the ordered transactions were executed, once on each
     /// participant, and on every shard conflicting ones executed in final-timestamp order and
     /// in the order of the shard's own committed log.
-    #[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
     pub(super) fn check_executions(&mut self, core: &Core<'_>) -> Step {
+        self.check_only_ordered_executed(core)?;
+        self.check_ordered_executed_everywhere(core)?;
+        for shard in 0..core.config.shards {
+            self.check_execution_order(core, shard)?;
+        }
+        Ok(())
+    }
+
+    /// Nothing rejected or aborted left a trace: whatever a shard executed was ordered.
+    fn check_only_ordered_executed(&self, core: &Core<'_>) -> Step {
         for (shard, execs) in self.executions.iter().enumerate() {
             for id in execs {
                 let rec = &core.cs.history.txns[core.cs.index[id]];
@@ -84,6 +93,12 @@ impl IdealLog {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Every transaction answered as ordered was aborted nowhere and executed on each of its
+    /// participants.
+    fn check_ordered_executed_everywhere(&mut self, core: &Core<'_>) -> Step {
         let now = core.now;
         for rec in &core.cs.history.txns {
             if rec.ts().is_none() {
@@ -104,42 +119,47 @@ impl IdealLog {
                 ));
             }
         }
-        for shard in 0..core.config.shards {
-            let mut execs = Vec::new();
-            for &id in &self.executions[shard as usize] {
-                let rec = &core.cs.history.txns[core.cs.index[&id]];
-                let ts = rec.ts().expect("checked above");
-                let log_ts = self.leaders[shard as usize].leader.log_mut().durable(id, now).ts().unwrap_or(ts);
-                let keys = rec.piece(shard).expect("participant checked at execution");
-                execs.push(Exec { id, by_final: (ts, id), by_log: (log_ts, id), keys });
-            }
-            let describe =
-                |e: &Exec| format!("{:?} (final ts {}, ts in shard {shard}'s log {})", e.id, e.by_final.0, e.by_log.0);
-            if let Some((a, b, key, access)) = first_inversion(&execs, |e| e.by_final) {
-                let msg = format!(
-                    "on shard {shard}, {} executed before {}, which conflicts with it on key {} \
-                     ({access:?}), but has the smaller final timestamp",
-                    describe(&execs[a]),
-                    describe(&execs[b]),
-                    checker::show_key(key)
-                );
-                return Err(core.violation(ViolationKind::ExecutionOrder, msg));
-            }
-            if !core.config.check_log_order {
-                continue;
-            }
-            if let Some((a, b, key, access)) = first_inversion(&execs, |e| e.by_log) {
-                let msg = format!(
-                    "timestamp inversion on shard {shard}: {} executed before {}, which conflicts with it \
-                     on key {} ({access:?}), but shard {shard}'s committed log orders them the other \
-                     way round, so a replica or a new leader replaying that log would run them in the \
-                     opposite order",
-                    describe(&execs[a]),
-                    describe(&execs[b]),
-                    checker::show_key(key)
-                );
-                return Err(core.violation(ViolationKind::ExecutionOrder, msg));
-            }
+        Ok(())
+    }
+
+    /// On `shard`, conflicting transactions executed in final-timestamp order, and (if the
+    /// run checks it) in the order of the shard's committed log.
+    fn check_execution_order(&mut self, core: &Core<'_>, shard: ShardId) -> Step {
+        let now = core.now;
+        let mut execs = Vec::new();
+        for &id in &self.executions[shard as usize] {
+            let rec = &core.cs.history.txns[core.cs.index[&id]];
+            let ts = rec.ts().expect("checked above");
+            let log_ts = self.leaders[shard as usize].leader.log_mut().durable(id, now).ts().unwrap_or(ts);
+            let keys = rec.piece(shard).expect("participant checked at execution");
+            execs.push(Exec { id, by_final: (ts, id), by_log: (log_ts, id), keys });
+        }
+        let describe =
+            |e: &Exec| format!("{:?} (final ts {}, ts in shard {shard}'s log {})", e.id, e.by_final.0, e.by_log.0);
+        if let Some(Inversion { earlier: a, later: b, key, access }) = first_inversion(&execs, |e| e.by_final) {
+            let msg = format!(
+                "on shard {shard}, {} executed before {}, which conflicts with it on key {} \
+                 ({access:?}), but has the smaller final timestamp",
+                describe(&execs[a]),
+                describe(&execs[b]),
+                checker::show_key(key)
+            );
+            return Err(core.violation(ViolationKind::ExecutionOrder, msg));
+        }
+        if !core.config.check_log_order {
+            return Ok(());
+        }
+        if let Some(Inversion { earlier: a, later: b, key, access }) = first_inversion(&execs, |e| e.by_log) {
+            let msg = format!(
+                "timestamp inversion on shard {shard}: {} executed before {}, which conflicts with it \
+                 on key {} ({access:?}), but shard {shard}'s committed log orders them the other \
+                 way round, so a replica or a new leader replaying that log would run them in the \
+                 opposite order",
+                describe(&execs[a]),
+                describe(&execs[b]),
+                checker::show_key(key)
+            );
+            return Err(core.violation(ViolationKind::ExecutionOrder, msg));
         }
         Ok(())
     }
@@ -205,42 +225,8 @@ impl IdealLog {
     /// The end-of-run checks (coordinators, idle leaders, executions, followers, the
     /// checker) and the report.
     pub(super) fn finish_checks(mut self, core: Core<'_>) -> Result<RunReport, Violation> {
-        let mut retries = 0;
-        for (id, c) in (1..).zip(&core.cs.nodes) {
-            // The ideal-log model runs Luigi only (`crate::run` refuses the baselines).
-            match c.coord.protocol() {
-                Protocol::Luigi => {}
-                Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
-                    let msg = format!("client {id} is not Luigi's coordinator in the ideal-log model");
-                    return Err(core.violation(ViolationKind::Config, msg));
-                }
-            }
-            let stats = c.coord.counters();
-            retries += stats.flights.retries;
-            if stats.ts_mismatch != 0 {
-                return Err(core.violation(
-                    ViolationKind::TimestampMismatch,
-                    format!(
-                        "client {} saw {} transactions whose participants answered with \
-                         different timestamps",
-                        id, stats.ts_mismatch
-                    ),
-                ));
-            }
-        }
-        for (s, l) in self.leaders.iter().enumerate() {
-            if l.leader.pending_len() != 0 {
-                return Err(core.violation(
-                    ViolationKind::Invariant,
-                    format!(
-                        "shard {s} still has {} transactions pending {} us after every \
-                         transaction was answered",
-                        l.leader.pending_len(),
-                        core.now - core.answered_at
-                    ),
-                ));
-            }
-        }
+        let retries = check_coordinators(&core)?;
+        self.check_leaders_idle(&core)?;
         self.check_executions(&core)?;
         self.check_followers(&core)?;
         let (cross_shard, cross_differed) = self.count_cross_shard(&core);
@@ -279,6 +265,55 @@ impl IdealLog {
     }
 }
 
+/// Every client is Luigi's coordinator and saw no participants answer with different
+/// timestamps; returns their retries.
+fn check_coordinators(core: &Core<'_>) -> Result<u64, Violation> {
+    let mut retries = 0;
+    for (id, c) in (1..).zip(&core.cs.nodes) {
+        // The ideal-log model runs Luigi only (`crate::run` refuses the baselines).
+        match c.coord.protocol() {
+            Protocol::Luigi => {}
+            Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
+                let msg = format!("client {id} is not Luigi's coordinator in the ideal-log model");
+                return Err(core.violation(ViolationKind::Config, msg));
+            }
+        }
+        let stats = c.coord.counters();
+        retries += stats.flights.retries;
+        if stats.ts_mismatch != 0 {
+            return Err(core.violation(
+                ViolationKind::TimestampMismatch,
+                format!(
+                    "client {} saw {} transactions whose participants answered with \
+                     different timestamps",
+                    id, stats.ts_mismatch
+                ),
+            ));
+        }
+    }
+    Ok(retries)
+}
+
+impl IdealLog {
+    /// No leader holds a transaction pending once every transaction was answered.
+    fn check_leaders_idle(&self, core: &Core<'_>) -> Step {
+        for (s, l) in self.leaders.iter().enumerate() {
+            if l.leader.pending_len() != 0 {
+                return Err(core.violation(
+                    ViolationKind::Invariant,
+                    format!(
+                        "shard {s} still has {} transactions pending {} us after every \
+                         transaction was answered",
+                        l.leader.pending_len(),
+                        core.now - core.answered_at
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
     LeaderStats {
         admitted: a.admitted + b.admitted,
@@ -313,19 +348,36 @@ struct Exec<'k> {
     keys: &'k KeySet,
 }
 
-/// Per key, the last write and the latest read since it, as (position, index into execs).
+/// An execution as a key's order sees it: its position, then its index into the executions
+/// (compared in that order).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Placed {
+    pos: (Timestamp, TxnId),
+    exec: usize,
+}
+
+/// Per key, the last write and the latest read since it.
 #[derive(Default)]
 struct KeyOrder {
-    last_write: Option<((Timestamp, TxnId), usize)>,
-    max_read: Option<((Timestamp, TxnId), usize)>,
+    last_write: Option<Placed>,
+    max_read: Option<Placed>,
+}
+
+/// Two conflicting executions whose positions are not increasing in execution order.
+struct Inversion<'k> {
+    /// Index into the executions of the one executed earlier.
+    earlier: usize,
+    /// Index of the one executed later.
+    later: usize,
+    /// The key they conflict on.
+    key: &'k Key,
+    /// The later one's access to it.
+    access: Access,
 }
 
 /// The first pair of conflicting executions, in execution order, whose positions under `pos`
-/// are not increasing: (earlier executed, later executed, key, access of the later one).
-fn first_inversion<'k>(
-    execs: &[Exec<'k>],
-    pos: impl Fn(&Exec<'k>) -> (Timestamp, TxnId),
-) -> Option<(usize, usize, &'k Key, Access)> {
+/// are not increasing.
+fn first_inversion<'k>(execs: &[Exec<'k>], pos: impl Fn(&Exec<'k>) -> (Timestamp, TxnId)) -> Option<Inversion<'k>> {
     let mut keys: HashMap<&Key, KeyOrder> = HashMap::new();
     for (i, e) in execs.iter().enumerate() {
         let me = pos(e);
@@ -335,15 +387,16 @@ fn first_inversion<'k>(
             if access == Access::Write {
                 ahead = ahead.max(k.max_read);
             }
-            if let Some((p, j)) = ahead {
+            if let Some(Placed { pos: p, exec: j }) = ahead {
                 if p >= me {
-                    return Some((j, i, key, access));
+                    return Some(Inversion { earlier: j, later: i, key, access });
                 }
             }
+            let placed = Placed { pos: me, exec: i };
             match access {
-                Access::Read => k.max_read = k.max_read.max(Some((me, i))),
+                Access::Read => k.max_read = k.max_read.max(Some(placed)),
                 Access::Write => {
-                    k.last_write = Some((me, i));
+                    k.last_write = Some(placed);
                     k.max_read = None;
                 }
             }

@@ -101,7 +101,6 @@ impl IdealLog {
     /// last broadcast time plus the interval while its watermark is stalled, a known bug), so
     /// such wake-ups back off exponentially (see [`busy_backoff_us`]); they are counted in
     /// [`RunReport::busy_wakes`]. Log commits are still woken for at their exact time.
-    #[allow(clippy::too_many_lines)] // Over CONTRIBUTING.md's ~70 lines; issue 27 splits it.
     fn call_leader(
         &mut self,
         core: &mut Core<'_>,
@@ -111,13 +110,46 @@ impl IdealLog {
     ) -> Step {
         let now = core.now;
         let mut out = std::mem::take(&mut self.leader_out);
+        let wake_at = self.run_leader(core, shard, woken, f, &mut out)?;
+        // Executions are observed through the leader's effects (before its replies go out).
+        let executed: Vec<(ShardId, TxnId)> = out
+            .iter()
+            .filter_map(|o| match o {
+                LeaderOutput::Executed { shard, id, .. } => Some((*shard, *id)),
+                _ => None,
+            })
+            .collect();
+        for (s, id) in executed {
+            self.on_executed(core, s, id)?;
+        }
+        for o in out.drain(..) {
+            self.send_output(core, shard, o)?;
+        }
+        self.leader_out = out;
+        let earliest = if woken { now + 1 } else { now };
+        core.schedule_wake(Node::Leader(shard), wake_at.map(|t| t.max(earliest)));
+        Ok(())
+    }
+
+    /// Runs `f` on leader `shard` at its local time and checks it after the step (its
+    /// invariants, a watermark that never goes back); returns when it next wants to be woken
+    /// (its deadline, backed off if it keeps asking for a past one, or its log's next commit).
+    fn run_leader(
+        &mut self,
+        core: &mut Core<'_>,
+        shard: ShardId,
+        woken: bool,
+        f: impl FnOnce(&mut LeaderWithLog<SimLog>, TimeUs, &mut Vec<LeaderOutput>),
+        out: &mut Vec<LeaderOutput>,
+    ) -> Result<Option<TimeUs>, Violation> {
+        let now = core.now;
         let node = self
             .leaders
             .get_mut(shard as usize)
             .ok_or_else(|| core.violation(ViolationKind::Invariant, format!("no shard {shard}")))?;
         node.leader.log_mut().set_now(now);
         let local = local_clock(now, node.offset_us);
-        f(&mut node.leader, local, &mut out);
+        f(&mut node.leader, local, out);
         // What the core promises holds after every step.
         if let Err(e) = node.leader.check_invariants() {
             return Err(core.violation(ViolationKind::Invariant, e));
@@ -140,70 +172,58 @@ impl IdealLog {
                 format!("shard {shard}'s watermark went back from {previous} to {watermark}"),
             ));
         }
-        // Executions are observed through the leader's effects (before its replies go out).
-        let executed: Vec<(ShardId, TxnId)> = out
-            .iter()
-            .filter_map(|o| match o {
-                LeaderOutput::Executed { shard, id, .. } => Some((*shard, *id)),
-                _ => None,
-            })
-            .collect();
-        for (s, id) in executed {
-            self.on_executed(core, s, id)?;
-        }
-        let me = Node::Leader(shard);
-        let clients = u64::from(core.config.clients);
-        for o in out.drain(..) {
-            match o {
-                LeaderOutput::ToClient { client, msg } => {
-                    if let ServerMsg::Reply(r) = &msg {
-                        self.check_reply(core, shard, r)?;
-                    }
-                    if client == 0 || client > clients {
-                        return Err(core.violation(
-                            ViolationKind::Invariant,
-                            format!("shard {shard} sent {msg:?} to nonexistent client {client}"),
-                        ));
-                    }
-                    core.send(me, Node::Client(client), SimMsg::ToClient(msg));
-                }
-                LeaderOutput::ToClientDurably { .. } => {
-                    // Only followers send these, and this world has leaders only.
-                    return Err(core.violation(
-                        ViolationKind::Invariant,
-                        format!("shard {shard}'s leader sent a follower's message: {o:?}"),
-                    ));
-                }
-                LeaderOutput::ToAllClients { msg } => {
-                    for client in 1..=clients {
-                        core.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
-                    }
-                }
-                LeaderOutput::ToClients { clients, msg } => {
-                    for client in clients {
-                        core.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
-                    }
-                }
-                // Unreplicated: no accept log to wait for.
-                LeaderOutput::ToPeer { shard: to, batch } | LeaderOutput::ToPeerDurably { shard: to, batch, .. } => {
-                    if to == shard || to >= core.config.shards || batch.from != shard {
-                        return Err(core.violation(
-                            ViolationKind::Invariant,
-                            format!("shard {shard} sent a batch from shard {} to shard {to}: {batch:?}", batch.from),
-                        ));
-                    }
-                    core.send(me, Node::Leader(to), SimMsg::Peer(batch));
-                }
-                LeaderOutput::Executed { .. } => {} // checked above
-            }
-        }
-        self.leader_out = out;
-        let at = match (deadline, commit) {
+        Ok(match (deadline, commit) {
             (Some(d), Some(c)) => Some(d.min(c)),
             (d, c) => d.or(c),
-        };
-        let earliest = if woken { now + 1 } else { now };
-        core.schedule_wake(me, at.map(|t| t.max(earliest)));
+        })
+    }
+
+    /// Sends one of leader `shard`'s outputs, checking where it goes (and a reply).
+    fn send_output(&mut self, core: &mut Core<'_>, shard: ShardId, o: LeaderOutput) -> Step {
+        let me = Node::Leader(shard);
+        let clients = u64::from(core.config.clients);
+        match o {
+            LeaderOutput::ToClient { client, msg } => {
+                if let ServerMsg::Reply(r) = &msg {
+                    self.check_reply(core, shard, r)?;
+                }
+                if client == 0 || client > clients {
+                    return Err(core.violation(
+                        ViolationKind::Invariant,
+                        format!("shard {shard} sent {msg:?} to nonexistent client {client}"),
+                    ));
+                }
+                core.send(me, Node::Client(client), SimMsg::ToClient(msg));
+            }
+            LeaderOutput::ToClientDurably { .. } => {
+                // Only followers send these, and this world has leaders only.
+                return Err(core.violation(
+                    ViolationKind::Invariant,
+                    format!("shard {shard}'s leader sent a follower's message: {o:?}"),
+                ));
+            }
+            LeaderOutput::ToAllClients { msg } => {
+                for client in 1..=clients {
+                    core.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
+                }
+            }
+            LeaderOutput::ToClients { clients, msg } => {
+                for client in clients {
+                    core.send(me, Node::Client(client), SimMsg::ToClient(msg.clone()));
+                }
+            }
+            // Unreplicated: no accept log to wait for.
+            LeaderOutput::ToPeer { shard: to, batch } | LeaderOutput::ToPeerDurably { shard: to, batch, .. } => {
+                if to == shard || to >= core.config.shards || batch.from != shard {
+                    return Err(core.violation(
+                        ViolationKind::Invariant,
+                        format!("shard {shard} sent a batch from shard {} to shard {to}: {batch:?}", batch.from),
+                    ));
+                }
+                core.send(me, Node::Leader(to), SimMsg::Peer(batch));
+            }
+            LeaderOutput::Executed { .. } => {} // observed before the outputs are sent
+        }
         Ok(())
     }
 }

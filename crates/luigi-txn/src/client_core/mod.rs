@@ -13,7 +13,7 @@ pub mod table;
 pub use outputs::{ClientOutput, Completion, TxnOutcome, NOT_LEADER_RESENDS_MAX, UNRESOLVED_MAX};
 pub use routes::ClientRoutes;
 
-pub use table::{DispatchTo, Flight, FlightCounts, FlightPolicy, InFlightTable, Reported, RetryKnobs};
+pub use table::{DispatchTo, Flight, FlightCounts, FlightPolicy, InFlightTable, InvalidPieces, Reported, RetryKnobs};
 
 use crate::msg::ServerMsg;
 use crate::types::{ClientId, Protocol, ShardId, ShardPiece, TimeUs, TxnId};
@@ -67,7 +67,8 @@ pub trait ClientCore: Send {
     /// The protocol it speaks.
     fn protocol(&self) -> Protocol;
 
-    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant).
+    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant);
+    /// refuses malformed pieces ([`InFlightTable::issue`]) without sending anything.
     fn submit(
         &mut self,
         now: TimeUs,
@@ -75,7 +76,7 @@ pub trait ClientCore: Send {
         args: Vec<u8>,
         pieces: Vec<ShardPiece>,
         out: &mut Vec<ClientOutput>,
-    ) -> TxnId;
+    ) -> Result<TxnId, InvalidPieces>;
 
     /// Handles a message from a server.
     fn on_message(&mut self, now: TimeUs, msg: ServerMsg, out: &mut Vec<ClientOutput>);

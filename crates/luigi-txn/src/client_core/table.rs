@@ -26,6 +26,13 @@ pub struct RetryKnobs {
     pub not_leader_retry_us: u64,
 }
 
+/// Why pieces cannot make a transaction: none, two for one shard, or a shard the cluster
+/// lacks. Refused before anything is numbered or sent (the shells' callers get it as their
+/// input error).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidPieces(pub String);
+
 /// What the caller was told of a transaction still in the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reported {
@@ -111,6 +118,8 @@ pub struct FlightCounts {
 #[derive(Debug)]
 pub struct InFlightTable<X> {
     client: ClientId,
+    /// The cluster's shard count: pieces name shards below it.
+    shards: u32,
     knobs: RetryKnobs,
     next_seq: u64,
     flights: Map<TxnId, Flight<X>>,
@@ -120,10 +129,11 @@ pub struct InFlightTable<X> {
 }
 
 impl<X> InFlightTable<X> {
-    /// An empty table for `client`.
-    pub fn new(client: ClientId, knobs: RetryKnobs) -> Self {
+    /// An empty table for `client` of a cluster of `shards` shards.
+    pub fn new(client: ClientId, shards: u32, knobs: RetryKnobs) -> Self {
         Self {
             client,
+            shards,
             knobs,
             next_seq: 1,
             flights: Map::default(),
@@ -184,15 +194,24 @@ impl<X> InFlightTable<X> {
         self.seqs.first().copied().unwrap_or(self.next_seq)
     }
 
-    /// Sorts `pieces` by shard and numbers a new transaction over them. Panics without a
-    /// participant or with two pieces for one shard (the caller's bug).
-    pub fn issue(&mut self, pieces: &mut [ShardPiece]) -> TxnId {
-        assert!(!pieces.is_empty(), "a transaction needs at least one participant");
+    /// Sorts `pieces` by shard and numbers a new transaction over them; refuses (numbering
+    /// nothing) pieces without a participant, with two for one shard, or naming a shard the
+    /// cluster lacks.
+    pub fn issue(&mut self, pieces: &mut [ShardPiece]) -> Result<TxnId, InvalidPieces> {
+        if pieces.is_empty() {
+            return Err(InvalidPieces("it names no key, so no shard takes part".into()));
+        }
         pieces.sort_by_key(|p| p.shard);
-        assert!(pieces.windows(2).all(|w| w[0].shard < w[1].shard), "one piece per participant shard");
+        if let Some(w) = pieces.windows(2).find(|w| w[0].shard == w[1].shard) {
+            return Err(InvalidPieces(format!("two pieces name shard {}", w[0].shard)));
+        }
+        let last = pieces[pieces.len() - 1].shard;
+        if last >= self.shards {
+            return Err(InvalidPieces(format!("a piece names shard {last}; the cluster has {}", self.shards)));
+        }
         let id = TxnId { client: self.client, seq: self.next_seq };
         self.next_seq += 1;
-        id
+        Ok(id)
     }
 
     /// Puts `txn` (numbered by [`InFlightTable::issue`]) in flight and sends its dispatch.

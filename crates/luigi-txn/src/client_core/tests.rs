@@ -23,14 +23,14 @@ impl FlightPolicy<()> for Toy {
 }
 
 fn table() -> InFlightTable<()> {
-    InFlightTable::new(1, RetryKnobs { retry_timeout_us: TIMEOUT, max_attempts: 2, not_leader_retry_us: NOT_LEADER })
+    InFlightTable::new(1, 4, RetryKnobs { retry_timeout_us: TIMEOUT, max_attempts: 2, not_leader_retry_us: NOT_LEADER })
 }
 
 /// Submits a transaction over `shards` at `now`.
 fn open(t: &mut InFlightTable<()>, now: TimeUs, shards: &[ShardId], out: &mut Vec<ClientOutput>) -> TxnId {
     let mut pieces: Vec<ShardPiece> =
         shards.iter().map(|&shard| ShardPiece { shard, keys: KeySet::new(vec![], vec![vec![shard as u8]]) }).collect();
-    let id = t.issue(&mut pieces);
+    let id = t.issue(&mut pieces).expect("well-formed pieces");
     let txn = Arc::new(Txn { id, procedure: "p".into(), args: vec![], pieces, ts: now.max(1) });
     t.open(&Toy, now, txn, false, (), out);
     id
@@ -131,4 +131,20 @@ fn acked_below_waits_for_the_oldest_in_flight() {
         panic!("a dispatch")
     };
     assert_eq!(*acked_below, c.seq, "c's dispatch acknowledges a and b");
+}
+
+/// Malformed pieces (none, two for one shard, a shard the cluster lacks) are refused with
+/// what is wrong, numbering nothing: the shells hand the error to their caller instead of
+/// panicking the client's driver.
+#[test]
+fn malformed_pieces_are_refused_with_what_is_wrong() {
+    let piece = |shard| ShardPiece { shard, keys: KeySet::new(vec![], vec![vec![1]]) };
+    let mut t = table();
+    let err = |t: &mut InFlightTable<()>, mut pieces: Vec<ShardPiece>| t.issue(&mut pieces).unwrap_err().to_string();
+    assert!(err(&mut t, vec![]).contains("no shard takes part"));
+    assert!(err(&mut t, vec![piece(1), piece(0), piece(1)]).contains("two pieces name shard 1"));
+    assert!(err(&mut t, vec![piece(0), piece(4)]).contains("names shard 4; the cluster has 4"));
+    let mut pieces = vec![piece(3), piece(0)];
+    assert_eq!(t.issue(&mut pieces), Ok(TxnId { client: 1, seq: 1 }), "nothing numbered before");
+    assert_eq!(pieces.iter().map(|p| p.shard).collect::<Vec<_>>(), vec![0, 3], "sorted by shard");
 }
