@@ -12,8 +12,8 @@ use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::LogEntry;
 use luigi_protocol::msg::PeerBatch;
 use luigi_raft::{
-    BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, RaftError, RaftLog,
-    ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
+    BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, LeaderFigures, RaftError,
+    RaftLog, ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus};
@@ -100,32 +100,27 @@ impl FollowerCore for ShardState {
 impl LeaderCore for BaseLeader<BaseLog> {
     type Record = BaseRecord;
 
-    fn log(&self) -> &BaseLog {
-        BaseLeader::log(self)
+    fn on_client(
+        &mut self,
+        log: &mut BaseLog,
+        now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        BaseLeader::on_client(self, log, now, client, msg, out)
     }
 
-    fn log_mut(&mut self) -> &mut BaseLog {
-        BaseLeader::log_mut(self)
-    }
-
-    fn into_log(self) -> BaseLog {
-        BaseLeader::into_log(self)
-    }
-
-    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
-        BaseLeader::on_client(self, now, client, msg, out)
-    }
-
-    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
-        BaseLeader::on_peer(self, now, batch, out)
+    fn on_peer(&mut self, log: &mut BaseLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+        BaseLeader::on_peer(self, log, now, batch, out)
     }
 
     /// Nothing to do: items sent to the old leader are lost with it, and their senders'
     /// round timeouts (abort or resolution) take over.
     fn peer_leader_changed(&mut self, _shard: ShardId) {}
 
-    fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
-        BaseLeader::tick(self, now, out)
+    fn tick(&mut self, log: &mut BaseLog, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        BaseLeader::tick(self, log, now, out)
     }
 
     fn next_deadline(&self) -> Option<TimeUs> {
@@ -148,6 +143,15 @@ impl LeaderCore for BaseLeader<BaseLog> {
 
     fn stats_line(&self) -> String {
         format!("{:?}", self.stats())
+    }
+
+    fn figures(&self) -> LeaderFigures {
+        LeaderFigures {
+            pending: self.pending_len(),
+            prepared: self.state().prepared().keys().copied().collect(),
+            locks_held: self.locks_held(),
+            ..LeaderFigures::default()
+        }
     }
 }
 
@@ -195,8 +199,8 @@ impl ReplicaProtocol for BaseProtocol {
         Ok(log.may_serve().then_some(()))
     }
 
-    fn take_office(&mut self, state: ShardState, log: BaseLog, now: TimeUs, _: ()) -> BaseLeader<BaseLog> {
-        BaseLeader::recover(self.config.clone(), self.registry.clone(), log, state, now)
+    fn take_office(&mut self, state: ShardState, _log: &mut BaseLog, now: TimeUs, _: ()) -> BaseLeader<BaseLog> {
+        BaseLeader::recover(self.config.clone(), self.registry.clone(), state, now)
     }
 }
 

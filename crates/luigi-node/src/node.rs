@@ -273,7 +273,7 @@ impl ReplicaNode {
     }
 
     /// The replica (its protocol's leader or follower state over the Raft log), for reports
-    /// and checks; `replica().downcast_ref::<luigi_raft::replica::Replica>()` for Luigi's own.
+    /// and checks; `replica().leader_figures()` for what its serving leader holds.
     pub fn replica(&self) -> &dyn ShardReplica {
         self.replica.as_ref()
     }

@@ -553,9 +553,11 @@ fn accepts_found_at_restart_are_undecided_again_and_a_damaged_one_is_refused_by_
     });
     let record = luigi_protocol::fast::AcceptRecord { txn, ts: 90_000 }.encode();
     n.restore_accepts(&[(4, record)]).unwrap();
+    // A follower's live accepts are its undecided ones.
     let undecided = |n: &ReplicaNode| {
-        let replica = n.replica().as_any().downcast_ref::<luigi_raft::replica::Replica>().unwrap();
-        replica.undecided_accepts()
+        let live = n.replica().fast_path().expect("Luigi's fast path").accepts_live();
+        let records = live.iter().map(|r| luigi_protocol::fast::AcceptRecord::decode(r).expect("decodes"));
+        records.map(|r| (r.ts, r.txn.id)).collect::<Vec<_>>()
     };
     assert_eq!(undecided(&n), vec![(90_000, TxnId { client: 7, seq: 1 })]);
     let err = n.restore_accepts(&[(5, b"garbage".to_vec())]).unwrap_err().to_string();
@@ -682,4 +684,38 @@ fn a_follower_that_lost_its_leaders_link_tells_the_rest_of_its_group_and_refuses
     assert!(n.on_replication(NodeId { shard: 0, replica: 2 }, forged, &mut Vec::new()).is_err());
     let foreign = ReplicationMsg::LeaderLost { shard: 1, from: 3, term: 1, last: (1, 1) };
     assert!(n.on_replication(NodeId { shard: 1, replica: 2 }, foreign, &mut Vec::new()).is_err());
+}
+
+#[test]
+fn a_serving_leader_shows_its_figures_and_stalled_transactions_as_plain_data_and_a_follower_none() {
+    let mut n = node(0, 0, vec![1, 1]);
+    assert_eq!(n.replica().leader_figures(), None, "a follower has no leader figures");
+    assert!(n.replica().stalled(0).is_empty());
+    let (_, mut now) = serve_alone(&mut n, 0);
+    let figures = n.replica().leader_figures().expect("serving");
+    assert_eq!((figures.pending, figures.luigi.is_some(), figures.watermark.is_some()), (0, true, true));
+    // A transaction of shards 0 and 1: shard 1's leader never answers, so it stays pending
+    // here and, once older than the recovery delay, stalled.
+    let keys = || luigi_txn::types::KeySet::new(vec![], vec![b"k".to_vec()]);
+    let pieces = (0..2).map(|shard| luigi_txn::types::ShardPiece { shard, keys: keys() }).collect();
+    let txn = std::sync::Arc::new(Txn { pieces, ts: now + 1_000, ..(*kv_txn(7, 1)).clone() });
+    let mut fx = Vec::new();
+    n.on_client(now, 7, ClientMsg::Dispatch { txn, sent_us: now, acked_below: 0, fast: false }, &mut fx);
+    for _ in 0..5 {
+        now += 1_000;
+        let mut fx = Vec::new();
+        n.turn(now, &mut fx).unwrap();
+        if let Some(last) = persists(&fx).into_iter().filter(|(_, s)| *s).map(|(n, _)| n).next_back() {
+            n.persisted(last, &mut fx);
+        }
+    }
+    assert_eq!(n.replica().leader_figures().expect("serving").pending, 1);
+    assert!(n.replica().stalled(now).is_empty(), "not stalled yet");
+    let later = now + 10_000_000;
+    let stalled = n.replica().stalled(later);
+    assert_eq!(
+        stalled.iter().map(|t| (t.id, t.shards.clone())).collect::<Vec<_>>(),
+        vec![(TxnId { client: 7, seq: 1 }, vec![0, 1])]
+    );
+    assert!(stalled[0].age_us >= 10_000_000);
 }

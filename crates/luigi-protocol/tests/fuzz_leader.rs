@@ -13,7 +13,7 @@ use std::sync::Arc;
 use luigi_protocol::arbitrary as arb;
 use luigi_protocol::leader::admissible::Admission;
 use luigi_protocol::leader::follower::Follower;
-use luigi_protocol::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput, LeaderWithLog};
 use luigi_protocol::log::{LocalLog, LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
 use luigi_protocol::msg::{PeerBatch, PeerItem};
 use luigi_store::Store;
@@ -77,8 +77,8 @@ fn arb_client_msg(client: u64, now: u64) -> impl Strategy<Value = ClientMsg> {
     ]
 }
 
-fn leader(shards: u32) -> ShardLeader<LocalLog> {
-    ShardLeader::new(
+fn leader(shards: u32) -> LeaderWithLog<LocalLog> {
+    LeaderWithLog::new(
         LeaderConfig::new(0, shards),
         LocalLog::default(),
         Store::new(),
@@ -241,7 +241,7 @@ fn arb_step(peers: u32, agreement: bool) -> impl Strategy<Value = Step> {
 /// run has seen.
 struct Run {
     config: LeaderConfig,
-    leader: ShardLeader<TapLog>,
+    leader: LeaderWithLog<TapLog>,
     follower: Follower,
     applied: usize,
     now: u64,
@@ -261,7 +261,7 @@ impl Run {
         config.fast_path = fast_path;
         config.group_sizes = vec![3; shards as usize];
         let leader =
-            ShardLeader::new(config.clone(), TapLog::new(0), Store::new(), luigi_workloads::procedures::builtins());
+            LeaderWithLog::new(config.clone(), TapLog::new(0), Store::new(), luigi_workloads::procedures::builtins());
         let follower = Follower::new(0, Store::new(), luigi_workloads::procedures::builtins());
         Run {
             config,
@@ -389,7 +389,7 @@ impl Run {
         let old = std::mem::replace(&mut self.follower, next);
         let base = self.leader.log().tape.last().map_or(self.leader.log().base, |e| e.index);
         let handover = old.into_handover(None);
-        self.leader = ShardLeader::recover(self.config.clone(), TapLog::new(base), handover, self.now);
+        self.leader = LeaderWithLog::recover(self.config.clone(), TapLog::new(base), handover, self.now);
         self.applied = 0;
     }
 

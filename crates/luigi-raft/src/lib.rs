@@ -75,8 +75,8 @@ pub use node::{
 /// The raft-rs message and entry types, for shells that want them.
 pub use raft::eraftpb;
 pub use replica_api::{
-    empty_store, BuildError, FastPathReplica, InitialStore, LogControl, ReplicaFactory, ReplicaSetup, ShardReplica,
-    SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
+    empty_store, BuildError, FastPathReplica, InitialStore, LeaderFigures, LogControl, ReplicaFactory, ReplicaSetup,
+    ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
 };
 pub use role_machine::{
     FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, ReplayedExecutions, ReplicaProtocol, ReplicaStats,

@@ -26,7 +26,7 @@ use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 use std::sync::Arc;
 
 pub use crate::replica_api::{empty_store, InitialStore, SnapshotImage, SnapshotJob, Transition};
-use crate::replica_api::{BuildError, FastPathReplica, ReplicaFactory, ReplicaSetup, ShardReplica};
+use crate::replica_api::{BuildError, FastPathReplica, LeaderFigures, ReplicaFactory, ReplicaSetup, ShardReplica};
 pub use crate::role_machine::ReplicaStats;
 use crate::role_machine::{
     other_leader, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, ReplayedExecutions, ReplicaProtocol,
@@ -118,32 +118,27 @@ impl FollowerCore for Follower {
 impl LeaderCore for ShardLeader<RaftLog> {
     type Record = LogRecord;
 
-    fn log(&self) -> &RaftLog {
-        ShardLeader::log(self)
+    fn on_client(
+        &mut self,
+        log: &mut RaftLog,
+        now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        ShardLeader::on_client(self, log, now, client, msg, out)
     }
 
-    fn log_mut(&mut self) -> &mut RaftLog {
-        ShardLeader::log_mut(self)
-    }
-
-    fn into_log(self) -> RaftLog {
-        ShardLeader::into_log(self)
-    }
-
-    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
-        ShardLeader::on_client(self, now, client, msg, out)
-    }
-
-    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
-        ShardLeader::on_peer(self, now, batch, out)
+    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+        ShardLeader::on_peer(self, log, now, batch, out)
     }
 
     fn peer_leader_changed(&mut self, shard: ShardId) {
         ShardLeader::peer_leader_changed(self, shard)
     }
 
-    fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
-        ShardLeader::tick(self, now, out)
+    fn tick(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+        ShardLeader::tick(self, log, now, out)
     }
 
     fn next_deadline(&self) -> Option<TimeUs> {
@@ -155,15 +150,11 @@ impl LeaderCore for ShardLeader<RaftLog> {
     }
 
     fn status(&self, now: TimeUs, status: &mut ReplicaStatus) {
-        let stalled = self.stalled(now, usize::MAX);
+        let stalled = LeaderCore::stalled(self, now);
         status.serving = true;
         (status.watermark, status.pending, status.stalled_count) =
             (self.watermark(), self.pending_len() as u64, stalled.len() as u64);
-        status.stalled = stalled
-            .into_iter()
-            .take(STATUS_STALLED_MAX)
-            .map(|t| StalledTxnInfo { id: t.id, shards: t.shards, age_us: t.age_us, durable: t.durable })
-            .collect();
+        status.stalled = stalled.into_iter().take(STATUS_STALLED_MAX).collect();
         (status.answer_clients, status.answers) = (self.answers().clients() as u64, self.answers().len() as u64);
     }
 
@@ -173,6 +164,22 @@ impl LeaderCore for ShardLeader<RaftLog> {
 
     fn stats_line(&self) -> String {
         format!("{:?}", self.stats())
+    }
+
+    fn figures(&self) -> LeaderFigures {
+        LeaderFigures {
+            pending: self.pending_len(),
+            watermark: Some(self.watermark()),
+            luigi: Some(self.stats()),
+            ..LeaderFigures::default()
+        }
+    }
+
+    fn stalled(&self, now: TimeUs) -> Vec<StalledTxnInfo> {
+        ShardLeader::stalled(self, now, usize::MAX)
+            .into_iter()
+            .map(|t| StalledTxnInfo { id: t.id, shards: t.shards, age_us: t.age_us, durable: t.durable })
+            .collect()
     }
 }
 
@@ -261,13 +268,19 @@ impl ReplicaProtocol for LuigiProtocol {
 
     /// Takes office with the state applied so far and `tail`, the records after it (the
     /// fast path's recovered `PREPARE`s, not committed yet).
-    fn take_office(&mut self, f: Follower, log: RaftLog, now: TimeUs, tail: Vec<LogEntry>) -> ShardLeader<RaftLog> {
+    fn take_office(
+        &mut self,
+        f: Follower,
+        log: &mut RaftLog,
+        now: TimeUs,
+        tail: Vec<LogEntry>,
+    ) -> ShardLeader<RaftLog> {
         // Serving before its recovered PREPAREs commit (they are its log's tail): the leader
         // takes them over as its own, and the accepts stay until they commit.
         let kept = self.recovery.as_ref().and_then(|r| r.proposed).filter(|last| *last > log.commit_index());
         let own_floor = self.own_floor.filter(|(term, _)| *term == log.term()).map(|(_, index)| index);
         let mut leader = ShardLeader::recover(self.config.clone(), log, f.into_handover(own_floor), now);
-        leader.take_over_tail(tail);
+        leader.take_over_tail(log, tail);
         if self.acceptor.is_some() {
             // Recovery put every transaction that may have been fast-committed in earlier
             // terms into its log: once that commits, the accepts decide nothing more.
@@ -280,8 +293,8 @@ impl ReplicaProtocol for LuigiProtocol {
         leader
     }
 
-    fn leading(&mut self, l: &ShardLeader<RaftLog>) {
-        if self.accepts_kept_until.is_some_and(|last| l.log().commit_index() >= last) {
+    fn leading(&mut self, _l: &ShardLeader<RaftLog>, log: &RaftLog) {
+        if self.accepts_kept_until.is_some_and(|last| log.commit_index() >= last) {
             // Its recovered PREPAREs are committed: the accepts decide nothing more.
             self.accepts_kept_until = None;
             self.acceptor = Some(empty_acceptor(&self.config));

@@ -26,10 +26,10 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use luigi_protocol::leader::{LeaderConfig, LeaderOutput};
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput, LeaderStats};
 use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
-use luigi_txn::msg::{ClientMsg, ReplicaStatus};
+use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
@@ -423,16 +423,31 @@ pub trait ShardReplica: Send {
         None
     }
 
-    /// The replica, for a protocol-specific look (see `<dyn ShardReplica>::downcast_ref`).
-    fn as_any(&self) -> &dyn Any;
+    /// The serving leader's figures as plain data (for the shells' checks and reports), or
+    /// `None` while this replica does not serve.
+    fn leader_figures(&self) -> Option<LeaderFigures>;
+
+    /// The transactions pending on the serving leader for longer than a normal agreement
+    /// takes, oldest first, all of them (none while this replica does not serve, or if its
+    /// protocol does not track them).
+    fn stalled(&self, now: TimeUs) -> Vec<StalledTxnInfo>;
 }
 
-impl<'a> dyn ShardReplica + 'a {
-    /// The replica as its concrete type `T`, if it is one (e.g. Luigi's
-    /// [`crate::replica::Replica`], for its leader's counters).
-    pub fn downcast_ref<T: ShardReplica + 'static>(&self) -> Option<&T> {
-        self.as_any().downcast_ref()
-    }
+/// A serving leader's figures, as plain data: what the shells' checks and logs read of a
+/// protocol's leader without knowing its type. A protocol fills in what it has.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaderFigures {
+    /// Transactions in its care: Luigi's admitted and not executed; a baseline's coordinated,
+    /// resolved, executed and not prepared (2PL: holding locks), and prepared and not decided.
+    pub pending: usize,
+    /// Its published watermark, if its protocol publishes one (Luigi).
+    pub watermark: Option<Timestamp>,
+    /// Luigi's leader counters, if it is Luigi's.
+    pub luigi: Option<LeaderStats>,
+    /// Pieces prepared and not decided (a baseline's).
+    pub prepared: Vec<TxnId>,
+    /// Keys locked (a baseline's; 2PL).
+    pub locks_held: usize,
 }
 
 /// What a replica with a fast path offers the node beyond [`ShardReplica`]: the accepts of a

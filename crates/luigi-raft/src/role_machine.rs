@@ -51,7 +51,7 @@ pub struct ReplicaStats {
 #[allow(clippy::large_enum_variant)] // one per replica, swapped rarely
 pub(crate) enum Role<P: ReplicaProtocol> {
     Leader(P::Leader),
-    Follower(P::Follower, RaftLog<P::Record>),
+    Follower(P::Follower),
     /// Only while switching (never observed outside a method).
     Switching,
 }
@@ -60,6 +60,8 @@ pub(crate) enum Role<P: ReplicaProtocol> {
 pub struct RoleMachine<P: ReplicaProtocol> {
     pub(crate) protocol: P,
     pub(crate) role: Role<P>,
+    /// The Raft log, whichever the role: lent to the leader state's calls.
+    pub(crate) log: RaftLog<P::Record>,
     committed: Vec<LogEntry<P::Record>>,
     /// Executions of the follower state not yet taken (see [`RoleMachine::take_executed`]).
     executed: Vec<(TxnId, Timestamp)>,
@@ -130,7 +132,8 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         };
         Ok(RoleMachine {
             protocol,
-            role: Role::Follower(follower, log),
+            role: Role::Follower(follower),
+            log,
             committed: Vec::new(),
             executed: Vec::new(),
             waiting: Waiting::default(),
@@ -149,18 +152,18 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     /// the follower state it replaced (`None` if this replica was serving), for the caller to
     /// drop where it costs nothing: freeing a large store takes a while too.
     pub fn install_follower(&mut self, restored: P::Follower) -> Option<P::Follower> {
-        let (log, replaced) = match std::mem::replace(&mut self.role, Role::Switching) {
-            Role::Follower(mut f, log) => {
+        let replaced = match std::mem::replace(&mut self.role, Role::Switching) {
+            Role::Follower(mut f) => {
                 self.executed.extend(f.take_executed());
-                (log, Some(f))
+                Some(f)
             }
-            Role::Leader(l) => {
+            Role::Leader(_) => {
                 self.stats.demotions += 1;
-                (l.into_log(), None)
+                None
             }
             Role::Switching => unreachable!("not observable"),
         };
-        self.role = Role::Follower(restored, log);
+        self.role = Role::Follower(restored);
         replaced
     }
 
@@ -185,20 +188,12 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
 
     /// The Raft log (for the shell to step messages into and drive its readies).
     pub fn log_mut(&mut self) -> &mut RaftLog<P::Record> {
-        match &mut self.role {
-            Role::Leader(l) => l.log_mut(),
-            Role::Follower(_, log) => log,
-            Role::Switching => unreachable!("not observable"),
-        }
+        &mut self.log
     }
 
     /// The Raft log, read-only (role, term, commit and applied indexes for status reports).
     pub fn log(&self) -> &RaftLog<P::Record> {
-        match &self.role {
-            Role::Leader(l) => l.log(),
-            Role::Follower(_, log) => log,
-            Role::Switching => unreachable!("not observable"),
-        }
+        &self.log
     }
 
     /// True while this replica serves as the shard leader.
@@ -217,7 +212,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     /// The follower state, if this replica is not serving.
     pub fn follower(&self) -> Option<&P::Follower> {
         match &self.role {
-            Role::Follower(f, _) => Some(f),
+            Role::Follower(f) => Some(f),
             Role::Leader(_) | Role::Switching => None,
         }
     }
@@ -226,7 +221,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     pub fn store(&self) -> &Store {
         match &self.role {
             Role::Leader(l) => l.store(),
-            Role::Follower(f, _) => f.store(),
+            Role::Follower(f) => f.store(),
             Role::Switching => unreachable!("not observable"),
         }
     }
@@ -247,14 +242,15 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
         let shard = self.protocol.shard();
         match &mut self.role {
-            Role::Leader(l) => l.on_client(now, client, msg, out),
-            Role::Follower(f, log) => match msg {
+            Role::Leader(l) => l.on_client(&mut self.log, now, client, msg, out),
+            Role::Follower(f) => match msg {
                 ClientMsg::Hello { .. } | ClientMsg::Status => {} // status: answered by the shell
                 ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
                     client,
                     msg: ServerMsg::pong(shard, now, sent_us, f.pong_watermark()),
                 }),
                 ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
+                    let log = &self.log;
                     if self.protocol.follower_offer(log, now, client, &txn, fast, out) {
                         return;
                     }
@@ -286,7 +282,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     pub fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
         match &mut self.role {
             Role::Leader(l) => {
-                l.on_peer(now, batch, out);
+                l.on_peer(&mut self.log, now, batch, out);
                 true
             }
             Role::Follower(..) => false,
@@ -310,7 +306,8 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     pub fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
         let mut transition = None;
         match &mut self.role {
-            Role::Follower(f, log) => {
+            Role::Follower(f) => {
+                let log = &mut self.log;
                 log.take_committed(&mut self.committed);
                 for e in self.committed.drain(..) {
                     f.apply(&e);
@@ -323,18 +320,18 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
                 }
             }
             Role::Leader(l) => {
-                if !l.log().is_leader() {
+                if !self.log.is_leader() {
                     self.demote()?;
                     transition = Some(Transition::Demoted);
                 } else {
-                    self.protocol.leading(l);
+                    self.protocol.leading(l, &self.log);
                 }
             }
             Role::Switching => unreachable!("not observable"),
         }
         self.tend_waiting(now, out);
         if let Role::Leader(l) = &mut self.role {
-            l.tick(now, out);
+            l.tick(&mut self.log, now, out);
         }
         Ok(transition)
     }
@@ -351,11 +348,11 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
             Role::Leader(l) => {
                 for held in self.waiting.release() {
                     let (client, msg) = held.dispatch(now);
-                    l.on_client(now, client, msg, out);
+                    l.on_client(&mut self.log, now, client, msg, out);
                 }
             }
-            Role::Follower(_, log) => {
-                let leader = other_leader(log);
+            Role::Follower(_) => {
+                let leader = other_leader(&self.log);
                 let answered: Vec<Held> = match leader {
                     Some(_) => self.waiting.release().collect(),
                     None => self.waiting.expired(now),
@@ -372,7 +369,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     /// A serving leader reports its own executions as [`LeaderOutput::Executed`] outputs
     /// instead.
     pub fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
-        if let Role::Follower(f, _) = &mut self.role {
+        if let Role::Follower(f) = &mut self.role {
             self.executed.extend(f.take_executed());
         }
         std::mem::take(&mut self.executed)
@@ -388,21 +385,21 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
 
     /// Takes office with the state applied so far and what the protocol handed over.
     fn promote(&mut self, now: TimeUs, handover: P::Handover) {
-        let Role::Follower(f, log) = std::mem::replace(&mut self.role, Role::Switching) else {
+        let Role::Follower(f) = std::mem::replace(&mut self.role, Role::Switching) else {
             unreachable!("promote is called on a follower")
         };
-        self.role = Role::Leader(self.protocol.take_office(f, log, now, handover));
+        self.role = Role::Leader(self.protocol.take_office(f, &mut self.log, now, handover));
         self.stats.promotions += 1;
     }
 
     /// Stops serving: drops the leader state (it may have executed ahead of its log) and
     /// rebuilds a follower by replaying the log from its snapshot (or the start).
     fn demote(&mut self) -> Result<(), RaftError> {
-        let Role::Leader(mut l) = std::mem::replace(&mut self.role, Role::Switching) else {
+        let Role::Leader(l) = std::mem::replace(&mut self.role, Role::Switching) else {
             unreachable!("demote is called on a leader")
         };
         let images = self.protocol.images();
-        let rebuilt = l.log_mut().replay_for_rebuild().and_then(|replay| {
+        let rebuilt = self.log.replay_for_rebuild().and_then(|replay| {
             let records = replay.records()?;
             let follower = rebuild(images, replay.snapshot_data(), &records)?;
             Ok((follower, records))
@@ -413,7 +410,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
                     follower.take_executed();
                 }
                 self.protocol.stepped_down(&l, Some(&records));
-                self.role = Role::Follower(follower, l.into_log());
+                self.role = Role::Follower(follower);
                 self.stats.demotions += 1;
                 Ok(())
             }
@@ -421,7 +418,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
                 self.protocol.stepped_down(&l, None);
                 // Keep a consistent (if empty) follower so the shell can report and stop.
                 let empty = self.protocol.images().fresh(Store::new());
-                self.role = Role::Follower(empty, l.into_log());
+                self.role = Role::Follower(empty);
                 Err(e)
             }
         }

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use luigi_protocol::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput, LeaderWithLog};
 use luigi_protocol::log::LocalLog;
 use luigi_protocol::msg::{PeerBatch, PeerItem};
 use luigi_sim::{procedure, run};
@@ -14,10 +14,10 @@ use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
 use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
 use luigi_workloads::procedures::{micro_key, MicroOp};
 
-fn leader(shard: u32, max_pending: usize) -> ShardLeader<LocalLog> {
+fn leader(shard: u32, max_pending: usize) -> LeaderWithLog<LocalLog> {
     // The early buffer shares the bound, so one early item fills it.
     let config = LeaderConfig { max_pending, max_early: max_pending, ..LeaderConfig::new(shard, 8) };
-    ShardLeader::new(config, LocalLog::default(), Store::new(), procedure::registry())
+    LeaderWithLog::new(config, LocalLog::default(), Store::new(), procedure::registry())
 }
 
 /// A cross-shard transaction over shards 0 and 1 writing key 0 on shard 0 and key 1 on 1.

@@ -31,7 +31,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant;
 
-use luigi_protocol::leader::{LeaderConfig, LeaderOutput, Mutations, ShardLeader};
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput, LeaderWithLog, Mutations};
 use luigi_protocol::msg::PeerBatch;
 use luigi_sim::procedure;
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnReply};
@@ -67,7 +67,7 @@ fn txn(id: TxnId, ts: Timestamp, ops: &[MicroOp], shards: &[ShardId]) -> Arc<Txn
 /// One leader with a log that commits on append and records what it committed.
 struct Leader {
     shard: ShardId,
-    leader: ShardLeader<SimLog>,
+    leader: LeaderWithLog<SimLog>,
     replies: Vec<TxnReply>,
     executed: ExecLog,
 }
@@ -76,7 +76,7 @@ impl Leader {
     fn new(shard: ShardId, mutations: Mutations, sink: &ExecLog) -> Self {
         let log = SimLog::new(ChaCha8Rng::seed_from_u64(1), Delay::ZERO, 1 << 10);
         let config = LeaderConfig { mutations, ..LeaderConfig::new(shard, 8) };
-        let leader = ShardLeader::new(config, log, Store::new(), procedure::registry());
+        let leader = LeaderWithLog::new(config, log, Store::new(), procedure::registry());
         Self { shard, leader, replies: Vec::new(), executed: sink.clone() }
     }
 
@@ -84,7 +84,7 @@ impl Leader {
     fn call(
         &mut self,
         now: TimeUs,
-        f: impl FnOnce(&mut ShardLeader<SimLog>, TimeUs, &mut Vec<LeaderOutput>),
+        f: impl FnOnce(&mut LeaderWithLog<SimLog>, TimeUs, &mut Vec<LeaderOutput>),
     ) -> Vec<PeerBatch> {
         self.leader.log_mut().set_now(now);
         let mut out = Vec::new();

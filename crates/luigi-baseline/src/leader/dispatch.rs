@@ -19,6 +19,7 @@ use luigi_protocol::log::ReplicatedLog;
 impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     pub(super) fn on_dispatch(
         &mut self,
+        log: &mut L,
         client: ClientId,
         txn: Arc<Txn>,
         arrival: i64,
@@ -42,7 +43,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         }
         match self.config.mode {
             Mode::Direct => match txn.piece(me).cloned() {
-                Some(keys) => self.run_local(client, txn, &keys, arrival, acked_below, out),
+                Some(keys) => self.run_local(log, client, txn, &keys, arrival, acked_below, out),
                 None => refuse(self, format!("shard {me} is not a participant"), out),
             },
             Mode::Occ | Mode::TwoPl => {
@@ -55,15 +56,17 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                     self.coordinate(client, txn, arrival, acked_below, out);
                 } else {
                     let keys = txn.pieces[0].keys.clone();
-                    self.run_local(client, txn, &keys, arrival, acked_below, out);
+                    self.run_local(log, client, txn, &keys, arrival, acked_below, out);
                 }
             }
         }
     }
 
     /// Runs `txn`'s piece `keys` on this shard alone: at once, on the current state.
+    #[allow(clippy::too_many_arguments)] // the lent log made it 8
     fn run_local(
         &mut self,
+        log: &mut L,
         client: ClientId,
         txn: Arc<Txn>,
         keys: &KeySet,
@@ -105,14 +108,14 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         ctx.rollback();
         let output = match result {
             Ok(output) if written.is_empty() => {
-                return self.answer_after_barrier(client, id, Ok(output), arrival, true, out);
+                return self.answer_after_barrier(log, client, id, Ok(output), arrival, true, out);
             }
             Ok(output) => output,
             // Decided on the current state, which may not be durable yet, nor current.
-            Err(e) => return self.answer_after_barrier(client, id, Err(TxnError::Proc(e)), arrival, false, out),
+            Err(e) => return self.answer_after_barrier(log, client, id, Err(TxnError::Proc(e)), arrival, false, out),
         };
         let record = BaseRecord::Local { id, writes: written, output: output.clone(), acked_below };
-        match self.log_record(record) {
+        match self.log_record(log, record) {
             Ok(index) => {
                 for h in &writes {
                     self.versions.bump(*h);
@@ -132,8 +135,10 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
 impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     /// Answers a single-shard transaction that changed nothing once a barrier logged after
     /// it is committed (see [`BaseRecord::Barrier`]); `read`: report it as an execution.
+    #[allow(clippy::too_many_arguments)] // the lent log made it 8
     fn answer_after_barrier(
         &mut self,
+        log: &mut L,
         client: ClientId,
         id: luigi_txn::types::TxnId,
         outcome: Result<Vec<u8>, TxnError>,
@@ -142,7 +147,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         out: &mut Vec<LeaderOutput>,
     ) {
         let me = self.config.shard;
-        match self.log_record(BaseRecord::Barrier { id }) {
+        match self.log_record(log, BaseRecord::Barrier { id }) {
             Ok(index) => {
                 if read {
                     self.reads.push((id, index));

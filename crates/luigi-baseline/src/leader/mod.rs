@@ -8,6 +8,7 @@
 //! a cross-shard transaction), `resolver` (deciding from the participants' durable states).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use luigi_protocol::leader::LeaderOutput;
@@ -123,11 +124,12 @@ fn lock_keys(keys: &KeySet) -> (Vec<u64>, Vec<u64>) {
     (hashes(&keys.reads), hashes(&keys.writes))
 }
 
-/// A baseline shard's serving leader over log `L`.
+/// A baseline shard's serving leader, lent a log of type `L` by its caller.
 pub struct BaseLeader<L> {
     config: BaseConfig,
     registry: Registry,
-    log: L,
+    /// The type of the log its caller lends it (it holds none).
+    log_type: PhantomData<fn(&mut L)>,
     state: ShardState,
     locks: LockTable,
     versions: Versions,
@@ -162,10 +164,11 @@ pub struct BaseLeader<L> {
 }
 
 impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
-    /// The leader of a shard whose log is `log` and whose state, everything committed before
-    /// this leader's term applied, is `state`. The prepared pieces in it lock their keys
+    /// The leader of a shard whose state, everything committed before this leader's term
+    /// applied, is `state`; its caller holds the shard's log and lends it to every call that
+    /// may propose or take committed records. The prepared pieces in it lock their keys
     /// again and get a decision (from their coordinator or, a round later, by resolution).
-    pub fn recover(config: BaseConfig, registry: Registry, log: L, state: ShardState, now: TimeUs) -> Self {
+    pub fn recover(config: BaseConfig, registry: Registry, state: ShardState, now: TimeUs) -> Self {
         assert_eq!(config.shard, state.shard(), "a leader serves its own shard's state");
         let mut locks = LockTable::new();
         let mut prepared_since = BTreeMap::new();
@@ -178,7 +181,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         BaseLeader {
             config,
             registry,
-            log,
+            log_type: PhantomData,
             state,
             locks,
             versions: Versions::default(),
@@ -206,22 +209,6 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     /// Its configuration.
     pub fn config(&self) -> &BaseConfig {
         &self.config
-    }
-
-    /// The log.
-    pub fn log(&self) -> &L {
-        &self.log
-    }
-
-    /// The log, to drive.
-    pub fn log_mut(&mut self) -> &mut L {
-        &mut self.log
-    }
-
-    /// Gives the log back (a leader that lost leadership; its state is dropped: it ran ahead
-    /// of the log, and the replica rebuilds from the log).
-    pub fn into_log(self) -> L {
-        self.log
     }
 
     /// The state at the end of its log.
@@ -259,7 +246,14 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     // ---- inputs ----
 
     /// A client's message.
-    pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+    pub fn on_client(
+        &mut self,
+        log: &mut L,
+        now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    ) {
         self.now_us = self.now_us.max(now);
         match msg {
             ClientMsg::Hello { .. } | ClientMsg::Status => {} // the shell answers status
@@ -270,19 +264,19 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             // The baselines have no fast path: `fast` is moot.
             ClientMsg::Dispatch { txn, sent_us, acked_below, fast: _ } => {
                 let arrival = luigi_txn::msg::arrival_delta_us(now, sent_us);
-                self.on_dispatch(client, txn, arrival, acked_below, out);
+                self.on_dispatch(log, client, txn, arrival, acked_below, out);
             }
         }
-        self.pump(out);
+        self.pump(log, out);
     }
 
     /// Items from another shard's leader.
-    pub fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+    pub fn on_peer(&mut self, log: &mut L, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
         self.now_us = self.now_us.max(now);
         let from = batch.from;
         for item in batch.items {
             match item {
-                PeerItem::Base(item) => self.on_item(from, item, out),
+                PeerItem::Base(item) => self.on_item(log, from, item, out),
                 PeerItem::Propose { .. }
                 | PeerItem::Confirm { .. }
                 | PeerItem::Recover { .. }
@@ -296,29 +290,29 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                 }
             }
         }
-        self.pump(out);
+        self.pump(log, out);
     }
 
     /// Timers and the log's progress.
-    pub fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    pub fn tick(&mut self, log: &mut L, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         self.now_us = self.now_us.max(now);
         self.expire_executions();
         self.coordinator_timeouts(out);
         self.resolve_stale_prepares();
         self.resolver_resends();
-        self.log_unlogged_decisions();
-        self.pump(out);
+        self.log_unlogged_decisions(log);
+        self.pump(log, out);
     }
 
-    fn on_item(&mut self, from: ShardId, item: BaseItem, out: &mut Vec<LeaderOutput>) {
+    fn on_item(&mut self, log: &mut L, from: ShardId, item: BaseItem, out: &mut Vec<LeaderOutput>) {
         match item {
             BaseItem::Execute { txn, acked_below } => self.on_execute(from, txn, acked_below),
             BaseItem::Executed { id, outcome } => self.on_executed(from, id, outcome, out),
-            BaseItem::Prepare { id } => self.on_prepare(from, id),
+            BaseItem::Prepare { id } => self.on_prepare(log, from, id),
             BaseItem::Vote { id, outcome } => self.on_vote(from, id, outcome, out),
-            BaseItem::Decide { id, commit } => self.on_decide(id, commit),
+            BaseItem::Decide { id, commit } => self.on_decide(log, id, commit),
             BaseItem::Release { id } => self.on_release(id),
-            BaseItem::Status { id } => self.on_status(from, id, out),
+            BaseItem::Status { id } => self.on_status(log, from, id, out),
             BaseItem::StatusIs { id, state } => self.on_status_is(from, id, state, out),
         }
     }
@@ -335,17 +329,17 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// Handles its own items, releases what the log committed, and sends the batches.
-    fn pump(&mut self, out: &mut Vec<LeaderOutput>) {
+    fn pump(&mut self, log: &mut L, out: &mut Vec<LeaderOutput>) {
         for _ in 0..INBOX_ROUNDS_MAX {
             let Some(item) = self.inbox.pop_front() else { break };
-            self.on_item(self.config.shard, item, out);
+            self.on_item(log, self.config.shard, item, out);
         }
         assert!(self.inbox.is_empty(), "a leader's own messages settle within {INBOX_ROUNDS_MAX} rounds");
-        self.take_committed(out);
+        self.take_committed(log, out);
         // Items to itself released by the log (a vote to its own coordinator).
         for _ in 0..INBOX_ROUNDS_MAX {
             let Some(item) = self.inbox.pop_front() else { break };
-            self.on_item(self.config.shard, item, out);
+            self.on_item(log, self.config.shard, item, out);
         }
         for (shard, items) in std::mem::take(&mut self.outbox) {
             // Bounded batches: a frame stays small whatever the load.
@@ -363,9 +357,9 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// Logs `record` and applies it to the state (the leader's state is its log's end).
-    fn log_record(&mut self, record: BaseRecord) -> Result<u64, LogError> {
+    fn log_record(&mut self, log: &mut L, record: BaseRecord) -> Result<u64, LogError> {
         let id = record.id();
-        let index = self.log.propose(record.clone())?;
+        let index = log.propose(record.clone())?;
         assert!(index > self.last_logged, "log indexes grow");
         self.last_logged = index;
         self.uncommitted.insert(index, id);
@@ -395,8 +389,8 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// The log's newly committed records: their waits are released.
-    fn take_committed(&mut self, out: &mut Vec<LeaderOutput>) {
-        self.log.take_committed(&mut self.committed);
+    fn take_committed(&mut self, log: &mut L, out: &mut Vec<LeaderOutput>) {
+        log.take_committed(&mut self.committed);
         let committed = std::mem::take(&mut self.committed);
         for e in &committed {
             self.committed_index = self.committed_index.max(e.index);

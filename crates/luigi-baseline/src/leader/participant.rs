@@ -79,7 +79,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// Round 2: lock (OCC), validate (OCC) and log the piece; vote once the log has it.
-    pub(super) fn on_prepare(&mut self, from: ShardId, id: TxnId) {
+    pub(super) fn on_prepare(&mut self, log: &mut L, from: ShardId, id: TxnId) {
         let me = self.config.shard;
         let Some(e) = self.executions.remove(&id) else {
             match status_of(&self.state, &self.preparing, &self.tombstoning, id) {
@@ -92,20 +92,20 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                 }
                 Err(()) => {}
                 // Never executed here, or dropped (expired, or executed under an earlier leader).
-                Ok(None) => self.refuse_for_good(from, id, format!("shard {me}: no execution to prepare")),
+                Ok(None) => self.refuse_for_good(log, from, id, format!("shard {me}: no execution to prepare")),
             }
             return;
         };
         if self.config.mode == Mode::Occ {
             if let Err(h) = self.locks.try_lock(id, &e.read_locks, &e.write_locks) {
                 self.stats.lock_conflicts += 1;
-                return self.refuse_for_good(from, id, format!("shard {me}: a key (hash {h:016x}) is locked"));
+                return self.refuse_for_good(log, from, id, format!("shard {me}: a key (hash {h:016x}) is locked"));
             }
             if let Some((h, _)) = e.versions.iter().find(|(h, v)| self.versions.get(*h) != *v) {
                 self.stats.validation_failures += 1;
                 self.locks.release(id, &e.read_locks, &e.write_locks);
                 let why = format!("shard {me}: validation failed (key hash {h:016x} changed)");
-                return self.refuse_for_good(from, id, why);
+                return self.refuse_for_good(log, from, id, why);
             }
         }
         let record = BaseRecord::Prepare {
@@ -117,7 +117,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             write_locks: e.write_locks.clone(),
             acked_below: e.acked_below,
         };
-        match self.log_record(record) {
+        match self.log_record(log, record) {
             Ok(index) => {
                 self.preparing.insert(id);
                 self.prepared_since.insert(id, self.now_us);
@@ -132,14 +132,14 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// Logs that this shard will never prepare `id`, then votes no to `to`.
-    fn refuse_for_good(&mut self, to: ShardId, id: TxnId, why: String) {
-        if self.tombstone(id, why.clone()) {
+    fn refuse_for_good(&mut self, log: &mut L, to: ShardId, id: TxnId, why: String) {
+        if self.tombstone(log, id, why.clone()) {
             self.after_log_peer(to, BaseItem::Vote { id, outcome: Err(why) });
         }
     }
 
     /// Logs a tombstone for `id` (this shard never prepares it); false if the log refused.
-    fn tombstone(&mut self, id: TxnId, reason: String) -> bool {
+    fn tombstone(&mut self, log: &mut L, id: TxnId, reason: String) -> bool {
         if let Some(e) = self.executions.remove(&id) {
             if e.locked {
                 self.locks.release(id, &e.read_locks, &e.write_locks);
@@ -148,7 +148,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         if self.state.outcome(id).is_some() {
             return true; // decided already: the tombstone adds nothing
         }
-        match self.log_record(BaseRecord::Abort { id, reason }) {
+        match self.log_record(log, BaseRecord::Abort { id, reason }) {
             Ok(_) => {
                 self.tombstoning.insert(id);
                 true
@@ -170,7 +170,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// The decision on `id`: install or drop the prepared piece (or drop its execution).
-    pub(super) fn on_decide(&mut self, id: TxnId, commit: bool) {
+    pub(super) fn on_decide(&mut self, log: &mut L, id: TxnId, commit: bool) {
         self.prepared_since.remove(&id);
         let Some(p) = self.state.prepared().get(&id).cloned() else {
             // Not prepared here: a duplicate, or an abort of a piece executed only.
@@ -184,7 +184,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         };
         let record =
             if commit { BaseRecord::Commit { id } } else { BaseRecord::Abort { id, reason: "aborted".into() } };
-        match self.log_record(record) {
+        match self.log_record(log, record) {
             Ok(_) => {
                 self.locks.release(id, &p.read_locks, &p.write_locks);
                 if commit {
@@ -212,7 +212,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// A resolver asks what this shard durably knows of `id`.
-    pub(super) fn on_status(&mut self, from: ShardId, id: TxnId, out: &mut Vec<LeaderOutput>) {
+    pub(super) fn on_status(&mut self, log: &mut L, from: ShardId, id: TxnId, out: &mut Vec<LeaderOutput>) {
         match status_of(&self.state, &self.preparing, &self.tombstoning, id) {
             Ok(Some(state)) => self.send(from, BaseItem::StatusIs { id, state }),
             Err(()) => {} // in the log's way: the resolver asks again
@@ -220,7 +220,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                 // Never prepared here: it never will be. A coordination of it still executing
                 // here ends now (it could no longer prepare).
                 self.abort_unprepared_coordination(id, out);
-                if self.tombstone(id, "not prepared when a resolver asked".into()) {
+                if self.tombstone(log, id, "not prepared when a resolver asked".into()) {
                     self.after_log_peer(from, BaseItem::StatusIs { id, state: BaseState::Aborted });
                 }
             }
@@ -239,9 +239,9 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// Decisions the log refused earlier, logged now.
-    pub(super) fn log_unlogged_decisions(&mut self) {
+    pub(super) fn log_unlogged_decisions(&mut self, log: &mut L) {
         for (id, commit) in std::mem::take(&mut self.unlogged_decisions) {
-            self.on_decide(id, commit);
+            self.on_decide(log, id, commit);
         }
     }
 

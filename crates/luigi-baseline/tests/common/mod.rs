@@ -99,8 +99,52 @@ pub fn micro(seq: u64, shards: u32, ops: &[(u64, Option<u64>)]) -> Arc<Txn> {
     })
 }
 
+/// A leader beside the log it is lent (as a replica node holds its Raft log).
+pub struct Lent {
+    pub leader: BaseLeader<ManualLog>,
+    pub log: ManualLog,
+}
+
+impl Lent {
+    pub fn recover(config: BaseConfig, registry: Registry, log: ManualLog, state: ShardState, now: u64) -> Self {
+        Lent { leader: BaseLeader::recover(config, registry, state, now), log }
+    }
+
+    pub fn on_client(&mut self, now: u64, client: u64, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+        self.leader.on_client(&mut self.log, now, client, msg, out);
+    }
+
+    pub fn on_peer(&mut self, now: u64, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+        self.leader.on_peer(&mut self.log, now, batch, out);
+    }
+
+    pub fn tick(&mut self, now: u64, out: &mut Vec<LeaderOutput>) {
+        self.leader.tick(&mut self.log, now, out);
+    }
+
+    pub fn log(&self) -> &ManualLog {
+        &self.log
+    }
+
+    pub fn log_mut(&mut self) -> &mut ManualLog {
+        &mut self.log
+    }
+
+    pub fn into_log(self) -> ManualLog {
+        self.log
+    }
+}
+
+impl std::ops::Deref for Lent {
+    type Target = BaseLeader<ManualLog>;
+
+    fn deref(&self) -> &BaseLeader<ManualLog> {
+        &self.leader
+    }
+}
+
 pub struct Cluster {
-    pub leaders: Vec<Option<BaseLeader<ManualLog>>>,
+    pub leaders: Vec<Option<Lent>>,
     /// Messages between leaders, in flight: (to, batch).
     pub net: VecDeque<(ShardId, PeerBatch)>,
     pub replies: Vec<TxnReply>,
@@ -115,7 +159,7 @@ impl Cluster {
         let leaders = config
             .iter()
             .map(|c| {
-                Some(BaseLeader::recover(
+                Some(Lent::recover(
                     c.clone(),
                     registry(),
                     ManualLog::default(),
@@ -127,7 +171,7 @@ impl Cluster {
         Cluster { leaders, net: VecDeque::new(), replies: Vec::new(), now: 0, executed: Vec::new(), config }
     }
 
-    pub fn leader(&mut self, s: ShardId) -> &mut BaseLeader<ManualLog> {
+    pub fn leader(&mut self, s: ShardId) -> &mut Lent {
         self.leaders[s as usize].as_mut().expect("up")
     }
 
@@ -255,7 +299,7 @@ impl Cluster {
         let next = history.last().map_or(0, |e| e.index);
         let log = ManualLog { next, history, ..ManualLog::default() };
         self.leaders[s as usize] =
-            Some(BaseLeader::recover(self.config[s as usize].clone(), registry(), log, state, self.now));
+            Some(Lent::recover(self.config[s as usize].clone(), registry(), log, state, self.now));
     }
 
     /// The value of micro key `k` on shard `s`'s leader.

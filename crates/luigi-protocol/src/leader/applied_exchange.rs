@@ -45,7 +45,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     /// Every [`APPLIED_REPORT_US`]: sends this shard's committed marker to every shard that
     /// has not had it, and logs the markers heard since the last time.
-    pub(super) fn exchange_applied(&mut self, now: TimeUs) {
+    pub(super) fn exchange_applied(&mut self, log: &mut L, now: TimeUs) {
         if now < self.applied_exchange.reported_at.saturating_add(APPLIED_REPORT_US) {
             return;
         }
@@ -65,7 +65,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             if ts > *logged {
                 *logged = ts;
                 if ts > self.answers.outcomes().floor(shard) {
-                    self.propose_record(LogRecord::PeerApplied { shard, ts });
+                    self.propose_record(log, LogRecord::PeerApplied { shard, ts });
                 }
             }
         }

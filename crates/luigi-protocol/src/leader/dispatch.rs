@@ -29,14 +29,14 @@ pub(super) struct Dispatch {
 impl<L: ReplicatedLog> ShardLeader<L> {
     /// A client's dispatch (or a recovering participant's, through `Recover`): answered from
     /// the answer table, refused, or admitted with a proposal (rule 3).
-    pub(super) fn on_dispatch(&mut self, now: TimeUs, d: Dispatch, out: &mut Vec<LeaderOutput>) {
+    pub(super) fn on_dispatch(&mut self, log: &mut L, now: TimeUs, d: Dispatch, out: &mut Vec<LeaderOutput>) {
         if self.answered_before(&d.txn, d.arrival_delta_us, out)
-            || self.refused_by_others(&d.txn, d.arrival_delta_us, out)
-            || self.turned_away(now, &d.txn, d.arrival_delta_us, out)
+            || self.refused_by_others(log, &d.txn, d.arrival_delta_us, out)
+            || self.turned_away(log, now, &d.txn, d.arrival_delta_us, out)
         {
             return;
         }
-        self.admit(now, d, out);
+        self.admit(log, now, d, out);
     }
 
     /// Rule 3.1: a retry of a transaction pending, being refused or answered here. Returns
@@ -68,20 +68,26 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     /// Rule 3.4: an agreement item for `txn` was dropped here, or another participant
     /// refused it first: refused (logged) without a proposal. Returns whether it was.
-    fn refused_by_others(&mut self, txn: &Txn, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) -> bool {
+    fn refused_by_others(
+        &mut self,
+        log: &mut L,
+        txn: &Txn,
+        arrival_delta_us: i64,
+        out: &mut Vec<LeaderOutput>,
+    ) -> bool {
         let id = txn.id;
         if self.early_dropped.remove(&id) {
             // Refuse it (and tell the others) rather than prepare a transaction that would
             // wait forever for that item.
             self.early.remove(&id);
             let why = format!("shard {} dropped its agreement messages (buffer full)", self.config.shard);
-            self.refuse(txn, why, arrival_delta_us, out);
+            self.refuse(log, txn, why, arrival_delta_us, out);
             return true;
         }
         if let Some(reason) = self.early.get(&id).and_then(|e| e.refused.clone()) {
             // Another participant refused it first; it will never be prepared anywhere.
             self.early.remove(&id);
-            self.refuse(txn, reason, arrival_delta_us, out);
+            self.refuse(log, txn, reason, arrival_delta_us, out);
             return true;
         }
         false
@@ -90,7 +96,14 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// Rules 3.2-3.4, 22 and 7's expiry: a transaction this shard does not know is refused
     /// if it is malformed, stamped past the clock horizon, old enough to have expired, over
     /// its client's bounds or over the shard's. Returns whether it was turned away.
-    fn turned_away(&mut self, now: TimeUs, txn: &Txn, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) -> bool {
+    fn turned_away(
+        &mut self,
+        log: &mut L,
+        now: TimeUs,
+        txn: &Txn,
+        arrival_delta_us: i64,
+        out: &mut Vec<LeaderOutput>,
+    ) -> bool {
         let id = txn.id;
         let ahead = match self.admission().check(txn, now) {
             Ok(()) => None,
@@ -127,11 +140,11 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             // Depends on this replica's clock: logged, and the others told (rule 22).
             tracing::warn!(shard = self.config.shard, txn = ?id, %reason, "refused a transaction stamped ahead");
             self.stats.ahead_of_clock += 1;
-            self.refuse(txn, reason, arrival_delta_us, out);
+            self.refuse(log, txn, reason, arrival_delta_us, out);
             return true;
         }
         if let Err(reason) = self.validate(txn) {
-            self.refuse(txn, reason, arrival_delta_us, out);
+            self.refuse(log, txn, reason, arrival_delta_us, out);
             return true;
         }
         false
@@ -174,15 +187,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     /// Rule 3.5: logs `PREPARE` at the proposal and takes the transaction in: queued,
     /// pending, its proposal announced to the other participants.
-    fn admit(&mut self, now: TimeUs, d: Dispatch, out: &mut Vec<LeaderOutput>) {
+    fn admit(&mut self, log: &mut L, now: TimeUs, d: Dispatch, out: &mut Vec<LeaderOutput>) {
         let keys = d.txn.piece(self.config.shard).expect("validated");
         let floor = self.watermark.max(self.admission_floor);
         let proposal = admission::propose(d.txn.ts, now, floor, &self.floors, keys);
         if let Some(why) = self.beyond_expiry(&d.txn, proposal) {
-            return self.refuse(&d.txn, why, d.arrival_delta_us, out);
+            return self.refuse(log, &d.txn, why, d.arrival_delta_us, out);
         }
-        let Some(prepare_index) = self.log_prepare(&d, proposal, out) else { return };
-        self.take_in(now, d, proposal, prepare_index);
+        let Some(prepare_index) = self.log_prepare(log, &d, proposal, out) else { return };
+        self.take_in(log, now, d, proposal, prepare_index);
     }
 
     /// Why a cross-shard proposal may not be made: a refusal elsewhere is kept for this shard
@@ -202,14 +215,20 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     /// Logs the dispatch's `PREPARE` at `proposal`; where it lies in the log, or `None` (the
     /// client answered) if the log takes nothing now.
-    fn log_prepare(&mut self, d: &Dispatch, proposal: Timestamp, out: &mut Vec<LeaderOutput>) -> Option<LogIndex> {
+    fn log_prepare(
+        &mut self,
+        log: &mut L,
+        d: &Dispatch,
+        proposal: Timestamp,
+        out: &mut Vec<LeaderOutput>,
+    ) -> Option<LogIndex> {
         let record = LogRecord::Prepare {
             txn: d.txn.clone(),
             ts: proposal,
             arrival_delta_us: d.arrival_delta_us,
             acked_below: d.acked_below,
         };
-        let error = match self.log.propose(record) {
+        let error = match log.propose(record) {
             Ok(index) => return Some(index),
             // Not stored: this replica may lead soon (election) or another one does; the
             // coordinator retries under the same id.
@@ -226,7 +245,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// single-shard transaction is decided by its admission; a cross-shard one announces its
     /// proposal now, with the `PREPARE`'s position, and counts its own proposal at once (what
     /// it executes stays speculative until its position commits).
-    fn take_in(&mut self, now: TimeUs, d: Dispatch, proposal: Timestamp, prepare_index: LogIndex) {
+    fn take_in(&mut self, log: &mut L, now: TimeUs, d: Dispatch, proposal: Timestamp, prepare_index: LogIndex) {
         let Dispatch { txn, arrival_delta_us, asked_fast, .. } = d;
         let id = txn.id;
         let keys = txn.piece(self.config.shard).expect("validated");
@@ -241,7 +260,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         let cross = agreement.is_some();
         let others: Vec<_> = txn.shards().filter(|s| *s != self.config.shard).collect();
         let at = self.uncommitted(prepare_index);
-        let fast = cross && eligible && at.is_some() && self.mark_proposal(&txn, proposal);
+        let fast = cross && eligible && at.is_some() && self.mark_proposal(log, &txn, proposal);
         let pending = Pending {
             txn,
             ts: proposal,
@@ -262,19 +281,19 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             self.queue_peer(shard, PeerItem::Propose { id, ts: proposal, at, fast });
         }
         if cross {
-            self.on_proposal(id, self.config.shard, proposal);
+            self.on_proposal(log, id, self.config.shard, proposal);
         }
-        self.take_early_items(id);
+        self.take_early_items(log, id);
     }
 
     /// Agreement items for `id` that came before its dispatch, now that it is pending here.
-    fn take_early_items(&mut self, id: TxnId) {
+    fn take_early_items(&mut self, log: &mut L, id: TxnId) {
         if let Some(early) = self.early.remove(&id) {
             for (shard, ts) in early.proposals {
-                self.on_proposal(id, shard, ts);
+                self.on_proposal(log, id, shard, ts);
             }
             for (shard, ts) in early.confirms {
-                self.on_confirm(id, shard, ts);
+                self.on_confirm(log, id, shard, ts);
             }
         }
     }
@@ -283,8 +302,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// is this leader's vote for `txn` at `proposal`, written before the proposal leaves
     /// (kept until its `PREPARE` commits, like an answer's vote). A leader whose log has
     /// moved to a later term marks nothing (V2).
-    fn mark_proposal(&mut self, txn: &Arc<Txn>, proposal: Timestamp) -> bool {
-        if self.log.term() != self.term {
+    fn mark_proposal(&mut self, log: &mut L, txn: &Arc<Txn>, proposal: Timestamp) -> bool {
+        if log.term() != self.term {
             return false;
         }
         let f = self.fast.as_mut().expect("only fast-eligible with the fast path");
@@ -318,13 +337,20 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// told, so they abort it rather than wait forever for this shard's proposal, and the
     /// client is answered. If the log takes nothing now, nothing is stored and the client is
     /// told to try again.
-    pub(super) fn refuse(&mut self, txn: &Txn, reason: String, arrival_delta_us: i64, out: &mut Vec<LeaderOutput>) {
+    pub(super) fn refuse(
+        &mut self,
+        log: &mut L,
+        txn: &Txn,
+        reason: String,
+        arrival_delta_us: i64,
+        out: &mut Vec<LeaderOutput>,
+    ) {
         let id = txn.id;
         let me = self.config.shard;
         let others: Vec<_> = txn.shards().filter(|s| *s != me).collect();
         let record =
             LogRecord::Refuse { id, reason: reason.clone(), arrival_delta_us, ts: txn.ts, others: others.clone() };
-        match self.log.propose(record) {
+        match log.propose(record) {
             Ok(_) => {
                 self.stats.rejected += 1;
                 self.refusing.insert(id, Refusing { others, reason, arrival_delta_us });

@@ -44,7 +44,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     /// Sends the early answers that can go at `now` and drops the candidates that never will.
-    pub(super) fn answer_early(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    pub(super) fn answer_early(&mut self, log: &mut L, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         let before_time = self.config.mutations.early_before_its_time;
         let due: Vec<(Timestamp, TxnId)> = self
             .early_candidates
@@ -54,7 +54,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             .copied()
             .collect();
         for (ts, id) in due {
-            match self.early_answer(id, ts, now) {
+            match self.early_answer(log, id, ts, now) {
                 EarlyStep::Wait => {}
                 EarlyStep::Drop => {
                     self.early_candidates.remove(&(ts, id));
@@ -89,14 +89,14 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     /// Rule 21's conditions for `id` at `ts`, checked at `now > ts`.
-    fn early_answer(&mut self, id: TxnId, ts: Timestamp, now: TimeUs) -> EarlyStep {
+    fn early_answer(&mut self, log: &mut L, id: TxnId, ts: Timestamp, now: TimeUs) -> EarlyStep {
         let Some(p) = self.pending.get(&id) else {
             // Its dispatch may still come; answered or gone otherwise.
             return if self.is_answered(id) { EarlyStep::Drop } else { EarlyStep::Wait };
         };
         let Some(agreement) = p.agreement.as_ref() else { return EarlyStep::Drop };
         let fast = self.fast.as_ref().expect("marked proposals are held only with the fast path");
-        if agreement.is_decided() || p.ts != ts || p.proposal != ts || p.txn.ts != ts || self.log.term() != self.term {
+        if agreement.is_decided() || p.ts != ts || p.proposal != ts || p.txn.ts != ts || log.term() != self.term {
             return EarlyStep::Drop; // decided (the regular answer follows), moved, or deposed (V2)
         }
         if !fast.voted(id) && !self.config.mutations.skip_leader_vote {

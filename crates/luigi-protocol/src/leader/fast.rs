@@ -296,16 +296,16 @@ mod tests {
 mod transcript {
     use super::super::tests::replies;
     use super::super::tests_common::{dispatch, id, tick, txn};
-    use super::super::{LeaderConfig, ShardLeader};
+    use super::super::{LeaderConfig, LeaderWithLog};
     use crate::fast::entry_hash;
     use crate::log::LocalLog;
 
     use luigi_store::Store;
 
-    fn leader(fast_path: bool) -> ShardLeader<LocalLog> {
+    fn leader(fast_path: bool) -> LeaderWithLog<LocalLog> {
         let mut config = LeaderConfig::new(0, 2);
         config.fast_path = fast_path;
-        ShardLeader::new(config, LocalLog::default(), Store::new(), luigi_workloads::procedures::builtins())
+        LeaderWithLog::new(config, LocalLog::default(), Store::new(), luigi_workloads::procedures::builtins())
     }
 
     #[test]

@@ -28,8 +28,11 @@ pub mod admission;
 pub mod agreement;
 pub mod answers;
 pub mod follower;
+pub mod lent;
 pub mod outcomes;
 pub mod queue;
+
+pub use lent::LeaderWithLog;
 
 // `ShardLeader`'s methods, by concern (each file adds an `impl ShardLeader` block).
 mod applied_exchange;
@@ -45,6 +48,7 @@ mod speculation;
 mod watermark;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use luigi_store::Store;
@@ -394,7 +398,8 @@ pub struct LeaderStats {
 /// The shard leader state machine.
 pub struct ShardLeader<L: ReplicatedLog> {
     config: LeaderConfig,
-    log: L,
+    /// The type of the log its caller lends it (it holds none).
+    log_type: PhantomData<fn(&mut L)>,
     store: Store,
     registry: Registry,
     floors: Floors,
@@ -473,8 +478,10 @@ pub struct ShardLeader<L: ReplicatedLog> {
 }
 
 impl<L: ReplicatedLog> ShardLeader<L> {
-    /// A leader over `store` with `log`, running `registry`'s procedures.
-    pub fn new(config: LeaderConfig, log: L, store: Store, registry: Registry) -> Self {
+    /// A leader over `store`, running `registry`'s procedures, proposing to `log` (its
+    /// caller holds the log and lends it to every call that may propose or take committed
+    /// records).
+    pub fn new(config: LeaderConfig, log: &L, store: Store, registry: Registry) -> Self {
         let term = log.term();
         let progress = Progress::new(&config.group_sizes, config.shards);
         let fast = config.fast_path.then(|| fast::FastOrder::new(&config.mutations));
@@ -483,7 +490,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         answers.emulate_fifo(config.mutations.outcomes_fifo);
         Self {
             config,
-            log,
+            log_type: PhantomData,
             store,
             registry,
             floors: Floors::default(),
@@ -570,21 +577,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.pending.len()
     }
 
-    /// The log (for shells that drive its I/O).
-    pub fn log_mut(&mut self) -> &mut L {
-        &mut self.log
-    }
-
-    /// The log.
-    pub fn log(&self) -> &L {
-        &self.log
-    }
-
-    /// Drops the leader's state and keeps its log (a demoted leader rebuilds from it).
-    pub fn into_log(self) -> L {
-        self.log
-    }
-
     /// The earliest time at which [`ShardLeader::tick`] has work to do.
     pub fn next_deadline(&self) -> Option<TimeUs> {
         if !self.outbox.is_empty() || !self.log_retry.is_empty() {
@@ -620,7 +612,14 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     /// Handles a message from client `client`.
-    pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+    pub fn on_client(
+        &mut self,
+        log: &mut L,
+        now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    ) {
         self.now = now;
         self.clients_heard.insert(client, now);
         match msg {
@@ -632,78 +631,80 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
                 let arrival_delta_us = luigi_txn::msg::arrival_delta_us(now, sent_us);
                 self.forget_acked(txn.id.client, acked_below);
-                self.on_dispatch(now, Dispatch { txn, arrival_delta_us, acked_below, asked_fast: fast }, out);
+                self.on_dispatch(log, now, Dispatch { txn, arrival_delta_us, acked_below, asked_fast: fast }, out);
             }
             ClientMsg::Status => {} // answered by the shell, which sees the whole replica
         }
-        self.pump(now, out);
+        self.pump(log, now, out);
     }
 
     /// Handles a batch of agreement items from the leader of `batch.from`.
-    pub fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+    pub fn on_peer(&mut self, log: &mut L, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
         self.now = now;
         let from = batch.from;
         for item in batch.items {
             match item {
-                PeerItem::Propose { id, ts, at, fast } => self.on_announced(id, from, ts, at, fast),
-                PeerItem::Progress(report) => self.on_progress(report),
-                PeerItem::FastAccept { replica, term, id, ts } => self.on_peer_accept(from, (replica, term, ts), id),
-                PeerItem::Confirm { id, ts } => self.on_confirm(id, from, ts),
-                PeerItem::Recover { txn, ts } => self.on_recover(txn, from, ts, out),
-                PeerItem::Executed { id, ts } => self.on_executed(id, from, ts),
-                PeerItem::Refuse { id, reason } => self.on_refuse(id, peer::named_refusal(from, reason)),
+                PeerItem::Propose { id, ts, at, fast } => self.on_announced(log, id, from, ts, at, fast),
+                PeerItem::Progress(report) => self.on_progress(log, report),
+                PeerItem::FastAccept { replica, term, id, ts } => {
+                    self.on_peer_accept(log, from, (replica, term, ts), id)
+                }
+                PeerItem::Confirm { id, ts } => self.on_confirm(log, id, from, ts),
+                PeerItem::Recover { txn, ts } => self.on_recover(log, txn, from, ts, out),
+                PeerItem::Executed { id, ts } => self.on_executed(log, id, from, ts),
+                PeerItem::Refuse { id, reason } => self.on_refuse(log, id, peer::named_refusal(from, reason)),
                 PeerItem::Acknowledged { id } => self.on_acknowledged(id),
                 PeerItem::Applied { ts } => self.on_peer_applied(from, ts),
                 // Another protocol's message: a server of this cluster runs a baseline.
                 PeerItem::Base(item) => tracing::warn!(from, ?item, "baseline message at a Luigi leader; dropped"),
             }
         }
-        self.pump(now, out);
+        self.pump(log, now, out);
     }
 
     /// Advances time: renews the floor promise, releases transactions whose time has come,
     /// publishes the watermark, and flushes agreement batches to the other leaders.
-    pub fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    pub fn tick(&mut self, log: &mut L, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         self.now = now;
-        self.pump(now, out);
+        self.pump(log, now, out);
         self.recover_stalled(now);
         self.broadcast_watermark(now, out);
         if now >= self.applied_at.0.saturating_add(self.config.applied_marker_us) {
-            self.log_applied_marker(now);
+            self.log_applied_marker(log, now);
         }
         self.answers.expire_at(self.watermark);
-        self.exchange_applied(now);
+        self.exchange_applied(log, now);
         self.report_commit();
         self.flush_outbox(out);
     }
 
-    fn propose_record(&mut self, record: LogRecord) {
-        if self.log.propose(record.clone()).is_err() {
+    fn propose_record(&mut self, log: &mut L, record: LogRecord) {
+        if log.propose(record.clone()).is_err() {
             self.log_retry.push(record); // backlog: try again at the next pump
         }
     }
 
     /// Applies committed log records, renews the floor, releases and executes what is ready,
     /// and sends the answers the watermark now covers.
-    fn pump(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    fn pump(&mut self, log: &mut L, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         for record in std::mem::take(&mut self.log_retry) {
-            self.propose_record(record);
+            self.propose_record(log, record);
         }
-        self.renew_floor(now);
-        self.apply_committed(out);
+        self.renew_floor(log, now);
+        self.apply_committed(log, out);
         self.release_and_execute(now, out);
-        self.advance_watermark(now, out);
+        self.advance_watermark(log, now, out);
         if !self.early_candidates.is_empty() {
-            self.answer_early(now, out);
+            self.answer_early(log, now, out);
         }
         if self.outbox.values().any(|items| items.len() >= self.config.peer_batch_max) {
             self.flush_outbox(out);
         }
     }
 
-    fn apply_committed(&mut self, out: &mut Vec<LeaderOutput>) {
+    fn apply_committed(&mut self, log: &mut L, out: &mut Vec<LeaderOutput>) {
         let mut entries = std::mem::take(&mut self.committed_buf);
-        self.log.take_committed(&mut entries);
+        log.take_committed(&mut entries);
         if let Some(last) = entries.last() {
             self.committed_index = self.committed_index.max(last.index);
         }
@@ -715,7 +716,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                     }
                     self.on_prepared(txn.id)
                 }
-                LogRecord::Decide { id, ts } => self.on_decide_logged(id, ts),
+                LogRecord::Decide { id, ts } => self.on_decide_logged(log, id, ts),
                 LogRecord::Abort { id } => self.on_abort_logged(id, out),
                 LogRecord::Refuse { id, reason, arrival_delta_us, ts, others } => {
                     self.on_refuse_logged(id, reason, arrival_delta_us, ts, &others, out)
@@ -733,7 +734,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
         self.committed_buf = entries;
         for d in self.spec.on_committed(self.committed_index) {
-            self.on_recover(d.txn, d.from, d.ts, out);
+            self.on_recover(log, d.txn, d.from, d.ts, out);
         }
     }
 }

@@ -53,7 +53,15 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// Shard `from` announced its proposal `ts` for `id`, with the position of its `PREPARE`
     /// if that may not be committed yet: used once `from`'s progress proves it (rule 14), or,
     /// when marked `fast`, once every follower of `from` accepted it there (rule 18).
-    pub(super) fn on_announced(&mut self, id: TxnId, from: ShardId, ts: Timestamp, at: Option<LogPos>, fast: bool) {
+    pub(super) fn on_announced(
+        &mut self,
+        log: &mut L,
+        id: TxnId,
+        from: ShardId,
+        ts: Timestamp,
+        at: Option<LogPos>,
+        fast: bool,
+    ) {
         let trust = self.config.mutations.trust_unproven_proposals;
         match at {
             Some(at) if !trust && !self.progress.proven(from, at) => {
@@ -67,32 +75,32 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 let usable = self.config.mutations.fast_trusts_marked_proposals
                     || self.fast_peers.on_marked(from, at, id, ts, self.group_size(from), self.config.max_early);
                 if usable {
-                    self.use_marked(from, at, id);
+                    self.use_marked(log, from, at, id);
                 } else if self.fast_peers.marked(id, from).is_some() {
                     self.early_candidate(id, ts);
                 }
             }
-            _ => self.on_proposal(id, from, ts),
+            _ => self.on_proposal(log, id, from, ts),
         }
     }
 
     /// A follower of shard `from` accepted `id` (rule 17): a marked proposal it completes
     /// is used now (rule 18).
-    pub(super) fn on_peer_accept(&mut self, from: ShardId, accept: (u32, u64, Timestamp), id: TxnId) {
+    pub(super) fn on_peer_accept(&mut self, log: &mut L, from: ShardId, accept: (u32, u64, Timestamp), id: TxnId) {
         if self.fast.is_none() {
             return;
         }
         let size = self.group_size(from);
         if let Some(at) = self.fast_peers.on_accept(from, accept, id, size, self.config.max_early) {
-            self.use_marked(from, at, id);
+            self.use_marked(log, from, at, id);
         }
     }
 
     /// Uses `from`'s held proposal for `id` at `at` before its proof (rule 18).
-    fn use_marked(&mut self, from: ShardId, at: LogPos, id: TxnId) {
+    fn use_marked(&mut self, log: &mut L, from: ShardId, at: LogPos, id: TxnId) {
         if let Some(ts) = self.spec.take_held(from, at, id) {
             self.stats.fast_proposals += 1;
-            self.on_proposal(id, from, ts);
+            self.on_proposal(log, id, from, ts);
         }
     }
 
@@ -115,16 +123,16 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     /// A replica of another shard reported its progress: proposals it proves are used now.
-    pub(super) fn on_progress(&mut self, report: ProgressReport) {
+    pub(super) fn on_progress(&mut self, log: &mut L, report: ProgressReport) {
         if report.shard == self.config.shard || !self.progress.on_report(&report) {
             return;
         }
         for (id, ts) in self.spec.proven_proposals(report.shard, &self.progress) {
-            self.on_proposal(id, report.shard, ts);
+            self.on_proposal(log, id, report.shard, ts);
         }
     }
 
-    pub(super) fn on_decide_logged(&mut self, id: TxnId, ts: Timestamp) {
+    pub(super) fn on_decide_logged(&mut self, log: &mut L, id: TxnId, ts: Timestamp) {
         let shard = self.config.shard;
         if !self.pending.contains_key(&id) {
             return;
@@ -139,7 +147,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         for s in others {
             self.queue_peer(s, PeerItem::Confirm { id, ts });
         }
-        self.on_confirm(id, shard, ts);
+        self.on_confirm(log, id, shard, ts);
     }
 
     pub(super) fn on_abort_logged(&mut self, id: TxnId, out: &mut Vec<LeaderOutput>) {
@@ -174,11 +182,11 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         Some(self.early.entry(id).or_default())
     }
 
-    pub(super) fn on_proposal(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
+    pub(super) fn on_proposal(&mut self, log: &mut L, id: TxnId, from: ShardId, ts: Timestamp) {
         let skip = self.config.mutations.skip_second_round;
         if let Some(agreement) = self.pending.get_mut(&id).and_then(|p| p.agreement.as_mut()) {
             let step = agreement.on_proposal(from, ts, skip);
-            self.on_step(id, step);
+            self.on_step(log, id, step);
         } else if !self.pending.contains_key(&id) && !self.is_answered(id) {
             if let Some(e) = self.early_entry(id) {
                 e.proposals.push((from, ts));
@@ -186,10 +194,10 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    pub(super) fn on_confirm(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
+    pub(super) fn on_confirm(&mut self, log: &mut L, id: TxnId, from: ShardId, ts: Timestamp) {
         if let Some(agreement) = self.pending.get_mut(&id).and_then(|p| p.agreement.as_mut()) {
             let step = agreement.on_confirm(from, ts);
-            self.on_step(id, step);
+            self.on_step(log, id, step);
         } else if !self.pending.contains_key(&id) && !self.is_answered(id) {
             if let Some(e) = self.early_entry(id) {
                 e.confirms.push((from, ts));
@@ -197,22 +205,22 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    pub(super) fn on_executed(&mut self, id: TxnId, from: ShardId, ts: Timestamp) {
+    pub(super) fn on_executed(&mut self, log: &mut L, id: TxnId, from: ShardId, ts: Timestamp) {
         let skip = self.config.mutations.skip_second_round;
         // Not pending: executed (or aborted) here too; nothing to learn.
         if let Some(agreement) = self.pending.get_mut(&id).and_then(|p| p.agreement.as_mut()) {
             let step = agreement.on_executed(from, ts, skip);
-            self.on_step(id, step);
+            self.on_step(log, id, step);
         }
     }
 
-    pub(super) fn on_refuse(&mut self, id: TxnId, reason: String) {
+    pub(super) fn on_refuse(&mut self, log: &mut L, id: TxnId, reason: String) {
         if let Some(p) = self.pending.get_mut(&id) {
             // The refusing shard never proposed, so nobody can have decided it.
             assert!(!p.agreement.as_ref().is_some_and(Agreement::is_decided), "refused after decision");
             if p.aborting.is_none() {
                 p.aborting = Some(reason);
-                self.propose_record(LogRecord::Abort { id });
+                self.propose_record(log, LogRecord::Abort { id });
             }
         } else if !self.is_answered(id) {
             if let Some(e) = self.early_entry(id) {
@@ -221,7 +229,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         }
     }
 
-    pub(super) fn on_step(&mut self, id: TxnId, step: Step) {
+    pub(super) fn on_step(&mut self, log: &mut L, id: TxnId, step: Step) {
         match step {
             Step::Wait => {}
             Step::LogDecide { final_ts } => {
@@ -234,7 +242,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 let old = self.pending[&id].ts;
                 self.undecided_moves.insert((old, id));
                 self.reposition(id, final_ts);
-                self.propose_record(LogRecord::Decide { id, ts: final_ts });
+                self.propose_record(log, LogRecord::Decide { id, ts: final_ts });
             }
             Step::Decided { final_ts } => {
                 self.cancel_recovery(id);

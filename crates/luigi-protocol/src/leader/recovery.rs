@@ -22,7 +22,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// leader made durable. The new leader admits nothing at or below the recovered floor,
     /// re-queues every prepared transaction at its logged proposal, and asks the other
     /// participants of each undecided cross-shard transaction for their state at once.
-    pub fn recover(config: LeaderConfig, log: L, handover: Handover, now: TimeUs) -> Self {
+    pub fn recover(config: LeaderConfig, log: &L, handover: Handover, now: TimeUs) -> Self {
         let Handover { store, registry, answers, prepared, applied_ts, floor, recovered_floor } = handover;
         let mut l = Self::new(config, log, store, registry);
         l.now = now;
@@ -86,7 +86,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// its proposal with that position) but never fast (F1 needs an admission), and nothing
     /// is admitted at or below it. Its own floor promise, proposed on winning, may be there
     /// too; other records are not expected there and are left alone.
-    pub fn take_over_tail(&mut self, tail: Vec<LogEntry>) {
+    pub fn take_over_tail(&mut self, log: &mut L, tail: Vec<LogEntry>) {
         let me = self.config.shard;
         for entry in tail {
             let (txn, ts, arrival_delta_us) = match entry.record {
@@ -138,7 +138,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.queue_peer(shard, PeerItem::Propose { id, ts, at, fast: false });
             }
             if cross {
-                self.on_proposal(id, me, ts);
+                self.on_proposal(log, id, me, ts);
             }
         }
     }
@@ -193,7 +193,14 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     }
 
     /// A participant asks what this shard knows of `txn` (it logged proposal `ts`).
-    pub(super) fn on_recover(&mut self, txn: Arc<Txn>, from: ShardId, ts: Timestamp, out: &mut Vec<LeaderOutput>) {
+    pub(super) fn on_recover(
+        &mut self,
+        log: &mut L,
+        txn: Arc<Txn>,
+        from: ShardId,
+        ts: Timestamp,
+        out: &mut Vec<LeaderOutput>,
+    ) {
         let id = txn.id;
         if self.refusing.contains_key(&id) {
             return; // `Refuse` goes to every participant once its record commits
@@ -205,7 +212,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
             if confirmed {
                 self.queue_peer(from, PeerItem::Confirm { id, ts: current });
             }
-            self.on_proposal(id, from, ts);
+            self.on_proposal(log, id, from, ts);
             return;
         }
         if from == self.config.shard || txn.piece(from).is_none() {
@@ -220,13 +227,20 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 self.queue_peer(from, PeerItem::Refuse { id, reason });
             }
             Known::Answered(&Answer { ts: final_ts, .. }) => self.tell_executed(txn, from, ts, final_ts),
-            Known::Acknowledged | Known::Unknown => self.recover_from_outcomes(txn, from, ts, out),
+            Known::Acknowledged | Known::Unknown => self.recover_from_outcomes(log, txn, from, ts, out),
         }
     }
 
     /// Answers `Recover` for a transaction whose answer is not in the table: from the kept
     /// outcomes (kept while `from` may need them, `leader::outcomes`), else it never ran here.
-    fn recover_from_outcomes(&mut self, txn: Arc<Txn>, from: ShardId, ts: Timestamp, out: &mut Vec<LeaderOutput>) {
+    fn recover_from_outcomes(
+        &mut self,
+        log: &mut L,
+        txn: Arc<Txn>,
+        from: ShardId,
+        ts: Timestamp,
+        out: &mut Vec<LeaderOutput>,
+    ) {
         let id = txn.id;
         match self.answers.outcomes().get(id).cloned() {
             Some(Outcome::Executed(final_ts)) => {
@@ -254,8 +268,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 // prepare it now; a late dispatch is then a duplicate.
                 // Not asked for the fast path: the leader's path alone (rule 14).
                 let dispatch = Dispatch { txn, arrival_delta_us: 0, acked_below: 0, asked_fast: false };
-                self.on_dispatch(self.now, dispatch, out);
-                self.on_proposal(id, from, ts);
+                self.on_dispatch(log, self.now, dispatch, out);
+                self.on_proposal(log, id, from, ts);
             }
         }
     }

@@ -7,8 +7,8 @@ use luigi_txn::msg::{TxnError, TxnReply};
 use luigi_txn::types::{KeySet, ShardPiece};
 use luigi_workloads::procedures::{micro_key, Micro, MicroOp};
 
-fn leader() -> ShardLeader<LocalLog> {
-    ShardLeader::new(
+fn leader() -> LeaderWithLog<LocalLog> {
+    LeaderWithLog::new(
         LeaderConfig::new(0, 8),
         LocalLog::default(),
         Store::new(),
@@ -28,7 +28,7 @@ fn txn(seq: u64, ts: Timestamp, ops: &[MicroOp]) -> Arc<Txn> {
     })
 }
 
-fn dispatch(l: &mut ShardLeader<LocalLog>, now: TimeUs, t: &Arc<Txn>) -> Vec<LeaderOutput> {
+fn dispatch(l: &mut LeaderWithLog<LocalLog>, now: TimeUs, t: &Arc<Txn>) -> Vec<LeaderOutput> {
     let mut out = Vec::new();
     l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now - 1, acked_below: 1, fast: true }, &mut out);
     l.check_invariants().unwrap();
@@ -65,7 +65,7 @@ pub(super) fn executed(out: &[LeaderOutput]) -> Vec<(ShardId, TxnId, Timestamp)>
         .collect()
 }
 
-fn tick(l: &mut ShardLeader<LocalLog>, now: TimeUs) -> Vec<TxnReply> {
+fn tick(l: &mut LeaderWithLog<LocalLog>, now: TimeUs) -> Vec<TxnReply> {
     let mut out = Vec::new();
     l.tick(now, &mut out);
     l.check_invariants().unwrap();
@@ -299,7 +299,7 @@ mod broken_invariants {
     /// One pending single-shard write at 10_000 and, held behind a cross-shard transaction at
     /// 3_000 that never gets shard 1's proposal, one executed write at 3_500 whose answer
     /// waits for the watermark (2_999).
-    fn busy_leader() -> ShardLeader<LocalLog> {
+    fn busy_leader() -> LeaderWithLog<LocalLog> {
         let mut l = leader();
         let mut cross = (*txn(1, 3_000, &[MicroOp { key: 1, write: W }])).clone();
         cross.pieces.push(ShardPiece { shard: 1, keys: KeySet::new(vec![], vec![micro_key(2)]) });

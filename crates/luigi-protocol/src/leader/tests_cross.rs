@@ -11,12 +11,12 @@ use crate::msg::{PeerBatch, PeerItem};
 use luigi_txn::msg::TxnError;
 use luigi_workloads::procedures::MicroOutput;
 
-type Leader = ShardLeader<LocalLog>;
+type Leader = LeaderWithLog<LocalLog>;
 
 fn leader(shard: ShardId, mutations: Mutations) -> Leader {
     let mut config = LeaderConfig::new(shard, 8);
     config.mutations = mutations;
-    ShardLeader::new(config, LocalLog::default(), Store::new(), luigi_workloads::procedures::builtins())
+    LeaderWithLog::new(config, LocalLog::default(), Store::new(), luigi_workloads::procedures::builtins())
 }
 
 #[test]
@@ -134,7 +134,7 @@ fn a_refusal_aborts_the_transaction_on_the_other_participants() {
     let mut a = leader(0, Mutations::default());
     let mut cfg = LeaderConfig::new(1, 8);
     cfg.max_pending = 0; // shard 1 refuses everything
-    let mut b = ShardLeader::new(cfg, LocalLog::default(), Store::new(), luigi_workloads::procedures::builtins());
+    let mut b = LeaderWithLog::new(cfg, LocalLog::default(), Store::new(), luigi_workloads::procedures::builtins());
     let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
     dispatch(&mut a, 100, &t);
     let out_b = dispatch(&mut b, 100, &t);

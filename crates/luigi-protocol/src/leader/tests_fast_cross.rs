@@ -19,7 +19,7 @@ fn leader(shard: ShardId, mutations: Mutations) -> Leader {
     config.group_sizes = vec![3, 3];
     config.fast_path = true;
     config.mutations = mutations;
-    let mut l = ShardLeader::new(config, HeldLog::new(3), Store::new(), luigi_workloads::procedures::builtins());
+    let mut l = LeaderWithLog::new(config, HeldLog::new(3), Store::new(), luigi_workloads::procedures::builtins());
     tick(&mut l, 0);
     commit_all(&mut l, 1);
     l

@@ -8,17 +8,17 @@ use std::sync::Arc;
 
 use super::tests::replies;
 use super::tests_common::{dispatch, id, tick, txn};
-use super::{LeaderConfig, Mutations, ShardLeader};
+use super::{LeaderConfig, LeaderWithLog, Mutations};
 use crate::fast::{to_recover, AcceptedTxn, Acceptor};
 use crate::log::{LocalLog, LogRecord};
 use luigi_store::Store;
 use luigi_txn::types::{Timestamp, Txn, TxnId};
 
-fn leader(mutations: Mutations) -> ShardLeader<LocalLog> {
+fn leader(mutations: Mutations) -> LeaderWithLog<LocalLog> {
     let mut config = LeaderConfig::new(0, 2);
     config.fast_path = true;
     config.mutations = mutations;
-    ShardLeader::new(config, LocalLog::default(), Store::new(), luigi_workloads::procedures::builtins())
+    LeaderWithLog::new(config, LocalLog::default(), Store::new(), luigi_workloads::procedures::builtins())
 }
 
 /// The leader's answers to `txns` (each dispatched at the given time), executed by ticking

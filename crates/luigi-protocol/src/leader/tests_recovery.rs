@@ -43,7 +43,7 @@ impl ReplicatedLog for TapLog {
     }
 }
 
-pub(super) type Leader = ShardLeader<TapLog>;
+pub(super) type Leader = LeaderWithLog<TapLog>;
 
 pub(super) fn leader(shard: ShardId) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
     leader_with(LeaderConfig::new(shard, 8))
@@ -52,7 +52,7 @@ pub(super) fn leader(shard: ShardId) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
 pub(super) fn leader_with(config: LeaderConfig) -> (Leader, Rc<RefCell<Vec<LogEntry>>>) {
     let log = TapLog::default();
     let tape = log.tape.clone();
-    (ShardLeader::new(config, log, Store::new(), luigi_workloads::procedures::builtins()), tape)
+    (LeaderWithLog::new(config, log, Store::new(), luigi_workloads::procedures::builtins()), tape)
 }
 
 /// The old leader is gone: a replica replays its committed log and takes over at `now`.
@@ -70,7 +70,7 @@ pub(super) fn take_over(
     // The new leader's log continues the old one's indexes.
     new_tape.borrow_mut().extend(tape.borrow().iter().cloned());
     f.check_invariants().unwrap();
-    let new = ShardLeader::recover(LeaderConfig::new(shard, 8), log, f.into_handover(None), now);
+    let new = LeaderWithLog::recover(LeaderConfig::new(shard, 8), log, f.into_handover(None), now);
     new.check_invariants().unwrap();
     (new, new_tape)
 }
@@ -209,7 +209,7 @@ fn a_peer_that_refused_answers_recover_with_refuse() {
     let (mut a, tape_a) = leader(0);
     let mut cfg = LeaderConfig::new(1, 8);
     cfg.max_pending = 0; // shard 1 refuses everything
-    let mut b = ShardLeader::new(cfg, TapLog::default(), Store::new(), luigi_workloads::procedures::builtins());
+    let mut b = LeaderWithLog::new(cfg, TapLog::default(), Store::new(), luigi_workloads::procedures::builtins());
     let t = txn(1, 1_000, &[(0, 1, Some(5)), (1, 2, Some(6))]);
     dispatch(&mut a, 100, &t);
     let _refuse_lost = dispatch(&mut b, 100, &t); // B's Refuse dies with A
@@ -343,7 +343,7 @@ fn a_transaction_naming_a_missing_shard_is_refused_and_nothing_is_logged() {
 #[test]
 fn a_client_over_its_pending_cap_is_told_busy() {
     let config = LeaderConfig { max_pending_per_client: 2, ..LeaderConfig::new(0, 8) };
-    let mut l = ShardLeader::new(config, TapLog::default(), Store::new(), luigi_workloads::procedures::builtins());
+    let mut l = LeaderWithLog::new(config, TapLog::default(), Store::new(), luigi_workloads::procedures::builtins());
     dispatch(&mut l, 100, &txn(1, 5_000, &[(0, 1, Some(1))]));
     dispatch(&mut l, 100, &txn(2, 5_000, &[(0, 2, Some(1))]));
     let out = dispatch(&mut l, 100, &txn(3, 5_000, &[(0, 3, Some(1))]));

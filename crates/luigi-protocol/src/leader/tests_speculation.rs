@@ -57,14 +57,14 @@ impl ReplicatedLog for HeldLog {
     }
 }
 
-pub(super) type Leader = ShardLeader<HeldLog>;
+pub(super) type Leader = LeaderWithLog<HeldLog>;
 
 /// Shard `shard`'s leader in term 3 of groups of 3, its first floor promise committed.
 fn leader(shard: ShardId, mutations: Mutations) -> Leader {
     let mut config = LeaderConfig::new(shard, 8);
     config.group_sizes = vec![3; 8];
     config.mutations = mutations;
-    let mut l = ShardLeader::new(config, HeldLog::new(3), Store::new(), luigi_workloads::procedures::builtins());
+    let mut l = LeaderWithLog::new(config, HeldLog::new(3), Store::new(), luigi_workloads::procedures::builtins());
     tick(&mut l, 0);
     commit_all(&mut l, 1);
     l
@@ -208,7 +208,7 @@ fn fast_leader(mutations: Mutations) -> Leader {
     config.group_sizes = vec![3];
     config.fast_path = true;
     config.mutations = mutations;
-    let mut l = ShardLeader::new(config, HeldLog::new(3), Store::new(), luigi_workloads::procedures::builtins());
+    let mut l = LeaderWithLog::new(config, HeldLog::new(3), Store::new(), luigi_workloads::procedures::builtins());
     tick(&mut l, 0);
     commit_all(&mut l, 1);
     l

@@ -16,7 +16,7 @@ use std::sync::Arc;
 pub const IDLE_MARKER_US: u64 = 15_000_000;
 
 impl<L: ReplicatedLog> ShardLeader<L> {
-    pub(super) fn advance_watermark(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    pub(super) fn advance_watermark(&mut self, log: &mut L, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         let below_pending = self.queue.min_ts().map_or(Timestamp::MAX, |ts| ts - 1);
         let w = now.min(below_pending).min(self.floor_committed);
         if w > self.watermark {
@@ -32,7 +32,7 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 continue;
             };
             match self.fast.as_mut().and_then(|f| f.take_hash(id)) {
-                Some((order, txn)) => self.reply_fast(id, txn, answer, order, out),
+                Some((order, txn)) => self.reply_fast(log, id, txn, answer, order, out),
                 None => self.reply_with_order(id, answer, None, out),
             }
         }
@@ -44,8 +44,16 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// that a new leader's recovery reads it even if the `PREPARE` is lost from this log. A
     /// leader whose log has moved to a later term no longer votes: its answer goes without
     /// the mark (a new leader may already have read this replica's accepts).
-    fn reply_fast(&mut self, id: TxnId, txn: Arc<Txn>, answer: Answer, order: u64, out: &mut Vec<LeaderOutput>) {
-        if self.log.term() != self.term {
+    fn reply_fast(
+        &mut self,
+        log: &mut L,
+        id: TxnId,
+        txn: Arc<Txn>,
+        answer: Answer,
+        order: u64,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        if log.term() != self.term {
             return self.reply_with_order(id, answer, None, out);
         }
         if self.answer_position(id).is_none() || self.config.mutations.skip_leader_vote {
@@ -130,8 +138,8 @@ impl<L: ReplicatedLog> ShardLeader<L> {
 
     /// Logs an `Applied` marker for the current watermark now if it moved since the last one
     /// (periodic markers come from `tick`; this is for shutdown, snapshots and tests).
-    pub fn mark_applied(&mut self) {
-        self.log_applied_marker(self.applied_at.0);
+    pub fn mark_applied(&mut self, log: &mut L) {
+        self.log_applied_marker(log, self.applied_at.0);
     }
 
     /// Logs a marker if the watermark moved and something executed since the last one, or,
@@ -139,12 +147,12 @@ impl<L: ReplicatedLog> ShardLeader<L> {
     /// other shards keep a refusal for this shard until its committed marker passes the
     /// refused transaction's timestamp plus the expiry (`leader::outcomes`), and nothing
     /// may be kept for good behind an idle shard.
-    pub(super) fn log_applied_marker(&mut self, now: TimeUs) {
+    pub(super) fn log_applied_marker(&mut self, log: &mut L, now: TimeUs) {
         let marker = self.applied_marker();
         let idle_due = marker >= self.applied_at.1.saturating_add(IDLE_MARKER_US);
         if marker > self.applied_at.1 && (self.max_executed_ts > self.applied_at.1 || idle_due) {
             self.applied_at = (now, marker);
-            self.propose_record(LogRecord::Applied { ts: marker });
+            self.propose_record(log, LogRecord::Applied { ts: marker });
         }
     }
 
@@ -162,11 +170,11 @@ impl<L: ReplicatedLog> ShardLeader<L> {
         self.config.floor_lookahead_us - self.config.floor_lookahead_us / 8
     }
 
-    pub(super) fn renew_floor(&mut self, now: TimeUs) {
+    pub(super) fn renew_floor(&mut self, log: &mut L, now: TimeUs) {
         let lookahead = self.config.floor_lookahead_us;
         if self.floor_proposed < now.saturating_add(self.floor_margin_us()) {
             let ts = now.saturating_add(lookahead);
-            if self.log.propose(LogRecord::Floor { ts }).is_ok() {
+            if log.propose(LogRecord::Floor { ts }).is_ok() {
                 self.floor_proposed = ts;
             }
         }

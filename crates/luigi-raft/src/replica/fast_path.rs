@@ -46,7 +46,7 @@ impl RoleMachine<LuigiProtocol> {
         // Asked from the candidacy on, beside the vote requests: an answer does not depend on
         // this replica's log, and counts only if it wins this term (the other replica
         // answers once its own term has reached it, as granting the vote makes it).
-        let Role::Follower(_, log) = &self.role else { return None };
+        let (Role::Follower(_), log) = (&self.role, &self.log) else { return None };
         if !running_for_or_leading(log) {
             return None;
         }
@@ -60,7 +60,7 @@ impl RoleMachine<LuigiProtocol> {
     /// # Errors
     /// An undecodable record: the whole answer is dropped (the question is asked again).
     pub fn accepts_from(&mut self, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
-        let Role::Follower(_, log) = &self.role else { return Ok(()) };
+        let (Role::Follower(_), log) = (&self.role, &self.log) else { return Ok(()) };
         if !running_for_or_leading(log) || log.term() != term {
             return Ok(());
         }

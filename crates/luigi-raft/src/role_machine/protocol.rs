@@ -8,13 +8,13 @@ use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::LogEntry;
 use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
-use luigi_txn::msg::{ClientMsg, ReplicaStatus};
+use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 use super::RoleMachine;
 #[cfg(doc)]
 use crate::replica_api::SnapshotDecoder;
-use crate::replica_api::{FastPathReplica, InitialStore};
+use crate::replica_api::{FastPathReplica, InitialStore, LeaderFigures};
 use crate::{RaftError, RaftLog, Record};
 
 /// A protocol's follower state: what a replica holds while it does not serve, built from a
@@ -80,25 +80,27 @@ pub trait FollowerImages: Clone + Send + Sync + 'static {
     fn check(&self, index: u64, data: &[u8]) -> Result<(), String>;
 }
 
-/// A protocol's shard leader over its Raft log.
+/// A protocol's shard leader. It holds no log: the role machine lends it the Raft log in every
+/// call that may propose or take committed records.
 pub trait LeaderCore: Send + Sized + 'static {
     /// The log's record type.
     type Record: Record + Send + 'static;
 
-    /// Its log.
-    fn log(&self) -> &RaftLog<Self::Record>;
-    /// Its log, to drive.
-    fn log_mut(&mut self) -> &mut RaftLog<Self::Record>;
-    /// Gives its log back (on stepping down).
-    fn into_log(self) -> RaftLog<Self::Record>;
     /// A client's message.
-    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>);
+    fn on_client(
+        &mut self,
+        log: &mut RaftLog<Self::Record>,
+        now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    );
     /// Items from another shard's leader.
-    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>);
+    fn on_peer(&mut self, log: &mut RaftLog<Self::Record>, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>);
     /// Another shard has a new leader.
     fn peer_leader_changed(&mut self, shard: ShardId);
     /// Its timed work.
-    fn tick(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>);
+    fn tick(&mut self, log: &mut RaftLog<Self::Record>, now: TimeUs, out: &mut Vec<LeaderOutput>);
     /// When [`LeaderCore::tick`] next has work.
     fn next_deadline(&self) -> Option<TimeUs>;
     /// Its store.
@@ -112,6 +114,13 @@ pub trait LeaderCore: Send + Sized + 'static {
     fn check_invariants(&self) -> Result<(), String>;
     /// Its counters for the replica's stats line.
     fn stats_line(&self) -> String;
+    /// Its figures as plain data (see [`LeaderFigures`]).
+    fn figures(&self) -> LeaderFigures;
+    /// Its transactions pending longer than a normal agreement takes, oldest first (see
+    /// [`crate::ShardReplica::stalled`]); none if the protocol does not track them.
+    fn stalled(&self, _now: TimeUs) -> Vec<StalledTxnInfo> {
+        Vec::new()
+    }
 }
 
 /// What a follower does with a client's dispatch (it does not serve).
@@ -177,17 +186,17 @@ pub trait ReplicaProtocol: Send + Sized + 'static {
         now: TimeUs,
     ) -> Result<Option<Self::Handover>, RaftError>;
 
-    /// The leader state of a follower that takes office at `now`.
+    /// The leader state of a follower that takes office at `now`, over `log`.
     fn take_office(
         &mut self,
         follower: Self::Follower,
-        log: RaftLog<Self::Record>,
+        log: &mut RaftLog<Self::Record>,
         now: TimeUs,
         handover: Self::Handover,
     ) -> Self::Leader;
 
-    /// A leader's turn while it still leads, before its tick.
-    fn leading(&mut self, _leader: &Self::Leader) {}
+    /// A leader's turn while its `log` still leads, before its tick.
+    fn leading(&mut self, _leader: &Self::Leader, _log: &RaftLog<Self::Record>) {}
 
     /// `leader` stopped leading; `replayed` is what rebuilding its follower state replayed
     /// (`None`: the rebuild failed).

@@ -1,18 +1,17 @@
 //! The node's seam ([`ShardReplica`]), implemented once for every protocol's
 //! [`RoleMachine`], and the snapshot decoder it hands out.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
-use luigi_txn::msg::{ClientMsg, ReplicaStatus};
+use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use super::{FollowerCore, FollowerImages, LeaderCore, ReplicaProtocol, Role, RoleMachine};
 use crate::replica_api::{
-    FastPathReplica, LogControl, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
+    FastPathReplica, LeaderFigures, LogControl, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
 };
 use crate::RaftError;
 
@@ -97,7 +96,7 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
     fn status(&self, now: TimeUs, status: &mut ReplicaStatus) {
         match &self.role {
             Role::Leader(l) => l.status(now, status),
-            Role::Follower(f, _) => f.status(status),
+            Role::Follower(f) => f.status(status),
             Role::Switching => {}
         }
     }
@@ -105,7 +104,7 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
     fn check_invariants(&self) -> Result<(), String> {
         match &self.role {
             Role::Leader(l) => l.check_invariants(),
-            Role::Follower(f, _) => f.check_invariants(),
+            Role::Follower(f) => f.check_invariants(),
             Role::Switching => Ok(()),
         }
     }
@@ -113,7 +112,7 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
     fn stats_line(&self) -> String {
         let core = match &self.role {
             Role::Leader(l) => Some(l.stats_line()),
-            Role::Follower(f, _) => f.stats_line(),
+            Role::Follower(f) => f.stats_line(),
             Role::Switching => None,
         };
         match core {
@@ -130,7 +129,11 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
         P::fast_path_mut(self)
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn leader_figures(&self) -> Option<LeaderFigures> {
+        self.leader().map(LeaderCore::figures)
+    }
+
+    fn stalled(&self, now: TimeUs) -> Vec<StalledTxnInfo> {
+        self.leader().map(|l| l.stalled(now)).unwrap_or_default()
     }
 }

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use crate::wire::WireMsg;
 use anyhow::Context;
 use luigi_node::{CheckedSnapshot, Effect, NodeConfig, NodeError, ReplicaNode, SnapshotCheck};
-use luigi_raft::replica::{empty_store, InitialStore, Replica};
+use luigi_raft::replica::{empty_store, InitialStore};
 use luigi_raft::{SnapshotImage, SnapshotJob};
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::procedure::Registry;
@@ -508,8 +508,8 @@ const STALL_WARN_AGE_US: u64 = 10_000_000;
 /// Logs the transactions pending on this leader for longer than [`STALL_WARN_AGE_US`]
 /// (`luigi status` lists them too).
 fn warn_stalled(replica: &ReplicaNode, node: NodeId, now: u64) {
-    let Some(l) = replica.replica().downcast_ref::<Replica>().and_then(Replica::leader) else { return };
-    let stalled: Vec<_> = l.stalled(now, usize::MAX).into_iter().filter(|t| t.age_us >= STALL_WARN_AGE_US).collect();
+    let stalled: Vec<_> =
+        replica.replica().stalled(now).into_iter().filter(|t| t.age_us >= STALL_WARN_AGE_US).collect();
     if let Some(oldest) = stalled.first() {
         warn!(
             node = %node.name(),

@@ -26,7 +26,6 @@ use luigi_txn::client_core::TxnOutcome;
 use luigi_txn::msg::{ServerMsg, TxnReply};
 use luigi_txn::types::{ShardId, Timestamp, TxnId};
 
-use super::replicas::base;
 use super::{shards_of, RaftGroups};
 use crate::checker::{derive_order, History, Placement, Placements};
 use crate::engine::Core;
@@ -129,17 +128,16 @@ impl RaftGroups<'_> {
     pub(super) fn check_nothing_left(&self, core: &Core<'_>) -> Result<(), Violation> {
         for (s, group) in self.replicas.iter().enumerate() {
             for (i, r) in group.iter().enumerate() {
-                let Some(leader) = r.node.as_ref().and_then(|n| base(n.replica())).and_then(|b| b.leader()) else {
+                let Some(leader) = r.node.as_ref().and_then(|n| n.replica().leader_figures()) else {
                     continue;
                 };
-                let prepared: Vec<&TxnId> = leader.state().prepared().keys().collect();
-                if !prepared.is_empty() || leader.pending_len() != 0 || leader.locks_held() != 0 {
+                let prepared = &leader.prepared;
+                if !prepared.is_empty() || leader.pending != 0 || leader.locks_held != 0 {
                     let msg = format!(
                         "R{s}.{i} serves the healed, converged shard with prepared pieces left {prepared:?} (holding \
                          their locks) and {} transactions in its care: a prepared transaction was never finished or \
                          aborted ({} keys locked)",
-                        leader.pending_len(),
-                        leader.locks_held()
+                        leader.pending, leader.locks_held
                     );
                     return Err(core.violation(ViolationKind::Stuck, msg));
                 }

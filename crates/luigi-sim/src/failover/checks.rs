@@ -6,14 +6,13 @@ use std::collections::BTreeMap;
 
 use luigi_node::ReplicaNode;
 use luigi_protocol::log::LogRecord;
-use luigi_raft::replica::Replica;
 use luigi_store::Store;
 use luigi_txn::msg::{TxnError, TxnReply};
 use luigi_txn::types::{Protocol, ShardId, Timestamp, TxnId};
 
 use super::baseline::BaseOracle;
 use super::config::without_population;
-use super::replicas::{luigi, serving_pending, SimReplica};
+use super::replicas::{luigi_watermark, serving_pending, SimReplica};
 use super::{shards_of, FailoverReport, RaftGroups, Rule4Later};
 use crate::checker::History;
 use crate::engine::{Core, Step};
@@ -44,7 +43,7 @@ fn leader_stores<'r>(replicas: &'r [Vec<SimReplica>], report: &mut FailoverRepor
             .find(|r| r.is_serving())
             .expect("converged");
         stores.push(leader.store());
-        if let Some(stats) = luigi(leader).and_then(Replica::leader).map(|l| l.stats()) {
+        if let Some(stats) = leader.leader_figures().and_then(|f| f.luigi) {
             report.recover_sent += stats.recover_sent;
             report.recover_kept += stats.recover_kept;
             report.recover_acknowledged += stats.recover_acknowledged;
@@ -380,7 +379,7 @@ impl RaftGroups<'_> {
                     Some(r) => msg.push_str(&format!(
                         "; R{s}.{i}: serving={} pending={} store={:#x} keys={} log={:?}",
                         r.is_serving(),
-                        serving_pending(self.protocol, r).unwrap_or(0),
+                        serving_pending(r).unwrap_or(0),
                         r.store().state_hash(),
                         r.store().len(),
                         r.log()
@@ -401,8 +400,8 @@ impl RaftGroups<'_> {
                     Some(r) => format!(
                         "serving={} watermark={:?} pending={:?} {:?}",
                         r.is_serving(),
-                        luigi(r).and_then(Replica::leader).map(|l| l.watermark()),
-                        serving_pending(self.protocol, r),
+                        luigi_watermark(r),
+                        serving_pending(r),
                         r.log()
                     ),
                 };

@@ -150,7 +150,6 @@ enum FaultAction {
 /// The Raft cluster: per shard, a group of replicas running the real node, with faults.
 pub(crate) struct RaftGroups<'a> {
     faults: &'a FaultConfig,
-    protocol: Protocol,
     n: u32,
     disk_rng: ChaCha8Rng,
     fault_rng: ChaCha8Rng,
@@ -201,7 +200,6 @@ impl<'a> RaftGroups<'a> {
         }
         Ok(RaftGroups {
             faults,
-            protocol: config.protocol,
             n,
             disk_rng,
             fault_rng,
@@ -289,7 +287,7 @@ impl<'a> RaftGroups<'a> {
                 .filter(|r| r.is_serving())
                 .collect();
             let [leader] = serving.as_slice() else { return false };
-            let pending = replicas::serving_pending(core.config.protocol, *leader).expect("serving");
+            let pending = replicas::serving_pending(*leader).expect("serving");
             let len = leader.store().len();
             let same_size = group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().store().len() == len));
             if pending != 0 || !same_size {

@@ -6,15 +6,14 @@
 //! and disk, and the replica's crash, restart and cuts, which share the replica table; the
 //! fault plans and checks are in `faults.rs` and `checks.rs`.
 
-use luigi_baseline::{replicas_for, BaseReplica};
+use luigi_baseline::replicas_for;
 use luigi_node::{Effect, NodeConfig, NodeError, Persist, ReplicaNode, SnapshotCheck, Tuning};
-use luigi_protocol::leader::{LeaderConfig, LeaderStats, ShardLeader};
+use luigi_protocol::leader::{LeaderConfig, LeaderStats};
 use luigi_protocol::msg::BaseItem;
 use luigi_protocol::msg::PeerItem;
 use luigi_raft::accepts::FoundAccepts;
 use luigi_raft::disk::DiskStorage;
-use luigi_raft::replica::Replica;
-use luigi_raft::{RaftLog, RecoveredState, ShardReplica};
+use luigi_raft::{RecoveredState, ShardReplica};
 use luigi_raft::{SnapshotJob, Transition};
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::types::NodeId;
@@ -177,32 +176,22 @@ fn shape_of(config: &SimConfig, faults: &FaultConfig) -> Vec<u32> {
     vec![faults.replicas; config.shards as usize]
 }
 
-/// The serving Luigi shard leader of `node`, if it is one (the model's checks of Luigi's
-/// counters and watermarks).
-pub(super) fn luigi_leader(node: &ReplicaNode) -> Option<&ShardLeader<RaftLog>> {
-    luigi(node.replica()).and_then(Replica::leader)
+/// The serving Luigi shard leader's counters of `node`, if it is one (the model's checks of
+/// Luigi's counters).
+pub(super) fn luigi_stats(node: &ReplicaNode) -> Option<LeaderStats> {
+    node.replica().leader_figures().and_then(|f| f.luigi)
 }
 
-/// `replica` as Luigi's, if it is.
-pub(super) fn luigi(replica: &dyn ShardReplica) -> Option<&Replica> {
-    replica.downcast_ref::<Replica>()
-}
-
-/// `replica` as a baseline's, if it is.
-pub(super) fn base(replica: &dyn ShardReplica) -> Option<&BaseReplica> {
-    replica.as_any().downcast_ref::<BaseReplica>()
+/// The serving Luigi shard leader's watermark of `replica`, if it is one.
+pub(super) fn luigi_watermark(replica: &dyn ShardReplica) -> Option<Timestamp> {
+    replica.leader_figures().and_then(|f| f.watermark)
 }
 
 /// What a serving leader still has in its care (`None`: `replica` does not serve): Luigi's
 /// pending transactions, or a baseline's transactions coordinated, resolved, executed and
 /// not prepared (2PL: holding locks), and prepared and not decided (holding locks).
-pub(super) fn serving_pending(protocol: Protocol, replica: &dyn ShardReplica) -> Option<usize> {
-    match protocol {
-        Protocol::Luigi => luigi(replica).and_then(Replica::leader).map(ShardLeader::pending_len),
-        Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
-            base(replica).and_then(BaseReplica::leader).map(|l| l.pending_len())
-        }
-    }
+pub(super) fn serving_pending(replica: &dyn ShardReplica) -> Option<usize> {
+    replica.leader_figures().map(|f| f.pending)
 }
 
 impl RaftGroups<'_> {
@@ -222,7 +211,7 @@ impl RaftGroups<'_> {
         let Some(node) = r.node.as_mut() else { return Ok(()) };
         let local = local_clock(now, r.offset_us);
         let was_serving = node.replica().is_serving();
-        let before = luigi_leader(node).map(|l| l.stats()).unwrap_or_default();
+        let before = luigi_stats(node).unwrap_or_default();
         let stats_before = node.stats();
         let mut fx = Vec::new();
         if let Err(e) = f(node, local, &mut fx) {
@@ -239,15 +228,14 @@ impl RaftGroups<'_> {
         let r = &mut self.replicas[s as usize][i as usize];
         let node = r.node.as_ref().expect("up");
         let serving = node.replica().is_serving();
-        let after = luigi_leader(node).map(|l| l.stats()).unwrap_or_default();
+        let after = luigi_stats(node).unwrap_or_default();
         if fx.iter().any(|e| matches!(e, Effect::Transition(_))) {
             r.watermark = 0; // a new serving incarnation, or none
             r.reads.clear();
         }
         match core.config.protocol {
             Protocol::Luigi => {
-                if let Some(l) = luigi_leader(node) {
-                    let w = l.watermark();
+                if let Some(w) = luigi_watermark(node.replica()) {
                     if w < r.watermark {
                         let msg = format!("{me}'s watermark went back from {} to {w}", r.watermark);
                         return Err(Violation::new(ViolationKind::Invariant, msg).at(now));
@@ -500,8 +488,8 @@ impl RaftGroups<'_> {
         let node = r.node.as_ref().expect("up");
         match core.config.protocol {
             Protocol::Luigi => {
-                if let Some(l) = luigi_leader(node) {
-                    r.watermark = l.watermark();
+                if let Some(w) = luigi_watermark(node.replica()) {
+                    r.watermark = w;
                     self.published[s as usize] = self.published[s as usize].max(r.watermark);
                 }
             }

@@ -1,5 +1,5 @@
 //! The ideal-log cluster model (`IdealLog`): each shard is one
-//! [`ShardLeader`] over an ideal in-memory log ([`SimLog`]) that commits every record a
+//! [`ShardLeader`](luigi_protocol::leader::ShardLeader), lent an ideal in-memory log ([`SimLog`]) that commits every record a
 //! seeded delay after it is appended, and never fails. The engine
 //! (`engine::Sim`) runs the clients, time and the network; this model delivers to
 //! the leaders (nodes [`Node::Leader`]), wakes them, and checks what they do while the run
@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use luigi_protocol::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use luigi_protocol::leader::{LeaderConfig, LeaderOutput, LeaderWithLog};
 use luigi_txn::msg::{ClientMsg, ServerMsg};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
@@ -38,7 +38,7 @@ pub(crate) fn sim(config: &SimConfig) -> Sim<'_, IdealLog> {
 }
 
 struct LeaderNode {
-    leader: ShardLeader<SimLog>,
+    leader: LeaderWithLog<SimLog>,
     offset_us: i64,
     /// Last watermark seen (it must never go back).
     watermark: Timestamp,
@@ -66,7 +66,7 @@ impl IdealLog {
                 let offset_us = seeds.offset(config, Node::Leader(shard));
                 let log = SimLog::new(seeds.derive(), config.log_commit, 1 << 20);
                 LeaderNode {
-                    leader: ShardLeader::new(
+                    leader: LeaderWithLog::new(
                         LeaderConfig { shard, shards: config.shards, ..config.leader.clone() },
                         log,
                         config.initial(shard),
@@ -106,7 +106,7 @@ impl IdealLog {
         core: &mut Core<'_>,
         shard: ShardId,
         woken: bool,
-        f: impl FnOnce(&mut ShardLeader<SimLog>, TimeUs, &mut Vec<LeaderOutput>),
+        f: impl FnOnce(&mut LeaderWithLog<SimLog>, TimeUs, &mut Vec<LeaderOutput>),
     ) -> Step {
         let now = core.now;
         let mut out = std::mem::take(&mut self.leader_out);
@@ -139,7 +139,7 @@ impl IdealLog {
         core: &mut Core<'_>,
         shard: ShardId,
         woken: bool,
-        f: impl FnOnce(&mut ShardLeader<SimLog>, TimeUs, &mut Vec<LeaderOutput>),
+        f: impl FnOnce(&mut LeaderWithLog<SimLog>, TimeUs, &mut Vec<LeaderOutput>),
         out: &mut Vec<LeaderOutput>,
     ) -> Result<Option<TimeUs>, Violation> {
         let now = core.now;
