@@ -15,6 +15,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
+if (($# < 2)) || [[ ! -x $1 || ! -x $2 ]]; then
+  echo "usage: scripts/ab_binaries.sh A_BIN B_BIN [OUT] (two executable luigi binaries; got: $*)" >&2
+  exit 2
+fi
 a=$1 b=$2 out=${3:-results/ab-binaries.txt}
 pairs=${PAIRS:-2}
 dir=$out.d
