@@ -60,7 +60,8 @@ pub struct LoadOptions {
 pub struct OpenLoopReport {
     /// The target rate, transactions per second.
     pub rate_tps: f64,
-    /// Transactions due while their thread's bound was full (started late).
+    /// Transactions seen due while their thread's bound was full (started late, or never if
+    /// the measured interval ended first).
     pub delayed: u64,
     /// Transactions intended in the measured interval that had not started by its end.
     pub unstarted: u64,

@@ -7,9 +7,10 @@
 //! starts `(k T + t) / r` seconds after the load starts (`k = 0, 1, ...`): together one every
 //! `1 / r` seconds. A thread keeps at most `bound` transactions in flight; a transaction
 //! that is due while the bound is full starts when one is answered, late, and is counted
-//! [`OpenLoop::delayed`] (its latency still counts from its intended start). Transactions
-//! due in the measured interval that had not started by its end are counted by
-//! [`OpenLoop::unstarted`]. Nothing is dropped silently.
+//! [`OpenLoop::delayed`] (its latency still counts from its intended start). No transaction
+//! starts once the stop (the measured interval's end) has passed, so past saturation the
+//! backlog does not outlive the run; transactions due in the measured interval that had not
+//! started by then are counted by [`OpenLoop::unstarted`]. Nothing is dropped silently.
 //!
 //! Pure: times are offsets from the load's start, given by the caller (tests inject them).
 
@@ -24,15 +25,18 @@ pub enum Next {
     WaitUntil(Duration),
     /// A transaction is due but the bound is full: wait for an answer.
     Full,
-    /// Every transaction due before the stop has started.
+    /// The stop has passed, or every transaction intended before it has started.
     Done,
 }
 
 /// One thread's open-loop schedule.
 #[derive(Clone, Debug)]
 pub struct OpenLoop {
-    phase_ns: u128,
-    interval_ns: u128,
+    /// Nanoseconds between two intended starts over all threads (`1e9 / rate`, unrounded:
+    /// rounding it would drift the rate).
+    per_tx_ns: f64,
+    threads: u64,
+    thread: u64,
     bound: usize,
     stop: Duration,
     /// Index of the next transaction to start.
@@ -47,10 +51,10 @@ impl OpenLoop {
     /// `bound` in flight, no start intended at or after `stop`.
     pub fn new(rate_tps: f64, threads: u32, thread: u32, bound: u32, stop: Duration) -> Self {
         assert!(rate_tps.is_finite() && rate_tps > 0.0 && thread < threads && bound > 0, "checked options");
-        let per_tx_ns = 1e9 / rate_tps;
         Self {
-            phase_ns: (per_tx_ns * f64::from(thread)) as u128,
-            interval_ns: ((per_tx_ns * f64::from(threads)) as u128).max(1),
+            per_tx_ns: 1e9 / rate_tps,
+            threads: u64::from(threads),
+            thread: u64::from(thread),
             bound: bound as usize,
             stop,
             next: 0,
@@ -59,22 +63,24 @@ impl OpenLoop {
         }
     }
 
-    /// The intended start of transaction `k`.
+    /// The intended start of transaction `k`: the `(k threads + thread)`-th over all threads.
     pub fn intended(&self, k: u64) -> Duration {
-        nanos(self.phase_ns + u128::from(k) * self.interval_ns)
+        let ns = ((k * self.threads + self.thread) as f64 * self.per_tx_ns) as u128;
+        Duration::new((ns / 1_000_000_000) as u64, (ns % 1_000_000_000) as u32)
     }
 
     /// The last index whose intended start is at or before `now` (`None`: none yet).
     fn last_due(&self, now: Duration) -> Option<u64> {
-        let now_ns = now.as_nanos();
-        (now_ns >= self.phase_ns).then(|| ((now_ns - self.phase_ns) / self.interval_ns) as u64)
+        self.first_at_or_after(now + Duration::from_nanos(1)).checked_sub(1)
     }
 
     /// What to do at `now` with `in_flight` transactions outstanding. A [`Next::Start`]
     /// takes the transaction: call again for the next one.
     pub fn poll(&mut self, now: Duration, in_flight: usize) -> Next {
         let due = self.intended(self.next);
-        if due >= self.stop {
+        // Nothing starts at or after the stop, not even a backlog intended before it: past
+        // saturation that backlog only grows, and the ones left are counted unstarted.
+        if due >= self.stop || now >= self.stop {
             return Next::Done;
         }
         if due > now {
@@ -95,16 +101,22 @@ impl OpenLoop {
         Next::Start(due)
     }
 
-    /// The first index intended at or after `at`.
+    /// The first index intended at or after `at` (an estimate, corrected by the exact
+    /// [`OpenLoop::intended`]).
     fn first_at_or_after(&self, at: Duration) -> u64 {
-        let at_ns = at.as_nanos();
-        if at_ns <= self.phase_ns {
-            return 0;
+        let global = (at.as_nanos() as f64 / self.per_tx_ns).ceil();
+        let mut k = ((global - self.thread as f64) / self.threads as f64).ceil().max(0.0) as u64;
+        while k > 0 && self.intended(k - 1) >= at {
+            k -= 1;
         }
-        (at_ns - self.phase_ns).div_ceil(self.interval_ns) as u64
+        while self.intended(k) < at {
+            k += 1;
+        }
+        k
     }
 
-    /// Transactions that were due while the bound was full (each counted once).
+    /// Transactions seen due while the bound was full (each counted once; started late, or
+    /// never if the stop came first).
     pub fn delayed(&self) -> u64 {
         self.delayed
     }
@@ -135,10 +147,6 @@ pub fn summary_line(result: &crate::report::BenchResult) -> Option<String> {
     ))
 }
 
-fn nanos(ns: u128) -> Duration {
-    Duration::new((ns / 1_000_000_000) as u64, (ns % 1_000_000_000) as u32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +162,14 @@ mod tests {
         all.sort();
         let expected: Vec<Duration> = (0..1000).map(|i| i * MS).collect();
         assert_eq!(all, expected);
+        // A rate whose interval is no whole number of nanoseconds does not drift: 30 000 tx/s
+        // intend exactly 300 000 starts in 10 s, wherever the interval begins.
+        let s = OpenLoop::new(30_000.0, 3, 1, 10, Duration::from_secs(100));
+        let (from, until) = (Duration::from_millis(2_000), Duration::from_millis(12_000));
+        let mine = s.first_at_or_after(until) - s.first_at_or_after(from);
+        assert_eq!(mine, 100_000);
+        assert!(s.intended(s.first_at_or_after(from)) >= from && s.intended(s.first_at_or_after(from) - 1) < from);
+        assert_eq!(s.last_due(from), Some(s.first_at_or_after(from) - 1));
     }
 
     #[test]
@@ -169,10 +185,9 @@ mod tests {
         assert_eq!(s.poll(now, 4), Next::WaitUntil(40 * MS));
         assert_eq!(s.delayed(), 0);
         // Nothing intended at or after the stop starts.
-        assert_eq!(s.poll(Duration::from_secs(5), 0), Next::Start(40 * MS));
         let mut last = Next::Full;
         for _ in 0..200 {
-            last = s.poll(Duration::from_secs(5), 0);
+            last = s.poll(Duration::from_millis(999), 0);
             if last == Next::Done {
                 break;
             }
@@ -201,11 +216,16 @@ mod tests {
     }
 
     #[test]
-    fn delays_past_the_stop_are_not_counted() {
-        let mut s = OpenLoop::new(1000.0, 1, 0, 1, 3 * MS);
+    fn no_backlog_starts_after_the_stop_and_it_is_counted_unstarted() {
+        let mut s = OpenLoop::new(1000.0, 1, 0, 1, 5 * MS);
         assert_eq!(s.poll(Duration::ZERO, 0), Next::Start(Duration::ZERO));
-        assert_eq!(s.poll(Duration::from_secs(1), 1), Next::Full);
-        assert_eq!(s.delayed(), 2, "only transactions 1 and 2 are intended before the stop");
-        assert_eq!(s.unstarted(Duration::ZERO, 3 * MS), 2);
+        assert_eq!(s.poll(2 * MS, 1), Next::Full);
+        assert_eq!(s.delayed(), 2, "transactions 1 and 2 wait for the bound");
+        // The stop passes with transactions 1..=4 intended before it: none starts any more,
+        // even with a free slot, and all four are unstarted (two of them also delayed).
+        assert_eq!(s.poll(6 * MS, 0), Next::Done);
+        assert_eq!(s.poll(Duration::from_secs(9), 0), Next::Done);
+        assert_eq!((s.started(), s.delayed()), (1, 2));
+        assert_eq!(s.unstarted(Duration::ZERO, 5 * MS), 4);
     }
 }
