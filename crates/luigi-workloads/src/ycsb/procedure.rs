@@ -20,6 +20,7 @@ use luigi_txn::types::{KeySet, ShardId, ShardPiece};
 use serde::{Deserialize, Serialize};
 
 use super::keys::{record_key, table_prefix};
+use crate::procedures::gather_outputs;
 
 /// One YCSB operation. Records are named by number ([`record_key`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -246,19 +247,11 @@ impl Procedure for Ycsb {
 /// # Errors
 /// An output does not decode, an operation is answered twice or not at all.
 pub fn ycsb_merge(ops: &[YcsbOp], outputs: &[(ShardId, Vec<u8>)]) -> Result<Vec<YcsbResult>, String> {
-    let mut merged: Vec<Option<YcsbResult>> = vec![None; ops.len()];
-    for (shard, bytes) in outputs {
-        let out: YcsbOutput =
-            postcard::from_bytes(bytes).map_err(|e| format!("shard {shard}: undecodable ycsb output: {e}"))?;
-        for (i, result) in out {
-            let slot = merged.get_mut(i as usize).ok_or_else(|| format!("shard {shard}: result for no operation"))?;
-            match (slot.as_mut(), result) {
-                (Some(YcsbResult::Rows(all)), YcsbResult::Rows(more)) => all.extend(more),
-                (None, result) => *slot = Some(result),
-                (Some(_), _) => return Err(format!("operation {i} answered twice (shard {shard})")),
-            }
-        }
-    }
+    let merged = gather_outputs("ycsb", ops.len(), outputs, |first: &mut YcsbResult, more| {
+        let (YcsbResult::Rows(all), YcsbResult::Rows(more)) = (first, more) else { return false };
+        all.extend(more);
+        true
+    })?;
     merged
         .into_iter()
         .zip(ops)

@@ -219,6 +219,16 @@ fn inserts_add_records_once_and_scans_read_in_key_order_from_every_shard() {
 }
 
 #[test]
+fn merging_refuses_an_operation_answered_twice_or_not_at_all() {
+    let ops = [YcsbOp::Read { record: 1 }];
+    let row = postcard::to_stdvec(&vec![(0u32, YcsbResult::Row(None))]).unwrap();
+    let e = ycsb_merge(&ops, &[(0, row.clone()), (1, row)]).unwrap_err();
+    assert!(e.contains("operation 0 answered twice"), "{e}");
+    assert!(ycsb_merge(&ops, &[]).unwrap_err().contains("no shard ran operation 0"));
+    assert!(ycsb_merge(&ops, &[(0, vec![0xff])]).unwrap_err().contains("undecodable ycsb output"));
+}
+
+#[test]
 fn scans_lock_the_table_and_point_operations_share_it() {
     let p = HashPartitioner::new(2);
     let prefix = keys::table_prefix();
