@@ -8,6 +8,12 @@
 //! (not counted, except those answered `Rejected` or `Unknown`: sent during the run, their
 //! failure belongs to it), so the servers are not left with unanswered work at shutdown.
 //!
+//! With a target rate ([`LoadOptions::rate_tps`]) the load is open-loop instead
+//! ([`crate::open_loop`]): transactions start on a fixed schedule, `in_flight` is the bound
+//! on each thread's outstanding ones, latency counts from each one's intended start, and a
+//! transaction counts in the measured interval when its intended start lies in it (so the
+//! slow answers of a saturated cluster are measured, not left out).
+//!
 //! The load has a deadline: warm-up + measured interval + [`LoadOptions::grace`] after it
 //! starts. A load thread still waiting for answers then (a stuck or unreachable cluster, a
 //! client that no longer answers) stops, and the run fails with an error saying so instead
@@ -23,6 +29,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use luigi_workloads::{TxnGenerator, TxnSpec};
 
 use crate::client::{TxnClient, TxnConnector, TxnResult, TxnStatus};
+use crate::open_loop::{Next, OpenLoop};
 use crate::stats::{Counters, LatencyRecorder};
 
 /// How to drive the load.
@@ -43,6 +50,21 @@ pub struct LoadOptions {
     /// time the client takes to answer a transaction `Unknown` (its attempts times its retry
     /// timeout), so that a slow answer is not taken for a stuck cluster.
     pub grace: Duration,
+    /// Open loop at this many transactions per second over all threads (`None`: closed
+    /// loop); `in_flight` then bounds each thread's outstanding transactions.
+    pub rate_tps: Option<f64>,
+}
+
+/// What an open-loop load did besides its answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OpenLoopReport {
+    /// The target rate, transactions per second.
+    pub rate_tps: f64,
+    /// Transactions seen due while their thread's bound was full (started late, or never if
+    /// the measured interval ended first).
+    pub delayed: u64,
+    /// Transactions intended in the measured interval that had not started by its end.
+    pub unstarted: u64,
 }
 
 /// What the load measured.
@@ -61,6 +83,8 @@ pub struct LoadReport {
     pub single_shard_latency: LatencyRecorder,
     /// Latency of the committed ones with a step over several shards.
     pub cross_shard_latency: LatencyRecorder,
+    /// An open-loop load's schedule figures (`None`: closed loop).
+    pub open_loop: Option<OpenLoopReport>,
 }
 
 /// Outcome counts and latency of one kind of business transaction.
@@ -138,11 +162,11 @@ impl Business {
         self.protocol_aborts = self.protocol_aborts.saturating_add(done.protocol_aborts);
     }
 
-    fn start(first: &TxnSpec) -> Self {
+    fn start(first: &TxnSpec, sent: Instant) -> Self {
         let cross = first.pieces.len() > 1;
         Self {
             kind: first.procedure.clone(),
-            sent: Instant::now(),
+            sent,
             steps: 1,
             attempts: 0,
             rounds: 0,
@@ -175,6 +199,7 @@ pub fn run_load(
     let measure_from = start + opts.warmup;
     let measure_until = measure_from + opts.duration;
     let deadline = measure_until + opts.grace;
+    let window = Window { start, measure_from, measure_until, deadline };
     let reports = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..opts.threads)
             .map(|t| {
@@ -183,9 +208,16 @@ pub fn run_load(
                 let client_id = opts.client_id_base + u64::from(t);
                 scope.spawn(move || {
                     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                    let window = Window { measure_from, measure_until, deadline };
-                    rt.block_on(thread_load(connector, client_id, opts.in_flight, workload, window, &progress))
-                        .with_context(|| format!("load thread {t}"))
+                    let load = ThreadLoad { connector, client_id, window, progress: &progress };
+                    let report = match opts.rate_tps {
+                        None => rt.block_on(load.closed(opts.in_flight, workload)),
+                        Some(rate) => {
+                            let stop = measure_until - start;
+                            let schedule = OpenLoop::new(rate, opts.threads, t, opts.in_flight, stop);
+                            rt.block_on(load.open(schedule, workload))
+                        }
+                    };
+                    report.with_context(|| format!("load thread {t}"))
                 })
             })
             .collect();
@@ -196,70 +228,85 @@ pub fn run_load(
     })?;
     let mut total = LoadReport { measured: opts.duration, ..LoadReport::default() };
     for r in reports {
-        total.latency.merge(&r.latency);
-        total.counters.merge(&r.counters);
+        total.merge(r);
+    }
+    if let Some(open) = &mut total.open_loop {
+        open.rate_tps = opts.rate_tps.unwrap_or_default();
+    }
+    Ok(total)
+}
+
+impl LoadReport {
+    /// Adds a thread's report.
+    fn merge(&mut self, r: LoadReport) {
+        self.latency.merge(&r.latency);
+        self.counters.merge(&r.counters);
         for (kind, k) in r.by_kind {
-            let mine = total.by_kind.entry(kind).or_default();
+            let mine = self.by_kind.entry(kind).or_default();
             mine.latency.merge(&k.latency);
             mine.counters.merge(&k.counters);
         }
-        total.single_shard_latency.merge(&r.single_shard_latency);
-        total.cross_shard_latency.merge(&r.cross_shard_latency);
+        self.single_shard_latency.merge(&r.single_shard_latency);
+        self.cross_shard_latency.merge(&r.cross_shard_latency);
+        if let Some(theirs) = r.open_loop {
+            let mine = self.open_loop.get_or_insert_with(OpenLoopReport::default);
+            mine.delayed += theirs.delayed;
+            mine.unstarted += theirs.unstarted;
+        }
     }
-    Ok(total)
 }
 
 /// When a load thread counts answers, and when it must have finished.
 #[derive(Clone, Copy, Debug)]
 struct Window {
+    start: Instant,
     measure_from: Instant,
     measure_until: Instant,
     deadline: Instant,
 }
 
-/// One load thread: keeps `in_flight` business transactions going through one client until
-/// the measured interval ends, counting the answers within it.
-async fn thread_load(
-    connector: &dyn TxnConnector,
-    client_id: u64,
-    in_flight: u32,
-    mut workload: Box<dyn TxnGenerator>,
-    window: Window,
-    progress: &Progress,
-) -> anyhow::Result<LoadReport> {
-    let Window { measure_until, deadline, .. } = window;
-    let overdue = |outstanding: usize| {
+impl Window {
+    /// The error of a load still waiting for `outstanding` answers at its deadline.
+    fn overdue(&self, outstanding: usize) -> anyhow::Error {
         anyhow::anyhow!(
             "the load did not finish {:.0?} after the measured interval ({outstanding} transaction(s) unanswered): \
              the cluster is stuck or unreachable",
-            deadline - measure_until
+            self.deadline - self.measure_until
         )
-    };
-    let client: Arc<dyn TxnClient> = match tokio::time::timeout_at(deadline.into(), connector.connect(client_id)).await
-    {
-        Ok(client) => client.context("load client")?,
-        Err(_) => return Err(overdue(0)),
-    };
-    let mut report = LoadReport::default();
-    let mut running = FuturesUnordered::new();
-    let launch = |spec: TxnSpec, business: Business| {
-        let answer = client.submit(spec.clone());
-        async move {
-            let done = answer.await;
-            (spec, business, Instant::now(), done)
-        }
-    };
-    for _ in 0..in_flight {
-        let spec = workload.next_txn()?;
-        let business = Business::start(&spec);
-        running.push(launch(spec, business));
     }
-    loop {
-        let next = match tokio::time::timeout_at(deadline.into(), running.next()).await {
-            Ok(next) => next,
-            Err(_) => return Err(overdue(running.len())),
-        };
-        let Some((spec, mut business, answered, done)) = next else { break }; // drained
+}
+
+/// An answered transaction: its spec, its business transaction, when it was answered, the
+/// answer.
+type Answered = (TxnSpec, Business, Instant, anyhow::Result<TxnResult>);
+
+/// One load thread's fixed parts.
+struct ThreadLoad<'a> {
+    connector: &'a dyn TxnConnector,
+    client_id: u64,
+    window: Window,
+    progress: &'a Progress,
+}
+
+impl ThreadLoad<'_> {
+    async fn connect(&self) -> anyhow::Result<Arc<dyn TxnClient>> {
+        match tokio::time::timeout_at(self.window.deadline.into(), self.connector.connect(self.client_id)).await {
+            Ok(client) => client.context("load client"),
+            Err(_) => Err(self.window.overdue(0)),
+        }
+    }
+
+    /// Takes an answer: the business transaction's next step to launch, if it has one,
+    /// else counts it (`by_intended`: in the measured interval if it was intended there, as
+    /// the open loop counts; else if it was answered there).
+    fn answered(
+        &self,
+        workload: &mut dyn TxnGenerator,
+        report: &mut LoadReport,
+        answer: Answered,
+        by_intended: bool,
+    ) -> anyhow::Result<Option<(TxnSpec, Business)>> {
+        let (spec, mut business, answered, done) = answer;
         let done = done?;
         business.absorb(&done);
         // A committed step may have a next one: the business transaction goes on.
@@ -267,32 +314,117 @@ async fn thread_load(
             if let Some(step) = workload.next_step(&spec, &done.outputs)? {
                 business.steps += 1;
                 business.cross |= step.pieces.len() > 1;
-                running.push(launch(step, business));
-                continue;
+                return Ok(Some((step, business)));
             }
         }
-        tally(&mut report, progress, window, &business, done.status, answered);
-        if answered < measure_until {
-            let spec = workload.next_txn()?;
-            let business = Business::start(&spec);
-            running.push(launch(spec, business));
-        }
+        let at = if by_intended { business.sent } else { answered };
+        tally(report, self.progress, self.window, &business, done.status, at, answered);
+        Ok(None)
     }
-    Ok(report)
+
+    /// The closed loop: keeps `in_flight` business transactions going until the measured
+    /// interval ends, counting the answers within it.
+    async fn closed(&self, in_flight: u32, mut workload: Box<dyn TxnGenerator>) -> anyhow::Result<LoadReport> {
+        let client = self.connect().await?;
+        let mut report = LoadReport::default();
+        let mut running = FuturesUnordered::new();
+        let go = |spec: TxnSpec, business: Business| launch(&client, spec, business);
+        for _ in 0..in_flight {
+            let spec = workload.next_txn()?;
+            let business = Business::start(&spec, Instant::now());
+            running.push(go(spec, business));
+        }
+        loop {
+            let next = match tokio::time::timeout_at(self.window.deadline.into(), running.next()).await {
+                Ok(next) => next,
+                Err(_) => return Err(self.window.overdue(running.len())),
+            };
+            let Some(answer) = next else { break }; // drained
+            let answered = answer.2;
+            if let Some((step, business)) = self.answered(workload.as_mut(), &mut report, answer, false)? {
+                running.push(go(step, business));
+            } else if answered < self.window.measure_until {
+                let spec = workload.next_txn()?;
+                let business = Business::start(&spec, Instant::now());
+                running.push(go(spec, business));
+            }
+        }
+        Ok(report)
+    }
+
+    /// The open loop: starts transactions on `schedule` (at most its bound in flight) until
+    /// the measured interval ends, then drains them.
+    async fn open(&self, mut schedule: OpenLoop, mut workload: Box<dyn TxnGenerator>) -> anyhow::Result<LoadReport> {
+        let client = self.connect().await?;
+        let Window { start, deadline, .. } = self.window;
+        let mut report = LoadReport::default();
+        let mut running = FuturesUnordered::new();
+        loop {
+            let wake = loop {
+                match schedule.poll(Instant::now() - start, running.len()) {
+                    Next::Start(offset) => {
+                        let spec = workload.next_txn()?;
+                        let business = Business::start(&spec, start + offset);
+                        running.push(launch(&client, spec, business));
+                    }
+                    Next::WaitUntil(offset) => break Some(start + offset),
+                    Next::Full | Next::Done => break None,
+                }
+            };
+            if running.is_empty() {
+                match wake {
+                    Some(at) if at < deadline => tokio::time::sleep_until(at.into()).await,
+                    Some(_) => return Err(self.window.overdue(0)),
+                    None => break, // done and drained
+                }
+                continue;
+            }
+            let until = wake.map_or(deadline, |at| at.min(deadline));
+            match tokio::time::timeout_at(until.into(), running.next()).await {
+                Ok(Some(answer)) => {
+                    if let Some((step, business)) = self.answered(workload.as_mut(), &mut report, answer, true)? {
+                        running.push(launch(&client, step, business));
+                    }
+                }
+                Ok(None) => {}
+                Err(_) if Instant::now() >= deadline => return Err(self.window.overdue(running.len())),
+                Err(_) => {}
+            }
+        }
+        let measured = (self.window.measure_from - start, self.window.measure_until - start);
+        let unstarted = schedule.unstarted(measured.0, measured.1);
+        report.open_loop = Some(OpenLoopReport { rate_tps: 0.0, delayed: schedule.delayed(), unstarted });
+        Ok(report)
+    }
 }
 
-/// Counts a business transaction that ended with `status` at `answered`: in the report if
-/// within the measured interval (a refusal or an unknown outcome after it too: a stalled
-/// cluster shows there), in the progress shown either way.
+/// Submits `spec` through `client`: a future of its answer.
+fn launch(
+    client: &Arc<dyn TxnClient>,
+    spec: TxnSpec,
+    business: Business,
+) -> impl std::future::Future<Output = Answered> + use<> {
+    let answer = client.submit(spec.clone());
+    async move {
+        let done = answer.await;
+        (spec, business, Instant::now(), done)
+    }
+}
+
+/// Counts a business transaction that ended with `status`, placed in time at `at` (its
+/// answer, or its intended start in an open loop) and answered at `answered`: in the report
+/// if `at` is within the measured interval (a refusal or an unknown outcome answered after
+/// it too: a stalled cluster shows there), in the progress shown either way.
 fn tally(
     report: &mut LoadReport,
     progress: &Progress,
     window: Window,
     business: &Business,
     status: TxnStatus,
+    at: Instant,
     answered: Instant,
 ) {
-    let counted = answered >= window.measure_from && answered < window.measure_until;
+    let counted = at >= window.measure_from && at < window.measure_until;
     if answered >= window.measure_from {
         progress.measuring.store(true, Ordering::Relaxed);
     }
@@ -332,6 +464,7 @@ mod tests {
             duration: Duration::from_millis(200),
             client_id_base: 1 << 8,
             grace: Duration::from_millis(500),
+            rate_tps: None,
         };
         let make = |t: u32| -> Box<dyn TxnGenerator> {
             Box::new(MicroGenerator::new(MicroConfig::default(), 1, u64::from(t)))

@@ -35,6 +35,9 @@ pub const MIN_DURATION_S: f64 = 0.1;
 /// Largest coordinator headroom, in µs: 60 s (the headroom delays every transaction by that
 /// much).
 pub const MAX_HEADROOM_US: u64 = 60_000_000;
+/// Highest open-loop rate, transactions per second over all threads (far above what one
+/// machine's cluster commits; a schedule finer than this measures the client, not it).
+pub const MAX_RATE_TPS: f64 = 10_000_000.0;
 
 /// The shared options, as given on the command line (`None`: not given).
 #[derive(Clone, Debug, Default)]
@@ -66,6 +69,9 @@ pub struct BenchOptions {
     /// `--fast-path on|off` (local cluster only): the cluster file's `[protocol] fast_path`
     /// (DESIGN.md, "The fast path"). Default: on for Luigi's runs; `on` is Luigi's only.
     pub fast_path: Option<bool>,
+    /// `--rate`: open loop at this many transactions per second over all threads (`None`:
+    /// closed loop); `--in-flight` is then each thread's bound.
+    pub rate: Option<f64>,
 }
 
 /// The cluster a benchmark runs against.
@@ -115,6 +121,8 @@ pub struct BenchPlan {
     /// same run): written into each local cluster's file; a cluster file's own (which
     /// `--protocol` may only repeat).
     pub protocols: Vec<Protocol>,
+    /// Open-loop rate, transactions per second (`None`: closed loop).
+    pub rate_tps: Option<f64>,
 }
 
 impl BenchPlan {
@@ -194,6 +202,7 @@ impl BenchOptions {
             headroom_us: self.headroom_us,
             json: self.json.clone(),
             protocols,
+            rate_tps: self.rate,
         })
     }
 
@@ -324,6 +333,18 @@ impl BenchOptions {
                 format_args!("the warm-up must be from 0 to {MAX_SECONDS} seconds (a day)")
             )
         );
+        if let Some(rate) = self.rate {
+            ensure!(
+                rate.is_finite() && rate > 0.0 && rate <= MAX_RATE_TPS,
+                invalid(
+                    "--rate",
+                    format_args!("{rate:?}"),
+                    format_args!(
+                        "an open-loop rate is a number of transactions per second above 0, at most {MAX_RATE_TPS}"
+                    )
+                )
+            );
+        }
         if let Some(headroom) = self.headroom_us {
             ensure!(
                 headroom <= MAX_HEADROOM_US,

@@ -120,6 +120,10 @@ pub struct KindResult {
     pub unknown: u64,
     /// Retry attempts.
     pub retries: u64,
+    /// Protocol aborts (each retried as a new transaction but the last of one out of
+    /// retries).
+    #[serde(default)]
+    pub protocol_aborts: u64,
     /// Committed ones that spanned several shards.
     pub cross_shard: u64,
     /// Committed per second.
@@ -406,29 +410,31 @@ pub fn render_latency_split_markdown(results: &[BenchResult]) -> String {
     render_markdown_rows(&SPLIT_HEADERS, &SPLIT_NUMERIC, &rows)
 }
 
-/// One line per kind of business transaction of `r` (empty when the workload has one kind):
-/// committed, rolled back, aborted, rejected, unknown, throughput, latency avg/p50/p90/p99/
-/// p99.9 and the share of committed ones that spanned several shards.
+/// One line per kind of business transaction of `r` (empty when it has no per-kind figures):
+/// committed, rolled back, aborted, rejected, unknown, protocol aborts, retries, throughput,
+/// latency avg/p50/p90/p99/p99.9 and the share of committed ones that spanned several shards.
 pub fn render_kinds(r: &BenchResult) -> String {
     if r.by_kind.is_empty() {
         return String::new();
     }
     let mut out = format!(
-        "{} {} {}x{} {} threads, {}: per transaction\n{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7}\n",
+        "{} {} {}x{} {} threads, {}: per transaction\n{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7}\n",
         protocol_label(r), r.workload, r.shards, r.replicas, r.threads, r.net,
-        "transaction", "committed", "rolled", "aborted", "rejected", "unknown", "tps", "avg ms", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "cross %"
+        "transaction", "committed", "rolled", "aborted", "rejected", "unknown", "p-aborts", "retries", "tps", "avg ms", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "cross %"
     );
     for (name, k) in &r.by_kind {
         let l = &k.latency_us;
         let cross = if k.committed == 0 { 0.0 } else { 100.0 * k.cross_shard as f64 / k.committed as f64 };
         out.push_str(&format!(
-            "{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7.1}\n",
+            "{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>8} {:>7} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7.1}\n",
             name,
             k.committed,
             k.rolled_back,
             k.aborted,
             k.rejected,
             k.unknown,
+            k.protocol_aborts,
+            k.retries,
             k.throughput_tps,
             ms(l.avg),
             ms(l.p50 as f64),
@@ -507,7 +513,8 @@ fn cell_key(r: &BenchResult) -> Cell {
 }
 
 /// Workload knobs that tell cells apart in [`render_side_by_side`].
-const PARAMS_COMPARED: [&str; 6] = ["keys", "ops", "read_ratio", "cross_shard_pct", "remote_item_pct", "mix"];
+const PARAMS_COMPARED: [&str; 9] =
+    ["keys", "ops", "read_ratio", "cross_shard_pct", "remote_item_pct", "mix", "dist", "records", "ops_per_txn"];
 
 /// `results` side by side as a markdown table: one row per cell (workload, shape, network,
 /// threads, knobs), one column per protocol in the order first seen, each "tx/s / avg ms",

@@ -66,6 +66,9 @@ pub struct RunSpec {
     pub exe: PathBuf,
     /// Draw a progress bar.
     pub progress: bool,
+    /// Open loop at this rate, transactions per second (`None`: closed loop; see
+    /// [`crate::open_loop`]).
+    pub rate_tps: Option<f64>,
 }
 
 /// What a run measured, before the workload turns it into a report.
@@ -164,6 +167,7 @@ pub fn run_workload<T>(
         duration: run.duration,
         client_id_base: luigi_runtime::clock::now_us() << 8,
         grace,
+        rate_tps: run.rate_tps,
     };
     let make = move |t: u32| -> Box<dyn TxnGenerator> { workload.generator(0x5eed + u64::from(t)) };
     let report = drive_load(run, label, &connector, &opts, &make);
@@ -289,6 +293,13 @@ impl Measured {
         params.insert("fast_path_asked_committed".into(), serde_json::json!(c.fast_path_asked));
         params.insert("fast_path".into(), serde_json::json!(self.config.fast_path()));
         params.insert("ready_s".into(), serde_json::json!(self.ready.as_secs_f64()));
+        if let Some(open) = &self.report.open_loop {
+            // The open loop's figures: its target, and what its bound held back.
+            params.insert("rate_tps".into(), serde_json::json!(open.rate_tps));
+            params.insert("open_loop_bound".into(), serde_json::json!(run.in_flight));
+            params.insert("open_loop_delayed".into(), serde_json::json!(open.delayed));
+            params.insert("open_loop_unstarted".into(), serde_json::json!(open.unstarted));
+        }
         let protocol = self.config.protocol();
         BenchResult {
             protocol: protocol.name().into(),
@@ -320,13 +331,14 @@ impl Measured {
             second_round_rate: if c.cross_shard == 0 { 0.0 } else { c.second_round as f64 / c.cross_shard as f64 },
             fast_path_rate: if c.committed == 0 { 0.0 } else { c.fast_path as f64 / c.committed as f64 },
             fast_path_asked_rate: if c.committed == 0 { 0.0 } else { c.fast_path_asked as f64 / c.committed as f64 },
-            by_kind: self.by_kind(),
+            by_kind: self.by_kind(false),
         }
     }
 
-    /// The figures per kind of business transaction, when there are several kinds.
-    fn by_kind(&self) -> BTreeMap<String, KindResult> {
-        if self.report.by_kind.len() < 2 {
+    /// The figures per kind of business transaction, when there are several kinds (or
+    /// `always`).
+    pub fn by_kind(&self, always: bool) -> BTreeMap<String, KindResult> {
+        if self.report.by_kind.len() < 2 && !always {
             return BTreeMap::new();
         }
         let measured_s = self.report.measured.as_secs_f64();
@@ -337,6 +349,7 @@ impl Measured {
             rejected: k.counters.rejected,
             unknown: k.counters.unknown,
             retries: k.counters.retries,
+            protocol_aborts: k.counters.protocol_aborts,
             cross_shard: k.counters.cross_shard,
             throughput_tps: k.counters.committed as f64 / measured_s,
             latency_us: k.latency.summary(),

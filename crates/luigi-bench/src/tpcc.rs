@@ -93,7 +93,7 @@ impl TpccOptions {
 pub fn hosted_tpcc(config: &ClusterConfig) -> anyhow::Result<TpccConfig> {
     match &config.workload {
         Some(WorkloadSpec::Tpcc(tpcc)) => Ok(tpcc.clone()),
-        None => bail!(
+        Some(WorkloadSpec::Ycsb(_)) | None => bail!(
             "the cluster's servers host no TPC-C database: its file has no [workload] table with kind = \"tpcc\" \
              (see docs/TPCC.md)"
         ),

@@ -11,12 +11,14 @@
 //!   a shard, so that every replica of a shard builds the same state without talking;
 //! - a consistency check over the final state of every shard ([`Workload::check`]).
 //!
-//! Workloads: [`micro`] and [`tpcc`] (see `docs/TPCC.md`). [`WorkloadSpec`] names a
+//! Workloads: [`micro`], [`tpcc`] (see `docs/TPCC.md`) and [`ycsb`] (YCSB A-F and seed 003's K2
+//! mixes). [`WorkloadSpec`] names a
 //! workload with its server-side parameters, as a cluster file carries it.
 
 pub mod micro;
 pub mod procedures;
 pub mod tpcc;
+pub mod ycsb;
 
 use std::fmt;
 use std::sync::Arc;
@@ -94,6 +96,8 @@ pub trait TxnGenerator: Send {
 pub enum WorkloadSpec {
     /// TPC-C.
     Tpcc(tpcc::TpccConfig),
+    /// YCSB's usertable.
+    Ycsb(ycsb::YcsbConfig),
 }
 
 impl WorkloadSpec {
@@ -101,6 +105,7 @@ impl WorkloadSpec {
     pub fn seed(&self) -> u64 {
         match self {
             WorkloadSpec::Tpcc(config) => config.seed,
+            WorkloadSpec::Ycsb(config) => config.seed,
         }
     }
 
@@ -110,6 +115,10 @@ impl WorkloadSpec {
         match self {
             WorkloadSpec::Tpcc(config) => {
                 Ok(Arc::new(tpcc::TpccWorkload::new(config.clone(), tpcc::TpccLoad::default(), shards)?))
+            }
+            WorkloadSpec::Ycsb(config) => {
+                let load = ycsb::YcsbLoad::of(ycsb::CoreWorkload::A);
+                Ok(Arc::new(ycsb::YcsbWorkload::new(config.clone(), load, shards)?))
             }
         }
     }

@@ -276,19 +276,11 @@ pub fn kv_pieces(p: &dyn Partitioner, ops: &[KvOp]) -> Result<Vec<ShardPiece>, S
 /// # Errors
 /// An output does not decode, or an operation has no result (not every shard answered).
 pub fn kv_merge(ops: &[KvOp], outputs: &[(ShardId, Vec<u8>)]) -> Result<Vec<KvResult>, String> {
-    let mut merged: Vec<Option<KvResult>> = vec![None; ops.len()];
-    for (shard, bytes) in outputs {
-        let out: KvOutput =
-            postcard::from_bytes(bytes).map_err(|e| format!("shard {shard}: undecodable kv output: {e}"))?;
-        for (i, result) in out {
-            let slot = merged.get_mut(i as usize).ok_or_else(|| format!("shard {shard}: result for no operation"))?;
-            match (slot.as_mut(), result) {
-                (Some(KvResult::Entries(all)), KvResult::Entries(more)) => all.extend(more),
-                (None, result) => *slot = Some(result),
-                (Some(_), _) => return Err(format!("operation {i} answered twice (shard {shard})")),
-            }
-        }
-    }
+    let merged = gather_outputs("kv", ops.len(), outputs, |first: &mut KvResult, more| {
+        let (KvResult::Entries(all), KvResult::Entries(more)) = (first, more) else { return false };
+        all.extend(more);
+        true
+    })?;
     merged
         .into_iter()
         .zip(ops)
@@ -304,6 +296,38 @@ pub fn kv_merge(ops: &[KvOp], outputs: &[(ShardId, Vec<u8>)]) -> Result<Vec<KvRe
             (None, _) => Err(format!("no shard ran operation {i}")),
         })
         .collect()
+}
+
+/// Gathers every shard's `(operation index, result)` pairs (a `what` procedure's outputs,
+/// e.g. `kv`) into one slot per operation, in operation order; a second result for an
+/// operation is folded into the first by `combine` (a scan's entries from another shard),
+/// which returns false for a pair that cannot be combined.
+///
+/// # Errors
+/// An output does not decode, names no operation, or answers one twice.
+pub fn gather_outputs<R: serde::de::DeserializeOwned>(
+    what: &str,
+    ops: usize,
+    outputs: &[(ShardId, Vec<u8>)],
+    combine: impl Fn(&mut R, R) -> bool,
+) -> Result<Vec<Option<R>>, String> {
+    let mut merged: Vec<Option<R>> = (0..ops).map(|_| None).collect();
+    for (shard, bytes) in outputs {
+        let out: Vec<(u32, R)> =
+            postcard::from_bytes(bytes).map_err(|e| format!("shard {shard}: undecodable {what} output: {e}"))?;
+        for (i, result) in out {
+            let slot = merged.get_mut(i as usize).ok_or_else(|| format!("shard {shard}: result for no operation"))?;
+            match slot {
+                None => *slot = Some(result),
+                Some(first) => {
+                    if !combine(first, result) {
+                        return Err(format!("operation {i} answered twice (shard {shard})"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(merged)
 }
 
 /// True when `key` itself (not a prefix of it) is declared on this shard.

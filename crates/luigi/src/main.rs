@@ -2,8 +2,10 @@
 //! processes (started from this same binary) or an existing one, look at a running cluster
 //! (`status`), or read and write it (`get`, `put`, `scan`, `txn`).
 
+mod help;
 mod kv;
 mod status;
+mod ycsb;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +25,8 @@ use luigi_bench::workload::micro::MicroOptions;
 use luigi_runtime::config::{ClusterConfig, NodeId};
 use luigi_runtime::server::{Server, StorageOptions};
 use luigi_wan::Scenario;
+
+use help::{MICRO_HELP, TPCC_HELP};
 
 /// mimalloc instead of the system allocator: transactions are decoded on connection threads and
 /// freed on the event-loop thread, a pattern glibc's arenas handle poorly (it was about a third
@@ -133,6 +137,9 @@ enum Bench {
     /// consistency conditions on the final state. The seeds' closed-loop client model (no
     /// keying or think times), not an audited tpmC.
     Tpcc(TpccArgs),
+    /// YCSB: the core workloads A-F over a usertable, and the K2 mixes (k2-95-5, k2-50-50)
+    /// of seed 003, reported per operation type and overall.
+    Ycsb(ycsb::YcsbArgs),
     /// Renders results files (JSON, as `micro` and `tpcc` write them) side by side: one row
     /// per workload, shape, network and thread count, one column per protocol (tx/s / avg ms,
     /// aborts and retries).
@@ -142,7 +149,7 @@ enum Bench {
 /// `luigi bench compare` options.
 #[derive(Args)]
 struct CompareArgs {
-    /// Results files (JSON arrays written by `luigi bench micro|tpcc --json`).
+    /// Results files (JSON arrays written by `luigi bench micro|tpcc|ycsb --json`).
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// Print the single- versus cross-shard latency split of every run instead (avg, p50,
@@ -201,6 +208,11 @@ struct RunArgs {
     /// Do not draw a progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// Open loop: start this many transactions per second over all threads on a fixed schedule,
+    /// latency counted from each one's intended start; --in-flight is then each thread's bound
+    /// (starts it delays and those never started are counted) [default: closed loop].
+    #[arg(long, value_name = "TX_PER_S", allow_negative_numbers = true)]
+    rate: Option<f64>,
     /// Transaction protocol: luigi, occ (optimistic concurrency control with two-phase
     /// commit), 2pl (two-phase locking, no-wait, with two-phase commit) or direct (no
     /// transaction: each shard runs its piece at once; a lower bound, not transactional)
@@ -285,34 +297,6 @@ struct CheckTpccArgs {
     cluster: PathBuf,
 }
 
-/// `luigi bench micro --help` epilogue: the bounds of a run and what it leaves behind.
-const MICRO_HELP: &str = "\
-Bounds: a run fails (non-zero exit) if its local servers do not listen within 20 s, if a shard
-commits no first transaction within 60 s, if the load does not end within warm-up + duration +
-a grace (15 s + the client's give-up time), if it commits nothing in its measured interval, or
-if transactions are left unknown (no complete answer within the client's give-up time: the
-cluster stalled or lost servers).
-
-The local cluster's servers, logs and data live in $TMPDIR/luigi-bench-XXXXXX; the servers are
-stopped and the directory removed on exit, error, panic, SIGINT, SIGTERM or SIGHUP. After a
-SIGKILL the servers still exit (their standard input closes) but the directory stays.";
-
-/// `luigi bench tpcc --help` epilogue.
-const TPCC_HELP: &str = "\
-After the load, the twelve consistency conditions of TPC-C clause 3.3.2 are checked on the
-final state through one transaction over every shard and printed; a failed condition makes the
-command exit 1 (after the results file is written).
-
-Bounds: a run fails (non-zero exit) if its local servers do not listen within 20 s, if a shard
-commits no first transaction within 60 s, if the load does not end within warm-up + duration +
-a grace (15 s + the client's give-up time), if it commits nothing in its measured interval, or
-if transactions are left unknown (no complete answer within the client's give-up time: the
-cluster stalled or lost servers).
-
-The local cluster's servers, logs and data live in $TMPDIR/luigi-bench-XXXXXX; the servers are
-stopped and the directory removed on exit, error, panic, SIGINT, SIGTERM or SIGHUP. After a
-SIGKILL the servers still exit (their standard input closes) but the directory stays.";
-
 fn main() -> ExitCode {
     // First, before anything hashes: this process's tables are keyed by a random seed.
     luigi_txn::keyhash::seed_randomly();
@@ -329,6 +313,7 @@ fn main() -> ExitCode {
         Command::Server(args) => server(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(Bench::Micro(args)) => micro(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(Bench::Tpcc(args)) => tpcc(args),
+        Command::Bench(Bench::Ycsb(args)) => ycsb::ycsb(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(Bench::Compare(args)) => compare(args).map(|()| ExitCode::SUCCESS),
         Command::Check(command) => check(command),
         Command::Status(args) => status::status(args),
@@ -423,6 +408,7 @@ impl RunArgs {
             cluster: self.cluster.clone(),
             protocol: self.protocol.clone(),
             fast_path: self.fast_path.map(|f| f == OnOff::On),
+            rate: self.rate,
         }
     }
 }
@@ -463,6 +449,7 @@ fn bench_runs(
                 fast_path,
                 exe: exe.clone(),
                 progress,
+                rate_tps: plan.rate_tps,
             };
             let result = run_one(run)?;
             eprintln!(
@@ -476,6 +463,9 @@ fn bench_runs(
                 result.latency_us.avg / 1000.0,
                 result.latency_us.p99 as f64 / 1000.0
             );
+            if let Some(line) = luigi_bench::open_loop::summary_line(&result) {
+                eprintln!("  {line}");
+            }
             results.push(result);
             write_json(&plan.json, &results)?;
         }

@@ -117,6 +117,52 @@ fn three_replica_shard_replicates_through_raft() {
     assert!(r.latency_us.p50 >= 6_000, "p50 {} µs is below four one-way delays", r.latency_us.p50);
 }
 
+#[test]
+fn bench_ycsb_reports_every_operation_type_and_runs_an_open_loop() {
+    let dir = scratch("ycsb");
+    let json = dir.join("e.json");
+    // Workload E on two shards: scans over both, inserts of new records.
+    let out = Command::new(EXE)
+        .args(["bench", "ycsb", "--workload", "e", "--shards", "2", "--records", "300", "--duration", "1.5"])
+        .args(["--warmup", "0.5", "--threads", "2", "--in-flight", "8", "--net", "none", "--durability", "none"])
+        .args(["--no-progress", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("ycsb.scan") && stdout.contains("p99.9 ms"), "per-type table printed: {stdout}");
+    let r = &read_json(&json).unwrap()[0];
+    assert_eq!((r.workload.as_str(), r.shards), ("ycsb-e", 2));
+    assert_eq!((r.rejected, r.unknown), (0, 0));
+    let kinds: Vec<&str> = r.by_kind.keys().map(String::as_str).collect();
+    assert_eq!(kinds, ["ycsb.insert", "ycsb.scan"]);
+    let (scans, inserts) = (&r.by_kind["ycsb.scan"], &r.by_kind["ycsb.insert"]);
+    assert!(scans.committed > 10 && inserts.committed > 0, "{scans:?} {inserts:?}");
+    assert_eq!(scans.committed + inserts.committed, r.committed);
+    assert_eq!(scans.cross_shard, scans.committed, "a scan reads every shard");
+    assert_eq!(r.params["dist"], serde_json::json!("zipfian"));
+
+    // Open loop: 200 tx/s over 2 threads for a 1.5 s measured interval intend 300
+    // transactions; each is measured (committed, or failed) or counted as never started.
+    let json = dir.join("open.json");
+    let out = Command::new(EXE)
+        .args(["bench", "ycsb", "--workload", "k2-50-50", "--dist", "uniform", "--rate", "200", "--duration", "1.5"])
+        .args(["--warmup", "0.5", "--threads", "2", "--in-flight", "50", "--net", "none", "--durability", "none"])
+        .args(["--no-progress", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    let r = &read_json(&json).unwrap()[0];
+    assert_eq!(r.params["rate_tps"], serde_json::json!(200.0));
+    let unstarted = r.params["open_loop_unstarted"].as_u64().unwrap();
+    assert!(r.params["open_loop_delayed"].is_u64());
+    let intended = r.committed + r.aborted + r.rolled_back + r.rejected + r.unknown + unstarted;
+    assert!((299..=301).contains(&intended), "{intended} of the 300 intended accounted for: {r:?}");
+    assert_eq!(r.by_kind.keys().map(String::as_str).collect::<Vec<_>>(), ["ycsb.read", "ycsb.update"]);
+}
+
 /// Reads what the server sends (its challenge comes first) until it closes the connection;
 /// false if it is still open after a few reads.
 fn closed_by_server(stream: &mut TcpStream) -> bool {

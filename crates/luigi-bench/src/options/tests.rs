@@ -210,3 +210,17 @@ fn an_unwritable_json_path_is_refused_before_the_run() {
     BenchOptions { json: file.clone(), ..base }.validate().unwrap();
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
 }
+
+#[test]
+fn the_open_loop_rate_is_positive_finite_and_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = ok_options(dir.path());
+    assert_eq!(base.validate().unwrap().rate_tps, None, "closed loop by default");
+    let plan = BenchOptions { rate: Some(1_500.5), ..base.clone() }.validate().unwrap();
+    assert_eq!(plan.rate_tps, Some(1_500.5));
+    BenchOptions { rate: Some(MAX_RATE_TPS), ..base.clone() }.validate().unwrap();
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_RATE_TPS * 2.0] {
+        let msg = refused(&BenchOptions { rate: Some(bad), ..base.clone() }, &format!("invalid --rate {bad:?}:"));
+        assert!(msg.contains("transactions per second"), "{msg}");
+    }
+}

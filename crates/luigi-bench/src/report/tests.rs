@@ -226,6 +226,7 @@ fn every_report_names_the_protocol_and_marks_direct_non_transactional() {
             rejected: 0,
             unknown: 0,
             retries: 0,
+            protocol_aborts: 0,
             cross_shard: 0,
             throughput_tps: 1.0,
             latency_us: LatencySummary::default(),
