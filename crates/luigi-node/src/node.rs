@@ -4,6 +4,10 @@
 //! out. The server shell and the simulator execute the effects; neither makes any of these
 //! decisions itself.
 //!
+//! The node owns the replica's Raft log (a byte log, as raft-rs's and etcd's drivers own
+//! theirs): it drives it and lends it to the replica's calls that propose or take committed
+//! records (`luigi_raft::replica_api` states that contract); the replica holds none.
+//!
 //! The calling contract (both shells follow it):
 //!
 //! ```text
