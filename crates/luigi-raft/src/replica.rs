@@ -581,4 +581,21 @@ mod tests {
         assert_eq!(n.log.commit_index(), n.log.last_index());
         assert_eq!(n.r.stats(), ReplicaStats { promotions: 1, demotions: 0 });
     }
+
+    /// The node's log holds bytes: a committed record that is not a Luigi record (another
+    /// protocol's, or an incompatible build's) stops the replica with `BadEntry` naming it,
+    /// from its turn and from every later ready of the log, and panics nowhere.
+    #[test]
+    fn a_committed_record_that_does_not_decode_stops_the_replica_with_an_error() {
+        let mut n = lone_replica();
+        n.log.campaign().unwrap();
+        settle(&mut n, 100);
+        assert!(n.r.is_serving());
+        let bad = n.log.propose_bytes(vec![0xff; 4]).unwrap();
+        drive(&mut n.log);
+        let fatal = |e: &RaftError| matches!(e, RaftError::BadEntry { index, .. } if *index == bad);
+        let err = n.r.turn(&mut n.log, 200, &mut Vec::new()).unwrap_err();
+        assert!(fatal(&err), "{err}");
+        assert!(n.log.ready().err().is_some_and(|e| fatal(&e)), "the log reports it from then on");
+    }
 }
