@@ -398,8 +398,7 @@ mod tests {
     use super::*;
     use crate::RaftConfig;
 
-    /// A one-voter group's replica and the log its node would own: the replica elects
-    /// itself; readies are "persisted" at once.
+    /// A one-voter group's replica and its node's log; readies are "persisted" at once.
     struct Lone {
         r: Replica,
         log: RaftLog,

@@ -4,7 +4,7 @@
 //! rest is split by concern: [`config`] (what goes in), [`ready`] (what comes out),
 //! [`step`] (messages in, rejoining, lost entries), [`determinism`] (election timeouts),
 //! [`compact`] (snapshots and replays), [`abstain`] (a replica that must not lead), [`error`],
-//! [`typed`] (the typed view a protocol proposes and takes its records through).
+//! [`typed`] (records in and out: as bytes, and the typed view a protocol uses).
 //!
 //! Size: over 600 lines, of which about 200 are documentation (what each call may be
 //! relied on for, which the node and the simulator follow); the rest is already split by
@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
 
 use bytes::Bytes;
-use luigi_protocol::log::{LogEntry, LogError, LogIndex};
+use luigi_protocol::log::{LogEntry, LogIndex};
 #[cfg(doc)]
 use luigi_protocol::log::{LogRecord, ReplicatedLog};
 use raft::eraftpb::{ConfState, Entry, EntryType};
@@ -634,69 +634,5 @@ fn decode_committed<R: Record>(e: &Entry) -> Result<Option<LogEntry<R>>, RaftErr
         EntryType::EntryNormal if e.data.is_empty() => Ok(None),
         EntryType::EntryNormal => decode_record(e.index, &e.data).map(Some),
         EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => Ok(None),
-    }
-}
-
-impl RaftLog {
-    /// Appends `data` (a record encoded by the log's user) to the leader's log and returns its
-    /// index. Indexes increase but are not consecutive: election no-ops take indexes too.
-    ///
-    /// # Errors
-    /// [`LogError::NotLeader`] on a non-leader or during a leadership transfer (see
-    /// [`RaftLog::leader_id`] for a hint); [`LogError::Backlogged`] past
-    /// [`RaftConfig::max_pending`].
-    pub fn propose_bytes(&mut self, data: Vec<u8>) -> Result<LogIndex, LogError> {
-        if let Some(refused) = self.refusal() {
-            return Err(refused);
-        }
-        let before = self.last_index();
-        let result = self.raw.propose(Vec::new(), data);
-        self.after_call();
-        match result {
-            Ok(()) if self.last_index() == before + 1 => Ok(before + 1),
-            // Dropped: raft-rs refuses proposals while transferring leadership.
-            _ => Err(LogError::NotLeader),
-        }
-    }
-
-    /// Why a proposal made now would be refused, if it would.
-    fn refusal(&self) -> Option<LogError> {
-        if !self.is_leader() || self.raw.raft.lead_transferee.is_some() {
-            return Some(LogError::NotLeader);
-        }
-        let pending = self.pending();
-        (pending >= self.max_pending).then_some(LogError::Backlogged(pending))
-    }
-
-    /// Moves every committed record not yet taken, in log order, into `out`, as the bytes
-    /// it was proposed as.
-    pub fn take_committed_bytes(&mut self, out: &mut Vec<LogEntry<Bytes>>) {
-        out.extend(self.committed.drain(..));
-    }
-
-    /// The committed records not yet taken, oldest first (a typed view decodes them in place
-    /// and drops those it took with [`RaftLog::drop_taken`]).
-    fn untaken(&self) -> impl Iterator<Item = &LogEntry<Bytes>> {
-        self.committed.iter()
-    }
-
-    /// Drops the `n` oldest records not yet taken.
-    fn drop_taken(&mut self, n: usize) {
-        self.committed.drain(..n);
-    }
-
-    /// A committed record at `index` did not decode as the record type it was taken as: the
-    /// log stops there (it and the records after it stay untaken) and reports it from then
-    /// on ([`RaftLog::undecodable`]).
-    fn set_undecodable(&mut self, index: u64, reason: String) {
-        self.undecodable.get_or_insert(Undecodable { index, reason });
-    }
-
-    /// [`RaftError::BadEntry`] once a committed record taken through a typed view
-    /// ([`ReplicatedLog::take_committed`]) did not decode: fatal for the replica (its log
-    /// was written by an incompatible build or another protocol), reported by every
-    /// [`RaftLog::ready`] from then on and by the role machine's turn.
-    pub fn undecodable(&self) -> Option<RaftError> {
-        self.undecodable.as_ref().map(|u| RaftError::BadEntry { index: u.index, reason: u.reason.clone() })
     }
 }
