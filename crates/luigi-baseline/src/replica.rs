@@ -24,9 +24,6 @@ use crate::leader::{BaseConfig, BaseLeader};
 use crate::record::BaseRecord;
 use crate::state::ShardState;
 
-/// A baseline shard's Raft log.
-pub type BaseLog = RaftLog<BaseRecord>;
-
 /// One replica of a baseline shard.
 pub type BaseReplica = RoleMachine<BaseProtocol>;
 
@@ -97,12 +94,12 @@ impl FollowerCore for ShardState {
     }
 }
 
-impl LeaderCore for BaseLeader<BaseLog> {
+impl LeaderCore for BaseLeader<RaftLog> {
     type Record = BaseRecord;
 
     fn on_client(
         &mut self,
-        log: &mut BaseLog,
+        log: &mut RaftLog,
         now: TimeUs,
         client: ClientId,
         msg: ClientMsg,
@@ -111,7 +108,7 @@ impl LeaderCore for BaseLeader<BaseLog> {
         BaseLeader::on_client(self, log, now, client, msg, out)
     }
 
-    fn on_peer(&mut self, log: &mut BaseLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
         BaseLeader::on_peer(self, log, now, batch, out)
     }
 
@@ -119,7 +116,7 @@ impl LeaderCore for BaseLeader<BaseLog> {
     /// round timeouts (abort or resolution) take over.
     fn peer_leader_changed(&mut self, _shard: ShardId) {}
 
-    fn tick(&mut self, log: &mut BaseLog, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    fn tick(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         BaseLeader::tick(self, log, now, out)
     }
 
@@ -164,7 +161,7 @@ pub struct BaseProtocol {
 
 impl BaseProtocol {
     /// The part of a replica of `config.shard` running `registry`'s procedures over the
-    /// `initial` store (a replica: `BaseReplica::start(BaseProtocol::new(..), log)`).
+    /// `initial` store (a replica: `BaseReplica::start(BaseProtocol::new(..), &log)`).
     pub fn new(config: BaseConfig, registry: Registry, initial: InitialStore) -> Self {
         let images = BaseImages { shard: config.shard, initial };
         BaseProtocol { config, registry, images }
@@ -179,7 +176,7 @@ impl BaseProtocol {
 impl ReplicaProtocol for BaseProtocol {
     type Record = BaseRecord;
     type Follower = ShardState;
-    type Leader = BaseLeader<BaseLog>;
+    type Leader = BaseLeader<RaftLog>;
     type Images = BaseImages;
     type Handover = ();
 
@@ -195,16 +192,17 @@ impl ReplicaProtocol for BaseProtocol {
     }
 
     /// Once its log leads and has applied everything committed before its term.
-    fn may_serve(&mut self, _state: &ShardState, log: &mut BaseLog, _now: TimeUs) -> Result<Option<()>, RaftError> {
+    fn may_serve(&mut self, _state: &ShardState, log: &mut RaftLog, _now: TimeUs) -> Result<Option<()>, RaftError> {
         Ok(log.may_serve().then_some(()))
     }
 
-    fn take_office(&mut self, state: ShardState, _log: &mut BaseLog, now: TimeUs, _: ()) -> BaseLeader<BaseLog> {
+    fn take_office(&mut self, state: ShardState, _log: &mut RaftLog, now: TimeUs, _: ()) -> BaseLeader<RaftLog> {
         BaseLeader::recover(self.config.clone(), self.registry.clone(), state, now)
     }
 }
 
-/// The baseline's replicas ([`BaseReplica`] over a [`BaseLog`]) for one [`crate::Mode`]: the
+/// The baseline's replicas ([`BaseReplica`], proposing [`BaseRecord`]s to its node's
+/// [`RaftLog`]) for one [`crate::Mode`]: the
 /// [`ReplicaFactory`] a node of an `occ`, `2pl` or `direct` cluster is built with.
 #[derive(Clone, Copy, Debug)]
 pub struct BaseReplicas {
@@ -217,10 +215,8 @@ impl ReplicaFactory for BaseReplicas {
         self.mode.protocol().name()
     }
 
-    fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError> {
-        let ReplicaSetup { raft, recovered, leader, registry, initial, .. } = setup;
-        let log = RaftLog::new_typed(raft, Some(recovered))
-            .map_err(|source| BuildError { what: "opening the log", source })?;
+    fn build(&self, setup: ReplicaSetup, log: &RaftLog) -> Result<Box<dyn ShardReplica>, BuildError> {
+        let ReplicaSetup { leader, registry, initial, .. } = setup;
         let mut config = BaseConfig::new(leader.shard, leader.shards, self.mode);
         // One round of the protocol takes a few one-way delays; the leader's recovery timeout
         // (derived from the one-way delay) bounds it the way it bounds Luigi's agreement.

@@ -10,19 +10,25 @@ use luigi_raft::{RaftConfig, RaftLog};
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
 use luigi_workloads::procedures::micro_key;
 
-fn lone(recovered: Option<luigi_raft::RecoveredState>) -> BaseReplica {
-    let log = RaftLog::new_typed(RaftConfig::new(1, vec![1], 7), recovered).unwrap();
-    BaseReplica::start(BaseProtocol::new(BaseConfig::new(0, 1, Mode::Occ), common::registry(), empty_store()), log)
-        .unwrap()
+/// A replica and the log its node would own (and lend it).
+struct Lone {
+    r: BaseReplica,
+    log: RaftLog,
 }
 
-fn settle(r: &mut BaseReplica, now: u64) -> Vec<LeaderOutput> {
+fn lone(recovered: Option<luigi_raft::RecoveredState>) -> Lone {
+    let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), recovered).unwrap();
+    let protocol = BaseProtocol::new(BaseConfig::new(0, 1, Mode::Occ), common::registry(), empty_store());
+    Lone { r: BaseReplica::start(protocol, &log).unwrap(), log }
+}
+
+fn settle(n: &mut Lone, now: u64) -> Vec<LeaderOutput> {
     let mut out = Vec::new();
     for _ in 0..8 {
-        while let Some(rd) = r.log_mut().ready().unwrap() {
-            r.log_mut().advance(rd.number);
+        while let Some(rd) = n.log.ready().unwrap() {
+            n.log.advance(rd.number);
         }
-        r.turn(now, &mut out).unwrap();
+        n.r.turn(&mut n.log, now, &mut out).unwrap();
     }
     out
 }
@@ -33,47 +39,47 @@ fn dispatch(seq: u64, value: u64) -> ClientMsg {
 
 #[test]
 fn a_lone_replica_serves_snapshots_and_restarts_from_its_snapshot() {
-    let mut r = lone(None);
+    let mut n = lone(None);
     let mut out = Vec::new();
-    r.on_client(1, common::CLIENT, dispatch(1, 5), &mut out);
+    n.r.on_client(&mut n.log, 1, common::CLIENT, dispatch(1, 5), &mut out);
     assert!(
         matches!(&out[..], [LeaderOutput::ToClient { msg: ServerMsg::Reply(rep), .. }] if matches!(rep.outcome, Err(TxnError::NotLeader { .. }))),
         "{out:?}"
     );
-    r.log_mut().campaign().unwrap();
-    settle(&mut r, 10);
-    assert!(r.is_serving());
+    n.log.campaign().unwrap();
+    settle(&mut n, 10);
+    assert!(n.r.is_serving());
     for seq in 1..=4 {
-        r.on_client(20, common::CLIENT, dispatch(seq, seq * 10), &mut Vec::new());
+        n.r.on_client(&mut n.log, 20, common::CLIENT, dispatch(seq, seq * 10), &mut Vec::new());
     }
-    let out = settle(&mut r, 30);
+    let out = settle(&mut n, 30);
     let replies = out
         .iter()
         .filter(|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } if r.outcome.is_ok()));
     assert_eq!(replies.count(), 4);
-    let index = r.log().handed_out();
-    let job = r.own_snapshot_due(index).unwrap().expect("due");
+    let index = n.log.handed_out();
+    let job = n.r.own_snapshot_due(&n.log, index).unwrap().expect("due");
     let image = job.run().unwrap();
     assert_eq!(image.index, index);
-    let snap = r.log_mut().compact(image.index, image.data).unwrap();
+    let snap = n.log.compact(image.index, image.data).unwrap();
     let recovered = luigi_raft::RecoveredState {
-        hard_state: luigi_raft::HardState { term: r.log().term(), vote: 1, commit: index },
+        hard_state: luigi_raft::HardState { term: n.log.term(), vote: 1, commit: index },
         snapshot: Some(snap),
         entries: Vec::new(),
         applied: 0,
         rejoining: false,
     };
     let mut again = lone(Some(recovered));
-    assert_eq!(again.store().get(&micro_key(1)), r.store().get(&micro_key(1)));
-    again.log_mut().campaign().unwrap();
+    assert_eq!(again.r.store().get(&micro_key(1)), n.r.store().get(&micro_key(1)));
+    again.log.campaign().unwrap();
     settle(&mut again, 40);
-    assert!(again.is_serving());
+    assert!(again.r.is_serving());
     // A retry of an acknowledged-not transaction is answered from the snapshot's outcomes.
     let mut out = Vec::new();
-    again.on_client(50, common::CLIENT, dispatch(4, 999), &mut out);
+    again.r.on_client(&mut again.log, 50, common::CLIENT, dispatch(4, 999), &mut out);
     out.extend(settle(&mut again, 60));
     assert!(out
         .iter()
         .any(|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } if r.outcome.is_ok())));
-    assert_eq!(again.store().get(&micro_key(1)), Some(&40u64.to_le_bytes().to_vec()), "not executed twice");
+    assert_eq!(again.r.store().get(&micro_key(1)), Some(&40u64.to_le_bytes().to_vec()), "not executed twice");
 }

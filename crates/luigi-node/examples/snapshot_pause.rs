@@ -59,41 +59,47 @@ fn dispatch(seq: u64) -> ClientMsg {
     ClientMsg::Dispatch { txn, sent_us: 0, acked_below: seq, fast: true }
 }
 
-/// Drives `r`'s log (persisting at once) and turns it at `now`.
-fn settle(r: &mut Replica, now: u64, out: &mut Vec<LeaderOutput>) {
+/// A replica and the log its node would own (and lend it).
+struct Lone {
+    r: Replica,
+    log: RaftLog,
+}
+
+/// Drives `n`'s log (persisting at once) and turns its replica at `now`.
+fn settle(n: &mut Lone, now: u64, out: &mut Vec<LeaderOutput>) {
     for _ in 0..8 {
-        while let Some(rd) = r.log_mut().ready().unwrap() {
-            r.log_mut().advance(rd.number);
+        while let Some(rd) = n.log.ready().unwrap() {
+            n.log.advance(rd.number);
         }
-        r.turn(now, out).unwrap();
+        n.r.turn(&mut n.log, now, out).unwrap();
     }
 }
 
 /// A replica serving alone from a store of `rows` rows of 300 bytes, after `records` writes.
-fn loaded_replica(rows: u64, records: u64, registry: &Registry, initial: &InitialStore) -> Replica {
+fn loaded_replica(rows: u64, records: u64, registry: &Registry, initial: &InitialStore) -> Lone {
     let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
-    let (mut r, built) =
-        timed(|| Replica::new(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), log).unwrap());
-    r.log_mut().campaign().unwrap();
+    let (r, built) = timed(|| Replica::new(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), &log).unwrap());
+    let mut n = Lone { r, log };
+    n.log.campaign().unwrap();
     let mut out = Vec::new();
-    settle(&mut r, 100, &mut out);
-    assert!(r.is_serving());
+    settle(&mut n, 100, &mut out);
+    assert!(n.r.is_serving());
     let started = Instant::now();
     for seq in 1..=records {
-        r.on_client(1_000 + seq, 4, dispatch(seq), &mut out);
+        n.r.on_client(&mut n.log, 1_000 + seq, 4, dispatch(seq), &mut out);
         if seq % 500 == 0 {
-            settle(&mut r, 1_000 + seq, &mut out);
+            settle(&mut n, 1_000 + seq, &mut out);
             out.clear();
         }
     }
-    settle(&mut r, 60_000_000, &mut out);
+    settle(&mut n, 60_000_000, &mut out);
     println!(
         "store: {rows} rows of 300 bytes (built in {:.1} s); {} log entries applied after it ({:.1} s)",
         built.as_secs_f64(),
-        r.log().handed_out(),
+        n.log.handed_out(),
         started.elapsed().as_secs_f64()
     );
-    r
+    n
 }
 
 /// A whole transfer, message by message, timed on each side.
@@ -195,14 +201,14 @@ fn main() {
         store
     });
     let registry = luigi_workloads::procedures::builtins();
-    let mut r = loaded_replica(rows, records, &registry, &initial);
+    let mut n = loaded_replica(rows, records, &registry, &initial);
 
     // ---- after: what is left on the event loop ----
-    let (job, due) = timed(|| r.own_snapshot_due(1).unwrap().expect("due"));
+    let (job, due) = timed(|| n.r.own_snapshot_due(&n.log, 1).unwrap().expect("due"));
     let (image, job_time) = timed(|| job.run().unwrap());
     let bytes = image.data.len();
     println!("snapshot image: {:.1} MB at index {}", bytes as f64 / 1e6, image.index);
-    let (snap, compact) = timed(|| r.log_mut().compact(image.index, image.data.clone()).unwrap());
+    let (snap, compact) = timed(|| n.log.compact(image.index, image.data.clone()).unwrap());
     let saved = snap.clone(); // the SaveSnapshot effect's copy: shared bytes
     let tuning = Tuning::for_delay(1_000, 100);
     let mut sender = Transfers::new(0, 2, TransferConfig::new(&tuning));
@@ -219,7 +225,7 @@ fn main() {
     // same store installs it: a swap; the state it replaces is freed off the loop
     // (`Effect::Discard`).
     let log = RaftLog::new(RaftConfig::new(1, vec![1, 2], 7), None).unwrap();
-    let mut lagging = Replica::new(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), log).unwrap();
+    let mut lagging = Replica::new(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), &log).unwrap();
     let (replaced, install) = timed(|| lagging.install_follower(decoded));
     assert!(replaced.is_some(), "a follower's state was replaced");
     let (_, discard) = timed(|| drop(replaced));

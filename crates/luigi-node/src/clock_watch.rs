@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use luigi_protocol::msg::ReplicationMsg;
-use luigi_raft::LogControl;
+use luigi_raft::RaftLog;
 use luigi_txn::msg::ClockStatus;
 use luigi_txn::types::TimeUs;
 
@@ -92,7 +92,7 @@ impl ClockWatch {
     /// received, probes the `linked` peers when due, judges the offsets, and makes `log`
     /// abstain from elections while this replica's clock is beyond the bound, handing
     /// leadership over if it leads.
-    pub fn turn(&mut self, now: TimeUs, linked: &BTreeSet<u32>, log: &mut dyn LogControl, fx: &mut Vec<Effect>) {
+    pub fn turn(&mut self, now: TimeUs, linked: &BTreeSet<u32>, log: &mut RaftLog, fx: &mut Vec<Effect>) {
         let (shard, from) = (self.me.shard, self.me.raft_id());
         for (peer, probe_sent_us) in std::mem::take(&mut self.probes_in) {
             let msg = ReplicationMsg::ClockEcho { shard, from, probe_sent_us, echo_us: now };
@@ -123,7 +123,7 @@ impl ClockWatch {
 
     /// Hands leadership to the most up-to-date linked peer (see
     /// [`ClockGuard::handover_target`]).
-    fn hand_over(&mut self, linked: &BTreeSet<u32>, log: &mut dyn LogControl) {
+    fn hand_over(&mut self, linked: &BTreeSet<u32>, log: &mut RaftLog) {
         let me = self.me;
         let candidates: Vec<(u64, u64)> = linked
             .iter()

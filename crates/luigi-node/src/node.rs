@@ -4,6 +4,10 @@
 //! out. The server shell and the simulator execute the effects; neither makes any of these
 //! decisions itself.
 //!
+//! The node owns the replica's Raft log (a byte log, as raft-rs's and etcd's drivers own
+//! theirs): it drives it and lends it to the replica's calls that propose or take committed
+//! records (`luigi_raft::replica_api` states that contract); the replica holds none.
+//!
 //! The calling contract (both shells follow it):
 //!
 //! ```text
@@ -32,7 +36,7 @@ use bytes::Bytes;
 
 use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::msg::{PeerBatch, SnapshotKind, TransferId};
-use luigi_raft::{RecoveredState, ReplicaSetup, ShardReplica, SnapshotDecoder, StateBox};
+use luigi_raft::{RaftLog, RecoveredState, ReplicaSetup, ShardReplica, SnapshotDecoder, StateBox};
 use luigi_txn::types::{ShardId, TimeUs};
 
 use crate::clock_watch::ClockWatch;
@@ -64,6 +68,8 @@ use progress::ProgressSent;
 /// One replica of a shard (see the module docs).
 pub struct ReplicaNode {
     config: NodeConfig,
+    /// The replica's Raft log: the node drives it and lends it to the replica.
+    log: RaftLog,
     replica: Box<dyn ShardReplica>,
     /// The replica's decoder of snapshot images, for the checks of received ones.
     decoder: Arc<dyn SnapshotDecoder>,
@@ -209,18 +215,21 @@ impl ReplicaNode {
         let restarted = recovered.hard_state.term > 0 || !recovered.entries.is_empty() || recovered.snapshot.is_some();
         let single = config.group_size() == 1;
         let may_campaign = node.replica == 0 && (!restarted || single) && !recovered.rejoining;
+        let log = RaftLog::new(config.raft(), Some(recovered)).map_err(|source| NodeError::Raft {
+            node,
+            what: "opening the log",
+            source,
+        })?;
         let setup = ReplicaSetup {
             shard: node.shard,
             replica: node.replica,
-            raft: config.raft(),
-            recovered,
             leader: config.leader.clone(),
             registry: config.registry.clone(),
             initial: config.initial.clone(),
         };
         let replica =
-            config.protocol.build(setup).map_err(|e| NodeError::Raft { node, what: e.what, source: e.source })?;
-        let snapshot_index = replica.log().snapshot_index();
+            config.protocol.build(setup, &log).map_err(|e| NodeError::Raft { node, what: e.what, source: e.source })?;
+        let snapshot_index = log.snapshot_index();
         let decoder = replica.snapshot_decoder();
         let snapshots = Cadence::new(config.tuning.snapshot_entries, snapshot_index, node.replica, config.group_size());
         let routes = ShardRoutes::new(config.replicas.len() as u32);
@@ -228,6 +237,7 @@ impl ReplicaNode {
         let clock = ClockWatch::new(node, config.group_size(), &config.tuning);
         Ok(ReplicaNode {
             config,
+            log,
             replica,
             decoder,
             next_tick_us: None,
@@ -272,10 +282,16 @@ impl ReplicaNode {
         &self.config
     }
 
-    /// The replica (its protocol's leader or follower state over the Raft log), for reports
-    /// and checks; `replica().leader_figures()` for what its serving leader holds.
+    /// The replica (its protocol's leader or follower state over the node's Raft log), for
+    /// reports and checks; `replica().leader_figures()` for what its serving leader holds.
     pub fn replica(&self) -> &dyn ShardReplica {
         self.replica.as_ref()
+    }
+
+    /// The replica's Raft log, which the node owns and drives (role, term, indexes, for
+    /// reports and checks).
+    pub fn log(&self) -> &RaftLog {
+        &self.log
     }
 
     /// Counters.

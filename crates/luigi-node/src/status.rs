@@ -14,7 +14,7 @@ impl ReplicaNode {
     pub fn status(&self, now: TimeUs) -> ReplicaStatus {
         let me = self.id();
         let r = self.replica();
-        let log = r.log();
+        let log = self.log();
         let mut status = ReplicaStatus {
             shard: me.shard,
             replica: me.replica,
@@ -27,7 +27,7 @@ impl ReplicaNode {
             },
             serving: false,
             term: log.term(),
-            leader: r.leader_hint(),
+            leader: r.leader_hint(log),
             commit_index: log.commit_index(),
             applied_index: log.handed_out(),
             watermark: 0,

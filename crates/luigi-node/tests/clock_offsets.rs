@@ -50,7 +50,7 @@ impl Group {
 
     /// Notes replica `r`'s role after it settled.
     fn note_role(&mut self, r: u32) {
-        let role = self.node(r).replica().log().role();
+        let role = self.node(r).log().role();
         if self.roles[r as usize].last() != Some(&role) {
             self.roles[r as usize].push(role);
         }
@@ -118,7 +118,7 @@ fn a_leader_whose_clock_jumps_beyond_the_bound_hands_over_and_stands_for_no_elec
     assert!(g.run_until(5_000_000, |g| g.leader().is_some_and(|l| l != 0)), "replica 0 handed leadership over");
     assert!(g.beyond(0));
     assert!(g.cluster.nodes[0].clock().stats().handovers >= 1);
-    assert!(g.cluster.nodes[0].replica().log().is_abstaining());
+    assert!(g.cluster.nodes[0].log().is_abstaining());
     // The others see it too once their probes ran (a sample from before the jump may be
     // the estimate for a few seconds, as long as its round trip is the smallest: up to
     // `SAMPLE_MAX_AGE_US`).
@@ -146,7 +146,7 @@ fn a_leader_whose_clock_jumps_beyond_the_bound_hands_over_and_stands_for_no_elec
     g.offsets[1] = 2_000_000;
     g.offsets[2] = 2_000_000;
     assert!(g.run_until(10_000_000, |g| !g.beyond(0)), "back within the bound");
-    assert!(!g.cluster.nodes[0].replica().log().is_abstaining());
+    assert!(!g.cluster.nodes[0].log().is_abstaining());
 }
 
 #[test]

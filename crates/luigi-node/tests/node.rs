@@ -88,7 +88,7 @@ fn a_group_of_one_elects_itself_in_its_first_turns_and_waits_for_its_disk() {
     n.persisted(p.iter().filter(|(_, s)| *s).map(|(n, _)| *n).max().unwrap(), &mut fx);
     let (all, _) = serve_alone(&mut n, 1_000);
     assert!(all.iter().any(|e| matches!(e, Effect::Transition(Transition::Promoted))));
-    assert!(n.replica().log().is_leader());
+    assert!(n.log().is_leader());
 }
 
 #[test]

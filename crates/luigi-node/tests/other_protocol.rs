@@ -1,5 +1,6 @@
 //! A protocol other than Luigi's under [`ReplicaNode`]: a replicated counter, its own
-//! [`ShardReplica`] over a `RaftLog` of its own records, built by its own [`ReplicaFactory`].
+//! [`ShardReplica`] proposing records of its own to the node's `RaftLog` (lent to it), built
+//! by its own [`ReplicaFactory`].
 //! A group of three elects a leader, replicates additions, answers clients once they are
 //! committed, and brings a cut-off replica back through the leader's snapshot in chunks: the
 //! node's election, replication, snapshot cadence, compaction and transfers are the same
@@ -17,8 +18,8 @@ use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::{LogEntry, ReplicatedLog};
 use luigi_protocol::msg::PeerBatch;
 use luigi_raft::{
-    BuildError, LeaderFigures, LogControl, RaftError, RaftLog, RecoveredState, ReplicaFactory, ReplicaSetup,
-    ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
+    BuildError, LeaderFigures, RaftError, RaftLog, RecoveredState, ReplicaFactory, ReplicaSetup, ShardReplica,
+    SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, ServerMsg, StalledTxnInfo, TxnError, TxnReply};
@@ -62,7 +63,6 @@ impl SnapshotDecoder for CounterImages {
 /// with the sum once committed; every replica applies the committed additions.
 struct Counter {
     shard: ShardId,
-    log: RaftLog<Add>,
     value: u64,
     /// The log index `value` is at.
     applied: u64,
@@ -100,25 +100,24 @@ impl Counter {
 }
 
 impl ShardReplica for Counter {
-    fn log(&self) -> &dyn LogControl {
-        &self.log
-    }
-
-    fn log_mut(&mut self) -> &mut dyn LogControl {
-        &mut self.log
-    }
-
-    fn on_client(&mut self, _now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+    fn on_client(
+        &mut self,
+        log: &mut RaftLog,
+        _now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    ) {
         match msg {
             ClientMsg::Dispatch { txn, .. } => {
                 let amount = u64::from_le_bytes(txn.args[..8].try_into().expect("8 bytes"));
-                let proposed = if self.serving { self.log.propose((client, txn.id.seq, amount)).ok() } else { None };
+                let proposed = if self.serving { log.propose((client, txn.id.seq, amount)).ok() } else { None };
                 match proposed {
                     Some(index) => {
                         self.waiting.insert(index, (client, txn.id));
                     }
                     None => {
-                        let hint = self.leader_hint();
+                        let hint = self.leader_hint(log);
                         let msg = self.reply(txn.id, 0, Err(TxnError::NotLeader { hint }));
                         out.push(LeaderOutput::ToClient { client, msg });
                     }
@@ -128,15 +127,23 @@ impl ShardReplica for Counter {
         }
     }
 
-    fn on_peer(&mut self, _now: TimeUs, _batch: PeerBatch, _out: &mut Vec<LeaderOutput>) -> bool {
+    fn on_peer(&mut self, _log: &mut RaftLog, _now: TimeUs, _batch: PeerBatch, _out: &mut Vec<LeaderOutput>) -> bool {
         false
     }
 
     fn peer_leader_changed(&mut self, _shard: ShardId) {}
 
-    fn turn(&mut self, _now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+    fn turn(
+        &mut self,
+        log: &mut RaftLog,
+        _now: TimeUs,
+        out: &mut Vec<LeaderOutput>,
+    ) -> Result<Option<Transition>, RaftError> {
         let mut committed: Vec<LogEntry<Add>> = Vec::new();
-        self.log.take_committed(&mut committed);
+        log.take_committed(&mut committed);
+        if let Some(bad) = log.undecodable() {
+            return Err(bad);
+        }
         for e in committed {
             let (client, seq, amount) = e.record;
             let id = TxnId { client, seq };
@@ -147,8 +154,7 @@ impl ShardReplica for Counter {
                 out.push(LeaderOutput::ToClient { client, msg });
             }
         }
-        self.applied = self.applied.max(self.log.handed_out());
-        let log = &self.log;
+        self.applied = self.applied.max(log.handed_out());
         if !self.serving && log.is_leader() && log.has_committed_in_term() && log.handed_out() >= log.commit_index() {
             self.serving = true;
             return Ok(Some(Transition::Promoted));
@@ -173,17 +179,17 @@ impl ShardReplica for Counter {
         self.serving
     }
 
-    fn leader_hint(&self) -> Option<u32> {
-        self.log.leader_id().map(|id| (id - 1) as u32)
+    fn leader_hint(&self, log: &RaftLog) -> Option<u32> {
+        log.leader_id().map(|id| (id - 1) as u32)
     }
 
     fn store(&self) -> &Store {
         &self.store
     }
 
-    fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
+    fn own_snapshot_due(&self, log: &RaftLog, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
         let (index, value) = (self.applied, self.value);
-        if index < next_at || !self.log.can_compact(index) {
+        if index < next_at || !log.can_compact(index) {
             return Ok(None);
         }
         Ok(Some(SnapshotJob::new(index, move || Ok(SnapshotImage::new(index, image(index, value))))))
@@ -236,7 +242,7 @@ impl ShardReplica for Counter {
     }
 }
 
-/// Builds [`Counter`]s: a `RaftLog<Add>`, and the counter from its snapshot, if any.
+/// Builds [`Counter`]s over their node's log: the counter from the log's snapshot, if any.
 struct Counters;
 
 impl ReplicaFactory for Counters {
@@ -244,9 +250,7 @@ impl ReplicaFactory for Counters {
         "counter"
     }
 
-    fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError> {
-        let log = RaftLog::<Add>::new_typed(setup.raft, Some(setup.recovered))
-            .map_err(|source| BuildError { what: "opening the log", source })?;
+    fn build(&self, setup: ReplicaSetup, log: &RaftLog) -> Result<Box<dyn ShardReplica>, BuildError> {
         let (applied, value) = match log.snapshot_data() {
             Some(data) => read_image(data)
                 .map_err(|e| BuildError { what: "loading its snapshot", source: RaftError::Invalid(e) })?,
@@ -254,7 +258,6 @@ impl ReplicaFactory for Counters {
         };
         let mut counter = Counter {
             shard: setup.shard,
-            log,
             value: 0,
             applied: 0,
             serving: false,
@@ -389,8 +392,8 @@ fn a_replicated_counter_elects_replicates_and_catches_up_by_snapshot_under_the_n
     assert_eq!(sums, expected, "each answered once committed, with the sum so far");
     assert_eq!((g.value(0), g.value(1), g.value(2)), (465, 465, 0));
     assert!(g.cluster.nodes[1].stats().snapshots_taken > 0, "the follower's cadence made snapshot jobs");
-    let compacted = g.cluster.nodes[0].replica().log().snapshot_index();
-    assert!(compacted > g.cluster.nodes[2].replica().log().last_index(), "replica 2 is behind the compaction");
+    let compacted = g.cluster.nodes[0].log().snapshot_index();
+    assert!(compacted > g.cluster.nodes[2].log().last_index(), "replica 2 is behind the compaction");
 
     // Back: the leader's snapshot reaches it in chunks; it checks, decodes and installs it.
     g.cluster.cut[2] = false;

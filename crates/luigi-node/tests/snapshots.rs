@@ -171,9 +171,9 @@ fn a_follower_behind_the_leaders_compaction_catches_up_through_a_snapshot_in_chu
         g.dispatch(leader, seq);
         g.step();
     }
-    let compacted = g.cluster.nodes[leader].replica().log().snapshot_index();
+    let compacted = g.cluster.nodes[leader].log().snapshot_index();
     assert!(g.cluster.nodes[leader].stats().compactions_behind_offers > 0, "the leader compacted behind an offer");
-    assert!(compacted > g.cluster.nodes[2].replica().log().last_index(), "replica 2 is behind the compaction");
+    assert!(compacted > g.cluster.nodes[2].log().last_index(), "replica 2 is behind the compaction");
     assert!(g.cluster.nodes[1].stats().snapshots_taken > 0);
     // Back: the leader's snapshot reaches it in chunks, and it installs it.
     g.cluster.cut[2] = false;
@@ -236,7 +236,7 @@ fn a_snapshot_delivered_whole_is_not_sent_again_while_the_replica_installs_it() 
         g.dispatch(leader, seq);
         g.step();
     }
-    assert!(g.cluster.nodes[leader].replica().log().snapshot_index() > g.cluster.nodes[2].replica().log().last_index());
+    assert!(g.cluster.nodes[leader].log().snapshot_index() > g.cluster.nodes[2].log().last_index());
     // Replica 2 takes 2 s to check and decode what it receives (a big image): Raft's
     // probes find its log behind meanwhile.
     g.check_two_takes(2_000_000);

@@ -12,12 +12,15 @@
 //!   record's log index (or [`luigi_protocol::log::LogError::NotLeader`]), `take_committed` hands
 //!   back committed records in log order on every replica. Raft's own entries (a new leader's
 //!   no-op, which raft-rs appends on election and commits like any entry; conf changes) are
-//!   skipped, so indexes of taken records increase but are not consecutive. The log is generic
-//!   over its record type ([`Record`]): `RaftLog` is `RaftLog<LogRecord>`, Luigi's, and
-//!   [`RaftLog::new_typed`] builds one for another protocol's records (e.g. a baseline's
-//!   prepare and commit records), which it replicates through the same seam.
-//! - [`replica_api`]: the seam between a protocol's shard replica and the node that drives it
-//!   ([`ShardReplica`] over the record-type-free [`LogControl`], built by a [`ReplicaFactory`]);
+//!   skipped, so indexes of taken records increase but are not consecutive. The log holds
+//!   bytes, as raft-rs's does ([`RaftLog::propose_bytes`], [`RaftLog::take_committed_bytes`]);
+//!   the seam is its typed view, offered for every [`Record`] type (Luigi's
+//!   [`luigi_protocol::log::LogRecord`], a baseline's prepare and commit records): postcard
+//!   on `propose`, decoded on `take_committed` (a record that does not decode is a fatal
+//!   [`RaftError::BadEntry`], never a panic).
+//! - [`replica_api`]: the seam between a protocol's shard replica and the node that owns and
+//!   drives its log ([`ShardReplica`], lent the log in every call that needs it, built over
+//!   the node's log by a [`ReplicaFactory`]);
 //! - [`role_machine`]: the one [`RoleMachine`] every protocol's replica is (follower/leader
 //!   switching, rebuild, own snapshots, the hint), over the protocol's part
 //!   ([`ReplicaProtocol`]); [`replica::Replica`] is Luigi's, [`replica::LuigiReplicas`] its
@@ -75,8 +78,8 @@ pub use node::{
 /// The raft-rs message and entry types, for shells that want them.
 pub use raft::eraftpb;
 pub use replica_api::{
-    empty_store, BuildError, FastPathReplica, InitialStore, LeaderFigures, LogControl, ReplicaFactory, ReplicaSetup,
-    ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
+    empty_store, BuildError, FastPathReplica, InitialStore, LeaderFigures, ReplicaFactory, ReplicaSetup, ShardReplica,
+    SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
 };
 pub use role_machine::{
     FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, ReplayedExecutions, ReplicaProtocol, ReplicaStats,

@@ -345,7 +345,7 @@ impl ReplicaProtocol for LuigiProtocol {
 }
 
 impl RoleMachine<LuigiProtocol> {
-    /// A replica over `log`, starting as a follower: from the log's snapshot if it has one
+    /// A replica over `log` (its node's), starting as a follower: from the log's snapshot if it has one
     /// (a restart after compaction), else from the `initial` store. Committed records the log
     /// hands back (all of them after a restart) rebuild the rest.
     ///
@@ -355,7 +355,7 @@ impl RoleMachine<LuigiProtocol> {
         config: LeaderConfig,
         registry: Registry,
         initial: InitialStore,
-        log: RaftLog,
+        log: &RaftLog,
     ) -> Result<Self, RaftError> {
         RoleMachine::start(LuigiProtocol::new(config, registry, initial), log)
     }
@@ -364,7 +364,7 @@ impl RoleMachine<LuigiProtocol> {
 /// Stalled transactions listed (oldest first) in a status report.
 pub const STATUS_STALLED_MAX: usize = 5;
 
-/// Luigi's replicas ([`Replica`] over a [`RaftLog`] of [`luigi_protocol::log::LogRecord`]s):
+/// Luigi's replicas ([`Replica`], proposing [`luigi_protocol::log::LogRecord`]s to its node's [`RaftLog`]):
 /// the default [`ReplicaFactory`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LuigiReplicas;
@@ -378,10 +378,8 @@ impl ReplicaFactory for LuigiReplicas {
         true
     }
 
-    fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError> {
-        let ReplicaSetup { raft, recovered, leader, registry, initial, .. } = setup;
-        let log =
-            RaftLog::new(raft, Some(recovered)).map_err(|source| BuildError { what: "opening the log", source })?;
+    fn build(&self, setup: ReplicaSetup, log: &RaftLog) -> Result<Box<dyn ShardReplica>, BuildError> {
+        let ReplicaSetup { leader, registry, initial, .. } = setup;
         let replica = Replica::new(leader, registry, initial, log)
             .map_err(|source| BuildError { what: "loading its snapshot", source })?;
         Ok(Box::new(replica))
@@ -400,15 +398,25 @@ mod tests {
     use super::*;
     use crate::RaftConfig;
 
-    /// A one-voter group: the replica elects itself; readies are "persisted" at once.
-    fn lone_replica() -> Replica {
-        let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
-        Replica::new(LeaderConfig::new(0, 1), luigi_workloads::procedures::builtins(), empty_store(), log).unwrap()
+    /// A one-voter group's replica and its node's log; readies are "persisted" at once.
+    struct Lone {
+        r: Replica,
+        log: RaftLog,
     }
 
-    fn drive(r: &mut Replica) {
-        while let Some(rd) = r.log_mut().ready().unwrap() {
-            r.log_mut().advance(rd.number);
+    fn lone_over(config: LeaderConfig, recovered: Option<crate::RecoveredState>) -> Lone {
+        let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), recovered).unwrap();
+        let r = Replica::new(config, luigi_workloads::procedures::builtins(), empty_store(), &log).unwrap();
+        Lone { r, log }
+    }
+
+    fn lone_replica() -> Lone {
+        lone_over(LeaderConfig::new(0, 1), None)
+    }
+
+    fn drive(log: &mut RaftLog) {
+        while let Some(rd) = log.ready().unwrap() {
+            log.advance(rd.number);
         }
     }
 
@@ -424,40 +432,40 @@ mod tests {
         ClientMsg::Dispatch { txn, sent_us: 90, acked_below: 1, fast: true }
     }
 
-    /// Drives `r` and turns it at `now` until nothing is left to do; returns the replies.
-    fn settle(r: &mut Replica, now: TimeUs) -> Vec<LeaderOutput> {
+    /// Drives `n` and turns it at `now` until nothing is left to do; returns the replies.
+    fn settle(n: &mut Lone, now: TimeUs) -> Vec<LeaderOutput> {
         let mut out = Vec::new();
         for _ in 0..8 {
-            drive(r);
-            r.turn(now, &mut out).unwrap();
+            drive(&mut n.log);
+            n.r.turn(&mut n.log, now, &mut out).unwrap();
         }
         out
     }
 
     #[test]
     fn the_leader_of_a_group_of_one_snapshots_what_a_follower_would_hold() {
-        let mut r = lone_replica();
-        r.log_mut().campaign().unwrap();
-        settle(&mut r, 100);
-        assert!(r.is_serving());
+        let mut n = lone_replica();
+        n.log.campaign().unwrap();
+        settle(&mut n, 100);
+        assert!(n.r.is_serving());
         // The election's no-op and the new leader's floor promise.
-        let elected_at = r.log_mut().handed_out();
-        assert!(r.own_snapshot_due(elected_at + 1).unwrap().is_none(), "not due yet");
+        let elected_at = n.log.handed_out();
+        assert!(n.r.own_snapshot_due(&n.log, elected_at + 1).unwrap().is_none(), "not due yet");
         let mut out = Vec::new();
         for seq in 1..=5 {
-            r.on_client(1_000 * seq, 4, dispatch(seq), &mut out);
+            n.r.on_client(&mut n.log, 1_000 * seq, 4, dispatch(seq), &mut out);
         }
         // Long after every timestamp: executed, answered, and covered by an Applied marker.
-        out.extend(settle(&mut r, 60_000_000));
+        out.extend(settle(&mut n, 60_000_000));
         let replies = out.iter().filter(|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(_), .. }));
         assert_eq!(replies.count(), 5, "{out:?}");
-        let index = r.log_mut().handed_out();
+        let index = n.log.handed_out();
         assert!(index > elected_at + 5, "the writes and a marker are logged");
-        let job = r.own_snapshot_due(index).unwrap().expect("due");
+        let job = n.r.own_snapshot_due(&n.log, index).unwrap().expect("due");
         assert_eq!(job.index(), index);
         // More writes before the job runs (as while it runs on another thread) change nothing in it.
-        r.on_client(10_000, 4, dispatch(6), &mut Vec::new());
-        settle(&mut r, 70_000_000);
+        n.r.on_client(&mut n.log, 10_000, 4, dispatch(6), &mut Vec::new());
+        settle(&mut n, 70_000_000);
         let image = std::thread::spawn(move || job.run()).join().unwrap().unwrap();
         assert_eq!(image.crc32, crc32fast::hash(&image.data));
         let (at, data) = (image.index, image.data);
@@ -465,11 +473,11 @@ mod tests {
         let value = |store: &Store| store.get(&micro_key(1)).map(|v| v.as_slice().to_vec());
         let image = Follower::from_snapshot(0, luigi_workloads::procedures::builtins(), &data).unwrap();
         assert_eq!(value(image.store()), Some(5u64.to_le_bytes().to_vec()), "the state at the job's index");
-        assert_eq!(value(r.store()), Some(6u64.to_le_bytes().to_vec()));
+        assert_eq!(value(n.r.store()), Some(6u64.to_le_bytes().to_vec()));
 
         // Compacted behind it, the log restarts from the snapshot and the entries after it.
-        let snap = r.log_mut().compact(at, data).unwrap();
-        let log = r.log_mut();
+        let snap = n.log.compact(at, data).unwrap();
+        let log = &n.log;
         let entries = (at + 1..=log.last_index()).map(|i| crate::codec::encode_entry(&log.entry(i).unwrap())).collect();
         let recovered = crate::RecoveredState {
             hard_state: crate::HardState { term: log.term(), vote: 1, commit: at },
@@ -478,13 +486,11 @@ mod tests {
             applied: 0,
             rejoining: false,
         };
-        let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), Some(recovered)).unwrap();
-        let mut restarted =
-            Replica::new(LeaderConfig::new(0, 1), luigi_workloads::procedures::builtins(), empty_store(), log).unwrap();
-        restarted.log_mut().campaign().unwrap();
+        let mut restarted = lone_over(LeaderConfig::new(0, 1), Some(recovered));
+        restarted.log.campaign().unwrap();
         settle(&mut restarted, 60_000_100);
-        assert!(restarted.is_serving());
-        assert_eq!(restarted.store().get(&micro_key(1)), r.store().get(&micro_key(1)));
+        assert!(restarted.r.is_serving());
+        assert_eq!(restarted.r.store().get(&micro_key(1)), n.r.store().get(&micro_key(1)));
     }
 
     /// Rule 22 (issue 26): an accept of a malformed transaction in the accept log (written
@@ -493,9 +499,8 @@ mod tests {
     /// new leader execute part of such a transaction.
     #[test]
     fn a_new_leader_recovers_no_malformed_accept() {
-        let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
         let config = LeaderConfig { fast_path: true, ..LeaderConfig::new(0, 1) };
-        let mut r = Replica::new(config, luigi_workloads::procedures::builtins(), empty_store(), log).unwrap();
+        let mut n = lone_over(config, None);
         let ClientMsg::Dispatch { txn, .. } = dispatch(1) else { unreachable!() };
         let unsorted = KeySet { reads: vec![], writes: vec![micro_key(2), micro_key(1)] };
         let bad = Txn { pieces: vec![ShardPiece { shard: 0, keys: unsorted }], ts: 500, ..(*txn).clone() };
@@ -505,12 +510,12 @@ mod tests {
             .enumerate()
             .map(|(n, t)| (n as u64, AcceptRecord { ts: t.ts, txn: Arc::new(t) }.encode()))
             .collect();
-        r.restore_accepts(&records).unwrap();
-        assert_eq!(r.protocol.acceptor.as_ref().unwrap().undecided().len(), 2);
-        r.log_mut().campaign().unwrap();
-        let mut out = settle(&mut r, 100);
-        assert!(r.is_serving(), "{out:?}");
-        out.extend(settle(&mut r, 10_000));
+        n.r.restore_accepts(&records).unwrap();
+        assert_eq!(n.r.protocol.acceptor.as_ref().unwrap().undecided().len(), 2);
+        n.log.campaign().unwrap();
+        let mut out = settle(&mut n, 100);
+        assert!(n.r.is_serving(), "{out:?}");
+        out.extend(settle(&mut n, 10_000));
         let executed: Vec<u64> = out
             .iter()
             .filter_map(|o| match o {
@@ -523,23 +528,23 @@ mod tests {
 
     #[test]
     fn a_follower_answers_not_leader_then_serves_once_its_term_has_a_commit() {
-        let mut r = lone_replica();
+        let mut n = lone_replica();
         let mut out = Vec::new();
         // No leader known: the dispatch waits for one (see `Waiting`).
-        r.on_client(100, 4, dispatch(1), &mut out);
+        n.r.on_client(&mut n.log, 100, 4, dispatch(1), &mut out);
         assert!(out.is_empty(), "{out:?}");
-        r.turn(150, &mut out).unwrap();
+        n.r.turn(&mut n.log, 150, &mut out).unwrap();
         assert!(out.is_empty(), "still no leader: {out:?}");
-        assert!(!r.on_peer(100, PeerBatch { from: 1, watermark: 0, items: vec![] }, &mut out));
+        assert!(!n.r.on_peer(&mut n.log, 100, PeerBatch { from: 1, watermark: 0, items: vec![] }, &mut out));
 
-        r.log_mut().campaign().unwrap();
-        assert!(r.log_mut().is_leader());
+        n.log.campaign().unwrap();
+        assert!(n.log.is_leader());
         // Leader in Raft, but its term's no-op is not committed and applied yet.
-        assert_eq!(r.turn(200, &mut out).unwrap(), None);
-        assert!(!r.is_serving());
-        drive(&mut r);
-        assert_eq!(r.turn(300, &mut out).unwrap(), Some(Transition::Promoted));
-        assert!(r.is_serving());
+        assert_eq!(n.r.turn(&mut n.log, 200, &mut out).unwrap(), None);
+        assert!(!n.r.is_serving());
+        drive(&mut n.log);
+        assert_eq!(n.r.turn(&mut n.log, 300, &mut out).unwrap(), Some(Transition::Promoted));
+        assert!(n.r.is_serving());
         // The dispatch that waited is admitted the moment the replica serves (its timestamp
         // has passed: moved up to the clock, not above the floor promise the replica proposed
         // on winning, which bounds only later leaders' admissions), executed, and answered:
@@ -552,27 +557,44 @@ mod tests {
         assert!(matches!(reply(answer), Some((1, 300, Some(_)))), "answered, naming its position: {out:?}");
         // A replica that knows no leader and waited too long says so, without a hint.
         let mut other = lone_replica();
-        other.on_client(100, 4, dispatch(9), &mut Vec::new());
+        other.r.on_client(&mut other.log, 100, 4, dispatch(9), &mut Vec::new());
         let mut late = Vec::new();
-        other.turn(100 + crate::waiting::WAITING_US_MAX + 1, &mut late).unwrap();
+        other.r.turn(&mut other.log, 100 + crate::waiting::WAITING_US_MAX + 1, &mut late).unwrap();
         assert!(
             matches!(late.as_slice(), [LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) }]
                 if reply.outcome == Err(luigi_txn::msg::TxnError::NotLeader { hint: None }) && reply.arrival_delta_us == 10),
             "{late:?}"
         );
-        assert_eq!(r.leader_hint(), Some(0));
-        assert_eq!((r.log().role(), r.log().term()), (crate::Role::Leader, 1));
-        assert_eq!(r.log().handed_out(), r.log().commit_index(), "everything committed was applied");
+        assert_eq!(n.r.leader_hint(&n.log), Some(0));
+        assert_eq!((n.log.role(), n.log.term()), (crate::Role::Leader, 1));
+        assert_eq!(n.log.handed_out(), n.log.commit_index(), "everything committed was applied");
         out.clear();
-        r.on_client(400, 4, dispatch(2), &mut out);
+        n.r.on_client(&mut n.log, 400, 4, dispatch(2), &mut out);
         // Rule 14: admitted, executed and answered at once (its timestamp has passed), before
         // its PREPARE commits: the answer names its position.
         let [LeaderOutput::Executed { ts: 400, .. }, answer] = out.as_slice() else { panic!("{out:?}") };
         assert!(matches!(reply(answer), Some((2, 400, Some(_)))), "{out:?}");
-        assert!(r.log().commit_index() < r.log().last_index(), "not committed yet");
-        assert_eq!(r.leader().unwrap().pending_len(), 0);
-        settle(&mut r, 500);
-        assert_eq!(r.log().commit_index(), r.log().last_index());
-        assert_eq!(r.stats(), ReplicaStats { promotions: 1, demotions: 0 });
+        assert!(n.log.commit_index() < n.log.last_index(), "not committed yet");
+        assert_eq!(n.r.leader().unwrap().pending_len(), 0);
+        settle(&mut n, 500);
+        assert_eq!(n.log.commit_index(), n.log.last_index());
+        assert_eq!(n.r.stats(), ReplicaStats { promotions: 1, demotions: 0 });
+    }
+
+    /// The node's log holds bytes: a committed record that is not a Luigi record (another
+    /// protocol's, or an incompatible build's) stops the replica with `BadEntry` naming it,
+    /// from its turn and from every later ready of the log, and panics nowhere.
+    #[test]
+    fn a_committed_record_that_does_not_decode_stops_the_replica_with_an_error() {
+        let mut n = lone_replica();
+        n.log.campaign().unwrap();
+        settle(&mut n, 100);
+        assert!(n.r.is_serving());
+        let bad = n.log.propose_bytes(vec![0xff; 4]).unwrap();
+        drive(&mut n.log);
+        let fatal = |e: &RaftError| matches!(e, RaftError::BadEntry { index, .. } if *index == bad);
+        let err = n.r.turn(&mut n.log, 200, &mut Vec::new()).unwrap_err();
+        assert!(fatal(&err), "{err}");
+        assert!(n.log.ready().err().is_some_and(|e| fatal(&e)), "the log reports it from then on");
     }
 }

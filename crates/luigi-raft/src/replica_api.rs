@@ -2,23 +2,30 @@
 //! (`luigi_node::ReplicaNode`): [`ShardReplica`], what a protocol's replica offers (every
 //! protocol's through the one [`crate::role_machine::RoleMachine`]: Luigi's
 //! [`crate::replica::Replica`], a baseline's); [`FastPathReplica`], the fast path's optional
-//! extension; [`LogControl`], the record-type-free controls of its Raft log the node needs;
-//! [`ReplicaFactory`], how a node builds one.
+//! extension; [`ReplicaFactory`], how a node builds one.
+//!
+//! The node owns the replica's Raft log ([`RaftLog`], a byte log as raft-rs's: it knows no
+//! record type) and drives it; it lends it (`&mut`) to every replica call that may propose,
+//! take committed records or read the log's leadership. The replica proposes and takes its
+//! protocol's records through the log's typed view ([`luigi_protocol::log::ReplicatedLog`],
+//! which encodes on `propose` and decodes on `take_committed`).
 //!
 //! Everything above the state machine (driving the log's readies, ticks, the first election,
 //! snapshot cadence, transfers and compaction, routing, persistence) is written once, in
 //! `luigi-node`, against these traits, and serves every protocol. A protocol's replica keeps
-//! its own record type (`RaftLog<R>`), its own state, its own snapshot format: the node sees
+//! its own record type, its own state, its own snapshot format: the node sees records and
 //! snapshots only as bytes, jobs ([`SnapshotJob`]), a decoder ([`SnapshotDecoder`]) and
 //! type-erased decoded states ([`StateBox`]).
 //!
 //! The calling contract (the node follows it):
 //!
 //! ```text
-//! on an input:   replica.on_client / on_peer / peer_leader_changed / log_mut().step_bytes
-//! then:          drive log_mut()'s readies (send, persist, advance; install_snapshot or
-//!                install_decoded for a ready's snapshot), then replica.turn(now, out),
-//!                take_executed(), own_snapshot_due(..)
+//! at start:      log = RaftLog::new(config, recovered); replica = factory.build(setup, &log)
+//! on an input:   replica.on_client(&mut log, ..) / on_peer(&mut log, ..) / peer_leader_changed
+//!                / log.step_bytes
+//! then:          drive the log's readies (send, persist, advance; install_snapshot or
+//!                install_decoded for a ready's snapshot), then replica.turn(&mut log, now, out),
+//!                take_executed(), own_snapshot_due(&log, ..)
 //! ```
 
 use std::any::Any;
@@ -33,7 +40,7 @@ use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
-use crate::{RaftConfig, RaftError, RaftLog, Ready, Record, RecoveredState, Role, SnapshotData};
+use crate::{RaftError, RaftLog};
 
 /// Builds a shard's initial store: a workload's population (e.g. TPC-C's tables, generated
 /// from a seed, the same on every replica), or an empty store. It is the state before the
@@ -134,217 +141,30 @@ pub trait SnapshotDecoder: Send + Sync {
     fn decode(&self, data: &[u8]) -> Result<StateBox, String>;
 }
 
-/// The controls of a replica's Raft log that do not depend on its record type: what the node
-/// needs to drive it (ticks, messages, readies, snapshots, compaction) and to report on it.
-/// Implemented for every [`RaftLog`]; each method is the `RaftLog` method of the same name.
-pub trait LogControl: Debug {
-    /// See [`RaftLog::id`].
-    fn id(&self) -> u64;
-    /// See [`RaftLog::voters`].
-    fn voters(&self) -> &[u64];
-    /// See [`RaftLog::tick`].
-    fn tick(&mut self);
-    /// See [`RaftLog::campaign`].
-    ///
-    /// # Errors
-    /// raft-rs's error, if any.
-    fn campaign(&mut self) -> Result<(), RaftError>;
-    /// See [`RaftLog::step_bytes`].
-    ///
-    /// # Errors
-    /// As [`RaftLog::step_bytes`].
-    fn step_bytes(&mut self, bytes: &[u8]) -> Result<(), RaftError>;
-    /// See [`RaftLog::step_snapshot`].
-    ///
-    /// # Errors
-    /// As [`RaftLog::step_snapshot`].
-    fn step_snapshot(&mut self, envelope: &[u8], data: Bytes) -> Result<(), RaftError>;
-    /// See [`RaftLog::has_ready`].
-    fn has_ready(&self) -> bool;
-    /// See [`RaftLog::ready`].
-    ///
-    /// # Errors
-    /// As [`RaftLog::ready`].
-    fn ready(&mut self) -> Result<Option<Ready>, RaftError>;
-    /// See [`RaftLog::advance`].
-    fn advance(&mut self, number: u64);
-    /// See [`RaftLog::report_snapshot`].
-    fn report_snapshot(&mut self, to: u64, delivered: bool);
-    /// See [`RaftLog::can_compact`].
-    fn can_compact(&self, index: u64) -> bool;
-    /// See [`RaftLog::compact`].
-    ///
-    /// # Errors
-    /// As [`RaftLog::compact`].
-    fn compact(&mut self, index: u64, data: Bytes) -> Result<SnapshotData, RaftError>;
-    /// See [`RaftLog::snapshot_data`].
-    fn snapshot_data(&self) -> Option<&[u8]>;
-    /// See [`RaftLog::role`].
-    fn role(&self) -> Role;
-    /// See [`RaftLog::is_leader`].
-    fn is_leader(&self) -> bool;
-    /// See [`RaftLog::leader_id`].
-    fn leader_id(&self) -> Option<u64>;
-    /// See [`RaftLog::matched`].
-    fn matched(&self, id: u64) -> Option<u64>;
-    /// See [`RaftLog::term`].
-    fn term(&self) -> u64;
-    /// See [`RaftLog::term_at`].
-    fn term_at(&self, index: u64) -> Option<u64>;
-    /// See [`RaftLog::entry`].
-    fn entry(&self, index: u64) -> Option<crate::eraftpb::Entry>;
-    /// See [`RaftLog::commit_index`].
-    fn commit_index(&self) -> u64;
-    /// See [`RaftLog::handed_out`].
-    fn handed_out(&self) -> u64;
-    /// See [`RaftLog::has_committed_in_term`].
-    fn has_committed_in_term(&self) -> bool;
-    /// See [`RaftLog::snapshot_index`].
-    fn snapshot_index(&self) -> u64;
-    /// See [`RaftLog::last_index`].
-    fn last_index(&self) -> u64;
-    /// See [`RaftLog::persisted_index`].
-    fn persisted_index(&self) -> u64;
-    /// See [`RaftLog::acked`].
-    fn acked(&self) -> (u64, u64);
-    /// See [`RaftLog::leader_link_lost`].
-    fn leader_link_lost(&mut self, lost: u64) -> Option<(u64, (u64, u64))>;
-    /// See [`RaftLog::peer_lost_leader`].
-    fn peer_lost_leader(&mut self, from: u64, term: u64, last: (u64, u64));
-    /// See [`RaftLog::set_abstaining`].
-    fn set_abstaining(&mut self, abstaining: bool);
-    /// See [`RaftLog::is_abstaining`].
-    fn is_abstaining(&self) -> bool;
-    /// See [`RaftLog::transfer_leader`].
-    fn transfer_leader(&mut self, to: u64);
-    /// See [`RaftLog::transferring_leader`].
-    fn transferring_leader(&self) -> Option<u64>;
-}
-
-impl<R: Record> LogControl for RaftLog<R> {
-    fn id(&self) -> u64 {
-        RaftLog::id(self)
-    }
-    fn voters(&self) -> &[u64] {
-        RaftLog::voters(self)
-    }
-    fn tick(&mut self) {
-        RaftLog::tick(self)
-    }
-    fn campaign(&mut self) -> Result<(), RaftError> {
-        RaftLog::campaign(self)
-    }
-    fn step_bytes(&mut self, bytes: &[u8]) -> Result<(), RaftError> {
-        RaftLog::step_bytes(self, bytes)
-    }
-    fn step_snapshot(&mut self, envelope: &[u8], data: Bytes) -> Result<(), RaftError> {
-        RaftLog::step_snapshot(self, envelope, data)
-    }
-    fn has_ready(&self) -> bool {
-        RaftLog::has_ready(self)
-    }
-    fn ready(&mut self) -> Result<Option<Ready>, RaftError> {
-        RaftLog::ready(self)
-    }
-    fn advance(&mut self, number: u64) {
-        RaftLog::advance(self, number)
-    }
-    fn report_snapshot(&mut self, to: u64, delivered: bool) {
-        RaftLog::report_snapshot(self, to, delivered)
-    }
-    fn can_compact(&self, index: u64) -> bool {
-        RaftLog::can_compact(self, index)
-    }
-    fn compact(&mut self, index: u64, data: Bytes) -> Result<SnapshotData, RaftError> {
-        RaftLog::compact(self, index, data)
-    }
-    fn snapshot_data(&self) -> Option<&[u8]> {
-        RaftLog::snapshot_data(self)
-    }
-    fn role(&self) -> Role {
-        RaftLog::role(self)
-    }
-    fn is_leader(&self) -> bool {
-        RaftLog::is_leader(self)
-    }
-    fn leader_id(&self) -> Option<u64> {
-        RaftLog::leader_id(self)
-    }
-    fn matched(&self, id: u64) -> Option<u64> {
-        RaftLog::matched(self, id)
-    }
-    fn term(&self) -> u64 {
-        RaftLog::term(self)
-    }
-    fn term_at(&self, index: u64) -> Option<u64> {
-        RaftLog::term_at(self, index)
-    }
-    fn entry(&self, index: u64) -> Option<crate::eraftpb::Entry> {
-        RaftLog::entry(self, index)
-    }
-    fn commit_index(&self) -> u64 {
-        RaftLog::commit_index(self)
-    }
-    fn handed_out(&self) -> u64 {
-        RaftLog::handed_out(self)
-    }
-    fn has_committed_in_term(&self) -> bool {
-        RaftLog::has_committed_in_term(self)
-    }
-    fn snapshot_index(&self) -> u64 {
-        RaftLog::snapshot_index(self)
-    }
-    fn last_index(&self) -> u64 {
-        RaftLog::last_index(self)
-    }
-    fn persisted_index(&self) -> u64 {
-        RaftLog::persisted_index(self)
-    }
-    fn acked(&self) -> (u64, u64) {
-        RaftLog::acked(self)
-    }
-    fn leader_link_lost(&mut self, lost: u64) -> Option<(u64, (u64, u64))> {
-        RaftLog::leader_link_lost(self, lost)
-    }
-    fn peer_lost_leader(&mut self, from: u64, term: u64, last: (u64, u64)) {
-        RaftLog::peer_lost_leader(self, from, term, last)
-    }
-    fn set_abstaining(&mut self, abstaining: bool) {
-        RaftLog::set_abstaining(self, abstaining)
-    }
-    fn is_abstaining(&self) -> bool {
-        RaftLog::is_abstaining(self)
-    }
-    fn transfer_leader(&mut self, to: u64) {
-        RaftLog::transfer_leader(self, to)
-    }
-    fn transferring_leader(&self) -> Option<u64> {
-        RaftLog::transferring_leader(self)
-    }
-}
-
 /// One replica of a shard as a protocol's state machine over its Raft log: the shard leader
 /// when its log leads (and it has caught up), a follower otherwise. Inputs are clients'
 /// messages and other shards' leaders' agreement batches; outputs are [`LeaderOutput`]s
 /// (replies, watermarks, batches for other shards, executions). The node
-/// (`luigi_node::ReplicaNode`) drives its log through [`ShardReplica::log_mut`] and calls
-/// [`ShardReplica::turn`] after each round of readies (see the module docs).
+/// (`luigi_node::ReplicaNode`) owns and drives the replica's log, lends it to the calls that
+/// need it (`log`), and calls [`ShardReplica::turn`] after each round of readies (see the
+/// module docs).
 ///
 /// Object safe: the node holds a `Box<dyn ShardReplica>` from a [`ReplicaFactory`].
 pub trait ShardReplica: Send {
-    /// The Raft log, read-only (role, term, indexes).
-    fn log(&self) -> &dyn LogControl;
-
-    /// The Raft log (for the node to step messages into and drive its readies).
-    fn log_mut(&mut self) -> &mut dyn LogControl;
-
     /// A client's message. A replica that does not serve answers a dispatch with
     /// `NotLeader` and a hint.
-    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>);
+    fn on_client(
+        &mut self,
+        log: &mut RaftLog,
+        now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    );
 
     /// Agreement items from another shard's leader. Returns whether they were taken (a
     /// replica that does not serve drops them: the sender's recovery asks again).
-    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool;
+    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool;
 
     /// Another shard has a new leader (its announcement reached this replica).
     fn peer_leader_changed(&mut self, shard: ShardId);
@@ -354,7 +174,12 @@ pub trait ShardReplica: Send {
     ///
     /// # Errors
     /// The replica cannot go on (e.g. a demoted leader cannot rebuild its state).
-    fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError>;
+    fn turn(
+        &mut self,
+        log: &mut RaftLog,
+        now: TimeUs,
+        out: &mut Vec<LeaderOutput>,
+    ) -> Result<Option<Transition>, RaftError>;
 
     /// What the replica executed outside [`LeaderOutput::Executed`] outputs (a follower
     /// applying its log) since the last call, in execution order.
@@ -366,18 +191,20 @@ pub trait ShardReplica: Send {
     /// True while this replica serves as its shard's leader.
     fn is_serving(&self) -> bool;
 
-    /// Which replica (index from 0) clients should try: the leader this replica knows of.
-    fn leader_hint(&self) -> Option<u32>;
+    /// Which replica (index from 0) clients should try: the leader this replica's `log`
+    /// knows of.
+    fn leader_hint(&self, log: &RaftLog) -> Option<u32>;
 
     /// The store as this replica holds it (for checks and reports).
     fn store(&self) -> &Store;
 
     /// This replica's own snapshot, once its state reached `next_at` (the node's cadence) and
-    /// its protocol takes one now: a job the shell runs off its event loop. `None`: not now.
+    /// its protocol takes one now: a job the shell runs off its event loop, replaying what it
+    /// takes from `log` (the latest snapshot and the records after it). `None`: not now.
     ///
     /// # Errors
     /// The replica cannot make one (a bug).
-    fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError>;
+    fn own_snapshot_due(&self, log: &RaftLog, next_at: u64) -> Result<Option<SnapshotJob>, RaftError>;
 
     /// The decoder of this protocol's snapshot images (the node asks once, and hands it to
     /// every check it starts).
@@ -457,7 +284,7 @@ pub trait FastPathReplica {
     /// not serving yet, waits for: the shell asks the group for their undecided accepts
     /// ([`FastPathReplica::accepts_of`]) and hands the answers to
     /// [`FastPathReplica::accepts_from`].
-    fn accepts_wanted(&self) -> Option<u64>;
+    fn accepts_wanted(&self, log: &RaftLog) -> Option<u64>;
 
     /// Every fast-path accept record this replica still needs, encoded: its undecided
     /// accepts and its leader state's votes (what a rewrite of the accept log keeps).
@@ -466,13 +293,13 @@ pub trait FastPathReplica {
     /// This replica's undecided fast-path accept records, encoded: the answer to a new
     /// leader's question of `term`, or `None` while this replica's own term is older (it
     /// answers when asked again).
-    fn accepts_of(&self, term: u64) -> Option<Vec<Vec<u8>>>;
+    fn accepts_of(&self, log: &RaftLog, term: u64) -> Option<Vec<Vec<u8>>>;
 
     /// `replica`'s undecided accepts, asked about in `term`.
     ///
     /// # Errors
     /// A record that does not decode (the answer is dropped).
-    fn accepts_from(&mut self, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String>;
+    fn accepts_from(&mut self, log: &RaftLog, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String>;
 
     /// The fast-path accept records its disk held at restart (see [`crate::accepts`]), given
     /// before the first turn so that the replayed log decides them again.
@@ -488,10 +315,6 @@ pub struct ReplicaSetup {
     pub shard: ShardId,
     /// The replica's index in its group, from 0 (its Raft id is this + 1).
     pub replica: u32,
-    /// Its Raft log's configuration.
-    pub raft: RaftConfig,
-    /// What its disk holds (default: fresh).
-    pub recovered: RecoveredState,
     /// The shard leader's configuration.
     pub leader: LeaderConfig,
     /// The stored procedures.
@@ -509,8 +332,8 @@ pub struct BuildError {
     pub source: RaftError,
 }
 
-/// Builds one protocol's replicas: opens a Raft log of the protocol's record type and puts
-/// the protocol's state machine over it. A node's configuration names one
+/// Builds one protocol's replicas: puts the protocol's state machine over the Raft log its
+/// node opened (and owns). A node's configuration names one
 /// (`luigi_node::NodeConfig::protocol`).
 pub trait ReplicaFactory: Send + Sync {
     /// The protocol's name (for logs).
@@ -522,9 +345,10 @@ pub trait ReplicaFactory: Send + Sync {
         false
     }
 
-    /// A replica from `setup`, starting as a follower from the recovered state.
+    /// A replica from `setup`, starting as a follower over `log` (its node's, opened from the
+    /// recovered state): from the log's snapshot, if it has one.
     ///
     /// # Errors
-    /// The recovered state is inconsistent or its snapshot does not load.
-    fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError>;
+    /// The log's snapshot does not load.
+    fn build(&self, setup: ReplicaSetup, log: &RaftLog) -> Result<Box<dyn ShardReplica>, BuildError>;
 }

@@ -14,9 +14,14 @@
 //! ([`ReplayedExecutions`]). Luigi's fast path is an optional extension
 //! ([`ReplicaProtocol::fast_path`]) the node asks for.
 //!
+//! The role machine holds no log: the node owns the Raft log (a byte log, see
+//! [`RaftLog`]) and lends it to every call that may propose, take committed records or read
+//! the log's leadership; the protocol's cores propose and take their own record type through
+//! the log's typed view ([`ReplicatedLog`]).
+//!
 //! ```text
-//! on message:  replica.on_client / on_peer / log_mut().step_bytes
-//! then:        drive the log's readies (send, persist, advance), then replica.turn(now, out)
+//! on message:  replica.on_client(&mut log, ..) / on_peer(&mut log, ..) / log.step_bytes
+//! then:        drive the log's readies (send, persist, advance), then replica.turn(&mut log, now, out)
 //! ```
 
 use bytes::Bytes;
@@ -31,7 +36,7 @@ use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use crate::replica_api::{FastPathReplica, ShardReplica};
 use crate::replica_api::{SnapshotImage, SnapshotJob, Transition};
 use crate::waiting::{Held, Waiting};
-use crate::{RaftError, RaftLog, Record, Replay};
+use crate::{RaftError, RaftLog, Replay};
 
 mod protocol;
 mod shard_replica;
@@ -56,12 +61,11 @@ pub(crate) enum Role<P: ReplicaProtocol> {
     Switching,
 }
 
-/// One replica of a shard: protocol `P`'s follower or leader over the same Raft log.
+/// One replica of a shard: protocol `P`'s follower or leader over the Raft log its node
+/// owns and lends it.
 pub struct RoleMachine<P: ReplicaProtocol> {
     pub(crate) protocol: P,
     pub(crate) role: Role<P>,
-    /// The Raft log, whichever the role: lent to the leader state's calls.
-    pub(crate) log: RaftLog<P::Record>,
     committed: Vec<LogEntry<P::Record>>,
     /// Executions of the follower state not yet taken (see [`RoleMachine::take_executed`]).
     executed: Vec<(TxnId, Timestamp)>,
@@ -72,12 +76,12 @@ pub struct RoleMachine<P: ReplicaProtocol> {
 }
 
 /// The replica index (from 0) of the leader `log` knows of; Raft ids are indexes + 1.
-fn hint<R: Record>(log: &RaftLog<R>) -> Option<u32> {
+pub(crate) fn hint(log: &RaftLog) -> Option<u32> {
     log.leader_id().map(|id| (id - 1) as u32)
 }
 
 /// The other replica `log` knows to lead its group, if any: a client should go there.
-pub(crate) fn other_leader<R: Record>(log: &RaftLog<R>) -> Option<u32> {
+pub(crate) fn other_leader(log: &RaftLog) -> Option<u32> {
     hint(log).filter(|_| !log.is_leader())
 }
 
@@ -103,12 +107,8 @@ fn rebuild<I: FollowerImages>(
 /// records handed out after it, then serialized. It holds only shared or owned data (the
 /// replay shares the log's entry payloads and snapshot bytes), so taking it costs the event
 /// loop a copy of the entries' headers, and the shell runs it on another thread.
-fn make_snapshot<I: FollowerImages>(
-    index: u64,
-    images: &I,
-    replay: &Replay<<I::Follower as FollowerCore>::Record>,
-) -> Result<SnapshotImage, RaftError> {
-    let records = replay.records()?;
+fn make_snapshot<I: FollowerImages>(index: u64, images: &I, replay: &Replay) -> Result<SnapshotImage, RaftError> {
+    let records = replay.records::<<I::Follower as FollowerCore>::Record>()?;
     let follower = rebuild(images, replay.snapshot_data(), &records)?;
     let applied = follower.applied_index();
     if applied != index {
@@ -118,13 +118,13 @@ fn make_snapshot<I: FollowerImages>(
 }
 
 impl<P: ReplicaProtocol> RoleMachine<P> {
-    /// A replica of `protocol` over `log`, starting as a follower: from the log's snapshot if
-    /// it has one (a restart after compaction), else from the initial store. Committed records
-    /// the log hands back (all of them after a restart) rebuild the rest.
+    /// A replica of `protocol` over `log` (its node's), starting as a follower: from the log's
+    /// snapshot if it has one (a restart after compaction), else from the initial store.
+    /// Committed records the log hands back (all of them after a restart) rebuild the rest.
     ///
     /// # Errors
     /// The log's snapshot does not load.
-    pub fn start(protocol: P, log: RaftLog<P::Record>) -> Result<Self, RaftError> {
+    pub fn start(protocol: P, log: &RaftLog) -> Result<Self, RaftError> {
         let images = protocol.images();
         let follower = match log.snapshot_data() {
             Some(data) => images.load(data).map_err(RaftError::Invalid)?,
@@ -133,7 +133,6 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         Ok(RoleMachine {
             protocol,
             role: Role::Follower(follower),
-            log,
             committed: Vec::new(),
             executed: Vec::new(),
             waiting: Waiting::default(),
@@ -178,22 +177,12 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     ///
     /// # Errors
     /// An entry is missing from the log's memory (a bug).
-    pub fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
-        let Some((index, replay)) = self.log().own_snapshot_replay(self.is_serving(), next_at)? else {
+    pub fn own_snapshot_due(&self, log: &RaftLog, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
+        let Some((index, replay)) = log.own_snapshot_replay(self.is_serving(), next_at)? else {
             return Ok(None);
         };
         let images = self.protocol.images().clone();
         Ok(Some(SnapshotJob::new(index, move || make_snapshot(index, &images, &replay))))
-    }
-
-    /// The Raft log (for the shell to step messages into and drive its readies).
-    pub fn log_mut(&mut self) -> &mut RaftLog<P::Record> {
-        &mut self.log
-    }
-
-    /// The Raft log, read-only (role, term, commit and applied indexes for status reports).
-    pub fn log(&self) -> &RaftLog<P::Record> {
-        &self.log
     }
 
     /// True while this replica serves as the shard leader.
@@ -231,18 +220,26 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         self.stats
     }
 
-    /// Which replica (index from 0) clients should try: the leader this replica knows of.
-    pub fn leader_hint(&self) -> Option<u32> {
-        hint(self.log())
+    /// Which replica (index from 0) clients should try: the leader `log` (this replica's)
+    /// knows of.
+    pub fn leader_hint(&self, log: &RaftLog) -> Option<u32> {
+        hint(log)
     }
 
     /// A client's message. A non-serving replica answers a ping with its follower state's
     /// watermark (a valid, if older, promise) and a dispatch as its protocol says
     /// ([`FollowerDispatch`], after the fast path's offer).
-    pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+    pub fn on_client(
+        &mut self,
+        log: &mut RaftLog,
+        now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    ) {
         let shard = self.protocol.shard();
         match &mut self.role {
-            Role::Leader(l) => l.on_client(&mut self.log, now, client, msg, out),
+            Role::Leader(l) => l.on_client(log, now, client, msg, out),
             Role::Follower(f) => match msg {
                 ClientMsg::Hello { .. } | ClientMsg::Status => {} // status: answered by the shell
                 ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
@@ -250,7 +247,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
                     msg: ServerMsg::pong(shard, now, sent_us, f.pong_watermark()),
                 }),
                 ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
-                    let log = &self.log;
+                    let log = &*log;
                     if self.protocol.follower_offer(log, now, client, &txn, fast, out) {
                         return;
                     }
@@ -279,10 +276,10 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
 
     /// Agreement items from another shard's leader; a non-serving replica drops them (the
     /// sender's recovery or round timeout asks again).
-    pub fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
+    pub fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
         match &mut self.role {
             Role::Leader(l) => {
-                l.on_peer(&mut self.log, now, batch, out);
+                l.on_peer(log, now, batch, out);
                 true
             }
             Role::Follower(..) => false,
@@ -302,44 +299,55 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     ///
     /// # Errors
     /// A demoted leader that cannot replay its log (a bad entry or snapshot) reports it
-    /// rather than serve a wrong state.
-    pub fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+    /// rather than serve a wrong state; so does a replica whose log handed back a committed
+    /// record that does not decode ([`RaftLog::undecodable`]).
+    pub fn turn(
+        &mut self,
+        log: &mut RaftLog,
+        now: TimeUs,
+        out: &mut Vec<LeaderOutput>,
+    ) -> Result<Option<Transition>, RaftError> {
         let mut transition = None;
         match &mut self.role {
             Role::Follower(f) => {
-                let log = &mut self.log;
                 log.take_committed(&mut self.committed);
                 for e in self.committed.drain(..) {
                     f.apply(&e);
                     self.protocol.on_committed(&e);
                 }
                 self.executed.extend(f.take_executed());
+                if let Some(bad) = log.undecodable() {
+                    return Err(bad);
+                }
                 if let Some(handover) = self.protocol.may_serve(f, log, now)? {
-                    self.promote(now, handover);
+                    self.promote(log, now, handover);
                     transition = Some(Transition::Promoted);
                 }
             }
             Role::Leader(l) => {
-                if !self.log.is_leader() {
-                    self.demote()?;
+                if !log.is_leader() {
+                    self.demote(log)?;
                     transition = Some(Transition::Demoted);
                 } else {
-                    self.protocol.leading(l, &self.log);
+                    self.protocol.leading(l, log);
                 }
             }
             Role::Switching => unreachable!("not observable"),
         }
-        self.tend_waiting(now, out);
+        self.tend_waiting(log, now, out);
         if let Role::Leader(l) = &mut self.role {
-            l.tick(&mut self.log, now, out);
+            l.tick(log, now, out);
         }
-        Ok(transition)
+        match log.undecodable() {
+            Some(bad) => Err(bad),
+            None => Ok(transition),
+        }
     }
 
     /// Hands the waiting dispatches to this replica's leader state once it serves, answers
     /// them with the leader's name once another replica is known to lead, and answers those
     /// held too long without a name.
-    fn tend_waiting(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    fn tend_waiting(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         if self.waiting.is_empty() {
             return;
         }
@@ -348,11 +356,11 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
             Role::Leader(l) => {
                 for held in self.waiting.release() {
                     let (client, msg) = held.dispatch(now);
-                    l.on_client(&mut self.log, now, client, msg, out);
+                    l.on_client(log, now, client, msg, out);
                 }
             }
             Role::Follower(_) => {
-                let leader = other_leader(&self.log);
+                let leader = other_leader(log);
                 let answered: Vec<Held> = match leader {
                     Some(_) => self.waiting.release().collect(),
                     None => self.waiting.expired(now),
@@ -384,23 +392,23 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     }
 
     /// Takes office with the state applied so far and what the protocol handed over.
-    fn promote(&mut self, now: TimeUs, handover: P::Handover) {
+    fn promote(&mut self, log: &mut RaftLog, now: TimeUs, handover: P::Handover) {
         let Role::Follower(f) = std::mem::replace(&mut self.role, Role::Switching) else {
             unreachable!("promote is called on a follower")
         };
-        self.role = Role::Leader(self.protocol.take_office(f, &mut self.log, now, handover));
+        self.role = Role::Leader(self.protocol.take_office(f, log, now, handover));
         self.stats.promotions += 1;
     }
 
     /// Stops serving: drops the leader state (it may have executed ahead of its log) and
     /// rebuilds a follower by replaying the log from its snapshot (or the start).
-    fn demote(&mut self) -> Result<(), RaftError> {
+    fn demote(&mut self, log: &mut RaftLog) -> Result<(), RaftError> {
         let Role::Leader(l) = std::mem::replace(&mut self.role, Role::Switching) else {
             unreachable!("demote is called on a leader")
         };
         let images = self.protocol.images();
-        let rebuilt = self.log.replay_for_rebuild().and_then(|replay| {
-            let records = replay.records()?;
+        let rebuilt = log.replay_for_rebuild().and_then(|replay| {
+            let records = replay.records::<P::Record>()?;
             let follower = rebuild(images, replay.snapshot_data(), &records)?;
             Ok((follower, records))
         });

@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::{Cluster, Event, TICK};
-use luigi_protocol::log::{LogError, LogRecord, ReplicatedLog};
+use luigi_protocol::log::{LogEntry, LogError, LogRecord, ReplicatedLog};
 use luigi_raft::Role;
 
 /// Proposes `count` records on the current leader, a few per time unit, and returns them.
@@ -461,7 +461,7 @@ fn single_replica_group_commits_alone_and_bounds_its_backlog() {
     assert_eq!(log.commit_index(), *indexes.last().unwrap());
     // Committed but not taken still counts.
     assert_eq!(log.propose(LogRecord::Floor { ts: 5 }), Err(LogError::Backlogged(4)));
-    let mut out = Vec::new();
+    let mut out: Vec<LogEntry> = Vec::new();
     log.take_committed(&mut out);
     assert_eq!(out.iter().map(|e| e.index).collect::<Vec<_>>(), indexes);
     assert!(log.propose(LogRecord::Floor { ts: 5 }).is_ok());

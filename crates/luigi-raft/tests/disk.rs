@@ -190,7 +190,7 @@ fn recovery_rejects_inconsistent_state_with_clear_errors() {
     while let Some(rd) = log.ready().unwrap() {
         log.advance(rd.number);
     }
-    let mut out = Vec::new();
+    let mut out: Vec<luigi_protocol::log::LogEntry> = Vec::new();
     log.take_committed(&mut out);
     assert!(out.is_empty());
     assert!(matches!(RaftLog::new(RaftConfig::new(4, vec![1, 2, 3], 0), None), Err(RaftError::Config(_))));

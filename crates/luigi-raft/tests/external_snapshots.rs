@@ -22,7 +22,7 @@ fn drain(logs: &mut [RaftLog]) -> Vec<(u64, OutMessage)> {
             let from = l.id();
             out.extend(rd.messages.into_iter().chain(rd.persisted_messages).map(|m| (from, m)));
             l.advance(rd.number);
-            let mut taken = Vec::new();
+            let mut taken: Vec<luigi_protocol::log::LogEntry> = Vec::new();
             l.take_committed(&mut taken);
         }
     }

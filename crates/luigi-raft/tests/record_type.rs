@@ -1,8 +1,9 @@
-//! The Raft log is generic over its record type: a protocol with records of its own (here a
-//! small prepare/commit/abort enum, as an OCC or 2PL baseline would log) replicates them
-//! through a 3-replica group, each replica persisting through a `DiskStorage` on a simulated
-//! file system, and every replica takes the same committed records in the same order, also
-//! after a restart from its disk.
+//! The Raft log holds bytes and offers a typed view for any record type: a protocol with
+//! records of its own (here a small prepare/commit/abort enum, as an OCC or 2PL baseline
+//! would log) replicates them through a 3-replica group, each replica persisting through a
+//! `DiskStorage` on a simulated file system, and every replica takes the same committed
+//! records in the same order, also after a restart from its disk. Records taken as a type they
+//! do not decode to are a fatal error of the log, not a panic.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use luigi_protocol::log::{LocalLog, LogEntry, LogIndex, ReplicatedLog};
 use luigi_raft::disk::DiskStorage;
-use luigi_raft::{RaftConfig, RaftLog, RecoveredState};
+use luigi_raft::{RaftConfig, RaftError, RaftLog, RecoveredState};
 use luigi_wal::fs::{Fs, SimFs};
 use luigi_wal::WalOptions;
 use serde::{Deserialize, Serialize};
@@ -38,7 +39,7 @@ fn propose_all<L: ReplicatedLog<Op>>(log: &mut L, ops: &[Op]) -> Vec<LogIndex> {
 }
 
 struct Replica {
-    log: RaftLog<Op>,
+    log: RaftLog,
     disk: DiskStorage,
     /// Every record taken since the (re)start, in order.
     taken: Vec<LogEntry<Op>>,
@@ -67,7 +68,7 @@ impl Group {
         let (disk, recovered): (DiskStorage, RecoveredState) =
             DiskStorage::open_with(Arc::clone(&self.fs[(id - 1) as usize]), &dir, WalOptions::default())
                 .expect("open disk");
-        let log = RaftLog::<Op>::new_typed(RaftConfig::new(id, vec![1, 2, 3], 9), Some(recovered)).expect("log");
+        let log = RaftLog::new(RaftConfig::new(id, vec![1, 2, 3], 9), Some(recovered)).expect("log");
         Replica { log, disk, taken: Vec::new() }
     }
 
@@ -145,7 +146,7 @@ fn a_group_replicates_records_of_another_type_in_the_same_order_everywhere() {
     }
     // The replay decodes to the same records.
     let replay = g.replica(3).log.replay().expect("replay");
-    assert_eq!(replay.records().expect("records"), expected);
+    assert_eq!(replay.records::<Op>().expect("records"), expected);
 
     // Restarted from its disk, a replica hands every committed record back again.
     g.replicas[2] = None;
@@ -157,4 +158,35 @@ fn a_group_replicates_records_of_another_type_in_the_same_order_everywhere() {
     // The same protocol code runs over the in-memory log.
     let mut local = LocalLog::<Op>::new_typed(64);
     assert_eq!(propose_all(&mut local, &ops[..3]), vec![1, 2, 3]);
+}
+
+/// The node's log knows no record type: the bytes proposed are the record's postcard encoding,
+/// handed back as they were, and a record taken as a type it does not decode to stops the
+/// taking there (nothing after it is handed out), is reported by the log's every ready and by
+/// `undecodable` as `BadEntry` naming its index, and panics nowhere.
+#[test]
+fn a_record_that_does_not_decode_is_a_fatal_error_not_a_panic() {
+    let mut log = RaftLog::new(RaftConfig::new(1, vec![1], 9), None).expect("log");
+    log.campaign().expect("campaign");
+    let settle = |log: &mut RaftLog| {
+        while let Some(rd) = log.ready().expect("ready") {
+            log.advance(rd.number);
+        }
+    };
+    settle(&mut log);
+    let first = log.propose(op(0)).expect("proposed");
+    let garbage = log.propose_bytes(vec![0xff; 3]).expect("proposed");
+    let last = log.propose(op(1)).expect("proposed");
+    // The bytes are postcard's, as the entries have always been on disk and on the wire.
+    assert_eq!(log.entry(first).expect("held").data.to_vec(), postcard::to_stdvec(&op(0)).unwrap());
+    settle(&mut log);
+    let mut taken: Vec<LogEntry<Op>> = Vec::new();
+    log.take_committed(&mut taken);
+    assert_eq!(taken, vec![LogEntry { index: first, record: op(0) }], "taken up to the bad record");
+    let fatal = |e: Option<RaftError>| matches!(e, Some(RaftError::BadEntry { index, .. }) if index == garbage);
+    assert!(fatal(log.undecodable()), "{:?}", log.undecodable());
+    assert!(fatal(log.ready().err()), "every ready reports it");
+    log.take_committed(&mut taken);
+    assert_eq!(taken.len(), 1, "nothing after it is handed out");
+    assert!(last > garbage);
 }

@@ -39,10 +39,10 @@ impl ReplicaNode {
     /// others wait for it.
     pub(super) fn answer_accepts_questions(&mut self, fx: &mut Vec<Effect>) {
         let me = self.config.node;
-        let replica = &self.replica;
+        let (replica, log) = (&self.replica, &self.log);
         self.accepts_questions.retain(|&AcceptsQuestion { asker, term }| {
             // Without a fast path, nothing is undecided: the answer is empty.
-            let answer = replica.fast_path().map_or(Some(Vec::new()), |fast| fast.accepts_of(term));
+            let answer = replica.fast_path().map_or(Some(Vec::new()), |fast| fast.accepts_of(log, term));
             let Some(records) = answer else { return true };
             let msg = ReplicationMsg::Accepts { shard: me.shard, from: me.raft_id(), term, records };
             fx.push(Effect::Replicate { to: asker, msg });
@@ -54,7 +54,7 @@ impl ReplicaNode {
     /// every other replica of the group, again every [`ACCEPTS_ASK_AGAIN_US`] while it waits
     /// (a question or an answer may be lost).
     pub(super) fn ask_for_accepts(&mut self, now: TimeUs, fx: &mut Vec<Effect>) {
-        let Some(term) = self.replica.fast_path().and_then(|fast| fast.accepts_wanted()) else { return };
+        let Some(term) = self.replica.fast_path().and_then(|fast| fast.accepts_wanted(&self.log)) else { return };
         let asked = self.accepts_asked;
         if asked.term == term && now < asked.at.saturating_add(ACCEPTS_ASK_AGAIN_US) {
             return;

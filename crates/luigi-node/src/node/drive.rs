@@ -32,7 +32,7 @@ impl ReplicaNode {
     pub fn turn(&mut self, now: TimeUs, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
         self.drive_log(now, fx)?;
         // Before the log is driven again: a hand-over's messages leave in this turn.
-        self.clock.turn(now, &self.linked, self.replica.log_mut(), fx);
+        self.clock.turn(now, &self.linked, &mut self.log, fx);
         self.drive_role(now, fx)?;
         self.snapshot_if_due(fx)?;
         self.tend_transfers(now, fx);
@@ -56,16 +56,15 @@ impl ReplicaNode {
         let mut rounds = 0;
         loop {
             self.drive(fx)?;
-            let transition = self.replica.turn(now, &mut self.out).map_err(|source| NodeError::Raft {
-                node,
-                what: "switching role",
-                source,
-            })?;
+            let transition = self
+                .replica
+                .turn(&mut self.log, now, &mut self.out)
+                .map_err(|source| NodeError::Raft { node, what: "switching role", source })?;
             self.emit(fx);
             if let Some(t) = transition {
                 self.on_transition(t, fx);
             }
-            if !self.replica.log().has_ready() {
+            if !self.log.has_ready() {
                 return Ok(());
             }
             rounds += 1;
@@ -99,8 +98,8 @@ impl ReplicaNode {
         let all_linked = self.linked.len() + 1 >= self.config.group_size() as usize;
         if self.may_campaign && all_linked {
             self.may_campaign = false;
-            if !self.replica.log().is_leader() {
-                self.replica.log_mut().campaign()?;
+            if !self.log.is_leader() {
+                self.log.campaign()?;
             }
         }
         Ok(())
@@ -113,7 +112,7 @@ impl ReplicaNode {
         let next = self.next_tick_us.get_or_insert(now.saturating_add(tick_us));
         let mut ticks = 0;
         while now >= *next && ticks < TICK_CATCH_UP_MAX {
-            self.replica.log_mut().tick();
+            self.log.tick();
             *next = next.saturating_add(tick_us);
             ticks += 1;
         }
@@ -127,7 +126,7 @@ impl ReplicaNode {
     fn drive(&mut self, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
         let node = self.config.node;
         for _ in 0..DRIVE_ROUNDS_MAX {
-            let mut rd = match self.replica.log_mut().ready() {
+            let mut rd = match self.log.ready() {
                 Ok(Some(rd)) => rd,
                 Ok(None) => return Ok(()),
                 Err(e @ RaftError::LostEntries { .. }) => {
@@ -138,7 +137,7 @@ impl ReplicaNode {
                 Err(source) => return Err(NodeError::Raft { node, what: "reading its log", source }),
             };
             if let Some(change) = &rd.role_change {
-                tracing::info!(node = %node, ?change, term = self.replica.log().term(), "raft role change");
+                tracing::info!(node = %node, ?change, term = self.log.term(), "raft role change");
             }
             self.send_raft(std::mem::take(&mut rd.messages), fx);
             if let Some(snap) = &rd.snapshot {
@@ -159,7 +158,7 @@ impl ReplicaNode {
                 self.awaiting.push_back(AwaitingSync { number, messages: persisted_messages });
             } else {
                 self.send_raft(persisted_messages, fx);
-                self.replica.log_mut().advance(number);
+                self.log.advance(number);
                 self.release_held(fx);
             }
         }
@@ -205,7 +204,7 @@ impl ReplicaNode {
             advanced = Some(synced.number);
         }
         if let Some(n) = advanced {
-            self.replica.log_mut().advance(n);
+            self.log.advance(n);
         }
         while self.awaiting_accepts.front().is_some_and(|w| w.number <= number) {
             let written = self.awaiting_accepts.pop_front().expect("checked");
@@ -217,8 +216,8 @@ impl ReplicaNode {
     fn on_transition(&mut self, t: Transition, fx: &mut Vec<Effect>) {
         match t {
             Transition::Promoted => {
-                tracing::info!(node = %self.config.node, term = self.replica.log().term(), "serving as the shard leader");
-                self.serving_term = self.replica.log().term();
+                tracing::info!(node = %self.config.node, term = self.log.term(), "serving as the shard leader");
+                self.serving_term = self.log.term();
                 // Every replica of every other shard hears it (one not linked now hears it when
                 // its link comes up, see `shard_link`).
                 let msg = self.leader_is();

@@ -27,7 +27,7 @@ impl ReplicaNode {
     /// A client's message.
     pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, fx: &mut Vec<Effect>) {
         self.now_us = self.now_us.max(now);
-        self.replica.on_client(now, client, msg, &mut self.out);
+        self.replica.on_client(&mut self.log, now, client, msg, &mut self.out);
         self.emit(fx);
     }
 
@@ -38,7 +38,7 @@ impl ReplicaNode {
             tracing::debug!(from = batch.from, "agreement batch from no other shard; dropped");
             return;
         }
-        if !self.replica.on_peer(now, batch, &mut self.out) {
+        if !self.replica.on_peer(&mut self.log, now, batch, &mut self.out) {
             self.stats.batches_dropped += 1;
         }
         self.emit(fx);
@@ -62,7 +62,7 @@ impl ReplicaNode {
             }
             ReplicationMsg::LeaderLost { shard, from: sender, term, last } => {
                 self.group_peer("leader lost in shard", shard, sender, from)?;
-                self.replica.log_mut().peer_lost_leader(sender, term, last);
+                self.log.peer_lost_leader(sender, term, last);
                 Ok(())
             }
             ReplicationMsg::AcceptsQuery { shard, from: sender, term } => {
@@ -75,7 +75,7 @@ impl ReplicaNode {
             ReplicationMsg::Accepts { shard, from: sender, term, records } => {
                 self.group_peer("accepts of shard", shard, sender, from)?;
                 match self.replica.fast_path_mut() {
-                    Some(fast) => fast.accepts_from(from.replica, term, &records),
+                    Some(fast) => fast.accepts_from(&self.log, from.replica, term, &records),
                     None => Ok(()), // no fast path: no recovery round asked
                 }
             }
@@ -99,7 +99,7 @@ impl ReplicaNode {
         if shard != me.shard || from.shard != me.shard {
             return Err(format!("raft message for shard {shard} from {from}"));
         }
-        match self.replica.log_mut().step_bytes(bytes) {
+        match self.log.step_bytes(bytes) {
             // Fatal, and reported as such by the next turn's ready.
             Ok(()) | Err(RaftError::LostEntries { .. }) => Ok(()),
             Err(e) => Err(format!("bad raft message from {from}: {e}")),
@@ -110,7 +110,7 @@ impl ReplicaNode {
     fn on_transfer_message(&mut self, sender: u64, msg: ReplicationMsg, fx: &mut Vec<Effect>) -> Result<(), String> {
         // Which snapshots this replica takes now: the leader's while it does not lead,
         // followers' offers while it serves.
-        let leads = self.replica.log().is_leader();
+        let leads = self.log.is_leader();
         let serving = self.replica.is_serving();
         let wanted = |kind: &SnapshotKind| match kind {
             SnapshotKind::Install { .. } => !leads,
@@ -162,7 +162,7 @@ impl ReplicaNode {
             // followers elect the next one without waiting out their timeouts (rule 15's
             // pass-over then follows one hop after the vote), and tell each other, so that
             // the first of them need not pre-vote once a majority lost it.
-            if let Some((term, last)) = self.replica.log_mut().leader_link_lost(peer.raft_id()) {
+            if let Some((term, last)) = self.log.leader_link_lost(peer.raft_id()) {
                 self.leader_lost = Some(LeaderLost { term, leader: replica, last });
             }
         }

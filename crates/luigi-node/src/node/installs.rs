@@ -40,7 +40,7 @@ impl ReplicaNode {
     /// and it takes the leader's snapshot only while it does not lead, offers only while it
     /// serves.
     pub(super) fn tend_transfers(&mut self, now: TimeUs, fx: &mut Vec<Effect>) {
-        let log = self.replica.log();
+        let log = &self.log;
         let (leads, leader, serving) = (log.is_leader(), log.leader_id(), self.replica.is_serving());
         let events = &mut self.transfer_events;
         self.transfers.tick(now, events);
@@ -114,7 +114,7 @@ impl ReplicaNode {
             let retry_at = self.now_us.saturating_add(self.transfers.config().ack_timeout_us);
             self.install_backoff.insert(sent.to, retry_at);
         }
-        self.replica.log_mut().report_snapshot(sent.to, sent.delivered);
+        self.log.report_snapshot(sent.to, sent.delivered);
     }
 
     /// The leader's snapshot for replica `to` (Raft id), whose Raft message (`envelope`) left
@@ -124,15 +124,15 @@ impl ReplicaNode {
         let node = self.config.node;
         let now = self.now_us;
         if self.install_backoff.get(&to).is_some_and(|until| *until > now) {
-            self.replica.log_mut().report_snapshot(to, false);
+            self.log.report_snapshot(to, false);
             return;
         }
         // Delivered already and being installed: Raft tries again after a heartbeat, and by
         // then (or after the grace) the replica's log has moved or it gets the snapshot anew.
         if let Some(delivered) = self.installs_delivered.get(&to).copied() {
-            let installed = self.replica.log().matched(to).is_some_and(|m| m >= delivered.index);
+            let installed = self.log.matched(to).is_some_and(|m| m >= delivered.index);
             if !installed && delivered.until > now {
-                self.replica.log_mut().report_snapshot(to, false);
+                self.log.report_snapshot(to, false);
                 return;
             }
             self.installs_delivered.remove(&to);
@@ -155,7 +155,7 @@ impl ReplicaNode {
             Err(why) => {
                 tracing::warn!(node = %node, to, index = snap.index, ?why, "snapshot not sent; raft tries again later");
                 self.install_backoff.insert(to, now.saturating_add(self.transfers.config().ack_timeout_us));
-                self.replica.log_mut().report_snapshot(to, false);
+                self.log.report_snapshot(to, false);
             }
         }
         self.transfer_effects(fx);

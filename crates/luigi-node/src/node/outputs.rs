@@ -34,7 +34,7 @@ impl ReplicaNode {
         // proposal sent at admission) leaves once the log is durable here up to it (rule 14:
         // the receiver counts this copy towards the majority that commits it); the others
         // rest on committed records and leave at once.
-        let durable = self.replica.log().persisted_index();
+        let durable = self.log.persisted_index();
         let (mut records, mut after_records) = (Vec::new(), Vec::new());
         for o in std::mem::take(&mut self.out) {
             let held = match o {
@@ -88,7 +88,7 @@ impl ReplicaNode {
     /// Sends the held messages the log's durable prefix now covers, in the order they were
     /// produced (one waits for those before it).
     pub(super) fn release_held(&mut self, fx: &mut Vec<Effect>) {
-        let durable = self.replica.log().persisted_index();
+        let durable = self.log.persisted_index();
         while self.held.front().is_some_and(|h| h.need <= durable) {
             let held = self.held.pop_front().expect("checked");
             self.let_go(held.msg, fx);

@@ -23,7 +23,7 @@ impl ReplicaNode {
         if !self.config.protocol.progress_reports() {
             return None;
         }
-        let log = self.replica.log();
+        let log = &self.log;
         let me = self.config.node;
         let (pos, committed) = if log.is_leader() {
             (LogPos { term: log.term(), index: log.commit_index() }, true)

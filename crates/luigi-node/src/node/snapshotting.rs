@@ -27,7 +27,7 @@ impl ReplicaNode {
         let node = self.config.node;
         self.snapshots.making = false;
         let image = made.map_err(|source| NodeError::Raft { node, what: "making a snapshot", source })?;
-        let log = self.replica.log_mut();
+        let log = &mut self.log;
         if !log.can_compact(image.index) {
             return Ok(());
         }
@@ -91,11 +91,10 @@ impl ReplicaNode {
         };
         match c.kind {
             SnapshotKind::Install { envelope } => {
-                if self.replica.log().is_leader() {
+                if self.log.is_leader() {
                     return Ok(()); // this replica leads now: the snapshot is stale
                 }
-                self.replica
-                    .log_mut()
+                self.log
                     .step_snapshot(&envelope, c.data)
                     .map_err(|e| format!("snapshot at {} from {from}: {e}", c.index))?;
                 self.restored = restored.map(|state| Restored { index: c.index, state, crc32: c.crc32 });
@@ -111,11 +110,10 @@ impl ReplicaNode {
             return Ok(());
         }
         let node = self.config.node;
-        let job = self.replica.own_snapshot_due(self.snapshots.next_at).map_err(|source| NodeError::Raft {
-            node,
-            what: "taking a snapshot",
-            source,
-        })?;
+        let job = self
+            .replica
+            .own_snapshot_due(&self.log, self.snapshots.next_at)
+            .map_err(|source| NodeError::Raft { node, what: "taking a snapshot", source })?;
         if let Some(job) = job {
             self.snapshots.making = true;
             fx.push(Effect::MakeSnapshot(job));
@@ -136,7 +134,7 @@ impl ReplicaNode {
         if !self.replica.is_serving() {
             return Ok(()); // meant for the leader this replica no longer is
         }
-        let log = self.replica.log_mut();
+        let log = &mut self.log;
         if !log.can_compact(index) {
             return Ok(());
         }

@@ -3,9 +3,9 @@
 
 use raft::StateRole;
 
-use super::{RaftLog, Record};
+use super::RaftLog;
 
-impl<R: Record> RaftLog<R> {
+impl RaftLog {
     /// While `abstaining`, this replica starts no election: its election clock runs (so its
     /// lease on a silent leader lapses as usual, and it grants other candidates' votes) but
     /// a timeout starts nothing, [`RaftLog::campaign`] and the majority-lost-the-leader rule

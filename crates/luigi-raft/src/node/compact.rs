@@ -1,13 +1,11 @@
 //! Snapshots and replays: [`RaftLog::compact`], [`RaftLog::replay`].
 
-use std::marker::PhantomData;
-
 use bytes::Bytes;
 use raft::GetEntriesContext;
 
-use super::{RaftError, RaftLog, Record, Replay, SnapshotData};
+use super::{RaftError, RaftLog, Replay, SnapshotData};
 
-impl<R: Record> RaftLog<R> {
+impl RaftLog {
     /// Records a snapshot of the state machine covering everything up to `index` and drops
     /// those entries from memory. `index` must have been handed out by `ready` (the caller
     /// took and applied it). Returns the snapshot for the shell to persist (e.g.
@@ -50,7 +48,7 @@ impl<R: Record> RaftLog<R> {
     ///
     /// # Errors
     /// As [`RaftLog::replay`].
-    pub fn replay_for_rebuild(&mut self) -> Result<Replay<R>, RaftError> {
+    pub fn replay_for_rebuild(&mut self) -> Result<Replay, RaftError> {
         let replay = self.replay()?;
         self.committed.clear();
         Ok(replay)
@@ -78,7 +76,7 @@ impl<R: Record> RaftLog<R> {
     ///
     /// # Errors
     /// [`RaftError::Invalid`] if an entry is missing from memory (a bug).
-    pub fn replay(&self) -> Result<Replay<R>, RaftError> {
+    pub fn replay(&self) -> Result<Replay, RaftError> {
         let (lo, hi) = (self.snapshot_index() + 1, self.handed_out + 1);
         let entries = if lo < hi {
             let missing = |e| RaftError::Invalid(format!("entries {lo}..{hi} not in memory: {e}"));
@@ -91,7 +89,7 @@ impl<R: Record> RaftLog<R> {
         }
         let snapshot = self.raw.store().latest_snapshot();
         let snapshot = (snapshot.get_metadata().index > 0).then(|| snapshot.clone());
-        Ok(Replay { snapshot, entries, records: PhantomData })
+        Ok(Replay { snapshot, entries })
     }
 
     /// The latest snapshot's state-machine data (`None`: the log was never compacted); a
@@ -116,7 +114,7 @@ impl<R: Record> RaftLog<R> {
     ///
     /// # Errors
     /// An entry is missing from the log's memory (a bug).
-    pub fn own_snapshot_replay(&self, serving: bool, next_at: u64) -> Result<Option<(u64, Replay<R>)>, RaftError> {
+    pub fn own_snapshot_replay(&self, serving: bool, next_at: u64) -> Result<Option<(u64, Replay)>, RaftError> {
         if serving && self.voters().len() > 1 {
             return Ok(None);
         }

@@ -1,10 +1,8 @@
 //! What a [`RaftLog`] is built from and hands back for a rebuild: its config, the state
 //! recovered from disk, snapshots and replays.
 
-use std::marker::PhantomData;
-
 use bytes::Bytes;
-use luigi_protocol::log::{LogEntry, LogRecord};
+use luigi_protocol::log::LogEntry;
 use raft::eraftpb::{ConfState, Entry, Snapshot};
 
 #[cfg(doc)]
@@ -143,14 +141,12 @@ pub struct RecoveredState {
 /// returns it: the latest snapshot and the committed entries after it. Owned (`Send`), so
 /// the decoding and replaying can run on another thread.
 #[derive(Clone, Debug)]
-pub struct Replay<R = LogRecord> {
+pub struct Replay {
     pub(super) snapshot: Option<Snapshot>,
     pub(super) entries: Vec<Entry>,
-    /// The record type the entries decode to (`fn` keeps `Replay` `Send` for any `R`).
-    pub(super) records: PhantomData<fn() -> R>,
 }
 
-impl<R: Record> Replay<R> {
+impl Replay {
     /// The snapshot's state-machine data (`None`: the log was never compacted).
     pub fn snapshot_data(&self) -> Option<&[u8]> {
         self.snapshot.as_ref().map(|s| &s.data[..])
@@ -163,11 +159,13 @@ impl<R: Record> Replay<R> {
         self.entries.iter().rev().find(|e| is_record(e)).map(|e| e.index)
     }
 
-    /// The committed records after the snapshot, in log order (Raft's own entries skipped).
+    /// The committed records after the snapshot, in log order (Raft's own entries skipped),
+    /// decoded as the replaying protocol's record type `R` (a replay holds bytes, as the log
+    /// does; see [`RaftLog`]).
     ///
     /// # Errors
     /// [`RaftError::BadEntry`] if an entry does not decode.
-    pub fn records(&self) -> Result<Vec<LogEntry<R>>, RaftError> {
+    pub fn records<R: Record>(&self) -> Result<Vec<LogEntry<R>>, RaftError> {
         let mut out = Vec::with_capacity(self.entries.len());
         for e in &self.entries {
             if let Some(entry) = decode_committed(e)? {

@@ -1,6 +1,6 @@
 //! Deterministic election timeouts (see [`RaftLog`], "Determinism").
 
-use super::{RaftLog, Record};
+use super::RaftLog;
 use crate::rng::SplitMix64;
 
 /// The election-timeout offset of the replica in `slot` for `term`: its entry in a permutation
@@ -24,7 +24,7 @@ fn spaced_offset(seed: u64, term: u64, slot: usize, n: usize, base: usize, spaci
     timeout_offset(seed, term, slot, n.max(1)) * spacing
 }
 
-impl<R: Record> RaftLog<R> {
+impl RaftLog {
     /// The election-timeout offset, in ticks above the base, of the replica in `slot` of this
     /// group of `n` in `term`.
     pub(super) fn election_offset(&self, term: u64, slot: usize, n: usize) -> usize {

@@ -3,7 +3,8 @@
 //! The struct, its construction and recovery, and the [`ReplicatedLog`] seam live here; the
 //! rest is split by concern: [`config`] (what goes in), [`ready`] (what comes out),
 //! [`step`] (messages in, rejoining, lost entries), [`determinism`] (election timeouts),
-//! [`compact`] (snapshots and replays), [`abstain`] (a replica that must not lead), [`error`].
+//! [`compact`] (snapshots and replays), [`abstain`] (a replica that must not lead), [`error`],
+//! [`typed`] (records in and out: as bytes, and the typed view a protocol uses).
 //!
 //! Size: over 600 lines, of which about 200 are documentation (what each call may be
 //! relied on for, which the node and the simulator follow); the rest is already split by
@@ -16,11 +17,15 @@ mod determinism;
 mod error;
 mod ready;
 mod step;
+mod typed;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
 
-use luigi_protocol::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
+use bytes::Bytes;
+use luigi_protocol::log::{LogEntry, LogIndex};
+#[cfg(doc)]
+use luigi_protocol::log::{LogRecord, ReplicatedLog};
 use raft::eraftpb::{ConfState, Entry, EntryType};
 use raft::{GetEntriesContext, RawNode, StateRole};
 use serde::de::DeserializeOwned;
@@ -49,6 +54,15 @@ struct LostEntries {
     last_index: u64,
 }
 
+/// The first committed entry a typed view could not decode (see [`RaftLog::undecodable`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Undecodable {
+    /// Its index.
+    index: u64,
+    /// The decoder's complaint.
+    reason: String,
+}
+
 /// An acknowledgement to a leader (an append response) sent in a ready not yet advanced:
 /// it counts as durable once ready `ready` is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +80,11 @@ struct AckInFlight {
 /// [`RaftLog::tick`] on a timer, [`RaftLog::step_bytes`] for every message received, and then
 /// drains [`RaftLog::ready`] (persist, send, [`RaftLog::advance`]); the shard leader (or a
 /// follower's replayer) uses the [`ReplicatedLog`] seam.
+///
+/// The log holds bytes, as raft-rs's does: it knows no record type. A protocol proposes and
+/// takes its records through the [`ReplicatedLog<R>`] view the log offers for every
+/// [`Record`] type `R` (`typed.rs`: postcard on `propose`, decoded on `take_committed`),
+/// which is how the node that owns the log lends it to the protocol's replica.
 ///
 /// Config: pre-vote and check-quorum on, pipelined (`max_inflight_msgs`) and batched
 /// (`batch_append`, `max_size_per_msg`) appends, async-ready persistence (raft-rs's
@@ -125,7 +144,7 @@ struct AckInFlight {
 /// such a rejection (committing nothing it does not hold). A leader that gets one whose hint is
 /// below the replica's `matched` resets that replica's progress (`matched` 0, conservative for
 /// commits; probe from the hint), which brings it up to date by log entries or by snapshot.
-pub struct RaftLog<R = LogRecord> {
+pub struct RaftLog {
     raw: RawNode<LogStore>,
     id: u64,
     voters: Vec<u64>,
@@ -137,8 +156,10 @@ pub struct RaftLog<R = LogRecord> {
     slot: usize,
     /// `(term, role)` after the last call into raft-rs.
     observed: (u64, StateRole),
-    /// Decoded committed records not yet taken.
-    committed: VecDeque<LogEntry<R>>,
+    /// Committed records not yet taken, as proposed (encoded).
+    committed: VecDeque<LogEntry<Bytes>>,
+    /// Fatal: a committed record taken through a typed view did not decode.
+    undecodable: Option<Undecodable>,
     /// Highest index handed out as committed (records, no-ops and conf changes alike) or
     /// covered by an installed snapshot.
     handed_out: u64,
@@ -166,7 +187,7 @@ pub struct RaftLog<R = LogRecord> {
     abstaining: bool,
 }
 
-impl<R: Record> std::fmt::Debug for RaftLog<R> {
+impl std::fmt::Debug for RaftLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RaftLog")
             .field("id", &self.id)
@@ -185,35 +206,24 @@ fn nonzero(id: u64) -> Option<u64> {
     (id != 0).then_some(id)
 }
 
-/// What a [`RaftLog`] replicates: any plain data type with serde support. Records travel and
-/// are stored as their postcard encoding inside raft entries; a record type whose `Serialize`
-/// fails (e.g. one that needs `serialize_any`) makes [`ReplicatedLog::propose`] panic.
-/// Implemented for every type that fits.
+/// What a [`RaftLog`]'s typed view replicates: any plain data type with serde support. Records
+/// travel and are stored as their postcard encoding inside raft entries; a record type whose
+/// `Serialize` fails (e.g. one that needs `serialize_any`) makes [`ReplicatedLog::propose`]
+/// panic. Implemented for every type that fits.
 pub trait Record: Serialize + DeserializeOwned + Clone + Debug {}
 
 impl<T: Serialize + DeserializeOwned + Clone + Debug> Record for T {}
 
 impl RaftLog {
-    /// A replica of a Luigi shard's log (records are [`LogRecord`]s) with the given config,
-    /// fresh (`recovered: None`) or restarted from what its storage recovered. Every replica
-    /// of a fresh group must start fresh with the same `voters`. [`RaftLog::new_typed`] builds
-    /// a log of any other [`Record`] type.
+    /// A replica of a shard's log with the given config, fresh (`recovered: None`) or
+    /// restarted from what its storage recovered. Every replica of a fresh group must start
+    /// fresh with the same `voters`, and its protocol must propose and take the same record
+    /// type on every replica (they decode each other's entries).
     ///
     /// # Errors
     /// [`RaftError::Config`] for an invalid config, [`RaftError::Recovered`] for a recovered
     /// state that cannot be right (gaps, commit past the log, foreign membership, ...).
-    pub fn new(config: RaftConfig, recovered: Option<RecoveredState>) -> Result<RaftLog, RaftError> {
-        Self::new_typed(config, recovered)
-    }
-}
-
-impl<R: Record> RaftLog<R> {
-    /// A replica replicating records of type `R`, otherwise as [`RaftLog::new`]. Every replica
-    /// of a group must use the same record type (they decode each other's entries).
-    ///
-    /// # Errors
-    /// As [`RaftLog::new`].
-    pub fn new_typed(config: RaftConfig, recovered: Option<RecoveredState>) -> Result<Self, RaftError> {
+    pub fn new(config: RaftConfig, recovered: Option<RecoveredState>) -> Result<Self, RaftError> {
         let voters: BTreeSet<u64> = config.voters.iter().copied().collect();
         if voters.len() != config.voters.len() || voters.contains(&0) || voters.is_empty() {
             return Err(RaftError::Config(format!("voters {:?} must be distinct non-zero ids", config.voters)));
@@ -268,6 +278,7 @@ impl<R: Record> RaftLog<R> {
             slot,
             observed,
             committed: VecDeque::new(),
+            undecodable: None,
             handed_out: applied,
             max_pending: config.max_pending,
             rejoin: rejoining.then(Rejoin::default),
@@ -571,7 +582,7 @@ impl<R: Record> RaftLog<R> {
     ///
     /// # Errors
     /// An entry missing from memory (a bug) or one that does not decode.
-    pub fn records_after_handed_out(&self) -> Result<Vec<LogEntry<R>>, RaftError> {
+    pub fn records_after_handed_out<R: Record>(&self) -> Result<Vec<LogEntry<R>>, RaftError> {
         let mut out = Vec::new();
         for index in self.handed_out + 1..=self.last_index() {
             let e = self.entry(index).ok_or_else(|| RaftError::Invalid(format!("log entry {index} not in memory")))?;
@@ -609,55 +620,19 @@ fn is_record(e: &Entry) -> bool {
     e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty()
 }
 
+/// The record at `index`, encoded as `data`, decoded as an `R`.
+fn decode_record<R: Record>(index: u64, data: &[u8]) -> Result<LogEntry<R>, RaftError> {
+    postcard::from_bytes::<R>(data)
+        .map(|record| LogEntry { index, record })
+        .map_err(|err| RaftError::BadEntry { index, reason: err.to_string() })
+}
+
 /// A committed entry as a record; `None` for the entries the log's user does not see (the
 /// leaders' election no-ops, membership changes).
 fn decode_committed<R: Record>(e: &Entry) -> Result<Option<LogEntry<R>>, RaftError> {
     match e.get_entry_type() {
         EntryType::EntryNormal if e.data.is_empty() => Ok(None),
-        EntryType::EntryNormal => match postcard::from_bytes::<R>(&e.data) {
-            Ok(record) => Ok(Some(LogEntry { index: e.index, record })),
-            Err(err) => Err(RaftError::BadEntry { index: e.index, reason: err.to_string() }),
-        },
+        EntryType::EntryNormal => decode_record(e.index, &e.data).map(Some),
         EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => Ok(None),
-    }
-}
-
-impl<R: Record> ReplicatedLog<R> for RaftLog<R> {
-    fn term(&self) -> u64 {
-        self.raw.raft.term
-    }
-
-    /// Appends `record` to the leader's log and returns its index. Indexes increase but are
-    /// not consecutive: election no-ops take indexes too.
-    ///
-    /// Errors: [`LogError::NotLeader`] on a non-leader or during a leadership transfer (see
-    /// [`RaftLog::leader_id`] for a hint); [`LogError::Backlogged`] past
-    /// [`RaftConfig::max_pending`].
-    ///
-    /// # Panics
-    /// If `record` does not serialize (see [`Record`]).
-    fn propose(&mut self, record: R) -> Result<LogIndex, LogError> {
-        if !self.is_leader() || self.raw.raft.lead_transferee.is_some() {
-            return Err(LogError::NotLeader);
-        }
-        let pending = self.pending();
-        if pending >= self.max_pending {
-            return Err(LogError::Backlogged(pending));
-        }
-        // Serializing plain data into a Vec cannot fail.
-        let data = postcard::to_stdvec(&record).expect("a log record serializes with postcard");
-        let before = self.last_index();
-        let result = self.raw.propose(Vec::new(), data);
-        self.after_call();
-        match result {
-            Ok(()) if self.last_index() == before + 1 => Ok(before + 1),
-            // Dropped: raft-rs refuses proposals while transferring leadership.
-            _ => Err(LogError::NotLeader),
-        }
-    }
-
-    /// Moves every committed record not yet taken, in log order, into `out`.
-    fn take_committed(&mut self, out: &mut Vec<LogEntry<R>>) {
-        out.extend(self.committed.drain(..));
     }
 }

@@ -1,12 +1,13 @@
 //! What a [`RaftLog`] hands its shell: [`Ready`] (persist, send, advance) and role changes.
 
 use bytes::Bytes;
+use luigi_protocol::log::LogEntry;
 #[cfg(doc)]
 use luigi_protocol::log::ReplicatedLog;
 use raft::eraftpb::{Message, MessageType};
 use raft::{SnapshotStatus, StateRole};
 
-use super::{decode_committed, nonzero, AckInFlight, RaftError, RaftLog, Record, SnapshotData, REJOIN_CONTEXT};
+use super::{is_record, nonzero, AckInFlight, RaftError, RaftLog, SnapshotData, REJOIN_CONTEXT};
 use crate::codec::{encode_entry, encode_message, HardState, PersistEntry};
 
 /// Role of a replica in its group.
@@ -107,7 +108,7 @@ impl Ready {
     }
 }
 
-impl<R: Record> RaftLog<R> {
+impl RaftLog {
     /// Whether [`RaftLog::ready`] has work.
     pub fn has_ready(&self) -> bool {
         self.raw.has_ready()
@@ -117,7 +118,8 @@ impl<R: Record> RaftLog<R> {
     /// says, then call [`RaftLog::advance`]. Several readies may be outstanding (pipelined
     /// persistence) as long as they are persisted in order.
     ///
-    /// Committed records become available to [`ReplicatedLog::take_committed`] here (raft-rs
+    /// Committed records become available to [`ReplicatedLog::take_committed`] here, as the
+    /// bytes they were proposed as (they are decoded when taken; raft-rs
     /// hands out only entries that are committed *and* durable on this replica). Snapshot
     /// messages to lagging followers are reported delivered right away (if one is lost, the
     /// follower rejects the next append and the leader sends the snapshot again), unless
@@ -126,9 +128,10 @@ impl<R: Record> RaftLog<R> {
     /// until it does, raft-rs sends that follower nothing but heartbeats.
     ///
     /// # Errors
-    /// [`RaftError::BadEntry`] if a committed entry does not decode; fatal for the replica.
+    /// [`RaftError::BadEntry`] once a committed entry taken did not decode
+    /// ([`RaftLog::undecodable`]); fatal for the replica, as [`RaftError::LostEntries`] is.
     pub fn ready(&mut self) -> Result<Option<Ready>, RaftError> {
-        if let Some(e) = self.lost_error() {
+        if let Some(e) = self.lost_error().or_else(|| self.undecodable()) {
             return Err(e);
         }
         if !self.raw.has_ready() {
@@ -189,8 +192,8 @@ impl<R: Record> RaftLog<R> {
         let before = self.committed.len();
         for e in committed {
             self.handed_out = self.handed_out.max(e.index);
-            if let Some(entry) = decode_committed(&e)? {
-                self.committed.push_back(entry);
+            if is_record(&e) {
+                self.committed.push_back(LogEntry { index: e.index, record: e.data });
             }
         }
         out.committed = self.committed.len() - before;
@@ -230,7 +233,7 @@ fn out_message(mut m: Message, external: bool) -> OutMessage {
     OutMessage { to: m.to, msg_type, bytes: encode_message(&m), snapshot }
 }
 
-impl<R: Record> RaftLog<R> {
+impl RaftLog {
     /// With [`crate::RaftConfig::external_snapshots`]: the transfer of the snapshot last sent
     /// to replica `to` ended, `delivered` (the receiver holds it whole and stepped it) or
     /// failed (raft-rs sends a new one after a heartbeat). A no-op if `to` no longer waits

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use raft::eraftpb::{Message, MessageType};
 use raft::StateRole;
 
-use super::{LostEntries, RaftError, RaftLog, Record};
+use super::{LostEntries, RaftError, RaftLog};
 
 /// Message context a rejoining replica puts on its append rejections (see [`RaftLog`],
 /// "Rejoining").
@@ -35,7 +35,7 @@ impl Rejoin {
     }
 }
 
-impl<R: Record> RaftLog<R> {
+impl RaftLog {
     /// Whether this replica is being rebuilt from its peers and has not caught up yet (see
     /// "Rejoining").
     pub fn is_rejoining(&self) -> bool {

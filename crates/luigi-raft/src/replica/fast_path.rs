@@ -41,12 +41,12 @@ impl RoleMachine<LuigiProtocol> {
 
     /// The term whose fast-path recovery round waits for other replicas' accepts, if any
     /// (see [`FastPathReplica::accepts_wanted`]).
-    pub fn accepts_wanted(&self) -> Option<u64> {
+    pub fn accepts_wanted(&self, log: &RaftLog) -> Option<u64> {
         self.protocol.acceptor.as_ref()?;
         // Asked from the candidacy on, beside the vote requests: an answer does not depend on
         // this replica's log, and counts only if it wins this term (the other replica
         // answers once its own term has reached it, as granting the vote makes it).
-        let (Role::Follower(_), log) = (&self.role, &self.log) else { return None };
+        let Role::Follower(_) = &self.role else { return None };
         if !running_for_or_leading(log) {
             return None;
         }
@@ -59,8 +59,8 @@ impl RoleMachine<LuigiProtocol> {
     ///
     /// # Errors
     /// An undecodable record: the whole answer is dropped (the question is asked again).
-    pub fn accepts_from(&mut self, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
-        let (Role::Follower(_), log) = (&self.role, &self.log) else { return Ok(()) };
+    pub fn accepts_from(&mut self, log: &RaftLog, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
+        let Role::Follower(_) = &self.role else { return Ok(()) };
         if !running_for_or_leading(log) || log.term() != term {
             return Ok(());
         }
@@ -84,8 +84,8 @@ impl RoleMachine<LuigiProtocol> {
     /// earlier terms it ever will (its later accepts carry the new term, and a leader state
     /// of an older term no longer votes), so the answer cannot miss one that a fast commit
     /// of an earlier term counted.
-    pub fn accepts_of(&self, term: u64) -> Option<Vec<AcceptRecord>> {
-        if self.log().term() < term && !self.protocol.config.mutations.answer_accepts_in_old_term {
+    pub fn accepts_of(&self, log: &RaftLog, term: u64) -> Option<Vec<AcceptRecord>> {
+        if log.term() < term && !self.protocol.config.mutations.answer_accepts_in_old_term {
             return None;
         }
         Some(self.live_accepts())
@@ -108,20 +108,20 @@ impl RoleMachine<LuigiProtocol> {
 }
 
 impl FastPathReplica for Replica {
-    fn accepts_wanted(&self) -> Option<u64> {
-        Replica::accepts_wanted(self)
+    fn accepts_wanted(&self, log: &RaftLog) -> Option<u64> {
+        Replica::accepts_wanted(self, log)
     }
 
     fn accepts_live(&self) -> Vec<Vec<u8>> {
         self.live_accepts().iter().map(AcceptRecord::encode).collect()
     }
 
-    fn accepts_of(&self, term: u64) -> Option<Vec<Vec<u8>>> {
-        Some(Replica::accepts_of(self, term)?.iter().map(AcceptRecord::encode).collect())
+    fn accepts_of(&self, log: &RaftLog, term: u64) -> Option<Vec<Vec<u8>>> {
+        Some(Replica::accepts_of(self, log, term)?.iter().map(AcceptRecord::encode).collect())
     }
 
-    fn accepts_from(&mut self, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
-        Replica::accepts_from(self, replica, term, records)
+    fn accepts_from(&mut self, log: &RaftLog, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
+        Replica::accepts_from(self, log, replica, term, records)
     }
 
     fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), String> {

@@ -89,18 +89,18 @@ pub trait LeaderCore: Send + Sized + 'static {
     /// A client's message.
     fn on_client(
         &mut self,
-        log: &mut RaftLog<Self::Record>,
+        log: &mut RaftLog,
         now: TimeUs,
         client: ClientId,
         msg: ClientMsg,
         out: &mut Vec<LeaderOutput>,
     );
     /// Items from another shard's leader.
-    fn on_peer(&mut self, log: &mut RaftLog<Self::Record>, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>);
+    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>);
     /// Another shard has a new leader.
     fn peer_leader_changed(&mut self, shard: ShardId);
     /// Its timed work.
-    fn tick(&mut self, log: &mut RaftLog<Self::Record>, now: TimeUs, out: &mut Vec<LeaderOutput>);
+    fn tick(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<LeaderOutput>);
     /// When [`LeaderCore::tick`] next has work.
     fn next_deadline(&self) -> Option<TimeUs>;
     /// Its store.
@@ -182,7 +182,7 @@ pub trait ReplicaProtocol: Send + Sized + 'static {
     fn may_serve(
         &mut self,
         follower: &Self::Follower,
-        log: &mut RaftLog<Self::Record>,
+        log: &mut RaftLog,
         now: TimeUs,
     ) -> Result<Option<Self::Handover>, RaftError>;
 
@@ -190,13 +190,13 @@ pub trait ReplicaProtocol: Send + Sized + 'static {
     fn take_office(
         &mut self,
         follower: Self::Follower,
-        log: &mut RaftLog<Self::Record>,
+        log: &mut RaftLog,
         now: TimeUs,
         handover: Self::Handover,
     ) -> Self::Leader;
 
     /// A leader's turn while its `log` still leads, before its tick.
-    fn leading(&mut self, _leader: &Self::Leader, _log: &RaftLog<Self::Record>) {}
+    fn leading(&mut self, _leader: &Self::Leader, _log: &RaftLog) {}
 
     /// `leader` stopped leading; `replayed` is what rebuilding its follower state replayed
     /// (`None`: the rebuild failed).
@@ -207,7 +207,7 @@ pub trait ReplicaProtocol: Send + Sized + 'static {
     #[allow(clippy::too_many_arguments)]
     fn follower_offer(
         &mut self,
-        _log: &RaftLog<Self::Record>,
+        _log: &RaftLog,
         _now: TimeUs,
         _client: ClientId,
         _txn: &Arc<Txn>,

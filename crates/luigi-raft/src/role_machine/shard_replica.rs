@@ -11,9 +11,9 @@ use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use super::{FollowerCore, FollowerImages, LeaderCore, ReplicaProtocol, Role, RoleMachine};
 use crate::replica_api::{
-    FastPathReplica, LeaderFigures, LogControl, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
+    FastPathReplica, LeaderFigures, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
 };
-use crate::RaftError;
+use crate::{RaftError, RaftLog};
 
 /// A protocol's snapshot images read off the event loop, through its [`FollowerImages`].
 struct Decoder<I>(I);
@@ -29,28 +29,32 @@ impl<I: FollowerImages> SnapshotDecoder for Decoder<I> {
 }
 
 impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
-    fn log(&self) -> &dyn LogControl {
-        RoleMachine::log(self)
+    fn on_client(
+        &mut self,
+        log: &mut RaftLog,
+        now: TimeUs,
+        client: ClientId,
+        msg: ClientMsg,
+        out: &mut Vec<LeaderOutput>,
+    ) {
+        RoleMachine::on_client(self, log, now, client, msg, out)
     }
 
-    fn log_mut(&mut self) -> &mut dyn LogControl {
-        RoleMachine::log_mut(self)
-    }
-
-    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
-        RoleMachine::on_client(self, now, client, msg, out)
-    }
-
-    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
-        RoleMachine::on_peer(self, now, batch, out)
+    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
+        RoleMachine::on_peer(self, log, now, batch, out)
     }
 
     fn peer_leader_changed(&mut self, shard: ShardId) {
         RoleMachine::peer_leader_changed(self, shard)
     }
 
-    fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
-        RoleMachine::turn(self, now, out)
+    fn turn(
+        &mut self,
+        log: &mut RaftLog,
+        now: TimeUs,
+        out: &mut Vec<LeaderOutput>,
+    ) -> Result<Option<Transition>, RaftError> {
+        RoleMachine::turn(self, log, now, out)
     }
 
     fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
@@ -65,16 +69,16 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
         RoleMachine::is_serving(self)
     }
 
-    fn leader_hint(&self) -> Option<u32> {
-        RoleMachine::leader_hint(self)
+    fn leader_hint(&self, log: &RaftLog) -> Option<u32> {
+        RoleMachine::leader_hint(self, log)
     }
 
     fn store(&self) -> &Store {
         RoleMachine::store(self)
     }
 
-    fn own_snapshot_due(&self, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
-        RoleMachine::own_snapshot_due(self, next_at)
+    fn own_snapshot_due(&self, log: &RaftLog, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
+        RoleMachine::own_snapshot_due(self, log, next_at)
     }
 
     fn snapshot_decoder(&self) -> Arc<dyn SnapshotDecoder> {

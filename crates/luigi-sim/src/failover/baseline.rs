@@ -82,14 +82,15 @@ impl RaftGroups<'_> {
     /// `id` by the record at `ts` (a `Local` or a `Commit` of `id`), it is a single-shard read
     /// that ran when `ts` was the last index logged: returns the term of that entry.
     pub(super) fn read_at(&self, s: ShardId, i: u32, id: TxnId, ts: Timestamp) -> Option<u64> {
-        let replica = self.replicas[s as usize][i as usize].node.as_ref()?.replica();
+        let node = self.replicas[s as usize][i as usize].node.as_ref()?;
+        let replica = node.replica();
         if !replica.is_serving() {
             return None; // a follower reports the installs of committed records only
         }
         if ts == 0 {
             return Some(0);
         }
-        let log = replica.log();
+        let log = node.log();
         let installs = log
             .entry(ts)
             .and_then(|e| postcard::from_bytes::<BaseRecord>(&e.data).ok())

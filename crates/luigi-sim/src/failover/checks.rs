@@ -58,7 +58,7 @@ impl RaftGroups<'_> {
     /// Folds the entries replica `i` knows committed into the shard's oracle, checking that
     /// they agree with what other replicas reported committed.
     pub(super) fn update_oracle(&mut self, core: &Core<'_>, s: ShardId, i: u32) -> Step {
-        let log = self.replicas[s as usize][i as usize].node.as_ref().expect("up").replica().log();
+        let log = self.replicas[s as usize][i as usize].node.as_ref().expect("up").log();
         let commit = log.commit_index();
         let oracle = &mut self.oracle[s as usize];
         let known = oracle.entries.len() as u64;
@@ -237,7 +237,7 @@ impl RaftGroups<'_> {
         for (s, group) in self.replicas.iter_mut().enumerate() {
             let oracle = &self.oracle[s];
             for (i, node) in group.iter_mut().enumerate() {
-                let log = node.node.as_ref().expect("healed").replica().log();
+                let log = node.node.as_ref().expect("healed").log();
                 let commit = log.commit_index();
                 for index in log.snapshot_index().max(1)..=commit.min(oracle.entries.len() as u64) {
                     let term = log.term_at(index);
@@ -374,15 +374,15 @@ impl RaftGroups<'_> {
         );
         for (s, group) in self.replicas.iter_mut().enumerate() {
             for (i, node) in group.iter_mut().enumerate() {
-                match node.node.as_ref().map(ReplicaNode::replica) {
+                match node.node.as_ref().map(|n| (n.replica(), n.log())) {
                     None => msg.push_str(&format!("; R{s}.{i}: down")),
-                    Some(r) => msg.push_str(&format!(
+                    Some((r, log)) => msg.push_str(&format!(
                         "; R{s}.{i}: serving={} pending={} store={:#x} keys={} log={:?}",
                         r.is_serving(),
                         serving_pending(r).unwrap_or(0),
                         r.store().state_hash(),
                         r.store().len(),
-                        r.log()
+                        log
                     )),
                 }
             }
@@ -395,14 +395,14 @@ impl RaftGroups<'_> {
         let mut msg = String::new();
         for (s, group) in self.replicas.iter_mut().enumerate() {
             for (i, node) in group.iter_mut().enumerate() {
-                let state = match node.node.as_ref().map(ReplicaNode::replica) {
+                let state = match node.node.as_ref().map(|n| (n.replica(), n.log())) {
                     None => "down".to_string(),
-                    Some(r) => format!(
+                    Some((r, log)) => format!(
                         "serving={} watermark={:?} pending={:?} {:?}",
                         r.is_serving(),
                         luigi_watermark(r),
                         serving_pending(r),
-                        r.log()
+                        log
                     ),
                 };
                 msg.push_str(&format!(

@@ -53,7 +53,6 @@
 use std::collections::{HashMap, HashSet};
 
 use luigi_node::ReplicaNode;
-use luigi_raft::ShardReplica;
 use luigi_txn::msg::ClientMsg;
 use luigi_txn::types::NodeId;
 use luigi_txn::types::{ClientId, Protocol, ShardId, Timestamp, TxnId};
@@ -281,13 +280,11 @@ impl<'a> RaftGroups<'a> {
         }
         let mut leaders = Vec::new();
         for (s, group) in self.replicas.iter().enumerate() {
-            let serving: Vec<&dyn ShardReplica> = group
-                .iter()
-                .filter_map(|n| n.node.as_ref().map(ReplicaNode::replica))
-                .filter(|r| r.is_serving())
-                .collect();
-            let [leader] = serving.as_slice() else { return false };
-            let pending = replicas::serving_pending(*leader).expect("serving");
+            let serving: Vec<&ReplicaNode> =
+                group.iter().filter_map(|n| n.node.as_ref()).filter(|n| n.replica().is_serving()).collect();
+            let [leader_node] = serving.as_slice() else { return false };
+            let leader = leader_node.replica();
+            let pending = replicas::serving_pending(leader).expect("serving");
             let len = leader.store().len();
             let same_size = group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().store().len() == len));
             if pending != 0 || !same_size {
@@ -297,9 +294,9 @@ impl<'a> RaftGroups<'a> {
             // every replica: a read-only piece's record changes no store, and a leader executes
             // before its records commit (Luigi's rule 14), so neither equal stores nor an empty
             // pending table say that the log has settled.
-            let last = leader.log().last_index();
-            let applied = group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.replica().log().handed_out() >= last));
-            if leader.log().commit_index() < last || (self.oracle[s].entries.len() as u64) < last || !applied {
+            let last = leader_node.log().last_index();
+            let applied = group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.log().handed_out() >= last));
+            if leader_node.log().commit_index() < last || (self.oracle[s].entries.len() as u64) < last || !applied {
                 return false;
             }
             leaders.push((group, leader.store()));
