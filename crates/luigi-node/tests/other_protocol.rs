@@ -13,15 +13,14 @@ mod common;
 use bytes::Bytes;
 use common::{MiniCluster, Seen};
 use luigi_node::{NodeConfig, ReplicaNode, Tuning};
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::{LogEntry, ReplicatedLog};
-use luigi_protocol::msg::PeerBatch;
 use luigi_raft::{
     BuildError, LeaderFigures, LogControl, RaftError, RaftLog, RecoveredState, ReplicaFactory, ReplicaSetup,
     ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, ServerMsg, StalledTxnInfo, TxnError, TxnReply};
+use luigi_txn::peer::{NodeOutput, PeerFacts, PeerMsg};
 use luigi_txn::types::NodeId;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
@@ -108,7 +107,7 @@ impl ShardReplica for Counter {
         &mut self.log
     }
 
-    fn on_client(&mut self, _now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+    fn on_client(&mut self, _now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<NodeOutput>) {
         match msg {
             ClientMsg::Dispatch { txn, .. } => {
                 let amount = u64::from_le_bytes(txn.args[..8].try_into().expect("8 bytes"));
@@ -120,7 +119,7 @@ impl ShardReplica for Counter {
                     None => {
                         let hint = self.leader_hint();
                         let msg = self.reply(txn.id, 0, Err(TxnError::NotLeader { hint }));
-                        out.push(LeaderOutput::ToClient { client, msg });
+                        out.push(NodeOutput::ToClient { client, msg });
                     }
                 }
             }
@@ -128,13 +127,13 @@ impl ShardReplica for Counter {
         }
     }
 
-    fn on_peer(&mut self, _now: TimeUs, _batch: PeerBatch, _out: &mut Vec<LeaderOutput>) -> bool {
+    fn on_peer(&mut self, _now: TimeUs, _msg: PeerMsg, _out: &mut Vec<NodeOutput>) -> bool {
         false
     }
 
     fn peer_leader_changed(&mut self, _shard: ShardId) {}
 
-    fn turn(&mut self, _now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+    fn turn(&mut self, _now: TimeUs, out: &mut Vec<NodeOutput>) -> Result<Option<Transition>, RaftError> {
         let mut committed: Vec<LogEntry<Add>> = Vec::new();
         self.log.take_committed(&mut committed);
         for e in committed {
@@ -144,7 +143,7 @@ impl ShardReplica for Counter {
             self.executed.push((id, e.index));
             if let Some((client, id)) = self.waiting.remove(&e.index) {
                 let msg = self.reply(id, e.index, Ok(self.value.to_le_bytes().to_vec()));
-                out.push(LeaderOutput::ToClient { client, msg });
+                out.push(NodeOutput::ToClient { client, msg });
             }
         }
         self.applied = self.applied.max(self.log.handed_out());
@@ -242,6 +241,11 @@ struct Counters;
 impl ReplicaFactory for Counters {
     fn name(&self) -> &'static str {
         "counter"
+    }
+
+    /// The counter sends no peer messages.
+    fn peer_facts(&self, _msg: &PeerMsg) -> PeerFacts {
+        PeerFacts::default()
     }
 
     fn build(&self, setup: ReplicaSetup) -> Result<Box<dyn ShardReplica>, BuildError> {

@@ -26,10 +26,10 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use luigi_protocol::leader::{LeaderConfig, LeaderOutput, LeaderStats};
-use luigi_protocol::msg::PeerBatch;
+use luigi_protocol::leader::{LeaderConfig, LeaderStats};
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
+use luigi_txn::peer::{NodeOutput, PeerFacts, PeerMsg};
 use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
@@ -325,8 +325,9 @@ impl<R: Record> LogControl for RaftLog<R> {
 
 /// One replica of a shard as a protocol's state machine over its Raft log: the shard leader
 /// when its log leads (and it has caught up), a follower otherwise. Inputs are clients'
-/// messages and other shards' leaders' agreement batches; outputs are [`LeaderOutput`]s
-/// (replies, watermarks, batches for other shards, executions). The node
+/// messages and other shards' peer messages (the protocol's batches, opaque to the node, in
+/// the neutral [`PeerMsg`]); outputs are [`NodeOutput`]s (replies, watermarks, encoded
+/// batches for other shards, executions). The node
 /// (`luigi_node::ReplicaNode`) drives its log through [`ShardReplica::log_mut`] and calls
 /// [`ShardReplica::turn`] after each round of readies (see the module docs).
 ///
@@ -340,11 +341,12 @@ pub trait ShardReplica: Send {
 
     /// A client's message. A replica that does not serve answers a dispatch with
     /// `NotLeader` and a hint.
-    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>);
+    fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<NodeOutput>);
 
-    /// Agreement items from another shard's leader. Returns whether they were taken (a
-    /// replica that does not serve drops them: the sender's recovery asks again).
-    fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool;
+    /// A message from another shard's replica, which this replica's protocol decodes.
+    /// Returns whether it was taken (a replica that does not serve drops it: the sender's
+    /// recovery asks again; one that does not decode is dropped, counted and logged).
+    fn on_peer(&mut self, now: TimeUs, msg: PeerMsg, out: &mut Vec<NodeOutput>) -> bool;
 
     /// Another shard has a new leader (its announcement reached this replica).
     fn peer_leader_changed(&mut self, shard: ShardId);
@@ -354,9 +356,9 @@ pub trait ShardReplica: Send {
     ///
     /// # Errors
     /// The replica cannot go on (e.g. a demoted leader cannot rebuild its state).
-    fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError>;
+    fn turn(&mut self, now: TimeUs, out: &mut Vec<NodeOutput>) -> Result<Option<Transition>, RaftError>;
 
-    /// What the replica executed outside [`LeaderOutput::Executed`] outputs (a follower
+    /// What the replica executed outside `NodeOutput::Executed` outputs (a follower
     /// applying its log) since the last call, in execution order.
     fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)>;
 
@@ -521,6 +523,11 @@ pub trait ReplicaFactory: Send + Sync {
     fn progress_reports(&self) -> bool {
         false
     }
+
+    /// What a peer message of this protocol carries, as plain data: the simulator's fault
+    /// injection asks it where to kill a leader (a first proposal, a decision) and which
+    /// transactions a batch admits. A message that does not decode tells nothing.
+    fn peer_facts(&self, msg: &PeerMsg) -> PeerFacts;
 
     /// A replica from `setup`, starting as a follower from the recovered state.
     ///

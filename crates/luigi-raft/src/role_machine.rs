@@ -20,11 +20,10 @@
 //! ```
 
 use bytes::Bytes;
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::{LogEntry, ReplicatedLog};
-use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnReply};
+use luigi_txn::peer::ReplicaOutput;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 #[cfg(doc)]
@@ -36,7 +35,12 @@ use crate::{RaftError, RaftLog, Record, Replay};
 mod protocol;
 mod shard_replica;
 
-pub use protocol::{FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, ReplayedExecutions, ReplicaProtocol};
+pub use protocol::{
+    FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf, ReplayedExecutions, ReplicaProtocol,
+};
+
+/// The peer batch type of protocol `P`.
+pub type BatchOf<P> = <<P as ReplicaProtocol>::Leader as LeaderCore>::Batch;
 
 /// Counters of role changes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +49,8 @@ pub struct ReplicaStats {
     pub promotions: u64,
     /// Times it lost leadership and rebuilt its follower state.
     pub demotions: u64,
+    /// Peer messages that did not decode into the protocol's batch (dropped, logged).
+    pub undecodable_peer: u64,
 }
 
 /// What the replica is now.
@@ -69,6 +75,8 @@ pub struct RoleMachine<P: ReplicaProtocol> {
     /// ([`FollowerDispatch::HoldWhileNoLeader`]).
     waiting: Waiting,
     stats: ReplicaStats,
+    /// Scratch for the typed outputs the seam hands the node encoded.
+    typed_out: Vec<OutputOf<P>>,
 }
 
 /// The replica index (from 0) of the leader `log` knows of; Raft ids are indexes + 1.
@@ -138,6 +146,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
             executed: Vec::new(),
             waiting: Waiting::default(),
             stats: ReplicaStats::default(),
+            typed_out: Vec::new(),
         })
     }
 
@@ -239,13 +248,13 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     /// A client's message. A non-serving replica answers a ping with its follower state's
     /// watermark (a valid, if older, promise) and a dispatch as its protocol says
     /// ([`FollowerDispatch`], after the fast path's offer).
-    pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+    pub fn on_client(&mut self, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<OutputOf<P>>) {
         let shard = self.protocol.shard();
         match &mut self.role {
             Role::Leader(l) => l.on_client(&mut self.log, now, client, msg, out),
             Role::Follower(f) => match msg {
                 ClientMsg::Hello { .. } | ClientMsg::Status => {} // status: answered by the shell
-                ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
+                ClientMsg::Ping { sent_us } => out.push(OutputOf::<P>::ToClient {
                     client,
                     msg: ServerMsg::pong(shard, now, sent_us, f.pong_watermark()),
                 }),
@@ -255,7 +264,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
                         return;
                     }
                     match P::FOLLOWER_DISPATCH {
-                        FollowerDispatch::AnswerNotLeader => out.push(LeaderOutput::ToClient {
+                        FollowerDispatch::AnswerNotLeader => out.push(OutputOf::<P>::ToClient {
                             client,
                             msg: ServerMsg::Reply(TxnReply::not_leader(txn.id, shard, hint(log), now, sent_us)),
                         }),
@@ -279,7 +288,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
 
     /// Agreement items from another shard's leader; a non-serving replica drops them (the
     /// sender's recovery or round timeout asks again).
-    pub fn on_peer(&mut self, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
+    pub fn on_peer(&mut self, now: TimeUs, batch: BatchOf<P>, out: &mut Vec<OutputOf<P>>) -> bool {
         match &mut self.role {
             Role::Leader(l) => {
                 l.on_peer(&mut self.log, now, batch, out);
@@ -303,7 +312,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     /// # Errors
     /// A demoted leader that cannot replay its log (a bad entry or snapshot) reports it
     /// rather than serve a wrong state.
-    pub fn turn(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) -> Result<Option<Transition>, RaftError> {
+    pub fn turn(&mut self, now: TimeUs, out: &mut Vec<OutputOf<P>>) -> Result<Option<Transition>, RaftError> {
         let mut transition = None;
         match &mut self.role {
             Role::Follower(f) => {
@@ -339,7 +348,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     /// Hands the waiting dispatches to this replica's leader state once it serves, answers
     /// them with the leader's name once another replica is known to lead, and answers those
     /// held too long without a name.
-    fn tend_waiting(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    fn tend_waiting(&mut self, now: TimeUs, out: &mut Vec<OutputOf<P>>) {
         if self.waiting.is_empty() {
             return;
         }
@@ -366,7 +375,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     }
 
     /// The transactions the follower state executed since the last call, in execution order.
-    /// A serving leader reports its own executions as [`LeaderOutput::Executed`] outputs
+    /// A serving leader reports its own executions as `ReplicaOutput::Executed` outputs
     /// instead.
     pub fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
         if let Role::Follower(f) = &mut self.role {
@@ -426,7 +435,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
 }
 
 /// The `NotLeader` answer to `held`, naming `leader`.
-fn not_leader(shard: ShardId, leader: Option<u32>, now: TimeUs, held: Held) -> LeaderOutput {
+fn not_leader<B>(shard: ShardId, leader: Option<u32>, now: TimeUs, held: Held) -> ReplicaOutput<B> {
     let (client, msg) = held.not_leader(shard, leader, now);
-    LeaderOutput::ToClient { client, msg }
+    ReplicaOutput::ToClient { client, msg }
 }
