@@ -7,7 +7,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use luigi_txn::msg::TxnError;
-use luigi_txn::peer::{PeerBody, PeerDecodeError, PeerFacts, PeerMsg, PeerOut, PeerVocabulary, ReplicaOutput};
+use luigi_txn::peer::{
+    decode_batch, encode_batch, PeerBody, PeerDecodeError, PeerFacts, PeerMsg, PeerOut, PeerVocabulary, ReplicaOutput,
+};
 use luigi_txn::types::{ShardId, Txn, TxnId};
 
 /// A baseline leader's effects: the neutral outputs with its typed batches.
@@ -26,24 +28,13 @@ pub struct BaseBatch {
 /// factory does not ask for them): one is an error.
 impl PeerVocabulary for BaseBatch {
     fn encode(&self) -> PeerOut {
-        // A batch of plain data always encodes; an empty message would not decode and is
-        // counted by the receiver.
-        let bytes = postcard::to_stdvec(self).unwrap_or_default();
-        PeerOut { msg: PeerMsg { from: self.from, body: PeerBody::Protocol(bytes) }, rests_on: 0 }
+        PeerOut { msg: encode_batch(self.from, self), rests_on: 0 }
     }
 
     fn decode(msg: PeerMsg) -> Result<Self, PeerDecodeError> {
         let from = msg.from;
         match msg.body {
-            PeerBody::Protocol(bytes) => {
-                let batch: BaseBatch =
-                    postcard::from_bytes(&bytes).map_err(|e| PeerDecodeError { from, why: e.to_string() })?;
-                if batch.from != from {
-                    let why = format!("the batch names shard {} as its sender", batch.from);
-                    return Err(PeerDecodeError { from, why });
-                }
-                Ok(batch)
-            }
+            PeerBody::Protocol(bytes) => decode_batch(from, &bytes, |b: &BaseBatch| b.from),
             PeerBody::Progress(_) => {
                 Err(PeerDecodeError { from, why: "a progress report: the baselines take none".to_string() })
             }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use luigi_txn::peer::{PeerBody, PeerDecodeError, PeerFacts, PeerMsg, PeerOut, PeerVocabulary};
+use luigi_txn::peer::{
+    decode_batch, encode_batch, PeerBody, PeerDecodeError, PeerFacts, PeerMsg, PeerOut, PeerVocabulary,
+};
 use luigi_txn::progress::{LogPos, ProgressReport};
 use luigi_txn::types::{ShardId, TimeUs, Timestamp, Txn, TxnId};
 
@@ -42,24 +44,13 @@ impl PeerBatch {
 /// batch of one [`PeerItem::Progress`].
 impl PeerVocabulary for PeerBatch {
     fn encode(&self) -> PeerOut {
-        // A batch of plain data always encodes; an empty message would not decode and is
-        // counted by the receiver.
-        let bytes = postcard::to_stdvec(self).unwrap_or_default();
-        PeerOut { msg: PeerMsg { from: self.from, body: PeerBody::Protocol(bytes) }, rests_on: self.rests_on() }
+        PeerOut { msg: encode_batch(self.from, self), rests_on: self.rests_on() }
     }
 
     fn decode(msg: PeerMsg) -> Result<Self, PeerDecodeError> {
         let from = msg.from;
         match msg.body {
-            PeerBody::Protocol(bytes) => {
-                let batch: PeerBatch =
-                    postcard::from_bytes(&bytes).map_err(|e| PeerDecodeError { from, why: e.to_string() })?;
-                if batch.from != from {
-                    let why = format!("the batch names shard {} as its sender", batch.from);
-                    return Err(PeerDecodeError { from, why });
-                }
-                Ok(batch)
-            }
+            PeerBody::Protocol(bytes) => decode_batch(from, &bytes, |b: &PeerBatch| b.from),
             PeerBody::Progress(report) => Ok(PeerBatch { from, watermark: 0, items: vec![PeerItem::Progress(report)] }),
         }
     }

@@ -5,6 +5,7 @@
 //! replica asks its node to do, generic over the batch type so that a protocol's leader core
 //! speaks its own typed batches and the replica seam carries them encoded ([`PeerOut`]).
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::msg::ServerMsg;
@@ -67,6 +68,32 @@ pub struct PeerDecodeError {
     pub from: ShardId,
     /// Why.
     pub why: String,
+}
+
+/// `batch`, encoded with postcard, as a message from `from` (what a protocol's
+/// [`PeerVocabulary::encode`] sends).
+pub fn encode_batch<T: Serialize>(from: ShardId, batch: &T) -> PeerMsg {
+    // A batch of plain data always encodes; an empty message would not decode and is
+    // counted by the receiver.
+    let bytes = postcard::to_stdvec(batch).unwrap_or_default();
+    PeerMsg { from, body: PeerBody::Protocol(bytes) }
+}
+
+/// The batch `bytes` encode (postcard), from the envelope's sender `from`: an error if they
+/// do not decode or if the batch names another sender (`sender`).
+///
+/// # Errors
+/// Why it is not a batch of `from`'s.
+pub fn decode_batch<T: DeserializeOwned>(
+    from: ShardId,
+    bytes: &[u8],
+    sender: impl FnOnce(&T) -> ShardId,
+) -> Result<T, PeerDecodeError> {
+    let batch: T = postcard::from_bytes(bytes).map_err(|e| PeerDecodeError { from, why: e.to_string() })?;
+    match sender(&batch) {
+        named if named == from => Ok(batch),
+        named => Err(PeerDecodeError { from, why: format!("the batch names shard {named} as its sender") }),
+    }
 }
 
 /// A protocol's batch type: how it travels in a [`PeerMsg`].
