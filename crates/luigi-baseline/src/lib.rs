@@ -1,5 +1,5 @@
 //! The baseline protocols Luigi is measured against, as sans-I/O cores like Luigi's own: an
-//! event and the time go in, [`LeaderOutput`](luigi_protocol::leader::LeaderOutput)s come out,
+//! event and the time go in, [`BaseOutput`](msg::BaseOutput)s come out,
 //! and every shard's writes are replicated through its log (the
 //! [`ReplicatedLog`](luigi_protocol::log::ReplicatedLog) seam: Raft in servers and the
 //! simulator's failover model, an in-memory log in unit tests).
@@ -23,7 +23,7 @@
 //!
 //! The commit point of a cross-shard transaction is "every participant has durably prepared
 //! it": a coordinator that loses its state (a crash) is replaced by any leader that asks every
-//! participant for its durable state ([`BaseItem::Status`](luigi_protocol::msg::BaseItem)); a
+//! participant for its durable state ([`BaseItem::Status`](msg::BaseItem)); a
 //! participant that never prepared the transaction first logs that it never will. Every
 //! decider computes the same function of durable, monotone facts, so they all agree. See
 //! `docs/BASELINES.md` for the protocol, its round trips and its recovery.
@@ -32,6 +32,7 @@ pub mod base_client;
 pub mod client;
 pub mod leader;
 pub mod locks;
+pub mod msg;
 pub mod record;
 pub mod replica;
 pub mod state;

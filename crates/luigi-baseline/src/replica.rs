@@ -8,19 +8,19 @@
 
 use std::sync::Arc;
 
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::LogEntry;
-use luigi_protocol::msg::PeerBatch;
 use luigi_raft::{
     BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, LeaderFigures, RaftError,
     RaftLog, ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus};
+use luigi_txn::peer::{PeerFacts, PeerMsg, PeerVocabulary};
 use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use crate::leader::{BaseConfig, BaseLeader};
+use crate::msg::{BaseBatch, BaseOutput};
 use crate::record::BaseRecord;
 use crate::state::ShardState;
 
@@ -96,6 +96,7 @@ impl FollowerCore for ShardState {
 
 impl LeaderCore for BaseLeader<RaftLog> {
     type Record = BaseRecord;
+    type Batch = BaseBatch;
 
     fn on_client(
         &mut self,
@@ -103,12 +104,12 @@ impl LeaderCore for BaseLeader<RaftLog> {
         now: TimeUs,
         client: ClientId,
         msg: ClientMsg,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<BaseOutput>,
     ) {
         BaseLeader::on_client(self, log, now, client, msg, out)
     }
 
-    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: BaseBatch, out: &mut Vec<BaseOutput>) {
         BaseLeader::on_peer(self, log, now, batch, out)
     }
 
@@ -116,7 +117,7 @@ impl LeaderCore for BaseLeader<RaftLog> {
     /// round timeouts (abort or resolution) take over.
     fn peer_leader_changed(&mut self, _shard: ShardId) {}
 
-    fn tick(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    fn tick(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<BaseOutput>) {
         BaseLeader::tick(self, log, now, out)
     }
 
@@ -213,6 +214,10 @@ pub struct BaseReplicas {
 impl ReplicaFactory for BaseReplicas {
     fn name(&self) -> &'static str {
         self.mode.protocol().name()
+    }
+
+    fn peer_facts(&self, msg: &PeerMsg) -> PeerFacts {
+        BaseBatch::decode(msg.clone()).map(|batch| batch.facts()).unwrap_or_default()
     }
 
     fn build(&self, setup: ReplicaSetup, log: &RaftLog) -> Result<Box<dyn ShardReplica>, BuildError> {

@@ -3,8 +3,8 @@
 mod common;
 
 use common::*;
+use luigi_baseline::msg::BaseItem;
 use luigi_baseline::Mode;
-use luigi_protocol::msg::BaseItem;
 use luigi_txn::msg::TxnError;
 use luigi_txn::procedure::ProcError;
 use luigi_workloads::procedures::MicroOutput;
@@ -78,7 +78,7 @@ fn occ_aborts_a_piece_whose_declared_keys_changed_since_it_executed() {
     // Meanwhile a single-shard transaction writes key 3 on shard 1.
     c.dispatch(1, micro(2, 2, &[(3, Some(99))]));
     for o in out {
-        if let luigi_protocol::leader::LeaderOutput::ToPeer { shard, batch } = o {
+        if let luigi_baseline::msg::BaseOutput::ToPeer { shard, batch } = o {
             c.net.push_back((shard, batch));
         }
     }

@@ -3,8 +3,8 @@
 
 mod common;
 
+use luigi_baseline::msg::BaseOutput;
 use luigi_baseline::{BaseConfig, BaseProtocol, BaseReplica, Mode};
-use luigi_protocol::leader::LeaderOutput;
 use luigi_raft::replica::empty_store;
 use luigi_raft::{RaftConfig, RaftLog};
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
@@ -22,7 +22,7 @@ fn lone(recovered: Option<luigi_raft::RecoveredState>) -> Lone {
     Lone { r: BaseReplica::start(protocol, &log).unwrap(), log }
 }
 
-fn settle(n: &mut Lone, now: u64) -> Vec<LeaderOutput> {
+fn settle(n: &mut Lone, now: u64) -> Vec<BaseOutput> {
     let mut out = Vec::new();
     for _ in 0..8 {
         while let Some(rd) = n.log.ready().unwrap() {
@@ -43,7 +43,7 @@ fn a_lone_replica_serves_snapshots_and_restarts_from_its_snapshot() {
     let mut out = Vec::new();
     n.r.on_client(&mut n.log, 1, common::CLIENT, dispatch(1, 5), &mut out);
     assert!(
-        matches!(&out[..], [LeaderOutput::ToClient { msg: ServerMsg::Reply(rep), .. }] if matches!(rep.outcome, Err(TxnError::NotLeader { .. }))),
+        matches!(&out[..], [BaseOutput::ToClient { msg: ServerMsg::Reply(rep), .. }] if matches!(rep.outcome, Err(TxnError::NotLeader { .. }))),
         "{out:?}"
     );
     n.log.campaign().unwrap();
@@ -53,9 +53,8 @@ fn a_lone_replica_serves_snapshots_and_restarts_from_its_snapshot() {
         n.r.on_client(&mut n.log, 20, common::CLIENT, dispatch(seq, seq * 10), &mut Vec::new());
     }
     let out = settle(&mut n, 30);
-    let replies = out
-        .iter()
-        .filter(|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } if r.outcome.is_ok()));
+    let replies =
+        out.iter().filter(|o| matches!(o, BaseOutput::ToClient { msg: ServerMsg::Reply(r), .. } if r.outcome.is_ok()));
     assert_eq!(replies.count(), 4);
     let index = n.log.handed_out();
     let job = n.r.own_snapshot_due(&n.log, index).unwrap().expect("due");
@@ -80,6 +79,6 @@ fn a_lone_replica_serves_snapshots_and_restarts_from_its_snapshot() {
     out.extend(settle(&mut again, 60));
     assert!(out
         .iter()
-        .any(|o| matches!(o, LeaderOutput::ToClient { msg: ServerMsg::Reply(r), .. } if r.outcome.is_ok())));
+        .any(|o| matches!(o, BaseOutput::ToClient { msg: ServerMsg::Reply(r), .. } if r.outcome.is_ok())));
     assert_eq!(again.r.store().get(&micro_key(1)), Some(&40u64.to_le_bytes().to_vec()), "not executed twice");
 }

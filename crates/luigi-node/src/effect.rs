@@ -1,9 +1,10 @@
 //! What a [`crate::ReplicaNode`] asks its shell to do.
 
-use luigi_protocol::msg::{PeerBatch, ReplicationMsg};
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::{Ready, SnapshotData};
 use luigi_raft::{SnapshotJob, Transition};
 use luigi_txn::msg::ServerMsg;
+use luigi_txn::peer::PeerMsg;
 use luigi_txn::types::{ClientId, ShardId, Timestamp, TxnId};
 
 use crate::snapshots::SnapshotCheck;
@@ -36,8 +37,8 @@ pub enum Effect {
     ToPeer {
         /// The node believed to lead the shard.
         to: NodeId,
-        /// The items.
-        batch: PeerBatch,
+        /// The message (its protocol's batch, opaque here).
+        batch: PeerMsg,
     },
     /// Send a replication message (Raft, a snapshot transfer's, a leader announcement). Best
     /// effort: Raft retransmits, transfers resend and time out, announcements are repeated on

@@ -34,9 +34,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use luigi_protocol::leader::LeaderOutput;
-use luigi_protocol::msg::{PeerBatch, SnapshotKind, TransferId};
+use luigi_protocol::msg::{SnapshotKind, TransferId};
 use luigi_raft::{RaftLog, RecoveredState, ReplicaSetup, ShardReplica, SnapshotDecoder, StateBox};
+use luigi_txn::peer::{NodeOutput, PeerMsg};
 use luigi_txn::types::{ShardId, TimeUs};
 
 use crate::clock_watch::ClockWatch;
@@ -95,7 +95,7 @@ pub struct ReplicaNode {
     /// Accept records written since the last rewrite of the live ones (see
     /// [`crate::tuning::Tuning::accepts_rewrite_records`]).
     accepts_written: u64,
-    /// Messages that wait for the accept log (see `LeaderOutput::ToClientDurably`), by the
+    /// Messages that wait for the accept log (see `NodeOutput::ToClientDurably`), by the
     /// persist number that makes their records durable.
     awaiting_accepts: VecDeque<AcceptsWrite>,
     /// The core's messages that name a position of this replica's log, held until the log is
@@ -108,9 +108,9 @@ pub struct ReplicaNode {
     /// The Raft term this replica serves in (0: not serving).
     serving_term: u64,
     /// Scratch for the core's outputs.
-    out: Vec<LeaderOutput>,
+    out: Vec<NodeOutput>,
     /// Scratch for routed batches.
-    batches: Vec<(NodeId, PeerBatch)>,
+    batches: Vec<(NodeId, PeerMsg)>,
     stats: NodeStats,
     /// The latest time the node was given (for inputs that come without one).
     now_us: TimeUs,

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use luigi_protocol::msg::PeerBatch;
+use luigi_txn::peer::PeerMsg;
 use luigi_txn::types::{NodeId, ShardId};
 
 /// Agreement batches kept for a shard whose leader is not reachable (yet or any more). Past
@@ -23,7 +23,7 @@ pub struct ShardRoutes {
     /// Replicas of other shards this node has a link to.
     reachable: BTreeSet<NodeId>,
     /// Batches per shard, in order, not yet handed to a link.
-    backlog: BTreeMap<ShardId, VecDeque<PeerBatch>>,
+    backlog: BTreeMap<ShardId, VecDeque<PeerMsg>>,
     /// Batches dropped from a full backlog.
     dropped: u64,
 }
@@ -72,7 +72,7 @@ impl ShardRoutes {
     }
 
     /// Queues `batch` for `shard`'s leader.
-    pub fn push(&mut self, shard: ShardId, batch: PeerBatch) {
+    pub fn push(&mut self, shard: ShardId, batch: PeerMsg) {
         let backlog = self.backlog.entry(shard).or_default();
         if backlog.len() >= PEER_BACKLOG_BATCHES_MAX {
             backlog.pop_front();
@@ -83,13 +83,13 @@ impl ShardRoutes {
     }
 
     /// A link refused `batch` (its queue is full): it goes back to the front of the queue.
-    pub fn refused(&mut self, shard: ShardId, batch: PeerBatch) {
+    pub fn refused(&mut self, shard: ShardId, batch: PeerMsg) {
         self.backlog.entry(shard).or_default().push_front(batch);
     }
 
     /// Takes every queued batch whose shard's leader is reachable, in order, with the node
     /// to send it to.
-    pub fn drain(&mut self, out: &mut Vec<(NodeId, PeerBatch)>) {
+    pub fn drain(&mut self, out: &mut Vec<(NodeId, PeerMsg)>) {
         for (shard, backlog) in &mut self.backlog {
             let to = NodeId { shard: *shard, replica: self.leader_of.get(shard).map_or(0, |(r, _)| *r) };
             if self.reachable.contains(&to) {

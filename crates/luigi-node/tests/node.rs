@@ -12,6 +12,7 @@ use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg};
 use luigi_raft::replica::Transition;
 use luigi_raft::{decode_message, HardState, RecoveredState};
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
+use luigi_txn::peer::{PeerBody, PeerMsg, PeerVocabulary};
 use luigi_txn::types::NodeId;
 use luigi_txn::types::{Txn, TxnId};
 
@@ -266,7 +267,12 @@ fn leader_announcements_from_older_terms_and_wrong_senders_change_nothing() {
 #[test]
 fn batches_wait_for_a_reachable_leader_and_go_out_in_order() {
     let mut routes = ShardRoutes::new(2);
-    let batch = |w| PeerBatch { from: 0, watermark: w, items: Vec::new() };
+    // The routes never read a message: its bytes number it here.
+    let batch = |w: u64| PeerMsg { from: 0, body: PeerBody::Protocol(w.to_le_bytes().to_vec()) };
+    let number = |m: &PeerMsg| match &m.body {
+        PeerBody::Protocol(b) => u64::from_le_bytes(b.as_slice().try_into().expect("eight bytes")),
+        PeerBody::Progress(_) => unreachable!("{m:?}"),
+    };
     routes.push(1, batch(1));
     routes.push(1, batch(2));
     let mut out = Vec::new();
@@ -275,14 +281,14 @@ fn batches_wait_for_a_reachable_leader_and_go_out_in_order() {
     assert!(routes.leader_is(1, 2, 3));
     routes.set_reachable(NodeId { shard: 1, replica: 2 }, true);
     routes.drain(&mut out);
-    let sent: Vec<(u32, u64)> = out.iter().map(|(to, b)| (to.replica, b.watermark)).collect();
+    let sent: Vec<(u32, u64)> = out.iter().map(|(to, b)| (to.replica, number(b))).collect();
     assert_eq!(sent, vec![(2, 1), (2, 2)]);
     // A refused batch goes back first.
     routes.refused(1, batch(2));
     routes.push(1, batch(3));
     out.clear();
     routes.drain(&mut out);
-    assert_eq!(out.iter().map(|(_, b)| b.watermark).collect::<Vec<_>>(), vec![2, 3]);
+    assert_eq!(out.iter().map(|(_, b)| number(b)).collect::<Vec<_>>(), vec![2, 3]);
     assert_eq!(routes.queued(), 0);
 }
 
@@ -440,7 +446,10 @@ fn a_fast_path_followers_accept_of_a_cross_shard_transaction_goes_to_the_other_l
     let accepts_to_peers = |fx: &[Effect]| -> Vec<(NodeId, PeerItem)> {
         fx.iter()
             .filter_map(|e| match e {
-                Effect::ToPeer { to, batch } => Some(batch.items.iter().map(|i| (*to, i.clone())).collect::<Vec<_>>()),
+                Effect::ToPeer { to, batch } => {
+                    let batch = PeerBatch::decode(batch.clone()).expect("Luigi's batch");
+                    Some(batch.items.into_iter().map(|i| (*to, i)).collect::<Vec<_>>())
+                }
                 _ => None,
             })
             .flatten()

@@ -14,15 +14,14 @@ mod common;
 use bytes::Bytes;
 use common::{MiniCluster, Seen};
 use luigi_node::{NodeConfig, ReplicaNode, Tuning};
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::{LogEntry, ReplicatedLog};
-use luigi_protocol::msg::PeerBatch;
 use luigi_raft::{
     BuildError, LeaderFigures, RaftError, RaftLog, RecoveredState, ReplicaFactory, ReplicaSetup, ShardReplica,
     SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, ServerMsg, StalledTxnInfo, TxnError, TxnReply};
+use luigi_txn::peer::{NodeOutput, PeerFacts, PeerMsg};
 use luigi_txn::types::NodeId;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
@@ -106,7 +105,7 @@ impl ShardReplica for Counter {
         _now: TimeUs,
         client: ClientId,
         msg: ClientMsg,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<NodeOutput>,
     ) {
         match msg {
             ClientMsg::Dispatch { txn, .. } => {
@@ -119,7 +118,7 @@ impl ShardReplica for Counter {
                     None => {
                         let hint = self.leader_hint(log);
                         let msg = self.reply(txn.id, 0, Err(TxnError::NotLeader { hint }));
-                        out.push(LeaderOutput::ToClient { client, msg });
+                        out.push(NodeOutput::ToClient { client, msg });
                     }
                 }
             }
@@ -127,7 +126,7 @@ impl ShardReplica for Counter {
         }
     }
 
-    fn on_peer(&mut self, _log: &mut RaftLog, _now: TimeUs, _batch: PeerBatch, _out: &mut Vec<LeaderOutput>) -> bool {
+    fn on_peer(&mut self, _log: &mut RaftLog, _now: TimeUs, _msg: PeerMsg, _out: &mut Vec<NodeOutput>) -> bool {
         false
     }
 
@@ -137,7 +136,7 @@ impl ShardReplica for Counter {
         &mut self,
         log: &mut RaftLog,
         _now: TimeUs,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<NodeOutput>,
     ) -> Result<Option<Transition>, RaftError> {
         let mut committed: Vec<LogEntry<Add>> = Vec::new();
         log.take_committed(&mut committed);
@@ -151,7 +150,7 @@ impl ShardReplica for Counter {
             self.executed.push((id, e.index));
             if let Some((client, id)) = self.waiting.remove(&e.index) {
                 let msg = self.reply(id, e.index, Ok(self.value.to_le_bytes().to_vec()));
-                out.push(LeaderOutput::ToClient { client, msg });
+                out.push(NodeOutput::ToClient { client, msg });
             }
         }
         self.applied = self.applied.max(log.handed_out());
@@ -248,6 +247,11 @@ struct Counters;
 impl ReplicaFactory for Counters {
     fn name(&self) -> &'static str {
         "counter"
+    }
+
+    /// The counter sends no peer messages.
+    fn peer_facts(&self, _msg: &PeerMsg) -> PeerFacts {
+        PeerFacts::default()
     }
 
     fn build(&self, setup: ReplicaSetup, log: &RaftLog) -> Result<Box<dyn ShardReplica>, BuildError> {

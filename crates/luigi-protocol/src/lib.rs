@@ -13,8 +13,8 @@
 //!   answers, agreement, recovery, outcome retention).
 //! - [`fast`]: the fast path's order bookkeeping and a follower's accept rule.
 //! - [`log`]: the replicated-log seam and Luigi's log records.
-//! - [`msg`]: what travels between servers: peer batches (Luigi's items and, for now, the
-//!   baselines' `BaseItem`s, which share the node's peer route) and the replication layer's
+//! - [`msg`]: what travels between servers: Luigi's peer batches (encoded by the protocol,
+//!   opaque to the node in a `luigi_txn::peer::PeerMsg`) and the replication layer's
 //!   messages (the frame every connection speaks is `luigi_runtime::wire::WireMsg`).
 
 #[cfg(feature = "arbitrary")]

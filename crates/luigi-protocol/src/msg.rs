@@ -1,12 +1,15 @@
-//! What travels between servers: leaders' peer batches (Luigi's agreement items and the
-//! baselines' two-phase-commit items, which share the node's peer route), the replication
-//! layer's messages. The frame every connection speaks is `luigi_runtime::wire::WireMsg`.
+//! What travels between servers: Luigi's leaders' peer batches (its agreement items, which
+//! travel through the node opaque, encoded by [`PeerBatch`]'s [`PeerVocabulary`] in a
+//! neutral [`luigi_txn::peer::PeerMsg`]), the replication layer's messages. The frame every
+//! connection speaks is `luigi_runtime::wire::WireMsg`.
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use luigi_txn::msg::TxnError;
+use luigi_txn::peer::{
+    decode_batch, encode_batch, PeerBody, PeerDecodeError, PeerFacts, PeerMsg, PeerOut, PeerVocabulary,
+};
 use luigi_txn::progress::{LogPos, ProgressReport};
 use luigi_txn::types::{ShardId, TimeUs, Timestamp, Txn, TxnId};
 
@@ -23,6 +26,52 @@ pub struct PeerBatch {
     /// Items in the order they were produced.
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::few::<PeerItem>()"))]
     pub items: Vec<PeerItem>,
+}
+
+impl PeerBatch {
+    /// The highest position of the sender's log this batch's proposals rest on (a
+    /// `Propose` sent at admission, rule 14), or 0.
+    pub fn rests_on(&self) -> u64 {
+        self.items
+            .iter()
+            .filter_map(|item| if let PeerItem::Propose { at: Some(pos), .. } = item { Some(pos.index) } else { None })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Luigi's batches travel as their postcard encoding; a node's progress report becomes a
+/// batch of one [`PeerItem::Progress`].
+impl PeerVocabulary for PeerBatch {
+    fn encode(&self) -> PeerOut {
+        PeerOut { msg: encode_batch(self.from, self), rests_on: self.rests_on() }
+    }
+
+    fn decode(msg: PeerMsg) -> Result<Self, PeerDecodeError> {
+        let from = msg.from;
+        match msg.body {
+            PeerBody::Protocol(bytes) => decode_batch(from, &bytes, |b: &PeerBatch| b.from),
+            PeerBody::Progress(report) => Ok(PeerBatch { from, watermark: 0, items: vec![PeerItem::Progress(report)] }),
+        }
+    }
+
+    fn facts(&self) -> PeerFacts {
+        let mut facts = PeerFacts::default();
+        for item in &self.items {
+            match item {
+                PeerItem::Propose { id, .. } => facts.proposals.push(*id),
+                PeerItem::Confirm { .. } => facts.decides = true,
+                PeerItem::Recover { txn, .. } => facts.admits.push(txn.id),
+                PeerItem::Executed { .. }
+                | PeerItem::Refuse { .. }
+                | PeerItem::Acknowledged { .. }
+                | PeerItem::Applied { .. }
+                | PeerItem::Progress(_)
+                | PeerItem::FastAccept { .. } => {}
+            }
+        }
+        facts
+    }
 }
 
 /// One agreement message between participant leaders (DESIGN.md rule 4).
@@ -117,97 +166,6 @@ pub enum PeerItem {
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         ts: Timestamp,
     },
-    /// A baseline protocol's message (OCC or 2PL with two-phase commit, see
-    /// [`BaseItem`]). A Luigi leader drops it: servers of one cluster run one protocol.
-    Base(BaseItem),
-}
-
-/// Two-phase-commit messages of the baseline protocols (`luigi-baseline`: OCC and 2PL), between
-/// a transaction's coordinator (the leader of its first participant shard) and the leaders of
-/// its participants. They travel in [`PeerBatch`]es like Luigi's agreement items.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
-pub enum BaseItem {
-    /// Coordinator to participant: execute your piece of `txn` on your current state and
-    /// keep its writes buffered (2PL: take its locks first, no-wait).
-    Execute {
-        /// The whole transaction.
-        txn: Arc<Txn>,
-        /// The client's acknowledgement (see [`ClientMsg::Dispatch`]).
-        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::seq()"))]
-        acked_below: u64,
-    },
-    /// Participant to coordinator: the piece's output, or why it did not run (its
-    /// procedure failed, or a lock was held).
-    Executed {
-        /// Transaction.
-        id: TxnId,
-        /// The output, or the error.
-        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::outcome()"))]
-        outcome: Result<Vec<u8>, TxnError>,
-    },
-    /// Coordinator to participant: lock and validate the piece executed for `id`, and log
-    /// its writes durably (the vote follows once the record is committed).
-    Prepare {
-        /// Transaction.
-        id: TxnId,
-    },
-    /// Participant to coordinator: `Ok` once the piece is durably prepared, or why not
-    /// (the refusal is durable too: the participant will never prepare `id`).
-    Vote {
-        /// Transaction.
-        id: TxnId,
-        /// Prepared, or why not.
-        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::vote()"))]
-        outcome: Result<(), String>,
-    },
-    /// The decision on `id`, to every participant.
-    Decide {
-        /// Transaction.
-        id: TxnId,
-        /// Commit (else abort).
-        commit: bool,
-    },
-    /// Coordinator to participant: `id` ended before any prepare (a piece failed or could
-    /// not lock); drop its buffered execution and locks.
-    Release {
-        /// Transaction.
-        id: TxnId,
-    },
-    /// A resolver (a coordinator that timed out, or a participant whose prepared piece waited
-    /// too long for a decision) asks for a participant's durable state of `id`. A participant
-    /// that never prepared it first logs that it never will.
-    Status {
-        /// Transaction.
-        id: TxnId,
-    },
-    /// Answer to `Status`.
-    StatusIs {
-        /// Transaction.
-        id: TxnId,
-        /// The participant's durable state.
-        state: BaseState,
-    },
-}
-
-/// A participant's durable state of a transaction (see [`BaseItem::StatusIs`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "arbitrary", derive(proptest_derive::Arbitrary))]
-pub enum BaseState {
-    /// Prepared (its writes are logged and its locks held), with the piece's output.
-    Prepared {
-        /// The piece's output.
-        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
-        output: Vec<u8>,
-    },
-    /// Committed, with the piece's output.
-    Committed {
-        /// The piece's output.
-        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
-        output: Vec<u8>,
-    },
-    /// Aborted, or never to be prepared.
-    Aborted,
 }
 
 /// Server-to-server messages of the replication layer (framed as `luigi_runtime::wire::WireMsg::Replication`).

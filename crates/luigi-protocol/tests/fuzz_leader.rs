@@ -214,13 +214,7 @@ fn arb_step(peers: u32, agreement: bool) -> impl Strategy<Value = Step> {
     let batch = any::<PeerBatch>().prop_map(move |mut b| {
         if !agreement {
             b.items.retain(|i| {
-                matches!(
-                    i,
-                    PeerItem::Progress(_)
-                        | PeerItem::FastAccept { .. }
-                        | PeerItem::Acknowledged { .. }
-                        | PeerItem::Base(_)
-                )
+                matches!(i, PeerItem::Progress(_) | PeerItem::FastAccept { .. } | PeerItem::Acknowledged { .. })
             });
         }
         b
@@ -424,7 +418,7 @@ fn item_id(item: &PeerItem) -> Option<TxnId> {
         | PeerItem::Acknowledged { id }
         | PeerItem::FastAccept { id, .. } => Some(*id),
         PeerItem::Recover { txn, .. } => Some(txn.id),
-        PeerItem::Progress(_) | PeerItem::Applied { .. } | PeerItem::Base(_) => None,
+        PeerItem::Progress(_) | PeerItem::Applied { .. } => None,
     }
 }
 

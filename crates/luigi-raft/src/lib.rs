@@ -82,6 +82,6 @@ pub use replica_api::{
     SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
 };
 pub use role_machine::{
-    FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, ReplayedExecutions, ReplicaProtocol, ReplicaStats,
-    RoleMachine,
+    BatchOf, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf, ReplayedExecutions, ReplicaProtocol,
+    ReplicaStats, RoleMachine,
 };

@@ -21,6 +21,7 @@ use luigi_protocol::log::{LogEntry, ReplicatedLog};
 use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
+use luigi_txn::peer::{PeerFacts, PeerMsg, PeerVocabulary};
 use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 use std::sync::Arc;
@@ -117,6 +118,7 @@ impl FollowerCore for Follower {
 
 impl LeaderCore for ShardLeader<RaftLog> {
     type Record = LogRecord;
+    type Batch = PeerBatch;
 
     fn on_client(
         &mut self,
@@ -378,6 +380,10 @@ impl ReplicaFactory for LuigiReplicas {
         true
     }
 
+    fn peer_facts(&self, msg: &PeerMsg) -> PeerFacts {
+        PeerBatch::decode(msg.clone()).map(|batch| batch.facts()).unwrap_or_default()
+    }
+
     fn build(&self, setup: ReplicaSetup, log: &RaftLog) -> Result<Box<dyn ShardReplica>, BuildError> {
         let ReplicaSetup { leader, registry, initial, .. } = setup;
         let replica = Replica::new(leader, registry, initial, log)
@@ -527,6 +533,26 @@ mod tests {
     }
 
     #[test]
+    fn through_the_seam_a_peer_message_that_does_not_decode_is_counted_and_dropped_never_a_panic() {
+        use luigi_txn::peer::PeerBody;
+        let mut n = lone_replica();
+        n.log.campaign().unwrap();
+        drive(&mut n.log);
+        assert_eq!(n.r.turn(&mut n.log, 300, &mut Vec::new()).unwrap(), Some(Transition::Promoted));
+        let seam: &mut dyn ShardReplica = &mut n.r;
+        let mut out = Vec::new();
+        let garbled = PeerMsg { from: 1, body: PeerBody::Protocol(vec![0xff; 3]) };
+        assert!(!seam.on_peer(&mut n.log, 310, garbled, &mut out), "a garbled batch is not taken");
+        // A batch naming another sender than its envelope is refused too.
+        let forged = PeerMsg { from: 2, ..PeerBatch { from: 1, watermark: 0, items: vec![] }.encode().msg };
+        assert!(!seam.on_peer(&mut n.log, 320, forged, &mut out));
+        let good = PeerBatch { from: 1, watermark: 0, items: vec![] }.encode().msg;
+        assert!(seam.on_peer(&mut n.log, 330, good, &mut out), "a serving replica takes a batch that decodes");
+        assert_eq!(n.r.stats().undecodable_peer, 2);
+        assert!(n.r.is_serving());
+    }
+
+    #[test]
     fn a_follower_answers_not_leader_then_serves_once_its_term_has_a_commit() {
         let mut n = lone_replica();
         let mut out = Vec::new();
@@ -578,7 +604,7 @@ mod tests {
         assert_eq!(n.r.leader().unwrap().pending_len(), 0);
         settle(&mut n, 500);
         assert_eq!(n.log.commit_index(), n.log.last_index());
-        assert_eq!(n.r.stats(), ReplicaStats { promotions: 1, demotions: 0 });
+        assert_eq!(n.r.stats(), ReplicaStats { promotions: 1, demotions: 0, undecodable_peer: 0 });
     }
 
     /// The node's log holds bytes: a committed record that is not a Luigi record (another

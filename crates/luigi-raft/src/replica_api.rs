@@ -33,10 +33,10 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use luigi_protocol::leader::{LeaderConfig, LeaderOutput, LeaderStats};
-use luigi_protocol::msg::PeerBatch;
+use luigi_protocol::leader::{LeaderConfig, LeaderStats};
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
+use luigi_txn::peer::{NodeOutput, PeerFacts, PeerMsg};
 use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
@@ -143,11 +143,11 @@ pub trait SnapshotDecoder: Send + Sync {
 
 /// One replica of a shard as a protocol's state machine over its Raft log: the shard leader
 /// when its log leads (and it has caught up), a follower otherwise. Inputs are clients'
-/// messages and other shards' leaders' agreement batches; outputs are [`LeaderOutput`]s
-/// (replies, watermarks, batches for other shards, executions). The node
-/// (`luigi_node::ReplicaNode`) owns and drives the replica's log, lends it to the calls that
-/// need it (`log`), and calls [`ShardReplica::turn`] after each round of readies (see the
-/// module docs).
+/// messages and other shards' peer messages (the protocol's batches, opaque to the node, in
+/// the neutral [`PeerMsg`]); outputs are [`NodeOutput`]s (replies, watermarks, encoded
+/// batches for other shards, executions). The node (`luigi_node::ReplicaNode`) owns and
+/// drives the replica's log, lends it to the calls that need it (`log`), and calls
+/// [`ShardReplica::turn`] after each round of readies (see the module docs).
 ///
 /// Object safe: the node holds a `Box<dyn ShardReplica>` from a [`ReplicaFactory`].
 pub trait ShardReplica: Send {
@@ -159,12 +159,13 @@ pub trait ShardReplica: Send {
         now: TimeUs,
         client: ClientId,
         msg: ClientMsg,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<NodeOutput>,
     );
 
-    /// Agreement items from another shard's leader. Returns whether they were taken (a
-    /// replica that does not serve drops them: the sender's recovery asks again).
-    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool;
+    /// A message from another shard's replica, which this replica's protocol decodes.
+    /// Returns whether it was taken (a replica that does not serve drops it: the sender's
+    /// recovery asks again; one that does not decode is dropped, counted and logged).
+    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, msg: PeerMsg, out: &mut Vec<NodeOutput>) -> bool;
 
     /// Another shard has a new leader (its announcement reached this replica).
     fn peer_leader_changed(&mut self, shard: ShardId);
@@ -178,10 +179,10 @@ pub trait ShardReplica: Send {
         &mut self,
         log: &mut RaftLog,
         now: TimeUs,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<NodeOutput>,
     ) -> Result<Option<Transition>, RaftError>;
 
-    /// What the replica executed outside [`LeaderOutput::Executed`] outputs (a follower
+    /// What the replica executed outside `NodeOutput::Executed` outputs (a follower
     /// applying its log) since the last call, in execution order.
     fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)>;
 
@@ -344,6 +345,11 @@ pub trait ReplicaFactory: Send + Sync {
     fn progress_reports(&self) -> bool {
         false
     }
+
+    /// What a peer message of this protocol carries, as plain data: the simulator's fault
+    /// injection asks it where to kill a leader (a first proposal, a decision) and which
+    /// transactions a batch admits. A message that does not decode tells nothing.
+    fn peer_facts(&self, msg: &PeerMsg) -> PeerFacts;
 
     /// A replica from `setup`, starting as a follower over `log` (its node's, opened from the
     /// recovered state): from the log's snapshot, if it has one.

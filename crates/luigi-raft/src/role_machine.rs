@@ -25,11 +25,10 @@
 //! ```
 
 use bytes::Bytes;
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::{LogEntry, ReplicatedLog};
-use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnReply};
+use luigi_txn::peer::ReplicaOutput;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 #[cfg(doc)]
@@ -41,7 +40,12 @@ use crate::{RaftError, RaftLog, Replay};
 mod protocol;
 mod shard_replica;
 
-pub use protocol::{FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, ReplayedExecutions, ReplicaProtocol};
+pub use protocol::{
+    FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf, ReplayedExecutions, ReplicaProtocol,
+};
+
+/// The peer batch type of protocol `P`.
+pub type BatchOf<P> = <<P as ReplicaProtocol>::Leader as LeaderCore>::Batch;
 
 /// Counters of role changes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,6 +54,8 @@ pub struct ReplicaStats {
     pub promotions: u64,
     /// Times it lost leadership and rebuilt its follower state.
     pub demotions: u64,
+    /// Peer messages that did not decode into the protocol's batch (dropped, logged).
+    pub undecodable_peer: u64,
 }
 
 /// What the replica is now.
@@ -73,6 +79,8 @@ pub struct RoleMachine<P: ReplicaProtocol> {
     /// ([`FollowerDispatch::HoldWhileNoLeader`]).
     waiting: Waiting,
     stats: ReplicaStats,
+    /// Scratch for the typed outputs the seam hands the node encoded.
+    typed_out: Vec<OutputOf<P>>,
 }
 
 /// The replica index (from 0) of the leader `log` knows of; Raft ids are indexes + 1.
@@ -137,6 +145,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
             executed: Vec::new(),
             waiting: Waiting::default(),
             stats: ReplicaStats::default(),
+            typed_out: Vec::new(),
         })
     }
 
@@ -235,14 +244,14 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         now: TimeUs,
         client: ClientId,
         msg: ClientMsg,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<OutputOf<P>>,
     ) {
         let shard = self.protocol.shard();
         match &mut self.role {
             Role::Leader(l) => l.on_client(log, now, client, msg, out),
             Role::Follower(f) => match msg {
                 ClientMsg::Hello { .. } | ClientMsg::Status => {} // status: answered by the shell
-                ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
+                ClientMsg::Ping { sent_us } => out.push(OutputOf::<P>::ToClient {
                     client,
                     msg: ServerMsg::pong(shard, now, sent_us, f.pong_watermark()),
                 }),
@@ -252,7 +261,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
                         return;
                     }
                     match P::FOLLOWER_DISPATCH {
-                        FollowerDispatch::AnswerNotLeader => out.push(LeaderOutput::ToClient {
+                        FollowerDispatch::AnswerNotLeader => out.push(OutputOf::<P>::ToClient {
                             client,
                             msg: ServerMsg::Reply(TxnReply::not_leader(txn.id, shard, hint(log), now, sent_us)),
                         }),
@@ -276,7 +285,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
 
     /// Agreement items from another shard's leader; a non-serving replica drops them (the
     /// sender's recovery or round timeout asks again).
-    pub fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
+    pub fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: BatchOf<P>, out: &mut Vec<OutputOf<P>>) -> bool {
         match &mut self.role {
             Role::Leader(l) => {
                 l.on_peer(log, now, batch, out);
@@ -305,7 +314,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         &mut self,
         log: &mut RaftLog,
         now: TimeUs,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<OutputOf<P>>,
     ) -> Result<Option<Transition>, RaftError> {
         let mut transition = None;
         match &mut self.role {
@@ -347,7 +356,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     /// Hands the waiting dispatches to this replica's leader state once it serves, answers
     /// them with the leader's name once another replica is known to lead, and answers those
     /// held too long without a name.
-    fn tend_waiting(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    fn tend_waiting(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<OutputOf<P>>) {
         if self.waiting.is_empty() {
             return;
         }
@@ -374,7 +383,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     }
 
     /// The transactions the follower state executed since the last call, in execution order.
-    /// A serving leader reports its own executions as [`LeaderOutput::Executed`] outputs
+    /// A serving leader reports its own executions as `ReplicaOutput::Executed` outputs
     /// instead.
     pub fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {
         if let Role::Follower(f) = &mut self.role {
@@ -434,7 +443,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
 }
 
 /// The `NotLeader` answer to `held`, naming `leader`.
-fn not_leader(shard: ShardId, leader: Option<u32>, now: TimeUs, held: Held) -> LeaderOutput {
+fn not_leader<B>(shard: ShardId, leader: Option<u32>, now: TimeUs, held: Held) -> ReplicaOutput<B> {
     let (client, msg) = held.not_leader(shard, leader, now);
-    LeaderOutput::ToClient { client, msg }
+    ReplicaOutput::ToClient { client, msg }
 }

@@ -218,7 +218,8 @@ fn same_group(cfg: &GateConfig, node: NodeId, shard: ShardId, from: u64) -> Resu
 mod tests {
     use std::sync::Arc;
 
-    use luigi_protocol::msg::{PeerBatch, SnapshotKind, SnapshotRefusal};
+    use luigi_protocol::msg::{SnapshotKind, SnapshotRefusal};
+    use luigi_txn::peer::{PeerBody, PeerMsg};
     use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
 
     use super::*;
@@ -334,7 +335,7 @@ mod tests {
         let mut forged = vec![
             WireMsg::Replication(ReplicationMsg::LeaderIs { shard: 1, replica: 5, term: u64::MAX }),
             WireMsg::Replication(ReplicationMsg::Raft { shard: 0, from: 2, bytes: vec![] }),
-            WireMsg::Peer(PeerBatch { from: 1, watermark: 0, items: vec![] }),
+            WireMsg::Peer(PeerMsg { from: 1, body: PeerBody::Protocol(vec![]) }),
         ];
         forged.extend(transfer_msgs(0, 2));
         for msg in &forged {
@@ -359,7 +360,7 @@ mod tests {
             check(&c, &mut a, &peer_hello(other_shard, "cluster secret 0123"), no_one),
             Verdict::PeerAuthenticated(other_shard)
         );
-        let batch = |from| WireMsg::Peer(PeerBatch { from, watermark: 0, items: vec![] });
+        let batch = |from| WireMsg::Peer(PeerMsg { from, body: PeerBody::Protocol(vec![]) });
         assert_eq!(check(&c, &mut a, &batch(1), no_one), Verdict::Peer(other_shard));
         assert!(matches!(check(&c, &mut a, &batch(0), no_one), Verdict::Refuse(_)), "as another shard");
         let me_as_leader = WireMsg::Replication(ReplicationMsg::LeaderIs { shard: 1, replica: 2, term: 4 });

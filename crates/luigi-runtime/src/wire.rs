@@ -5,8 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use luigi_protocol::msg::{PeerBatch, ReplicationMsg};
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_txn::msg::{ClientMsg, ServerMsg};
+use luigi_txn::peer::PeerMsg;
 use luigi_txn::types::ShardId;
 
 /// Every frame on a Luigi connection.
@@ -17,8 +18,9 @@ pub enum WireMsg {
     Client(ClientMsg),
     /// To a client.
     Server(ServerMsg),
-    /// Between shard leaders.
-    Peer(PeerBatch),
+    /// Between shards' replicas: the protocol's batch (opaque here: the receiving replica
+    /// decodes it) or a progress report.
+    Peer(PeerMsg),
     /// Replication and routing between servers: Raft within a shard, snapshot transfers
     /// within a shard, and leader announcements across shards. Kept apart from Luigi's own
     /// messages: any protocol replicated the same way uses them unchanged.

@@ -14,6 +14,7 @@ use luigi_runtime::gate::{self, ConnAuth, GateConfig, Verdict};
 use luigi_runtime::net::codec::{decode_payload, FrameCodec};
 use luigi_runtime::wire::WireMsg;
 use luigi_txn::msg::ClientMsg;
+use luigi_txn::peer::{PeerBody, PeerMsg, PeerVocabulary};
 use luigi_txn::progress::{LogPos, ProgressReport};
 use luigi_txn::types::TxnId;
 use proptest::prelude::*;
@@ -65,7 +66,9 @@ fn arb_peer_item() -> impl Strategy<Value = PeerItem> {
 fn arb_server_to_server() -> impl Strategy<Value = WireMsg> {
     prop_oneof![
         1 => (any::<u32>(), any::<u64>(), proptest::collection::vec(arb_peer_item(), 0..4))
-            .prop_map(|(from, watermark, items)| WireMsg::Peer(PeerBatch { from, watermark, items })),
+            .prop_map(|(from, watermark, items)| WireMsg::Peer(PeerBatch { from, watermark, items }.encode().msg)),
+        1 => (any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64))
+            .prop_map(|(from, bytes)| WireMsg::Peer(PeerMsg { from, body: PeerBody::Protocol(bytes) })),
         1 => (any::<u32>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
             .prop_map(|(shard, from, bytes)| WireMsg::Replication(ReplicationMsg::Raft { shard, from, bytes })),
         5 => arb_snapshot_transfer(),

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 
-use luigi_protocol::msg::PeerItem;
 use luigi_txn::client_core::{Completion, TxnOutcome};
 use luigi_txn::msg::{TxnError, TxnReply};
 use luigi_txn::types::{ShardId, Timestamp, TxnId};
@@ -35,13 +34,12 @@ impl ReplyLedger {
         self.watermark_at_arrival.entry((id, shard)).or_insert(watermark);
     }
 
-    /// `items` reached `shard` while its published watermark was `watermark`: a `Recover`
-    /// item admits a transaction the shard never saw, like a dispatch.
-    pub fn arrived_in_batch(&mut self, shard: ShardId, watermark: Timestamp, items: &[PeerItem]) {
-        for item in items {
-            if let PeerItem::Recover { txn, .. } = item {
-                self.arrived(txn.id, shard, watermark);
-            }
+    /// A peer batch reached `shard` while its published watermark was `watermark`, admitting
+    /// `admits` there like dispatches would (Luigi's `Recover` items, as its protocol's
+    /// `PeerFacts` say: a shard that never saw the transaction prepares it).
+    pub fn arrived_in_batch(&mut self, shard: ShardId, watermark: Timestamp, admits: &[TxnId]) {
+        for id in admits {
+            self.arrived(*id, shard, watermark);
         }
     }
 

@@ -7,6 +7,8 @@
 //! - [`partition`]: which shard owns a key; [`keyhash`]: the stable and the keyed hashes.
 //! - [`progress`]: proof that a shard's log is committed up to a position (rule 14).
 //! - [`msg`]: what travels between clients and servers, for every protocol.
+//! - [`peer`]: the neutral envelope peer messages travel in (each protocol's items opaque)
+//!   and the outputs a replica gives its node.
 //! - [`client_core`]: what every protocol's client is to the shells (the `ClientCore` trait,
 //!   its outputs) and the in-flight table that owns the retry rules once.
 
@@ -16,6 +18,7 @@ pub mod client_core;
 pub mod keyhash;
 pub mod msg;
 pub mod partition;
+pub mod peer;
 pub mod procedure;
 pub mod progress;
 pub mod types;

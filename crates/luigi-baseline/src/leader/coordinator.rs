@@ -5,13 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::ReplicatedLog;
-use luigi_protocol::msg::{BaseItem, BaseState};
 use luigi_txn::msg::{ServerMsg, TxnError};
 use luigi_txn::types::{ClientId, ShardId, Txn, TxnId};
 
 use super::{status_of, BaseLeader};
+use crate::msg::{BaseItem, BaseOutput, BaseState};
 use crate::record::BaseRecord;
 
 /// Where a coordinated transaction stands.
@@ -43,7 +42,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         txn: Arc<Txn>,
         arrival: i64,
         acked_below: u64,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<BaseOutput>,
     ) {
         let id = txn.id;
         if self.coordinating.contains_key(&id) {
@@ -58,7 +57,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         if self.coordinating.len() >= self.config.coordinating_max {
             let why = format!("{} transactions being coordinated", self.coordinating.len());
             for reply in self.replies(&txn, arrival, |_| Err(TxnError::Busy(why.clone()))) {
-                out.push(LeaderOutput::ToClient { client, msg: ServerMsg::Reply(reply) });
+                out.push(BaseOutput::ToClient { client, msg: ServerMsg::Reply(reply) });
             }
             return;
         }
@@ -84,7 +83,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         from: ShardId,
         id: TxnId,
         outcome: Result<Vec<u8>, TxnError>,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<BaseOutput>,
     ) {
         let Some(c) = self.coordinating.get_mut(&id) else { return };
         if c.phase != Phase::Executing || c.txn.piece(from).is_none() {
@@ -119,18 +118,12 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             Err(e) => Err(e.clone()),
         };
         for reply in self.replies(&c.txn, c.arrival, answer) {
-            out.push(LeaderOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 1)) });
+            out.push(BaseOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 1)) });
         }
     }
 
     /// Round 2's answers.
-    pub(super) fn on_vote(
-        &mut self,
-        from: ShardId,
-        id: TxnId,
-        outcome: Result<(), String>,
-        out: &mut Vec<LeaderOutput>,
-    ) {
+    pub(super) fn on_vote(&mut self, from: ShardId, id: TxnId, outcome: Result<(), String>, out: &mut Vec<BaseOutput>) {
         let Some(c) = self.coordinating.get_mut(&id) else { return };
         if c.phase != Phase::Preparing || c.txn.piece(from).is_none() {
             return;
@@ -140,7 +133,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             self.stats.coordinated_aborts += 1;
             self.decide(&c.txn, false);
             for reply in self.replies(&c.txn, c.arrival, |_| Err(TxnError::Aborted(why.clone()))) {
-                out.push(LeaderOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 2)) });
+                out.push(BaseOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 2)) });
             }
             return;
         }
@@ -154,7 +147,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         self.decide(&c.txn, true);
         let results = c.results;
         for reply in self.replies(&c.txn, c.arrival, |s| results[&s].clone()) {
-            out.push(LeaderOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 2)) });
+            out.push(BaseOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 2)) });
         }
     }
 
@@ -179,13 +172,13 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
 
     /// A resolver found `id` unprepared on this (its coordinator's) shard: a coordination
     /// still executing ends as aborted (nothing of it was prepared).
-    pub(super) fn abort_unprepared_coordination(&mut self, id: TxnId, out: &mut Vec<LeaderOutput>) {
+    pub(super) fn abort_unprepared_coordination(&mut self, id: TxnId, out: &mut Vec<BaseOutput>) {
         if self.coordinating.get(&id).is_some_and(|c| c.phase == Phase::Executing) {
             self.abort_executing(id, "a participant's resolver aborted it".into(), out);
         }
     }
 
-    fn abort_executing(&mut self, id: TxnId, why: String, out: &mut Vec<LeaderOutput>) {
+    fn abort_executing(&mut self, id: TxnId, why: String, out: &mut Vec<BaseOutput>) {
         let c = self.coordinating.remove(&id).expect("present");
         debug_assert_eq!(c.phase, Phase::Executing);
         self.stats.coordinated_aborts += 1;
@@ -193,12 +186,12 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             self.send(s, BaseItem::Release { id });
         }
         for reply in self.replies(&c.txn, c.arrival, |_| Err(TxnError::Aborted(why.clone()))) {
-            out.push(LeaderOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 1)) });
+            out.push(BaseOutput::ToClient { client: c.client, msg: ServerMsg::Reply(with_rounds(reply, 1)) });
         }
     }
 
     /// A round that took too long: round 1 aborts (nothing is prepared), round 2 resolves.
-    pub(super) fn coordinator_timeouts(&mut self, out: &mut Vec<LeaderOutput>) {
+    pub(super) fn coordinator_timeouts(&mut self, out: &mut Vec<BaseOutput>) {
         let now = self.now_us;
         let due: Vec<(TxnId, Phase)> =
             self.coordinating.iter().filter(|(_, c)| c.deadline_us <= now).map(|(id, c)| (*id, c.phase)).collect();
@@ -220,7 +213,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// A participant's durable state of `id` arrived.
-    pub(super) fn on_status_is(&mut self, from: ShardId, id: TxnId, state: BaseState, out: &mut Vec<LeaderOutput>) {
+    pub(super) fn on_status_is(&mut self, from: ShardId, id: TxnId, state: BaseState, out: &mut Vec<BaseOutput>) {
         self.coordination_known_elsewhere(id);
         self.on_resolution_answer(from, id, state, out);
     }

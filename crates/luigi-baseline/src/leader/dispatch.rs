@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::LogError;
 use luigi_txn::msg::TxnError;
 use luigi_txn::procedure::TxnCtx;
 use luigi_txn::types::{ClientId, KeySet, Txn};
 
 use super::{lock_keys, BaseLeader, Wait};
+use crate::msg::BaseOutput;
 use crate::record::BaseRecord;
 use crate::state::Outcome;
 use crate::Mode;
@@ -24,12 +24,12 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         txn: Arc<Txn>,
         arrival: i64,
         acked_below: u64,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<BaseOutput>,
     ) {
         let me = self.config.shard;
-        let refuse = |this: &Self, why: String, out: &mut Vec<LeaderOutput>| {
+        let refuse = |this: &Self, why: String, out: &mut Vec<BaseOutput>| {
             for reply in this.replies(&txn, arrival, |_| Err(TxnError::Rejected(why.clone()))) {
-                out.push(LeaderOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
+                out.push(BaseOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
             }
         };
         if txn.id.client != client {
@@ -72,7 +72,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         keys: &KeySet,
         arrival: i64,
         acked_below: u64,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<BaseOutput>,
     ) {
         let me = self.config.shard;
         let id = txn.id;
@@ -90,7 +90,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         }
         if self.waits_len >= self.config.waits_max {
             let reply = self.reply(id, me, Err(TxnError::Busy(format!("{} answers wait", self.waits_len))), arrival);
-            return out.push(LeaderOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
+            return out.push(BaseOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
         }
         let (reads, writes) = lock_keys(keys);
         if self.config.mode != Mode::Direct {
@@ -98,7 +98,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                 self.stats.lock_conflicts += 1;
                 let why = format!("a key (hash {h:016x}) is locked by a transaction being committed");
                 let reply = self.reply(id, me, Err(TxnError::Aborted(why)), arrival);
-                return out.push(LeaderOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
+                return out.push(BaseOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
             }
         }
         let procedure = self.registry.get(&txn.procedure).expect("checked at dispatch");
@@ -126,7 +126,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             }
             Err(e) => {
                 let reply = self.reply(id, me, Err(log_refusal(e)), arrival);
-                out.push(LeaderOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
+                out.push(BaseOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
             }
         }
     }
@@ -144,7 +144,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         outcome: Result<Vec<u8>, TxnError>,
         arrival: i64,
         read: bool,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<BaseOutput>,
     ) {
         let me = self.config.shard;
         match self.log_record(log, BaseRecord::Barrier { id }) {
@@ -157,7 +157,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             }
             Err(e) => {
                 let reply = self.reply(id, me, Err(log_refusal(e)), arrival);
-                out.push(LeaderOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
+                out.push(BaseOutput::ToClient { client, msg: luigi_txn::msg::ServerMsg::Reply(reply) });
             }
         }
     }

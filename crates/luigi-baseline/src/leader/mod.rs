@@ -11,15 +11,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::{LogEntry, LogError, ReplicatedLog};
-use luigi_protocol::msg::{BaseItem, BaseState, PeerBatch, PeerItem};
 use luigi_txn::keyhash::stable_key_hash;
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
 use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ClientId, KeySet, ShardId, TimeUs, Txn, TxnId};
 
 use crate::locks::{LockTable, Versions};
+use crate::msg::{BaseBatch, BaseItem, BaseOutput, BaseState};
 use crate::record::{BaseRecord, Write};
 use crate::state::ShardState;
 use crate::Mode;
@@ -152,7 +151,7 @@ pub struct BaseLeader<L> {
     /// The last index this leader logged (everything it installed is at or below it).
     last_logged: u64,
     committed_index: u64,
-    outbox: BTreeMap<ShardId, Vec<PeerItem>>,
+    outbox: BTreeMap<ShardId, Vec<BaseItem>>,
     inbox: VecDeque<BaseItem>,
     committed: Vec<LogEntry<BaseRecord>>,
     /// Single-shard reads run since the last pump, reported like installs (they change no
@@ -246,18 +245,11 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     // ---- inputs ----
 
     /// A client's message.
-    pub fn on_client(
-        &mut self,
-        log: &mut L,
-        now: TimeUs,
-        client: ClientId,
-        msg: ClientMsg,
-        out: &mut Vec<LeaderOutput>,
-    ) {
+    pub fn on_client(&mut self, log: &mut L, now: TimeUs, client: ClientId, msg: ClientMsg, out: &mut Vec<BaseOutput>) {
         self.now_us = self.now_us.max(now);
         match msg {
             ClientMsg::Hello { .. } | ClientMsg::Status => {} // the shell answers status
-            ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
+            ClientMsg::Ping { sent_us } => out.push(BaseOutput::ToClient {
                 client,
                 msg: ServerMsg::pong(self.config.shard, now, sent_us, self.committed_index),
             }),
@@ -271,30 +263,17 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// Items from another shard's leader.
-    pub fn on_peer(&mut self, log: &mut L, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+    pub fn on_peer(&mut self, log: &mut L, now: TimeUs, batch: BaseBatch, out: &mut Vec<BaseOutput>) {
         self.now_us = self.now_us.max(now);
         let from = batch.from;
         for item in batch.items {
-            match item {
-                PeerItem::Base(item) => self.on_item(log, from, item, out),
-                PeerItem::Propose { .. }
-                | PeerItem::Confirm { .. }
-                | PeerItem::Recover { .. }
-                | PeerItem::Executed { .. }
-                | PeerItem::Refuse { .. }
-                | PeerItem::Acknowledged { .. }
-                | PeerItem::Applied { .. }
-                | PeerItem::FastAccept { .. }
-                | PeerItem::Progress(_) => {
-                    tracing::warn!(from, ?item, "Luigi agreement item at a baseline leader; dropped")
-                }
-            }
+            self.on_item(log, from, item, out);
         }
         self.pump(log, out);
     }
 
     /// Timers and the log's progress.
-    pub fn tick(&mut self, log: &mut L, now: TimeUs, out: &mut Vec<LeaderOutput>) {
+    pub fn tick(&mut self, log: &mut L, now: TimeUs, out: &mut Vec<BaseOutput>) {
         self.now_us = self.now_us.max(now);
         self.expire_executions();
         self.coordinator_timeouts(out);
@@ -304,7 +283,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         self.pump(log, out);
     }
 
-    fn on_item(&mut self, log: &mut L, from: ShardId, item: BaseItem, out: &mut Vec<LeaderOutput>) {
+    fn on_item(&mut self, log: &mut L, from: ShardId, item: BaseItem, out: &mut Vec<BaseOutput>) {
         match item {
             BaseItem::Execute { txn, acked_below } => self.on_execute(from, txn, acked_below),
             BaseItem::Executed { id, outcome } => self.on_executed(from, id, outcome, out),
@@ -324,12 +303,12 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         if to == self.config.shard {
             self.inbox.push_back(item);
         } else {
-            self.outbox.entry(to).or_default().push(PeerItem::Base(item));
+            self.outbox.entry(to).or_default().push(item);
         }
     }
 
     /// Handles its own items, releases what the log committed, and sends the batches.
-    fn pump(&mut self, log: &mut L, out: &mut Vec<LeaderOutput>) {
+    fn pump(&mut self, log: &mut L, out: &mut Vec<BaseOutput>) {
         for _ in 0..INBOX_ROUNDS_MAX {
             let Some(item) = self.inbox.pop_front() else { break };
             self.on_item(log, self.config.shard, item, out);
@@ -344,15 +323,15 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         for (shard, items) in std::mem::take(&mut self.outbox) {
             // Bounded batches: a frame stays small whatever the load.
             for chunk in items.chunks(PEER_BATCH_ITEMS_MAX) {
-                let batch = PeerBatch { from: self.config.shard, watermark: 0, items: chunk.to_vec() };
-                out.push(LeaderOutput::ToPeer { shard, batch });
+                let batch = BaseBatch { from: self.config.shard, items: chunk.to_vec() };
+                out.push(BaseOutput::ToPeer { shard, batch });
             }
         }
         for (id, index) in self.state.take_executed() {
-            out.push(LeaderOutput::Executed { shard: self.config.shard, id, ts: index });
+            out.push(BaseOutput::Executed { shard: self.config.shard, id, ts: index });
         }
         for (id, index) in self.reads.drain(..) {
-            out.push(LeaderOutput::Executed { shard: self.config.shard, id, ts: index });
+            out.push(BaseOutput::Executed { shard: self.config.shard, id, ts: index });
         }
     }
 
@@ -368,7 +347,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// Sends `wait` once everything this leader logged so far is committed (at once if it is).
-    fn after_log(&mut self, wait: Wait, out: &mut Vec<LeaderOutput>) {
+    fn after_log(&mut self, wait: Wait, out: &mut Vec<BaseOutput>) {
         if self.last_logged <= self.committed_index {
             self.release(wait, out);
         } else {
@@ -381,15 +360,15 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         self.waits_len += 1;
     }
 
-    fn release(&mut self, wait: Wait, out: &mut Vec<LeaderOutput>) {
+    fn release(&mut self, wait: Wait, out: &mut Vec<BaseOutput>) {
         match wait {
-            Wait::Client { client, reply } => out.push(LeaderOutput::ToClient { client, msg: ServerMsg::Reply(reply) }),
+            Wait::Client { client, reply } => out.push(BaseOutput::ToClient { client, msg: ServerMsg::Reply(reply) }),
             Wait::Peer { to, item } => self.send(to, item),
         }
     }
 
     /// The log's newly committed records: their waits are released.
-    fn take_committed(&mut self, log: &mut L, out: &mut Vec<LeaderOutput>) {
+    fn take_committed(&mut self, log: &mut L, out: &mut Vec<BaseOutput>) {
         log.take_committed(&mut self.committed);
         let committed = std::mem::take(&mut self.committed);
         for e in &committed {

@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::ReplicatedLog;
-use luigi_protocol::msg::{BaseItem, BaseState};
 use luigi_txn::msg::TxnError;
 use luigi_txn::procedure::TxnCtx;
 use luigi_txn::types::{ShardId, Txn, TxnId};
 
 use super::{lock_keys, status_of, BaseLeader, Execution, Wait};
+use crate::msg::{BaseItem, BaseOutput, BaseState};
 use crate::record::BaseRecord;
 use crate::Mode;
 
@@ -212,7 +211,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     }
 
     /// A resolver asks what this shard durably knows of `id`.
-    pub(super) fn on_status(&mut self, log: &mut L, from: ShardId, id: TxnId, out: &mut Vec<LeaderOutput>) {
+    pub(super) fn on_status(&mut self, log: &mut L, from: ShardId, id: TxnId, out: &mut Vec<BaseOutput>) {
         match status_of(&self.state, &self.preparing, &self.tombstoning, id) {
             Ok(Some(state)) => self.send(from, BaseItem::StatusIs { id, state }),
             Err(()) => {} // in the log's way: the resolver asks again

@@ -7,14 +7,13 @@
 
 use std::collections::BTreeMap;
 
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::ReplicatedLog;
-use luigi_protocol::msg::{BaseItem, BaseState};
 use luigi_txn::msg::{ServerMsg, TxnError};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, TxnId};
 
 use super::coordinator::with_rounds;
 use super::BaseLeader;
+use crate::msg::{BaseItem, BaseOutput, BaseState};
 use crate::record::BaseRecord;
 
 /// A transaction being resolved.
@@ -50,7 +49,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         from: ShardId,
         id: TxnId,
         state: BaseState,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<BaseOutput>,
     ) {
         let Some(r) = self.resolving.get_mut(&id) else { return };
         if !r.shards.contains(&from) {
@@ -74,7 +73,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                 }
             };
             let reply = with_rounds(self.reply(id, *s, outcome, arrival), 2);
-            out.push(LeaderOutput::ToClient { client, msg: ServerMsg::Reply(reply) });
+            out.push(BaseOutput::ToClient { client, msg: ServerMsg::Reply(reply) });
         }
     }
 

@@ -4,10 +4,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use luigi_baseline::msg::{BaseBatch, BaseItem, BaseOutput};
 use luigi_baseline::{BaseConfig, BaseLeader, BaseRecord, Mode, ShardState};
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::{LogEntry, LogError, ReplicatedLog};
-use luigi_protocol::msg::{BaseItem, PeerBatch, PeerItem};
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
 use luigi_txn::procedure::{ProcCtx, ProcError, Procedure, Registry};
@@ -110,15 +109,15 @@ impl Lent {
         Lent { leader: BaseLeader::recover(config, registry, state, now), log }
     }
 
-    pub fn on_client(&mut self, now: u64, client: u64, msg: ClientMsg, out: &mut Vec<LeaderOutput>) {
+    pub fn on_client(&mut self, now: u64, client: u64, msg: ClientMsg, out: &mut Vec<BaseOutput>) {
         self.leader.on_client(&mut self.log, now, client, msg, out);
     }
 
-    pub fn on_peer(&mut self, now: u64, batch: PeerBatch, out: &mut Vec<LeaderOutput>) {
+    pub fn on_peer(&mut self, now: u64, batch: BaseBatch, out: &mut Vec<BaseOutput>) {
         self.leader.on_peer(&mut self.log, now, batch, out);
     }
 
-    pub fn tick(&mut self, now: u64, out: &mut Vec<LeaderOutput>) {
+    pub fn tick(&mut self, now: u64, out: &mut Vec<BaseOutput>) {
         self.leader.tick(&mut self.log, now, out);
     }
 
@@ -146,7 +145,7 @@ impl std::ops::Deref for Lent {
 pub struct Cluster {
     pub leaders: Vec<Option<Lent>>,
     /// Messages between leaders, in flight: (to, batch).
-    pub net: VecDeque<(ShardId, PeerBatch)>,
+    pub net: VecDeque<(ShardId, BaseBatch)>,
     pub replies: Vec<TxnReply>,
     pub now: u64,
     pub executed: Vec<(ShardId, TxnId)>,
@@ -175,21 +174,21 @@ impl Cluster {
         self.leaders[s as usize].as_mut().expect("up")
     }
 
-    fn absorb(&mut self, out: Vec<LeaderOutput>) {
+    fn absorb(&mut self, out: Vec<BaseOutput>) {
         for o in out {
             match o {
-                LeaderOutput::ToClient { client, msg: ServerMsg::Reply(r) } => {
+                BaseOutput::ToClient { client, msg: ServerMsg::Reply(r) } => {
                     assert_eq!(client, CLIENT);
                     self.replies.push(r);
                 }
-                LeaderOutput::ToClient { .. }
-                | LeaderOutput::ToClientDurably { .. }
-                | LeaderOutput::ToClients { .. }
-                | LeaderOutput::ToAllClients { .. } => {}
-                LeaderOutput::ToPeer { shard, batch } | LeaderOutput::ToPeerDurably { shard, batch, .. } => {
+                BaseOutput::ToClient { .. }
+                | BaseOutput::ToClientDurably { .. }
+                | BaseOutput::ToClients { .. }
+                | BaseOutput::ToAllClients { .. } => {}
+                BaseOutput::ToPeer { shard, batch } | BaseOutput::ToPeerDurably { shard, batch, .. } => {
                     self.net.push_back((shard, batch))
                 }
-                LeaderOutput::Executed { shard, id, .. } => self.executed.push((shard, id)),
+                BaseOutput::Executed { shard, id, .. } => self.executed.push((shard, id)),
             }
         }
     }
@@ -310,10 +309,7 @@ impl Cluster {
     /// Drops every message in flight that matches.
     pub fn drop_items(&mut self, keep: impl Fn(ShardId, &BaseItem) -> bool) {
         for (to, batch) in self.net.iter_mut() {
-            batch.items.retain(|i| match i {
-                PeerItem::Base(b) => keep(*to, b),
-                _ => true,
-            });
+            batch.items.retain(|i| keep(*to, i));
         }
     }
 }

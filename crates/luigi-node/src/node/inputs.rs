@@ -2,9 +2,10 @@
 //! replication messages (Raft, snapshot transfers, fast-path accepts, clock probes, leader
 //! announcements) and the links coming up or going.
 
-use luigi_protocol::msg::{PeerBatch, ReplicationMsg, SnapshotKind};
+use luigi_protocol::msg::{ReplicationMsg, SnapshotKind};
 use luigi_raft::RaftError;
 use luigi_txn::msg::ClientMsg;
+use luigi_txn::peer::PeerMsg;
 use luigi_txn::types::{ClientId, ShardId, TimeUs};
 
 use super::accepts::AcceptsQuestion;
@@ -31,14 +32,15 @@ impl ReplicaNode {
         self.emit(fx);
     }
 
-    /// Agreement items from another shard's leader; dropped unless this replica serves (the
-    /// sender's recovery asks again).
-    pub fn on_peer_batch(&mut self, now: TimeUs, batch: PeerBatch, fx: &mut Vec<Effect>) {
-        if batch.from == self.config.node.shard || batch.from as usize >= self.config.replicas.len() {
-            tracing::debug!(from = batch.from, "agreement batch from no other shard; dropped");
+    /// A message from another shard's replica (its protocol's batch, opaque here, or a
+    /// progress report); dropped unless this replica serves (the sender's recovery asks
+    /// again) or if it does not decode (the replica counts and logs it).
+    pub fn on_peer_batch(&mut self, now: TimeUs, msg: PeerMsg, fx: &mut Vec<Effect>) {
+        if msg.from == self.config.node.shard || msg.from as usize >= self.config.replicas.len() {
+            tracing::debug!(from = msg.from, "peer message from no other shard; dropped");
             return;
         }
-        if !self.replica.on_peer(&mut self.log, now, batch, &mut self.out) {
+        if !self.replica.on_peer(&mut self.log, now, msg, &mut self.out) {
             self.stats.batches_dropped += 1;
         }
         self.emit(fx);
@@ -189,7 +191,7 @@ impl ReplicaNode {
 
     /// The shell could not hand `batch` to the link to `to` (its queue is full): it is sent
     /// again, first, at the next turn.
-    pub fn batch_refused(&mut self, to: NodeId, batch: PeerBatch) {
+    pub fn batch_refused(&mut self, to: NodeId, batch: PeerMsg) {
         self.routes.refused(to.shard, batch);
     }
 }

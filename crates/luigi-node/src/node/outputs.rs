@@ -3,10 +3,10 @@
 //! records; Raft's messages (a snapshot's as a transfer); agreement batches through their
 //! routes.
 
-use luigi_protocol::leader::LeaderOutput;
-use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg};
+use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::OutMessage;
 use luigi_txn::msg::ServerMsg;
+use luigi_txn::peer::{NodeOutput, PeerMsg, PeerOut};
 use luigi_txn::types::ShardId;
 
 use super::{replica_of, ReplicaNode};
@@ -16,7 +16,7 @@ use crate::effect::Effect;
 #[allow(clippy::large_enum_variant)] // few and short-lived; boxing would allocate per answer
 pub(super) enum Held {
     Effect(Effect),
-    Batch(ShardId, PeerBatch),
+    Batch(ShardId, PeerMsg),
 }
 
 /// A message of the core and the log position it rests on (0: none).
@@ -38,33 +38,33 @@ impl ReplicaNode {
         let (mut records, mut after_records) = (Vec::new(), Vec::new());
         for o in std::mem::take(&mut self.out) {
             let held = match o {
-                LeaderOutput::ToClientDurably { client, msg, record } => {
+                NodeOutput::ToClientDurably { client, msg, record } => {
                     // A leader's fast answer also names a position: it waits for both.
                     records.extend(record);
                     let held = HeldMsg { need: position_in(&msg), msg: Held::Effect(Effect::ToClient { client, msg }) };
                     self.hold_for_accepts(held, &mut after_records);
                     continue;
                 }
-                LeaderOutput::ToPeerDurably { shard, batch, records: theirs } => {
+                NodeOutput::ToPeerDurably { shard, batch: PeerOut { msg, rests_on }, records: theirs } => {
                     // A marked proposal names its PREPARE's position too.
                     records.extend(theirs);
-                    let held = HeldMsg { need: proposal_positions(&batch), msg: Held::Batch(shard, batch) };
+                    let held = HeldMsg { need: rests_on, msg: Held::Batch(shard, msg) };
                     self.hold_for_accepts(held, &mut after_records);
                     continue;
                 }
-                LeaderOutput::ToClient { client, msg } => {
+                NodeOutput::ToClient { client, msg } => {
                     HeldMsg { need: position_in(&msg), msg: Held::Effect(Effect::ToClient { client, msg }) }
                 }
-                LeaderOutput::ToClients { clients, msg } => {
+                NodeOutput::ToClients { clients, msg } => {
                     HeldMsg { need: 0, msg: Held::Effect(Effect::ToClients { clients, msg }) }
                 }
-                LeaderOutput::ToAllClients { msg } => {
+                NodeOutput::ToAllClients { msg } => {
                     HeldMsg { need: 0, msg: Held::Effect(Effect::ToAllClients { msg }) }
                 }
-                LeaderOutput::ToPeer { shard, batch } => {
-                    HeldMsg { need: proposal_positions(&batch), msg: Held::Batch(shard, batch) }
+                NodeOutput::ToPeer { shard, batch: PeerOut { msg, rests_on } } => {
+                    HeldMsg { need: rests_on, msg: Held::Batch(shard, msg) }
                 }
-                LeaderOutput::Executed { shard, id, ts } => {
+                NodeOutput::Executed { shard, id, ts } => {
                     HeldMsg { need: 0, msg: Held::Effect(Effect::Executed { shard, id, ts }) }
                 }
             };
@@ -144,17 +144,7 @@ fn position_in(msg: &ServerMsg) -> u64 {
         | ServerMsg::Progress(_)
         | ServerMsg::Promise { .. } => 0,
         // Rests on the follower's accept log, not on a Raft position (DESIGN.md, the fast
-        // path): sent as `LeaderOutput::ToClientDurably`.
+        // path): sent as `NodeOutput::ToClientDurably`.
         ServerMsg::FastAccept { .. } => 0,
     }
-}
-
-/// The highest log position a batch's proposals rest on, or 0.
-fn proposal_positions(batch: &PeerBatch) -> u64 {
-    batch
-        .items
-        .iter()
-        .filter_map(|item| if let PeerItem::Propose { at: Some(pos), .. } = item { Some(pos.index) } else { None })
-        .max()
-        .unwrap_or(0)
 }

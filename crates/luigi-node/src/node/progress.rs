@@ -1,8 +1,8 @@
 //! This replica's progress reports (rule 14): a follower's last durable acknowledgement, a
 //! leader's commit index, sent to every connected client and to the other shards' leaders.
 
-use luigi_protocol::msg::{PeerBatch, PeerItem};
 use luigi_txn::msg::ServerMsg;
+use luigi_txn::peer::{PeerBody, PeerMsg};
 use luigi_txn::progress::{LogPos, ProgressReport};
 use luigi_txn::types::{ShardId, TimeUs};
 
@@ -49,7 +49,7 @@ impl ReplicaNode {
         for shard in (0..self.config.replicas.len() as ShardId).filter(|s| *s != me) {
             // Best effort, never queued: a later report supersedes this one.
             if let Some(to) = self.routes.reachable_leader(shard) {
-                let batch = PeerBatch { from: me, watermark: 0, items: vec![PeerItem::Progress(r)] };
+                let batch = PeerMsg { from: me, body: PeerBody::Progress(r) };
                 fx.push(Effect::ToPeer { to, batch });
             }
         }

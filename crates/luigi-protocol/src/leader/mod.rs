@@ -56,6 +56,7 @@ use luigi_store::Store;
 use crate::log::{LogEntry, LogIndex, LogRecord, ReplicatedLog};
 use crate::msg::{PeerBatch, PeerItem};
 use luigi_txn::msg::{ClientMsg, ServerMsg};
+use luigi_txn::peer::ReplicaOutput;
 use luigi_txn::procedure::Registry;
 use luigi_txn::progress::{LogPos, Progress};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
@@ -224,72 +225,9 @@ pub struct Mutations {
     pub outcomes_fifo: Option<usize>,
 }
 
-/// An effect of the leader for its shell to carry out.
-#[derive(Clone, Debug, PartialEq)]
-pub enum LeaderOutput {
-    /// Send `msg` to client `client`.
-    ToClient {
-        /// Destination.
-        client: ClientId,
-        /// Message.
-        msg: ServerMsg,
-    },
-    /// Send `msg` to every connected client.
-    ToAllClients {
-        /// Message.
-        msg: ServerMsg,
-    },
-    /// Send `msg` to each of `clients`.
-    ToClients {
-        /// Destinations.
-        clients: Vec<ClientId>,
-        /// Message.
-        msg: ServerMsg,
-    },
-    /// Send `msg` to client `client` once `record` (if any) and everything written to the
-    /// accept log before it are durable there (a follower's `FastAccept`; DESIGN.md, the
-    /// fast path).
-    ToClientDurably {
-        /// Destination.
-        client: ClientId,
-        /// Message.
-        msg: ServerMsg,
-        /// An accept record ([`crate::fast::AcceptRecord`], encoded) to write first.
-        record: Option<Vec<u8>>,
-    },
-    /// Send `batch` to the leader of `shard` once `records` and everything written to the
-    /// accept log before them are durable there (a leader's marked proposal after its vote,
-    /// a follower's `FastAccept` to another participant; DESIGN.md rules 16 and 17).
-    ToPeerDurably {
-        /// Destination shard.
-        shard: ShardId,
-        /// Agreement items.
-        batch: PeerBatch,
-        /// Accept records ([`crate::fast::AcceptRecord`], encoded) to write first.
-        records: Vec<Vec<u8>>,
-    },
-    /// Send `batch` to the leader of `shard`.
-    ToPeer {
-        /// Destination shard.
-        shard: ShardId,
-        /// Agreement items.
-        batch: PeerBatch,
-    },
-    /// This leader just executed transaction `id`'s piece on `shard` at its final timestamp
-    /// `ts` (its answer goes out later, once the watermark passes `ts`). Nothing to send: an
-    /// observation for checkers and metrics (the simulator compares execution orders with
-    /// it); a shell that only moves messages ignores it. Emitted once per execution, in
-    /// execution order; a transaction re-executed by a later leader after a failover (its
-    /// `Applied` marker was not committed) is reported again by that leader.
-    Executed {
-        /// The shard whose piece ran.
-        shard: ShardId,
-        /// The transaction.
-        id: TxnId,
-        /// Its final timestamp.
-        ts: Timestamp,
-    },
-}
+/// An effect of the leader for its shell to carry out: the neutral output with Luigi's typed
+/// batches (its replica encodes them for the node, `ReplicaOutput::encoded`).
+pub type LeaderOutput = ReplicaOutput<PeerBatch>;
 
 /// A transaction admitted here and not yet executed.
 #[derive(Debug)]
@@ -655,8 +593,6 @@ impl<L: ReplicatedLog> ShardLeader<L> {
                 PeerItem::Refuse { id, reason } => self.on_refuse(log, id, peer::named_refusal(from, reason)),
                 PeerItem::Acknowledged { id } => self.on_acknowledged(id),
                 PeerItem::Applied { ts } => self.on_peer_applied(from, ts),
-                // Another protocol's message: a server of this cluster runs a baseline.
-                PeerItem::Base(item) => tracing::warn!(from, ?item, "baseline message at a Luigi leader; dropped"),
             }
         }
         self.pump(log, now, out);

@@ -4,11 +4,10 @@
 
 use std::sync::Arc;
 
-use luigi_protocol::leader::LeaderOutput;
 use luigi_protocol::log::LogEntry;
-use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
+use luigi_txn::peer::{PeerVocabulary, ReplicaOutput};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 use super::RoleMachine;
@@ -85,6 +84,9 @@ pub trait FollowerImages: Clone + Send + Sync + 'static {
 pub trait LeaderCore: Send + Sized + 'static {
     /// The log's record type.
     type Record: Record + Send + 'static;
+    /// Its peer batches: typed here, encoded for the node by the role machine
+    /// ([`ReplicaOutput::encoded`]) and decoded from the node's [`luigi_txn::peer::PeerMsg`].
+    type Batch: PeerVocabulary + Send + 'static;
 
     /// A client's message.
     fn on_client(
@@ -93,14 +95,20 @@ pub trait LeaderCore: Send + Sized + 'static {
         now: TimeUs,
         client: ClientId,
         msg: ClientMsg,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<ReplicaOutput<Self::Batch>>,
     );
     /// Items from another shard's leader.
-    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>);
+    fn on_peer(
+        &mut self,
+        log: &mut RaftLog,
+        now: TimeUs,
+        batch: Self::Batch,
+        out: &mut Vec<ReplicaOutput<Self::Batch>>,
+    );
     /// Another shard has a new leader.
     fn peer_leader_changed(&mut self, shard: ShardId);
     /// Its timed work.
-    fn tick(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<LeaderOutput>);
+    fn tick(&mut self, log: &mut RaftLog, now: TimeUs, out: &mut Vec<ReplicaOutput<Self::Batch>>);
     /// When [`LeaderCore::tick`] next has work.
     fn next_deadline(&self) -> Option<TimeUs>;
     /// Its store.
@@ -144,6 +152,9 @@ pub enum ReplayedExecutions {
     /// They are forgotten.
     Forgotten,
 }
+
+/// The outputs of protocol `P`'s leader core, with its typed batches.
+pub type OutputOf<P> = ReplicaOutput<<<P as ReplicaProtocol>::Leader as LeaderCore>::Batch>;
 
 /// One protocol's part of a replica: its cores, its record type, when it may serve, and its
 /// policies. [`RoleMachine`] runs everything else.
@@ -212,7 +223,7 @@ pub trait ReplicaProtocol: Send + Sized + 'static {
         _client: ClientId,
         _txn: &Arc<Txn>,
         _fast: bool,
-        _out: &mut Vec<LeaderOutput>,
+        _out: &mut Vec<OutputOf<Self>>,
     ) -> bool {
         false
     }

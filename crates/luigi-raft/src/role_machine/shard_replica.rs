@@ -3,13 +3,12 @@
 
 use std::sync::Arc;
 
-use luigi_protocol::leader::LeaderOutput;
-use luigi_protocol::msg::PeerBatch;
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
+use luigi_txn::peer::{NodeOutput, PeerMsg, PeerVocabulary};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
-use super::{FollowerCore, FollowerImages, LeaderCore, ReplicaProtocol, Role, RoleMachine};
+use super::{BatchOf, FollowerCore, FollowerImages, LeaderCore, ReplicaProtocol, Role, RoleMachine};
 use crate::replica_api::{
     FastPathReplica, LeaderFigures, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
 };
@@ -28,6 +27,15 @@ impl<I: FollowerImages> SnapshotDecoder for Decoder<I> {
     }
 }
 
+impl<P: ReplicaProtocol> RoleMachine<P> {
+    /// Hands the leader core's typed outputs to the node, batches encoded, and keeps the
+    /// scratch vector for the next call.
+    fn hand_over(&mut self, mut typed: Vec<super::OutputOf<P>>, out: &mut Vec<NodeOutput>) {
+        out.extend(typed.drain(..).map(luigi_txn::peer::ReplicaOutput::encoded));
+        self.typed_out = typed;
+    }
+}
+
 impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
     fn on_client(
         &mut self,
@@ -35,13 +43,28 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
         now: TimeUs,
         client: ClientId,
         msg: ClientMsg,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<NodeOutput>,
     ) {
-        RoleMachine::on_client(self, log, now, client, msg, out)
+        let mut typed = std::mem::take(&mut self.typed_out);
+        RoleMachine::on_client(self, log, now, client, msg, &mut typed);
+        self.hand_over(typed, out);
     }
 
-    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, batch: PeerBatch, out: &mut Vec<LeaderOutput>) -> bool {
-        RoleMachine::on_peer(self, log, now, batch, out)
+    fn on_peer(&mut self, log: &mut RaftLog, now: TimeUs, msg: PeerMsg, out: &mut Vec<NodeOutput>) -> bool {
+        let batch = match BatchOf::<P>::decode(msg) {
+            Ok(batch) => batch,
+            Err(e) => {
+                // Peers are authenticated, but a garbled frame must not take the server
+                // down: it is dropped like a batch a follower does not take.
+                self.stats.undecodable_peer += 1;
+                tracing::warn!(error = %e, "peer message dropped");
+                return false;
+            }
+        };
+        let mut typed = std::mem::take(&mut self.typed_out);
+        let taken = RoleMachine::on_peer(self, log, now, batch, &mut typed);
+        self.hand_over(typed, out);
+        taken
     }
 
     fn peer_leader_changed(&mut self, shard: ShardId) {
@@ -52,9 +75,12 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
         &mut self,
         log: &mut RaftLog,
         now: TimeUs,
-        out: &mut Vec<LeaderOutput>,
+        out: &mut Vec<NodeOutput>,
     ) -> Result<Option<Transition>, RaftError> {
-        RoleMachine::turn(self, log, now, out)
+        let mut typed = std::mem::take(&mut self.typed_out);
+        let turned = RoleMachine::turn(self, log, now, &mut typed);
+        self.hand_over(typed, out);
+        turned
     }
 
     fn take_executed(&mut self) -> Vec<(TxnId, Timestamp)> {

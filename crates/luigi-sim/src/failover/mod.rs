@@ -51,8 +51,10 @@
 //! `Decide` for a decision).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use luigi_node::ReplicaNode;
+use luigi_raft::ReplicaFactory;
 use luigi_txn::msg::ClientMsg;
 use luigi_txn::types::NodeId;
 use luigi_txn::types::{ClientId, Protocol, ShardId, Timestamp, TxnId};
@@ -163,6 +165,9 @@ pub(crate) struct RaftGroups<'a> {
     next_kill_ok_at: VirtualUs,
     /// (shard, transaction) pairs whose first `Propose` (a baseline's: `Vote`) was seen.
     proposed: HashSet<(ShardId, TxnId)>,
+    /// The run's protocol's replica factory: what its peer messages carry
+    /// ([`ReplicaFactory::peer_facts`]), for the kill points and the reply ledger.
+    factory: Arc<dyn ReplicaFactory>,
     /// Executions that relied on another shard's proposal proven committed by its progress
     /// reports before any replica there knew its commit (rule 14): checked against the final
     /// logs.
@@ -210,6 +215,7 @@ impl<'a> RaftGroups<'a> {
             kills_left: faults.kills,
             next_kill_ok_at: 0,
             proposed: HashSet::new(),
+            factory: luigi_baseline::replicas_for(config.protocol),
             rule4_later: Vec::new(),
             reads: baseline::ReadLedger::default(),
             held: partition::Held::default(),
@@ -373,7 +379,7 @@ impl ClusterModel for RaftGroups<'_> {
                     Protocol::Luigi => {
                         if self.serving(to, i) {
                             let w = self.published[to as usize];
-                            core.cs.replies.arrived_in_batch(to, w, &batch.items);
+                            core.cs.replies.arrived_in_batch(to, w, &self.factory.peer_facts(&batch).admits);
                         }
                     }
                     Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {}

@@ -9,8 +9,6 @@
 use luigi_baseline::replicas_for;
 use luigi_node::{Effect, NodeConfig, NodeError, Persist, ReplicaNode, SnapshotCheck, Tuning};
 use luigi_protocol::leader::{LeaderConfig, LeaderStats};
-use luigi_protocol::msg::BaseItem;
-use luigi_protocol::msg::PeerItem;
 use luigi_raft::accepts::FoundAccepts;
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::{RecoveredState, ShardReplica};
@@ -522,31 +520,14 @@ impl RaftGroups<'_> {
         // `Prepare` record committed) and a coordinator's `Decide` (the outcome is decided).
         let mut first_propose = false;
         let mut confirm = false;
+        // The protocol reads its own batches (`ReplicaFactory::peer_facts`).
         for e in fx {
             if let Effect::ToPeer { batch, .. } = e {
-                for item in &batch.items {
-                    match item {
-                        PeerItem::Propose { id, .. } => first_propose |= self.proposed.insert((s, *id)),
-                        PeerItem::Confirm { .. } => confirm = true,
-                        PeerItem::Base(BaseItem::Vote { id, .. }) => first_propose |= self.proposed.insert((s, *id)),
-                        PeerItem::Base(BaseItem::Decide { .. }) => confirm = true,
-                        PeerItem::Recover { .. }
-                        | PeerItem::Executed { .. }
-                        | PeerItem::Refuse { .. }
-                        | PeerItem::Acknowledged { .. }
-                        | PeerItem::Applied { .. }
-                        | PeerItem::Progress(_)
-                        | PeerItem::FastAccept { .. }
-                        | PeerItem::Base(
-                            BaseItem::Execute { .. }
-                            | BaseItem::Executed { .. }
-                            | BaseItem::Prepare { .. }
-                            | BaseItem::Release { .. }
-                            | BaseItem::Status { .. }
-                            | BaseItem::StatusIs { .. },
-                        ) => {}
-                    }
+                let facts = self.factory.peer_facts(batch);
+                for id in facts.proposals {
+                    first_propose |= self.proposed.insert((s, id));
                 }
+                confirm |= facts.decides;
             }
         }
         let point = self.faults.kill?;

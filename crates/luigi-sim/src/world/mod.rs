@@ -10,7 +10,9 @@
 use std::collections::HashSet;
 
 use luigi_protocol::leader::{LeaderConfig, LeaderOutput, LeaderWithLog};
+use luigi_protocol::msg::PeerBatch;
 use luigi_txn::msg::{ClientMsg, ServerMsg};
+use luigi_txn::peer::PeerVocabulary;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use crate::config::SimConfig;
@@ -220,7 +222,7 @@ impl IdealLog {
                         format!("shard {shard} sent a batch from shard {} to shard {to}: {batch:?}", batch.from),
                     ));
                 }
-                core.send(me, Node::Leader(to), SimMsg::Peer(batch));
+                core.send(me, Node::Leader(to), SimMsg::Peer(batch.encode().msg));
             }
             LeaderOutput::Executed { .. } => {} // observed before the outputs are sent
         }
@@ -253,9 +255,12 @@ impl ClusterModel for IdealLog {
                 }
                 self.call_leader(core, shard, false, |l, local, out| l.on_client(local, client, m, out))
             }
-            (Node::Leader(from), Node::Leader(to), SimMsg::Peer(batch)) if batch.from == from => {
+            (Node::Leader(from), Node::Leader(to), SimMsg::Peer(msg)) if msg.from == from => {
+                // Luigi's leaders, driven directly: the model decodes what their replica would.
+                let batch =
+                    PeerBatch::decode(msg).map_err(|e| core.violation(ViolationKind::Invariant, e.to_string()))?;
                 let w = self.leader(core, to)?.leader.watermark();
-                core.cs.replies.arrived_in_batch(to, w, &batch.items);
+                core.cs.replies.arrived_in_batch(to, w, &batch.facts().admits);
                 self.call_leader(core, to, false, |l, local, out| l.on_peer(local, batch, out))
             }
             (src, dst, msg) => {
