@@ -11,6 +11,9 @@
 //! its log from the start. A follower holds dispatches while it knows no leader
 //! ([`FollowerDispatch::HoldWhileNoLeader`]), and with the fast path accepts them
 //! ([`FastPathReplica`]).
+//!
+//! Size: over 600 lines with its unit tests (about 230 lines, through the seam and the lent
+//! log); the replica's own part is under 400.
 
 use luigi_protocol::fast::Acceptor;
 use luigi_protocol::leader::admissible::Admission;
