@@ -10,5 +10,6 @@ pub mod options;
 pub mod report;
 pub mod run;
 pub mod stats;
+pub mod suite;
 pub mod tpcc;
 pub mod workload;
