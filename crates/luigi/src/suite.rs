@@ -51,7 +51,7 @@ pub struct ReportArgs {
     #[arg(required_unless_present = "compare")]
     dir: Option<PathBuf>,
     /// Compare two results directories point by point (B over A: throughput and average
-    /// latency); printed, and written as markdown to --to.
+    /// latency); printed, written as markdown to --to and plotted beside it (same name, .png).
     #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with = "dir")]
     compare: Option<Vec<PathBuf>>,
     /// Where --compare writes its markdown [default: B/COMPARE.md].

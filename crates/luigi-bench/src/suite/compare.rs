@@ -5,7 +5,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use std::path::Path;
+
 use crate::report::format_thousands;
+use crate::suite::plots::{draw_png, Panel, Series};
 use crate::suite::results::{PointRecord, SuiteDir};
 
 /// One point of both runs.
@@ -109,6 +112,37 @@ pub fn render(a: &SuiteDir, b: &SuiteDir, a_name: &str, b_name: &str) -> String 
         }
     }
     out
+}
+
+/// Plots the ratios B/A of the points both runs measured into the PNG `path`, each sorted
+/// from lowest to highest (x: the rank of the point), with a line at 1x; false (and nothing
+/// written) if no point was compared.
+pub fn plot(a: &SuiteDir, b: &SuiteDir, path: &Path) -> anyhow::Result<bool> {
+    let (both, _, _) = changes(a, b);
+    let sorted = |f: fn(&Change) -> Option<f64>| {
+        let mut v: Vec<f64> = both.iter().filter_map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v.into_iter().enumerate().map(|(i, r)| (i as f64, r)).collect::<Vec<_>>()
+    };
+    let series = vec![
+        Series { label: "B/A throughput".into(), points: sorted(Change::tps_ratio) },
+        Series { label: "B/A average latency".into(), points: sorted(Change::latency_ratio) },
+    ];
+    let n = series[0].points.len().max(series[1].points.len());
+    if n == 0 {
+        return Ok(false);
+    }
+    let panel = Panel {
+        title: format!("Change from A to B over {n} points (each line sorted)"),
+        x_desc: "points, from the lowest ratio to the highest".into(),
+        y_desc: "B / A".into(),
+        x: -0.5..(n as f64 - 0.5),
+        x_names: Vec::new(),
+        series,
+        hlines: vec![(1.0, "1x".into())],
+    };
+    draw_png(path, &[panel])?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -188,7 +188,7 @@ fn failure_text(
 ) -> String {
     let head = match status {
         Err(e) => format!("could not start: {e}"),
-        Ok(s) if !s.success() => format!("exit {s}"),
+        Ok(s) if !s.success() => s.to_string(),
         Ok(_) if !had_result => "no result written".to_string(),
         Ok(_) => format!("{committed} committed"),
     };

@@ -31,3 +31,16 @@ fn geomean_of_nothing_is_none() {
     assert_eq!(geomean(&[]), None);
     assert!((geomean(&[2.0, 8.0]).unwrap() - 4.0).abs() < 1e-9);
 }
+
+#[test]
+fn the_change_plot_is_a_png() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("compare.png");
+    let a = fixtures::suite(&[]);
+    assert!(plot(&a, &a, &path).unwrap());
+    let data = std::fs::read(&path).unwrap();
+    assert_eq!(&data[..8], b"\x89PNG\r\n\x1a\n");
+    let empty = SuiteDir::default();
+    assert!(!plot(&empty, &a, &tmp.path().join("none.png")).unwrap());
+    assert!(!tmp.path().join("none.png").exists());
+}
