@@ -176,16 +176,9 @@ fn throughput_panels(dir: &SuiteDir, study: Study, workload: &str, shape: (u32, 
                     let points = seed_threads(study)
                         .iter()
                         .filter_map(|&t| {
-                            dir.first(|r| {
-                                let p = &r.point;
-                                p.study == study
-                                    && (p.shards, p.replicas) == shape
-                                    && p.net == *net
-                                    && p.protocol == *protocol
-                                    && p.threads == t
-                            })
-                            .and_then(PointRecord::tps)
-                            .map(|tps| (f64::from(t), tps))
+                            dir.seeds_cell(study, shape, protocol, t, net)
+                                .and_then(PointRecord::tps)
+                                .map(|tps| (f64::from(t), tps))
                         })
                         .collect();
                     Series { label: protocol.to_string(), points }
@@ -218,16 +211,9 @@ fn latency_panels(dir: &SuiteDir, study: Study, workload: &str) -> Vec<Panel> {
                         .iter()
                         .enumerate()
                         .filter_map(|(i, net)| {
-                            dir.first(|r| {
-                                let p = &r.point;
-                                p.study == study
-                                    && (p.shards, p.replicas) == shape
-                                    && p.net == *net
-                                    && p.protocol == *protocol
-                                    && p.threads == 1
-                            })
-                            .and_then(PointRecord::avg_ms)
-                            .map(|ms| (i as f64, ms / ONE_WAY_MS[i]))
+                            dir.seeds_cell(study, shape, protocol, 1, net)
+                                .and_then(PointRecord::avg_ms)
+                                .map(|ms| (i as f64, ms / ONE_WAY_MS[i]))
                         })
                         .collect();
                     Series { label: protocol.to_string(), points }

@@ -159,16 +159,7 @@ fn seeds_section(dir: &SuiteDir, study: Study, workload: &str) -> String {
     head.extend(SEED_NETS.iter().map(|n| n.to_string()));
     for (shards, replicas) in SEED_SHAPES {
         for protocol in PROTOCOLS {
-            let at = |threads: u32, net: &str| {
-                dir.first(|r| {
-                    let p = &r.point;
-                    p.study == study
-                        && (p.shards, p.replicas) == (shards, replicas)
-                        && p.protocol == protocol
-                        && p.threads == threads
-                        && p.net == net
-                })
-            };
+            let at = |threads: u32, net: &str| dir.seeds_cell(study, (shards, replicas), protocol, threads, net);
             if seed_threads(study).iter().all(|&t| SEED_NETS.iter().all(|n| at(t, n).is_none())) {
                 continue;
             }
@@ -199,16 +190,7 @@ fn ratio_section(dir: &SuiteDir, study: Study, workload: &str) -> String {
         let mut rows = Vec::new();
         for (shards, replicas) in SEED_SHAPES {
             for &threads in seed_threads(study) {
-                let at = |protocol: &str, net: &str| {
-                    dir.first(|r| {
-                        let p = &r.point;
-                        p.study == study
-                            && (p.shards, p.replicas) == (shards, replicas)
-                            && p.protocol == protocol
-                            && p.threads == threads
-                            && p.net == net
-                    })
-                };
+                let at = |protocol: &str, net: &str| dir.seeds_cell(study, (shards, replicas), protocol, threads, net);
                 let cells: Vec<String> = SEED_NETS.iter().map(|n| ratio(at(a, n), at(b, n))).collect();
                 if cells.iter().all(|c| c == "-") {
                     continue;

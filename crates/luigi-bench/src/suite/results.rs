@@ -10,7 +10,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::report::BenchResult;
-use crate::suite::matrix::Point;
+use crate::suite::matrix::{Point, Study};
 
 /// `suite.json`: what ran, where, when.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -152,6 +152,25 @@ impl SuiteDir {
     /// The first run (repeat 1) of the cell matching `pred`, if the directory has it.
     pub fn first(&self, pred: impl Fn(&PointRecord) -> bool) -> Option<&PointRecord> {
         self.points.iter().find(|r| r.point.repeat == 1 && pred(r))
+    }
+
+    /// The first run of a seeds-layout cell: `study`, shape, protocol, threads, network.
+    pub fn seeds_cell(
+        &self,
+        study: Study,
+        shape: (u32, u32),
+        protocol: &str,
+        threads: u32,
+        net: &str,
+    ) -> Option<&PointRecord> {
+        self.first(|r| {
+            let p = &r.point;
+            p.study == study
+                && (p.shards, p.replicas) == shape
+                && p.protocol == protocol
+                && p.threads == threads
+                && p.net == net
+        })
     }
 }
 
