@@ -13,7 +13,29 @@ use serde::{Deserialize, Serialize};
 /// continent 30 ms, cross continent 80 ms, geo-distributed 150 ms one-way).
 pub const SEED_NETS: [&str; 4] = ["same-region", "same-continent", "cross-continent", "geo"];
 /// The seeds' cluster shapes: (shards, replicas).
-pub const SEED_SHAPES: [(u32, u32); 4] = [(1, 1), (1, 3), (2, 1), (2, 3)];
+pub const SEED_SHAPES: [Shape; 4] = [Shape::new(1, 1), Shape::new(1, 3), Shape::new(2, 1), Shape::new(2, 3)];
+
+/// A cluster shape: shards of so many replicas each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Shape {
+    /// Shards.
+    pub shards: u32,
+    /// Replicas per shard.
+    pub replicas: u32,
+}
+
+impl Shape {
+    /// `shards` shards of `replicas` replicas.
+    pub const fn new(shards: u32, replicas: u32) -> Self {
+        Shape { shards, replicas }
+    }
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.shards, self.replicas)
+    }
+}
 /// The seeds' thread counts (the rows of their micro tables).
 pub const SEED_THREADS: [u32; 4] = [1, 2, 4, 8];
 /// The TPC-C tables' thread counts: 1 and 8 only, as the README's TPC-C study, so that the
@@ -116,6 +138,11 @@ impl Point {
         }
     }
 
+    /// The point's cluster shape.
+    pub fn shape(&self) -> Shape {
+        Shape::new(self.shards, self.replicas)
+    }
+
     /// The arguments after the binary: `bench <workload> ... --json <json> --no-progress`.
     pub fn argv(&self, json: &str) -> Vec<String> {
         let mut a: Vec<String> = vec!["bench".into(), self.workload.clone()];
@@ -206,7 +233,7 @@ struct Cell<'a> {
     study: Study,
     prefix: &'a str,
     workload: &'a str,
-    shape: (u32, u32),
+    shape: Shape,
     net: &'a str,
     threads: u32,
     in_flight: u32,
@@ -226,8 +253,8 @@ impl Cell<'_> {
         let t = timing(self.study, quick, self.net);
         let knob_id = self.knob.as_ref().map(|(k, _)| format!("-{}", k.replace([' ', '%'], ""))).unwrap_or_default();
         let base = format!(
-            "{}{}-{}x{}-{}-t{}{}-{}",
-            self.prefix, self.workload, self.shape.0, self.shape.1, self.net, self.threads, knob_id, self.protocol
+            "{}{}-{}-{}-t{}{}-{}",
+            self.prefix, self.workload, self.shape, self.net, self.threads, knob_id, self.protocol
         );
         let (knob, mut extra) = match self.knob {
             Some((k, e)) => (Some(k), e),
@@ -239,8 +266,8 @@ impl Cell<'_> {
                 id: if repeat == 1 { base.clone() } else { format!("{base}-r{repeat}") },
                 study: self.study,
                 workload: self.workload.into(),
-                shards: self.shape.0,
-                replicas: self.shape.1,
+                shards: self.shape.shards,
+                replicas: self.shape.replicas,
                 net: self.net.into(),
                 threads: self.threads,
                 in_flight: self.in_flight,
@@ -269,13 +296,17 @@ fn seeds_points(workload: &str, quick: bool) -> Vec<Point> {
         for net in SEED_NETS {
             for &threads in thread_counts {
                 for protocol in PROTOCOLS {
-                    let corner = threads == 8 && matches!((shape, net), ((1, 1), "same-region") | ((2, 3), "geo"));
+                    let corner = threads == 8
+                        && matches!((shape.to_string().as_str(), net), ("1x1", "same-region") | ("2x3", "geo"));
                     // Quick: 8 threads; micro on 1x1 and 2x3 under same-region and geo (Luigi's
                     // repeated once), TPC-C on 2x3 under geo.
                     let in_quick = threads == 8
                         && match workload {
-                            "micro" => matches!(shape, (1, 1) | (2, 3)) && matches!(net, "same-region" | "geo"),
-                            _ => shape == (2, 3) && net == "geo",
+                            "micro" => {
+                                matches!(shape.to_string().as_str(), "1x1" | "2x3")
+                                    && matches!(net, "same-region" | "geo")
+                            }
+                            _ => shape == Shape::new(2, 3) && net == "geo",
                         };
                     let quick_runs = match (in_quick, corner && protocol == "luigi" && workload == "micro") {
                         (false, _) => 0,
@@ -327,7 +358,7 @@ fn cross_shard_points(quick: bool) -> Vec<Point> {
                 study: Study::CrossShard,
                 prefix: "cross-",
                 workload: "tpcc",
-                shape: (2, 3),
+                shape: Shape::new(2, 3),
                 net: "geo",
                 threads: 8,
                 in_flight: 200,
@@ -355,7 +386,7 @@ fn seed004_points(quick: bool) -> Vec<Point> {
                 study: Study::Seed004,
                 prefix: "seed004-",
                 workload: "micro",
-                shape: (2, 1),
+                shape: Shape::new(2, 1),
                 net: "none",
                 threads,
                 in_flight: 1,
@@ -374,7 +405,7 @@ fn seed004_points(quick: bool) -> Vec<Point> {
 /// The scale study, Luigi only: shards 1, 2, 4, 8 of 3 replicas, and replicas 3, 5, 7 on one
 /// shard (1x3 once), micro under geo, 8 threads.
 fn scale_points(quick: bool) -> Vec<Point> {
-    let shapes = [(1, 3), (2, 3), (4, 3), (8, 3), (1, 5), (1, 7)];
+    let shapes = [(1, 3), (2, 3), (4, 3), (8, 3), (1, 5), (1, 7)].map(|(s, r)| Shape::new(s, r));
     let mut points = Vec::new();
     for shape in shapes {
         let cell = Cell {
@@ -389,7 +420,7 @@ fn scale_points(quick: bool) -> Vec<Point> {
             knob: None,
             extra: Vec::new(),
             repeats: 1,
-            quick_runs: u32::from(matches!(shape, (1, 3) | (1, 5))),
+            quick_runs: u32::from(matches!(shape.to_string().as_str(), "1x3" | "1x5")),
         };
         points.extend(cell.points(quick));
     }
@@ -416,7 +447,7 @@ fn latency_points(quick: bool) -> Vec<Point> {
                 knob: None,
                 extra: Vec::new(),
                 repeats: 1,
-                quick_runs: u32::from(matches!(shape, (1, 3) | (2, 3)) && protocol == "luigi"),
+                quick_runs: u32::from(matches!(shape.to_string().as_str(), "1x3" | "2x3") && protocol == "luigi"),
             };
             points.extend(cell.points(quick));
         }

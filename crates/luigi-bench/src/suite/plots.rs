@@ -12,7 +12,7 @@ use anyhow::anyhow;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::suite::matrix::{seed_threads, Study, PROTOCOLS, REMOTE_ITEM_PCTS, SEED_NETS, SEED_SHAPES};
+use crate::suite::matrix::{seed_threads, Shape, Study, PROTOCOLS, REMOTE_ITEM_PCTS, SEED_NETS, SEED_SHAPES};
 use crate::suite::results::{PointRecord, SuiteDir};
 
 /// The font family the plots use (registered from the embedded DejaVu Sans).
@@ -166,7 +166,7 @@ pub fn draw_png(path: &Path, panels: &[Panel]) -> anyhow::Result<()> {
 }
 
 /// Throughput against threads, one panel per network, for one workload and shape.
-fn throughput_panels(dir: &SuiteDir, study: Study, workload: &str, shape: (u32, u32)) -> Vec<Panel> {
+fn throughput_panels(dir: &SuiteDir, study: Study, workload: &str, shape: Shape) -> Vec<Panel> {
     SEED_NETS
         .iter()
         .map(|net| {
@@ -186,7 +186,7 @@ fn throughput_panels(dir: &SuiteDir, study: Study, workload: &str, shape: (u32, 
                 .filter(|s: &Series| !s.points.is_empty())
                 .collect();
             Panel {
-                title: format!("{workload} {}x{}, {net}", shape.0, shape.1),
+                title: format!("{workload} {shape}, {net}"),
                 x_desc: "client threads".into(),
                 y_desc: "committed tx/s".into(),
                 x: 0.0..9.0,
@@ -221,7 +221,7 @@ fn latency_panels(dir: &SuiteDir, study: Study, workload: &str) -> Vec<Panel> {
                 .filter(|s: &Series| !s.points.is_empty())
                 .collect();
             Panel {
-                title: format!("{workload} {}x{}, 1 thread: average latency", shape.0, shape.1),
+                title: format!("{workload} {shape}, 1 thread: average latency"),
                 x_desc: "network (one-way delay D: 2, 30, 80, 150 ms)".into(),
                 y_desc: "average latency / D".into(),
                 x: -0.3..3.3,
@@ -268,20 +268,21 @@ fn cross_shard_panel(dir: &SuiteDir) -> Panel {
 
 /// The scale study: throughput against shards (3 replicas) and against replicas (1 shard).
 fn scale_panel(dir: &SuiteDir) -> Panel {
-    let line = |label: &str, shapes: &[(u32, u32)], x: fn((u32, u32)) -> u32| Series {
+    let line = |label: &str, shapes: &[(u32, u32)], x: fn(Shape) -> u32| Series {
         label: label.into(),
         points: shapes
             .iter()
-            .filter_map(|&shape| {
-                dir.first(|r| r.point.study == Study::Scale && (r.point.shards, r.point.replicas) == shape)
+            .filter_map(|&(shards, replicas)| {
+                let shape = Shape::new(shards, replicas);
+                dir.first(|r| r.point.study == Study::Scale && r.point.shape() == shape)
                     .and_then(PointRecord::tps)
                     .map(|tps| (f64::from(x(shape)), tps))
             })
             .collect(),
     };
     let series = vec![
-        line("shards (3 replicas each)", &[(1, 3), (2, 3), (4, 3), (8, 3)], |s| s.0),
-        line("replicas (1 shard)", &[(1, 3), (1, 5), (1, 7)], |s| s.1),
+        line("shards (3 replicas each)", &[(1, 3), (2, 3), (4, 3), (8, 3)], |s| s.shards),
+        line("replicas (1 shard)", &[(1, 3), (1, 5), (1, 7)], |s| s.replicas),
     ];
     Panel {
         title: "Scale: micro, geo, 8 threads, Luigi".into(),
@@ -309,7 +310,7 @@ pub fn draw_all(dir: &SuiteDir, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     for (study, workload) in [(Study::SeedsMicro, "micro"), (Study::SeedsTpcc, "tpcc")] {
         for shape in SEED_SHAPES {
             let panels = throughput_panels(dir, study, workload, shape);
-            png(format!("throughput-{workload}-{}x{}.png", shape.0, shape.1), panels)?;
+            png(format!("throughput-{workload}-{shape}.png"), panels)?;
         }
         png(format!("latency-{workload}.png"), latency_panels(dir, study, workload))?;
     }

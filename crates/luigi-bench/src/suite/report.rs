@@ -157,9 +157,10 @@ fn seeds_section(dir: &SuiteDir, study: Study, workload: &str) -> String {
     let mut out = format!("## {workload}: the seeds' layout (rows threads, columns networks, `tx/s / avg ms`)\n\n");
     let mut head = vec!["threads".to_string()];
     head.extend(SEED_NETS.iter().map(|n| n.to_string()));
-    for (shards, replicas) in SEED_SHAPES {
+    for shape in SEED_SHAPES {
+        let (shards, replicas) = (shape.shards, shape.replicas);
         for protocol in PROTOCOLS {
-            let at = |threads: u32, net: &str| dir.seeds_cell(study, (shards, replicas), protocol, threads, net);
+            let at = |threads: u32, net: &str| dir.seeds_cell(study, shape, protocol, threads, net);
             if seed_threads(study).iter().all(|&t| SEED_NETS.iter().all(|n| at(t, n).is_none())) {
                 continue;
             }
@@ -188,9 +189,10 @@ fn ratio_section(dir: &SuiteDir, study: Study, workload: &str) -> String {
     head.extend(SEED_NETS.iter().map(|n| n.to_string()));
     for (a, b) in RATIO_PAIRS {
         let mut rows = Vec::new();
-        for (shards, replicas) in SEED_SHAPES {
+        for shape in SEED_SHAPES {
+            let (shards, replicas) = (shape.shards, shape.replicas);
             for &threads in seed_threads(study) {
-                let at = |protocol: &str, net: &str| dir.seeds_cell(study, (shards, replicas), protocol, threads, net);
+                let at = |protocol: &str, net: &str| dir.seeds_cell(study, shape, protocol, threads, net);
                 let cells: Vec<String> = SEED_NETS.iter().map(|n| ratio(at(a, n), at(b, n))).collect();
                 if cells.iter().all(|c| c == "-") {
                     continue;
@@ -336,12 +338,12 @@ fn latency_section(dir: &SuiteDir) -> String {
     let d = GEO_ONE_WAY_MS * 1000.0;
     let rows: Vec<Vec<String>> = SEED_SHAPES
         .iter()
-        .map(|&(shards, replicas)| {
-            let mut row = vec![format!("{shards}x{replicas}")];
+        .map(|&shape| {
+            let mut row = vec![shape.to_string()];
             for protocol in PROTOCOLS {
                 let r = dir.first(|r| {
                     let p = &r.point;
-                    p.study == Study::Latency && (p.shards, p.replicas) == (shards, replicas) && p.protocol == protocol
+                    p.study == Study::Latency && p.shape() == shape && p.protocol == protocol
                 });
                 row.push(match r {
                     None => "-".into(),

@@ -10,7 +10,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::report::BenchResult;
-use crate::suite::matrix::{Point, Study};
+use crate::suite::matrix::{Point, Shape, Study};
 
 /// `suite.json`: what ran, where, when.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -158,18 +158,14 @@ impl SuiteDir {
     pub fn seeds_cell(
         &self,
         study: Study,
-        shape: (u32, u32),
+        shape: Shape,
         protocol: &str,
         threads: u32,
         net: &str,
     ) -> Option<&PointRecord> {
         self.first(|r| {
             let p = &r.point;
-            p.study == study
-                && (p.shards, p.replicas) == shape
-                && p.protocol == protocol
-                && p.threads == threads
-                && p.net == net
+            p.study == study && p.shape() == shape && p.protocol == protocol && p.threads == threads && p.net == net
         })
     }
 }

@@ -15,11 +15,11 @@ fn point_ids_are_unique_in_both_suites() {
 fn the_default_suite_covers_the_seeds_matrix_for_every_protocol() {
     let points = matrix(false);
     for (workload, study) in [("micro", Study::SeedsMicro), ("tpcc", Study::SeedsTpcc)] {
-        for (s, r) in SEED_SHAPES {
+        for shape in SEED_SHAPES {
             for net in SEED_NETS {
                 for &t in seed_threads(study) {
                     for p in PROTOCOLS {
-                        let id = format!("{workload}-{s}x{r}-{net}-t{t}-{p}");
+                        let id = format!("{workload}-{shape}-{net}-t{t}-{p}");
                         assert!(points.iter().any(|q| q.id == id), "missing {id}");
                     }
                 }
