@@ -52,6 +52,23 @@ pub struct Panel {
     pub hlines: Vec<(f64, String)>,
 }
 
+impl Panel {
+    /// The top of the y axis: a tenth above the highest point or reference line (1 if none).
+    fn y_max(&self) -> f64 {
+        let top = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .chain(self.hlines.iter().map(|h| h.0))
+            .fold(0.0, f64::max);
+        if top > 0.0 {
+            top * 1.1
+        } else {
+            1.0
+        }
+    }
+}
+
 fn font() {
     static REGISTER: Once = Once::new();
     REGISTER.call_once(|| {
@@ -77,16 +94,21 @@ fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
 }
 
+/// A panel of a partial run (--only) without a point: says so rather than draw empty axes.
+fn draw_empty(area: &DrawingArea<BitMapBackend<'_>, Shift>, title: &str) -> anyhow::Result<()> {
+    let (w, h) = area.dim_in_pixel();
+    let at = |y: u32| (w as i32 / 2 - 150, y as i32);
+    area.draw(&Text::new(title.to_string(), at(h / 2 - 20), (FONT, 18))).map_err(plot_err)?;
+    area.draw(&Text::new("no point of this panel in the run", at(h / 2 + 10), (FONT, 14))).map_err(plot_err)
+}
+
 /// Draws `panel` on `area`.
 pub fn draw_panel(area: &DrawingArea<BitMapBackend<'_>, Shift>, panel: &Panel) -> anyhow::Result<()> {
     font();
-    let y_max = panel
-        .series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .chain(panel.hlines.iter().map(|h| h.0))
-        .fold(0.0, f64::max);
-    let y_max = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
+    if panel.series.is_empty() {
+        return draw_empty(area, &panel.title);
+    }
+    let y_max = panel.y_max();
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, (FONT, 18))
         .margin(12)
