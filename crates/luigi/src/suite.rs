@@ -164,12 +164,16 @@ pub fn suite(args: SuiteArgs) -> anyhow::Result<ExitCode> {
 pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
     if let Some(pair) = &args.compare {
         let [a, b] = pair.as_slice() else { bail!("--compare takes two results directories") };
-        let markdown =
-            compare::render(&load_dir(a)?, &load_dir(b)?, &a.display().to_string(), &b.display().to_string());
+        let (run_a, run_b) = (load_dir(a)?, load_dir(b)?);
+        let markdown = compare::render(&run_a, &run_b, &a.display().to_string(), &b.display().to_string());
         print!("{markdown}");
         let to = args.to.clone().unwrap_or_else(|| b.join("COMPARE.md"));
         std::fs::write(&to, &markdown).with_context(|| format!("writing {}", to.display()))?;
-        eprintln!("written to {}", to.display());
+        let png = to.with_extension("png");
+        match compare::plot(&run_a, &run_b, &png)? {
+            true => eprintln!("written to {} and {}", to.display(), png.display()),
+            false => eprintln!("written to {} (no point compared: no plot)", to.display()),
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let dir: &Path = args.dir.as_deref().context("give a results directory, or --compare A B")?;

@@ -67,6 +67,7 @@ fn a_suite_of_one_tiny_point_writes_its_results_directory() {
     let compare = Command::new(EXE).args(["report", "--compare"]).arg(&dir).arg(&dir).output().unwrap();
     assert!(compare.status.success(), "{}", String::from_utf8_lossy(&compare.stderr));
     assert!(String::from_utf8_lossy(&compare.stdout).contains("throughput 1.000x"));
+    assert!(dir.join("COMPARE.md").exists() && dir.join("COMPARE.png").exists());
 }
 
 #[test]

@@ -57,3 +57,10 @@ fn latency_is_in_one_way_delays_with_p99_only_for_enough_commits() {
     // for 12 s, so p99 is printed.
     assert!(md.contains("| 1x1 | 3.01 / 3.01 / 4.51 / 6.01 (n=12000)"), "{md}");
 }
+
+#[test]
+fn the_cross_shard_rows_follow_the_remote_share() {
+    let md = render(&fixtures::suite(&[]));
+    let at = |pct: &str| md.find(&format!("| {pct} % |")).unwrap_or_else(|| panic!("no {pct} % row"));
+    assert!(at("5") < at("10") && at("10") < at("15") && at("15") < at("20"));
+}
