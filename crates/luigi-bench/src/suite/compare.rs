@@ -140,6 +140,7 @@ pub fn plot(a: &SuiteDir, b: &SuiteDir, path: &Path) -> anyhow::Result<bool> {
         x_names: Vec::new(),
         series,
         hlines: vec![(1.0, "1x".into())],
+        legend_low: false,
     };
     draw_png(path, &[panel])?;
     Ok(true)

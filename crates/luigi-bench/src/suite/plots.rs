@@ -50,6 +50,8 @@ pub struct Panel {
     pub series: Vec<Series>,
     /// Horizontal reference lines: (y, label).
     pub hlines: Vec<(f64, String)>,
+    /// The legend at the lower left (where the lines leave room), not the upper left.
+    pub legend_low: bool,
 }
 
 impl Panel {
@@ -165,7 +167,7 @@ pub fn draw_panel(area: &DrawingArea<BitMapBackend<'_>, Shift>, panel: &Panel) -
             .label_font((FONT, 13))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(if panel.legend_low { SeriesLabelPosition::LowerLeft } else { SeriesLabelPosition::UpperLeft })
             .draw()
             .map_err(plot_err)?;
     }
@@ -215,6 +217,7 @@ fn throughput_panels(dir: &SuiteDir, study: Study, workload: &str, shape: Shape)
                 x_names: Vec::new(),
                 series,
                 hlines: Vec::new(),
+                legend_low: false,
             }
         })
         .collect()
@@ -250,6 +253,7 @@ fn latency_panels(dir: &SuiteDir, study: Study, workload: &str) -> Vec<Panel> {
                 x_names: SEED_NETS.iter().map(|n| n.to_string()).collect(),
                 series,
                 hlines: (2..=5).map(|k| (f64::from(k), format!("{k} D"))).collect(),
+                legend_low: false,
             }
         })
         .collect()
@@ -285,6 +289,7 @@ fn cross_shard_panel(dir: &SuiteDir) -> Panel {
         x_names: Vec::new(),
         series,
         hlines: Vec::new(),
+        legend_low: false,
     }
 }
 
@@ -314,6 +319,8 @@ fn scale_panel(dir: &SuiteDir) -> Panel {
         x_names: Vec::new(),
         series: series.into_iter().filter(|s| !s.points.is_empty()).collect(),
         hlines: Vec::new(),
+        // The shards line falls from the upper left.
+        legend_low: true,
     }
 }
 
