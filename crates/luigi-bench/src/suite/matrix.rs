@@ -50,7 +50,7 @@ pub const PROTOCOLS: [&str; 4] = ["luigi", "occ", "2pl", "direct"];
 /// The cross-shard study's NewOrder remote-item percentages.
 pub const REMOTE_ITEM_PCTS: [u32; 4] = [5, 10, 15, 20];
 /// Times a repeated micro point runs (its first run included).
-pub const REPEATS: u32 = 3;
+pub const REPEATS: u32 = 2;
 /// Times a repeated TPC-C point runs (its first run included; a TPC-C point costs more).
 pub const TPCC_REPEATS: u32 = 2;
 /// The commit-latency study's transactions in flight per thread: low enough that nothing
@@ -75,7 +75,7 @@ pub enum Study {
     Scale,
     /// Commit latency in one-way delays under geo, one thread, low in-flight.
     Latency,
-    /// YCSB (added after the `ycsb` branch merges: see [`ycsb_points`]).
+    /// YCSB A-F and seed 003's K2 mixes, every protocol, 2x3 under none and geo.
     Ycsb,
 }
 
@@ -215,11 +215,12 @@ fn timing(study: Study, quick: bool, net: &str) -> Timing {
         (Study::SeedsMicro | Study::SeedsTpcc, false, 2) => (2.0, 1.5),
         (Study::SeedsMicro | Study::SeedsTpcc, false, 1) => (2.0, 1.0),
         (Study::SeedsMicro | Study::SeedsTpcc, false, _) => (1.5, 0.5),
-        (Study::CrossShard, false, _) => (5.0, 2.0),
+        (Study::CrossShard, false, _) => (3.0, 2.0),
         (Study::Seed004, false, _) => (3.0, 0.5),
         (Study::Scale, false, _) => (4.0, 3.0),
-        (Study::Latency, false, _) => (12.0, 2.0),
-        (Study::Ycsb, false, _) => (3.0, 1.0),
+        (Study::Latency, false, _) => (6.0, 1.5),
+        (Study::Ycsb, false, 2) => (2.0, 1.5),
+        (Study::Ycsb, false, _) => (1.5, 0.5),
         (Study::Latency, true, _) => (6.0, 1.5),
         (Study::CrossShard | Study::Scale, true, _) => (2.0, 2.0),
         (_, true, 2) => (2.0, 1.5),
@@ -429,8 +430,8 @@ fn scale_points(quick: bool) -> Vec<Point> {
 
 /// Commit latency in one-way delays: geo (150 ms +- 20 every hop), 1 thread of
 /// [`LATENCY_IN_FLIGHT`] transactions over 100,000 keys (no contention, no queueing), every
-/// seed shape and protocol, 12 s each. Luigi committed 45 tx/s on 1x3 and 28 tx/s on 2x3 in
-/// a --quick run (2.3 and 3.8 D on average): about 540 and 340 transactions per point, fewer
+/// seed shape and protocol, 6 s each. Luigi committed 45 tx/s on 1x3 and 28 tx/s on 2x3 in
+/// a --quick run (2.3 and 3.8 D on average): about 270 and 170 transactions per point, fewer
 /// for a protocol of more round trips. Enough for the average, p50 and p90 the report
 /// prints; it prints a p99 only from [`P99_MIN_COMMITTED`], which these points do not reach.
 fn latency_points(quick: bool) -> Vec<Point> {
@@ -457,11 +458,59 @@ fn latency_points(quick: bool) -> Vec<Point> {
     points
 }
 
-/// YCSB's points: `luigi bench ycsb` is being written on the `ycsb` branch; its points
-/// (workloads A-F and the K2 mixes, every protocol, 2x3 under geo and none) go here once it
-/// is merged. Empty until then, so that the matrix never names a command the binary lacks.
-pub fn ycsb_points(_quick: bool) -> Vec<Point> {
-    Vec::new()
+/// YCSB's variants: the core workloads A-F with their own request distributions (zipfian;
+/// latest for D) and seed 003's K2 mixes, uniform and scrambled zipfian. Each is its label
+/// (part of the id) and its `luigi bench ycsb` arguments.
+pub const YCSB_VARIANTS: [(&str, &[&str]); 10] = [
+    ("a", &["--workload", "a"]),
+    ("b", &["--workload", "b"]),
+    ("c", &["--workload", "c"]),
+    ("d", &["--workload", "d"]),
+    ("e", &["--workload", "e"]),
+    ("f", &["--workload", "f"]),
+    ("k2-95-5-uniform", &["--workload", "k2-95-5", "--dist", "uniform"]),
+    ("k2-95-5-zipfian", &["--workload", "k2-95-5", "--dist", "zipfian"]),
+    ("k2-50-50-uniform", &["--workload", "k2-50-50", "--dist", "uniform"]),
+    ("k2-50-50-zipfian", &["--workload", "k2-50-50", "--dist", "zipfian"]),
+];
+
+/// The networks of the YCSB study: loopback (the CPU's cost, K2's setting) and geo.
+pub const YCSB_NETS: [&str; 2] = ["none", "geo"];
+
+/// YCSB: every variant of [`YCSB_VARIANTS`] under every protocol on 2x3, 8 threads, under
+/// `none`, and the zipfian K2 mixes under `geo` too (more under geo would take the default
+/// suite past its hour; a `luigi bench ycsb --net geo` run covers the rest), one
+/// operation per transaction (the default), YCSB's default table (1,000 records of 10 fields
+/// of 100 bytes). `--quick` runs the K2 95/5 zipfian mix on `none` for Luigi and OCC.
+pub fn ycsb_points(quick: bool) -> Vec<Point> {
+    let mut points = Vec::new();
+    for net in YCSB_NETS {
+        for (label, args) in YCSB_VARIANTS {
+            if net != "none" && !(label.starts_with("k2-") && label.ends_with("-zipfian")) {
+                continue;
+            }
+            for protocol in PROTOCOLS {
+                let cell = Cell {
+                    study: Study::Ycsb,
+                    prefix: "",
+                    workload: "ycsb",
+                    shape: Shape::new(2, 3),
+                    net,
+                    threads: 8,
+                    in_flight: 200,
+                    protocol,
+                    knob: Some((label.to_string(), args.iter().map(|a| a.to_string()).collect())),
+                    extra: Vec::new(),
+                    repeats: 1,
+                    quick_runs: u32::from(
+                        net == "none" && label == "k2-95-5-zipfian" && matches!(protocol, "luigi" | "occ"),
+                    ),
+                };
+                points.extend(cell.points(quick));
+            }
+        }
+    }
+    points
 }
 
 /// Every point of the default suite (`quick == false`) or of `--quick` (the points marked

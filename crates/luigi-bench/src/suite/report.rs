@@ -2,15 +2,16 @@
 //! re-renders it without running anything): the header (command, commit, machine, wall
 //! time), failed points, the precision of repeated cells, the seeds' layouts (rows threads,
 //! columns networks, cells `tx/s / avg ms`) per workload, shape and protocol, a ratio table
-//! per protocol pair, the cross-shard table, seed 004's table, the scale study and commit
-//! latency in one-way delays. A cell shows its first run (repeats feed the precision
+//! per protocol pair, the cross-shard table, seed 004's table, the scale study, commit
+//! latency in one-way delays and YCSB (with seed 003's K2 layout). A cell shows its first run (repeats feed the precision
 //! section); a failed point shows as FAILED, never as an older figure.
 
 use std::fmt::Write as _;
 
 use crate::report::format_thousands;
 use crate::suite::matrix::{
-    seed_threads, Study, P99_MIN_COMMITTED, PROTOCOLS, REMOTE_ITEM_PCTS, SEED_NETS, SEED_SHAPES,
+    seed_threads, Study, P99_MIN_COMMITTED, PROTOCOLS, REMOTE_ITEM_PCTS, SEED_NETS, SEED_SHAPES, YCSB_NETS,
+    YCSB_VARIANTS,
 };
 use crate::suite::results::{PointRecord, SuiteDir};
 use crate::suite::runner::format_duration;
@@ -35,6 +36,7 @@ pub fn render(dir: &SuiteDir) -> String {
     out.push_str(&seed004_section(dir));
     out.push_str(&scale_section(dir));
     out.push_str(&latency_section(dir));
+    out.push_str(&ycsb_section(dir));
     out
 }
 
@@ -370,6 +372,93 @@ fn latency_section(dir: &SuiteDir) -> String {
             row
         })
         .collect();
+    out.push_str(&table(&head, &rows));
+    out
+}
+
+/// The first run of YCSB variant `label` under `protocol` on `net`.
+fn ycsb_cell<'a>(dir: &'a SuiteDir, net: &str, label: &str, protocol: &str) -> Option<&'a PointRecord> {
+    dir.first(|r| {
+        let p = &r.point;
+        p.study == Study::Ycsb && p.net == net && p.protocol == protocol && p.knob.as_deref() == Some(label)
+    })
+}
+
+/// `tx/s / p50 / p99 ms` of a YCSB cell, FAILED, or `-`.
+fn tps_p50_p99(r: Option<&PointRecord>) -> String {
+    match r {
+        None => "-".into(),
+        Some(r) => match r.result.as_ref().filter(|_| r.ok) {
+            None => "FAILED".into(),
+            Some(b) => format!(
+                "{} / {:.1} / {:.1}",
+                format_thousands(b.throughput_tps.round() as u64),
+                b.latency_us.p50 as f64 / 1000.0,
+                b.latency_us.p99 as f64 / 1000.0
+            ),
+        },
+    }
+}
+
+fn ycsb_section(dir: &SuiteDir) -> String {
+    if !dir.points.iter().any(|r| r.point.study == Study::Ycsb) {
+        return String::new();
+    }
+    let mut out = String::from(
+        "## YCSB: workloads A-F and seed 003's K2 mixes\n\n2 shards x 3 replicas, 8 threads x 200 in flight, one \
+         operation per transaction, YCSB's default table (1,000 records of 10 fields of 100 bytes); A-C, E, F \
+         zipfian, D latest; under `geo` the zipfian K2 mixes only. Cells: `tx/s / p50 / p99 ms`.\n\n",
+    );
+    let mut head = vec!["workload".to_string()];
+    head.extend(PROTOCOLS.iter().map(|p| p.to_string()));
+    for net in YCSB_NETS {
+        let rows: Vec<Vec<String>> = YCSB_VARIANTS
+            .iter()
+            .map(|(label, _)| {
+                let mut row = vec![label.to_string()];
+                row.extend(PROTOCOLS.iter().map(|p| tps_p50_p99(ycsb_cell(dir, net, label, p))));
+                row
+            })
+            .collect();
+        let _ = writeln!(out, "### `{net}`\n");
+        out.push_str(&table(&head, &rows));
+    }
+    out.push_str(&k2_layout(dir));
+    out
+}
+
+/// Seed 003's K2 layout on loopback: per mix and protocol, throughput, latency p50 / p90 /
+/// p99 / p99.9 in µs and aborts per second, with K2's own figures quoted (RDMA, many cores).
+fn k2_layout(dir: &SuiteDir) -> String {
+    let mut out = String::from(
+        "### The K2 layout (`none`)\n\nSeed 003 (K2, RDMA cluster) reported, as tx/s and p50 / p90 / p99 / p99.9 \
+         µs: {95,5,uniform} 2.55M, 28 / 36 / 86 / 117; {50,50,uniform} 1.43M, 55 / 93 / 161 / 279; \
+         {95,5,szipfian} 250K, 26 / 36 / 86 / 216; {50,50,szipfian} 47.3K, 55 / 80 / 112 / 716. Here: one \
+         2-core machine, every replica a process, fsync.\n\n",
+    );
+    let head = ["mix", "protocol", "tx/s", "p50 / p90 / p99 / p99.9 µs", "aborts/s"].map(String::from);
+    let mut rows = Vec::new();
+    for (label, _) in YCSB_VARIANTS.iter().filter(|(l, _)| l.starts_with("k2-")) {
+        for protocol in PROTOCOLS {
+            let mut row = vec![label.to_string(), protocol.to_string()];
+            match ycsb_cell(dir, "none", label, protocol) {
+                None => row.extend(["-".into(), "".into(), "".into()]),
+                Some(r) => match r.result.as_ref().filter(|_| r.ok) {
+                    None => row.extend(["FAILED".into(), "".into(), "".into()]),
+                    Some(b) => {
+                        let l = &b.latency_us;
+                        let aborts = (b.aborted + b.protocol_aborts) as f64 / b.duration_s.max(f64::MIN_POSITIVE);
+                        row.extend([
+                            format_thousands(b.throughput_tps.round() as u64),
+                            format!("{} / {} / {} / {}", l.p50, l.p90, l.p99, l.p999),
+                            format!("{aborts:.0}"),
+                        ]);
+                    }
+                },
+            }
+            rows.push(row);
+        }
+    }
     out.push_str(&table(&head, &rows));
     out
 }

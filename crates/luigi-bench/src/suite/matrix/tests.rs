@@ -88,7 +88,19 @@ fn argv_is_a_bench_command_writing_the_json_given() {
 }
 
 #[test]
-fn the_ycsb_study_is_empty_until_its_command_exists() {
-    assert!(ycsb_points(false).is_empty());
-    assert!(matrix(false).iter().all(|p| p.study != Study::Ycsb));
+fn the_ycsb_study_runs_every_variant_under_every_protocol_and_the_zipfian_k2_mixes_under_geo_too() {
+    let points = matrix(false);
+    for net in YCSB_NETS {
+        let under_geo = |l: &str| l.starts_with("k2-") && l.ends_with("-zipfian");
+        for (label, args) in YCSB_VARIANTS.iter().filter(|(l, _)| net == "none" || under_geo(l)) {
+            for protocol in PROTOCOLS {
+                let id = format!("ycsb-2x3-{net}-t8-{label}-{protocol}");
+                let p = points.iter().find(|p| p.id == id).unwrap_or_else(|| panic!("missing {id}"));
+                let argv = p.argv("x").join(" ");
+                assert!(argv.starts_with("bench ycsb "), "{argv}");
+                assert!(argv.contains(&args.join(" ")), "{argv}");
+            }
+        }
+    }
+    assert!(matrix(true).iter().any(|p| p.study == Study::Ycsb));
 }
