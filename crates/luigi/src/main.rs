@@ -149,7 +149,7 @@ enum Bench {
     /// aborts and retries).
     Compare(CompareArgs),
     /// Every experiment (the seeds' matrix for every protocol, the cross-shard study, seed
-    /// 004, the scale study, commit latency) into one results directory with REPORT.md,
+    /// 004, the scale study, commit latency, YCSB) into one results directory with REPORT.md,
     /// points.csv and plots; each point is a `luigi bench` subprocess. Exit 1 if a point failed.
     Suite(suite::SuiteArgs),
 }
