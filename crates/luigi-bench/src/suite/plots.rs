@@ -153,7 +153,8 @@ pub fn draw_panel(area: &DrawingArea<BitMapBackend<'_>, Shift>, panel: &Panel) -
             .map_err(plot_err)?;
     }
     for (i, s) in panel.series.iter().enumerate() {
-        let c = color(i);
+        // A protocol keeps its colour in every panel, whichever protocols a panel lacks.
+        let c = color(PROTOCOLS.iter().position(|p| *p == s.label).unwrap_or(i));
         chart
             .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
             .map_err(plot_err)?
