@@ -11,6 +11,7 @@ pub mod options;
 pub mod report;
 pub mod run;
 pub mod stats;
+pub mod suite;
 pub mod tpcc;
 pub mod workload;
 pub mod ycsb;

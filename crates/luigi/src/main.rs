@@ -5,6 +5,7 @@
 mod help;
 mod kv;
 mod status;
+mod suite;
 mod ycsb;
 
 use std::path::PathBuf;
@@ -74,6 +75,9 @@ enum Command {
     /// --cluster c.toml`; a --get after a --put of the same key reads the new value.
     #[command(after_help = kv::EXIT_HELP)]
     Txn(kv::TxnArgs),
+    /// Re-render a `luigi bench suite` results directory (REPORT.md, points.csv, plots) from
+    /// its records, or compare two (`--compare A B`).
+    Report(suite::ReportArgs),
 }
 
 #[derive(Args)]
@@ -144,6 +148,10 @@ enum Bench {
     /// per workload, shape, network and thread count, one column per protocol (tx/s / avg ms,
     /// aborts and retries).
     Compare(CompareArgs),
+    /// Every experiment (the seeds' matrix for every protocol, the cross-shard study, seed
+    /// 004, the scale study, commit latency, YCSB) into one results directory with REPORT.md,
+    /// points.csv and plots; each point is a `luigi bench` subprocess. Exit 1 if a point failed.
+    Suite(suite::SuiteArgs),
 }
 
 /// `luigi bench compare` options.
@@ -315,6 +323,8 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Tpcc(args)) => tpcc(args),
         Command::Bench(Bench::Ycsb(args)) => ycsb::ycsb(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(Bench::Compare(args)) => compare(args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(Bench::Suite(args)) => suite::suite(args),
+        Command::Report(args) => suite::report(args),
         Command::Check(command) => check(command),
         Command::Status(args) => status::status(args),
         Command::Get(args) => kv::get(args),

@@ -1,0 +1,353 @@
+//! PNG plots of a results directory (`plotters`' bitmap backend, text in DejaVu Sans embedded
+//! from the `dejavu` crate: no system font is read): throughput against threads per workload
+//! and shape (one line per protocol, one panel per network), average latency per network in
+//! one-way delays with reference lines at 2-5 delays, the cross-shard study and the scale
+//! study. Each plot is drawn only when the directory holds points for it.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use anyhow::anyhow;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::suite::matrix::{seed_threads, Shape, Study, PROTOCOLS, REMOTE_ITEM_PCTS, SEED_NETS, SEED_SHAPES};
+use crate::suite::results::{PointRecord, SuiteDir};
+
+/// The font family the plots use (registered from the embedded DejaVu Sans).
+const FONT: &str = "sans-serif";
+/// Size of a plot of 2 x 2 panels, pixels.
+pub const GRID_SIZE: (u32, u32) = (1200, 900);
+/// Size of a single-panel plot, pixels.
+pub const SINGLE_SIZE: (u32, u32) = (900, 600);
+/// The one-way delay of each seed network, ms (seed 000's table).
+const ONE_WAY_MS: [f64; 4] = [2.0, 30.0, 80.0, 150.0];
+
+/// One line of a chart.
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// Legend label.
+    pub label: String,
+    /// Points, in x order.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A chart panel: what [`draw_panel`] draws.
+#[derive(Clone, Debug)]
+pub struct Panel {
+    /// Caption.
+    pub title: String,
+    /// X axis description.
+    pub x_desc: String,
+    /// Y axis description.
+    pub y_desc: String,
+    /// X range.
+    pub x: Range<f64>,
+    /// Names of integer x positions (categories), if the x axis is categorical.
+    pub x_names: Vec<String>,
+    /// The lines.
+    pub series: Vec<Series>,
+    /// Horizontal reference lines: (y, label).
+    pub hlines: Vec<(f64, String)>,
+    /// The legend at the lower left (where the lines leave room), not the upper left.
+    pub legend_low: bool,
+}
+
+impl Panel {
+    /// The top of the y axis: a tenth above the highest point or reference line (1 if none).
+    fn y_max(&self) -> f64 {
+        let top = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .chain(self.hlines.iter().map(|h| h.0))
+            .fold(0.0, f64::max);
+        if top > 0.0 {
+            top * 1.1
+        } else {
+            1.0
+        }
+    }
+}
+
+fn font() {
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        // The embedded font is valid TrueType; were it not, text would be missing, not wrong.
+        let _ = plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
+    });
+}
+
+fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow!("drawing a plot: {e}")
+}
+
+/// A protocol's (or a series index's) colour.
+fn color(i: usize) -> RGBColor {
+    const COLORS: [RGBColor; 6] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+    ];
+    COLORS[i % COLORS.len()]
+}
+
+/// A panel of a partial run (--only) without a point: says so rather than draw empty axes.
+fn draw_empty(area: &DrawingArea<BitMapBackend<'_>, Shift>, title: &str) -> anyhow::Result<()> {
+    let (w, h) = area.dim_in_pixel();
+    let at = |y: u32| (w as i32 / 2 - 150, y as i32);
+    area.draw(&Text::new(title.to_string(), at(h / 2 - 20), (FONT, 18))).map_err(plot_err)?;
+    area.draw(&Text::new("no point of this panel in the run", at(h / 2 + 10), (FONT, 14))).map_err(plot_err)
+}
+
+/// Draws `panel` on `area`.
+pub fn draw_panel(area: &DrawingArea<BitMapBackend<'_>, Shift>, panel: &Panel) -> anyhow::Result<()> {
+    font();
+    if panel.series.is_empty() {
+        return draw_empty(area, &panel.title);
+    }
+    let y_max = panel.y_max();
+    let mut chart = ChartBuilder::on(area)
+        .caption(&panel.title, (FONT, 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(panel.x.clone(), 0.0..y_max)
+        .map_err(plot_err)?;
+    let names = &panel.x_names;
+    let name_of = |x: &f64| -> String {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
+            names[i as usize].clone()
+        } else if names.is_empty() {
+            format!("{x}")
+        } else {
+            String::new()
+        }
+    };
+    let y_label = |y: &f64| if y_max > 20.0 { format!("{y:.0}") } else { format!("{y:.1}") };
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(&panel.x_desc)
+        .y_desc(&panel.y_desc)
+        .label_style((FONT, 13))
+        .x_label_formatter(&name_of)
+        .y_label_formatter(&y_label);
+    if !names.is_empty() {
+        mesh.x_labels(names.len() * 4 + 1);
+    }
+    mesh.draw().map_err(plot_err)?;
+    for (y, label) in &panel.hlines {
+        let style = RGBColor(170, 30, 30).mix(0.6).stroke_width(2);
+        chart.draw_series(LineSeries::new([(panel.x.start, *y), (panel.x.end, *y)], style)).map_err(plot_err)?;
+        let at = (panel.x.end - 0.07 * (panel.x.end - panel.x.start), *y);
+        chart
+            .draw_series(std::iter::once(Text::new(
+                label.clone(),
+                at,
+                (FONT, 14).into_font().color(&RGBColor(170, 30, 30)),
+            )))
+            .map_err(plot_err)?;
+    }
+    for (i, s) in panel.series.iter().enumerate() {
+        // A protocol keeps its colour in every panel, whichever protocols a panel lacks.
+        let c = color(PROTOCOLS.iter().position(|p| *p == s.label).unwrap_or(i));
+        chart
+            .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
+            .map_err(plot_err)?
+            .label(&s.label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(plot_err)?;
+    }
+    if !panel.series.is_empty() {
+        chart
+            .configure_series_labels()
+            .label_font((FONT, 13))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(if panel.legend_low { SeriesLabelPosition::LowerLeft } else { SeriesLabelPosition::UpperLeft })
+            .draw()
+            .map_err(plot_err)?;
+    }
+    Ok(())
+}
+
+/// Draws `panels` (one, or up to four in a 2 x 2 grid) into the PNG `path`.
+pub fn draw_png(path: &Path, panels: &[Panel]) -> anyhow::Result<()> {
+    let size = if panels.len() > 1 { GRID_SIZE } else { SINGLE_SIZE };
+    let root = BitMapBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    if panels.len() > 1 {
+        for (area, panel) in root.split_evenly((2, 2)).iter().zip(panels) {
+            draw_panel(area, panel)?;
+        }
+    } else if let Some(panel) = panels.first() {
+        draw_panel(&root, panel)?;
+    }
+    root.present().map_err(plot_err)
+}
+
+/// Throughput against threads, one panel per network, for one workload and shape.
+fn throughput_panels(dir: &SuiteDir, study: Study, workload: &str, shape: Shape) -> Vec<Panel> {
+    SEED_NETS
+        .iter()
+        .map(|net| {
+            let series = PROTOCOLS
+                .iter()
+                .map(|protocol| {
+                    let points = seed_threads(study)
+                        .iter()
+                        .filter_map(|&t| {
+                            dir.seeds_cell(study, shape, protocol, t, net)
+                                .and_then(PointRecord::tps)
+                                .map(|tps| (f64::from(t), tps))
+                        })
+                        .collect();
+                    Series { label: protocol.to_string(), points }
+                })
+                .filter(|s: &Series| !s.points.is_empty())
+                .collect();
+            Panel {
+                title: format!("{workload} {shape}, {net}"),
+                x_desc: "client threads".into(),
+                y_desc: "committed tx/s".into(),
+                x: 0.0..9.0,
+                x_names: Vec::new(),
+                series,
+                hlines: Vec::new(),
+                legend_low: false,
+            }
+        })
+        .collect()
+}
+
+/// Average latency in one-way delays per network at 1 thread, one panel per shape, with
+/// reference lines at 2, 3, 4 and 5 delays.
+fn latency_panels(dir: &SuiteDir, study: Study, workload: &str) -> Vec<Panel> {
+    SEED_SHAPES
+        .iter()
+        .map(|&shape| {
+            let series = PROTOCOLS
+                .iter()
+                .map(|protocol| {
+                    let points = SEED_NETS
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, net)| {
+                            dir.seeds_cell(study, shape, protocol, 1, net)
+                                .and_then(PointRecord::avg_ms)
+                                .map(|ms| (i as f64, ms / ONE_WAY_MS[i]))
+                        })
+                        .collect();
+                    Series { label: protocol.to_string(), points }
+                })
+                .filter(|s: &Series| !s.points.is_empty())
+                .collect();
+            Panel {
+                title: format!("{workload} {shape}, 1 thread: average latency"),
+                x_desc: "network (one-way delay D: 2, 30, 80, 150 ms)".into(),
+                y_desc: "average latency / D".into(),
+                x: -0.3..3.3,
+                x_names: SEED_NETS.iter().map(|n| n.to_string()).collect(),
+                series,
+                hlines: (2..=5).map(|k| (f64::from(k), format!("{k} D"))).collect(),
+                legend_low: false,
+            }
+        })
+        .collect()
+}
+
+/// The cross-shard study: throughput against the remote-item share, one line per protocol.
+fn cross_shard_panel(dir: &SuiteDir) -> Panel {
+    let series = PROTOCOLS
+        .iter()
+        .map(|protocol| {
+            let points = REMOTE_ITEM_PCTS
+                .iter()
+                .filter_map(|&pct| {
+                    let knob = format!("remote {pct} %");
+                    dir.first(|r| {
+                        r.point.study == Study::CrossShard
+                            && r.point.protocol == *protocol
+                            && r.point.knob.as_deref() == Some(knob.as_str())
+                    })
+                    .and_then(PointRecord::tps)
+                    .map(|tps| (f64::from(pct), tps))
+                })
+                .collect();
+            Series { label: protocol.to_string(), points }
+        })
+        .filter(|s: &Series| !s.points.is_empty())
+        .collect();
+    Panel {
+        title: "TPC-C NewOrder, 2x3, geo, 8 threads".into(),
+        x_desc: "remote items, %".into(),
+        y_desc: "committed tx/s".into(),
+        x: 0.0..25.0,
+        x_names: Vec::new(),
+        series,
+        hlines: Vec::new(),
+        legend_low: false,
+    }
+}
+
+/// The scale study: throughput against shards (3 replicas) and against replicas (1 shard).
+fn scale_panel(dir: &SuiteDir) -> Panel {
+    let line = |label: &str, shapes: &[(u32, u32)], x: fn(Shape) -> u32| Series {
+        label: label.into(),
+        points: shapes
+            .iter()
+            .filter_map(|&(shards, replicas)| {
+                let shape = Shape::new(shards, replicas);
+                dir.first(|r| r.point.study == Study::Scale && r.point.shape() == shape)
+                    .and_then(PointRecord::tps)
+                    .map(|tps| (f64::from(x(shape)), tps))
+            })
+            .collect(),
+    };
+    let series = vec![
+        line("shards (3 replicas each)", &[(1, 3), (2, 3), (4, 3), (8, 3)], |s| s.shards),
+        line("replicas (1 shard)", &[(1, 3), (1, 5), (1, 7)], |s| s.replicas),
+    ];
+    Panel {
+        title: "Scale: micro, geo, 8 threads, Luigi".into(),
+        x_desc: "shards, or replicas of one shard".into(),
+        y_desc: "committed tx/s".into(),
+        x: 0.0..9.0,
+        x_names: Vec::new(),
+        series: series.into_iter().filter(|s| !s.points.is_empty()).collect(),
+        hlines: Vec::new(),
+        // The shards line falls from the upper left.
+        legend_low: true,
+    }
+}
+
+/// Draws every plot the directory has points for into `out`; returns the files written.
+pub fn draw_all(dir: &SuiteDir, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out)?;
+    let mut written = Vec::new();
+    let mut png = |name: String, panels: Vec<Panel>| -> anyhow::Result<()> {
+        if panels.iter().any(|p| !p.series.is_empty()) {
+            let path = out.join(name);
+            draw_png(&path, &panels)?;
+            written.push(path);
+        }
+        Ok(())
+    };
+    for (study, workload) in [(Study::SeedsMicro, "micro"), (Study::SeedsTpcc, "tpcc")] {
+        for shape in SEED_SHAPES {
+            let panels = throughput_panels(dir, study, workload, shape);
+            png(format!("throughput-{workload}-{shape}.png"), panels)?;
+        }
+        png(format!("latency-{workload}.png"), latency_panels(dir, study, workload))?;
+    }
+    png("cross-shard.png".into(), vec![cross_shard_panel(dir)])?;
+    png("scale.png".into(), vec![scale_panel(dir)])?;
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests;

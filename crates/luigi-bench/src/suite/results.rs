@@ -1,0 +1,303 @@
+//! The results directory of a suite run, `<out>/<date>-<name>/`: `suite.json` (the command
+//! line, the git commit, the machine, start and end), `points/<id>.json` (one
+//! [`PointRecord`] per point) and `points.csv` (one row per point, the columns a user
+//! plots). Reading a directory back ([`load_dir`]) is all `luigi report` needs.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::report::BenchResult;
+use crate::suite::matrix::{Point, Shape, Study};
+
+/// `suite.json`: what ran, where, when.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SuiteInfo {
+    /// The suite's command line, as given.
+    pub command: Vec<String>,
+    /// `git rev-parse HEAD` where the suite ran, or "unknown" outside a checkout.
+    pub git_commit: String,
+    /// The machine.
+    pub machine: Machine,
+    /// Start, seconds since the Unix epoch.
+    pub started_at_unix_s: u64,
+    /// End, seconds since the Unix epoch (0 while running).
+    pub ended_at_unix_s: u64,
+    /// The points selected (after `--quick` and `--only`).
+    pub points: usize,
+    /// The estimate printed before the run, seconds.
+    pub estimate_s: f64,
+}
+
+/// The machine a suite ran on, from /proc.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// Logical cores available to the process.
+    pub cores: usize,
+    /// Total memory, bytes (`MemTotal` of /proc/meminfo; 0 if unreadable).
+    pub memory_bytes: u64,
+    /// CPU model (`model name` of /proc/cpuinfo; "unknown" if absent).
+    pub cpu_model: String,
+}
+
+impl Machine {
+    /// This machine.
+    pub fn this() -> Self {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let memory_bytes = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024);
+        let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map_or_else(|| "unknown".to_string(), |(_, v)| v.trim().to_string());
+        Machine { cores, memory_bytes, cpu_model }
+    }
+}
+
+/// `git rev-parse HEAD` in the current directory, or "unknown".
+pub fn git_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// One point's record, `points/<id>.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PointRecord {
+    /// The point, as the matrix described it.
+    pub point: Point,
+    /// The exact command: the binary, then its arguments.
+    pub argv: Vec<String>,
+    /// The process's exit code (`None`: killed by a signal or never started).
+    pub exit_code: Option<i32>,
+    /// Whether the point succeeded: exit 0, one result, something committed.
+    pub ok: bool,
+    /// Why it failed (the last lines of its standard error), if it did.
+    pub error: Option<String>,
+    /// Wall time of the process, seconds.
+    pub wall_s: f64,
+    /// CPU time (user + system) of the process and every process it waited for (the
+    /// servers), seconds.
+    pub cpu_s: f64,
+    /// `cpu_s` per committed transaction of the measured interval, microseconds. The CPU
+    /// time covers the whole process (start-up, warm-up, population), so this is an upper
+    /// bound on the cost of a transaction.
+    pub cpu_us_per_commit: Option<f64>,
+    /// Start, seconds since the Unix epoch.
+    pub started_at_unix_s: u64,
+    /// The bench's result (absent when the point failed before writing one).
+    pub result: Option<BenchResult>,
+}
+
+impl PointRecord {
+    /// The committed transactions per second, if the point succeeded.
+    pub fn tps(&self) -> Option<f64> {
+        self.result.as_ref().filter(|_| self.ok).map(|r| r.throughput_tps)
+    }
+
+    /// The average latency, ms, if the point succeeded.
+    pub fn avg_ms(&self) -> Option<f64> {
+        self.result.as_ref().filter(|_| self.ok).map(|r| r.latency_us.avg / 1000.0)
+    }
+}
+
+/// The path of `id`'s record in `dir`.
+pub fn point_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join("points").join(format!("{id}.json"))
+}
+
+/// Writes `value` as pretty JSON to `path` (through a temporary file renamed over it).
+pub fn write_pretty<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut data = serde_json::to_vec_pretty(value)?;
+    data.push(b'\n');
+    let tmp = path.with_extension("json.tmp");
+    fs::write(&tmp, &data).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
+/// Reads `id`'s record in `dir`, if there is a readable one.
+pub fn read_point(dir: &Path, id: &str) -> Option<PointRecord> {
+    let data = fs::read(point_path(dir, id)).ok()?;
+    serde_json::from_slice(&data).ok()
+}
+
+/// A results directory, read back.
+#[derive(Clone, Debug, Default)]
+pub struct SuiteDir {
+    /// `suite.json` (default if missing).
+    pub info: SuiteInfo,
+    /// Every point record, sorted by id.
+    pub points: Vec<PointRecord>,
+}
+
+impl SuiteDir {
+    /// The first run (repeat 1) of the cell matching `pred`, if the directory has it.
+    pub fn first(&self, pred: impl Fn(&PointRecord) -> bool) -> Option<&PointRecord> {
+        self.points.iter().find(|r| r.point.repeat == 1 && pred(r))
+    }
+
+    /// The first run of a seeds-layout cell: `study`, shape, protocol, threads, network.
+    pub fn seeds_cell(
+        &self,
+        study: Study,
+        shape: Shape,
+        protocol: &str,
+        threads: u32,
+        net: &str,
+    ) -> Option<&PointRecord> {
+        self.first(|r| {
+            let p = &r.point;
+            p.study == study && p.shape() == shape && p.protocol == protocol && p.threads == threads && p.net == net
+        })
+    }
+}
+
+/// Reads `suite.json` and every `points/*.json` of `dir`.
+pub fn load_dir(dir: &Path) -> anyhow::Result<SuiteDir> {
+    let info = match fs::read(dir.join("suite.json")) {
+        Ok(data) => serde_json::from_slice(&data).with_context(|| format!("parsing {}/suite.json", dir.display()))?,
+        Err(_) => SuiteInfo::default(),
+    };
+    let points_dir = dir.join("points");
+    let mut points = Vec::new();
+    let entries = fs::read_dir(&points_dir).with_context(|| format!("reading {}", points_dir.display()))?;
+    for entry in entries {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !name.ends_with(".json") || name.ends_with(".bench.json") {
+            continue;
+        }
+        let data = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let record: PointRecord =
+            serde_json::from_slice(&data).with_context(|| format!("parsing {}", path.display()))?;
+        points.push(record);
+    }
+    points.sort_by(|a, b| a.point.id.cmp(&b.point.id));
+    Ok(SuiteDir { info, points })
+}
+
+/// The columns of `points.csv`.
+pub const CSV_COLUMNS: [&str; 24] = [
+    "id",
+    "study",
+    "workload",
+    "shards",
+    "replicas",
+    "net",
+    "threads",
+    "in_flight",
+    "protocol",
+    "knob",
+    "repeat",
+    "ok",
+    "committed",
+    "aborted",
+    "tps",
+    "avg_ms",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "p999_ms",
+    "abort_rate",
+    "cpu_us_per_commit",
+    "wall_s",
+    "duration_s",
+];
+
+/// `points` as CSV, one row per point in [`CSV_COLUMNS`] order; a failed point has its
+/// figures empty.
+pub fn points_csv(points: &[PointRecord]) -> String {
+    let mut out = CSV_COLUMNS.join(",");
+    out.push('\n');
+    for r in points {
+        let p = &r.point;
+        let mut row = vec![
+            p.id.clone(),
+            p.study.name().to_string(),
+            p.workload.clone(),
+            p.shards.to_string(),
+            p.replicas.to_string(),
+            p.net.clone(),
+            p.threads.to_string(),
+            p.in_flight.to_string(),
+            p.protocol.clone(),
+            p.knob.clone().unwrap_or_default(),
+            p.repeat.to_string(),
+            r.ok.to_string(),
+        ];
+        match r.result.as_ref().filter(|_| r.ok) {
+            Some(b) => {
+                let l = &b.latency_us;
+                let ms = |us: f64| format!("{:.3}", us / 1000.0);
+                row.extend([
+                    b.committed.to_string(),
+                    b.aborted.to_string(),
+                    format!("{:.1}", b.throughput_tps),
+                    ms(l.avg),
+                    ms(l.p50 as f64),
+                    ms(l.p90 as f64),
+                    ms(l.p99 as f64),
+                    ms(l.p999 as f64),
+                    format!("{:.4}", b.abort_rate),
+                    r.cpu_us_per_commit.map(|c| format!("{c:.1}")).unwrap_or_default(),
+                ]);
+            }
+            None => row.extend(std::iter::repeat_n(String::new(), 10)),
+        }
+        row.push(format!("{:.2}", r.wall_s));
+        row.push(format!("{}", p.duration_s));
+        out.push_str(&row.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// Today's date (UTC) as `YYYY-MM-DD`, from seconds since the Unix epoch.
+pub fn utc_date(unix_s: u64) -> String {
+    // Howard Hinnant's civil_from_days.
+    let z = (unix_s / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn now_unix_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests;

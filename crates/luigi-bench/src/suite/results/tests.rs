@@ -1,0 +1,67 @@
+use super::*;
+use crate::suite::fixtures;
+use crate::suite::matrix::matrix;
+
+#[test]
+fn points_csv_has_one_row_per_point_and_the_documented_columns() {
+    let points = matrix(false);
+    let records = vec![fixtures::record(&points[0], Some((1234.5, 9.25))), fixtures::record(&points[1], None)];
+    let csv = points_csv(&records);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0], CSV_COLUMNS.join(","));
+    let ok: Vec<&str> = lines[1].split(',').collect();
+    let failed: Vec<&str> = lines[2].split(',').collect();
+    assert_eq!(ok.len(), CSV_COLUMNS.len());
+    assert_eq!(failed.len(), CSV_COLUMNS.len());
+    let col = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+    assert_eq!(ok[col("id")], points[0].id);
+    assert_eq!(ok[col("tps")], "1234.5");
+    assert_eq!(ok[col("avg_ms")], "9.250");
+    assert_eq!(ok[col("ok")], "true");
+    // A failed point has no figures, never an older one.
+    assert_eq!(failed[col("ok")], "false");
+    assert_eq!(failed[col("tps")], "");
+    assert_eq!(failed[col("avg_ms")], "");
+}
+
+#[test]
+fn csv_fields_with_commas_are_quoted() {
+    assert_eq!(csv_field("remote 5 %"), "remote 5 %");
+    assert_eq!(csv_field("a,b"), "\"a,b\"");
+    assert_eq!(csv_field("say \"x\""), "\"say \"\"x\"\"\"");
+}
+
+#[test]
+fn a_directory_reads_back_as_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let points = matrix(false);
+    let a = fixtures::record(&points[3], Some((10.0, 2.0)));
+    let b = fixtures::record(&points[2], None);
+    write_pretty(&point_path(tmp.path(), &a.point.id), &a).unwrap();
+    write_pretty(&point_path(tmp.path(), &b.point.id), &b).unwrap();
+    let info = SuiteInfo { git_commit: "abc".into(), ..SuiteInfo::default() };
+    write_pretty(&tmp.path().join("suite.json"), &info).unwrap();
+    let dir = load_dir(tmp.path()).unwrap();
+    assert_eq!(dir.info, info);
+    assert_eq!(dir.points.len(), 2);
+    assert_eq!(dir.points[0].point.id.cmp(&dir.points[1].point.id), std::cmp::Ordering::Less);
+    assert!(dir.points.contains(&a) && dir.points.contains(&b));
+    assert_eq!(read_point(tmp.path(), &a.point.id), Some(a));
+    assert_eq!(read_point(tmp.path(), "no-such-point"), None);
+}
+
+#[test]
+fn utc_dates_are_civil_dates() {
+    assert_eq!(utc_date(0), "1970-01-01");
+    assert_eq!(utc_date(951_782_400), "2000-02-29");
+    assert_eq!(utc_date(1_795_737_600), "2026-11-27");
+    assert_eq!(utc_date(4_107_542_399), "2100-02-28");
+}
+
+#[test]
+fn the_machine_is_read_from_proc() {
+    let m = Machine::this();
+    assert!(m.cores >= 1);
+    assert!(!m.cpu_model.is_empty());
+}
