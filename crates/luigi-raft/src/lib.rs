@@ -8,14 +8,14 @@
 //! The parts:
 //!
 //! - [`RaftLog`]: the sans-I/O core (no threads, sockets, clocks or files). It implements the
-//!   protocol's seam [`luigi_protocol::log::ReplicatedLog`]: `propose` on the leader returns the
-//!   record's log index (or [`luigi_protocol::log::LogError::NotLeader`]), `take_committed` hands
+//!   protocol-neutral seam [`luigi_txn::log::ReplicatedLog`]: `propose` on the leader returns the
+//!   record's log index (or [`luigi_txn::log::LogError::NotLeader`]), `take_committed` hands
 //!   back committed records in log order on every replica. Raft's own entries (a new leader's
 //!   no-op, which raft-rs appends on election and commits like any entry; conf changes) are
 //!   skipped, so indexes of taken records increase but are not consecutive. The log holds
 //!   bytes, as raft-rs's does ([`RaftLog::propose_bytes`], [`RaftLog::take_committed_bytes`]);
 //!   the seam is its typed view, offered for every [`Record`] type (Luigi's
-//!   [`luigi_protocol::log::LogRecord`], a baseline's prepare and commit records): postcard
+//!   `luigi_protocol::log::LogRecord`, a baseline's prepare and commit records): postcard
 //!   on `propose`, decoded on `take_committed` (a record that does not decode is a fatal
 //!   [`RaftError::BadEntry`], never a panic).
 //! - [`replica_api`]: the seam between a protocol's shard replica and the node that owns and

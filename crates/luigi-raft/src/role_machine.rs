@@ -25,8 +25,8 @@
 //! ```
 
 use bytes::Bytes;
-use luigi_protocol::log::{LogEntry, ReplicatedLog};
 use luigi_store::Store;
+use luigi_txn::log::{LogEntry, ReplicatedLog};
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnReply};
 use luigi_txn::peer::ReplicaOutput;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};

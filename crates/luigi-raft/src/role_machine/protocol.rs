@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use luigi_protocol::log::LogEntry;
 use luigi_store::Store;
+use luigi_txn::log::LogEntry;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::peer::{PeerVocabulary, ReplicaOutput};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
