@@ -97,7 +97,9 @@ pub struct PersistEntry {
     pub data: Vec<u8>,
 }
 
-pub(crate) fn encode_entry(e: &Entry) -> PersistEntry {
+/// The persisted form of a raft-rs entry: its index, term and encoded data (as
+/// [`DiskStorage`](crate::disk::DiskStorage) stores it).
+pub fn encode_entry(e: &Entry) -> PersistEntry {
     let mut body = Entry::default();
     body.set_entry_type(e.get_entry_type());
     body.data = e.data.clone();

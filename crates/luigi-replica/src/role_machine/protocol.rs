@@ -14,7 +14,7 @@ use super::RoleMachine;
 #[cfg(doc)]
 use crate::replica_api::SnapshotDecoder;
 use crate::replica_api::{FastPathReplica, InitialStore, LeaderFigures};
-use crate::{RaftError, RaftLog, Record};
+use luigi_raft::{RaftError, RaftLog, Record};
 
 /// A protocol's follower state: what a replica holds while it does not serve, built from a
 /// snapshot image or an initial store ([`FollowerImages`]) and the committed records after it.

@@ -12,13 +12,13 @@
 //! ([`FollowerDispatch::HoldWhileNoLeader`]), and with the fast path accepts them
 //! ([`FastPathReplica`]).
 
-use luigi_protocol::fast::Acceptor;
-use luigi_protocol::leader::admissible::Admission;
-use luigi_protocol::leader::follower::Follower;
-use luigi_protocol::leader::{LeaderConfig, LeaderOutput, ShardLeader};
-use luigi_protocol::log::LogRecord;
-use luigi_protocol::log::{LogEntry, ReplicatedLog};
-use luigi_protocol::msg::PeerBatch;
+use crate::fast::Acceptor;
+use crate::leader::admissible::Admission;
+use crate::leader::follower::Follower;
+use crate::leader::{LeaderConfig, LeaderOutput, ShardLeader};
+use crate::log::LogRecord;
+use crate::log::{LogEntry, ReplicatedLog};
+use crate::msg::PeerBatch;
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::peer::{PeerFacts, PeerMsg, PeerVocabulary};
@@ -26,14 +26,13 @@ use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 use std::sync::Arc;
 
-pub use crate::replica_api::{empty_store, InitialStore, SnapshotImage, SnapshotJob, Transition};
-use crate::replica_api::{BuildError, FastPathReplica, LeaderFigures, ReplicaFactory, ReplicaSetup, ShardReplica};
-pub use crate::role_machine::ReplicaStats;
-use crate::role_machine::{
-    other_leader, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, ReplayedExecutions, ReplicaProtocol,
-    RoleMachine,
+use luigi_raft::{RaftError, RaftLog};
+use luigi_replica::role_machine::other_leader;
+pub use luigi_replica::{empty_store, InitialStore, ReplicaStats, SnapshotImage, SnapshotJob, Transition};
+use luigi_replica::{
+    AgreementCounters, BuildError, FastPathReplica, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore,
+    LeaderFigures, ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
 };
-use crate::{RaftError, RaftLog};
 
 mod fast_path;
 
@@ -172,7 +171,7 @@ impl LeaderCore for ShardLeader<RaftLog> {
         LeaderFigures {
             pending: self.pending_len(),
             watermark: Some(self.watermark()),
-            luigi: Some(self.stats()),
+            agreement: Some(agreement_counters(&self.stats())),
             ..LeaderFigures::default()
         }
     }
@@ -346,30 +345,43 @@ impl ReplicaProtocol for LuigiProtocol {
     }
 }
 
-impl RoleMachine<LuigiProtocol> {
-    /// A replica over `log` (its node's), starting as a follower: from the log's snapshot if it has one
-    /// (a restart after compaction), else from the `initial` store. Committed records the log
-    /// hands back (all of them after a restart) rebuild the rest.
-    ///
-    /// # Errors
-    /// The log's snapshot does not load.
-    pub fn new(
-        config: LeaderConfig,
-        registry: Registry,
-        initial: InitialStore,
-        log: &RaftLog,
-    ) -> Result<Self, RaftError> {
-        RoleMachine::start(LuigiProtocol::new(config, registry, initial), log)
+/// A Luigi replica over `log` (its node's), starting as a follower: from the log's snapshot if it has one
+/// (a restart after compaction), else from the `initial` store. Committed records the log
+/// hands back (all of them after a restart) rebuild the rest.
+///
+/// # Errors
+/// The log's snapshot does not load.
+pub fn start(
+    config: LeaderConfig,
+    registry: Registry,
+    initial: InitialStore,
+    log: &RaftLog,
+) -> Result<Replica, RaftError> {
+    RoleMachine::start(LuigiProtocol::new(config, registry, initial), log)
+}
+
+/// A leader's counters of cross-shard agreement and recovery, as the shells read them.
+fn agreement_counters(stats: &crate::leader::LeaderStats) -> AgreementCounters {
+    AgreementCounters {
+        cross_decided: stats.cross_decided,
+        recover_sent: stats.recover_sent,
+        recover_kept: stats.recover_kept,
+        recover_acknowledged: stats.recover_acknowledged,
+        fast_proposals: stats.fast_proposals,
+        early_answers: stats.early_answers,
     }
 }
 
 /// Stalled transactions listed (oldest first) in a status report.
 pub const STATUS_STALLED_MAX: usize = 5;
 
-/// Luigi's replicas ([`Replica`], proposing [`luigi_protocol::log::LogRecord`]s to its node's [`RaftLog`]):
-/// the default [`ReplicaFactory`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LuigiReplicas;
+/// Luigi's replicas ([`Replica`], proposing [`crate::log::LogRecord`]s to its node's [`RaftLog`]):
+/// the [`ReplicaFactory`] a node builds over its leader configuration (`luigi_node::NodeConfig::leader`).
+#[derive(Clone, Debug)]
+pub struct LuigiReplicas {
+    /// The shard leader's configuration.
+    pub leader: LeaderConfig,
+}
 
 impl ReplicaFactory for LuigiReplicas {
     fn name(&self) -> &'static str {
@@ -385,8 +397,8 @@ impl ReplicaFactory for LuigiReplicas {
     }
 
     fn build(&self, setup: ReplicaSetup, log: &RaftLog) -> Result<Box<dyn ShardReplica>, BuildError> {
-        let ReplicaSetup { leader, registry, initial, .. } = setup;
-        let replica = Replica::new(leader, registry, initial, log)
+        let ReplicaSetup { registry, initial, .. } = setup;
+        let replica = start(self.leader.clone(), registry, initial, log)
             .map_err(|source| BuildError { what: "loading its snapshot", source })?;
         Ok(Box::new(replica))
     }
@@ -396,13 +408,13 @@ impl ReplicaFactory for LuigiReplicas {
 mod tests {
     use std::sync::Arc;
 
-    use luigi_protocol::fast::AcceptRecord;
+    use crate::fast::AcceptRecord;
     use luigi_txn::msg::ServerMsg;
     use luigi_txn::types::{KeySet, ShardPiece, Txn, TxnId};
     use luigi_workloads::procedures::{micro_key, Micro, MicroOp};
 
     use super::*;
-    use crate::RaftConfig;
+    use luigi_raft::RaftConfig;
 
     /// A one-voter group's replica and its node's log; readies are "persisted" at once.
     struct Lone {
@@ -410,9 +422,9 @@ mod tests {
         log: RaftLog,
     }
 
-    fn lone_over(config: LeaderConfig, recovered: Option<crate::RecoveredState>) -> Lone {
+    fn lone_over(config: LeaderConfig, recovered: Option<luigi_raft::RecoveredState>) -> Lone {
         let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), recovered).unwrap();
-        let r = Replica::new(config, luigi_workloads::procedures::builtins(), empty_store(), &log).unwrap();
+        let r = start(config, luigi_workloads::procedures::builtins(), empty_store(), &log).unwrap();
         Lone { r, log }
     }
 
@@ -484,9 +496,10 @@ mod tests {
         // Compacted behind it, the log restarts from the snapshot and the entries after it.
         let snap = n.log.compact(at, data).unwrap();
         let log = &n.log;
-        let entries = (at + 1..=log.last_index()).map(|i| crate::codec::encode_entry(&log.entry(i).unwrap())).collect();
-        let recovered = crate::RecoveredState {
-            hard_state: crate::HardState { term: log.term(), vote: 1, commit: at },
+        let entries =
+            (at + 1..=log.last_index()).map(|i| luigi_raft::codec::encode_entry(&log.entry(i).unwrap())).collect();
+        let recovered = luigi_raft::RecoveredState {
+            hard_state: luigi_raft::HardState { term: log.term(), vote: 1, commit: at },
             snapshot: Some(snap),
             entries,
             applied: 0,
@@ -517,7 +530,7 @@ mod tests {
             .map(|(n, t)| (n as u64, AcceptRecord { ts: t.ts, txn: Arc::new(t) }.encode()))
             .collect();
         n.r.restore_accepts(&records).unwrap();
-        assert_eq!(n.r.protocol.acceptor.as_ref().unwrap().undecided().len(), 2);
+        assert_eq!(n.r.protocol().acceptor.as_ref().unwrap().undecided().len(), 2);
         n.log.campaign().unwrap();
         let mut out = settle(&mut n, 100);
         assert!(n.r.is_serving(), "{out:?}");
@@ -585,14 +598,14 @@ mod tests {
         let mut other = lone_replica();
         other.r.on_client(&mut other.log, 100, 4, dispatch(9), &mut Vec::new());
         let mut late = Vec::new();
-        other.r.turn(&mut other.log, 100 + crate::waiting::WAITING_US_MAX + 1, &mut late).unwrap();
+        other.r.turn(&mut other.log, 100 + luigi_replica::waiting::WAITING_US_MAX + 1, &mut late).unwrap();
         assert!(
             matches!(late.as_slice(), [LeaderOutput::ToClient { client: 4, msg: ServerMsg::Reply(reply) }]
                 if reply.outcome == Err(luigi_txn::msg::TxnError::NotLeader { hint: None }) && reply.arrival_delta_us == 10),
             "{late:?}"
         );
         assert_eq!(n.r.leader_hint(&n.log), Some(0));
-        assert_eq!((n.log.role(), n.log.term()), (crate::Role::Leader, 1));
+        assert_eq!((n.log.role(), n.log.term()), (luigi_raft::Role::Leader, 1));
         assert_eq!(n.log.handed_out(), n.log.commit_index(), "everything committed was applied");
         out.clear();
         n.r.on_client(&mut n.log, 400, 4, dispatch(2), &mut out);
