@@ -1,5 +1,5 @@
 //! [`BaseReplica`]: one replica of a baseline shard over its Raft log, the baseline's part
-//! ([`BaseProtocol`]) of the one [`RoleMachine`] every protocol runs (`luigi_raft::role_machine`):
+//! ([`BaseProtocol`]) of the one [`RoleMachine`] every protocol runs (`luigi_replica::role_machine`):
 //! a follower applying committed records until its log leads and has applied everything
 //! committed before its term, then a [`BaseLeader`]; a leader that loses leadership rebuilds
 //! its follower state from its log (it ran ahead of it). Unlike Luigi's, a follower answers
@@ -9,9 +9,10 @@
 use std::sync::Arc;
 
 use luigi_protocol::log::LogEntry;
-use luigi_raft::{
-    BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, LeaderFigures, RaftError,
-    RaftLog, ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
+use luigi_raft::{RaftError, RaftLog};
+use luigi_replica::{
+    BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, LeaderFigures,
+    ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus};
@@ -221,23 +222,22 @@ impl ReplicaFactory for BaseReplicas {
     }
 
     fn build(&self, setup: ReplicaSetup, log: &RaftLog) -> Result<Box<dyn ShardReplica>, BuildError> {
-        let ReplicaSetup { leader, registry, initial, .. } = setup;
-        let mut config = BaseConfig::new(leader.shard, leader.shards, self.mode);
-        // One round of the protocol takes a few one-way delays; the leader's recovery timeout
+        let ReplicaSetup { shard, shards, round_timeout_us, registry, initial, .. } = setup;
+        let mut config = BaseConfig::new(shard, shards, self.mode);
+        // One round of the protocol takes a few one-way delays; the node's recovery timeout
         // (derived from the one-way delay) bounds it the way it bounds Luigi's agreement.
-        config.round_timeout_us = leader.recover_after_us;
-        config.execution_ttl_us = 2 * leader.recover_after_us;
+        config.round_timeout_us = round_timeout_us;
+        config.execution_ttl_us = 2 * round_timeout_us;
         let replica = BaseReplica::start(BaseProtocol::new(config, registry, initial), log)
             .map_err(|source| BuildError { what: "loading its snapshot", source })?;
         Ok(Box::new(replica))
     }
 }
 
-/// The replica factory of `protocol`: Luigi's, or the baseline's for its mode. The server and
-/// the simulator build their nodes with it, so a cluster runs the protocol its file names.
-pub fn replicas_for(protocol: luigi_txn::types::Protocol) -> Arc<dyn ReplicaFactory> {
-    match crate::Mode::of(protocol) {
-        Some(mode) => Arc::new(BaseReplicas { mode }),
-        None => Arc::new(luigi_raft::replica::LuigiReplicas),
-    }
+/// The baseline's replica factory for `protocol`'s mode, or `None` for Luigi's (a node builds
+/// Luigi's factory over its own leader configuration, `luigi_node::NodeConfig::factory`). The
+/// server and the simulator build their nodes with it, so a cluster runs the protocol its file
+/// names.
+pub fn replicas_for(protocol: luigi_txn::types::Protocol) -> Option<Arc<dyn ReplicaFactory>> {
+    crate::Mode::of(protocol).map(|mode| Arc::new(BaseReplicas { mode }) as Arc<dyn ReplicaFactory>)
 }

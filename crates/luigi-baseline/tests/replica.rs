@@ -5,8 +5,8 @@ mod common;
 
 use luigi_baseline::msg::BaseOutput;
 use luigi_baseline::{BaseConfig, BaseProtocol, BaseReplica, Mode};
-use luigi_raft::replica::empty_store;
 use luigi_raft::{RaftConfig, RaftLog};
+use luigi_replica::empty_store;
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError};
 use luigi_workloads::procedures::micro_key;
 

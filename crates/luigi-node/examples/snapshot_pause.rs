@@ -25,8 +25,9 @@ use luigi_node::Tuning;
 use luigi_protocol::leader::follower::Follower;
 use luigi_protocol::leader::{LeaderConfig, LeaderOutput};
 use luigi_protocol::msg::{ReplicationMsg, SnapshotKind};
-use luigi_raft::replica::{InitialStore, Replica};
+use luigi_protocol::replica::{self, Replica};
 use luigi_raft::{RaftConfig, RaftLog};
+use luigi_replica::InitialStore;
 use luigi_store::{table_key, Store};
 use luigi_txn::msg::ClientMsg;
 use luigi_txn::procedure::Registry;
@@ -78,7 +79,8 @@ fn settle(n: &mut Lone, now: u64, out: &mut Vec<LeaderOutput>) {
 /// A replica serving alone from a store of `rows` rows of 300 bytes, after `records` writes.
 fn loaded_replica(rows: u64, records: u64, registry: &Registry, initial: &InitialStore) -> Lone {
     let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), None).unwrap();
-    let (r, built) = timed(|| Replica::new(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), &log).unwrap());
+    let (r, built) =
+        timed(|| replica::start(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), &log).unwrap());
     let mut n = Lone { r, log };
     n.log.campaign().unwrap();
     let mut out = Vec::new();
@@ -225,7 +227,7 @@ fn main() {
     // same store installs it: a swap; the state it replaces is freed off the loop
     // (`Effect::Discard`).
     let log = RaftLog::new(RaftConfig::new(1, vec![1, 2], 7), None).unwrap();
-    let mut lagging = Replica::new(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), &log).unwrap();
+    let mut lagging = replica::start(LeaderConfig::new(0, 1), registry.clone(), initial.clone(), &log).unwrap();
     let (replaced, install) = timed(|| lagging.install_follower(decoded));
     assert!(replaced.is_some(), "a follower's state was replaced");
     let (_, discard) = timed(|| drop(replaced));

@@ -2,7 +2,7 @@
 
 use luigi_protocol::msg::ReplicationMsg;
 use luigi_raft::{Ready, SnapshotData};
-use luigi_raft::{SnapshotJob, Transition};
+use luigi_replica::{SnapshotJob, Transition};
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::peer::PeerMsg;
 use luigi_txn::types::{ClientId, ShardId, Timestamp, TxnId};

@@ -9,7 +9,7 @@
 //! transactions, the replicas' clock offsets to each other and what a replica whose clock is
 //! beyond the bound does ([`clock_offsets`], [`clock_guard`], [`clock_watch`]), and every
 //! timeout ([`tuning`]). It serves every protocol: the state machine
-//! is a `Box<dyn luigi_raft::ShardReplica>` built by [`NodeConfig::protocol`] (Luigi's by
+//! is a `Box<dyn luigi_replica::ShardReplica>` built by [`NodeConfig::protocol`] (Luigi's by
 //! default). The server (`luigi-runtime`) and the
 //! simulator (`luigi-sim`) both run a [`ReplicaNode`] per replica and only execute its
 //! [`Effect`]s: sockets and files in one, a seeded network and a faulty in-memory disk in the

@@ -6,7 +6,7 @@
 //!
 //! The node owns the replica's Raft log (a byte log, as raft-rs's and etcd's drivers own
 //! theirs): it drives it and lends it to the replica's calls that propose or take committed
-//! records (`luigi_raft::replica_api` states that contract); the replica holds none.
+//! records (`luigi_replica::replica_api` states that contract); the replica holds none.
 //!
 //! The calling contract (both shells follow it):
 //!
@@ -35,7 +35,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use luigi_protocol::msg::{SnapshotKind, TransferId};
-use luigi_raft::{RaftLog, RecoveredState, ReplicaSetup, ShardReplica, SnapshotDecoder, StateBox};
+use luigi_raft::{RaftLog, RecoveredState};
+use luigi_replica::{ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, StateBox};
 use luigi_txn::peer::{NodeOutput, PeerMsg};
 use luigi_txn::types::{ShardId, TimeUs};
 
@@ -68,6 +69,9 @@ use progress::ProgressSent;
 /// One replica of a shard (see the module docs).
 pub struct ReplicaNode {
     config: NodeConfig,
+    /// The protocol's factory ([`NodeConfig::factory`]): its name, whether it uses progress
+    /// reports.
+    factory: Arc<dyn ReplicaFactory>,
     /// The replica's Raft log: the node drives it and lends it to the replica.
     log: RaftLog,
     replica: Box<dyn ShardReplica>,
@@ -223,12 +227,14 @@ impl ReplicaNode {
         let setup = ReplicaSetup {
             shard: node.shard,
             replica: node.replica,
-            leader: config.leader.clone(),
+            shards: config.leader.shards,
+            round_timeout_us: config.leader.recover_after_us,
             registry: config.registry.clone(),
             initial: config.initial.clone(),
         };
+        let factory = config.factory();
         let replica =
-            config.protocol.build(setup, &log).map_err(|e| NodeError::Raft { node, what: e.what, source: e.source })?;
+            factory.build(setup, &log).map_err(|e| NodeError::Raft { node, what: e.what, source: e.source })?;
         let snapshot_index = log.snapshot_index();
         let decoder = replica.snapshot_decoder();
         let snapshots = Cadence::new(config.tuning.snapshot_entries, snapshot_index, node.replica, config.group_size());
@@ -237,6 +243,7 @@ impl ReplicaNode {
         let clock = ClockWatch::new(node, config.group_size(), &config.tuning);
         Ok(ReplicaNode {
             config,
+            factory,
             log,
             replica,
             decoder,
@@ -280,6 +287,11 @@ impl ReplicaNode {
     /// Its configuration.
     pub fn config(&self) -> &NodeConfig {
         &self.config
+    }
+
+    /// Its protocol's replica factory.
+    pub fn factory(&self) -> &dyn ReplicaFactory {
+        self.factory.as_ref()
     }
 
     /// The replica (its protocol's leader or follower state over the node's Raft log), for

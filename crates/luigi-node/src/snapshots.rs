@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use luigi_raft::{SnapshotDecoder, StateBox};
+use luigi_replica::{SnapshotDecoder, StateBox};
 
 /// A replica's snapshot cadence.
 #[derive(Debug)]

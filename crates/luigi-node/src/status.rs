@@ -6,11 +6,11 @@ use luigi_txn::types::TimeUs;
 use crate::node::ReplicaNode;
 
 /// Stalled transactions listed (oldest first) in a status report (Luigi's leader).
-pub use luigi_raft::replica::STATUS_STALLED_MAX;
+pub use luigi_protocol::replica::STATUS_STALLED_MAX;
 
 impl ReplicaNode {
     /// This replica's state at `now` (its clock): the log's part here, the state machine's
-    /// by its protocol ([`luigi_raft::ShardReplica::status`]).
+    /// by its protocol ([`luigi_replica::ShardReplica::status`]).
     pub fn status(&self, now: TimeUs) -> ReplicaStatus {
         let me = self.id();
         let r = self.replica();
@@ -18,7 +18,7 @@ impl ReplicaNode {
         let mut status = ReplicaStatus {
             shard: me.shard,
             replica: me.replica,
-            protocol: self.config().protocol.name().to_string(),
+            protocol: self.factory().name().to_string(),
             role: match log.role() {
                 luigi_raft::Role::Leader => ReplicaRole::Leader,
                 luigi_raft::Role::Follower => ReplicaRole::Follower,

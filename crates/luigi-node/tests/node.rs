@@ -9,8 +9,8 @@
 
 use luigi_node::{Effect, NodeConfig, ReplicaNode, ShardRoutes, Tuning};
 use luigi_protocol::msg::{PeerBatch, PeerItem, ReplicationMsg};
-use luigi_raft::replica::Transition;
 use luigi_raft::{decode_message, HardState, RecoveredState};
+use luigi_replica::Transition;
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnError, TxnReply};
 use luigi_txn::peer::{PeerBody, PeerMsg, PeerVocabulary};
 use luigi_txn::types::NodeId;
@@ -625,7 +625,7 @@ fn a_serving_leader_shows_its_figures_and_stalled_transactions_as_plain_data_and
     assert!(n.replica().stalled(0).is_empty());
     let (_, mut now) = serve_alone(&mut n, 0);
     let figures = n.replica().leader_figures().expect("serving");
-    assert_eq!((figures.pending, figures.luigi.is_some(), figures.watermark.is_some()), (0, true, true));
+    assert_eq!((figures.pending, figures.agreement.is_some(), figures.watermark.is_some()), (0, true, true));
     // A transaction of shards 0 and 1: shard 1's leader never answers, so it stays pending
     // here and, once older than the recovery delay, stalled.
     let keys = || luigi_txn::types::KeySet::new(vec![], vec![b"k".to_vec()]);

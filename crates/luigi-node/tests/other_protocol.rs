@@ -15,9 +15,10 @@ use bytes::Bytes;
 use common::{MiniCluster, Seen};
 use luigi_node::{NodeConfig, ReplicaNode, Tuning};
 use luigi_protocol::log::{LogEntry, ReplicatedLog};
-use luigi_raft::{
-    BuildError, LeaderFigures, RaftError, RaftLog, RecoveredState, ReplicaFactory, ReplicaSetup, ShardReplica,
-    SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
+use luigi_raft::{RaftError, RaftLog, RecoveredState};
+use luigi_replica::{
+    BuildError, LeaderFigures, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob,
+    StateBox, Transition,
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, ServerMsg, StalledTxnInfo, TxnError, TxnReply};

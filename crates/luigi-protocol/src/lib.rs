@@ -12,7 +12,10 @@
 //! - [`leader`]: the shard leader and follower (admission, hold queue, execution, watermark,
 //!   answers, agreement, recovery, outcome retention).
 //! - [`fast`]: the fast path's order bookkeeping and a follower's accept rule.
-//! - [`log`]: the replicated-log seam and Luigi's log records.
+//! - [`log`]: Luigi's log records (the replicated-log seam is `luigi_txn::log`).
+//! - [`replica`]: Luigi's replica of a shard over its node's Raft log: its part of the one
+//!   role machine (`luigi-replica`), its fast path on a replica, and [`replica::LuigiReplicas`],
+//!   the factory a node builds it with.
 //! - [`msg`]: what travels between servers: Luigi's peer batches (encoded by the protocol,
 //!   opaque to the node in a `luigi_txn::peer::PeerMsg`) and the replication layer's
 //!   messages (the frame every connection speaks is `luigi_runtime::wire::WireMsg`).
@@ -25,3 +28,4 @@ pub mod leader;
 pub mod log;
 pub mod msg;
 pub mod owd;
+pub mod replica;

@@ -1,6 +1,7 @@
-//! The replicated-log seam. A shard leader appends records; once a record is committed (durable
-//! on the replicas the log requires) the log hands it back and the leader acts on it. Nothing a
-//! client can observe depends on a record that is not committed.
+//! Luigi's log records, and the replicated-log seam (`luigi_txn::log`, protocol-neutral)
+//! with Luigi's records as its default. A shard leader appends records; once a record is
+//! committed (durable on the replicas the log requires) the log hands it back and the leader
+//! acts on it. Nothing a client can observe depends on a record that is not committed.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -96,41 +97,12 @@ pub enum LogRecord {
     },
 }
 
-/// A committed record and its position. Generic over the record type so that other protocols
-/// can use the same seam (and `luigi-raft`) with records of their own; Luigi's is
-/// [`LogRecord`], the default.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LogEntry<R = LogRecord> {
-    /// Position.
-    pub index: LogIndex,
-    /// Record.
-    pub record: R,
-}
+/// The neutral seam (`luigi_txn::log`), re-exported where Luigi's records live.
+pub use luigi_txn::log::{LogError, ReplicatedLog};
 
-/// Why the log refused a record.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum LogError {
-    /// This replica is not the leader of its group.
-    #[error("not the leader")]
-    NotLeader,
-    /// Too many records are waiting to commit; try again after some commit.
-    #[error("log backlog full ({0} records pending)")]
-    Backlogged(usize),
-}
-
-/// A shard's replicated log as the leader sees it, replicating records of type `R` (Luigi's
-/// [`LogRecord`] by default).
-pub trait ReplicatedLog<R = LogRecord> {
-    /// Appends `record`; it comes back from [`ReplicatedLog::take_committed`] once committed.
-    fn propose(&mut self, record: R) -> Result<LogIndex, LogError>;
-    /// Moves every newly committed entry, in log order, into `out`.
-    fn take_committed(&mut self, out: &mut Vec<LogEntry<R>>);
-    /// The term of the log's leader, the term every record proposed now belongs to (a
-    /// log without terms, like [`LocalLog`], is all term 0).
-    fn term(&self) -> u64 {
-        0
-    }
-}
+/// A committed record and its position (`luigi_txn::log::LogEntry`), Luigi's [`LogRecord`] by
+/// default.
+pub type LogEntry<R = LogRecord> = luigi_txn::log::LogEntry<R>;
 
 /// An in-memory log where a record commits as soon as it is appended, for the protocol's
 /// tests and the simulator; servers log every shard, one replica or more, through Raft

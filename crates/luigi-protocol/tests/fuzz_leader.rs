@@ -177,7 +177,7 @@ impl TapLog {
     }
 }
 
-impl ReplicatedLog for TapLog {
+impl ReplicatedLog<LogRecord> for TapLog {
     fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError> {
         self.inner.propose(record)
     }

@@ -9,7 +9,7 @@
 //! them in its record header) and `data` = the protobuf encoding of the eraftpb.Entry with its
 //! index and term cleared (protobuf omits zero fields, so they cost nothing), i.e. entry type,
 //! payload and context. For a normal entry the payload is the postcard encoding of the log's
-//! record (a [`luigi_protocol::log::LogRecord`] for a Luigi shard; see [`crate::Record`]).
+//! record (`luigi_protocol::log::LogRecord` for a Luigi shard; see [`crate::Record`]).
 
 use protobuf::Message as _;
 use raft::eraftpb::{Entry, HardState as PbHardState, Message, MessageType};
@@ -97,7 +97,9 @@ pub struct PersistEntry {
     pub data: Vec<u8>,
 }
 
-pub(crate) fn encode_entry(e: &Entry) -> PersistEntry {
+/// The persisted form of a raft-rs entry: its index, term and encoded data (as
+/// [`DiskStorage`](crate::disk::DiskStorage) stores it).
+pub fn encode_entry(e: &Entry) -> PersistEntry {
     let mut body = Entry::default();
     body.set_entry_type(e.get_entry_type());
     body.data = e.data.clone();

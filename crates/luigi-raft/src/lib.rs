@@ -8,25 +8,24 @@
 //! The parts:
 //!
 //! - [`RaftLog`]: the sans-I/O core (no threads, sockets, clocks or files). It implements the
-//!   protocol's seam [`luigi_protocol::log::ReplicatedLog`]: `propose` on the leader returns the
-//!   record's log index (or [`luigi_protocol::log::LogError::NotLeader`]), `take_committed` hands
+//!   protocol-neutral seam [`luigi_txn::log::ReplicatedLog`]: `propose` on the leader returns the
+//!   record's log index (or [`luigi_txn::log::LogError::NotLeader`]), `take_committed` hands
 //!   back committed records in log order on every replica. Raft's own entries (a new leader's
 //!   no-op, which raft-rs appends on election and commits like any entry; conf changes) are
 //!   skipped, so indexes of taken records increase but are not consecutive. The log holds
 //!   bytes, as raft-rs's does ([`RaftLog::propose_bytes`], [`RaftLog::take_committed_bytes`]);
 //!   the seam is its typed view, offered for every [`Record`] type (Luigi's
-//!   [`luigi_protocol::log::LogRecord`], a baseline's prepare and commit records): postcard
+//!   `luigi_protocol::log::LogRecord`, a baseline's prepare and commit records): postcard
 //!   on `propose`, decoded on `take_committed` (a record that does not decode is a fatal
 //!   [`RaftError::BadEntry`], never a panic).
-//! - [`replica_api`]: the seam between a protocol's shard replica and the node that owns and
-//!   drives its log ([`ShardReplica`], lent the log in every call that needs it, built over
-//!   the node's log by a [`ReplicaFactory`]);
-//! - [`role_machine`]: the one [`RoleMachine`] every protocol's replica is (follower/leader
-//!   switching, rebuild, own snapshots, the hint), over the protocol's part
-//!   ([`ReplicaProtocol`]); [`replica::Replica`] is Luigi's, [`replica::LuigiReplicas`] its
-//!   factory.
 //! - [`disk::DiskStorage`]: the durable shell helper (file I/O through `luigi-wal`) that
-//!   persists what [`Ready`] asks for and recovers a [`RecoveredState`] at restart.
+//!   persists what [`Ready`] asks for and recovers a [`RecoveredState`] at restart, with the
+//!   fast path's accept log ([`accepts`]: opaque records group-committed with the Raft log's
+//!   sync, which is why it lives beside the disk and not with a protocol).
+//!
+//! It knows no protocol: the replica layer every protocol shares over this log (the seam with
+//! the node, the role machine) is `luigi-replica`, and each protocol's replica lives in its
+//! own crate (Luigi's `luigi_protocol::replica`, the baselines' `luigi_baseline::replica`).
 //!
 //! # Driving a replica
 //!
@@ -63,12 +62,8 @@ pub mod accepts;
 pub mod codec;
 pub mod disk;
 mod node;
-pub mod replica;
-pub mod replica_api;
 mod rng;
-pub mod role_machine;
 mod store;
-pub mod waiting;
 
 pub use codec::{decode_message, encode_message, DecodeError, HardState, PersistEntry};
 pub use node::{
@@ -77,11 +72,3 @@ pub use node::{
 };
 /// The raft-rs message and entry types, for shells that want them.
 pub use raft::eraftpb;
-pub use replica_api::{
-    empty_store, BuildError, FastPathReplica, InitialStore, LeaderFigures, ReplicaFactory, ReplicaSetup, ShardReplica,
-    SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
-};
-pub use role_machine::{
-    BatchOf, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf, ReplayedExecutions, ReplicaProtocol,
-    ReplicaStats, RoleMachine,
-};

@@ -5,12 +5,12 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{Cluster, Event, TICK};
-use luigi_protocol::log::{LogEntry, LogError, LogRecord, ReplicatedLog};
+use common::{Cluster, Event, TestRecord, TICK};
 use luigi_raft::Role;
+use luigi_txn::log::{LogEntry, LogError, ReplicatedLog};
 
 /// Proposes `count` records on the current leader, a few per time unit, and returns them.
-fn propose_many(c: &mut Cluster, count: usize) -> Vec<(u64, LogRecord)> {
+fn propose_many(c: &mut Cluster, count: usize) -> Vec<(u64, TestRecord)> {
     let mut out = Vec::new();
     while out.len() < count {
         let leader = c.elect(100 * TICK);
@@ -234,7 +234,7 @@ fn reports_of_a_lost_leader_that_do_not_add_up_depose_nobody() {
 
 /// A fixed scenario with drops, reordering, a leader isolation and a heal; returns what
 /// happened.
-fn scenario(seed: u64) -> (Vec<Event>, Vec<(u64, LogRecord)>) {
+fn scenario(seed: u64) -> (Vec<Event>, Vec<(u64, TestRecord)>) {
     let mut c = Cluster::new(5, seed);
     c.drop_per_mille = 50;
     c.delay = (1, 8);
@@ -327,7 +327,7 @@ fn f_partitioned_minority_cannot_commit_and_its_leader_steps_down() {
         assert_eq!(c.log(old).commit_index(), commit_before, "minority committed nothing");
         for &id in &minority {
             assert_eq!(c.node(id).applied.len(), 10);
-            assert_eq!(c.node_mut(id).log.propose(LogRecord::Floor { ts: 0 }), Err(LogError::NotLeader));
+            assert_eq!(c.node_mut(id).log.propose(TestRecord::Floor { ts: 0 }), Err(LogError::NotLeader));
         }
         // The majority elects a leader and commits.
         c.run_until(40 * TICK, |c| c.live_leader().is_some_and(|l| !minority.contains(&l))).expect("majority elects");
@@ -446,7 +446,7 @@ fn single_replica_group_commits_alone_and_bounds_its_backlog() {
             log.advance(rd.number);
         }
     };
-    assert_eq!(log.propose(LogRecord::Floor { ts: 1 }), Err(LogError::NotLeader));
+    assert_eq!(log.propose(TestRecord::Floor { ts: 1 }), Err(LogError::NotLeader));
     log.campaign().unwrap();
     drain(&mut log);
     assert!(log.is_leader());
@@ -454,17 +454,17 @@ fn single_replica_group_commits_alone_and_bounds_its_backlog() {
     // Nothing commits before it is persisted (advance), so the backlog fills up.
     let mut indexes = Vec::new();
     for ts in 1..=4 {
-        indexes.push(log.propose(LogRecord::Floor { ts }).unwrap());
+        indexes.push(log.propose(TestRecord::Floor { ts }).unwrap());
     }
-    assert_eq!(log.propose(LogRecord::Floor { ts: 5 }), Err(LogError::Backlogged(4)));
+    assert_eq!(log.propose(TestRecord::Floor { ts: 5 }), Err(LogError::Backlogged(4)));
     drain(&mut log);
     assert_eq!(log.commit_index(), *indexes.last().unwrap());
     // Committed but not taken still counts.
-    assert_eq!(log.propose(LogRecord::Floor { ts: 5 }), Err(LogError::Backlogged(4)));
-    let mut out: Vec<LogEntry> = Vec::new();
+    assert_eq!(log.propose(TestRecord::Floor { ts: 5 }), Err(LogError::Backlogged(4)));
+    let mut out: Vec<LogEntry<TestRecord>> = Vec::new();
     log.take_committed(&mut out);
     assert_eq!(out.iter().map(|e| e.index).collect::<Vec<_>>(), indexes);
-    assert!(log.propose(LogRecord::Floor { ts: 5 }).is_ok());
+    assert!(log.propose(TestRecord::Floor { ts: 5 }).is_ok());
 }
 
 #[test]

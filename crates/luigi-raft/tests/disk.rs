@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::{Cluster, TICK};
-use luigi_protocol::log::ReplicatedLog;
+use common::{Cluster, TestRecord, TICK};
 use luigi_raft::disk::{DiskError, DiskStorage, HARD_STATE_FILE};
 use luigi_raft::{HardState, RaftConfig, RaftError, RaftLog, RecoveredState};
+use luigi_txn::log::ReplicatedLog;
 use luigi_wal::{Durability, WalOptions};
 
 /// The entries a replica's disk holds, as `(index, term)`.
@@ -190,7 +190,7 @@ fn recovery_rejects_inconsistent_state_with_clear_errors() {
     while let Some(rd) = log.ready().unwrap() {
         log.advance(rd.number);
     }
-    let mut out: Vec<luigi_protocol::log::LogEntry> = Vec::new();
+    let mut out: Vec<luigi_txn::log::LogEntry<TestRecord>> = Vec::new();
     log.take_committed(&mut out);
     assert!(out.is_empty());
     assert!(matches!(RaftLog::new(RaftConfig::new(4, vec![1, 2, 3], 0), None), Err(RaftError::Config(_))));

@@ -4,9 +4,12 @@
 //! path and takes it whole through `step_snapshot`; the leader sends that follower nothing but
 //! heartbeats until the transfer's outcome is reported, and tries again after a failure.
 
-use luigi_protocol::log::{LogRecord, ReplicatedLog};
+mod common;
+
+use common::TestRecord;
 use luigi_raft::eraftpb::MessageType;
 use luigi_raft::{decode_message, OutMessage, RaftConfig, RaftError, RaftLog};
+use luigi_txn::log::ReplicatedLog;
 
 fn log(id: u64) -> RaftLog {
     let mut c = RaftConfig::new(id, vec![1, 2, 3], 9);
@@ -22,7 +25,7 @@ fn drain(logs: &mut [RaftLog]) -> Vec<(u64, OutMessage)> {
             let from = l.id();
             out.extend(rd.messages.into_iter().chain(rd.persisted_messages).map(|m| (from, m)));
             l.advance(rd.number);
-            let mut taken: Vec<luigi_protocol::log::LogEntry> = Vec::new();
+            let mut taken: Vec<luigi_txn::log::LogEntry<TestRecord>> = Vec::new();
             l.take_committed(&mut taken);
         }
     }
@@ -66,7 +69,7 @@ fn a_snapshot_travels_apart_from_its_message_and_is_reported_by_the_shell() {
     assert!(logs[0].is_leader());
     // Replica 3 is cut off while the others commit, and the leader compacts.
     for ts in 1..=10 {
-        logs[0].propose(LogRecord::Floor { ts }).unwrap();
+        logs[0].propose(TestRecord::Floor { ts }).unwrap();
         settle(&mut logs, 3);
     }
     let at = logs[0].handed_out();
@@ -115,7 +118,7 @@ fn a_snapshot_travels_apart_from_its_message_and_is_reported_by_the_shell() {
     }
     logs[2].advance(rd.number);
     logs[0].report_snapshot(3, true);
-    logs[0].propose(LogRecord::Floor { ts: 11 }).unwrap();
+    logs[0].propose(TestRecord::Floor { ts: 11 }).unwrap();
     settle(&mut logs, 0);
     assert_eq!(logs[2].last_index(), logs[0].last_index());
     assert_eq!(logs[2].commit_index(), logs[0].commit_index());

@@ -7,7 +7,7 @@
 //!   the checker replays through them;
 //! - its population ([`HostedWorkload::initial`]): every replica starts from
 //!   `populate(seed, shard)` (a restarted or rebuilt one too: the node's
-//!   [`InitialStore`](luigi_raft::replica::InitialStore)), and so does the checker's replay;
+//!   [`InitialStore`](luigi_replica::InitialStore)), and so does the checker's replay;
 //! - its generators ([`HostedWorkload::generator`]): one per client, with multi-step business
 //!   transactions ([`TxnGenerator::next_step`]) honoured by the clients;
 //! - its partitioner: the run has as many shards as it partitions over;
@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use luigi_raft::replica::InitialStore;
+use luigi_replica::InitialStore;
 use luigi_store::Store;
 use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ShardId, Timestamp, TxnId};

@@ -207,7 +207,7 @@ impl SimLog {
     }
 }
 
-impl ReplicatedLog for SimLog {
+impl ReplicatedLog<LogRecord> for SimLog {
     fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError> {
         if self.waiting.len() >= self.capacity {
             return Err(LogError::Backlogged(self.waiting.len()));

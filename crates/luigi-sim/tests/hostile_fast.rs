@@ -51,7 +51,7 @@ fn hostile_fast_dispatches_before_leader_kills_are_never_executed_and_the_shards
 
 /// The sweep is not vacuous: followers that accept without the admission check
 /// (`Mutations::skip_fast_accept_check`, or the check's call deleted from the fast accept in
-/// `luigi-raft`'s `replica.rs`, which was tried by hand and fails the same way) accept the
+/// `luigi-protocol`'s `replica.rs`, which was tried by hand and fails the same way) accept the
 /// two transactions stamped ahead; the new leader recovers them from every follower's
 /// accepts and prepares them, and its watermark waits for them: no transaction is answered
 /// for 10 s (Stuck). Caught on seed 6001, the sweep's first, as on each of 6001..6020.

@@ -5,6 +5,7 @@
 //! - [`procedure`]: the stored-procedure API and the registry (the built-in procedures live
 //!   with the workloads, `luigi_workloads::procedures`).
 //! - [`partition`]: which shard owns a key; [`keyhash`]: the stable and the keyed hashes.
+//! - [`log`]: the replicated-log seam every protocol's leader proposes through.
 //! - [`progress`]: proof that a shard's log is committed up to a position (rule 14).
 //! - [`msg`]: what travels between clients and servers, for every protocol.
 //! - [`peer`]: the neutral envelope peer messages travel in (each protocol's items opaque)
@@ -16,6 +17,7 @@
 pub mod arbitrary;
 pub mod client_core;
 pub mod keyhash;
+pub mod log;
 pub mod msg;
 pub mod partition;
 pub mod peer;

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use luigi_protocol::leader::LeaderConfig;
-use luigi_raft::replica::{empty_store, InitialStore, LuigiReplicas};
-use luigi_raft::{RaftConfig, RaftError, ReplicaFactory};
+use luigi_protocol::replica::LuigiReplicas;
+use luigi_raft::{RaftConfig, RaftError};
+use luigi_replica::{empty_store, InitialStore, ReplicaFactory};
 use luigi_txn::procedure::Registry;
 
 use crate::snapshot_transfer::TransferConfig;
@@ -32,9 +33,10 @@ pub struct NodeConfig {
     pub initial: InitialStore,
     /// The snapshot transfers' parameters ([`TransferConfig::new`] over `tuning`).
     pub transfers: TransferConfig,
-    /// The protocol: builds the replica's state machine and its Raft log (default:
-    /// Luigi's, [`LuigiReplicas`]; see [`NodeConfig::with_protocol`]).
-    pub protocol: Arc<dyn ReplicaFactory>,
+    /// The protocol, if not Luigi's: builds the replica's state machine over its Raft log
+    /// (`None`: Luigi's, [`LuigiReplicas`] over [`NodeConfig::leader`]; see
+    /// [`NodeConfig::with_protocol`] and [`NodeConfig::factory`]).
+    pub protocol: Option<Arc<dyn ReplicaFactory>>,
 }
 
 impl NodeConfig {
@@ -47,23 +49,22 @@ impl NodeConfig {
         leader.answer_expiry_us = tuning.answer_expiry_us;
         leader.group_sizes = replicas.clone();
         let transfers = TransferConfig::new(&tuning);
-        NodeConfig {
-            node,
-            replicas,
-            seed,
-            tuning,
-            leader,
-            registry,
-            initial: empty_store(),
-            transfers,
-            protocol: Arc::new(LuigiReplicas),
-        }
+        NodeConfig { node, replicas, seed, tuning, leader, registry, initial: empty_store(), transfers, protocol: None }
     }
 
     /// The same, running `protocol`'s replicas instead of Luigi's.
     pub fn with_protocol(mut self, protocol: Arc<dyn ReplicaFactory>) -> Self {
-        self.protocol = protocol;
+        self.protocol = Some(protocol);
         self
+    }
+
+    /// The factory that builds this node's replica: the one [`NodeConfig::with_protocol`]
+    /// set, or Luigi's over [`NodeConfig::leader`] as it is now.
+    pub fn factory(&self) -> Arc<dyn ReplicaFactory> {
+        match &self.protocol {
+            Some(protocol) => protocol.clone(),
+            None => Arc::new(LuigiReplicas { leader: self.leader.clone() }),
+        }
     }
 
     /// The same, starting from the store `initial` builds (a workload's population) instead

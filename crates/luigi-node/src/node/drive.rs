@@ -2,7 +2,8 @@
 //! messages, their writes as [`Persist`] effects, the syncs they wait for), the leader's
 //! snapshot a ready hands out, and the replica's turns and role switches.
 
-use luigi_raft::{OutMessage, RaftError, SnapshotData, Transition};
+use luigi_raft::{OutMessage, RaftError, SnapshotData};
+use luigi_replica::Transition;
 use luigi_txn::types::TimeUs;
 
 use super::{NodeError, ReplicaNode, Restored, SnapshotCrc};

@@ -20,7 +20,7 @@ impl ReplicaNode {
     /// This replica's progress (rule 14): a follower's last durable acknowledgement, a
     /// leader's commit index; `None` for protocols that do not use it.
     pub(super) fn progress_report(&self) -> Option<ProgressReport> {
-        if !self.config.protocol.progress_reports() {
+        if !self.factory.progress_reports() {
             return None;
         }
         let log = &self.log;

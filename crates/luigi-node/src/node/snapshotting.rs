@@ -5,7 +5,8 @@
 use bytes::Bytes;
 
 use luigi_protocol::msg::SnapshotKind;
-use luigi_raft::{RaftError, SnapshotImage};
+use luigi_raft::RaftError;
+use luigi_replica::SnapshotImage;
 
 use super::{replica_of, NodeError, ReplicaNode, Restored, SnapshotCrc};
 use crate::effect::Effect;

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use luigi_node::{Effect, ReplicaNode, SnapshotCheck};
 use luigi_protocol::msg::ReplicationMsg;
-use luigi_raft::Transition;
+use luigi_replica::Transition;
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::types::NodeId;
 use luigi_txn::types::{ClientId, TxnId};

@@ -33,7 +33,7 @@ pub(super) struct AppliedExchange {
     reported_at: TimeUs,
 }
 
-impl<L: ReplicatedLog> ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// Shard `from` reported its committed marker `ts`.
     pub(super) fn on_peer_applied(&mut self, from: ShardId, ts: Timestamp) {
         if from == self.config.shard || from >= self.config.shards {

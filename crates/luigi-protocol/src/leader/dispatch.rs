@@ -26,7 +26,7 @@ pub(super) struct Dispatch {
     pub asked_fast: bool,
 }
 
-impl<L: ReplicatedLog> ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// A client's dispatch (or a recovering participant's, through `Recover`): answered from
     /// the answer table, refused, or admitted with a proposal (rule 3).
     pub(super) fn on_dispatch(&mut self, log: &mut L, now: TimeUs, d: Dispatch, out: &mut Vec<LeaderOutput>) {

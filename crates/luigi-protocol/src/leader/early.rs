@@ -15,7 +15,7 @@
 //! needs of this shard).
 
 use super::{LeaderOutput, ShardLeader};
-use crate::log::ReplicatedLog;
+use crate::log::{LogRecord, ReplicatedLog};
 use luigi_txn::msg::{ServerMsg, TxnReply};
 use luigi_txn::types::{TimeUs, Timestamp, TxnId};
 
@@ -34,7 +34,7 @@ enum EarlyStep {
     Drop,
 }
 
-impl<L: ReplicatedLog> ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// Another shard's marked proposal for `id` at `ts` is held here: `id` may get an early
     /// answer. Bounded like the held proposals (past the bound it just goes the regular way).
     pub(super) fn early_candidate(&mut self, id: TxnId, ts: Timestamp) {

@@ -6,11 +6,11 @@
 use super::agreement::Agreement;
 use super::answers::Answer;
 use super::{LeaderOutput, ShardLeader};
-use crate::log::ReplicatedLog;
+use crate::log::{LogRecord, ReplicatedLog};
 use luigi_txn::msg::TxnError;
 use luigi_txn::types::{TimeUs, TxnId};
 
-impl<L: ReplicatedLog> ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// Releases from the hold queue, in (timestamp, id) order, every transaction that may run
     /// at `now`, and executes each.
     pub(super) fn release_and_execute(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {

@@ -4,13 +4,13 @@
 
 use super::agreement::Agreement;
 use super::{ShardLeader, EARLY_DROPPED_MAX};
-use crate::log::ReplicatedLog;
+use crate::log::{LogRecord, ReplicatedLog};
 use luigi_txn::types::ClientId;
 #[cfg(test)]
 use luigi_txn::types::Timestamp;
 use luigi_txn::Map;
 
-impl<L: ReplicatedLog> ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// Checks the invariants that hold between steps, and describes the first one broken:
     ///
     /// - the watermark is at most the committed floor promise, the last `Applied` marker at
@@ -213,7 +213,7 @@ pub(super) enum Corruption {
 }
 
 #[cfg(test)]
-impl<L: ReplicatedLog> ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// Breaks the state as `c` says (tests only).
     pub(super) fn corrupt(&mut self, c: Corruption) {
         match c {

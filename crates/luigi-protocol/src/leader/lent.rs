@@ -12,19 +12,19 @@ use luigi_txn::types::{ClientId, TimeUs};
 
 use super::follower::Handover;
 use super::{LeaderConfig, LeaderOutput, ShardLeader};
-use crate::log::{LogEntry, ReplicatedLog};
+use crate::log::{LogEntry, LogRecord, ReplicatedLog};
 use crate::msg::PeerBatch;
 
 /// A [`ShardLeader`] and its log: the leader's calls that need the log lend it this one; the
 /// leader's other methods are reached through `Deref`.
-pub struct LeaderWithLog<L: ReplicatedLog> {
+pub struct LeaderWithLog<L: ReplicatedLog<LogRecord>> {
     /// The leader.
     pub leader: ShardLeader<L>,
     /// The log it is lent.
     pub log: L,
 }
 
-impl<L: ReplicatedLog> LeaderWithLog<L> {
+impl<L: ReplicatedLog<LogRecord>> LeaderWithLog<L> {
     /// See [`ShardLeader::new`].
     pub fn new(config: LeaderConfig, log: L, store: Store, registry: Registry) -> Self {
         LeaderWithLog { leader: ShardLeader::new(config, &log, store, registry), log }
@@ -76,7 +76,7 @@ impl<L: ReplicatedLog> LeaderWithLog<L> {
     }
 }
 
-impl<L: ReplicatedLog> Deref for LeaderWithLog<L> {
+impl<L: ReplicatedLog<LogRecord>> Deref for LeaderWithLog<L> {
     type Target = ShardLeader<L>;
 
     fn deref(&self) -> &ShardLeader<L> {
@@ -84,7 +84,7 @@ impl<L: ReplicatedLog> Deref for LeaderWithLog<L> {
     }
 }
 
-impl<L: ReplicatedLog> DerefMut for LeaderWithLog<L> {
+impl<L: ReplicatedLog<LogRecord>> DerefMut for LeaderWithLog<L> {
     fn deref_mut(&mut self) -> &mut ShardLeader<L> {
         &mut self.leader
     }

@@ -334,7 +334,7 @@ pub struct LeaderStats {
 }
 
 /// The shard leader state machine.
-pub struct ShardLeader<L: ReplicatedLog> {
+pub struct ShardLeader<L: ReplicatedLog<LogRecord>> {
     config: LeaderConfig,
     /// The type of the log its caller lends it (it holds none).
     log_type: PhantomData<fn(&mut L)>,
@@ -415,7 +415,7 @@ pub struct ShardLeader<L: ReplicatedLog> {
     applied_exchange: applied_exchange::AppliedExchange,
 }
 
-impl<L: ReplicatedLog> ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// A leader over `store`, running `registry`'s procedures, proposing to `log` (its
     /// caller holds the log and lends it to every call that may propose or take committed
     /// records).

@@ -11,7 +11,7 @@ use luigi_txn::msg::TxnError;
 use luigi_txn::progress::{LogPos, ProgressReport};
 use luigi_txn::types::{ShardId, Timestamp, TxnId};
 
-impl<L: ReplicatedLog> ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// Shard `shard` has a new leader, which may have missed agreement items sent to the old
     /// one (lost with its connection): re-send this shard's proposal, and its confirmation
     /// if its `DECIDE` is committed, of every pending transaction shared with `shard`. The

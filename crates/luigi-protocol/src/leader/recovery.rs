@@ -15,7 +15,7 @@ use crate::msg::PeerItem;
 use luigi_txn::msg::TxnError;
 use luigi_txn::types::{ShardId, TimeUs, Timestamp, Txn, TxnId};
 
-impl<L: ReplicatedLog> ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// A new leader over the state its replica rebuilt from the committed log (DESIGN.md,
     /// failure handling). The caller has applied every committed record, including one of
     /// the new term (the election no-op), so the handover holds everything any earlier

@@ -33,7 +33,11 @@ pub(super) fn txn(seq: u64, ts: Timestamp, ops: &[(ShardId, u64, Option<u64>)]) 
 }
 
 /// Client 9 dispatches `t` at `now`; the leader ticks.
-pub(super) fn dispatch<L: ReplicatedLog>(l: &mut LeaderWithLog<L>, now: TimeUs, t: &Arc<Txn>) -> Vec<LeaderOutput> {
+pub(super) fn dispatch<L: ReplicatedLog<LogRecord>>(
+    l: &mut LeaderWithLog<L>,
+    now: TimeUs,
+    t: &Arc<Txn>,
+) -> Vec<LeaderOutput> {
     let mut out = Vec::new();
     l.on_client(now, 9, ClientMsg::Dispatch { txn: t.clone(), sent_us: now, acked_below: 1, fast: true }, &mut out);
     l.tick(now, &mut out);
@@ -41,7 +45,7 @@ pub(super) fn dispatch<L: ReplicatedLog>(l: &mut LeaderWithLog<L>, now: TimeUs, 
     out
 }
 
-pub(super) fn tick<L: ReplicatedLog>(l: &mut LeaderWithLog<L>, now: TimeUs) -> Vec<LeaderOutput> {
+pub(super) fn tick<L: ReplicatedLog<LogRecord>>(l: &mut LeaderWithLog<L>, now: TimeUs) -> Vec<LeaderOutput> {
     let mut out = Vec::new();
     l.tick(now, &mut out);
     l.check_invariants().unwrap();
@@ -49,7 +53,7 @@ pub(super) fn tick<L: ReplicatedLog>(l: &mut LeaderWithLog<L>, now: TimeUs) -> V
 }
 
 /// Hands the leader `batches` from a peer, then ticks it.
-pub(super) fn deliver<L: ReplicatedLog>(
+pub(super) fn deliver<L: ReplicatedLog<LogRecord>>(
     l: &mut LeaderWithLog<L>,
     now: TimeUs,
     batches: Vec<PeerBatch>,

@@ -26,7 +26,7 @@ pub(super) struct TapLog {
     full: Rc<Cell<bool>>,
 }
 
-impl ReplicatedLog for TapLog {
+impl ReplicatedLog<LogRecord> for TapLog {
     fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError> {
         if self.full.get() {
             return Err(LogError::Backlogged(1));

@@ -40,7 +40,7 @@ impl HeldLog {
     }
 }
 
-impl ReplicatedLog for HeldLog {
+impl ReplicatedLog<LogRecord> for HeldLog {
     fn propose(&mut self, record: LogRecord) -> Result<LogIndex, LogError> {
         let index = self.next;
         self.next += 1;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// most this long past its bound).
 pub const IDLE_MARKER_US: u64 = 15_000_000;
 
-impl<L: ReplicatedLog> ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     pub(super) fn advance_watermark(&mut self, log: &mut L, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         let below_pending = self.queue.min_ts().map_or(Timestamp::MAX, |ts| ts - 1);
         let w = now.min(below_pending).min(self.floor_committed);

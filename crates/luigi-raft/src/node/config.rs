@@ -2,7 +2,7 @@
 //! recovered from disk, snapshots and replays.
 
 use bytes::Bytes;
-use luigi_protocol::log::LogEntry;
+use luigi_txn::log::LogEntry;
 use raft::eraftpb::{ConfState, Entry, Snapshot};
 
 #[cfg(doc)]
@@ -10,7 +10,7 @@ use super::RaftLog;
 use super::{decode_committed, is_record, RaftError, Record};
 use crate::codec::{HardState, PersistEntry};
 #[cfg(doc)]
-use luigi_protocol::log::{LogError, ReplicatedLog};
+use luigi_txn::log::{LogError, ReplicatedLog};
 
 /// Tuning and identity of one replica. Build with [`RaftConfig::new`] and adjust fields.
 #[derive(Clone, Debug, PartialEq, Eq)]

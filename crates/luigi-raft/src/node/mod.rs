@@ -23,9 +23,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
 
 use bytes::Bytes;
-use luigi_protocol::log::{LogEntry, LogIndex};
 #[cfg(doc)]
-use luigi_protocol::log::{LogRecord, ReplicatedLog};
+use luigi_txn::log::ReplicatedLog;
+use luigi_txn::log::{LogEntry, LogIndex};
 use raft::eraftpb::{ConfState, Entry, EntryType};
 use raft::{GetEntriesContext, RawNode, StateRole};
 use serde::de::DeserializeOwned;

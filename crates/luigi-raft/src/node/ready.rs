@@ -1,9 +1,9 @@
 //! What a [`RaftLog`] hands its shell: [`Ready`] (persist, send, advance) and role changes.
 
 use bytes::Bytes;
-use luigi_protocol::log::LogEntry;
+use luigi_txn::log::LogEntry;
 #[cfg(doc)]
-use luigi_protocol::log::ReplicatedLog;
+use luigi_txn::log::ReplicatedLog;
 use raft::eraftpb::{Message, MessageType};
 use raft::{SnapshotStatus, StateRole};
 

@@ -6,7 +6,7 @@
 //! knows no record type and lends it to the protocol's replica.
 
 use bytes::Bytes;
-use luigi_protocol::log::{LogEntry, LogError, LogIndex, ReplicatedLog};
+use luigi_txn::log::{LogEntry, LogError, LogIndex, ReplicatedLog};
 
 #[cfg(doc)]
 use super::RaftConfig;

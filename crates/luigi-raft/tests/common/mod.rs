@@ -18,12 +18,23 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use luigi_protocol::log::{LogEntry, LogError, LogIndex, LogRecord, ReplicatedLog};
 use luigi_raft::disk::DiskStorage;
 use luigi_raft::eraftpb::MessageType;
 use luigi_raft::{OutMessage, RaftConfig, RaftError, RaftLog, RecoveredState, Role, SnapshotData};
+use luigi_txn::log::{LogEntry, LogError, LogIndex, ReplicatedLog};
 use luigi_wal::fs::{Fs, RealFs, SimFs};
 use luigi_wal::{Durability, WalOptions};
+
+/// The tests' log record (the Raft log knows no protocol's records; this stands in for one,
+/// encoding to as many bytes as Luigi's `LogRecord::Floor`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TestRecord {
+    /// A record naming a number.
+    Floor {
+        /// The number.
+        ts: u64,
+    },
+}
 
 /// Time units per tick.
 pub const TICK: u64 = 10;
@@ -59,7 +70,7 @@ pub struct Node {
     pub disk: DiskStorage,
     /// Every record applied since the (re)start, in order, including those restored from a
     /// snapshot: the replica's state machine.
-    pub applied: Vec<(LogIndex, LogRecord)>,
+    pub applied: Vec<(LogIndex, TestRecord)>,
     /// Index of the last commit check.
     pub checked_commit: LogIndex,
 }
@@ -71,11 +82,11 @@ pub enum Event {
     Commit { now: u64, id: u64, index: LogIndex },
 }
 
-pub fn encode_state(applied: &[(LogIndex, LogRecord)]) -> Vec<u8> {
+pub fn encode_state(applied: &[(LogIndex, TestRecord)]) -> Vec<u8> {
     postcard::to_stdvec(applied).expect("state encodes")
 }
 
-pub fn decode_state(data: &[u8]) -> Vec<(LogIndex, LogRecord)> {
+pub fn decode_state(data: &[u8]) -> Vec<(LogIndex, TestRecord)> {
     postcard::from_bytes(data).expect("state decodes")
 }
 
@@ -107,7 +118,7 @@ pub struct Cluster {
     pub delivered: u64,
     pub trace: Vec<Event>,
     /// The committed record sequence every replica must agree with (longest seen).
-    pub reference: Vec<(LogIndex, LogRecord)>,
+    pub reference: Vec<(LogIndex, TestRecord)>,
     /// Term and data of every committed index any replica reported.
     pub committed_at: HashMap<LogIndex, (u64, Vec<u8>)>,
     /// The directory of each replica (on its own file system).
@@ -443,7 +454,7 @@ impl Cluster {
 
     /// Proposes `n` records, one per time unit, on whichever replica leads (electing one
     /// first when needed; proposals a replica refuses are retried); returns them.
-    pub fn propose_n(&mut self, n: usize) -> Vec<(LogIndex, LogRecord)> {
+    pub fn propose_n(&mut self, n: usize) -> Vec<(LogIndex, TestRecord)> {
         let mut out = Vec::new();
         while out.len() < n {
             let leader = self.elect(100 * TICK);
@@ -464,14 +475,14 @@ impl Cluster {
     }
 
     /// A fresh record (unique timestamp).
-    pub fn record(&mut self) -> LogRecord {
+    pub fn record(&mut self) -> TestRecord {
         let ts = self.next_ts;
         self.next_ts += 1;
-        LogRecord::Floor { ts }
+        TestRecord::Floor { ts }
     }
 
     /// Proposes a fresh record on `id` and drains its readies.
-    pub fn propose(&mut self, id: u64) -> Result<(LogIndex, LogRecord), LogError> {
+    pub fn propose(&mut self, id: u64) -> Result<(LogIndex, TestRecord), LogError> {
         let record = self.record();
         let r = self.node_mut(id).log.propose(record.clone());
         self.process(id);
@@ -480,7 +491,7 @@ impl Cluster {
 
     /// Proposes `k` fresh records on `id` in one go (as a shell does within one event), then
     /// drains its readies once.
-    pub fn propose_batch(&mut self, id: u64, k: usize) -> Result<Vec<(LogIndex, LogRecord)>, LogError> {
+    pub fn propose_batch(&mut self, id: u64, k: usize) -> Result<Vec<(LogIndex, TestRecord)>, LogError> {
         let mut out = Vec::new();
         for _ in 0..k {
             let record = self.record();

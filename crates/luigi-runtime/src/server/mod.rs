@@ -22,8 +22,7 @@ use std::path::PathBuf;
 use crate::wire::WireMsg;
 use anyhow::Context;
 use luigi_node::{CheckedSnapshot, Effect, NodeConfig, NodeError, ReplicaNode, SnapshotCheck};
-use luigi_raft::replica::{empty_store, InitialStore};
-use luigi_raft::{SnapshotImage, SnapshotJob};
+use luigi_replica::{empty_store, InitialStore, SnapshotImage, SnapshotJob};
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::procedure::Registry;
 use luigi_wal::Durability;
@@ -167,9 +166,12 @@ impl Server {
             Storage::open(node, &config, &storage, move |r| reports.blocking_send(Inbound::Storage(r)).is_ok())?;
         let shape = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
         let (registry, initial) = hosted_workload(&config, node, registry)?;
-        let mut node_config = NodeConfig::new(node, shape, config.seed, config.tuning(), registry)
-            .with_initial(initial)
-            .with_protocol(luigi_baseline::replicas_for(config.protocol()));
+        let mut node_config =
+            NodeConfig::new(node, shape, config.seed, config.tuning(), registry).with_initial(initial);
+        // Luigi's: the node's default factory, over `node_config.leader`.
+        if let Some(factory) = luigi_baseline::replicas_for(config.protocol()) {
+            node_config = node_config.with_protocol(factory);
+        }
         node_config.leader.fast_path = config.fast_path_on(node.shard);
         let mut replica = ReplicaNode::new(node_config, recovered).map_err(|e| match e {
             NodeError::Raft { source: luigi_raft::RaftError::Recovered(_), .. } => {

@@ -43,7 +43,7 @@ fn leader_stores<'r>(replicas: &'r [Vec<SimReplica>], report: &mut FailoverRepor
             .find(|r| r.is_serving())
             .expect("converged");
         stores.push(leader.store());
-        if let Some(stats) = leader.leader_figures().and_then(|f| f.luigi) {
+        if let Some(stats) = leader.leader_figures().and_then(|f| f.agreement) {
             report.recover_sent += stats.recover_sent;
             report.recover_kept += stats.recover_kept;
             report.recover_acknowledged += stats.recover_acknowledged;

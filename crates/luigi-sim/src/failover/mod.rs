@@ -54,7 +54,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use luigi_node::ReplicaNode;
-use luigi_raft::ReplicaFactory;
+use luigi_protocol::replica::LuigiReplicas;
+use luigi_replica::ReplicaFactory;
 use luigi_txn::msg::ClientMsg;
 use luigi_txn::types::NodeId;
 use luigi_txn::types::{ClientId, Protocol, ShardId, Timestamp, TxnId};
@@ -215,7 +216,8 @@ impl<'a> RaftGroups<'a> {
             kills_left: faults.kills,
             next_kill_ok_at: 0,
             proposed: HashSet::new(),
-            factory: luigi_baseline::replicas_for(config.protocol),
+            factory: luigi_baseline::replicas_for(config.protocol)
+                .unwrap_or_else(|| Arc::new(LuigiReplicas { leader: config.leader.clone() })),
             rule4_later: Vec::new(),
             reads: baseline::ReadLedger::default(),
             held: partition::Held::default(),

@@ -8,11 +8,11 @@
 
 use luigi_baseline::replicas_for;
 use luigi_node::{Effect, NodeConfig, NodeError, Persist, ReplicaNode, SnapshotCheck, Tuning};
-use luigi_protocol::leader::{LeaderConfig, LeaderStats};
+use luigi_protocol::leader::LeaderConfig;
 use luigi_raft::accepts::FoundAccepts;
 use luigi_raft::disk::DiskStorage;
-use luigi_raft::{RecoveredState, ShardReplica};
-use luigi_raft::{SnapshotJob, Transition};
+use luigi_raft::RecoveredState;
+use luigi_replica::{AgreementCounters, ShardReplica, SnapshotJob, Transition};
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::types::NodeId;
 use luigi_txn::types::{Protocol, ShardId, TimeUs, Timestamp, TxnId};
@@ -159,9 +159,9 @@ pub(super) fn new_node(
         group_sizes: shape_of(config, faults),
         ..config.leader.clone()
     };
-    match config.protocol {
-        Protocol::Luigi => {} // the node's default factory
-        Protocol::Occ | Protocol::TwoPl | Protocol::Direct => nc = nc.with_protocol(replicas_for(config.protocol)),
+    // Luigi's: the node's default factory, over `nc.leader`.
+    if let Some(factory) = replicas_for(config.protocol) {
+        nc = nc.with_protocol(factory);
     }
     let invariant = |e: NodeError| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}"));
     let mut node = ReplicaNode::new(nc, recovered).map_err(invariant)?;
@@ -176,8 +176,8 @@ fn shape_of(config: &SimConfig, faults: &FaultConfig) -> Vec<u32> {
 
 /// The serving Luigi shard leader's counters of `node`, if it is one (the model's checks of
 /// Luigi's counters).
-pub(super) fn luigi_stats(node: &ReplicaNode) -> Option<LeaderStats> {
-    node.replica().leader_figures().and_then(|f| f.luigi)
+pub(super) fn luigi_stats(node: &ReplicaNode) -> Option<AgreementCounters> {
+    node.replica().leader_figures().and_then(|f| f.agreement)
 }
 
 /// The serving Luigi shard leader's watermark of `replica`, if it is one.
@@ -512,8 +512,8 @@ impl RaftGroups<'_> {
         s: ShardId,
         fx: &[Effect],
         executed: &[(ShardId, TxnId)],
-        before: LeaderStats,
-        after: LeaderStats,
+        before: AgreementCounters,
+        after: AgreementCounters,
     ) -> Option<Kill> {
         // Luigi: the first `Propose` of a transaction (its `PREPARE` committed) and a
         // `Confirm` (decided). The baselines' counterparts: a participant's first `Vote` (its

@@ -1,13 +1,13 @@
 //! The seam between a shard replica's state machine and the node that drives it
 //! (`luigi_node::ReplicaNode`): [`ShardReplica`], what a protocol's replica offers (every
 //! protocol's through the one [`crate::role_machine::RoleMachine`]: Luigi's
-//! [`crate::replica::Replica`], a baseline's); [`FastPathReplica`], the fast path's optional
+//! `luigi_protocol::replica::Replica`, a baseline's); [`FastPathReplica`], the fast path's optional
 //! extension; [`ReplicaFactory`], how a node builds one.
 //!
 //! The node owns the replica's Raft log ([`RaftLog`], a byte log as raft-rs's: it knows no
 //! record type) and drives it; it lends it (`&mut`) to every replica call that may propose,
 //! take committed records or read the log's leadership. The replica proposes and takes its
-//! protocol's records through the log's typed view ([`luigi_protocol::log::ReplicatedLog`],
+//! protocol's records through the log's typed view ([`luigi_txn::log::ReplicatedLog`],
 //! which encodes on `propose` and decodes on `take_committed`).
 //!
 //! Everything above the state machine (driving the log's readies, ticks, the first election,
@@ -33,14 +33,13 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use luigi_protocol::leader::{LeaderConfig, LeaderStats};
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::peer::{NodeOutput, PeerFacts, PeerMsg};
 use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
-use crate::{RaftError, RaftLog};
+use luigi_raft::{RaftError, RaftLog};
 
 /// Builds a shard's initial store: a workload's population (e.g. TPC-C's tables, generated
 /// from a seed, the same on every replica), or an empty store. It is the state before the
@@ -270,12 +269,30 @@ pub struct LeaderFigures {
     pub pending: usize,
     /// Its published watermark, if its protocol publishes one (Luigi).
     pub watermark: Option<Timestamp>,
-    /// Luigi's leader counters, if it is Luigi's.
-    pub luigi: Option<LeaderStats>,
+    /// Its cross-shard agreement's counters, if its protocol keeps them (Luigi's).
+    pub agreement: Option<AgreementCounters>,
     /// Pieces prepared and not decided (a baseline's).
     pub prepared: Vec<TxnId>,
     /// Keys locked (a baseline's; 2PL).
     pub locks_held: usize,
+}
+
+/// A serving leader's counters of cross-shard agreement and its recovery, as plain data (the
+/// simulator's checks and reports read them; a protocol that keeps them fills them in).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgreementCounters {
+    /// Cross-shard transactions decided here.
+    pub cross_decided: u64,
+    /// Recovery requests sent for stalled (or recovered) transactions.
+    pub recover_sent: u64,
+    /// Recovery requests answered from a kept outcome whose answer had left the table.
+    pub recover_kept: u64,
+    /// `Acknowledged` answers received for a transaction still undecided here.
+    pub recover_acknowledged: u64,
+    /// Other shards' proposals used on their fast path's accepts before their proof.
+    pub fast_proposals: u64,
+    /// Answers worked out on another shard's proposal before it was usable (early answers).
+    pub early_answers: u64,
 }
 
 /// What a replica with a fast path offers the node beyond [`ShardReplica`]: the accepts of a
@@ -302,7 +319,7 @@ pub trait FastPathReplica {
     /// A record that does not decode (the answer is dropped).
     fn accepts_from(&mut self, log: &RaftLog, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String>;
 
-    /// The fast-path accept records its disk held at restart (see [`crate::accepts`]), given
+    /// The fast-path accept records its disk held at restart (see [`luigi_raft::accepts`]), given
     /// before the first turn so that the replayed log decides them again.
     ///
     /// # Errors
@@ -316,8 +333,12 @@ pub struct ReplicaSetup {
     pub shard: ShardId,
     /// The replica's index in its group, from 0 (its Raft id is this + 1).
     pub replica: u32,
-    /// The shard leader's configuration.
-    pub leader: LeaderConfig,
+    /// Shards in the cluster.
+    pub shards: u32,
+    /// How long a protocol's round may take before its recovery starts: the node's leader
+    /// recovery timeout (derived from the one-way-delay estimate). Luigi's factory takes its
+    /// own configuration from its node; a baseline derives its round timeouts from this.
+    pub round_timeout_us: u64,
     /// The stored procedures.
     pub registry: Registry,
     /// The shard's state before its log's first entry.

@@ -25,8 +25,8 @@
 //! ```
 
 use bytes::Bytes;
-use luigi_protocol::log::{LogEntry, ReplicatedLog};
 use luigi_store::Store;
+use luigi_txn::log::{LogEntry, ReplicatedLog};
 use luigi_txn::msg::{ClientMsg, ServerMsg, TxnReply};
 use luigi_txn::peer::ReplicaOutput;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
@@ -35,11 +35,13 @@ use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 use crate::replica_api::{FastPathReplica, ShardReplica};
 use crate::replica_api::{SnapshotImage, SnapshotJob, Transition};
 use crate::waiting::{Held, Waiting};
-use crate::{RaftError, RaftLog, Replay};
+use luigi_raft::{RaftError, RaftLog, Replay};
 
+mod fast_path;
 mod protocol;
 mod shard_replica;
 
+pub use fast_path::FastPathProtocol;
 pub use protocol::{
     FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf, ReplayedExecutions, ReplicaProtocol,
 };
@@ -89,7 +91,7 @@ pub(crate) fn hint(log: &RaftLog) -> Option<u32> {
 }
 
 /// The other replica `log` knows to lead its group, if any: a client should go there.
-pub(crate) fn other_leader(log: &RaftLog) -> Option<u32> {
+pub fn other_leader(log: &RaftLog) -> Option<u32> {
     hint(log).filter(|_| !log.is_leader())
 }
 
@@ -152,6 +154,11 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     /// The protocol's part.
     pub fn protocol(&self) -> &P {
         &self.protocol
+    }
+
+    /// The protocol's part, mutable (for the protocol's own extensions, e.g. its fast path).
+    pub fn protocol_mut(&mut self) -> &mut P {
+        &mut self.protocol
     }
 
     /// Replaces the follower state by the leader's snapshot, already decoded (off the event

@@ -12,7 +12,7 @@ use super::{BatchOf, FollowerCore, FollowerImages, LeaderCore, ReplicaProtocol, 
 use crate::replica_api::{
     FastPathReplica, LeaderFigures, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
 };
-use crate::{RaftError, RaftLog};
+use luigi_raft::{RaftError, RaftLog};
 
 /// A protocol's snapshot images read off the event loop, through its [`FollowerImages`].
 struct Decoder<I>(I);

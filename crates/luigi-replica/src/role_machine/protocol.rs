@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use luigi_protocol::log::LogEntry;
 use luigi_store::Store;
+use luigi_txn::log::LogEntry;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::peer::{PeerVocabulary, ReplicaOutput};
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
@@ -14,7 +14,7 @@ use super::RoleMachine;
 #[cfg(doc)]
 use crate::replica_api::SnapshotDecoder;
 use crate::replica_api::{FastPathReplica, InitialStore, LeaderFigures};
-use crate::{RaftError, RaftLog, Record};
+use luigi_raft::{RaftError, RaftLog, Record};
 
 /// A protocol's follower state: what a replica holds while it does not serve, built from a
 /// snapshot image or an initial store ([`FollowerImages`]) and the committed records after it.

@@ -5,31 +5,34 @@
 
 use std::sync::Arc;
 
-use luigi_protocol::fast::{to_recover, AcceptRecord, Accepted, AcceptedTxn, Acceptor, NotAccepted};
-use luigi_protocol::leader::admissible::Admission;
-use luigi_protocol::leader::answers::Known;
-use luigi_protocol::leader::follower::Follower;
-use luigi_protocol::leader::{LeaderConfig, LeaderOutput};
-use luigi_protocol::log::{LogEntry, LogRecord, ReplicatedLog};
-use luigi_protocol::msg::{PeerBatch, PeerItem};
+use crate::fast::{to_recover, AcceptRecord, Accepted, AcceptedTxn, Acceptor, NotAccepted};
+use crate::leader::admissible::Admission;
+use crate::leader::answers::Known;
+use crate::leader::follower::Follower;
+use crate::leader::{LeaderConfig, LeaderOutput};
+use crate::log::{LogEntry, LogRecord, ReplicatedLog};
+use crate::msg::{PeerBatch, PeerItem};
 use luigi_txn::msg::ServerMsg;
-use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use luigi_txn::types::{ClientId, ShardId, TimeUs, Txn, TxnId};
+
+use luigi_raft::{RaftError, RaftLog};
+use luigi_replica::FastPathProtocol;
+#[cfg(doc)]
+use luigi_replica::FastPathReplica;
 
 use super::{LuigiProtocol, Replica};
-use crate::replica_api::FastPathReplica;
-use crate::role_machine::{Role, RoleMachine};
-use crate::{RaftError, RaftLog};
 
-impl RoleMachine<LuigiProtocol> {
+impl FastPathProtocol for LuigiProtocol {
     /// The accept records found on disk at restart: undecided again until the replayed log
     /// decides them (a replica without the fast path ignores them: they are from a run that
     /// had it, and a cluster never turns it off with transactions in flight).
     ///
     /// # Errors
     /// A record that does not decode.
-    pub fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), String> {
-        let shard = self.protocol.config.shard;
-        let Some(acceptor) = self.protocol.acceptor.as_mut() else { return Ok(()) };
+    fn restore_accepts(machine: &mut Replica, records: &[(u64, Vec<u8>)]) -> Result<(), String> {
+        let protocol = machine.protocol_mut();
+        let shard = protocol.config.shard;
+        let Some(acceptor) = protocol.acceptor.as_mut() else { return Ok(()) };
         for (n, bytes) in records {
             let r = AcceptRecord::decode(bytes).map_err(|e| format!("accept record {n}: {e}"))?;
             if let Some(keys) = r.txn.piece(shard) {
@@ -41,16 +44,17 @@ impl RoleMachine<LuigiProtocol> {
 
     /// The term whose fast-path recovery round waits for other replicas' accepts, if any
     /// (see [`FastPathReplica::accepts_wanted`]).
-    pub fn accepts_wanted(&self, log: &RaftLog) -> Option<u64> {
-        self.protocol.acceptor.as_ref()?;
+    fn accepts_wanted(machine: &Replica, log: &RaftLog) -> Option<u64> {
+        let protocol = machine.protocol();
+        protocol.acceptor.as_ref()?;
         // Asked from the candidacy on, beside the vote requests: an answer does not depend on
         // this replica's log, and counts only if it wins this term (the other replica
         // answers once its own term has reached it, as granting the vote makes it).
-        let Role::Follower(_) = &self.role else { return None };
+        machine.follower()?;
         if !running_for_or_leading(log) {
             return None;
         }
-        let heard = self.protocol.recovery.as_ref().filter(|r| r.term == log.term()).map_or(0, |r| r.others.len());
+        let heard = protocol.recovery.as_ref().filter(|r| r.term == log.term()).map_or(0, |r| r.others.len());
         (heard + 1 < majority(log)).then(|| log.term())
     }
 
@@ -59,12 +63,20 @@ impl RoleMachine<LuigiProtocol> {
     ///
     /// # Errors
     /// An undecodable record: the whole answer is dropped (the question is asked again).
-    pub fn accepts_from(&mut self, log: &RaftLog, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
-        let Role::Follower(_) = &self.role else { return Ok(()) };
+    fn accepts_from(
+        machine: &mut Replica,
+        log: &RaftLog,
+        replica: u32,
+        term: u64,
+        records: &[Vec<u8>],
+    ) -> Result<(), String> {
+        if machine.follower().is_none() {
+            return Ok(());
+        }
         if !running_for_or_leading(log) || log.term() != term {
             return Ok(());
         }
-        let rec = FastRecovery::of_term(&mut self.protocol.recovery, term);
+        let rec = FastRecovery::of_term(&mut machine.protocol_mut().recovery, term);
         if rec.proposed.is_some() {
             return Ok(());
         }
@@ -77,56 +89,37 @@ impl RoleMachine<LuigiProtocol> {
         Ok(())
     }
 
-    /// What this replica answers a new leader's recovery round of `term`: its undecided
-    /// accepts and, while its leader state is still in place (its log may have moved to the
-    /// new term already), that leader's votes not known committed. `None` while its own term
-    /// is older than `term`: only from that term on has it made every accept and vote of the
-    /// earlier terms it ever will (its later accepts carry the new term, and a leader state
-    /// of an older term no longer votes), so the answer cannot miss one that a fast commit
-    /// of an earlier term counted.
-    pub fn accepts_of(&self, log: &RaftLog, term: u64) -> Option<Vec<AcceptRecord>> {
-        if log.term() < term && !self.protocol.config.mutations.answer_accepts_in_old_term {
-            return None;
-        }
-        Some(self.live_accepts())
+    fn accepts_of(machine: &Replica, log: &RaftLog, term: u64) -> Option<Vec<Vec<u8>>> {
+        Some(accepts_of(machine, log, term)?.iter().map(AcceptRecord::encode).collect())
     }
 
-    /// Every accept record this replica still needs: its undecided accepts and its leader
-    /// state's votes not known committed.
-    pub fn live_accepts(&self) -> Vec<AcceptRecord> {
-        let mut records = self.protocol.acceptor.as_ref().map(Acceptor::undecided_records).unwrap_or_default();
-        if let Some(l) = self.leader() {
-            records.extend(l.fast_votes());
-        }
-        records
-    }
-
-    /// The fast path's undecided accepts, `(ts, id)` in order (none without it).
-    pub fn undecided_accepts(&self) -> Vec<(Timestamp, TxnId)> {
-        self.protocol.acceptor.as_ref().map(Acceptor::undecided).unwrap_or_default()
+    fn accepts_live(machine: &Replica) -> Vec<Vec<u8>> {
+        live_accepts(machine).iter().map(AcceptRecord::encode).collect()
     }
 }
 
-impl FastPathReplica for Replica {
-    fn accepts_wanted(&self, log: &RaftLog) -> Option<u64> {
-        Replica::accepts_wanted(self, log)
+/// What `machine` answers a new leader's recovery round of `term`: its undecided
+/// accepts and, while its leader state is still in place (its log may have moved to the
+/// new term already), that leader's votes not known committed. `None` while its own term
+/// is older than `term`: only from that term on has it made every accept and vote of the
+/// earlier terms it ever will (its later accepts carry the new term, and a leader state
+/// of an older term no longer votes), so the answer cannot miss one that a fast commit
+/// of an earlier term counted.
+fn accepts_of(machine: &Replica, log: &RaftLog, term: u64) -> Option<Vec<AcceptRecord>> {
+    if log.term() < term && !machine.protocol().config.mutations.answer_accepts_in_old_term {
+        return None;
     }
+    Some(live_accepts(machine))
+}
 
-    fn accepts_live(&self) -> Vec<Vec<u8>> {
-        self.live_accepts().iter().map(AcceptRecord::encode).collect()
+/// Every accept record `machine` still needs: its undecided accepts and its leader
+/// state's votes not known committed.
+fn live_accepts(machine: &Replica) -> Vec<AcceptRecord> {
+    let mut records = machine.protocol().acceptor.as_ref().map(Acceptor::undecided_records).unwrap_or_default();
+    if let Some(l) = machine.leader() {
+        records.extend(l.fast_votes());
     }
-
-    fn accepts_of(&self, log: &RaftLog, term: u64) -> Option<Vec<Vec<u8>>> {
-        Some(Replica::accepts_of(self, log, term)?.iter().map(AcceptRecord::encode).collect())
-    }
-
-    fn accepts_from(&mut self, log: &RaftLog, replica: u32, term: u64, records: &[Vec<u8>]) -> Result<(), String> {
-        Replica::accepts_from(self, log, replica, term, records)
-    }
-
-    fn restore_accepts(&mut self, records: &[(u64, Vec<u8>)]) -> Result<(), String> {
-        Replica::restore_accepts(self, records)
-    }
+    records
 }
 
 /// A new leader's fast-path recovery round (DESIGN.md, the fast path, R1-R3).
@@ -168,7 +161,7 @@ fn majority(log: &RaftLog) -> usize {
 
 /// Whether `log` runs for or holds leadership in its term (a candidate or the leader).
 fn running_for_or_leading(log: &RaftLog) -> bool {
-    matches!(log.role(), crate::Role::Candidate | crate::Role::Leader)
+    matches!(log.role(), luigi_raft::Role::Candidate | luigi_raft::Role::Leader)
 }
 
 /// Whether a replica elected in `log.term()` (with everything handed out applied to `f`)
