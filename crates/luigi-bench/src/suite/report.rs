@@ -255,7 +255,7 @@ fn cross_shard_section(dir: &SuiteDir) -> String {
                         && r.point.knob.as_deref() == Some(k)
                 });
                 let mut cell = tps_ms(r);
-                if let Some(b) = r.and_then(|r| r.result.as_ref().filter(|_| r.ok)) {
+                if let Some(b) = r.and_then(PointRecord::measured) {
                     let share = 100.0 * b.cross_shard_committed as f64 / b.committed.max(1) as f64;
                     let _ = write!(cell, " {{{share:.0} %}}");
                 }
@@ -285,7 +285,7 @@ fn seed004_section(dir: &SuiteDir) -> String {
         .iter()
         .map(|r| {
             let mut row = vec![r.point.threads.to_string(), r.point.protocol.clone()];
-            match r.result.as_ref().filter(|_| r.ok) {
+            match r.measured() {
                 Some(b) => row.extend([
                     format_thousands(b.throughput_tps.round() as u64),
                     format!("{:.0}", b.latency_us.avg),
@@ -317,7 +317,7 @@ fn scale_section(dir: &SuiteDir) -> String {
         .map(|r| {
             let p = &r.point;
             let mut row = vec![format!("{}x{}", p.shards, p.replicas), (p.shards * p.replicas).to_string()];
-            match r.result.as_ref().filter(|_| r.ok) {
+            match r.measured() {
                 Some(b) => row.extend([
                     format_thousands(b.throughput_tps.round() as u64),
                     format!("{:.1}", b.latency_us.avg / 1000.0),
@@ -355,7 +355,7 @@ fn latency_section(dir: &SuiteDir) -> String {
                 });
                 row.push(match r {
                     None => "-".into(),
-                    Some(r) => match r.result.as_ref().filter(|_| r.ok) {
+                    Some(r) => match r.measured() {
                         None => "FAILED".into(),
                         Some(b) => {
                             let l = &b.latency_us;
@@ -388,7 +388,7 @@ fn ycsb_cell<'a>(dir: &'a SuiteDir, net: &str, label: &str, protocol: &str) -> O
 fn tps_p50_p99(r: Option<&PointRecord>) -> String {
     match r {
         None => "-".into(),
-        Some(r) => match r.result.as_ref().filter(|_| r.ok) {
+        Some(r) => match r.measured() {
             None => "FAILED".into(),
             Some(b) => format!(
                 "{} / {:.1} / {:.1}",
@@ -443,7 +443,7 @@ fn k2_layout(dir: &SuiteDir) -> String {
             let mut row = vec![label.to_string(), protocol.to_string()];
             match ycsb_cell(dir, "none", label, protocol) {
                 None => row.extend(["-".into(), "".into(), "".into()]),
-                Some(r) => match r.result.as_ref().filter(|_| r.ok) {
+                Some(r) => match r.measured() {
                     None => row.extend(["FAILED".into(), "".into(), "".into()]),
                     Some(b) => {
                         let l = &b.latency_us;

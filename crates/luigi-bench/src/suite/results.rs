@@ -107,12 +107,18 @@ pub struct PointRecord {
 impl PointRecord {
     /// The committed transactions per second, if the point succeeded.
     pub fn tps(&self) -> Option<f64> {
-        self.result.as_ref().filter(|_| self.ok).map(|r| r.throughput_tps)
+        self.measured().map(|r| r.throughput_tps)
     }
 
     /// The average latency, ms, if the point succeeded.
     pub fn avg_ms(&self) -> Option<f64> {
-        self.result.as_ref().filter(|_| self.ok).map(|r| r.latency_us.avg / 1000.0)
+        self.measured().map(|r| r.latency_us.avg / 1000.0)
+    }
+
+    /// The bench's figures, only if the point succeeded: a failed point's figures (a
+    /// partial result) are never shown or compared.
+    pub fn measured(&self) -> Option<&BenchResult> {
+        self.result.as_ref().filter(|_| self.ok)
     }
 }
 
@@ -243,7 +249,7 @@ pub fn points_csv(points: &[PointRecord]) -> String {
             p.repeat.to_string(),
             r.ok.to_string(),
         ];
-        match r.result.as_ref().filter(|_| r.ok) {
+        match r.measured() {
             Some(b) => {
                 let l = &b.latency_us;
                 let ms = |us: f64| format!("{:.3}", us / 1000.0);
