@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, ensure, Context};
 use clap::Args;
-use luigi_bench::suite::matrix::{estimate_s, matches, matrix, Point};
+use luigi_bench::suite::matrix::{estimate_s, extended_points, matches, matrix, Point};
 use luigi_bench::suite::results::{load_dir, now_unix_s, utc_date, write_pretty, Machine, SuiteInfo};
 use luigi_bench::suite::runner::{format_duration, run_points, RunOptions};
 use luigi_bench::suite::{compare, render_dir};
@@ -18,6 +18,10 @@ pub struct SuiteArgs {
     /// Fewer points and shorter durations (about 5 minutes instead of an hour).
     #[arg(long)]
     quick: bool,
+    /// Add the points that would take the default suite past its hour: YCSB A-F and the
+    /// uniform K2 mixes under geo, every protocol (about 6 more minutes).
+    #[arg(long, conflicts_with = "quick")]
+    extended: bool,
     /// Only the points whose id matches: a substring, or a glob with * and ? (e.g.
     /// 'micro-2x3-*-t8-*'). --dry-run lists the ids.
     #[arg(long)]
@@ -62,6 +66,9 @@ pub struct ReportArgs {
 /// The points selected by `args`.
 fn selected(args: &SuiteArgs) -> anyhow::Result<Vec<Point>> {
     let mut points = matrix(args.quick);
+    if args.extended {
+        points.extend(extended_points());
+    }
     if let Some(pattern) = &args.only {
         points.retain(|p| matches(pattern, &p.id));
         ensure!(!points.is_empty(), "--only {pattern} matches no point (--dry-run lists them)");

@@ -479,14 +479,32 @@ pub const YCSB_NETS: [&str; 2] = ["none", "geo"];
 
 /// YCSB: every variant of [`YCSB_VARIANTS`] under every protocol on 2x3, 8 threads, under
 /// `none`, and the zipfian K2 mixes under `geo` too (more under geo would take the default
-/// suite past its hour; a `luigi bench ycsb --net geo` run covers the rest), one
-/// operation per transaction (the default), YCSB's default table (1,000 records of 10 fields
-/// of 100 bytes). `--quick` runs the K2 95/5 zipfian mix on `none` for Luigi and OCC.
+/// suite past its hour: [`extended_points`] has the rest), one operation per transaction
+/// (the default), YCSB's default table (1,000 records of 10 fields of 100 bytes). `--quick`
+/// runs the K2 95/5 zipfian mix on `none` for Luigi and OCC.
 pub fn ycsb_points(quick: bool) -> Vec<Point> {
+    ycsb_points_where(quick, |net, label| net == "none" || in_default_geo(label))
+}
+
+/// Whether YCSB variant `label` runs under `geo` in the default suite (the zipfian K2 mixes).
+fn in_default_geo(label: &str) -> bool {
+    label.starts_with("k2-") && label.ends_with("-zipfian")
+}
+
+/// The points `luigi bench suite --extended` adds to the default matrix: YCSB A-F and the
+/// uniform K2 mixes under `geo`, every protocol (32 points, about six minutes), so that every
+/// YCSB variant is measured under both networks. They are not in the default suite, which
+/// keeps its hour.
+pub fn extended_points() -> Vec<Point> {
+    ycsb_points_where(false, |net, label| net != "none" && !in_default_geo(label))
+}
+
+/// The YCSB points of the variants and networks `keep(net, label)` selects.
+fn ycsb_points_where(quick: bool, keep: impl Fn(&str, &str) -> bool) -> Vec<Point> {
     let mut points = Vec::new();
     for net in YCSB_NETS {
         for (label, args) in YCSB_VARIANTS {
-            if net != "none" && !(label.starts_with("k2-") && label.ends_with("-zipfian")) {
+            if !keep(net, label) {
                 continue;
             }
             for protocol in PROTOCOLS {

@@ -104,3 +104,21 @@ fn the_ycsb_study_runs_every_variant_under_every_protocol_and_the_zipfian_k2_mix
     }
     assert!(matrix(true).iter().any(|p| p.study == Study::Ycsb));
 }
+
+#[test]
+fn extended_adds_every_other_ycsb_variant_under_geo_and_nothing_the_default_has() {
+    let default: HashSet<String> = matrix(false).into_iter().map(|p| p.id).collect();
+    let extra = extended_points();
+    assert_eq!(extra.len(), 8 * PROTOCOLS.len(), "A-F and the two uniform K2 mixes, every protocol");
+    for p in &extra {
+        assert_eq!((p.study, p.net.as_str(), p.quick), (Study::Ycsb, "geo", false), "{}", p.id);
+        assert!(!default.contains(&p.id), "{} is already in the default suite", p.id);
+    }
+    let geo_variants: HashSet<String> = matrix(false)
+        .into_iter()
+        .chain(extra)
+        .filter(|p| p.study == Study::Ycsb && p.net == "geo")
+        .filter_map(|p| p.knob)
+        .collect();
+    assert_eq!(geo_variants.len(), YCSB_VARIANTS.len(), "with --extended every variant runs under geo");
+}
