@@ -9,7 +9,7 @@
 #
 # Usage: A_LABEL=what B_LABEL=what scripts/ab_binaries.sh A_BIN B_BIN [OUT]   (PAIRS=2 by default;
 # the labels, e.g. the commits the binaries were built from, go into the header)
-# Results: OUT (default results/ab-binaries.txt) with the command, both binaries' commits
+# Results: OUT (default results/ab/ab-binaries.txt) with the command, both binaries' commits
 # and the machine on top; the runs' JSON files beside it in OUT.d/. A failed run is
 # reported as failed and makes the script exit non-zero.
 set -euo pipefail
@@ -19,7 +19,7 @@ if (($# < 2)) || [[ ! -x $1 || ! -x $2 ]]; then
   echo "usage: scripts/ab_binaries.sh A_BIN B_BIN [OUT] (two executable luigi binaries; got: $*)" >&2
   exit 2
 fi
-a=$1 b=$2 out=${3:-results/ab-binaries.txt}
+a=$1 b=$2 out=${3:-results/ab/ab-binaries.txt}
 pairs=${PAIRS:-2}
 dir=$out.d
 rm -rf "$dir" && mkdir -p "$dir"

@@ -7,7 +7,7 @@
 # seconds with no client at all.
 #
 # Usage: scripts/cli_memory.sh   N=10000 STEP=1000 IDLE=0 PORT=7460 LUIGI=target/debug/luigi TAG=now
-# Results: results/cli-memory-<TAG>.txt, with the command, commit and machine.
+# Results: results/resources/cli-memory-<TAG>.txt, with the command, commit and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -17,7 +17,7 @@ STEP=${STEP:-1000}
 IDLE=${IDLE:-0}
 TAG=${TAG:-now}
 PORT=${PORT:-7460}
-out="results/cli-memory-${TAG}.txt"
+out="results/resources/cli-memory-${TAG}.txt"
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
 cat > "$dir/cluster.toml" <<EOF

@@ -5,12 +5,12 @@
 # its exit code and latency. The steps are the process test `crates/luigi/tests/clock_skew.rs`,
 # run with its output kept.
 #
-# Usage: scripts/clock_probe.sh            Results: results/clock-probe.txt (command, commit,
+# Usage: scripts/clock_probe.sh            Results: results/clock-probe/clock-probe.txt (command, commit,
 # machine on top). Exits non-zero when the test fails (and says so in the file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-out=results/clock-probe.txt
+out=results/clock-probe/clock-probe.txt
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 status=0

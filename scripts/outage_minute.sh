@@ -6,12 +6,12 @@
 # before issue 26, the last 2^17 acknowledged outcomes (LUIGI_OUTAGE_FIFO=131072), which
 # must stall. About 10 + 8 minutes on a 2-core machine (the test profile is optimized).
 #
-# Usage: scripts/outage_minute.sh        Results: results/outage-minute.txt (command, commit,
+# Usage: scripts/outage_minute.sh        Results: results/faults/outage-minute.txt (command, commit,
 # machine on top). Exits non-zero when either run does not end as it must.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-out=results/outage-minute.txt
+out=results/faults/outage-minute.txt
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 status=0

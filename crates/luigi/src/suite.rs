@@ -1,5 +1,6 @@
 //! `luigi bench suite` (every experiment, into one results directory) and `luigi report`
-//! (re-render a results directory, or compare two): the command-line side of
+//! (re-render a results directory, compare two, or publish one into the docs): the
+//! command-line side of
 //! `luigi_bench::suite`.
 
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use clap::Args;
 use luigi_bench::suite::matrix::{estimate_s, extended_points, matches, matrix, Point};
 use luigi_bench::suite::results::{load_dir, now_unix_s, utc_date, write_pretty, Machine, SuiteInfo};
 use luigi_bench::suite::runner::{format_duration, run_points, RunOptions};
-use luigi_bench::suite::{compare, render_dir};
+use luigi_bench::suite::{compare, publish, render_dir};
 
 /// `luigi bench suite` options.
 #[derive(Args)]
@@ -61,7 +62,15 @@ pub struct ReportArgs {
     /// Where --compare writes its markdown [default: B/COMPARE.md].
     #[arg(long, requires = "compare")]
     to: Option<PathBuf>,
+    /// Instead of re-rendering DIR, rewrite the generated blocks (between `<!-- luigi:report
+    /// BEGIN table=KEY|plot=NAME -->` and `<!-- luigi:report END -->`) of these documents from
+    /// DIR's report, leaving their prose as it is [default: README.md docs/RESULTS.md].
+    #[arg(long, num_args = 0.., value_name = "FILE", requires = "dir")]
+    publish: Option<Vec<PathBuf>>,
 }
+
+/// The documents `luigi report DIR --publish` rewrites when given none.
+const PUBLISH_DEFAULT: [&str; 2] = ["README.md", "docs/RESULTS.md"];
 
 /// The points selected by `args`.
 fn selected(args: &SuiteArgs) -> anyhow::Result<Vec<Point>> {
@@ -184,6 +193,17 @@ pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let dir: &Path = args.dir.as_deref().context("give a results directory, or --compare A B")?;
+    if let Some(targets) = &args.publish {
+        let targets: Vec<PathBuf> = match targets.is_empty() {
+            true => PUBLISH_DEFAULT.iter().map(PathBuf::from).collect(),
+            false => targets.clone(),
+        };
+        let blocks = publish::publish(dir, &targets)?;
+        for (target, n) in targets.iter().zip(blocks) {
+            println!("{}: {n} block(s) rewritten from {}", target.display(), dir.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let (suite, plots) = render_dir(dir)?;
     let failed = suite.points.iter().filter(|r| !r.ok).count();
     println!(

@@ -9,6 +9,7 @@ pub mod compare;
 pub(crate) mod fixtures;
 pub mod matrix;
 pub mod plots;
+pub mod publish;
 pub mod report;
 pub mod results;
 pub mod runner;
