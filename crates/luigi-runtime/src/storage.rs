@@ -28,7 +28,7 @@ use crate::server::StorageOptions;
 
 /// What an operator does about a replica whose Raft state is lost or damaged.
 pub const REBUILD_HINT: &str =
-    "rebuild it from its peers: restart it with `luigi server --rejoin` (README: Rebuilding a replica)";
+    "rebuild it from its peers: restart it with `luigi server --rejoin` (docs/USAGE.md: Rebuilding a replica)";
 
 /// [`REBUILD_HINT`], or what is left when the shard has no other replica.
 pub fn rebuild_hint(replicas: u32) -> &'static str {

@@ -38,7 +38,7 @@ impl std::fmt::Display for Shape {
 }
 /// The seeds' thread counts (the rows of their micro tables).
 pub const SEED_THREADS: [u32; 4] = [1, 2, 4, 8];
-/// The TPC-C tables' thread counts: 1 and 8 only, as the README's TPC-C study, so that the
+/// The TPC-C tables' thread counts: 1 and 8 only, as the seeds' TPC-C tables (seed 002), so that the
 /// default suite fits its hour (a TPC-C point populates its cluster first).
 pub const TPCC_THREADS: [u32; 2] = [1, 8];
 /// TPC-C's scale in the suite: 10,000 items and 300 customers per district instead of the

@@ -96,7 +96,7 @@ pub struct CoordMutations {
 }
 
 /// Which shards' watermarks must have passed a transaction's timestamp before the client is
-/// answered (DESIGN.md rule 7, and the deviation documented in the README).
+/// answered (DESIGN.md rule 7, and its deviation 1 in DESIGN.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommitRule {
     /// Every participant's (DESIGN.md rule 7 as written). Serializable, and real-time ordered

@@ -157,7 +157,7 @@ impl Server {
         if config.secret.is_none() && config.shards.iter().map(|s| s.replicas.len()).sum::<usize>() > 1 {
             warn!(
                 "the cluster file has no `secret`: any process that reaches the servers and speaks the protocol \
-                 can act as a peer (Raft, snapshots, agreement); set one (see the README's trust model)"
+                 can act as a peer (Raft, snapshots, agreement); set one (see docs/USAGE.md: Securing a cluster)"
             );
         }
         // Every shard is a Raft group, one replica or more, with its disk on a thread.
