@@ -1,5 +1,5 @@
 //! The client factory: the client core of a cluster's protocol, beside its replica factory
-//! ([`replicas_for`](crate::replicas_for)). The tokio client and the simulator both call it,
+//! (`luigi_node::replicas_for`). The tokio client and the simulator both call it,
 //! so each drives Luigi's coordinator or the baselines' client through [`ClientCore`] alone.
 
 use crate::base_client::{BaseClient, BaseClientConfig};

@@ -40,7 +40,7 @@ pub mod state;
 pub use client::client_for;
 pub use leader::{BaseConfig, BaseLeader};
 pub use record::BaseRecord;
-pub use replica::{replicas_for, BaseImages, BaseProtocol, BaseReplica, BaseReplicas};
+pub use replica::{BaseImages, BaseProtocol, BaseReplica, BaseReplicas};
 pub use state::ShardState;
 
 use luigi_txn::types::Protocol;

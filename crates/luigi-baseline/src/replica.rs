@@ -6,8 +6,6 @@
 //! every dispatch `NotLeader` ([`FollowerDispatch::AnswerNotLeader`]), and it has no fast path.
 //! The replica node (`luigi-node`) drives it like Luigi's.
 
-use std::sync::Arc;
-
 use luigi_protocol::log::LogEntry;
 use luigi_raft::{RaftError, RaftLog};
 use luigi_replica::{
@@ -232,12 +230,4 @@ impl ReplicaFactory for BaseReplicas {
             .map_err(|source| BuildError { what: "loading its snapshot", source })?;
         Ok(Box::new(replica))
     }
-}
-
-/// The baseline's replica factory for `protocol`'s mode, or `None` for Luigi's (a node builds
-/// Luigi's factory over its own leader configuration, `luigi_node::NodeConfig::factory`). The
-/// server and the simulator build their nodes with it, so a cluster runs the protocol its file
-/// names.
-pub fn replicas_for(protocol: luigi_txn::types::Protocol) -> Option<Arc<dyn ReplicaFactory>> {
-    crate::Mode::of(protocol).map(|mode| Arc::new(BaseReplicas { mode }) as Arc<dyn ReplicaFactory>)
 }

@@ -27,7 +27,7 @@ pub mod status;
 pub mod tuning;
 
 pub use effect::{Discarded, Effect, Persist};
-pub use node::{NodeConfig, NodeError, NodeStats, ReplicaNode};
+pub use node::{replicas_for, NodeConfig, NodeError, NodeStats, ReplicaNode};
 pub use routing::ShardRoutes;
 pub use snapshot_transfer::{TransferConfig, TransferStats, Transfers};
 pub use snapshots::{CheckedSnapshot, SnapshotCheck};

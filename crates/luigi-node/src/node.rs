@@ -56,7 +56,7 @@ mod progress;
 mod snapshotting;
 
 pub use accepts::ACCEPTS_ASK_AGAIN_US;
-pub use config::{NodeConfig, NodeError};
+pub use config::{replicas_for, NodeConfig, NodeError};
 pub use drive::DRIVE_ROUNDS_MAX;
 
 use accepts::{AcceptsAsked, AcceptsQuestion, AcceptsWrite};

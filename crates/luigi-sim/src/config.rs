@@ -147,7 +147,7 @@ pub struct SimConfig {
     /// The transaction protocol the servers and clients run (default [`Protocol::Luigi`]).
     /// The baselines ([`Protocol::Occ`], [`Protocol::TwoPl`], [`Protocol::Direct`]) run only
     /// in the Raft model ([`crate::run_replicated`]): their nodes are built with
-    /// `luigi_baseline::replicas_for`, their clients are `BaseClient`s, and the checks that
+    /// `luigi_node::replicas_for`, their clients are `BaseClient`s, and the checks that
     /// are about Luigi's timestamps and agreement are replaced by the baseline's (see
     /// [`crate::failover`]).
     pub protocol: Protocol,

@@ -22,7 +22,7 @@
 //!
 //! The Raft model also runs the baselines ([`SimConfig::protocol`]: `occ`, `2pl`, `direct`
 //! from `luigi-baseline`) with the same networks, clocks and faults: nodes built with
-//! `luigi_baseline::replicas_for`, clients driving the `BaseClient`. Luigi's own in-run checks
+//! `luigi_node::replicas_for`, clients driving the `BaseClient`. Luigi's own in-run checks
 //! (watermarks, rule 7, rule 4) are matched out by protocol; the baselines' serial order is
 //! derived from their committed logs and real time ([`checker::derive_order`]) and replayed by
 //! the same checker; `direct` is checked for durability only (see [`failover`]).

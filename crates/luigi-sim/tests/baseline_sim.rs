@@ -1,5 +1,5 @@
 //! The baselines (`occ` and `2pl`: `luigi-baseline`) in the simulator's Raft model: the real
-//! node with the baseline's replicas (`luigi_baseline::replicas_for`) on simulated disks, its
+//! node with the baseline's replicas (`luigi_node::replicas_for`) on simulated disks, its
 //! clients the `BaseClient`, under the fault injectors Luigi runs under (random crashes,
 //! isolations and Raft-only cuts, leader kills at the baseline's counterparts of the kill
 //! points, majority losses, lossy and reordering links, clock skew). After every seed: the

@@ -3,15 +3,32 @@
 
 use std::sync::Arc;
 
+use luigi_baseline::{BaseReplicas, Mode};
 use luigi_protocol::leader::LeaderConfig;
 use luigi_protocol::replica::LuigiReplicas;
 use luigi_raft::{RaftConfig, RaftError};
 use luigi_replica::{empty_store, InitialStore, ReplicaFactory};
 use luigi_txn::procedure::Registry;
+use luigi_txn::types::Protocol;
 
 use crate::snapshot_transfer::TransferConfig;
 use crate::tuning::Tuning;
 use luigi_txn::types::NodeId;
+/// The replica factory of `protocol`: Luigi's ([`LuigiReplicas`]) over `leader`, or the
+/// baseline's ([`BaseReplicas`], which ignores `leader`). The one way every shell gets a
+/// cluster's protocol: the server and the simulator build their nodes with it
+/// ([`NodeConfig::with_protocol`]), and the simulator reads the protocol's peer messages with
+/// it.
+pub fn replicas_for(protocol: Protocol, leader: &LeaderConfig) -> Arc<dyn ReplicaFactory> {
+    let base = |mode: Mode| Arc::new(BaseReplicas { mode }) as Arc<dyn ReplicaFactory>;
+    match protocol {
+        Protocol::Luigi => Arc::new(LuigiReplicas { leader: leader.clone() }),
+        Protocol::Occ => base(Mode::Occ),
+        Protocol::TwoPl => base(Mode::TwoPl),
+        Protocol::Direct => base(Mode::Direct),
+    }
+}
+
 /// What a node is and how it is tuned.
 #[derive(Clone)]
 pub struct NodeConfig {
@@ -35,7 +52,7 @@ pub struct NodeConfig {
     pub transfers: TransferConfig,
     /// The protocol, if not Luigi's: builds the replica's state machine over its Raft log
     /// (`None`: Luigi's, [`LuigiReplicas`] over [`NodeConfig::leader`]; see
-    /// [`NodeConfig::with_protocol`] and [`NodeConfig::factory`]).
+    /// [`NodeConfig::with_protocol`], [`replicas_for`] and [`NodeConfig::factory`]).
     pub protocol: Option<Arc<dyn ReplicaFactory>>,
 }
 
@@ -52,7 +69,8 @@ impl NodeConfig {
         NodeConfig { node, replicas, seed, tuning, leader, registry, initial: empty_store(), transfers, protocol: None }
     }
 
-    /// The same, running `protocol`'s replicas instead of Luigi's.
+    /// The same, running `protocol`'s replicas instead of Luigi's (a cluster's named protocol:
+    /// [`replicas_for`]; a protocol of one's own: its factory).
     pub fn with_protocol(mut self, protocol: Arc<dyn ReplicaFactory>) -> Self {
         self.protocol = Some(protocol);
         self
@@ -63,7 +81,7 @@ impl NodeConfig {
     pub fn factory(&self) -> Arc<dyn ReplicaFactory> {
         match &self.protocol {
             Some(protocol) => protocol.clone(),
-            None => Arc::new(LuigiReplicas { leader: self.leader.clone() }),
+            None => replicas_for(Protocol::Luigi, &self.leader),
         }
     }
 

@@ -168,11 +168,9 @@ impl Server {
         let (registry, initial) = hosted_workload(&config, node, registry)?;
         let mut node_config =
             NodeConfig::new(node, shape, config.seed, config.tuning(), registry).with_initial(initial);
-        // Luigi's: the node's default factory, over `node_config.leader`.
-        if let Some(factory) = luigi_baseline::replicas_for(config.protocol()) {
-            node_config = node_config.with_protocol(factory);
-        }
         node_config.leader.fast_path = config.fast_path_on(node.shard);
+        let factory = luigi_node::replicas_for(config.protocol(), &node_config.leader);
+        node_config = node_config.with_protocol(factory);
         let mut replica = ReplicaNode::new(node_config, recovered).map_err(|e| match e {
             NodeError::Raft { source: luigi_raft::RaftError::Recovered(_), .. } => {
                 anyhow::anyhow!("{e}; cannot restart from {}; {}", disk.dir().display(), rebuild_hint(replicas))

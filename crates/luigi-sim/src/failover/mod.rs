@@ -54,7 +54,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use luigi_node::ReplicaNode;
-use luigi_protocol::replica::LuigiReplicas;
 use luigi_replica::ReplicaFactory;
 use luigi_txn::msg::ClientMsg;
 use luigi_txn::types::NodeId;
@@ -216,8 +215,7 @@ impl<'a> RaftGroups<'a> {
             kills_left: faults.kills,
             next_kill_ok_at: 0,
             proposed: HashSet::new(),
-            factory: luigi_baseline::replicas_for(config.protocol)
-                .unwrap_or_else(|| Arc::new(LuigiReplicas { leader: config.leader.clone() })),
+            factory: luigi_node::replicas_for(config.protocol, &config.leader),
             rule4_later: Vec::new(),
             reads: baseline::ReadLedger::default(),
             held: partition::Held::default(),

@@ -6,8 +6,7 @@
 //! and disk, and the replica's crash, restart and cuts, which share the replica table; the
 //! fault plans and checks are in `faults.rs` and `checks.rs`.
 
-use luigi_baseline::replicas_for;
-use luigi_node::{Effect, NodeConfig, NodeError, Persist, ReplicaNode, SnapshotCheck, Tuning};
+use luigi_node::{replicas_for, Effect, NodeConfig, NodeError, Persist, ReplicaNode, SnapshotCheck, Tuning};
 use luigi_protocol::leader::LeaderConfig;
 use luigi_raft::accepts::FoundAccepts;
 use luigi_raft::disk::DiskStorage;
@@ -159,10 +158,8 @@ pub(super) fn new_node(
         group_sizes: shape_of(config, faults),
         ..config.leader.clone()
     };
-    // Luigi's: the node's default factory, over `nc.leader`.
-    if let Some(factory) = replicas_for(config.protocol) {
-        nc = nc.with_protocol(factory);
-    }
+    let factory = replicas_for(config.protocol, &nc.leader);
+    nc = nc.with_protocol(factory);
     let invariant = |e: NodeError| Violation::new(ViolationKind::Invariant, format!("R{s}.{i}: {e}"));
     let mut node = ReplicaNode::new(nc, recovered).map_err(invariant)?;
     node.restore_accepts(&accepts).map_err(invariant)?;

@@ -4,7 +4,7 @@
 //! [`table`]). Luigi's `Coordinator` (`luigi_protocol::coordinator`) and the baselines'
 //! `BaseClient` (`luigi_baseline::base_client`) each keep only their own policy: when a
 //! transaction is complete, and where its dispatch goes. The factory that picks one by the
-//! cluster's protocol is `luigi_baseline::client_for`, beside the replicas' `replicas_for`.
+//! cluster's protocol is `luigi_baseline::client_for`, beside the replicas' `luigi_node::replicas_for`.
 
 mod outputs;
 pub mod routes;
