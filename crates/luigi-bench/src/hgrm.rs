@@ -51,15 +51,25 @@ impl PercentileExport {
     pub fn of(hist: &Histogram<u64>) -> Self {
         let mut rows = Vec::new();
         if !hist.is_empty() {
-            let mut total = 0u64;
-            for v in hist.iter_quantiles(TICKS_PER_HALF_DISTANCE) {
-                total += v.count_since_last_iteration();
-                rows.push(PercentileRow {
-                    value_us: hist.highest_equivalent(v.value_iterated_to()),
-                    quantile: v.quantile_iterated_to(),
-                    total_count: total,
-                });
+            // Java's schedule: steps of 1 / (ticks * 2^(halvings + 1)) until every sample is
+            // covered, then the 100th percentile. (The crate's quantile iterator yields at
+            // most one row per bucket and stops early on sparse histograms.)
+            let mut quantile = 0.0f64;
+            loop {
+                let value_us = hist.highest_equivalent(hist.value_at_quantile(quantile));
+                let total_count = hist.count_between(0, value_us);
+                if total_count >= hist.len() || quantile >= 1.0 {
+                    break;
+                }
+                rows.push(PercentileRow { value_us, quantile, total_count });
+                let halvings = (1.0 / (1.0 - quantile)).log2().floor() as u32;
+                if halvings > 40 {
+                    break; // far past any count a run holds: 1 - 2^-40
+                }
+                quantile += 1.0 / f64::from(TICKS_PER_HALF_DISTANCE * 2) / f64::from(1u32 << halvings.min(30));
             }
+            let max = hist.highest_equivalent(hist.max());
+            rows.push(PercentileRow { value_us: max, quantile: 1.0, total_count: hist.len() });
         }
         // Sub-buckets cover the precision asked: the power of two at or above 2 * 10^sigfig.
         let sub_buckets = (2 * 10u32.pow(u32::from(hist.sigfig()))).next_power_of_two();

@@ -116,13 +116,13 @@ fn failed_section(dir: &SuiteDir) -> String {
 /// The points (succeeded) that resent, resubmitted, or had refused or unknown answers: one
 /// row each, so that the seeds' tables keep their width.
 fn counts_section(dir: &SuiteDir) -> String {
-    let mut out = String::from(
-        "## Resends, resubmissions and failed answers
-
-",
-    );
+    let mut out = String::from("## Resends, resubmissions and failed answers\n\n");
     out.push_str(
-        "Per point, measured interval: protocol aborts (a baseline's lock conflict or failed validation);          resubmissions of those as new transactions; resends of the same transaction after a retry timeout,          and after a \"not the leader\" or \"busy\" answer or a lost link; refused and unknown answers,          with the warm-up's apart. Points with all of these 0 are not listed. Per second:          `points/<id>.samples.csv`; latency percentiles: `points/<id>.hgrm`.\n\n",
+        "Per point, measured interval: protocol aborts (a baseline's lock conflict or failed validation); \
+         resubmissions of those as new transactions; resends of the same transaction after a retry timeout, \
+         and after a \"not the leader\" or \"busy\" answer or a lost link; refused and unknown answers, \
+         with the warm-up's apart. Points with all of these 0 are not listed. Per second: \
+         `points/<id>.samples.csv`; latency percentiles: `points/<id>.hgrm`.\n\n",
     );
     let rows: Vec<Vec<String>> = dir
         .points
