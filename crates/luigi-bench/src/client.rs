@@ -47,8 +47,15 @@ pub enum TxnStatus {
 pub struct TxnResult {
     /// How it ended.
     pub status: TxnStatus,
-    /// Attempts the client made (1 = no retry).
+    /// Attempts the client made (1 = no retry): the first send and its resends after a retry
+    /// timeout, summed over the submissions of a [`RetryingClient`].
     pub attempts: u32,
+    /// Resends of the same transaction after a "not the leader" or "busy" answer or a lost
+    /// link (the client core's resend rule; not in `attempts`), summed over the submissions.
+    pub resends: u32,
+    /// Times a [`RetryingClient`] submitted it again as a new transaction after a protocol
+    /// abort.
+    pub resubmissions: u32,
     /// Cross-shard agreement rounds it needed: 0 for a single-shard transaction, 1 when one
     /// round sufficed, 2 when a second was needed (for Luigi: the participants' proposals
     /// differed).
@@ -87,6 +94,8 @@ impl From<&Completion> for TxnResult {
         Self {
             status,
             attempts: done.attempts,
+            resends: done.resends,
+            resubmissions: 0,
             rounds: done.rounds,
             fast: done.fast,
             asked_fast: done.asked_fast,
@@ -171,8 +180,8 @@ impl RetryPolicy {
 
 /// A [`TxnClient`] that submits a protocol-aborted transaction ([`TxnResult::protocol_aborts`])
 /// again, as a new transaction (a new id: the abort is final for the old one), under a
-/// [`RetryPolicy`]. Its answer spans every submission: attempts and protocol aborts summed,
-/// the last submission's status and outputs (`Aborted` when every submission was aborted).
+/// [`RetryPolicy`]. Its answer spans every submission: attempts, resends and protocol aborts
+/// summed, the resubmissions counted, the last submission's status and outputs (`Aborted` when every submission was aborted).
 pub struct RetryingClient {
     inner: Arc<dyn TxnClient>,
     policy: RetryPolicy,
@@ -190,14 +199,16 @@ impl TxnClient for RetryingClient {
     fn submit(&self, txn: TxnSpec) -> BoxFuture<'static, anyhow::Result<TxnResult>> {
         let (inner, policy) = (self.inner.clone(), self.policy);
         Box::pin(async move {
-            let (mut attempts, mut protocol_aborts) = (0u32, 0u32);
+            let (mut attempts, mut resends, mut protocol_aborts) = (0u32, 0u32, 0u32);
             let mut submissions = 1;
             loop {
                 let answer = inner.submit(txn.clone()).await?;
                 attempts = attempts.saturating_add(answer.attempts);
+                resends = resends.saturating_add(answer.resends);
                 protocol_aborts = protocol_aborts.saturating_add(answer.protocol_aborts);
                 if answer.protocol_aborts == 0 || submissions >= policy.attempts_max {
-                    return Ok(TxnResult { attempts, protocol_aborts, ..answer });
+                    let resubmissions = submissions - 1;
+                    return Ok(TxnResult { attempts, resends, resubmissions, protocol_aborts, ..answer });
                 }
                 tokio::time::sleep(policy.backoff(submissions)).await;
                 submissions += 1;
@@ -257,6 +268,7 @@ mod tests {
                 id: TxnId { client: 1, seq: u64::from(n) + 1 },
                 submitted_us: 0,
                 attempts: 2,
+                resends: 1,
                 rounds: 0,
                 fast: false,
                 asked_fast: false,
@@ -291,10 +303,12 @@ mod tests {
         let (result, submitted, _) = run(1);
         assert_eq!(submitted, 2);
         assert_eq!((result.status, result.protocol_aborts, result.attempts), (TxnStatus::Committed, 1, 4));
+        assert_eq!((result.resubmissions, result.resends), (1, 2), "one resubmission; each submission's resend");
         let aborted = Completion {
             id: TxnId { client: 1, seq: 1 },
             submitted_us: 0,
             attempts: 1,
+            resends: 0,
             rounds: 1,
             fast: false,
             asked_fast: false,
@@ -322,6 +336,7 @@ mod tests {
             assert_eq!(result.status, TxnStatus::Committed);
             assert_eq!(result.outputs, vec![(0, vec![7])], "the committed submission's outputs");
             assert_eq!((result.protocol_aborts, result.attempts), (aborts, 2 * (aborts + 1)));
+            assert_eq!((result.resubmissions, result.resends), (aborts, aborts + 1), "counted apart");
             let waited: Duration = (1..=aborts).map(|r| POLICY.backoff(r)).sum();
             assert!(took >= waited, "backed off {waited:?}, took {took:?}");
         }
@@ -333,6 +348,7 @@ mod tests {
         assert_eq!(submitted, POLICY.attempts_max);
         assert_eq!(result.status, TxnStatus::Aborted);
         assert_eq!((result.protocol_aborts, result.attempts), (5, 10));
+        assert_eq!(result.resubmissions, POLICY.attempts_max - 1, "the last abort is not resubmitted");
         assert!(result.outputs.is_empty());
         assert!(took >= POLICY.total_backoff());
     }

@@ -7,6 +7,9 @@
 //! After the measured interval no transaction is sent and the outstanding ones are drained
 //! (not counted, except those answered `Rejected` or `Unknown`: sent during the run, their
 //! failure belongs to it), so the servers are not left with unanswered work at shutdown.
+//! `Rejected` and `Unknown` answers during the warm-up are counted apart
+//! ([`LoadReport::warmup`]), never dropped. The measured interval is also sampled per second
+//! ([`crate::samples`]).
 //!
 //! With a target rate ([`LoadOptions::rate_tps`]) the load is open-loop instead
 //! ([`crate::open_loop`]): transactions start on a fixed schedule, `in_flight` is the bound
@@ -21,7 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -30,6 +33,7 @@ use luigi_workloads::{TxnGenerator, TxnSpec};
 
 use crate::client::{TxnClient, TxnConnector, TxnResult, TxnStatus};
 use crate::open_loop::{Next, OpenLoop};
+use crate::samples::SampleLog;
 use crate::stats::{Counters, LatencyRecorder};
 
 /// How to drive the load.
@@ -85,6 +89,20 @@ pub struct LoadReport {
     pub cross_shard_latency: LatencyRecorder,
     /// An open-loop load's schedule figures (`None`: closed loop).
     pub open_loop: Option<OpenLoopReport>,
+    /// The measured interval per second, over every thread (the answers counted in
+    /// `counters`, by the second they are counted in; the drained ones in its last second).
+    pub samples: SampleLog,
+    /// Refusals and unknown outcomes answered during the warm-up (not in `counters`).
+    pub warmup: WarmupAnswers,
+}
+
+/// The failed answers of the warm-up: reported apart from the measured interval's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WarmupAnswers {
+    /// Transactions refused by a participant.
+    pub rejected: u64,
+    /// Transactions answered with an unknown outcome.
+    pub unknown: u64,
 }
 
 /// Outcome counts and latency of one kind of business transaction.
@@ -108,7 +126,9 @@ impl LoadReport {
             split.record_duration(latency);
         }
         for (c, recorder) in [(&mut self.counters, &mut self.latency), (&mut kind.counters, &mut kind.latency)] {
-            c.retries += u64::from(business.attempts.saturating_sub(business.steps));
+            c.timeout_resends += u64::from(business.timeout_resends);
+            c.resends += u64::from(business.resends);
+            c.resubmissions += u64::from(business.resubmissions);
             c.protocol_aborts += u64::from(business.protocol_aborts);
             match status {
                 TxnStatus::Committed => {
@@ -137,8 +157,12 @@ struct Business {
     sent: Instant,
     /// Steps submitted so far.
     steps: u32,
-    /// Attempts over its answered steps.
-    attempts: u32,
+    /// Resends after a retry timeout over its answered steps.
+    timeout_resends: u32,
+    /// Resends after "not the leader", "busy" or a lost link over its answered steps.
+    resends: u32,
+    /// Submissions again as new transactions after protocol aborts over its answered steps.
+    resubmissions: u32,
     /// The most agreement rounds a step needed.
     rounds: u8,
     /// Some step spans several shards.
@@ -153,9 +177,13 @@ struct Business {
 }
 
 impl Business {
-    /// Adds an answered step's attempts, rounds, path and aborts.
+    /// Adds an answered step's resends, resubmissions, rounds, path and aborts.
     fn absorb(&mut self, done: &TxnResult) {
-        self.attempts += done.attempts;
+        // Each submission's first send is no resend.
+        let sends = done.attempts.saturating_sub(done.resubmissions.saturating_add(1));
+        self.timeout_resends = self.timeout_resends.saturating_add(sends);
+        self.resends = self.resends.saturating_add(done.resends);
+        self.resubmissions = self.resubmissions.saturating_add(done.resubmissions);
         self.rounds = self.rounds.max(done.rounds);
         self.fast &= done.fast;
         self.asked_fast &= done.asked_fast;
@@ -168,7 +196,9 @@ impl Business {
             kind: first.procedure.clone(),
             sent,
             steps: 1,
-            attempts: 0,
+            timeout_resends: 0,
+            resends: 0,
+            resubmissions: 0,
             rounds: 0,
             cross,
             fast: true,
@@ -200,6 +230,9 @@ pub fn run_load(
     let measure_until = measure_from + opts.duration;
     let deadline = measure_until + opts.grace;
     let window = Window { start, measure_from, measure_until, deadline };
+    // One log for every thread: a record per second, not per second and thread.
+    let samples = Mutex::new(SampleLog::new(opts.duration));
+    let shared = &samples;
     let reports = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..opts.threads)
             .map(|t| {
@@ -208,7 +241,7 @@ pub fn run_load(
                 let client_id = opts.client_id_base + u64::from(t);
                 scope.spawn(move || {
                     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                    let load = ThreadLoad { connector, client_id, window, progress: &progress };
+                    let load = ThreadLoad { connector, client_id, window, progress: &progress, samples: shared };
                     let report = match opts.rate_tps {
                         None => rt.block_on(load.closed(opts.in_flight, workload)),
                         Some(rate) => {
@@ -226,7 +259,8 @@ pub fn run_load(
             .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("load thread panicked"))))
             .collect::<anyhow::Result<Vec<_>>>()
     })?;
-    let mut total = LoadReport { measured: opts.duration, ..LoadReport::default() };
+    let samples = samples.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut total = LoadReport { measured: opts.duration, samples, ..LoadReport::default() };
     for r in reports {
         total.merge(r);
     }
@@ -248,6 +282,8 @@ impl LoadReport {
         }
         self.single_shard_latency.merge(&r.single_shard_latency);
         self.cross_shard_latency.merge(&r.cross_shard_latency);
+        self.warmup.rejected += r.warmup.rejected;
+        self.warmup.unknown += r.warmup.unknown;
         if let Some(theirs) = r.open_loop {
             let mine = self.open_loop.get_or_insert_with(OpenLoopReport::default);
             mine.delayed += theirs.delayed;
@@ -286,6 +322,8 @@ struct ThreadLoad<'a> {
     client_id: u64,
     window: Window,
     progress: &'a Progress,
+    /// The per-second samples every thread records into.
+    samples: &'a Mutex<SampleLog>,
 }
 
 impl ThreadLoad<'_> {
@@ -318,7 +356,9 @@ impl ThreadLoad<'_> {
             }
         }
         let at = if by_intended { business.sent } else { answered };
-        tally(report, self.progress, self.window, &business, done.status, at, answered);
+        let mut samples = self.samples.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let counted = Counted { report, samples: &mut samples };
+        tally(counted, self.progress, self.window, &business, done.status, at, answered);
         Ok(None)
     }
 
@@ -411,12 +451,18 @@ fn launch(
     }
 }
 
+/// Where an answer is counted: the thread's report and the shared per-second samples.
+struct Counted<'a> {
+    report: &'a mut LoadReport,
+    samples: &'a mut SampleLog,
+}
+
 /// Counts a business transaction that ended with `status`, placed in time at `at` (its
 /// answer, or its intended start in an open loop) and answered at `answered`: in the report
 /// if `at` is within the measured interval (a refusal or an unknown outcome answered after
 /// it too: a stalled cluster shows there), in the progress shown either way.
 fn tally(
-    report: &mut LoadReport,
+    counted: Counted<'_>,
     progress: &Progress,
     window: Window,
     business: &Business,
@@ -424,6 +470,7 @@ fn tally(
     at: Instant,
     answered: Instant,
 ) {
+    let Counted { report, samples } = counted;
     let counted = at >= window.measure_from && at < window.measure_until;
     if answered >= window.measure_from {
         progress.measuring.store(true, Ordering::Relaxed);
@@ -433,11 +480,23 @@ fn tally(
     }
     if counted {
         report.count(business, status, answered - business.sent);
+        samples.record(at - window.measure_from, status, answered - business.sent);
     } else if answered >= window.measure_until {
         // Drained: a stalled cluster shows here (its transactions come back unknown).
+        let failed = match status {
+            TxnStatus::Rejected => Some(&mut report.counters.rejected),
+            TxnStatus::Unknown => Some(&mut report.counters.unknown),
+            TxnStatus::Committed | TxnStatus::RolledBack | TxnStatus::Aborted => None,
+        };
+        if let Some(count) = failed {
+            *count += 1;
+            samples.record(answered - window.measure_from, status, Duration::ZERO);
+        }
+    } else if at < window.measure_from {
+        // Warm-up: not measured, but a refusal or an unknown outcome is reported.
         match status {
-            TxnStatus::Rejected => report.counters.rejected += 1,
-            TxnStatus::Unknown => report.counters.unknown += 1,
+            TxnStatus::Rejected => report.warmup.rejected += 1,
+            TxnStatus::Unknown => report.warmup.unknown += 1,
             TxnStatus::Committed | TxnStatus::RolledBack | TxnStatus::Aborted => {}
         }
     }
@@ -450,6 +509,60 @@ mod tests {
     use luigi_runtime::config::ClusterConfig;
     use luigi_wan::Scenario;
     use luigi_workloads::micro::{MicroConfig, MicroGenerator};
+
+    /// A synthetic run: answers spread over warm-up, the measured interval and the drain.
+    /// The samples sum to the run's counts, warm-up failures are counted apart, and the
+    /// resends and resubmissions of a business transaction are counted apart.
+    #[test]
+    fn samples_sum_to_the_run_and_warm_up_failures_are_counted_apart() {
+        let start = Instant::now();
+        let window = Window {
+            start,
+            measure_from: start + Duration::from_secs(1),
+            measure_until: start + Duration::from_secs(4),
+            deadline: start + Duration::from_secs(9),
+        };
+        let spec = TxnSpec { procedure: "p".into(), args: vec![], pieces: vec![] };
+        let mut report = LoadReport::default();
+        let mut log = SampleLog::new(window.measure_until - window.measure_from);
+        let progress = Progress::default();
+        let statuses = [TxnStatus::Committed, TxnStatus::Aborted, TxnStatus::Rejected, TxnStatus::Unknown];
+        for i in 0..500u64 {
+            let sent = start + Duration::from_millis(i * 10);
+            let answered = sent + Duration::from_millis(3 + i % 7);
+            let mut business = Business::start(&spec, sent);
+            business.absorb(&TxnResult {
+                status: statuses[(i % 4) as usize],
+                attempts: 3,
+                resends: 2,
+                resubmissions: 1,
+                rounds: 0,
+                fast: false,
+                asked_fast: false,
+                outputs: vec![],
+                protocol_aborts: 1,
+            });
+            let counted = Counted { report: &mut report, samples: &mut log };
+            tally(counted, &progress, window, &business, statuses[(i % 4) as usize], answered, answered);
+        }
+        let c = report.counters;
+        let samples = log.samples();
+        assert_eq!(samples.len(), 3);
+        let sum = |f: fn(&crate::samples::SecondSample) -> u64| samples.iter().map(f).sum::<u64>();
+        assert_eq!(sum(|s| s.committed), c.committed);
+        assert_eq!(sum(|s| s.aborted), c.aborted);
+        assert_eq!(sum(|s| s.rejected), c.rejected);
+        assert_eq!(sum(|s| s.unknown), c.unknown);
+        assert!(c.committed > 50 && samples.iter().all(|s| s.committed > 0 && s.p50_us >= 3000));
+        // The first 100 answers (up to 1 s) are warm-up: 25 of each kind.
+        assert_eq!(report.warmup, WarmupAnswers { rejected: 25, unknown: 25 });
+        // 300 answers in the measured interval, 75 of each kind; of the 100 drained after
+        // it only the 25 refusals and 25 unknowns count.
+        assert_eq!((c.committed, c.aborted, c.rejected, c.unknown), (75, 75, 100, 100));
+        // Three attempts over two submissions: one timeout resend; two resends; one
+        // resubmission, for each of the 300.
+        assert_eq!((c.timeout_resends, c.resends, c.resubmissions), (300, 600, 300));
+    }
 
     #[test]
     fn a_cluster_that_never_answers_fails_the_load_at_its_deadline() {

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{anyhow, Context};
 use serde::{Deserialize, Serialize};
 
+use crate::hgrm::PercentileExport;
+use crate::samples::SecondSample;
 use crate::stats::LatencySummary;
 
 /// The outcome of one benchmark configuration.
@@ -55,10 +57,18 @@ pub struct BenchResult {
     pub rolled_back: u64,
     /// Transactions that finally aborted during the measured interval.
     pub aborted: u64,
-    /// Retry attempts during the measured interval.
-    pub retries: u64,
+    /// Resends of the same transaction after a retry timeout, measured interval.
+    #[serde(default)]
+    pub timeout_resends: u64,
+    /// Resends of the same transaction after a "not the leader" or "busy" answer or a lost
+    /// link (the client core's resend rule), measured interval.
+    #[serde(default)]
+    pub resends: u64,
+    /// Submissions again as a new transaction after a protocol abort, measured interval.
+    #[serde(default)]
+    pub resubmissions: u64,
     /// Protocol aborts during the measured interval (a baseline's lock conflict or failed
-    /// validation), each retried as a new transaction but the last of one out of retries.
+    /// validation), each resubmitted as a new transaction but the last of one out of retries.
     #[serde(default)]
     pub protocol_aborts: u64,
     /// Transactions refused by a participant during the measured interval (executed nowhere).
@@ -68,6 +78,12 @@ pub struct BenchResult {
     /// have executed; the client kept asking).
     #[serde(default)]
     pub unknown: u64,
+    /// Transactions refused during the warm-up (not measured, not in `rejected`).
+    #[serde(default)]
+    pub warmup_rejected: u64,
+    /// Transactions answered unknown during the warm-up (not in `unknown`).
+    #[serde(default)]
+    pub warmup_unknown: u64,
     /// Committed transactions per second.
     pub throughput_tps: f64,
     /// Fraction (0.0 ..= 1.0, not percent) of finished transactions that aborted;
@@ -103,6 +119,12 @@ pub struct BenchResult {
     /// workload has several.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub by_kind: BTreeMap<String, KindResult>,
+    /// The measured interval per second (BenchBase's `samples.csv` rows; [`crate::samples`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<SecondSample>,
+    /// The committed transactions' latency percentile table (an `.hgrm`; [`crate::hgrm`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_percentiles: Option<PercentileExport>,
 }
 
 /// One kind of business transaction's figures in a run.
@@ -118,9 +140,16 @@ pub struct KindResult {
     pub rejected: u64,
     /// Unknown outcome.
     pub unknown: u64,
-    /// Retry attempts.
-    pub retries: u64,
-    /// Protocol aborts (each retried as a new transaction but the last of one out of
+    /// Resends after a retry timeout.
+    #[serde(default)]
+    pub timeout_resends: u64,
+    /// Resends after "not the leader", "busy" or a lost link.
+    #[serde(default)]
+    pub resends: u64,
+    /// Submissions again as new transactions after protocol aborts.
+    #[serde(default)]
+    pub resubmissions: u64,
+    /// Protocol aborts (each resubmitted as a new transaction but the last of one out of
     /// retries).
     #[serde(default)]
     pub protocol_aborts: u64,
@@ -130,6 +159,9 @@ pub struct KindResult {
     pub throughput_tps: f64,
     /// Latency of the committed ones, in microseconds.
     pub latency_us: LatencySummary,
+    /// Their latency percentile table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_percentiles: Option<PercentileExport>,
 }
 
 fn yes() -> bool {
@@ -296,14 +328,22 @@ fn cells(r: &BenchResult) -> [String; NCOLS] {
         ms(l.p99 as f64),
         ms(l.p999 as f64),
         format!("{:.1}", r.abort_rate * 100.0),
-        format_thousands(r.rejected),
-        format_thousands(r.unknown),
+        with_warmup(r.rejected, r.warmup_rejected),
+        with_warmup(r.unknown, r.warmup_unknown),
         // Luigi's agreement rounds; the baselines always take their two rounds (see docs/BASELINES.md).
         luigi_pct(r.second_round_rate),
         // Only Luigi has a fast path.
         luigi_pct(r.fast_path_rate),
         luigi_pct(r.fast_path_asked_rate),
     ]
+}
+
+/// A measured count, and the warm-up's beside it when there were any (`3 (+1 warm-up)`).
+fn with_warmup(measured: u64, warmup: u64) -> String {
+    match warmup {
+        0 => format_thousands(measured),
+        w => format!("{} (+{} warm-up)", format_thousands(measured), format_thousands(w)),
+    }
 }
 
 /// Renders `results` as an aligned plain-text table: a header line followed by
@@ -349,10 +389,12 @@ fn render_aligned<const N: usize>(headers: &[&str; N], numeric: &[bool; N], rows
 }
 
 /// Columns of the latency split.
-const SPLIT_NCOLS: usize = 16;
+const SPLIT_NCOLS: usize = 18;
 
 /// Headers of the latency split: single-shard and cross-shard committed transactions and
-/// their latency, with the protocol's aborts and the retries (the seeds' warning table).
+/// their latency, with the protocol's aborts, the resubmissions after them, the resends
+/// after a retry timeout and those after "not the leader" / "busy" / a lost link (the
+/// seeds' warning table).
 const SPLIT_HEADERS: [&str; SPLIT_NCOLS] = [
     "protocol",
     "workload",
@@ -369,11 +411,13 @@ const SPLIT_HEADERS: [&str; SPLIT_NCOLS] = [
     "cross p99 ms",
     "protocol aborts",
     "aborted",
-    "retries",
+    "resubmits",
+    "timeout resends",
+    "resends",
 ];
 
 const SPLIT_NUMERIC: [bool; SPLIT_NCOLS] =
-    [false, false, true, true, false, true, true, true, true, true, true, true, true, true, true, true];
+    [false, false, true, true, false, true, true, true, true, true, true, true, true, true, true, true, true, true];
 
 fn split_cells(r: &BenchResult) -> [String; SPLIT_NCOLS] {
     let (s, x) = (&r.single_shard_latency_us, &r.cross_shard_latency_us);
@@ -393,12 +437,15 @@ fn split_cells(r: &BenchResult) -> [String; SPLIT_NCOLS] {
         ms(x.p99 as f64),
         format_thousands(r.protocol_aborts),
         format_thousands(r.aborted),
-        format_thousands(r.retries),
+        format_thousands(r.resubmissions),
+        format_thousands(r.timeout_resends),
+        format_thousands(r.resends),
     ]
 }
 
 /// The latency of single-shard and cross-shard committed transactions (avg, p50, p99 each)
-/// as an aligned table, with the protocol aborts, final aborts and retries of each run.
+/// as an aligned table, with the protocol aborts, final aborts, resubmissions and resends of
+/// each run.
 pub fn render_latency_split(results: &[BenchResult]) -> String {
     let rows: Vec<[String; SPLIT_NCOLS]> = results.iter().map(split_cells).collect();
     render_aligned(&SPLIT_HEADERS, &SPLIT_NUMERIC, &rows)
@@ -411,22 +458,23 @@ pub fn render_latency_split_markdown(results: &[BenchResult]) -> String {
 }
 
 /// One line per kind of business transaction of `r` (empty when it has no per-kind figures):
-/// committed, rolled back, aborted, rejected, unknown, protocol aborts, retries, throughput,
+/// committed, rolled back, aborted, rejected, unknown, protocol aborts, resubmissions, resends
+/// (timeout / not-the-leader), throughput,
 /// latency avg/p50/p90/p99/p99.9 and the share of committed ones that spanned several shards.
 pub fn render_kinds(r: &BenchResult) -> String {
     if r.by_kind.is_empty() {
         return String::new();
     }
     let mut out = format!(
-        "{} {} {}x{} {} threads, {}: per transaction\n{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7}\n",
+        "{} {} {}x{} {} threads, {}: per transaction\n{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>8} {:>9} {:>11} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7}\n",
         protocol_label(r), r.workload, r.shards, r.replicas, r.threads, r.net,
-        "transaction", "committed", "rolled", "aborted", "rejected", "unknown", "p-aborts", "retries", "tps", "avg ms", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "cross %"
+        "transaction", "committed", "rolled", "aborted", "rejected", "unknown", "p-aborts", "resubmits", "t/o resends", "resends", "tps", "avg ms", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "cross %"
     );
     for (name, k) in &r.by_kind {
         let l = &k.latency_us;
         let cross = if k.committed == 0 { 0.0 } else { 100.0 * k.cross_shard as f64 / k.committed as f64 };
         out.push_str(&format!(
-            "{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>8} {:>7} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7.1}\n",
+            "{:<26} {:>9} {:>8} {:>7} {:>8} {:>7} {:>8} {:>9} {:>11} {:>9} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7.1}\n",
             name,
             k.committed,
             k.rolled_back,
@@ -434,7 +482,9 @@ pub fn render_kinds(r: &BenchResult) -> String {
             k.rejected,
             k.unknown,
             k.protocol_aborts,
-            k.retries,
+            k.resubmissions,
+            k.timeout_resends,
+            k.resends,
             k.throughput_tps,
             ms(l.avg),
             ms(l.p50 as f64),
@@ -479,100 +529,8 @@ fn render_markdown_rows<const N: usize>(headers: &[&str; N], numeric: &[bool; N]
     out
 }
 
-/// What makes two results the same cell of a side-by-side comparison: everything but the
-/// protocol (the workload's own knobs included, e.g. TPC-C's remote-item share).
-#[derive(PartialEq, Eq)]
-struct Cell {
-    workload: String,
-    shards: u32,
-    replicas: u32,
-    net: String,
-    threads: u32,
-    in_flight: u32,
-    /// The compared workload knobs, as `name=value` words.
-    knobs: String,
-}
-
-/// The cell `r` belongs to.
-fn cell_key(r: &BenchResult) -> Cell {
-    let knobs: Vec<String> = r
-        .params
-        .iter()
-        .filter(|(k, _)| PARAMS_COMPARED.contains(&k.as_str()))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    Cell {
-        workload: r.workload.clone(),
-        shards: r.shards,
-        replicas: r.replicas,
-        net: r.net.clone(),
-        threads: r.threads,
-        in_flight: r.in_flight,
-        knobs: knobs.join(" "),
-    }
-}
-
-/// Workload knobs that tell cells apart in [`render_side_by_side`].
-const PARAMS_COMPARED: [&str; 9] =
-    ["keys", "ops", "read_ratio", "cross_shard_pct", "remote_item_pct", "mix", "dist", "records", "ops_per_txn"];
-
-/// `results` side by side as a markdown table: one row per cell (workload, shape, network,
-/// threads, knobs), one column per protocol in the order first seen, each "tx/s / avg ms",
-/// with the share of business transactions the protocol aborted (after retries), the retries
-/// per committed transaction when there were any, and (several shards) the share of the
-/// committed transactions that were cross-shard.
-pub fn render_side_by_side(results: &[BenchResult]) -> String {
-    let mut protocols: Vec<String> = Vec::new();
-    let mut rows: Vec<(Cell, BTreeMap<String, &BenchResult>)> = Vec::new();
-    for r in results {
-        let label = protocol_label(r);
-        if !protocols.contains(&label) {
-            protocols.push(label.clone());
-        }
-        let key = cell_key(r);
-        match rows.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, by)) => {
-                by.insert(label, r);
-            }
-            None => rows.push((key, BTreeMap::from([(label, r)]))),
-        }
-    }
-    let mut out = String::from("| workload | shape | net | threads | in-flight | knobs |");
-    for p in &protocols {
-        out.push_str(&format!(" {p} |"));
-    }
-    out.push_str("\n|---|---|---|---|---|---|");
-    out.push_str(&"---|".repeat(protocols.len()));
-    out.push('\n');
-    for (Cell { workload, shards, replicas, net, threads, in_flight, knobs }, by) in &rows {
-        out.push_str(&format!("| {workload} | {shards}x{replicas} | {net} | {threads} | {in_flight} | {knobs} |"));
-        for p in &protocols {
-            let cell = match by.get(p) {
-                Some(r) => {
-                    let mut s =
-                        format!("{} / {}", format_thousands(r.throughput_tps.round() as u64), ms(r.latency_us.avg));
-                    if r.aborted > 0 {
-                        s.push_str(&format!(" ({:.1} % aborted)", r.abort_rate * 100.0));
-                    }
-                    if r.retries > 0 && r.committed > 0 {
-                        s.push_str(&format!(" [{:.2} retries/commit]", r.retries as f64 / r.committed as f64));
-                    }
-                    // Which transactions committed matters as much as how many: a protocol
-                    // that starves its cross-shard transactions shows it here.
-                    if r.shards > 1 && r.committed > 0 {
-                        let cross = r.cross_shard_committed as f64 / r.committed as f64 * 100.0;
-                        s.push_str(&format!(" {{{cross:.1} % cross}}"));
-                    }
-                    s
-                }
-                None => "-".into(),
-            };
-            out.push_str(&format!(" {cell} |"));
-        }
-        out.push('\n');
-    }
-    out
-}
+mod side_by_side;
+pub use side_by_side::render_side_by_side;
 
 #[cfg(test)]
 mod tests;

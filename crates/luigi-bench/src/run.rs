@@ -316,10 +316,14 @@ impl Measured {
             committed: c.committed,
             rolled_back: c.rolled_back,
             aborted: c.aborted,
-            retries: c.retries,
+            timeout_resends: c.timeout_resends,
+            resends: c.resends,
+            resubmissions: c.resubmissions,
             protocol_aborts: c.protocol_aborts,
             rejected: c.rejected,
             unknown: c.unknown,
+            warmup_rejected: self.report.warmup.rejected,
+            warmup_unknown: self.report.warmup.unknown,
             throughput_tps: c.committed as f64 / measured_s,
             abort_rate: abort_rate(c.committed, c.aborted),
             latency_us: self.report.latency.summary(),
@@ -332,6 +336,8 @@ impl Measured {
             fast_path_rate: if c.committed == 0 { 0.0 } else { c.fast_path as f64 / c.committed as f64 },
             fast_path_asked_rate: if c.committed == 0 { 0.0 } else { c.fast_path_asked as f64 / c.committed as f64 },
             by_kind: self.by_kind(false),
+            samples: self.report.samples.samples(),
+            latency_percentiles: Some(self.report.latency.percentiles()),
         }
     }
 
@@ -348,11 +354,14 @@ impl Measured {
             aborted: k.counters.aborted,
             rejected: k.counters.rejected,
             unknown: k.counters.unknown,
-            retries: k.counters.retries,
+            timeout_resends: k.counters.timeout_resends,
+            resends: k.counters.resends,
+            resubmissions: k.counters.resubmissions,
             protocol_aborts: k.counters.protocol_aborts,
             cross_shard: k.counters.cross_shard,
             throughput_tps: k.counters.committed as f64 / measured_s,
             latency_us: k.latency.summary(),
+            latency_percentiles: Some(k.latency.percentiles()),
         };
         self.report.by_kind.iter().map(|(name, k)| (name.clone(), kind(k))).collect()
     }

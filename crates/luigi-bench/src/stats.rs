@@ -84,6 +84,11 @@ impl LatencyRecorder {
         }
     }
 
+    /// The percentile table of the samples (what an `.hgrm` file holds).
+    pub fn percentiles(&self) -> crate::hgrm::PercentileExport {
+        crate::hgrm::PercentileExport::of(&self.hist)
+    }
+
     /// Discards all recorded samples (e.g. at the end of warm-up).
     pub fn reset(&mut self) {
         self.hist.reset();
@@ -133,8 +138,18 @@ pub struct Counters {
     pub rolled_back: u64,
     /// Transactions that finally aborted.
     pub aborted: u64,
-    /// Retry attempts (aborts that were retried).
-    pub retries: u64,
+    /// Resends of the same transaction after a retry timeout (the client core's attempts
+    /// past the first).
+    #[serde(default)]
+    pub timeout_resends: u64,
+    /// Resends of the same transaction after a "not the leader" or "busy" answer or a lost
+    /// link (the client core's resend rule, for every protocol).
+    #[serde(default)]
+    pub resends: u64,
+    /// Submissions again as a new transaction after a protocol abort (the baselines'
+    /// [`crate::client::RetryingClient`]; never with Luigi).
+    #[serde(default)]
+    pub resubmissions: u64,
     /// Transactions refused by a participant (executed nowhere).
     #[serde(alias = "errors")]
     pub rejected: u64,
@@ -166,7 +181,9 @@ impl Counters {
         self.committed = self.committed.saturating_add(other.committed);
         self.rolled_back = self.rolled_back.saturating_add(other.rolled_back);
         self.aborted = self.aborted.saturating_add(other.aborted);
-        self.retries = self.retries.saturating_add(other.retries);
+        self.timeout_resends = self.timeout_resends.saturating_add(other.timeout_resends);
+        self.resends = self.resends.saturating_add(other.resends);
+        self.resubmissions = self.resubmissions.saturating_add(other.resubmissions);
         self.rejected = self.rejected.saturating_add(other.rejected);
         self.unknown = self.unknown.saturating_add(other.unknown);
         self.cross_shard = self.cross_shard.saturating_add(other.cross_shard);
@@ -270,7 +287,9 @@ mod tests {
             committed: 10,
             rolled_back: 7,
             aborted: 2,
-            retries: 3,
+            timeout_resends: 3,
+            resends: 4,
+            resubmissions: 5,
             rejected: 1,
             unknown: 2,
             cross_shard: 4,
@@ -283,7 +302,9 @@ mod tests {
             committed: 5,
             rolled_back: 1,
             aborted: 1,
-            retries: 0,
+            timeout_resends: 0,
+            resends: 1,
+            resubmissions: 2,
             rejected: u64::MAX,
             unknown: 1,
             cross_shard: 2,
@@ -299,7 +320,9 @@ mod tests {
                 committed: 15,
                 rolled_back: 8,
                 aborted: 3,
-                retries: 3,
+                timeout_resends: 3,
+                resends: 5,
+                resubmissions: 7,
                 rejected: u64::MAX,
                 unknown: 3,
                 cross_shard: 6,

@@ -47,6 +47,16 @@ fn a_suite_of_one_tiny_point_writes_its_results_directory() {
     let report = std::fs::read_to_string(dir.join("REPORT.md")).unwrap();
     assert!(report.contains("### micro, 1 shard(s) x 1 replica(s), luigi"), "{report}");
     assert!(dir.join("plots/throughput-micro-1x1.png").exists());
+    // Per-second samples and the percentile table beside the point's record.
+    let samples = std::fs::read_to_string(dir.join(format!("points/{POINT}.samples.csv"))).unwrap();
+    let committed: u64 = samples
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("Time"))
+        .map(|l| l.split(',').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(committed, record.result.as_ref().unwrap().committed, "{samples}");
+    let hgrm = std::fs::read_to_string(dir.join(format!("points/{POINT}.hgrm"))).unwrap();
+    assert!(hgrm.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)"), "{hgrm}");
 
     // --resume: the point is done, nothing runs.
     let resume = Command::new(EXE)

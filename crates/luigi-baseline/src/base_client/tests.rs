@@ -52,7 +52,16 @@ fn dispatch(shard: ShardId, txn: &Arc<Txn>, sent_us: TimeUs, acked_below: u64) -
 }
 
 fn done(id: TxnId, submitted_us: TimeUs, attempts: u32, rounds: u8, outcome: TxnOutcome) -> ClientOutput {
-    ClientOutput::Done(Completion { id, submitted_us, attempts, rounds, fast: false, asked_fast: false, outcome })
+    ClientOutput::Done(Completion {
+        id,
+        submitted_us,
+        attempts,
+        resends: 0,
+        rounds,
+        fast: false,
+        asked_fast: false,
+        outcome,
+    })
 }
 
 /// Feeds `msg` at `now` and returns exactly what came out; checks the invariants.
@@ -194,7 +203,8 @@ fn a_timeout_resends_then_reports_unknown_then_resolves() {
     assert_eq!(out, vec![dispatch(1, &txn_of(&out), 3 * TIMEOUT + 1, 1)]);
     let out = step(&mut c, 3 * TIMEOUT + 2, reply(id, 1, 0, Ok(vec![])));
     let outcome = TxnOutcome::Ordered { ts: 0, results: vec![(0, Ok(vec![])), (1, Ok(vec![]))] };
-    let resolved = Completion { id, submitted_us: 0, attempts: 3, rounds: 1, fast: false, asked_fast: false, outcome };
+    let resolved =
+        Completion { id, submitted_us: 0, attempts: 3, resends: 0, rounds: 1, fast: false, asked_fast: false, outcome };
     assert_eq!(out, vec![ClientOutput::Resolved(resolved)]);
     assert_eq!((c.unresolved(), c.stats().resolved), (0, 1));
 }

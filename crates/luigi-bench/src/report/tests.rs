@@ -28,10 +28,14 @@ fn sample(protocol: &str, committed: u64, tps: f64) -> BenchResult {
         committed,
         rolled_back: 12,
         aborted: 1234,
-        retries: 1500,
+        timeout_resends: 40,
+        resends: 30,
+        resubmissions: 1200,
         protocol_aborts: 1300,
         rejected: 2,
         unknown: 1,
+        warmup_rejected: 0,
+        warmup_unknown: 0,
         throughput_tps: tps,
         abort_rate: abort_rate(committed, 1234),
         latency_us: rec.summary(),
@@ -44,6 +48,8 @@ fn sample(protocol: &str, committed: u64, tps: f64) -> BenchResult {
         fast_path_rate: 0.5,
         fast_path_asked_rate: 1.0,
         by_kind: BTreeMap::new(),
+        samples: Vec::new(),
+        latency_percentiles: None,
     }
 }
 
@@ -63,7 +69,7 @@ fn side_by_side_puts_each_protocol_in_its_column_and_each_cell_in_its_row() {
     assert!(lines[0].ends_with("| luigi | occ | direct (non-transactional) |"), "{}", lines[0]);
     assert!(lines[2].contains("| ycsb-a | 3x3 | lan | 8 | 16 |"), "{}", lines[2]);
     assert!(
-        lines[2].contains("| 12,345 / 5.01 (1.2 % aborted) [0.01 retries/commit] {25.0 % cross} | 2,000 / 5.01"),
+        lines[2].contains("| 12,345 / 5.01 (1.2 % aborted) [0.01 resubmits/commit] {25.0 % cross} | 2,000 / 5.01"),
         "{}",
         lines[2]
     );
@@ -225,11 +231,14 @@ fn every_report_names_the_protocol_and_marks_direct_non_transactional() {
             aborted: 0,
             rejected: 0,
             unknown: 0,
-            retries: 0,
+            timeout_resends: 0,
+            resends: 0,
+            resubmissions: 0,
             protocol_aborts: 0,
             cross_shard: 0,
             throughput_tps: 1.0,
             latency_us: LatencySummary::default(),
+            latency_percentiles: None,
         },
     );
     assert!(render_kinds(&with_kinds).starts_with("direct (non-transactional) ycsb-a"));
@@ -264,6 +273,7 @@ fn the_latency_split_lines_up_with_both_halves() {
     let table = render_latency_split(&results);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[0].ends_with("protocol aborts  aborted  resubmits  timeout resends  resends"), "{table}");
     let width = lines[0].chars().count();
     assert!(lines.iter().all(|l| l.chars().count() == width), "misaligned:\n{table}");
     for h in SPLIT_HEADERS {
@@ -275,7 +285,7 @@ fn the_latency_split_lines_up_with_both_halves() {
         cells,
         vec![
             "2pl", "ycsb-a", "3", "8", "lan", "3,000", "5.01", "5.00", "9.90", "1,000", "20.00", "19.00", "40.00",
-            "1,300", "1,234", "1,500"
+            "1,300", "1,234", "1,200", "40", "30"
         ]
     );
     let md = render_latency_split_markdown(&results);

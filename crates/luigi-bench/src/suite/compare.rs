@@ -125,8 +125,8 @@ pub fn plot(a: &SuiteDir, b: &SuiteDir, path: &Path) -> anyhow::Result<bool> {
         v.into_iter().enumerate().map(|(i, r)| (i as f64, r)).collect::<Vec<_>>()
     };
     let series = vec![
-        Series { label: "B/A throughput".into(), points: sorted(Change::tps_ratio) },
-        Series { label: "B/A average latency".into(), points: sorted(Change::latency_ratio) },
+        Series { label: "B/A throughput".into(), points: sorted(Change::tps_ratio), failed: Vec::new() },
+        Series { label: "B/A average latency".into(), points: sorted(Change::latency_ratio), failed: Vec::new() },
     ];
     let n = series[0].points.len().max(series[1].points.len());
     if n == 0 {

@@ -27,10 +27,14 @@ pub fn result(point: &Point, tps: f64, avg_ms: f64) -> BenchResult {
         committed,
         rolled_back: 0,
         aborted: 0,
-        retries: 0,
+        timeout_resends: 0,
+        resends: 0,
+        resubmissions: 0,
         protocol_aborts: 0,
         rejected: 0,
         unknown: 0,
+        warmup_rejected: 0,
+        warmup_unknown: 0,
         throughput_tps: tps,
         abort_rate: 0.0,
         latency_us: LatencySummary {
@@ -52,6 +56,8 @@ pub fn result(point: &Point, tps: f64, avg_ms: f64) -> BenchResult {
         fast_path_rate: 0.0,
         fast_path_asked_rate: 0.0,
         by_kind: BTreeMap::new(),
+        samples: Vec::new(),
+        latency_percentiles: None,
     }
 }
 

@@ -2,13 +2,17 @@
 //! from the `dejavu` crate: no system font is read): throughput against threads per workload
 //! and shape (one line per protocol, one panel per network), average latency per network in
 //! one-way delays with reference lines at 2-5 delays, the cross-shard study and the scale
-//! study. Each plot is drawn only when the directory holds points for it.
+//! study. Each plot is drawn only when the directory holds points for it. A point that
+//! failed (or committed nothing) is never drawn as zero nor left out: it is a cross on the x
+//! axis in its line's colour, the line breaks there, and the legend says "failed".
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use anyhow::anyhow;
+use plotters::coord::cartesian::Cartesian2d;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -31,6 +35,56 @@ pub struct Series {
     pub label: String,
     /// Points, in x order.
     pub points: Vec<(f64, f64)>,
+    /// The x of the points that failed (marked on the axis; the line breaks there).
+    pub failed: Vec<f64>,
+}
+
+/// What a plot shows of one recorded cell.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Mark {
+    /// Its figure.
+    Value(f64),
+    /// It failed or committed nothing: no figure.
+    Failed,
+}
+
+impl Mark {
+    /// The mark of `record` (`None`: not in the run), its figure read by `figure`.
+    pub fn of(record: Option<&PointRecord>, figure: impl Fn(&PointRecord) -> Option<f64>) -> Option<Mark> {
+        record.map(|r| figure(r).map_or(Mark::Failed, Mark::Value))
+    }
+}
+
+impl Series {
+    /// A line from `(x, mark)` pairs in x order (cells not in the run left out).
+    pub fn from_marks(label: impl Into<String>, marks: impl IntoIterator<Item = (f64, Option<Mark>)>) -> Self {
+        let mut series = Series { label: label.into(), points: Vec::new(), failed: Vec::new() };
+        for (x, mark) in marks {
+            match mark {
+                Some(Mark::Value(y)) => series.points.push((x, y)),
+                Some(Mark::Failed) => series.failed.push(x),
+                None => {}
+            }
+        }
+        series
+    }
+
+    /// Nothing to draw: no point, failed or not.
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty() && self.failed.is_empty()
+    }
+
+    /// The points in runs not broken by a failed point.
+    fn segments(&self) -> Vec<Vec<(f64, f64)>> {
+        let mut segments: Vec<Vec<(f64, f64)>> = Vec::new();
+        for &p in &self.points {
+            match segments.last_mut() {
+                Some(seg) if !self.failed.iter().any(|&f| f > seg[seg.len() - 1].0 && f < p.0) => seg.push(p),
+                _ => segments.push(vec![p]),
+            }
+        }
+        segments
+    }
 }
 
 /// A chart panel: what [`draw_panel`] draws.
@@ -104,6 +158,38 @@ fn draw_empty(area: &DrawingArea<BitMapBackend<'_>, Shift>, title: &str) -> anyh
     area.draw(&Text::new("no point of this panel in the run", at(h / 2 + 10), (FONT, 14))).map_err(plot_err)
 }
 
+/// A panel's chart: f64 coordinates on a bitmap.
+type Chart<'a, 'b> = ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Draws `panel`'s lines, their points, their failed points (crosses on the x axis) and the
+/// legend entries.
+fn draw_lines(chart: &mut Chart<'_, '_>, panel: &Panel) -> anyhow::Result<()> {
+    for (i, s) in panel.series.iter().enumerate() {
+        // A protocol keeps its colour in every panel, whichever protocols a panel lacks.
+        let c = color(PROTOCOLS.iter().position(|p| *p == s.label).unwrap_or(i));
+        // The legend entry hangs on an empty series, so that a line of failed points only
+        // is still named.
+        chart
+            .draw_series(LineSeries::new(std::iter::empty(), c.stroke_width(2)))
+            .map_err(plot_err)?
+            .label(&s.label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        for segment in s.segments() {
+            chart.draw_series(LineSeries::new(segment, c.stroke_width(2))).map_err(plot_err)?;
+        }
+        chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(plot_err)?;
+        chart.draw_series(s.failed.iter().map(|&x| Cross::new((x, 0.0), 8, c.stroke_width(3)))).map_err(plot_err)?;
+    }
+    if panel.series.iter().any(|s| !s.failed.is_empty()) {
+        chart
+            .draw_series(std::iter::empty::<Cross<(f64, f64), i32>>())
+            .map_err(plot_err)?
+            .label("failed (no figure)")
+            .legend(|(x, y)| Cross::new((x + 10, y), 6, BLACK.stroke_width(3)));
+    }
+    Ok(())
+}
+
 /// Draws `panel` on `area`.
 pub fn draw_panel(area: &DrawingArea<BitMapBackend<'_>, Shift>, panel: &Panel) -> anyhow::Result<()> {
     font();
@@ -152,16 +238,7 @@ pub fn draw_panel(area: &DrawingArea<BitMapBackend<'_>, Shift>, panel: &Panel) -
             )))
             .map_err(plot_err)?;
     }
-    for (i, s) in panel.series.iter().enumerate() {
-        // A protocol keeps its colour in every panel, whichever protocols a panel lacks.
-        let c = color(PROTOCOLS.iter().position(|p| *p == s.label).unwrap_or(i));
-        chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
-            .map_err(plot_err)?
-            .label(&s.label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(plot_err)?;
-    }
+    draw_lines(&mut chart, panel)?;
     if !panel.series.is_empty() {
         chart
             .configure_series_labels()
@@ -198,17 +275,12 @@ fn throughput_panels(dir: &SuiteDir, study: Study, workload: &str, shape: Shape)
             let series = PROTOCOLS
                 .iter()
                 .map(|protocol| {
-                    let points = seed_threads(study)
-                        .iter()
-                        .filter_map(|&t| {
-                            dir.seeds_cell(study, shape, protocol, t, net)
-                                .and_then(PointRecord::tps)
-                                .map(|tps| (f64::from(t), tps))
-                        })
-                        .collect();
-                    Series { label: protocol.to_string(), points }
+                    let marks = seed_threads(study).iter().map(|&t| {
+                        (f64::from(t), Mark::of(dir.seeds_cell(study, shape, protocol, t, net), PointRecord::tps))
+                    });
+                    Series::from_marks(*protocol, marks)
                 })
-                .filter(|s: &Series| !s.points.is_empty())
+                .filter(|s: &Series| !s.is_empty())
                 .collect();
             Panel {
                 title: format!("{workload} {shape}, {net}"),
@@ -233,18 +305,13 @@ fn latency_panels(dir: &SuiteDir, study: Study, workload: &str) -> Vec<Panel> {
             let series = PROTOCOLS
                 .iter()
                 .map(|protocol| {
-                    let points = SEED_NETS
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, net)| {
-                            dir.seeds_cell(study, shape, protocol, 1, net)
-                                .and_then(PointRecord::avg_ms)
-                                .map(|ms| (i as f64, ms / ONE_WAY_MS[i]))
-                        })
-                        .collect();
-                    Series { label: protocol.to_string(), points }
+                    let marks = SEED_NETS.iter().enumerate().map(|(i, net)| {
+                        let cell = dir.seeds_cell(study, shape, protocol, 1, net);
+                        (i as f64, Mark::of(cell, |r| r.avg_ms().map(|ms| ms / ONE_WAY_MS[i])))
+                    });
+                    Series::from_marks(*protocol, marks)
                 })
-                .filter(|s: &Series| !s.points.is_empty())
+                .filter(|s: &Series| !s.is_empty())
                 .collect();
             Panel {
                 title: format!("{workload} {shape}, 1 thread: average latency"),
@@ -265,22 +332,18 @@ fn cross_shard_panel(dir: &SuiteDir) -> Panel {
     let series = PROTOCOLS
         .iter()
         .map(|protocol| {
-            let points = REMOTE_ITEM_PCTS
-                .iter()
-                .filter_map(|&pct| {
-                    let knob = format!("remote {pct} %");
-                    dir.first(|r| {
-                        r.point.study == Study::CrossShard
-                            && r.point.protocol == *protocol
-                            && r.point.knob.as_deref() == Some(knob.as_str())
-                    })
-                    .and_then(PointRecord::tps)
-                    .map(|tps| (f64::from(pct), tps))
-                })
-                .collect();
-            Series { label: protocol.to_string(), points }
+            let marks = REMOTE_ITEM_PCTS.iter().map(|&pct| {
+                let knob = format!("remote {pct} %");
+                let cell = dir.first(|r| {
+                    r.point.study == Study::CrossShard
+                        && r.point.protocol == *protocol
+                        && r.point.knob.as_deref() == Some(knob.as_str())
+                });
+                (f64::from(pct), Mark::of(cell, PointRecord::tps))
+            });
+            Series::from_marks(*protocol, marks)
         })
-        .filter(|s: &Series| !s.points.is_empty())
+        .filter(|s: &Series| !s.is_empty())
         .collect();
     Panel {
         title: "TPC-C NewOrder, 2x3, geo, 8 threads".into(),
@@ -296,17 +359,13 @@ fn cross_shard_panel(dir: &SuiteDir) -> Panel {
 
 /// The scale study: throughput against shards (3 replicas) and against replicas (1 shard).
 fn scale_panel(dir: &SuiteDir) -> Panel {
-    let line = |label: &str, shapes: &[(u32, u32)], x: fn(Shape) -> u32| Series {
-        label: label.into(),
-        points: shapes
-            .iter()
-            .filter_map(|&(shards, replicas)| {
-                let shape = Shape::new(shards, replicas);
-                dir.first(|r| r.point.study == Study::Scale && r.point.shape() == shape)
-                    .and_then(PointRecord::tps)
-                    .map(|tps| (f64::from(x(shape)), tps))
-            })
-            .collect(),
+    let line = |label: &str, shapes: &[(u32, u32)], x: fn(Shape) -> u32| {
+        let marks = shapes.iter().map(|&(shards, replicas)| {
+            let shape = Shape::new(shards, replicas);
+            let cell = dir.first(|r| r.point.study == Study::Scale && r.point.shape() == shape);
+            (f64::from(x(shape)), Mark::of(cell, PointRecord::tps))
+        });
+        Series::from_marks(label, marks)
     };
     let series = vec![
         line("shards (3 replicas each)", &[(1, 3), (2, 3), (4, 3), (8, 3)], |s| s.shards),
@@ -318,7 +377,7 @@ fn scale_panel(dir: &SuiteDir) -> Panel {
         y_desc: "committed tx/s".into(),
         x: 0.0..9.0,
         x_names: Vec::new(),
-        series: series.into_iter().filter(|s| !s.points.is_empty()).collect(),
+        series: series.into_iter().filter(|s| !s.is_empty()).collect(),
         hlines: Vec::new(),
         // The shards line falls from the upper left.
         legend_low: true,

@@ -1,6 +1,7 @@
 //! `REPORT.md` of a results directory, rendered from its records alone (so `luigi report DIR`
 //! re-renders it without running anything): the header (command, commit, machine, wall
-//! time), failed points, the precision of repeated cells, the seeds' layouts (rows threads,
+//! time), failed points, the resends, resubmissions and failed answers of the points that had
+//! any, the precision of repeated cells, the seeds' layouts (rows threads,
 //! columns networks, cells `tx/s / avg ms`) per workload, shape and protocol, a ratio table
 //! per protocol pair, the cross-shard table, seed 004's table, the scale study, commit
 //! latency in one-way delays and YCSB (with seed 003's K2 layout). A cell shows its first run (repeats feed the precision
@@ -25,6 +26,7 @@ pub const RATIO_PAIRS: [(&str, &str); 3] = [("luigi", "occ"), ("luigi", "2pl"), 
 pub fn render(dir: &SuiteDir) -> String {
     let mut out = header(dir);
     out.push_str(&failed_section(dir));
+    out.push_str(&counts_section(dir));
     out.push_str(&precision_section(dir));
     for (study, workload) in [(Study::SeedsMicro, "micro"), (Study::SeedsTpcc, "tpcc")] {
         if dir.points.iter().any(|r| r.point.study == study) {
@@ -108,6 +110,57 @@ fn failed_section(dir: &SuiteDir) -> String {
         })
         .collect();
     out.push_str(&table(&["point".into(), "exit".into(), "why".into()], &rows));
+    out
+}
+
+/// The points (succeeded) that resent, resubmitted, or had refused or unknown answers: one
+/// row each, so that the seeds' tables keep their width.
+fn counts_section(dir: &SuiteDir) -> String {
+    let mut out = String::from("## Resends, resubmissions and failed answers\n\n");
+    out.push_str(
+        "Per point, measured interval: protocol aborts (a baseline's lock conflict or failed validation); \
+         resubmissions of those as new transactions; resends of the same transaction after a retry timeout, \
+         and after a \"not the leader\" or \"busy\" answer or a lost link; refused and unknown answers, \
+         with the warm-up's apart. Points with all of these 0 are not listed. Per second: \
+         `points/<id>.samples.csv`; latency percentiles: `points/<id>.hgrm`.\n\n",
+    );
+    let rows: Vec<Vec<String>> = dir
+        .points
+        .iter()
+        .filter_map(|r| r.measured().map(|b| (r, b)))
+        .filter_map(|(r, b)| {
+            let counts = [
+                b.protocol_aborts,
+                b.resubmissions,
+                b.timeout_resends,
+                b.resends,
+                b.rejected,
+                b.unknown,
+                b.warmup_rejected,
+                b.warmup_unknown,
+            ];
+            counts.iter().any(|&n| n > 0).then(|| {
+                let cells = counts.iter().map(|&n| format_thousands(n));
+                std::iter::once(format!("`{}`", r.point.id)).chain(cells).collect()
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        out.push_str("None.\n\n");
+        return out;
+    }
+    let head = [
+        "point",
+        "protocol aborts",
+        "resubmits",
+        "timeout resends",
+        "resends",
+        "rejected",
+        "unknown",
+        "warm-up rejected",
+        "warm-up unknown",
+    ];
+    out.push_str(&table(&head.map(String::from), &rows));
     out
 }
 

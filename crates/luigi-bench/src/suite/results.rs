@@ -1,7 +1,9 @@
 //! The results directory of a suite run, `<out>/<date>-<name>/`: `suite.json` (the command
 //! line, the git commit, the machine, start and end), `points/<id>.json` (one
-//! [`PointRecord`] per point) and `points.csv` (one row per point, the columns a user
-//! plots). Reading a directory back ([`load_dir`]) is all `luigi report` needs.
+//! [`PointRecord`] per point), beside each succeeded point its per-second samples
+//! (`points/<id>.samples.csv`) and latency percentiles (`points/<id>.hgrm`, and
+//! `points/<id>.<kind>.hgrm` per kind of transaction), and `points.csv` (one row per point,
+//! the columns a user plots). Reading a directory back ([`load_dir`]) is all `luigi report` needs.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -127,6 +129,27 @@ pub fn point_path(dir: &Path, id: &str) -> PathBuf {
     dir.join("points").join(format!("{id}.json"))
 }
 
+/// Writes a succeeded point's per-second samples and latency percentile tables beside its
+/// record (see the module doc); returns the files written.
+pub fn write_point_files(dir: &Path, id: &str, result: &BenchResult) -> anyhow::Result<Vec<PathBuf>> {
+    let points = dir.join("points");
+    fs::create_dir_all(&points).with_context(|| format!("creating {}", points.display()))?;
+    let mut files = vec![(points.join(format!("{id}.samples.csv")), crate::samples::to_csv(&result.samples))];
+    if let Some(p) = &result.latency_percentiles {
+        files.push((points.join(format!("{id}.hgrm")), p.to_hgrm_ms()));
+    }
+    for (kind, k) in &result.by_kind {
+        let safe: String = kind.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+        if let Some(p) = &k.latency_percentiles {
+            files.push((points.join(format!("{id}.{safe}.hgrm")), p.to_hgrm_ms()));
+        }
+    }
+    for (path, text) in &files {
+        fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(files.into_iter().map(|(path, _)| path).collect())
+}
+
 /// Writes `value` as pretty JSON to `path` (through a temporary file renamed over it).
 pub fn write_pretty<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
@@ -201,7 +224,7 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<SuiteDir> {
 }
 
 /// The columns of `points.csv`.
-pub const CSV_COLUMNS: [&str; 24] = [
+pub const CSV_COLUMNS: [&str; 32] = [
     "id",
     "study",
     "workload",
@@ -226,6 +249,14 @@ pub const CSV_COLUMNS: [&str; 24] = [
     "cpu_us_per_commit",
     "wall_s",
     "duration_s",
+    "rejected",
+    "unknown",
+    "warmup_rejected",
+    "warmup_unknown",
+    "protocol_aborts",
+    "resubmissions",
+    "timeout_resends",
+    "resends",
 ];
 
 /// `points` as CSV, one row per point in [`CSV_COLUMNS`] order; a failed point has its
@@ -270,6 +301,22 @@ pub fn points_csv(points: &[PointRecord]) -> String {
         }
         row.push(format!("{:.2}", r.wall_s));
         row.push(format!("{}", p.duration_s));
+        match r.measured() {
+            Some(b) => row.extend(
+                [
+                    b.rejected,
+                    b.unknown,
+                    b.warmup_rejected,
+                    b.warmup_unknown,
+                    b.protocol_aborts,
+                    b.resubmissions,
+                    b.timeout_resends,
+                    b.resends,
+                ]
+                .map(|n| n.to_string()),
+            ),
+            None => row.extend(std::iter::repeat_n(String::new(), 8)),
+        }
         out.push_str(&row.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(","));
         out.push('\n');
     }

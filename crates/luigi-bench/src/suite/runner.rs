@@ -1,8 +1,9 @@
 //! Runs the points of a suite, each as a subprocess of this same binary (`luigi bench ...
 //! --json <dir>/points/<id>.bench.json --no-progress`), so the exact command is recorded and
 //! a crashing point cannot take the suite down. Each point's record (its result, argv, exit
-//! status, wall time and the CPU time of its process tree) goes to `points/<id>.json`, its
-//! output to `logs/<id>.log`. A point that fails or commits nothing is recorded failed,
+//! status, wall time and the CPU time of its process tree) goes to `points/<id>.json`, a
+//! succeeded point's samples and percentiles beside it (`points/<id>.samples.csv`, `.hgrm`),
+//! its output to `logs/<id>.log`. A point that fails or commits nothing is recorded failed,
 //! never replaced by an older figure; `--resume` skips only points recorded as succeeded.
 
 use std::fs::{self, File};
@@ -15,7 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::report::{read_json, BenchResult};
 use crate::suite::matrix::Point;
-use crate::suite::results::{now_unix_s, point_path, read_point, write_pretty, PointRecord};
+use crate::suite::results::{now_unix_s, point_path, read_point, write_point_files, write_pretty, PointRecord};
 
 /// Clock ticks per second of /proc's CPU times (`USER_HZ`, 100 on every Linux ABI).
 const USER_HZ: f64 = 100.0;
@@ -175,6 +176,9 @@ fn run_point(opts: &RunOptions, point: &Point) -> anyhow::Result<PointRecord> {
         started_at_unix_s,
         result,
     };
+    if let Some(result) = record.measured() {
+        write_point_files(&opts.dir, &point.id, result)?;
+    }
     write_pretty(&point_path(&opts.dir, &point.id), &record)?;
     Ok(record)
 }

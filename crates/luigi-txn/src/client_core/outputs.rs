@@ -40,8 +40,13 @@ pub struct Completion {
     pub id: TxnId,
     /// When it was submitted (coordinator clock).
     pub submitted_us: TimeUs,
-    /// Dispatch attempts made (1 = no retry).
+    /// Dispatch attempts made (1 = no retry): the first send and the resends after a retry
+    /// timeout.
     pub attempts: u32,
+    /// Resends of it after a "not the leader" or "busy" answer or a lost link (not counted
+    /// in `attempts`: the same transaction sent again soon, to whichever replica the shell
+    /// picks next).
+    pub resends: u32,
     /// Agreement rounds the participants needed (0 single shard, 1 equal proposals, 2 differed).
     pub rounds: u8,
     /// Every participant's answer committed on the fast path (DESIGN.md, the fast path).

@@ -108,6 +108,8 @@ pub struct FlightCounts {
     pub submitted: u64,
     /// Dispatches sent again after a timeout.
     pub retries: u64,
+    /// Dispatches sent again after a "not the leader" or "busy" answer or a lost link.
+    pub resends: u64,
     /// Transactions reported unknown after running out of attempts or leader waits.
     pub unknown: u64,
     /// Transactions reported unknown whose outcome was learned later.
@@ -297,6 +299,7 @@ impl<X> InFlightTable<X> {
         if flight.leader_wait {
             flight.leader_wait = false;
             flight.leader_waits += 1;
+            self.counts.resends += 1;
             if silent && flight.leader_waits > NOT_LEADER_RESENDS_MAX && fresh {
                 return Some(format!("no leader after {} resends", flight.leader_waits - 1));
             }
@@ -363,6 +366,7 @@ impl<X> InFlightTable<X> {
             id,
             submitted_us: flight.submitted_us,
             attempts: flight.attempts,
+            resends: flight.leader_waits,
             rounds,
             fast,
             asked_fast: flight.asked_fast,

@@ -113,6 +113,30 @@ fn not_leader_and_lost_links_resend_soon_without_counting_attempts() {
     let _ = b;
 }
 
+/// Resends after "not the leader", "busy" or a lost link are counted apart from timeout
+/// resends (attempts), in the table's counters and in the transaction's answer.
+#[test]
+fn resends_after_not_leader_busy_or_a_lost_link_are_counted_apart() {
+    let mut t = table();
+    let mut out = Vec::new();
+    let a = open(&mut t, 0, &[0], &mut out);
+    answer(&mut t, 10, reply(a, 0, Err(TxnError::NotLeader { hint: None })));
+    tick(&mut t, 10 + NOT_LEADER);
+    assert_eq!((t.counts().resends, t.counts().retries), (1, 0), "one resend, no attempt");
+    answer(&mut t, 100, reply(a, 0, Err(TxnError::Busy("full".into()))));
+    tick(&mut t, 100 + NOT_LEADER);
+    t.shard_unreachable(&Toy, 200, 0);
+    tick(&mut t, 200 + NOT_LEADER);
+    assert_eq!(t.counts().resends, 3, "busy and the lost link count too");
+    // A timeout resend is an attempt, not one of these.
+    tick(&mut t, 200 + NOT_LEADER + TIMEOUT);
+    assert_eq!((t.counts().resends, t.counts().retries), (3, 1));
+    let mut done = Vec::new();
+    t.report(a, TxnOutcome::Ordered { ts: 1, results: vec![(0, Ok(vec![]))] }, 0, false, &mut done);
+    let [ClientOutput::Done(c)] = done.as_slice() else { panic!("one answer: {done:?}") };
+    assert_eq!((c.resends, c.attempts), (3, 2), "the answer carries both");
+}
+
 /// `acked_below` is the smallest sequence number still in the table: an answered
 /// transaction is acknowledged only once every earlier one left.
 #[test]

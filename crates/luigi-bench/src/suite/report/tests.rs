@@ -46,6 +46,33 @@ fn a_failed_point_shows_as_failed_and_is_listed() {
     assert!(md.contains("2 failed"));
 }
 
+/// The counts table lists only the points with a resend, a resubmission or a failed answer
+/// (warm-up ones included), never a failed point's figures.
+#[test]
+fn resends_resubmissions_and_warm_up_answers_are_listed_per_point() {
+    let mut dir = fixtures::suite(&["micro-1x1-geo-t8-2pl"]);
+    assert!(render(&dir).contains("## Resends, resubmissions and failed answers\n\nPer point"));
+    assert!(render(&dir).contains("`points/<id>.hgrm`.\n\nNone."));
+    for r in &mut dir.points {
+        let b = r.result.as_mut();
+        match (r.point.id.as_str(), b) {
+            ("micro-1x1-geo-t8-occ", Some(b)) => {
+                (b.protocol_aborts, b.resubmissions, b.timeout_resends, b.resends) = (50, 40, 3, 2);
+                b.warmup_unknown = 7;
+            }
+            ("micro-1x1-geo-t8-2pl", Some(b)) => b.resends = 9,
+            ("micro-1x1-geo-t8-2pl", None) => {
+                r.result = Some(fixtures::result(&r.point, 1.0, 1.0));
+                r.result.as_mut().unwrap().resends = 9;
+            }
+            _ => {}
+        }
+    }
+    let md = render(&dir);
+    assert!(md.contains("| `micro-1x1-geo-t8-occ` | 50 | 40 | 3 | 2 | 0 | 0 | 0 | 7 |"), "{md}");
+    assert!(!md.contains("| `micro-1x1-geo-t8-2pl` | 0"), "a failed point's partial figures are not shown");
+}
+
 #[test]
 fn precision_reports_the_spread_of_repeated_cells() {
     let dir = fixtures::suite(&[]);

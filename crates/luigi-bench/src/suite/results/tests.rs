@@ -25,6 +25,40 @@ fn points_csv_has_one_row_per_point_and_the_documented_columns() {
     assert_eq!(failed[col("avg_ms")], "");
 }
 
+/// A succeeded point's samples and percentile tables land beside its record, and read back:
+/// the samples sum to the point's commits, the `.hgrm` parses and ends at its count.
+#[test]
+fn a_points_samples_and_percentiles_are_written_beside_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let point = &matrix(false)[0];
+    let mut result = fixtures::result(point, 100.0, 5.0);
+    let mut log = crate::samples::SampleLog::new(std::time::Duration::from_secs(2));
+    let mut rec = crate::stats::LatencyRecorder::new();
+    for i in 0..result.committed {
+        let at = std::time::Duration::from_millis(i * 2000 / result.committed);
+        log.record(at, crate::client::TxnStatus::Committed, std::time::Duration::from_millis(5));
+        rec.record_us(5000);
+    }
+    result.samples = log.samples();
+    result.latency_percentiles = Some(rec.percentiles());
+    let files = write_point_files(tmp.path(), &point.id, &result).unwrap();
+    assert_eq!(files.len(), 2);
+    let csv = std::fs::read_to_string(tmp.path().join("points").join(format!("{}.samples.csv", point.id))).unwrap();
+    let requests: u64 = csv
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("Time"))
+        .map(|l| l.split(',').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(requests, result.committed);
+    let hgrm = std::fs::read_to_string(tmp.path().join("points").join(format!("{}.hgrm", point.id))).unwrap();
+    let rows = crate::hgrm::parse_hgrm(&hgrm).unwrap();
+    assert_eq!(rows.last().map(|r| r.total_count), Some(result.committed));
+    assert!(rows.iter().all(|r| (r.value - 5.0).abs() < 0.01), "5 ms in ms: {hgrm}");
+    // Loading the directory ignores them (only records are points).
+    write_pretty(&point_path(tmp.path(), &point.id), &fixtures::record(point, Some((1.0, 1.0)))).unwrap();
+    assert_eq!(load_dir(tmp.path()).unwrap().points.len(), 1);
+}
+
 #[test]
 fn csv_fields_with_commas_are_quoted() {
     assert_eq!(csv_field("remote 5 %"), "remote 5 %");
