@@ -52,11 +52,23 @@ fn dispatch(shard: ShardId, txn: &Arc<Txn>, sent_us: TimeUs, acked_below: u64) -
 }
 
 fn done(id: TxnId, submitted_us: TimeUs, attempts: u32, rounds: u8, outcome: TxnOutcome) -> ClientOutput {
+    done_after_resends(id, submitted_us, attempts, 0, rounds, outcome)
+}
+
+/// [`done`] of a transaction resent `resends` times after NotLeader, Busy or a lost link.
+fn done_after_resends(
+    id: TxnId,
+    submitted_us: TimeUs,
+    attempts: u32,
+    resends: u32,
+    rounds: u8,
+    outcome: TxnOutcome,
+) -> ClientOutput {
     ClientOutput::Done(Completion {
         id,
         submitted_us,
         attempts,
-        resends: 0,
+        resends,
         rounds,
         fast: false,
         asked_fast: false,
@@ -178,7 +190,7 @@ fn not_leader_resends_the_same_dispatch_soon_without_counting_an_attempt() {
     assert_eq!(out, vec![]);
     let out = step(&mut c, 131, reply(id, 1, 0, Ok(vec![])));
     let outcome = TxnOutcome::Ordered { ts: 0, results: vec![(0, Ok(vec![])), (1, Ok(vec![]))] };
-    assert_eq!(out, vec![done(id, 0, 1, 1, outcome)], "still the first attempt");
+    assert_eq!(out, vec![done_after_resends(id, 0, 1, 2, 1, outcome)], "still the first attempt, resent twice");
 }
 
 #[test]
@@ -236,7 +248,7 @@ fn direct_fans_out_and_each_shard_answers_for_itself() {
     assert_eq!(step(&mut c, 70, reply(id, 2, 0, aborted.clone())), vec![]);
     let out = step(&mut c, 80, reply(id, 0, 0, Ok(vec![0])));
     let outcome = TxnOutcome::Ordered { ts: 0, results: vec![(0, Ok(vec![0])), (1, Ok(vec![1])), (2, aborted)] };
-    assert_eq!(out, vec![done(id, 0, 1, 1, outcome)]);
+    assert_eq!(out, vec![done_after_resends(id, 0, 1, 1, 1, outcome)], "one resend round after NotLeader");
 }
 
 #[test]
