@@ -145,6 +145,7 @@ pub fn suite(args: SuiteArgs) -> anyhow::Result<ExitCode> {
             machine: Machine::this(),
             started_at_unix_s: now_unix_s(),
             ended_at_unix_s: 0,
+            running_s: 0,
             points: points.len(),
             estimate_s: estimate_s(&points),
         },
@@ -157,8 +158,11 @@ pub fn suite(args: SuiteArgs) -> anyhow::Result<ExitCode> {
         dir.display()
     );
     let opts = RunOptions { exe, dir: dir.clone(), progress: !args.no_progress };
+    let began = now_unix_s();
     let outcome = run_points(&opts, &points)?;
     info.ended_at_unix_s = now_unix_s();
+    // A --resume adds the time it ran, not the time since the run began.
+    info.running_s += info.ended_at_unix_s.saturating_sub(began);
     write_pretty(&info_path, &info)?;
     render_dir(&dir)?;
     eprintln!(

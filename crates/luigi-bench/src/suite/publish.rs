@@ -30,19 +30,22 @@ pub const END: &str = "<!-- luigi:report END -->";
 /// The report sections a `table=KEY` block can hold: the key, and the heading (a prefix of
 /// the line) that opens the section in REPORT.md. The block is the section's body, from the
 /// line after its heading to the next heading of the same or a higher level.
-pub const TABLES: [(&str, &str); 13] = [
+pub const TABLES: [(&str, &str); 16] = [
     ("failed", "## Failed points"),
+    ("counts", "## Resends, resubmissions"),
     ("precision", "## Precision"),
     ("seeds-micro", "## micro: the seeds' layout"),
     ("ratios-micro", "## micro: ratios"),
     ("seeds-tpcc", "## tpcc: the seeds' layout"),
     ("ratios-tpcc", "## tpcc: ratios"),
     ("cross-shard", "## Cross-shard study"),
+    ("against-seeds", "## Against seed 000"),
     ("seed004", "## Seed 004"),
     ("scale", "## Scale study"),
     ("latency", "## Commit latency in one-way delays"),
     ("ycsb", "## YCSB"),
     ("ycsb-none", "### `none`"),
+    ("ycsb-geo", "### `geo`"),
     ("k2", "### The K2 layout"),
 ];
 
@@ -160,7 +163,7 @@ fn provenance(suite: &SuiteDir, rel_dir: &str) -> String {
          {ok} of {n} points succeeded; machine: {cores} cores, {mem:.1} GiB, {cpu}; command `{cmd}`.",
         shown = display_dir(rel_dir),
         date = utc_date(i.started_at_unix_s),
-        wall = format_duration(i.ended_at_unix_s.saturating_sub(i.started_at_unix_s) as f64),
+        wall = format_duration(i.wall_s() as f64),
         n = suite.points.len(),
         cores = i.machine.cores,
         mem = i.machine.memory_bytes as f64 / f64::from(1u32 << 30),

@@ -3,7 +3,8 @@
 //! time), failed points, the resends, resubmissions and failed answers of the points that had
 //! any, the precision of repeated cells, the seeds' layouts (rows threads,
 //! columns networks, cells `tx/s / avg ms`) per workload, shape and protocol, a ratio table
-//! per protocol pair, the cross-shard table, seed 004's table, the scale study, commit
+//! per protocol pair, the cross-shard table, the ratios against seed 000's published tables,
+//! seed 004's table, the scale study, commit
 //! latency in one-way delays and YCSB (with seed 003's K2 layout). A cell shows its first run (repeats feed the precision
 //! section); a failed point shows as FAILED, never as an older figure.
 
@@ -35,6 +36,7 @@ pub fn render(dir: &SuiteDir) -> String {
         }
     }
     out.push_str(&cross_shard_section(dir));
+    out.push_str(&against_seeds::section(dir));
     out.push_str(&seed004_section(dir));
     out.push_str(&scale_section(dir));
     out.push_str(&latency_section(dir));
@@ -67,7 +69,7 @@ fn table(head: &[String], rows: &[Vec<String>]) -> String {
 
 fn header(dir: &SuiteDir) -> String {
     let i = &dir.info;
-    let wall = i.ended_at_unix_s.saturating_sub(i.started_at_unix_s);
+    let wall = i.wall_s();
     let ok = dir.points.iter().filter(|r| r.ok).count();
     let mut out = String::from("# Luigi benchmark suite report\n\n");
     let _ = writeln!(out, "- command: `{}`", i.command.join(" "));
@@ -517,5 +519,6 @@ fn k2_layout(dir: &SuiteDir) -> String {
     out
 }
 
+mod against_seeds;
 #[cfg(test)]
 mod tests;

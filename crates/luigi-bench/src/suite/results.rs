@@ -25,12 +25,28 @@ pub struct SuiteInfo {
     pub machine: Machine,
     /// Start, seconds since the Unix epoch.
     pub started_at_unix_s: u64,
-    /// End, seconds since the Unix epoch (0 while running).
+    /// End, seconds since the Unix epoch (0 while running); a `--resume` moves it.
     pub ended_at_unix_s: u64,
+    /// Seconds spent running the suite, summed over the invocations that ran into this
+    /// directory (a `--resume` adds its own, not the time between); 0 in runs recorded before
+    /// it existed, whose wall time is end - start.
+    #[serde(default)]
+    pub running_s: u64,
     /// The points selected (after `--quick` and `--only`).
     pub points: usize,
     /// The estimate printed before the run, seconds.
     pub estimate_s: f64,
+}
+
+impl SuiteInfo {
+    /// The run's wall time, seconds: [`SuiteInfo::running_s`], or end - start for runs
+    /// recorded before it existed.
+    pub fn wall_s(&self) -> u64 {
+        match self.running_s {
+            0 => self.ended_at_unix_s.saturating_sub(self.started_at_unix_s),
+            s => s,
+        }
+    }
 }
 
 /// The machine a suite ran on, from /proc.

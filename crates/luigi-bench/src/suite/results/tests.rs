@@ -99,3 +99,12 @@ fn the_machine_is_read_from_proc() {
     assert!(m.cores >= 1);
     assert!(!m.cpu_model.is_empty());
 }
+
+#[test]
+fn the_wall_time_is_the_time_spent_running_not_the_span_to_a_later_resume() {
+    let old = SuiteInfo { started_at_unix_s: 1_000, ended_at_unix_s: 3_392, ..SuiteInfo::default() };
+    assert_eq!(old.wall_s(), 2_392, "a run recorded before running_s: end - start");
+    // The same run resumed an hour later, the resume running nothing for 0 s.
+    let resumed = SuiteInfo { ended_at_unix_s: 7_000, running_s: 2_392, ..old };
+    assert_eq!(resumed.wall_s(), 2_392);
+}
