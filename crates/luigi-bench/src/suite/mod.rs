@@ -13,6 +13,7 @@ pub mod publish;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod seeds;
 
 use std::path::{Path, PathBuf};
 

@@ -1,8 +1,8 @@
 //! PNG plots of a results directory (`plotters`' bitmap backend, text in DejaVu Sans embedded
 //! from the `dejavu` crate: no system font is read): throughput against threads per workload
 //! and shape (one line per protocol, one panel per network), average latency per network in
-//! one-way delays with reference lines at 2-5 delays, the cross-shard study and the scale
-//! study. Each plot is drawn only when the directory holds points for it. A point that
+//! one-way delays with reference lines at 2-5 delays, the cross-shard study, the scale
+//! study, commit-latency CDFs (the latency study) and YCSB per workload. Each plot is drawn only when the directory holds points for it. A point that
 //! failed (or committed nothing) is never drawn as zero nor left out: it is a cross on the x
 //! axis in its line's colour, the line breaks there, and the legend says "failed".
 
@@ -16,7 +16,9 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::suite::matrix::{seed_threads, Shape, Study, PROTOCOLS, REMOTE_ITEM_PCTS, SEED_NETS, SEED_SHAPES};
+use crate::suite::matrix::{
+    seed_threads, Shape, Study, PROTOCOLS, REMOTE_ITEM_PCTS, SEED_NETS, SEED_SHAPES, YCSB_NETS, YCSB_VARIANTS,
+};
 use crate::suite::results::{PointRecord, SuiteDir};
 
 /// The font family the plots use (registered from the embedded DejaVu Sans).
@@ -384,6 +386,92 @@ fn scale_panel(dir: &SuiteDir) -> Panel {
     }
 }
 
+/// Commit-latency CDFs of the latency study (geo, one thread), in one-way delays: one panel
+/// per shape, one line per protocol, from each point's percentile export. A failed point is a
+/// cross at 0 like everywhere else.
+fn latency_cdf_panels(dir: &SuiteDir) -> Vec<Panel> {
+    SEED_SHAPES
+        .iter()
+        .map(|&shape| {
+            let mut x_max: f64 = 1.0;
+            let series = PROTOCOLS
+                .iter()
+                .filter_map(|protocol| {
+                    let r = dir.first(|r| {
+                        r.point.study == Study::Latency && r.point.shape() == shape && r.point.protocol == *protocol
+                    })?;
+                    let mut s = Series { label: protocol.to_string(), points: Vec::new(), failed: Vec::new() };
+                    match r.measured() {
+                        // A point recorded before percentile exports existed has no curve.
+                        Some(b) => {
+                            s.points = b
+                                .latency_percentiles
+                                .as_ref()?
+                                .rows
+                                .iter()
+                                .map(|row| (row.value_us as f64 / 1000.0 / ONE_WAY_MS[3], row.quantile))
+                                .collect();
+                            s.points.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+                        }
+                        None => s.failed.push(0.0),
+                    }
+                    x_max = s.points.iter().map(|p| p.0).fold(x_max, f64::max);
+                    Some(s)
+                })
+                .collect();
+            Panel {
+                title: format!("micro {shape}, geo, 1 thread: commit latency CDF"),
+                x_desc: "latency / D (D = 150 ms one way)".into(),
+                y_desc: "fraction of commits at or below".into(),
+                x: 0.0..(x_max * 1.05).ceil(),
+                x_names: Vec::new(),
+                series,
+                hlines: Vec::new(),
+                legend_low: false,
+            }
+        })
+        .collect()
+}
+
+/// YCSB: throughput per workload variant (A-F, the K2 mixes), one line per protocol, one
+/// panel per network of the study.
+fn ycsb_panels(dir: &SuiteDir) -> Vec<Panel> {
+    YCSB_NETS
+        .iter()
+        .map(|net| {
+            let series = PROTOCOLS
+                .iter()
+                .map(|protocol| {
+                    let marks = YCSB_VARIANTS.iter().enumerate().map(|(i, (label, _))| {
+                        let cell = dir.first(|r| {
+                            r.point.study == Study::Ycsb
+                                && r.point.net == *net
+                                && r.point.protocol == *protocol
+                                && r.point.knob.as_deref() == Some(*label)
+                        });
+                        (i as f64, Mark::of(cell, PointRecord::tps))
+                    });
+                    Series::from_marks(*protocol, marks)
+                })
+                .filter(|s: &Series| !s.is_empty())
+                .collect();
+            Panel {
+                title: format!("YCSB, 2x3, {net}, 8 threads"),
+                x_desc: "workload (k2-R-W-dist: K2 mix, read/write %, key distribution)".into(),
+                y_desc: "committed tx/s".into(),
+                x: -0.5..(YCSB_VARIANTS.len() as f64 - 0.5),
+                x_names: YCSB_VARIANTS
+                    .iter()
+                    .map(|(label, _)| label.replace("-uniform", "-u").replace("-zipfian", "-z"))
+                    .collect(),
+                series,
+                hlines: Vec::new(),
+                legend_low: false,
+            }
+        })
+        .collect()
+}
+
 /// Draws every plot the directory has points for into `out`; returns the files written.
 pub fn draw_all(dir: &SuiteDir, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(out)?;
@@ -405,6 +493,8 @@ pub fn draw_all(dir: &SuiteDir, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     png("cross-shard.png".into(), vec![cross_shard_panel(dir)])?;
     png("scale.png".into(), vec![scale_panel(dir)])?;
+    png("latency-cdf.png".into(), latency_cdf_panels(dir))?;
+    png("ycsb.png".into(), ycsb_panels(dir))?;
     Ok(written)
 }
 

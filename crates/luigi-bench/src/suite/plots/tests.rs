@@ -15,10 +15,12 @@ fn every_plot_is_a_png_of_the_expected_size() {
     let tmp = tempfile::tempdir().unwrap();
     let written = draw_all(&fixtures::suite(&[]), tmp.path()).unwrap();
     let names: Vec<String> = written.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-    assert_eq!(names.len(), 2 * 4 + 2 + 2, "{names:?}");
+    // Throughput per workload and shape, latency per workload, cross-shard, scale, the
+    // latency CDFs and YCSB.
+    assert_eq!(names.len(), 2 * 4 + 2 + 2 + 2, "{names:?}");
     for (path, name) in written.iter().zip(&names) {
-        let expected =
-            if name.starts_with("throughput") || name.starts_with("latency") { GRID_SIZE } else { SINGLE_SIZE };
+        let grid = name.starts_with("throughput") || name.starts_with("latency") || name == "ycsb.png";
+        let expected = if grid { GRID_SIZE } else { SINGLE_SIZE };
         assert_eq!(png_size(path), expected, "{name}");
     }
 }
