@@ -12,7 +12,7 @@ use luigi_protocol::log::LogEntry;
 use luigi_raft::{RaftError, RaftLog};
 use luigi_replica::{
     BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, LeaderFigures,
-    ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
+    ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica, TxnCount,
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus};
@@ -149,6 +149,7 @@ impl LeaderCore for BaseLeader<RaftLog> {
             pending: self.pending_len(),
             prepared: self.state().prepared().keys().copied().collect(),
             locks_held: self.locks_held(),
+            txns: txn_counts(&self.stats()),
             ..LeaderFigures::default()
         }
     }
@@ -240,4 +241,18 @@ impl ReplicaFactory for BaseReplicas {
 /// names.
 pub fn replicas_for(protocol: luigi_txn::types::Protocol) -> Option<Arc<dyn ReplicaFactory>> {
     crate::Mode::of(protocol).map(|mode| Arc::new(BaseReplicas { mode }) as Arc<dyn ReplicaFactory>)
+}
+
+/// A baseline leader's transaction counters by outcome and path, as the shells' metrics name
+/// them (docs/METRICS.md): its aborts and lock conflicts under the same scheme as Luigi's.
+fn txn_counts(stats: &crate::leader::BaseStats) -> Vec<TxnCount> {
+    let count = |outcome, path, count| TxnCount { outcome, path, count };
+    vec![
+        count("committed", "any", stats.local_commits + stats.coordinated_commits),
+        count("committed", "cross_shard", stats.coordinated_commits),
+        count("aborted", "cross_shard", stats.coordinated_aborts),
+        count("refused", "lock_conflict", stats.lock_conflicts),
+        count("aborted", "validation", stats.validation_failures),
+        count("resolved", "timeout", stats.resolutions),
+    ]
 }
