@@ -10,7 +10,7 @@ use luigi_protocol::log::LogEntry;
 use luigi_raft::{RaftError, RaftLog};
 use luigi_replica::{
     BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, LeaderFigures,
-    ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
+    ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica, TxnCount,
 };
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus};
@@ -147,6 +147,7 @@ impl LeaderCore for BaseLeader<RaftLog> {
             pending: self.pending_len(),
             prepared: self.state().prepared().keys().copied().collect(),
             locks_held: self.locks_held(),
+            txns: txn_counts(&self.stats()),
             ..LeaderFigures::default()
         }
     }
@@ -230,4 +231,18 @@ impl ReplicaFactory for BaseReplicas {
             .map_err(|source| BuildError { what: "loading its snapshot", source })?;
         Ok(Box::new(replica))
     }
+}
+
+/// A baseline leader's transaction counters by outcome and path, as the shells' metrics name
+/// them (docs/METRICS.md): its aborts and lock conflicts under the same scheme as Luigi's.
+fn txn_counts(stats: &crate::leader::BaseStats) -> Vec<TxnCount> {
+    let count = |outcome, path, count| TxnCount { outcome, path, count };
+    vec![
+        count("committed", "any", stats.local_commits + stats.coordinated_commits),
+        count("committed", "cross_shard", stats.coordinated_commits),
+        count("aborted", "cross_shard", stats.coordinated_aborts),
+        count("refused", "lock_conflict", stats.lock_conflicts),
+        count("aborted", "validation", stats.validation_failures),
+        count("resolved", "timeout", stats.resolutions),
+    ]
 }

@@ -87,8 +87,9 @@ impl Drop for Procs {
 }
 
 impl LocalCluster {
-    /// Writes `config` (its addresses are replaced by free loopback ports) into a fresh
-    /// temporary directory and starts one `exe server` process per node.
+    /// Writes `config` (its addresses are replaced by free loopback ports, and each server
+    /// is given a metrics address) into a fresh temporary directory and starts one `exe
+    /// server` process per node.
     pub fn start(exe: &Path, config: ClusterConfig, durability: &str) -> anyhow::Result<Self> {
         Self::start_in(&std::env::temp_dir(), exe, config, durability)
     }
@@ -98,16 +99,7 @@ impl LocalCluster {
         cleanup::install_signal_handlers()?;
         let procs = Procs::new(parent)?;
         let dir = procs.dir.path().to_path_buf();
-        // Every listener is held until all ports are picked, so no port is handed out twice.
-        let mut held = Vec::new();
-        for shard in &mut config.shards {
-            for addr in &mut shard.replicas {
-                let listener = free_loopback_listener()?;
-                *addr = listener.local_addr()?.to_string();
-                held.push(listener);
-            }
-        }
-        drop(held);
+        assign_ports(&mut config)?;
         if config.secret.is_none() {
             // The servers authenticate each other as in production; the file is private to
             // this run's directory.
@@ -221,6 +213,27 @@ impl LocalCluster {
     }
 }
 
+/// Gives every server of `config` a free loopback port, and a metrics address of its own
+/// (docs/METRICS.md): the benchmark's servers always serve their metrics.
+fn assign_ports(config: &mut ClusterConfig) -> anyhow::Result<()> {
+    // Every listener is held until all ports are picked, so no port is handed out twice.
+    let mut held = Vec::new();
+    for shard in &mut config.shards {
+        for addr in &mut shard.replicas {
+            let listener = free_loopback_listener()?;
+            *addr = listener.local_addr()?.to_string();
+            held.push(listener);
+        }
+        shard.metrics.clear();
+        for _ in 0..shard.replicas.len() {
+            let listener = free_loopback_listener()?;
+            shard.metrics.push(listener.local_addr()?.to_string());
+            held.push(listener);
+        }
+    }
+    Ok(())
+}
+
 fn free_loopback_listener() -> anyhow::Result<TcpListener> {
     TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")
 }
@@ -262,6 +275,19 @@ mod tests {
     fn gone(pid: u32) -> bool {
         // Reaped processes leave /proc (Linux); elsewhere this check is vacuous.
         !Path::new(&format!("/proc/{pid}")).exists()
+    }
+
+    #[test]
+    fn every_server_gets_a_port_and_a_metrics_address_the_file_accepts() {
+        let mut config = ClusterConfig::local(2, Scenario::None, &[0, 0]);
+        config.shards[1].replicas.push("127.0.0.1:0".into());
+        assign_ports(&mut config).unwrap();
+        for shard in &config.shards {
+            assert_eq!(shard.metrics.len(), shard.replicas.len(), "one metrics address per replica");
+        }
+        let path = Path::new("generated.toml");
+        let reread = ClusterConfig::parse(&config.to_toml(), path).expect("valid: every address distinct");
+        assert!(reread.metrics_addr(NodeId { shard: 1, replica: 1 }).is_some());
     }
 
     #[test]

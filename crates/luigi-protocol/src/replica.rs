@@ -32,6 +32,7 @@ pub use luigi_replica::{empty_store, InitialStore, ReplicaStats, SnapshotImage, 
 use luigi_replica::{
     AgreementCounters, BuildError, FastPathReplica, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore,
     LeaderFigures, ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
+    TxnCount,
 };
 
 mod fast_path;
@@ -172,6 +173,7 @@ impl LeaderCore for ShardLeader<RaftLog> {
             pending: self.pending_len(),
             watermark: Some(self.watermark()),
             agreement: Some(agreement_counters(&self.stats())),
+            txns: txn_counts(&self.stats()),
             ..LeaderFigures::default()
         }
     }
@@ -370,6 +372,29 @@ fn agreement_counters(stats: &crate::leader::LeaderStats) -> AgreementCounters {
         fast_proposals: stats.fast_proposals,
         early_answers: stats.early_answers,
     }
+}
+
+/// A leader's transaction counters by outcome and path, as the shells' metrics name them
+/// (docs/METRICS.md).
+fn txn_counts(stats: &crate::leader::LeaderStats) -> Vec<TxnCount> {
+    let count = |outcome, path, count| TxnCount { outcome, path, count };
+    vec![
+        count("admitted", "any", stats.admitted),
+        count("admitted", "bumped", stats.bumped),
+        count("committed", "any", stats.executed),
+        count("rejected", "any", stats.rejected),
+        count("rejected", "malformed", stats.malformed),
+        count("refused", "clock_horizon", stats.ahead_of_clock),
+        count("refused", "outcomes_full", stats.outcomes_full),
+        count("refused", "early_buffer_full", stats.early_overflow),
+        count("expired", "any", stats.expired),
+        count("duplicate", "any", stats.duplicates),
+        count("decided", "cross_shard", stats.cross_decided),
+        count("decided", "second_round", stats.cross_differed),
+        count("aborted", "cross_shard", stats.aborted),
+        count("answered", "early", stats.early_answers),
+        count("proposal_used", "fast", stats.fast_proposals),
+    ]
 }
 
 /// Stalled transactions listed (oldest first) in a status report.

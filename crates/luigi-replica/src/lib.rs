@@ -20,7 +20,7 @@ pub mod waiting;
 
 pub use replica_api::{
     empty_store, AgreementCounters, BuildError, FastPathReplica, InitialStore, LeaderFigures, ReplicaFactory,
-    ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
+    ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition, TxnCount,
 };
 pub use role_machine::{
     BatchOf, FastPathProtocol, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf,

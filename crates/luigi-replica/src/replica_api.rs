@@ -275,6 +275,20 @@ pub struct LeaderFigures {
     pub prepared: Vec<TxnId>,
     /// Keys locked (a baseline's; 2PL).
     pub locks_held: usize,
+    /// Its transaction counters by outcome and path, as its protocol keeps them (the servers'
+    /// `luigi_transactions_total`; they count from this leader's start).
+    pub txns: Vec<TxnCount>,
+}
+
+/// One of a serving leader's transaction counters, named for reports and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxnCount {
+    /// What happened: `admitted`, `committed`, `rejected`, `refused`, `aborted`, ...
+    pub outcome: &'static str,
+    /// How: `any`, `cross_shard`, `second_round`, `early`, `clock_horizon`, ...
+    pub path: &'static str,
+    /// How many times.
+    pub count: u64,
 }
 
 /// A serving leader's counters of cross-shard agreement and its recovery, as plain data (the

@@ -16,6 +16,8 @@
 //!
 //! [[shards]]
 //! replicas = ["127.0.0.1:7100"]
+//! metrics = ["127.0.0.1:9100"] # optional: each replica's Prometheus `GET /metrics` address,
+//!                              # in the order of `replicas` (docs/METRICS.md); absent: off
 //!
 //! [[links]]                    # optional overrides of the scenario, per direction
 //! from = "client"              # "client" (every client) or a node name like "s0r0"
@@ -145,6 +147,10 @@ pub struct ProtocolConfig {
 pub struct ShardConfig {
     /// Replica addresses; the first is the initial leader.
     pub replicas: Vec<String>,
+    /// Where each replica serves its Prometheus metrics (`GET /metrics`), one address per
+    /// replica in the order of `replicas`; empty: none of them does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<String>,
 }
 
 /// A one-directional delay override.
@@ -242,6 +248,7 @@ impl ClusterConfig {
                 }
             }
         }
+        crate::metrics::validate_addresses(&self.shards, &mut seen).map_err(|e| invalid(e.field, e.problem))?;
         for (i, link) in self.links.iter().enumerate() {
             for (end, name) in [("from", &link.from), ("to", &link.to)] {
                 if name != CLIENT_NODE && self.node_addr_by_name(name).is_none() {
@@ -321,6 +328,11 @@ impl ClusterConfig {
         self.node_addr(name.parse().ok()?)
     }
 
+    /// Where `node` serves its metrics, if the file says ([`ShardConfig::metrics`]).
+    pub fn metrics_addr(&self, node: NodeId) -> Option<SocketAddr> {
+        self.shards.get(node.shard as usize)?.metrics.get(node.replica as usize)?.parse().ok()
+    }
+
     /// The initial leader of `shard`.
     pub fn leader_addr(&self, shard: ShardId) -> SocketAddr {
         self.node_addr(NodeId { shard, replica: 0 }).expect("validated: every shard has a replica")
@@ -389,7 +401,10 @@ impl ClusterConfig {
             net: net.to_string(),
             seed: 1,
             protocol: ProtocolConfig::default(),
-            shards: ports.iter().map(|p| ShardConfig { replicas: vec![format!("127.0.0.1:{p}")] }).collect(),
+            shards: ports
+                .iter()
+                .map(|p| ShardConfig { replicas: vec![format!("127.0.0.1:{p}")], metrics: Vec::new() })
+                .collect(),
             links: Vec::new(),
             secret: None,
             client_token: None,

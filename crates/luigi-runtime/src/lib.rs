@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod datadir;
 pub mod gate;
+pub mod metrics;
 pub mod net;
 pub mod server;
 pub mod status;

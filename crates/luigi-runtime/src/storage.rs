@@ -22,8 +22,10 @@ use luigi_raft::disk::{DiskStorage, SnapshotWriter};
 use luigi_raft::{RecoveredState, SnapshotData};
 use luigi_txn::types::NodeId;
 use luigi_wal::{Durability, WalOptions};
+use prometheus_client::metrics::histogram::Histogram;
 
 use crate::config::ClusterConfig;
+use crate::metrics::Timings;
 use crate::server::StorageOptions;
 
 /// What an operator does about a replica whose Raft state is lost or damaged.
@@ -75,6 +77,8 @@ pub struct Storage {
     dir: PathBuf,
     /// The fast-path accepts found at open, until the node takes them.
     found_accepts: FoundAccepts,
+    /// Times each inline sync (the thread times its own).
+    fsyncs: Histogram,
 }
 
 /// Ops the thread takes in one round before it syncs (bounds a round's latency).
@@ -89,12 +93,13 @@ impl Storage {
 
     /// Opens `node`'s directory (checked against the cluster shape, see [`crate::datadir`];
     /// moved aside first with `storage.rejoin`) and starts its thread, which reports with
-    /// `report`. Lost or damaged Raft state is refused with one line naming it and the way out.
+    /// `report` and times its syncs and snapshot files into `timings`. Lost or damaged Raft state is refused with one line naming it and the way out.
     pub fn open(
         node: NodeId,
         cluster: &ClusterConfig,
         storage: &StorageOptions,
         report: impl Fn(StorageReport) -> bool + Send + Sync + 'static,
+        timings: &Timings,
     ) -> anyhow::Result<(Storage, RecoveredState)> {
         let replicas = cluster.shards[node.shard as usize].replicas.len() as u32;
         let options = WalOptions { durability: storage.durability, ..WalOptions::default() };
@@ -127,9 +132,10 @@ impl Storage {
         let report = std::sync::Arc::new(report);
         let (snapshots, snapshot_rx) = std_mpsc::channel();
         let (writer, snapshot_report) = (disk.snapshot_writer(), std::sync::Arc::clone(&report));
+        let saves = timings.snapshot_save.clone();
         let snapshot_thread = std::thread::Builder::new()
             .name(format!("luigi-snapfile-{node}"))
-            .spawn(move || write_snapshots(writer, snapshot_rx, |r| snapshot_report(r)))
+            .spawn(move || write_snapshots(writer, snapshot_rx, |r| snapshot_report(r), &saves))
             .context("cannot start the snapshot thread")?;
         let mut handle = Storage {
             ops: None,
@@ -139,15 +145,17 @@ impl Storage {
             snapshot_thread: Some(snapshot_thread),
             dir,
             found_accepts,
+            fsyncs: timings.wal_fsync.clone(),
         };
         if storage.durability == Durability::None {
             handle.inline = Some(disk);
             return Ok((handle, recovered));
         }
         let (tx, rx) = std_mpsc::channel();
+        let fsyncs = timings.wal_fsync.clone();
         let thread = std::thread::Builder::new()
             .name(format!("luigi-disk-{node}"))
-            .spawn(move || run(disk, rx, |r| report(r)))
+            .spawn(move || run(disk, rx, |r| report(r), &fsyncs))
             .context("cannot start the storage thread")?;
         handle.ops = Some(tx);
         handle.thread = Some(thread);
@@ -180,7 +188,9 @@ impl Storage {
             if synced.is_some() {
                 // Hands the WAL's buffer to the OS (no fdatasync under this durability), so a
                 // killed process loses nothing it acknowledged.
+                let started = std::time::Instant::now();
                 disk.sync().map_err(|e| format!("writing the raft log in {}: {e}", self.dir.display()))?;
+                Timings::observe(&self.fsyncs, started.elapsed());
             }
             return Ok(synced);
         }
@@ -219,6 +229,7 @@ fn write_snapshots(
     writer: SnapshotWriter,
     rx: std_mpsc::Receiver<SnapshotData>,
     report: impl Fn(StorageReport) -> bool,
+    saves: &Histogram,
 ) -> Result<(), String> {
     while let Ok(mut snap) = rx.recv() {
         // Only the newest waiting is worth writing: it covers the others.
@@ -233,6 +244,7 @@ fn write_snapshots(
             report(StorageReport::Failed(e.clone()));
             return Err(e);
         }
+        Timings::observe(saves, started.elapsed());
         tracing::debug!(
             index = snap.index,
             bytes = snap.data.len(),
@@ -251,6 +263,7 @@ fn run(
     mut disk: DiskStorage,
     rx: std_mpsc::Receiver<StorageOp>,
     report: impl Fn(StorageReport) -> bool,
+    fsyncs: &Histogram,
 ) -> Result<(), String> {
     while let Ok(first) = rx.recv() {
         let mut synced = None;
@@ -267,7 +280,10 @@ fn run(
             }
         }
         if let Some(number) = synced {
-            if let Err(e) = disk.sync() {
+            let started = std::time::Instant::now();
+            let result = disk.sync();
+            Timings::observe(fsyncs, started.elapsed());
+            if let Err(e) = result {
                 let e = format!("syncing the raft log in {}: {e}", disk.dir().display());
                 report(StorageReport::Failed(e.clone()));
                 return Err(e);

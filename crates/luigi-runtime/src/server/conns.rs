@@ -95,6 +95,17 @@ pub(super) struct Conns {
     /// Shared with the accept loop and the readers.
     budget: Arc<Mutex<ConnBudget>>,
     limits: ConnLimits,
+    /// Refusals sent, for the metrics.
+    refusals: Refusals,
+}
+
+/// Refusals sent (the metrics' `luigi_refusals_total`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Refusals {
+    /// Of a message, the connection kept.
+    messages: u64,
+    /// Closing the connection.
+    connections: u64,
 }
 
 impl Conns {
@@ -112,7 +123,25 @@ impl Conns {
             deadlines: BTreeSet::new(),
             budget,
             limits,
+            refusals: Refusals::default(),
         }
+    }
+
+    /// The connections open by what they have shown themselves to be, and the refusals sent.
+    pub(super) fn counts(&self) -> crate::metrics::ConnCounts {
+        let mut counts = crate::metrics::ConnCounts {
+            refused_messages: self.refusals.messages,
+            refused_connections: self.refusals.connections,
+            ..Default::default()
+        };
+        for auth in self.auth.values() {
+            match auth {
+                ConnAuth::Pending { .. } => counts.pending += 1,
+                ConnAuth::Client { .. } => counts.clients += 1,
+                ConnAuth::Peer(_) => counts.peers += 1,
+            }
+        }
+        counts
     }
 
     /// Sends a new connection its challenge and starts its hello deadline.
@@ -224,6 +253,11 @@ impl Conns {
     pub(super) fn refuse(&mut self, conn: ConnId, reason: String, close: bool) {
         let source = self.info.get(&conn).map(|i| i.source.to_string()).unwrap_or_default();
         warn!(conn, %source, %reason, close, "refused a message");
+        if close {
+            self.refusals.connections += 1;
+        } else {
+            self.refusals.messages += 1;
+        }
         if let Some(writer) = self.writers.get(&conn) {
             let _ = writer.send(&WireMsg::Refused { reason });
         }

@@ -8,11 +8,13 @@
 //!
 //! The event loop is here; `links` holds the accept loop, connection opening and the
 //! outbound links to the other servers, `conns` the accepted connections and their gate
-//! bookkeeping, `budget` the connection limits.
+//! bookkeeping, `budget` the connection limits, `scrape` what a metrics scrape reads (served
+//! by [`crate::metrics::http`] when the cluster file gives this node a `metrics` address).
 
 mod budget;
 mod conns;
 mod links;
+mod scrape;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -34,10 +36,13 @@ use budget::ConnBudget;
 pub use budget::ConnLimits;
 use conns::Conns;
 use links::{accept_loop, peer_link};
+use prometheus_client::metrics::histogram::Histogram;
+use scrape::LeaderWatch;
 
 use crate::clock;
 use crate::config::{ClusterConfig, NodeId};
 use crate::gate::{self, GateConfig};
+use crate::metrics::{Snapshot, Timings};
 use crate::net::peer::PeerWriter;
 use crate::net::wan::DelayLine;
 use crate::storage::{rebuild_hint, Storage, StorageOp, StorageReport};
@@ -76,6 +81,8 @@ enum Inbound {
     /// A received snapshot was checked (or decoded) off the loop (boxed: a decoded state is
     /// large).
     SnapshotChecked(Box<CheckedSnapshot>),
+    /// The metrics responder asks for the server's figures.
+    Scrape(tokio::sync::oneshot::Sender<Snapshot>),
 }
 
 /// What a [`SnapshotJob`] made.
@@ -102,6 +109,8 @@ pub struct Server {
     registry: Registry,
     storage: StorageOptions,
     limits: ConnLimits,
+    /// Where it serves `GET /metrics`, if the cluster file says.
+    metrics: Option<TcpListener>,
 }
 
 impl Server {
@@ -117,7 +126,15 @@ impl Server {
             config.node_addr(node).with_context(|| format!("node {} is not in the cluster file", node.name()))?;
         let listener =
             TcpListener::bind(addr).await.with_context(|| format!("node {}: cannot listen on {addr}", node.name()))?;
-        Ok(Self { config, node, listener, registry, storage, limits: ConnLimits::default() })
+        let metrics = match config.metrics_addr(node) {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("node {}: cannot serve metrics on {addr}", node.name()))?,
+            ),
+            None => None,
+        };
+        Ok(Self { config, node, listener, registry, storage, limits: ConnLimits::default(), metrics })
     }
 
     /// Serves under connection limits `limits` instead of the defaults (tests reach them with
@@ -132,9 +149,14 @@ impl Server {
         self.listener.local_addr()
     }
 
+    /// The bound metrics address, if it serves metrics.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Serves until `shutdown` resolves.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let Server { config, node, listener, registry, storage, limits } = self;
+        let Server { config, node, listener, registry, storage, limits, metrics } = self;
         let delay_line =
             if config.delay_model().is_zero() { None } else { Some(std::sync::Arc::new(DelayLine::new()?)) };
         let replicas = config.shards[node.shard as usize].replicas.len() as u32;
@@ -154,16 +176,19 @@ impl Server {
             }
         }
         info!(node = %node.name(), net = %config.net, replicas, protocol = %config.protocol(), "serving");
-        if config.secret.is_none() && config.shards.iter().map(|s| s.replicas.len()).sum::<usize>() > 1 {
-            warn!(
-                "the cluster file has no `secret`: any process that reaches the servers and speaks the protocol \
-                 can act as a peer (Raft, snapshots, agreement); set one (see docs/USAGE.md: Securing a cluster)"
-            );
-        }
+        warn_without_secret(&config);
+        let serves_metrics = metrics.is_some();
+        let timings = Timings::default();
+        tasks.extend(metrics.map(|l| scrape::serve(l, node, &config, &tx, &timings)));
         // Every shard is a Raft group, one replica or more, with its disk on a thread.
         let reports = tx.clone();
-        let (mut disk, recovered) =
-            Storage::open(node, &config, &storage, move |r| reports.blocking_send(Inbound::Storage(r)).is_ok())?;
+        let (mut disk, recovered) = Storage::open(
+            node,
+            &config,
+            &storage,
+            move |r| reports.blocking_send(Inbound::Storage(r)).is_ok(),
+            &timings,
+        )?;
         let shape = config.shards.iter().map(|s| s.replicas.len() as u32).collect();
         let (registry, initial) = hosted_workload(&config, node, registry)?;
         let mut node_config =
@@ -185,13 +210,31 @@ impl Server {
             client_token: config.client_token.clone(),
             protocol: config.protocol(),
         };
-        let shell =
-            Shell { node: replica, disk, links: BTreeMap::new(), inbound: tx, fatal: None, persisted_inline: false };
+        let shell = Shell {
+            node: replica,
+            disk,
+            links: BTreeMap::new(),
+            inbound: tx,
+            fatal: None,
+            persisted_inline: false,
+            leaders: LeaderWatch::default(),
+            turns: serves_metrics.then_some(timings.turn),
+        };
         let result = event_loop(shell, Conns::new(gate, budget, clock::now_us()), rx, shutdown).await;
         for t in tasks {
             t.abort();
         }
         result
+    }
+}
+
+/// Warns when a cluster of more than one server has no secret.
+fn warn_without_secret(config: &ClusterConfig) {
+    if config.secret.is_none() && config.shards.iter().map(|s| s.replicas.len()).sum::<usize>() > 1 {
+        warn!(
+            "the cluster file has no `secret`: any process that reaches the servers and speaks the protocol \
+             can act as a peer (Raft, snapshots, agreement); set one (see docs/USAGE.md: Securing a cluster)"
+        );
     }
 }
 
@@ -236,6 +279,11 @@ struct Shell {
     fatal: Option<String>,
     /// A write made durable inline released work since the last turn.
     persisted_inline: bool,
+    /// The leader changes seen (for the metrics).
+    leaders: LeaderWatch,
+    /// Times each turn, when the server serves metrics (the disk's syncs are timed always:
+    /// two clock reads are nothing beside a sync; a turn can be a few microseconds).
+    turns: Option<Histogram>,
 }
 
 /// Turns in a row after writes made durable inline (each releases what the last wrote).
@@ -256,6 +304,17 @@ impl Shell {
     /// Turns the node at `now` and executes its effects; turns it again while writes made
     /// durable inline released more work (bounded).
     fn turn(&mut self, conns: &Conns, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
+        let started = self.turns.is_some().then(std::time::Instant::now);
+        let turned = self.turn_inline(conns, fx);
+        if let (Some(turns), Some(started)) = (&self.turns, started) {
+            Timings::observe(turns, started.elapsed());
+        }
+        self.leaders.watch(&self.node);
+        turned
+    }
+
+    /// [`Shell::turn`]'s turns.
+    fn turn_inline(&mut self, conns: &Conns, fx: &mut Vec<Effect>) -> Result<(), NodeError> {
         for _ in 0..INLINE_TURNS_MAX {
             self.persisted_inline = false;
             // The log's messages leave before the state machine's work of the turn.
@@ -449,6 +508,9 @@ fn handle(shell: &mut Shell, conns: &mut Conns, ev: Inbound, fx: &mut Vec<Effect
             }
         }
         Inbound::Msg { conn, msg } => on_msg(shell, conns, conn, msg, fx),
+        Inbound::Scrape(reply) => {
+            let _ = reply.send(scrape::snapshot(&shell.node, conns, &shell.leaders, clock::now_us()));
+        }
     }
 }
 

@@ -1,0 +1,90 @@
+//! What a scrape reads of a server: plain figures, filled in by the server shell from its
+//! node's existing counters (see `crate::server::scrape`).
+
+/// One of a serving leader's transaction counters: `luigi_transactions_total{outcome, path}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxnCount {
+    /// What happened (`admitted`, `committed`, `rejected`, `refused`, `aborted`, ...).
+    pub outcome: &'static str,
+    /// How (`any`, `cross_shard`, `second_round`, `early`, `clock_horizon`, ...).
+    pub path: &'static str,
+    /// How many times.
+    pub count: u64,
+}
+
+/// The measured offset of this replica's clock to one peer of its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerOffset {
+    /// The peer (its replica index).
+    pub replica: u32,
+    /// Its offset, µs (positive: the peer's clock is ahead).
+    pub offset_us: i64,
+    /// The measurement's error bound, µs.
+    pub error_us: u64,
+}
+
+/// The server's accepted connections and the refusals it sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnCounts {
+    /// Open, not authenticated yet.
+    pub pending: u64,
+    /// Open, authenticated clients.
+    pub clients: u64,
+    /// Open, authenticated servers of the cluster.
+    pub peers: u64,
+    /// Messages refused on a connection that stayed open.
+    pub refused_messages: u64,
+    /// Refusals that closed their connection.
+    pub refused_connections: u64,
+}
+
+/// A server's figures at one moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// Its Raft role (`leader`, `follower`, `candidate`, `pre_candidate`).
+    pub role: &'static str,
+    /// It is its shard's Raft leader.
+    pub is_leader: bool,
+    /// It serves as its shard's leader (elected and caught up).
+    pub serving: bool,
+    /// It knows a leader of its shard.
+    pub has_leader: bool,
+    /// Its Raft term.
+    pub term: u64,
+    /// Times it saw its shard's leader change.
+    pub leader_changes: u64,
+    /// The log's commit index.
+    pub commit_index: u64,
+    /// The log's applied index.
+    pub applied_index: u64,
+    /// Transactions admitted and not executed.
+    pub pending: u64,
+    /// Transactions pending longer than an agreement takes.
+    pub stalled: u64,
+    /// Answers held for clients.
+    pub answers: u64,
+    /// Clients with an answer table.
+    pub answer_clients: u64,
+    /// Its clock minus its watermark, µs (if its protocol publishes one).
+    pub watermark_lag_us: Option<u64>,
+    /// Its serving leader's transaction counters (none while it does not serve).
+    pub txns: Vec<TxnCount>,
+    /// Keys locked (2PL).
+    pub locks_held: u64,
+    /// Pieces prepared and not decided (the baselines).
+    pub prepared: u64,
+    /// Snapshots of its own it compacted behind.
+    pub snapshots_taken: u64,
+    /// Snapshots from its leader it installed.
+    pub snapshots_installed: u64,
+    /// Snapshots received whose check failed.
+    pub snapshots_rejected: u64,
+    /// Agreement batches dropped while not serving.
+    pub batches_dropped: u64,
+    /// Its clock's offsets to its group's other replicas.
+    pub clock_offsets: Vec<PeerOffset>,
+    /// Its clock is beyond the bound from a majority of its group.
+    pub clock_beyond_bound: bool,
+    /// Its connections.
+    pub connections: ConnCounts,
+}
