@@ -27,6 +27,8 @@ const FONT: &str = "sans-serif";
 pub const GRID_SIZE: (u32, u32) = (1200, 900);
 /// Size of a single-panel plot, pixels.
 pub const SINGLE_SIZE: (u32, u32) = (900, 600);
+/// Size of a plot of two panels side by side, pixels.
+pub const PAIR_SIZE: (u32, u32) = (1500, 560);
 /// The one-way delay of each seed network, ms (seed 000's table).
 const ONE_WAY_MS: [f64; 4] = [2.0, 30.0, 80.0, 150.0];
 
@@ -254,13 +256,17 @@ pub fn draw_panel(area: &DrawingArea<BitMapBackend<'_>, Shift>, panel: &Panel) -
     Ok(())
 }
 
-/// Draws `panels` (one, or up to four in a 2 x 2 grid) into the PNG `path`.
+/// Draws `panels` (one, two side by side, or up to four in a 2 x 2 grid) into the PNG `path`.
 pub fn draw_png(path: &Path, panels: &[Panel]) -> anyhow::Result<()> {
-    let size = if panels.len() > 1 { GRID_SIZE } else { SINGLE_SIZE };
+    let (size, grid) = match panels.len() {
+        0 | 1 => (SINGLE_SIZE, (1, 1)),
+        2 => (PAIR_SIZE, (1, 2)),
+        _ => (GRID_SIZE, (2, 2)),
+    };
     let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     if panels.len() > 1 {
-        for (area, panel) in root.split_evenly((2, 2)).iter().zip(panels) {
+        for (area, panel) in root.split_evenly(grid).iter().zip(panels) {
             draw_panel(area, panel)?;
         }
     } else if let Some(panel) = panels.first() {
@@ -433,6 +439,17 @@ fn latency_cdf_panels(dir: &SuiteDir) -> Vec<Panel> {
         .collect()
 }
 
+/// A YCSB variant's axis label: `a`..`f`, or `95/5u` for `k2-95-5-uniform`.
+fn short_ycsb_label(label: &str) -> String {
+    match label.strip_prefix("k2-") {
+        None => label.to_string(),
+        Some(mix) => {
+            let (ratio, dist) = mix.rsplit_once('-').unwrap_or((mix, ""));
+            format!("{}{}", ratio.replacen('-', "/", 1), &dist[..dist.len().min(1)])
+        }
+    }
+}
+
 /// YCSB: throughput per workload variant (A-F, the K2 mixes), one line per protocol, one
 /// panel per network of the study.
 fn ycsb_panels(dir: &SuiteDir) -> Vec<Panel> {
@@ -457,13 +474,10 @@ fn ycsb_panels(dir: &SuiteDir) -> Vec<Panel> {
                 .collect();
             Panel {
                 title: format!("YCSB, 2x3, {net}, 8 threads"),
-                x_desc: "workload (k2-R-W-dist: K2 mix, read/write %, key distribution)".into(),
+                x_desc: "workload (95/5u: K2 95 % reads, 5 % writes, uniform keys; z: zipfian)".into(),
                 y_desc: "committed tx/s".into(),
                 x: -0.5..(YCSB_VARIANTS.len() as f64 - 0.5),
-                x_names: YCSB_VARIANTS
-                    .iter()
-                    .map(|(label, _)| label.replace("-uniform", "-u").replace("-zipfian", "-z"))
-                    .collect(),
+                x_names: YCSB_VARIANTS.iter().map(|(label, _)| short_ycsb_label(label)).collect(),
                 series,
                 hlines: Vec::new(),
                 legend_low: false,

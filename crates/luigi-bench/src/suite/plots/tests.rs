@@ -19,8 +19,11 @@ fn every_plot_is_a_png_of_the_expected_size() {
     // latency CDFs and YCSB.
     assert_eq!(names.len(), 2 * 4 + 2 + 2 + 2, "{names:?}");
     for (path, name) in written.iter().zip(&names) {
-        let grid = name.starts_with("throughput") || name.starts_with("latency") || name == "ycsb.png";
-        let expected = if grid { GRID_SIZE } else { SINGLE_SIZE };
+        let expected = match name.as_str() {
+            "ycsb.png" => PAIR_SIZE,
+            n if n.starts_with("throughput") || n.starts_with("latency") => GRID_SIZE,
+            _ => SINGLE_SIZE,
+        };
         assert_eq!(png_size(path), expected, "{name}");
     }
 }
@@ -70,4 +73,10 @@ fn a_failed_point_is_marked_failed_in_every_plot_it_would_be_in() {
     assert!(scale_panel(&all_failed).series.iter().all(|s| s.points.is_empty() && !s.failed.is_empty()));
     assert_eq!(draw_all(&all_failed, tmp.path()).unwrap(), vec![tmp.path().join("scale.png")]);
     assert!(draw_all(&dir, tmp.path()).unwrap().len() >= 10);
+}
+
+#[test]
+fn ycsb_axis_labels_are_short() {
+    let labels: Vec<String> = YCSB_VARIANTS.iter().map(|(l, _)| short_ycsb_label(l)).collect();
+    assert_eq!(labels, ["a", "b", "c", "d", "e", "f", "95/5u", "95/5z", "50/50u", "50/50z"]);
 }
