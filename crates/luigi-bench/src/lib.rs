@@ -4,6 +4,7 @@
 pub mod cleanup;
 pub mod client;
 pub mod cluster;
+pub mod cpu;
 pub mod driver;
 pub mod hgrm;
 pub mod micro;

@@ -125,6 +125,11 @@ pub struct BenchResult {
     /// The committed transactions' latency percentile table (an `.hgrm`; [`crate::hgrm`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_percentiles: Option<PercentileExport>,
+    /// The benchmark process's own CPU time (user + system, /proc) when its figures were
+    /// taken, seconds: the client's share, apart from a local cluster's servers (0 in runs
+    /// recorded before it existed).
+    #[serde(default)]
+    pub client_cpu_s: f64,
 }
 
 /// One kind of business transaction's figures in a run.

@@ -338,6 +338,7 @@ impl Measured {
             by_kind: self.by_kind(false),
             samples: self.report.samples.samples(),
             latency_percentiles: Some(self.report.latency.percentiles()),
+            client_cpu_s: crate::cpu::own_cpu_s(),
         }
     }
 

@@ -39,6 +39,9 @@ fn a_suite_of_one_tiny_point_writes_its_results_directory() {
     assert!(record.argv.join(" ").contains("bench micro --shards 1 --replicas 1 --net same-region --threads 1"));
     assert!(record.result.as_ref().unwrap().committed > 0);
     assert!(record.cpu_s > 0.0 && record.cpu_us_per_commit.unwrap() > 0.0);
+    // Thousands of commits in 0.5 s: the client's and the servers' shares are each ticks of /proc.
+    let split = record.cpu_split_us_per_commit().expect("the client's CPU is recorded");
+    assert!(split.client_us > 0.0 && split.servers_us > 0.0, "{split:?}");
     assert!(suite.info.ended_at_unix_s >= suite.info.started_at_unix_s);
     assert!(suite.info.machine.cores >= 1);
     let csv = std::fs::read_to_string(dir.join("points.csv")).unwrap();

@@ -50,6 +50,7 @@ fn sample(protocol: &str, committed: u64, tps: f64) -> BenchResult {
         by_kind: BTreeMap::new(),
         samples: Vec::new(),
         latency_percentiles: None,
+        client_cpu_s: 0.0,
     }
 }
 

@@ -92,7 +92,8 @@ fn header(dir: &SuiteDir) -> String {
     out.push_str(
         "\nCells are `tx/s / avg ms` of committed transactions in the measured interval, each the first run of \
          its cell (repeats: see Precision). `direct` is not transactional (a lower bound). CPU per commit in \
-         points.csv counts the whole process tree (start-up included): an upper bound.\n\n",
+         points.csv counts the whole process tree (start-up included): an upper bound; its client and servers \
+         columns split it.\n\n",
     );
     out
 }

@@ -133,6 +133,18 @@ impl PointRecord {
         self.measured().map(|r| r.latency_us.avg / 1000.0)
     }
 
+    /// The CPU per committed transaction, microseconds, split between the client (the
+    /// benchmark process itself) and the servers (the rest of the process tree), if the
+    /// point succeeded and recorded its client's CPU (runs before `client_cpu_s` did not).
+    /// Like [`PointRecord::cpu_us_per_commit`], an upper bound: set-up counts too.
+    pub fn cpu_split_us_per_commit(&self) -> Option<CpuSplit> {
+        let b = self.measured()?;
+        (b.client_cpu_s > 0.0 && b.committed > 0).then(|| {
+            let per = |s: f64| s * 1e6 / b.committed as f64;
+            CpuSplit { client_us: per(b.client_cpu_s), servers_us: per((self.cpu_s - b.client_cpu_s).max(0.0)) }
+        })
+    }
+
     /// The bench's figures, only if the point succeeded: a failed point's figures (a
     /// partial result) are never shown or compared.
     pub fn measured(&self) -> Option<&BenchResult> {
@@ -240,7 +252,7 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<SuiteDir> {
 }
 
 /// The columns of `points.csv`.
-pub const CSV_COLUMNS: [&str; 32] = [
+pub const CSV_COLUMNS: [&str; 34] = [
     "id",
     "study",
     "workload",
@@ -273,7 +285,18 @@ pub const CSV_COLUMNS: [&str; 32] = [
     "resubmissions",
     "timeout_resends",
     "resends",
+    "client_cpu_us_per_commit",
+    "servers_cpu_us_per_commit",
 ];
+
+/// CPU per committed transaction of a point, microseconds, by side.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CpuSplit {
+    /// The benchmark process (the client's threads).
+    pub client_us: f64,
+    /// The servers (every other process of the point's tree).
+    pub servers_us: f64,
+}
 
 /// `points` as CSV, one row per point in [`CSV_COLUMNS`] order; a failed point has its
 /// figures empty.
@@ -332,6 +355,10 @@ pub fn points_csv(points: &[PointRecord]) -> String {
                 .map(|n| n.to_string()),
             ),
             None => row.extend(std::iter::repeat_n(String::new(), 8)),
+        }
+        match r.cpu_split_us_per_commit() {
+            Some(c) => row.extend([format!("{:.1}", c.client_us), format!("{:.1}", c.servers_us)]),
+            None => row.extend([String::new(), String::new()]),
         }
         out.push_str(&row.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(","));
         out.push('\n');

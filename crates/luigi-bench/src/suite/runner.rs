@@ -18,8 +18,6 @@ use crate::report::{read_json, BenchResult};
 use crate::suite::matrix::Point;
 use crate::suite::results::{now_unix_s, point_path, read_point, write_point_files, write_pretty, PointRecord};
 
-/// Clock ticks per second of /proc's CPU times (`USER_HZ`, 100 on every Linux ABI).
-const USER_HZ: f64 = 100.0;
 /// Lines of a failed point's output kept in its record.
 const ERROR_LINES: usize = 6;
 
@@ -126,17 +124,7 @@ fn progress_bar(points: usize) -> ProgressBar {
     bar
 }
 
-/// Children's CPU time (user + system, seconds) of this process so far: the processes it
-/// has waited for and theirs (`cutime` + `cstime` of /proc/self/stat).
-pub fn children_cpu_s() -> f64 {
-    let stat = fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // Fields 16 and 17 of proc(5), counted from 1 with the pid and name as 1 and 2.
-    let tick = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (tick(16) + tick(17)) / USER_HZ
-}
+pub use crate::cpu::children_cpu_s;
 
 /// Runs one point and records it.
 fn run_point(opts: &RunOptions, point: &Point) -> anyhow::Result<PointRecord> {

@@ -108,3 +108,21 @@ fn the_wall_time_is_the_time_spent_running_not_the_span_to_a_later_resume() {
     let resumed = SuiteInfo { ended_at_unix_s: 7_000, running_s: 2_392, ..old };
     assert_eq!(resumed.wall_s(), 2_392);
 }
+
+#[test]
+fn cpu_per_commit_splits_into_the_client_and_the_servers() {
+    let points = matrix(false);
+    let mut r = fixtures::record(&points[0], Some((100.0, 5.0)));
+    assert_eq!(r.cpu_split_us_per_commit(), None, "a run that did not record its client's CPU");
+    let committed = r.result.as_ref().unwrap().committed as f64;
+    r.cpu_s = 3.0;
+    r.result.as_mut().unwrap().client_cpu_s = 1.0;
+    let split = r.cpu_split_us_per_commit().unwrap();
+    assert_eq!((split.client_us, split.servers_us), (1e6 / committed, 2e6 / committed));
+    let csv = points_csv(&[r]);
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    let at = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+    assert_eq!(at("client_cpu_us_per_commit"), format!("{:.1}", 1e6 / committed));
+    assert_eq!(at("servers_cpu_us_per_commit"), format!("{:.1}", 2e6 / committed));
+}
