@@ -49,6 +49,11 @@ pub const TPCC_SCALE: &str = "0.1";
 pub const PROTOCOLS: [&str; 4] = ["luigi", "occ", "2pl", "direct"];
 /// The cross-shard study's NewOrder remote-item percentages.
 pub const REMOTE_ITEM_PCTS: [u32; 4] = [5, 10, 15, 20];
+/// The cross-shard study's knob label for `pct` % remote items (`remote 5 %`).
+pub fn remote_items_knob(pct: u32) -> String {
+    format!("remote {pct} %")
+}
+
 /// Times a repeated micro point runs (its first run included).
 pub const REPEATS: u32 = 2;
 /// Times a repeated TPC-C point runs (its first run included; a TPC-C point costs more).
@@ -364,7 +369,7 @@ fn cross_shard_points(quick: bool) -> Vec<Point> {
                 threads: 8,
                 in_flight: 200,
                 protocol,
-                knob: Some((format!("remote {pct} %"), extra)),
+                knob: Some((remote_items_knob(pct), extra)),
                 extra: scale,
                 repeats: 1,
                 quick_runs: u32::from(matches!(pct, 5 | 20) && protocol == "luigi"),

@@ -340,15 +340,9 @@ fn cross_shard_panel(dir: &SuiteDir) -> Panel {
     let series = PROTOCOLS
         .iter()
         .map(|protocol| {
-            let marks = REMOTE_ITEM_PCTS.iter().map(|&pct| {
-                let knob = format!("remote {pct} %");
-                let cell = dir.first(|r| {
-                    r.point.study == Study::CrossShard
-                        && r.point.protocol == *protocol
-                        && r.point.knob.as_deref() == Some(knob.as_str())
-                });
-                (f64::from(pct), Mark::of(cell, PointRecord::tps))
-            });
+            let marks = REMOTE_ITEM_PCTS
+                .iter()
+                .map(|&pct| (f64::from(pct), Mark::of(dir.cross_shard_cell(protocol, pct), PointRecord::tps)));
             Series::from_marks(*protocol, marks)
         })
         .filter(|s: &Series| !s.is_empty())
@@ -460,13 +454,7 @@ fn ycsb_panels(dir: &SuiteDir) -> Vec<Panel> {
                 .iter()
                 .map(|protocol| {
                     let marks = YCSB_VARIANTS.iter().enumerate().map(|(i, (label, _))| {
-                        let cell = dir.first(|r| {
-                            r.point.study == Study::Ycsb
-                                && r.point.net == *net
-                                && r.point.protocol == *protocol
-                                && r.point.knob.as_deref() == Some(*label)
-                        });
-                        (i as f64, Mark::of(cell, PointRecord::tps))
+                        (i as f64, Mark::of(dir.ycsb_cell(net, label, protocol), PointRecord::tps))
                     });
                     Series::from_marks(*protocol, marks)
                 })

@@ -12,8 +12,8 @@ use std::fmt::Write as _;
 
 use crate::report::format_thousands;
 use crate::suite::matrix::{
-    seed_threads, Study, P99_MIN_COMMITTED, PROTOCOLS, REMOTE_ITEM_PCTS, SEED_NETS, SEED_SHAPES, YCSB_NETS,
-    YCSB_VARIANTS,
+    remote_items_knob, seed_threads, Study, P99_MIN_COMMITTED, PROTOCOLS, REMOTE_ITEM_PCTS, SEED_NETS, SEED_SHAPES,
+    YCSB_NETS, YCSB_VARIANTS,
 };
 use crate::suite::results::{PointRecord, SuiteDir};
 use crate::suite::runner::format_duration;
@@ -293,23 +293,19 @@ fn cross_shard_section(dir: &SuiteDir) -> String {
          {share of commits that were cross-shard}`.\n\n",
     );
     // In the matrix's order (5, 10, 15, 20 %), not the ids' (which sort 20 before 5).
-    let knobs: Vec<String> = REMOTE_ITEM_PCTS
+    let pcts: Vec<u32> = REMOTE_ITEM_PCTS
         .iter()
-        .map(|pct| format!("remote {pct} %"))
-        .filter(|k| points.iter().any(|r| r.point.knob.as_deref() == Some(k.as_str())))
+        .copied()
+        .filter(|&pct| points.iter().any(|r| r.point.knob.as_deref() == Some(remote_items_knob(pct).as_str())))
         .collect();
     let mut head = vec!["remote items".to_string()];
     head.extend(PROTOCOLS.iter().map(|p| p.to_string()));
-    let rows: Vec<Vec<String>> = knobs
+    let rows: Vec<Vec<String>> = pcts
         .iter()
-        .map(|k| {
-            let mut row = vec![k.trim_start_matches("remote ").to_string()];
+        .map(|&pct| {
+            let mut row = vec![format!("{pct} %")];
             for protocol in PROTOCOLS {
-                let r = dir.first(|r| {
-                    r.point.study == Study::CrossShard
-                        && r.point.protocol == protocol
-                        && r.point.knob.as_deref() == Some(k)
-                });
+                let r = dir.cross_shard_cell(protocol, pct);
                 let mut cell = tps_ms(r);
                 if let Some(b) = r.and_then(PointRecord::measured) {
                     let share = 100.0 * b.cross_shard_committed as f64 / b.committed.max(1) as f64;
@@ -432,14 +428,6 @@ fn latency_section(dir: &SuiteDir) -> String {
     out
 }
 
-/// The first run of YCSB variant `label` under `protocol` on `net`.
-fn ycsb_cell<'a>(dir: &'a SuiteDir, net: &str, label: &str, protocol: &str) -> Option<&'a PointRecord> {
-    dir.first(|r| {
-        let p = &r.point;
-        p.study == Study::Ycsb && p.net == net && p.protocol == protocol && p.knob.as_deref() == Some(label)
-    })
-}
-
 /// `tx/s / p50 / p99 ms` of a YCSB cell, FAILED, or `-`.
 fn tps_p50_p99(r: Option<&PointRecord>) -> String {
     match r {
@@ -473,7 +461,7 @@ fn ycsb_section(dir: &SuiteDir) -> String {
             .iter()
             .map(|(label, _)| {
                 let mut row = vec![label.to_string()];
-                row.extend(PROTOCOLS.iter().map(|p| tps_p50_p99(ycsb_cell(dir, net, label, p))));
+                row.extend(PROTOCOLS.iter().map(|p| tps_p50_p99(dir.ycsb_cell(net, label, p))));
                 row
             })
             .collect();
@@ -498,7 +486,7 @@ fn k2_layout(dir: &SuiteDir) -> String {
     for (label, _) in YCSB_VARIANTS.iter().filter(|(l, _)| l.starts_with("k2-")) {
         for protocol in PROTOCOLS {
             let mut row = vec![label.to_string(), protocol.to_string()];
-            match ycsb_cell(dir, "none", label, protocol) {
+            match dir.ycsb_cell("none", label, protocol) {
                 None => row.extend(["-".into(), "".into(), "".into()]),
                 Some(r) => match r.measured() {
                     None => row.extend(["FAILED".into(), "".into(), "".into()]),

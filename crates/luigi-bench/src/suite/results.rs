@@ -12,7 +12,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::report::BenchResult;
-use crate::suite::matrix::{Point, Shape, Study};
+use crate::suite::matrix::{remote_items_knob, Point, Shape, Study};
 
 /// `suite.json`: what ran, where, when.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -209,6 +209,23 @@ impl SuiteDir {
     /// The first run (repeat 1) of the cell matching `pred`, if the directory has it.
     pub fn first(&self, pred: impl Fn(&PointRecord) -> bool) -> Option<&PointRecord> {
         self.points.iter().find(|r| r.point.repeat == 1 && pred(r))
+    }
+
+    /// The first run of the cross-shard study's cell: `protocol` at `pct` % remote items.
+    pub fn cross_shard_cell(&self, protocol: &str, pct: u32) -> Option<&PointRecord> {
+        let knob = remote_items_knob(pct);
+        self.first(|r| {
+            let p = &r.point;
+            p.study == Study::CrossShard && p.protocol == protocol && p.knob.as_deref() == Some(knob.as_str())
+        })
+    }
+
+    /// The first run of YCSB variant `label` under `protocol` on `net`.
+    pub fn ycsb_cell(&self, net: &str, label: &str, protocol: &str) -> Option<&PointRecord> {
+        self.first(|r| {
+            let p = &r.point;
+            p.study == Study::Ycsb && p.net == net && p.protocol == protocol && p.knob.as_deref() == Some(label)
+        })
     }
 
     /// The first run of a seeds-layout cell: `study`, shape, protocol, threads, network.

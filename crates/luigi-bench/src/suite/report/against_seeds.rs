@@ -68,14 +68,7 @@ pub(super) fn section(dir: &SuiteDir) -> String {
 /// The cross-shard study beside the seed's: ours (`luigi`, `occ`) and seed 000's (Luigi,
 /// Mako), `tx/s / avg ms`.
 fn cross_shard(dir: &SuiteDir) -> String {
-    let cell = |protocol: &str, pct: u32| {
-        let knob = format!("remote {pct} %");
-        dir.first(|r| {
-            r.point.study == Study::CrossShard
-                && r.point.protocol == protocol
-                && r.point.knob.as_deref() == Some(knob.as_str())
-        })
-    };
+    let cell = |protocol: &str, pct: u32| dir.cross_shard_cell(protocol, pct);
     let rows: Vec<Vec<String>> = PUBLISHED_CROSS_SHARD
         .iter()
         .filter(|p| REMOTE_ITEM_PCTS.contains(&p.remote_pct))
