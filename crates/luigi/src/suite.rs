@@ -111,28 +111,38 @@ fn run_dir(args: &SuiteArgs) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn dry_run(points: &[Point]) {
+/// The listing is often piped into `head` or `grep -m`: a reader that closes the pipe ends the
+/// listing (`Ok`), not the process with a panic as `println!` would.
+fn dry_run(points: &[Point]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
     for p in points {
-        println!(
+        writeln!(
+            out,
             "{:<48} ~{:>5.1}s  luigi {}",
             p.id,
             p.estimate_s(),
             p.argv(&format!("<dir>/points/{}.json", p.id)).join(" ")
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "{} points, estimated {} (fitted to the debug build on a 2-core machine)",
         points.len(),
         format_duration(estimate_s(points))
-    );
+    )
 }
 
 /// `luigi bench suite`.
 pub fn suite(args: SuiteArgs) -> anyhow::Result<ExitCode> {
     let points = selected(&args)?;
     if args.dry_run {
-        dry_run(&points);
-        return Ok(ExitCode::SUCCESS);
+        return match dry_run(&points) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                Err(anyhow::Error::new(e).context("writing the list"))
+            }
+            Ok(()) | Err(_) => Ok(ExitCode::SUCCESS),
+        };
     }
     let exe = std::env::current_exe().context("cannot locate the luigi binary")?;
     let dir = run_dir(&args)?;

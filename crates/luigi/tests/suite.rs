@@ -107,3 +107,27 @@ fn dry_run_prints_the_points_and_the_estimate() {
     assert!(text.contains("points, estimated"));
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "a dry run writes nothing");
 }
+
+/// `luigi bench suite --dry-run | head -1`: the reader closes the pipe after one line; the
+/// listing (larger than a pipe's buffer, so the writer is still writing) ends quietly.
+#[test]
+fn a_dry_run_whose_reader_closes_the_pipe_ends_without_a_panic() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(EXE)
+        .args(["bench", "suite", "--extended", "--dry-run", "--out"])
+        .arg(tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.contains("luigi bench"), "{first}");
+    // The reader (and with it the pipe's read end) is gone here.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
