@@ -369,9 +369,42 @@ fn agreement_counters(stats: &crate::leader::LeaderStats) -> AgreementCounters {
         recover_sent: stats.recover_sent,
         recover_kept: stats.recover_kept,
         recover_acknowledged: stats.recover_acknowledged,
+        recover_forgotten: stats.recover_forgotten,
         fast_proposals: stats.fast_proposals,
         early_answers: stats.early_answers,
     }
+}
+
+/// A serving Luigi leader's [`LeaderStats`](crate::leader::LeaderStats) read back from its
+/// figures (the inverse of `txn_counts` and `agreement_counters`): how a shell that holds the
+/// replica as a `dyn ShardReplica` (the simulator's reports) reads every counter. `None`
+/// if `figures` carry no agreement counters (not Luigi's leader).
+pub fn leader_stats(figures: &LeaderFigures) -> Option<crate::leader::LeaderStats> {
+    let a = figures.agreement?;
+    let count = |outcome: &str, path: &str| {
+        figures.txns.iter().find(|t| t.outcome == outcome && t.path == path).map_or(0, |t| t.count)
+    };
+    Some(crate::leader::LeaderStats {
+        admitted: count("admitted", "any"),
+        bumped: count("admitted", "bumped"),
+        executed: count("committed", "any"),
+        rejected: count("rejected", "any"),
+        malformed: count("rejected", "malformed"),
+        ahead_of_clock: count("refused", "clock_horizon"),
+        expired: count("expired", "any"),
+        duplicates: count("duplicate", "any"),
+        cross_decided: a.cross_decided,
+        cross_differed: count("decided", "second_round"),
+        aborted: count("aborted", "cross_shard"),
+        early_overflow: count("refused", "early_buffer_full"),
+        recover_sent: a.recover_sent,
+        recover_forgotten: a.recover_forgotten,
+        recover_kept: a.recover_kept,
+        recover_acknowledged: a.recover_acknowledged,
+        outcomes_full: count("refused", "outcomes_full"),
+        fast_proposals: a.fast_proposals,
+        early_answers: a.early_answers,
+    })
 }
 
 /// A leader's transaction counters by outcome and path, as the shells' metrics name them

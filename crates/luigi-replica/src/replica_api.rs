@@ -303,6 +303,9 @@ pub struct AgreementCounters {
     pub recover_kept: u64,
     /// `Acknowledged` answers received for a transaction still undecided here.
     pub recover_acknowledged: u64,
+    /// Recovery requests about transactions answered and acknowledged whose outcome is not
+    /// kept.
+    pub recover_forgotten: u64,
     /// Other shards' proposals used on their fast path's accepts before their proof.
     pub fast_proposals: u64,
     /// Answers worked out on another shard's proposal before it was usable (early answers).

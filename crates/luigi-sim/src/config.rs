@@ -92,9 +92,10 @@ pub struct SimConfig {
     /// Per-node clock offsets (µs) that replace the drawn ones (the draw still happens, so
     /// the rest of the run's randomness is unchanged).
     pub clock_offsets: BTreeMap<Node, i64>,
-    /// Time between a leader appending a log record and the record being committed
-    /// (a replication round). Commits happen in log order. `Delay::ZERO` behaves exactly like
-    /// `luigi_protocol::log::LocalLog` (commit on append).
+    /// Time a shard's disk takes to make what its node asks to sync durable, in the
+    /// ideal-log runs ([`crate::run`]): a record commits one sync after it is appended (its
+    /// group has one replica), in log order. `Delay::ZERO` commits at the same virtual
+    /// instant, after the call that appended it.
     pub log_commit: Delay,
     /// Clients ping every leader at time 0 to seed their one-way-delay estimates.
     pub ping_first: bool,
@@ -114,9 +115,9 @@ pub struct SimConfig {
     pub max_virtual_us: u64,
     /// A run that processes more events than this fails (guards against livelock).
     pub max_events: u64,
-    /// Once every transaction is answered, the run goes on until every leader is idle
-    /// (nothing pending), for at most this long (virtual µs); a leader still busy then fails
-    /// the run.
+    /// Once every transaction is answered, an ideal-log run goes on until every leader is
+    /// idle (nothing pending, every record committed and applied), for at most this long
+    /// (virtual µs); a leader still busy then fails the run.
     pub drain_us: u64,
     /// Also require `ts(A) < ts(B)` when A was answered before B was dispatched and they share
     /// no shard (on by default). [`CommitRule::AllShards`] guarantees it whatever the clocks

@@ -1,7 +1,8 @@
 //! The one simulation engine: virtual time, the event queue, the network, the clients and the
 //! trace hash, and the event loop that drives them. What the servers are is a
-//! [`ClusterModel`]: an ideal log per shard ([`IdealLog`](crate::world::IdealLog)) or a Raft
-//! group of the real node per shard ([`RaftGroups`](crate::failover::RaftGroups)). The
+//! [`ClusterModel`]: a Raft group of the real node per shard
+//! ([`RaftGroups`](crate::failover::RaftGroups)), under faults or in its ideal-log
+//! configuration (one node per shard, no faults). The
 //! engine is [`Sim`]; everything in it but the cluster is the [`Core`], which the engine
 //! lends to the cluster model's methods (`&mut Core`), so a model reaches time, the queue,
 //! the network, the clients and the trace without owning them.

@@ -3,7 +3,7 @@
 //! [`ShardLeader`](luigi_protocol::leader::ShardLeader) per shard) driven on one thread in
 //! virtual time, with a seeded network and seeded clocks, and a checker over the outcome.
 //!
-//! One engine, two cluster models (FoundationDB-shaped). The engine (`engine.rs`, `Sim`)
+//! One engine, one cluster model (FoundationDB-shaped). The engine (`engine.rs`, `Sim`)
 //! owns everything that is not a server: virtual time, the event queue, the network, the
 //! clients (`clients.rs`, the same coordinators and workload in every run), wake-ups, the
 //! trace hash, and the event loop. What the servers are is a `ClusterModel` the engine
@@ -11,14 +11,15 @@
 //! are cut, settling after the last answer, the coordinator kill point, the end-of-run checks
 //! and the report):
 //!
-//! - [`run`] uses the ideal-log model ([`world`]): each shard is one `ShardLeader` over an
-//!   ideal log ([`SimLog`]) that never fails; it reports a [`RunReport`]. The rest of this
-//!   page describes it.
+//! - [`run`] uses the model's ideal-log configuration: each shard is one real node
+//!   (`luigi_node::ReplicaNode`), alone in its Raft group, whose disk makes a write durable a
+//!   seeded delay after it is synced and never fails, with no faults; it reports a
+//!   [`RunReport`]. The rest of this page describes it.
 //! - [`run_replicated`] uses the Raft model ([`failover`]): each shard is a Raft group of the
-//!   real node (`luigi_node::ReplicaNode`) on simulated disks, under crashes, partitions and
-//!   kills ([`FaultConfig`]); it reports a [`FailoverReport`].
+//!   real node on simulated disks, under crashes, partitions and kills ([`FaultConfig`]); it
+//!   reports a [`FailoverReport`].
 //!
-//! Both models feed the same [`checker`].
+//! So the simulator calls a server one way, and both kinds of run feed the same [`checker`].
 //!
 //! The Raft model also runs the baselines ([`SimConfig::protocol`]: `occ`, `2pl`, `direct`
 //! from `luigi-baseline`) with the same networks, clocks and faults: nodes built with
@@ -42,10 +43,11 @@
 //! - The event queue orders deliveries, wake-ups and client starts by (virtual time,
 //!   insertion order). A node is woken at its `next_deadline()` (translated from its local
 //!   clock to virtual time) and `tick`ed.
-//! - Each shard's log is a [`SimLog`]: records commit a seeded delay after they are appended,
-//!   in log order (a replication round). With [`Delay::ZERO`] it is exactly
-//!   `luigi_protocol::log::LocalLog`. A commit delay is what makes "durable" and "released"
-//!   differ in time, which the hold queue must respect.
+//! - Each shard's log is its node's Raft log on a simulated disk: what the node asks to sync
+//!   is durable [`SimConfig::log_commit`] later (a seeded delay; the writes asked for meanwhile
+//!   wait for the next sync), and a record is committed once durable, in log order (a
+//!   one-replica group). A commit delay is what makes "durable" and "released" differ in
+//!   time, which the hold queue must respect.
 //! - Workload: each client keeps `in_flight` `micro` transactions outstanding (closed loop)
 //!   until `txns` have been submitted; keys come from a small space so transactions conflict;
 //!   a share ([`SimConfig::cross_shard_ratio`]) touches 2 to all shards. They run as
@@ -103,7 +105,6 @@ pub mod replies;
 mod source;
 pub mod violation;
 pub mod workload;
-pub mod world;
 
 pub use checker::{check, CheckOptions, History, Moment, TxnRecord};
 pub use config::{Delay, LinkConfig, RetiredShard, SimConfig};
@@ -170,12 +171,13 @@ pub struct RunReport {
     /// the shards' logs.
     pub cross_differed: u64,
     /// Every leader's counters, summed over shards (a cross-shard transaction counts once
-    /// per participant in `cross_decided`, `cross_differed` and `aborted`).
+    /// per participant in `cross_decided`, `cross_differed` and `aborted`), as each node's
+    /// serving leader reports them (`luigi_protocol::replica::leader_stats`).
     pub leaders: luigi_protocol::leader::LeaderStats,
     /// Leader-to-leader batches sent.
     pub peer_batches: u64,
-    /// Leader wake-ups after which the leader asked for a deadline in the past again although
-    /// it had just been ticked (a busy wake-up; see `IdealLog::call_leader`).
+    /// Node wake-ups after which the node asked for a deadline in the past again although it
+    /// had just been turned (a busy wake-up, backed off exponentially by the model).
     pub busy_wakes: u64,
     /// Virtual time at which the last transaction was answered, µs.
     pub end_us: u64,
@@ -214,7 +216,5 @@ pub fn run(config: SimConfig) -> Result<RunReport, Violation> {
             return Err(tag(Violation::new(ViolationKind::Config, why)));
         }
     }
-    let mut sim = world::sim(&config);
-    sim.run().map_err(tag)?;
-    sim.finish().map_err(tag)
+    failover::run_ideal(&config).map_err(tag)
 }

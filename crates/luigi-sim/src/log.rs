@@ -1,5 +1,8 @@
 //! A simulated replicated log: a record commits a seeded delay after it is appended (one
-//! replication round), in log order, like a Raft group whose leader is healthy.
+//! replication round), in log order, like a Raft group whose leader is healthy. The
+//! unit-level tests of the leader core (`tests/inversion.rs`) lend it to a `ShardLeader`
+//! directly; the simulator's runs use the node's own Raft log. Also here: what a committed
+//! log holds of a transaction ([`Durable`]) and the rule-4 check both kinds of run make of it.
 
 use std::collections::{HashMap, VecDeque};
 

@@ -23,7 +23,9 @@ pub type VirtualUs = u64;
 pub enum Node {
     /// A client running one coordinator.
     Client(ClientId),
-    /// The leader of a shard (the ideal-log cluster model of [`crate::world`]).
+    /// The leader of a shard: its one node in the ideal-log configuration of the cluster
+    /// model ([`crate::run`]), where the configuration's per-leader links and clock offsets
+    /// apply to it.
     Leader(ShardId),
     /// Replica `index` (from 0) of a shard's Raft group (the Raft cluster model of
     /// [`crate::failover`]).

@@ -231,3 +231,39 @@ fn a_committed_record_that_does_not_decode_stops_the_replica_with_an_error() {
     assert!(fatal(&err), "{err}");
     assert!(n.log.ready().err().is_some_and(|e| fatal(&e)), "the log reports it from then on");
 }
+
+/// Every counter of a leader's stats survives the figures a shell reads (`leader_stats` is
+/// the inverse of what `figures` makes of them): each field a different value, so that a
+/// counter read under another's name is caught.
+#[test]
+fn leader_stats_read_back_from_the_figures_are_the_leaders_own() {
+    use crate::leader::LeaderStats;
+    let stats = LeaderStats {
+        admitted: 1,
+        bumped: 2,
+        executed: 3,
+        rejected: 4,
+        malformed: 5,
+        ahead_of_clock: 6,
+        expired: 7,
+        duplicates: 8,
+        cross_decided: 9,
+        cross_differed: 10,
+        aborted: 11,
+        early_overflow: 12,
+        recover_sent: 13,
+        recover_forgotten: 14,
+        recover_kept: 15,
+        outcomes_full: 16,
+        recover_acknowledged: 17,
+        fast_proposals: 18,
+        early_answers: 19,
+    };
+    let figures = LeaderFigures {
+        agreement: Some(agreement_counters(&stats)),
+        txns: txn_counts(&stats),
+        ..LeaderFigures::default()
+    };
+    assert_eq!(leader_stats(&figures), Some(stats));
+    assert_eq!(leader_stats(&LeaderFigures::default()), None);
+}

@@ -18,7 +18,6 @@ use crate::checker::History;
 use crate::engine::{Core, Step};
 use crate::hosted::check_run;
 use crate::log::{check_rule4, Durable};
-use crate::net::Node;
 use crate::violation::{Violation, ViolationKind};
 
 /// How a run's answers are checked at the end (by protocol).
@@ -34,7 +33,7 @@ enum Checked {
 
 /// Each converged group's serving leader's store, adding the Luigi leaders' recovery and
 /// fast-path counters to `report`.
-fn leader_stores<'r>(replicas: &'r [Vec<SimReplica>], report: &mut FailoverReport) -> Vec<&'r Store> {
+pub(super) fn leader_stores<'r>(replicas: &'r [Vec<SimReplica>], report: &mut FailoverReport) -> Vec<&'r Store> {
     let mut stores = Vec::new();
     for group in replicas {
         let leader = group
@@ -132,7 +131,7 @@ impl RaftGroups<'_> {
         ts: Timestamp,
     ) -> Step {
         core.trace(|| format!("R{s}.{i} executes {id:?}"));
-        core.fold(0xe8ec_u64 ^ Node::Replica(s, i).code());
+        core.fold(0xe8ec_u64 ^ self.addr(s, i).code());
         core.fold(id.seq ^ (id.client << 40));
         if id.client == super::HOSTILE_CLIENT {
             let msg = format!("R{s}.{i} executed {id:?}, a hostile dispatch its leader refuses (rule 22)");
@@ -162,6 +161,9 @@ impl RaftGroups<'_> {
             return Err(core
                 .violation(ViolationKind::Execution, format!("R{s}.{i} executed {id:?} twice in one state machine")));
         }
+        if let Some(ideal) = self.ideal.as_mut() {
+            ideal.executed(s, id);
+        }
         match core.config.protocol {
             Protocol::Luigi => {}
             // Rule 4 is Luigi's agreement; a baseline installs a cross-shard piece only on its
@@ -190,7 +192,7 @@ impl RaftGroups<'_> {
 
     /// Rule 4 for the executions that ran before another participant's commit was known, over
     /// the final logs: the proposals they relied on were committed.
-    fn check_rule4_later(&mut self, core: &Core<'_>) -> Step {
+    pub(super) fn check_rule4_later(&mut self, core: &Core<'_>) -> Step {
         for Rule4Later { who, shard: s, id, ts } in std::mem::take(&mut self.rule4_later) {
             let shards = shards_of(&core.cs.history.txns[core.cs.index[&id]]);
             check_rule4(&format!("{who} (checked at the end)"), s, id, Some(ts), &self.durable_of(id, &shards))
@@ -233,7 +235,7 @@ impl RaftGroups<'_> {
     }
 
     /// Raft safety: every replica's committed prefix is the group's.
-    fn check_committed_prefixes(&mut self, now: u64) -> Step {
+    pub(super) fn check_committed_prefixes(&mut self, now: u64) -> Step {
         for (s, group) in self.replicas.iter_mut().enumerate() {
             let oracle = &self.oracle[s];
             for (i, node) in group.iter_mut().enumerate() {
@@ -323,7 +325,7 @@ impl RaftGroups<'_> {
     /// Luigi: nothing answered is lost (every ordered answer is durable on every participant
     /// at the answered timestamp), and each orphan was executed iff prepared everywhere and
     /// aborted nowhere.
-    fn luigi_durability(&mut self, core: &mut Core<'_>) -> Step {
+    pub(super) fn luigi_durability(&mut self, core: &mut Core<'_>) -> Step {
         // Nothing answered is lost: every ordered answer is durable on every participant at
         // the answered timestamp.
         for rec in &core.cs.history.txns {

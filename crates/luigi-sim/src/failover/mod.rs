@@ -73,6 +73,8 @@ mod baseline;
 mod checks;
 mod config;
 mod faults;
+mod ideal;
+mod ideal_checks;
 mod partition;
 mod replicas;
 
@@ -81,6 +83,7 @@ pub use config::{
     KillPoint, Outage, PlannedCut, HOSTILE_CLIENT, POPULATION_ROW_BYTES, POPULATION_TABLE,
 };
 
+pub(crate) use ideal::run_ideal;
 use replicas::{new_node, SimReplica};
 
 /// Runs a replicated simulation with faults and checks it.
@@ -91,22 +94,42 @@ pub fn run_replicated(config: &SimConfig, faults: &FaultConfig) -> Result<Failov
     if faults.replicas == 0 || faults.raft_tick_us == 0 {
         return Err(tag(Violation::new(ViolationKind::Config, "replicas and raft_tick_us must be >= 1")));
     }
-    let mut sim = sim(config, faults).map_err(tag)?;
+    let mut sim = sim(config, faults, None).map_err(tag)?;
     sim.run().map_err(tag)?;
-    sim.finish().map_err(tag)
+    match sim.finish().map_err(tag)? {
+        Finished::Replicated(report) => Ok(report),
+        Finished::Ideal(_) => Err(tag(Violation::new(ViolationKind::Invariant, "a replicated run reported as ideal"))),
+    }
 }
 
-/// The run of `config` over Raft groups with `faults`. Every random stream is derived from
-/// `config.seed` in a fixed order.
-fn sim<'a>(config: &'a SimConfig, faults: &'a FaultConfig) -> Result<Sim<'a, RaftGroups<'a>>, Violation> {
-    let mut seeds = Seeds::new(config.seed ^ 0xfa11_0e12);
+/// What a run of this model reports: a replicated run's [`FailoverReport`], or the ideal-log
+/// configuration's [`RunReport`](crate::RunReport) (`ideal.rs`).
+pub(crate) enum Finished {
+    /// [`run_replicated`]'s.
+    Replicated(FailoverReport),
+    /// [`run_ideal`]'s.
+    Ideal(crate::RunReport),
+}
+
+/// The run of `config` over Raft groups with `faults` (the ideal-log configuration if
+/// `ideal`). Every random stream is derived from `config.seed` in a fixed order (from the
+/// seed itself in the ideal-log configuration, so that its transactions and network draws are
+/// the ones the ideal log's runs had).
+fn sim<'a>(
+    config: &'a SimConfig,
+    faults: &'a FaultConfig,
+    ideal: Option<ideal::IdealRecords>,
+) -> Result<Sim<'a, RaftGroups<'a>>, Violation> {
+    let (seed, core_seed) =
+        if ideal.is_some() { (config.seed, config.seed) } else { (config.seed ^ 0xfa11_0e12, config.seed ^ 0xfa11) };
+    let mut seeds = Seeds::new(seed);
     let net = Network::new(seeds.derive());
     let source = TxnSource::new(config, seeds.derive());
     let disk_rng = seeds.derive();
     let fault_rng = seeds.derive();
     let clients = seeds.clients(config, faults.replicas);
-    let cluster = RaftGroups::new(config, faults, disk_rng, fault_rng, &mut seeds)?;
-    let core = Core::new(config, net, source, clients, config.seed ^ 0xfa11);
+    let cluster = RaftGroups::new(config, faults, ideal, disk_rng, fault_rng, &mut seeds)?;
+    let core = Core::new(config, net, source, clients, core_seed);
     Ok(Sim::new(core, cluster, &mut seeds))
 }
 
@@ -176,6 +199,11 @@ pub(crate) struct RaftGroups<'a> {
     reads: baseline::ReadLedger,
     /// Messages waiting on links cut by a partition that holds them.
     held: partition::Held,
+    /// The ideal-log configuration's own records (`ideal.rs`), if this run is one: one
+    /// replica per shard addressed as [`Node::Leader`], no faults.
+    ideal: Option<ideal::IdealRecords>,
+    /// Wake-ups after which a node still asked for a deadline in the past (backed off).
+    busy_wakes: u64,
     quiescing: bool,
     /// Hostile dispatches sent so far ([`FaultConfig::hostile_fast`]): the next one's number.
     hostile_sent: u64,
@@ -186,6 +214,7 @@ impl<'a> RaftGroups<'a> {
     fn new(
         config: &SimConfig,
         faults: &'a FaultConfig,
+        ideal: Option<ideal::IdealRecords>,
         mut disk_rng: ChaCha8Rng,
         fault_rng: ChaCha8Rng,
         seeds: &mut Seeds,
@@ -195,7 +224,7 @@ impl<'a> RaftGroups<'a> {
         for s in 0..config.shards {
             let mut group = Vec::new();
             for i in 0..n {
-                let offset_us = seeds.offset(config, Node::Replica(s, i));
+                let offset_us = seeds.offset(config, addr(ideal.is_some(), s, i));
                 let mut node = SimReplica::new(offset_us, disk_rng.gen());
                 node.node = Some(new_node(config, faults, s, i, &mut node.disk)?);
                 group.push(node);
@@ -219,10 +248,29 @@ impl<'a> RaftGroups<'a> {
             rule4_later: Vec::new(),
             reads: baseline::ReadLedger::default(),
             held: partition::Held::default(),
+            ideal,
+            busy_wakes: 0,
             quiescing: false,
             hostile_sent: 0,
             report: FailoverReport { seed: config.seed, txns: config.txns, ..FailoverReport::default() },
         })
+    }
+
+    /// Where replica `i` of shard `s` is on the network: [`Node::Replica`], or the shard's
+    /// [`Node::Leader`] in the ideal-log configuration (so that its links, delays and clock
+    /// offsets are the ones a [`SimConfig`] names for the shard's leader).
+    fn addr(&self, s: ShardId, i: u32) -> Node {
+        addr(self.ideal.is_some(), s, i)
+    }
+
+    /// The replica (shard, index) at `node`, if `node` is one in this run (see
+    /// [`RaftGroups::addr`]).
+    fn place(&self, node: Node) -> Option<(ShardId, u32)> {
+        match node {
+            Node::Replica(s, i) if self.ideal.is_none() => Some((s, i)),
+            Node::Leader(s) if self.ideal.is_some() => Some((s, 0)),
+            Node::Replica(..) | Node::Leader(_) | Node::Client(_) => None,
+        }
     }
 
     fn schedule_fault(&mut self, core: &mut Core<'_>, at: VirtualUs, action: FaultAction) {
@@ -300,7 +348,7 @@ impl<'a> RaftGroups<'a> {
             // every replica: a read-only piece's record changes no store, and a leader executes
             // before its records commit (Luigi's rule 14), so neither equal stores nor an empty
             // pending table say that the log has settled.
-            let last = leader_node.log().last_index();
+            let last = self.settle_index(leader_node.log());
             let applied = group.iter().all(|n| n.node.as_ref().is_some_and(|n| n.log().handed_out() >= last));
             if leader_node.log().commit_index() < last || (self.oracle[s].entries.len() as u64) < last || !applied {
                 return false;
@@ -318,10 +366,10 @@ impl<'a> RaftGroups<'a> {
 }
 
 impl ClusterModel for RaftGroups<'_> {
-    type Report = FailoverReport;
+    type Report = Finished;
 
     fn node_of(&self, shard: ShardId, replica: u32) -> Node {
-        Node::Replica(shard, replica)
+        self.addr(shard, replica)
     }
 
     /// Schedules the first random fault and the outages; then every replica starts with its
@@ -351,12 +399,22 @@ impl ClusterModel for RaftGroups<'_> {
                 self.links_up(core, s, i)?;
             }
         }
+        if self.ideal.is_some() {
+            self.boot_ideal(core)?;
+        }
         Ok(())
     }
 
     fn deliver(&mut self, core: &mut Core<'_>, src: Node, dst: Node, msg: SimMsg) -> Step {
-        match (src, dst, msg) {
-            (Node::Client(client), Node::Replica(s, i), SimMsg::ToLeader(m)) => {
+        let routed = |core: &Core<'_>, msg: &SimMsg| {
+            core.violation(ViolationKind::Invariant, format!("the simulator routed {msg:?} from {src} to {dst}"))
+        };
+        let (Some((to, i)), from) = (self.place(dst), self.place(src)) else {
+            return Err(routed(core, &msg));
+        };
+        match (src, from, msg) {
+            (Node::Client(client), None, SimMsg::ToLeader(m)) => {
+                let s = to;
                 match core.config.protocol {
                     Protocol::Luigi => {
                         // Any replica: one that does not serve yet holds the dispatch
@@ -374,7 +432,7 @@ impl ClusterModel for RaftGroups<'_> {
                     Ok(())
                 })
             }
-            (Node::Replica(from, _), Node::Replica(to, i), SimMsg::Peer(batch)) if from != to && batch.from == from => {
+            (_, Some((from, _)), SimMsg::Peer(batch)) if from != to && batch.from == from => {
                 match core.config.protocol {
                     Protocol::Luigi => {
                         if self.serving(to, i) {
@@ -389,7 +447,7 @@ impl ClusterModel for RaftGroups<'_> {
                     Ok(())
                 })
             }
-            (Node::Replica(fs, fi), Node::Replica(to, i), SimMsg::Replication(m)) => {
+            (_, Some((fs, fi)), SimMsg::Replication(m)) => {
                 let from = NodeId { shard: fs, replica: fi };
                 self.call_replica(core, to, i, false, |r, _, fx| {
                     // A message from an earlier incarnation of a peer may be refused; Raft
@@ -398,28 +456,21 @@ impl ClusterModel for RaftGroups<'_> {
                     Ok(())
                 })
             }
-            (src, dst, msg) => {
-                Err(core
-                    .violation(ViolationKind::Invariant, format!("the simulator routed {msg:?} from {src} to {dst}")))
-            }
+            (_, _, msg) => Err(routed(core, &msg)),
         }
     }
 
     fn wake(&mut self, core: &mut Core<'_>, node: Node) -> Step {
-        match node {
-            Node::Replica(s, i) => self.call_replica(core, s, i, true, |_, _, _| Ok(())),
-            Node::Client(_) | Node::Leader(_) => {
-                Err(core.violation(ViolationKind::Invariant, format!("wake-up for {node}")))
-            }
+        match self.place(node) {
+            Some((s, i)) => self.call_replica(core, s, i, true, |_, _, _| Ok(())),
+            None => Err(core.violation(ViolationKind::Invariant, format!("wake-up for {node}"))),
         }
     }
 
     fn sync(&mut self, core: &mut Core<'_>, node: Node, gen: u64) -> Step {
-        match node {
-            Node::Replica(s, i) => self.sync_disk(core, s, i, gen),
-            Node::Client(_) | Node::Leader(_) => {
-                Err(core.violation(ViolationKind::Invariant, format!("disk sync for {node}")))
-            }
+        match self.place(node) {
+            Some((s, i)) => self.sync_disk(core, s, i, gen),
+            None => Err(core.violation(ViolationKind::Invariant, format!("disk sync for {node}"))),
         }
     }
 
@@ -480,8 +531,10 @@ impl ClusterModel for RaftGroups<'_> {
     }
 
     /// Raft groups may lose a majority: the client moves on and the resolution is the answer.
+    /// The ideal-log configuration never loses one: an unknown outcome is recorded as the
+    /// answer, and the checker reports it.
     fn unknown_is_final(&self) -> bool {
-        false
+        self.ideal.is_some()
     }
 
     /// The coordinator kill point ([`KillPoint::CoordinatorPartial`]).
@@ -499,8 +552,11 @@ impl ClusterModel for RaftGroups<'_> {
         self.describe_replicas()
     }
 
-    fn finish(self, core: Core<'_>) -> Result<FailoverReport, Violation> {
-        self.finish_checks(core)
+    fn finish(self, core: Core<'_>) -> Result<Finished, Violation> {
+        if self.ideal.is_some() {
+            return self.finish_ideal(core).map(Finished::Ideal);
+        }
+        self.finish_checks(core).map(Finished::Replicated)
     }
 }
 
@@ -509,6 +565,15 @@ enum Kill {
     DropOutputs,
     /// The replica dies right after its outputs left.
     AfterOutputs,
+}
+
+/// Where replica `i` of shard `s` is on the network (see [`RaftGroups::addr`]).
+fn addr(ideal: bool, s: ShardId, i: u32) -> Node {
+    if ideal {
+        Node::Leader(s)
+    } else {
+        Node::Replica(s, i)
+    }
 }
 
 fn shards_of(rec: &TxnRecord) -> Vec<ShardId> {

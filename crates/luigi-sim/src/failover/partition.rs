@@ -72,17 +72,17 @@ pub(super) struct Held {
 impl RaftGroups<'_> {
     /// What the link from `src` to `dst` does with a message now.
     pub(super) fn link_state(&self, core: &Core<'_>, src: Node, dst: Node) -> Link {
-        let down = |node: Node| match node {
-            Node::Replica(s, i) => self.replicas[s as usize][i as usize].node.is_none(),
-            Node::Client(_) => core.dead(node),
-            Node::Leader(_) => true,
+        let down = |node: Node| match (node, self.place(node)) {
+            (_, Some((s, i))) => self.replicas[s as usize][i as usize].node.is_none(),
+            (Node::Client(_), None) => core.dead(node),
+            (Node::Replica(..) | Node::Leader(_), None) => true,
         };
         if down(src) || down(dst) {
             return Link::Lost;
         }
         let mut held = false;
         for (end, other, sending) in [(src, dst, true), (dst, src, false)] {
-            let Node::Replica(s, i) = end else { continue };
+            let Some((s, i)) = self.place(end) else { continue };
             let Some(cut) = self.replicas[s as usize][i as usize].cut else { continue };
             let applies = match cut.kind {
                 CutKind::BothWays => true,
@@ -105,10 +105,7 @@ impl RaftGroups<'_> {
 
     /// The incarnation of `node` (clients have one).
     fn gen(&self, node: Node) -> u64 {
-        match node {
-            Node::Replica(s, i) => self.replicas[s as usize][i as usize].gen,
-            Node::Client(_) | Node::Leader(_) => 0,
-        }
+        self.place(node).map_or(0, |(s, i)| self.replicas[s as usize][i as usize].gen)
     }
 
     /// Keeps `msg` on its held link until the cut heals (or loses it past [`HELD_MAX`]).

@@ -201,7 +201,7 @@ impl RaftGroups<'_> {
         f: impl FnOnce(&mut ReplicaNode, TimeUs, &mut Vec<Effect>) -> Result<(), String>,
     ) -> Step {
         let now = core.now;
-        let me = Node::Replica(s, i);
+        let me = self.addr(s, i);
         let r = &mut self.replicas[s as usize][i as usize];
         let Some(node) = r.node.as_mut() else { return Ok(()) };
         let local = local_clock(now, r.offset_us);
@@ -291,7 +291,7 @@ impl RaftGroups<'_> {
     /// acknowledged write on a broken disk, a snapshot made inline) are followed by another
     /// turn, until nothing is left.
     fn execute(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, mut fx: Vec<Effect>) -> Step {
-        let me = Node::Replica(s, i);
+        let me = self.addr(s, i);
         for _ in 0..EFFECT_ROUNDS_MAX {
             let mut again = Vec::new();
             for e in fx.drain(..) {
@@ -314,7 +314,7 @@ impl RaftGroups<'_> {
     }
 
     fn execute_one(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, e: Effect, again: &mut Vec<Effect>) -> Step {
-        let me = Node::Replica(s, i);
+        let me = self.addr(s, i);
         match e {
             // Not a simulated client: it only sends (see `send_hostile`).
             Effect::ToClient { client: super::HOSTILE_CLIENT, .. } => {}
@@ -334,10 +334,12 @@ impl RaftGroups<'_> {
                     let msg = format!("{me} sent a batch from shard {} to {to}: {batch:?}", batch.from);
                     return Err(core.violation(ViolationKind::Invariant, msg));
                 }
-                self.send(core, me, Node::Replica(to.shard, to.replica), SimMsg::Peer(batch));
+                let to = self.addr(to.shard, to.replica);
+                self.send(core, me, to, SimMsg::Peer(batch));
             }
             Effect::Replicate { to, msg } => {
-                self.send(core, me, Node::Replica(to.shard, to.replica), SimMsg::Replication(msg))
+                let to = self.addr(to.shard, to.replica);
+                self.send(core, me, to, SimMsg::Replication(msg))
             }
             Effect::Persist(p) => self.persist(core, s, i, &p, again)?,
             Effect::SaveSnapshot(snap) => {
@@ -364,7 +366,7 @@ impl RaftGroups<'_> {
     /// A message to a simulated client: a reply is checked (Luigi) or bound to the read it
     /// answers (the baselines) before it goes.
     fn send_to_client(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, client: u64, msg: ServerMsg) -> Step {
-        let me = Node::Replica(s, i);
+        let me = self.addr(s, i);
         if let ServerMsg::Reply(r) = &msg {
             match core.config.protocol {
                 Protocol::Luigi => self.check_reply(core, s, r)?,
@@ -384,7 +386,7 @@ impl RaftGroups<'_> {
     /// A write of a ready to the simulated disk: written now, durable at its sync (which is
     /// scheduled if none is), or at once on the broken disk that says durable before it is.
     fn persist(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, p: &Persist, again: &mut Vec<Effect>) -> Step {
-        let me = Node::Replica(s, i);
+        let me = self.addr(s, i);
         let r = &mut self.replicas[s as usize][i as usize];
         if let Err(e) = r.disk.storage().write_accepts(&p.accepts, p.accepts_rewrite) {
             let msg = format!("{me} cannot write its accept log: {e}");
@@ -417,7 +419,7 @@ impl RaftGroups<'_> {
         job: SnapshotJob,
         again: &mut Vec<Effect>,
     ) -> Step {
-        let me = Node::Replica(s, i);
+        let me = self.addr(s, i);
         let made = job.run();
         let node = self.replicas[s as usize][i as usize].node.as_mut().expect("up");
         let taken = node.stats().snapshots_taken;
@@ -438,7 +440,7 @@ impl RaftGroups<'_> {
         check: SnapshotCheck,
         again: &mut Vec<Effect>,
     ) -> Step {
-        let me = Node::Replica(s, i);
+        let me = self.addr(s, i);
         let index = check.index();
         if check.is_install() {
             self.report.installed_bytes_max = self.report.installed_bytes_max.max(check.bytes() as u64);
@@ -458,7 +460,7 @@ impl RaftGroups<'_> {
 
     /// The replica started or stopped serving: what it published as a leader is void.
     fn transition(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, t: Transition) {
-        let me = Node::Replica(s, i);
+        let me = self.addr(s, i);
         let r = &mut self.replicas[s as usize][i as usize];
         r.watermark = 0;
         r.reads.clear();
@@ -479,6 +481,7 @@ impl RaftGroups<'_> {
     /// deadline.
     fn schedule_replica_wake(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, woken: bool) {
         let now = core.now;
+        let me = self.addr(s, i);
         let r = &mut self.replicas[s as usize][i as usize];
         let node = r.node.as_ref().expect("up");
         match core.config.protocol {
@@ -494,12 +497,13 @@ impl RaftGroups<'_> {
         let mut deadline = virtual_deadline(node.next_deadline(), r.offset_us);
         if woken && deadline <= now {
             r.busy_streak += 1;
+            self.busy_wakes += 1;
             deadline = now + busy_backoff_us(r.busy_streak);
         } else {
             r.busy_streak = 0;
         }
         let earliest = if woken { now + 1 } else { now };
-        core.schedule_wake(Node::Replica(s, i), Some(deadline.max(earliest)));
+        core.schedule_wake(me, Some(deadline.max(earliest)));
     }
 
     /// Whether the serving leader of `s` dies at the configured kill point in this call.
@@ -589,7 +593,7 @@ impl RaftGroups<'_> {
     pub(super) fn crash(&mut self, core: &mut Core<'_>, s: ShardId, i: u32, down: u64) -> Step {
         core.trace(|| format!("R{s}.{i} crashes (restarts in {down} us)"));
         core.fold(0xdead);
-        core.fold(Node::Replica(s, i).code());
+        core.fold(self.addr(s, i).code());
         let r = &mut self.replicas[s as usize][i as usize];
         if r.node.is_none() {
             return Ok(());
@@ -604,7 +608,7 @@ impl RaftGroups<'_> {
         r.reads.clear();
         r.busy_streak = 0;
         self.report.crashes += 1;
-        core.schedule_wake(Node::Replica(s, i), None);
+        core.schedule_wake(self.addr(s, i), None);
         let at = core.now + down;
         self.schedule_fault(core, at, FaultAction::Restart(s, i));
         core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i });
@@ -627,7 +631,7 @@ impl RaftGroups<'_> {
     pub(super) fn links_up(&mut self, core: &mut Core<'_>, s: ShardId, i: u32) -> Step {
         for t in 0..core.config.shards {
             for j in 0..self.n {
-                if (t, j) == (s, i) || self.cut(core, Node::Replica(s, i), Node::Replica(t, j)) {
+                if (t, j) == (s, i) || self.cut(core, self.addr(s, i), self.addr(t, j)) {
                     continue;
                 }
                 self.link(core, s, i, t, j, true)?;

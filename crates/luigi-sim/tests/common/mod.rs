@@ -51,7 +51,8 @@ pub fn rerun(file: &str, test: &str, seed: u64) -> String {
 /// Where a run happens: over the ideal log, or over Raft groups under these faults.
 #[derive(Clone, Debug)]
 pub enum World {
-    /// `luigi_sim::run`: one leader per shard over an ideal log.
+    /// `luigi_sim::run`: the ideal-log configuration, one node per shard over a disk that
+    /// never fails, no faults.
     Ideal,
     /// `luigi_sim::run_replicated` with these faults.
     Replicated(FaultConfig),

@@ -1,73 +1,97 @@
-//! The ideal-log world's checks: each execution against the committed logs (rule 4), every
-//! reply (rule 7), and after the run that exactly the ordered transactions executed, in
-//! timestamp order per key, with the followers agreeing.
+//! The ideal-log configuration's checks after the run, over each shard's node and its
+//! committed log (the oracle of `checks.rs`): every coordinator saw the same timestamp from
+//! every participant; exactly the ordered transactions executed, once on each participant and
+//! in final-timestamp and log order per key; a follower replaying each committed log rebuilds
+//! its leader's store; then the model's own end-of-run checks and the [`RunReport`].
 
 use std::collections::HashMap;
 
+use luigi_node::ReplicaNode;
 use luigi_protocol::leader::follower::Follower;
 use luigi_protocol::leader::LeaderStats;
-use luigi_protocol::log::LogEntry;
-use luigi_store::{Key, Store};
-use luigi_txn::msg::TxnReply;
+use luigi_protocol::log::{LogEntry, LogRecord};
+use luigi_protocol::replica::leader_stats;
+use luigi_store::Key;
 use luigi_txn::types::{Access, KeySet, Protocol, ShardId, Timestamp, TxnId};
 
-use super::IdealLog;
+use super::checks::leader_stores;
+use super::RaftGroups;
 use crate::checker;
 use crate::engine::{Core, Step};
 use crate::hosted::check_run;
-use crate::log::{check_rule4, Durable};
+use crate::log::Durable;
 use crate::violation::{Violation, ViolationKind};
 use crate::{Latency, RunReport};
 
-impl IdealLog {
-    /// Shard `shard` just executed `id`: it must be a participant that has not executed it
-    /// before, and (rule 4) every participant must durably hold its final timestamp.
-    pub(super) fn on_executed(&mut self, core: &mut Core<'_>, shard: ShardId, id: TxnId) -> Step {
-        core.trace(|| format!("L{shard} executes {id:?}"));
-        core.fold(0xe8ec_u64 ^ u64::from(shard));
-        core.fold(id.seq ^ (id.client << 40));
-        let Some(&i) = core.cs.index.get(&id) else {
-            return Err(core.violation(
-                ViolationKind::Execution,
-                format!("shard {shard} executed {id:?}, which was never submitted"),
-            ));
-        };
-        let shards: Vec<ShardId> = core.cs.history.txns[i].pieces.iter().map(|p| p.shard).collect();
-        if !shards.contains(&shard) {
-            return Err(core.violation(
-                ViolationKind::Execution,
-                format!("shard {shard} executed {id:?}, whose participants are {shards:?}"),
-            ));
-        }
-        if !self.executed.insert((id, shard)) {
-            return Err(core.violation(ViolationKind::Execution, format!("shard {shard} executed {id:?} twice")));
-        }
-        self.executions[shard as usize].push(id);
-        if core.config.check_durable_decisions {
-            self.check_durable(core, shard, id, &shards)?;
-        }
-        Ok(())
+impl RaftGroups<'_> {
+    /// The end-of-run checks of the ideal-log configuration (coordinators, executions,
+    /// followers, then the model's: committed prefixes, rule 4 left for the end, every answer
+    /// durable, the checker's replay) and its report.
+    pub(super) fn finish_ideal(mut self, mut core: Core<'_>) -> Result<RunReport, Violation> {
+        let retries = check_coordinators(&core)?;
+        self.check_committed_prefixes(core.now)?;
+        self.check_rule4_later(&core)?;
+        self.luigi_durability(&mut core)?;
+        self.check_executions(&core)?;
+        self.check_followers(&core)?;
+        let (cross_shard, cross_differed) = self.count_cross_shard(&core);
+        let leaders = self.leader_stats_sum();
+        let busy_wakes = self.busy_wakes;
+        let stores = leader_stores(&self.replicas, &mut self.report);
+        let summary =
+            check_run(core.config, &core.cs.history, &core.cs.orphans, &stores).map_err(|v| v.at(core.now))?;
+        let mut latencies: Vec<u64> =
+            core.cs.history.txns.iter().map(|t| t.answers[0].at.us - t.dispatched.us).collect();
+        latencies.sort_unstable();
+        let net = core.net_stats();
+        Ok(RunReport {
+            seed: core.config.seed,
+            txns: core.config.txns,
+            committed: summary.committed,
+            proc_aborted: summary.proc_aborted,
+            rejected: summary.rejected,
+            retries,
+            bumped: leaders.bumped,
+            duplicates: leaders.duplicates,
+            cross_shard,
+            cross_differed,
+            leaders,
+            peer_batches: net.peer_batches,
+            busy_wakes,
+            end_us: core.answered_at,
+            events: core.events,
+            messages: core.delivered,
+            dropped: net.dropped,
+            max_ts: summary.max_ts,
+            conflict_edges: summary.conflict_edges,
+            latency: Latency::of_sorted(&latencies),
+            shard_hashes: stores.iter().map(|s| s.state_hash()).collect(),
+            trace_hash: core.trace_hash,
+        })
     }
 
-    /// DESIGN.md rule 4 at the moment `shard` executes `id` (see [`check_rule4`]), over the
-    /// participants' logs.
-    pub(super) fn check_durable(&mut self, core: &Core<'_>, shard: ShardId, id: TxnId, shards: &[ShardId]) -> Step {
-        let now = core.now;
-        let durable: Vec<(ShardId, Durable)> =
-            shards.iter().map(|&p| (p, self.leaders[p as usize].leader.log_mut().durable(id, now))).collect();
-        check_rule4(&format!("shard {shard}"), shard, id, None, &durable)
-            .map_err(|msg| core.violation(ViolationKind::NotDurable, msg))
+    /// Shard `s`'s node (its only replica, up: nothing crashes in this configuration).
+    fn shard_node(&self, s: ShardId) -> &ReplicaNode {
+        self.replicas[s as usize][0].node.as_ref().expect("the ideal-log configuration never crashes a node")
     }
 
-    /// Checks a reply as the leader sends it.
-    pub(super) fn check_reply(&mut self, core: &mut Core<'_>, shard: ShardId, r: &TxnReply) -> Step {
-        core.cs.replies.check_reply(shard, r).map_err(|(kind, msg)| core.violation(kind, msg))
+    /// What shard `s`'s committed log holds of `id`.
+    fn durable(&self, s: ShardId, id: TxnId) -> Durable {
+        self.oracle[s as usize].durable.get(&id).copied().unwrap_or_default()
     }
 
-    /// After the run: exactly the ordered transactions were executed, once on each
-    /// participant, and on every shard conflicting ones executed in final-timestamp order and
-    /// in the order of the shard's own committed log.
-    pub(super) fn check_executions(&mut self, core: &Core<'_>) -> Step {
+    /// Every shard's serving leader's counters, summed.
+    fn leader_stats_sum(&self) -> LeaderStats {
+        (0..self.replicas.len() as ShardId)
+            .filter_map(|s| self.shard_node(s).replica().leader_figures())
+            .filter_map(|f| leader_stats(&f))
+            .fold(LeaderStats::default(), add_stats)
+    }
+
+    /// Exactly the ordered transactions were executed, once on each participant, and on
+    /// every shard conflicting ones executed in final-timestamp order and in the order of the
+    /// shard's own committed log.
+    fn check_executions(&self, core: &Core<'_>) -> Step {
         self.check_only_ordered_executed(core)?;
         self.check_ordered_executed_everywhere(core)?;
         for shard in 0..core.config.shards {
@@ -76,10 +100,14 @@ impl IdealLog {
         Ok(())
     }
 
+    fn executions(&self, s: ShardId) -> &[TxnId] {
+        self.ideal.as_ref().map_or(&[], |i| &i.executions[s as usize])
+    }
+
     /// Nothing rejected or aborted left a trace: whatever a shard executed was ordered.
     fn check_only_ordered_executed(&self, core: &Core<'_>) -> Step {
-        for (shard, execs) in self.executions.iter().enumerate() {
-            for id in execs {
+        for shard in 0..core.config.shards {
+            for id in self.executions(shard) {
                 let rec = &core.cs.history.txns[core.cs.index[id]];
                 if rec.ts().is_none() {
                     return Err(core.violation(
@@ -98,21 +126,20 @@ impl IdealLog {
 
     /// Every transaction answered as ordered was aborted nowhere and executed on each of its
     /// participants.
-    fn check_ordered_executed_everywhere(&mut self, core: &Core<'_>) -> Step {
-        let now = core.now;
+    fn check_ordered_executed_everywhere(&self, core: &Core<'_>) -> Step {
         for rec in &core.cs.history.txns {
             if rec.ts().is_none() {
                 continue;
             }
             for p in &rec.pieces {
-                if self.leaders[p.shard as usize].leader.log_mut().durable(rec.id, now).aborted {
+                if self.durable(p.shard, rec.id).aborted {
                     return Err(core.violation(
                         ViolationKind::Execution,
                         format!("{:?} was answered as ordered although shard {} logged its ABORT", rec.id, p.shard),
                     ));
                 }
             }
-            if let Some(p) = rec.pieces.iter().find(|p| !self.executed.contains(&(rec.id, p.shard))) {
+            if let Some(p) = rec.pieces.iter().find(|p| !self.executions(p.shard).contains(&rec.id)) {
                 return Err(core.violation(
                     ViolationKind::Execution,
                     format!("{:?} was answered as ordered but never executed on shard {}", rec.id, p.shard),
@@ -124,13 +151,12 @@ impl IdealLog {
 
     /// On `shard`, conflicting transactions executed in final-timestamp order, and (if the
     /// run checks it) in the order of the shard's committed log.
-    fn check_execution_order(&mut self, core: &Core<'_>, shard: ShardId) -> Step {
-        let now = core.now;
+    fn check_execution_order(&self, core: &Core<'_>, shard: ShardId) -> Step {
         let mut execs = Vec::new();
-        for &id in &self.executions[shard as usize] {
+        for &id in self.executions(shard) {
             let rec = &core.cs.history.txns[core.cs.index[&id]];
             let ts = rec.ts().expect("checked above");
-            let log_ts = self.leaders[shard as usize].leader.log_mut().durable(id, now).ts().unwrap_or(ts);
+            let log_ts = self.durable(shard, id).ts().unwrap_or(ts);
             let keys = rec.piece(shard).expect("participant checked at execution");
             execs.push(Exec { id, by_final: (ts, id), by_log: (log_ts, id), keys });
         }
@@ -166,48 +192,50 @@ impl IdealLog {
 
     /// Cross-shard transactions submitted, and those whose participants' committed proposals
     /// differed (the ones that needed the second round).
-    pub(super) fn count_cross_shard(&mut self, core: &Core<'_>) -> (u64, u64) {
-        let now = core.now;
+    fn count_cross_shard(&self, core: &Core<'_>) -> (u64, u64) {
         let (mut cross, mut differed) = (0, 0);
         for rec in &core.cs.history.txns {
             if rec.pieces.len() < 2 {
                 continue;
             }
             cross += 1;
-            let proposals: Vec<Option<Timestamp>> = rec
-                .pieces
-                .iter()
-                .map(|p| self.leaders[p.shard as usize].leader.log_mut().durable(rec.id, now).prepared)
-                .collect();
+            let proposals: Vec<Option<Timestamp>> =
+                rec.pieces.iter().map(|p| self.durable(p.shard, rec.id).prepared).collect();
             if proposals.iter().all(Option::is_some) && proposals.iter().any(|p| *p != proposals[0]) {
                 differed += 1;
             }
         }
         (cross, differed)
     }
-}
 
-impl IdealLog {
-    /// Replays every shard's log into a fresh follower replica and requires it to rebuild
+    /// Replays every shard's committed log into a fresh follower and requires it to rebuild
     /// exactly the leader's store (DESIGN.md rule 5: execution is a deterministic function of
-    /// the ordered log). A final `Applied` marker covers everything the leader executed.
-    pub(super) fn check_followers(&mut self, core: &Core<'_>) -> Result<(), Violation> {
-        for s in 0..self.leaders.len() {
-            self.leaders[s].leader.mark_applied();
-            let shard = s as u32;
+    /// the ordered log). The converged leader has nothing pending, so everything it holds
+    /// prepared is decided and executed: a final `Applied` marker past every timestamp stands
+    /// for the one its next tick would log.
+    fn check_followers(&self, core: &Core<'_>) -> Step {
+        for shard in 0..core.config.shards {
+            let node = self.shard_node(shard);
+            let records = node
+                .log()
+                .replay()
+                .and_then(|r| r.records::<LogRecord>())
+                .map_err(|e| core.violation(ViolationKind::Invariant, format!("shard {shard}'s log: {e}")))?;
             let mut follower = Follower::new(shard, core.config.initial(shard), core.config.registry());
-            let entries: Vec<LogEntry> = self.leaders[s].leader.log_mut().all_entries().cloned().collect();
-            for entry in &entries {
+            for entry in &records {
                 follower.apply(entry);
             }
-            let leader_store = self.leaders[s].leader.store();
+            let index = records.last().map_or(0, |e| e.index) + 1;
+            follower.apply(&LogEntry { index, record: LogRecord::Applied { ts: Timestamp::MAX } });
+            let leader_store = node.replica().store();
             if follower.queued_len() != 0 || follower.store() != leader_store {
                 return Err(core.violation(
                     ViolationKind::StateMismatch,
                     format!(
-                        "shard {s}: a follower replaying the {} log entries rebuilds a different store \
-                         ({} keys, hash {:x}, {} transactions still queued) than the leader's ({} keys, hash {:x})",
-                        entries.len(),
+                        "shard {shard}: a follower replaying the {} committed records rebuilds a different \
+                         store ({} keys, hash {:x}, {} transactions still queued) than the leader's ({} keys, \
+                         hash {:x})",
+                        records.len(),
                         follower.store().len(),
                         follower.store().state_hash(),
                         follower.queued_len(),
@@ -221,60 +249,16 @@ impl IdealLog {
     }
 }
 
-impl IdealLog {
-    /// The end-of-run checks (coordinators, idle leaders, executions, followers, the
-    /// checker) and the report.
-    pub(super) fn finish_checks(mut self, core: Core<'_>) -> Result<RunReport, Violation> {
-        let retries = check_coordinators(&core)?;
-        self.check_leaders_idle(&core)?;
-        self.check_executions(&core)?;
-        self.check_followers(&core)?;
-        let (cross_shard, cross_differed) = self.count_cross_shard(&core);
-        let stores: Vec<&Store> = self.leaders.iter().map(|l| l.leader.store()).collect();
-        let summary =
-            check_run(core.config, &core.cs.history, &core.cs.orphans, &stores).map_err(|v| v.at(core.now))?;
-        let mut latencies: Vec<u64> =
-            core.cs.history.txns.iter().map(|t| t.answers[0].at.us - t.dispatched.us).collect();
-        latencies.sort_unstable();
-        let leaders = self.leaders.iter().map(|l| l.leader.stats()).fold(LeaderStats::default(), add_stats);
-        let net = core.net_stats();
-        Ok(RunReport {
-            seed: core.config.seed,
-            txns: core.config.txns,
-            committed: summary.committed,
-            proc_aborted: summary.proc_aborted,
-            rejected: summary.rejected,
-            retries,
-            bumped: leaders.bumped,
-            duplicates: leaders.duplicates,
-            cross_shard,
-            cross_differed,
-            leaders,
-            peer_batches: net.peer_batches,
-            busy_wakes: self.busy_wakes,
-            end_us: core.answered_at,
-            events: core.events,
-            messages: core.delivered,
-            dropped: net.dropped,
-            max_ts: summary.max_ts,
-            conflict_edges: summary.conflict_edges,
-            latency: Latency::of_sorted(&latencies),
-            shard_hashes: stores.iter().map(|s| s.state_hash()).collect(),
-            trace_hash: core.trace_hash,
-        })
-    }
-}
-
 /// Every client is Luigi's coordinator and saw no participants answer with different
 /// timestamps; returns their retries.
 fn check_coordinators(core: &Core<'_>) -> Result<u64, Violation> {
     let mut retries = 0;
     for (id, c) in (1..).zip(&core.cs.nodes) {
-        // The ideal-log model runs Luigi only (`crate::run` refuses the baselines).
+        // The ideal-log configuration runs Luigi only (`crate::run` refuses the baselines).
         match c.coord.protocol() {
             Protocol::Luigi => {}
             Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
-                let msg = format!("client {id} is not Luigi's coordinator in the ideal-log model");
+                let msg = format!("client {id} is not Luigi's coordinator in the ideal-log configuration");
                 return Err(core.violation(ViolationKind::Config, msg));
             }
         }
@@ -292,26 +276,6 @@ fn check_coordinators(core: &Core<'_>) -> Result<u64, Violation> {
         }
     }
     Ok(retries)
-}
-
-impl IdealLog {
-    /// No leader holds a transaction pending once every transaction was answered.
-    fn check_leaders_idle(&self, core: &Core<'_>) -> Step {
-        for (s, l) in self.leaders.iter().enumerate() {
-            if l.leader.pending_len() != 0 {
-                return Err(core.violation(
-                    ViolationKind::Invariant,
-                    format!(
-                        "shard {s} still has {} transactions pending {} us after every \
-                         transaction was answered",
-                        l.leader.pending_len(),
-                        core.now - core.answered_at
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
 }
 
 fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
