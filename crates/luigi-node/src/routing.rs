@@ -60,15 +60,19 @@ impl ShardRoutes {
         }
     }
 
-    /// `shard`'s leader announced itself; returns true if the leader changed (a stale
-    /// announcement, from an older term, changes nothing).
+    /// `shard`'s leader announced itself; returns true if a new leadership began: an
+    /// announcement of a later serving term, by another replica or by the same one again (a
+    /// stale announcement, from an older term or repeated, changes nothing). A leader that
+    /// starts serving in a new term has dropped what it was sent while it did not serve, so
+    /// its peers send their pending agreement items again, also when it is the replica they
+    /// already believed led (replica 0, at a cluster's start).
     pub fn leader_is(&mut self, shard: ShardId, replica: u32, term: u64) -> bool {
         let known = self.leader_of.get(&shard).copied().unwrap_or((0, 0));
         if term < known.1 || (replica, term) == known {
             return false;
         }
         self.leader_of.insert(shard, (replica, term));
-        replica != known.0
+        term > known.1 || replica != known.0
     }
 
     /// Queues `batch` for `shard`'s leader.

@@ -292,6 +292,21 @@ fn batches_wait_for_a_reachable_leader_and_go_out_in_order() {
     assert_eq!(routes.queued(), 0);
 }
 
+/// A leader that starts serving in a new term is a new leadership, also when it is the replica
+/// already believed to lead (its peers send it their agreement items again).
+#[test]
+fn a_new_serving_term_of_the_believed_leader_is_a_new_leadership() {
+    let mut routes = ShardRoutes::new(2);
+    assert_eq!(routes.leader_of(1), 0, "replica 0 is believed to lead at first");
+    assert!(routes.leader_is(1, 0, 1), "replica 0 serving in term 1: a new leadership");
+    assert!(!routes.leader_is(1, 0, 1), "the same announcement again");
+    assert!(routes.leader_is(1, 0, 4), "replica 0 serving again in a later term");
+    assert!(!routes.leader_is(1, 2, 3), "an older term's announcement");
+    assert_eq!(routes.leader_of(1), 0);
+    assert!(routes.leader_is(1, 2, 5), "another replica in a later term");
+    assert_eq!(routes.leader_of(1), 2);
+}
+
 /// A follower of a 3-replica shard running the fast path, told by a heartbeat that replica 0
 /// leads term 1.
 fn fast_follower() -> ReplicaNode {
