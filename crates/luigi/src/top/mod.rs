@@ -93,35 +93,69 @@ pub fn top(args: TopArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!((1..=60_000).contains(&args.timeout_ms), "--timeout-ms must be 1 to 60000");
     let config = ClusterConfig::load(&args.cluster)?;
     let targets = targets(&config)?;
-    let interval = Duration::from_secs_f64(args.interval);
-    let timeout = Duration::from_millis(args.timeout_ms);
-    let header = |time| Header { cluster: args.cluster.display().to_string(), interval_s: args.interval, time };
+    let view = View {
+        targets,
+        interval: Duration::from_secs_f64(args.interval),
+        timeout: Duration::from_millis(args.timeout_ms),
+        once: args.once,
+        cluster: args.cluster.display().to_string(),
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async {
-        let mut ticks = tokio::time::interval(interval);
+        if view.once {
+            return view.frames().await;
+        }
+        // Registered once, before the first frame: a Ctrl-C while a scrape is under way is
+        // not lost.
+        let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .context("cannot watch for Ctrl-C")?;
+        tokio::select! {
+            result = view.frames() => result,
+            _ = interrupt.recv() => Ok(ExitCode::SUCCESS),
+        }
+    })
+}
+
+/// What `luigi top` watches and how.
+struct View {
+    targets: Vec<Target>,
+    interval: Duration,
+    timeout: Duration,
+    once: bool,
+    cluster: String,
+}
+
+impl View {
+    /// Scrapes every interval and draws a frame from each round and the one before; with
+    /// `once`, the first frame that has a round before it, then returns.
+    async fn frames(&self) -> anyhow::Result<ExitCode> {
+        let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await; // the first tick is at once
         let mut previous: Option<Vec<Reading>> = None;
         loop {
-            let current = scrape::read_all(&targets, timeout).await;
-            if !args.once || previous.is_some() {
-                let frame = figures::frame(&targets, previous.as_deref(), &current);
-                let mut text = if args.once { String::new() } else { CLEAR.to_string() };
-                for line in render::render(&header(utc_now()), &frame) {
-                    text.push_str(&line);
-                    text.push('\n');
-                }
-                let mut out = std::io::stdout().lock();
-                out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing to standard output")?;
-                if args.once {
+            let current = scrape::read_all(&self.targets, self.timeout).await;
+            if !self.once || previous.is_some() {
+                let frame = figures::frame(&self.targets, previous.as_deref(), &current);
+                self.print(&frame)?;
+                if self.once {
                     return Ok(ExitCode::SUCCESS);
                 }
             }
             previous = Some(current);
-            tokio::select! {
-                _ = ticks.tick() => {}
-                _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
-            }
+            ticks.tick().await;
         }
-    })
+    }
+
+    /// Writes `frame` to standard output in one write (after clearing the screen, live).
+    fn print(&self, frame: &figures::Frame) -> anyhow::Result<()> {
+        let header = Header { cluster: self.cluster.clone(), interval_s: self.interval.as_secs_f64(), time: utc_now() };
+        let mut text = if self.once { String::new() } else { CLEAR.to_string() };
+        for line in render::render(&header, frame) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing to standard output")
+    }
 }
