@@ -62,7 +62,8 @@ enum Command {
     /// A live view of a running cluster from its servers' metrics, refreshed every second.
     ///
     /// Per shard: leader, term, commits/s, commit latency, log sync time, hold queue,
-    /// watermark lag, fast-path share; per replica: role, clock offsets, or why it is down.
+    /// watermark lag, fast-path accepts per commit; per replica: role, clock offsets, or why it
+    /// is down.
     #[command(after_help = top::TOP_HELP)]
     Top(top::TopArgs),
     /// Read one key (prints its value).

@@ -1,6 +1,6 @@
 //! What one frame of `luigi top` shows, worked out from two rounds of scrapes (the previous
 //! and the current one): per shard its leader, term, commit rate, latency quantiles, hold
-//! queue, watermark lag and fast-path share; per replica its state, role, clock offsets, or
+//! queue, watermark lag and fast-path accepts per commit; per replica its state, role, clock offsets, or
 //! why it did not answer. Plain figures: [`super::render`] draws them.
 
 use std::net::SocketAddr;
@@ -46,8 +46,10 @@ pub struct ShardFigures {
     pub queue: Option<f64>,
     /// The serving leader's clock minus its watermark, seconds.
     pub watermark_lag_s: Option<f64>,
-    /// Commits on the fast path over all commits of the interval (0 to 1).
-    pub fast_share: Option<f64>,
+    /// Fast-path accept records written over the interval (every replica of the shard) per
+    /// transaction committed: with n replicas, up to n - 1 when every transaction asks for
+    /// the fast path and every follower accepts it; 0 when the fast path is not used.
+    pub accepts_per_commit: Option<f64>,
 }
 
 /// A replica's measured clock offset to one peer.
@@ -194,12 +196,11 @@ fn shard_figures(shard: u32, replicas: usize, pairs: &[&Pair]) -> ShardFigures {
         .max_by_key(|p| (term_of(p), std::cmp::Reverse(p.replica)))
         .copied();
     let committed = [("outcome", "committed"), ("path", "any")];
-    let fast = [("outcome", "committed"), ("path", names::FAST_PATH)];
     let commits_per_s = sum_of(pairs, |p| p.rate(names::TRANSACTIONS, &committed));
-    let serves_fast = pairs.iter().any(|p| p.current.value(names::TRANSACTIONS, &fast).is_some());
-    let fast_per_s = if serves_fast { sum_of(pairs, |p| p.rate(names::TRANSACTIONS, &fast)) } else { None };
-    let fast_share = match (fast_per_s, commits_per_s) {
-        (Some(f), Some(all)) if all > 0.0 => Some((f / all).min(1.0)),
+    let serves_accepts = pairs.iter().any(|p| p.current.value(names::ACCEPTS_WRITTEN, &[]).is_some());
+    let accepts_per_s = if serves_accepts { sum_of(pairs, |p| p.rate(names::ACCEPTS_WRITTEN, &[])) } else { None };
+    let accepts_per_commit = match (accepts_per_s, commits_per_s) {
+        (Some(a), Some(c)) if c > 0.0 => Some(a / c),
         _ => None,
     };
     ShardFigures {
@@ -214,7 +215,7 @@ fn shard_figures(shard: u32, replicas: usize, pairs: &[&Pair]) -> ShardFigures {
         fsync: quantiles(pairs, names::FSYNC),
         queue: leader.and_then(|p| p.current.value(names::PENDING, &[])),
         watermark_lag_s: leader.and_then(|p| p.current.value(names::WATERMARK_LAG, &[])),
-        fast_share,
+        accepts_per_commit,
     }
 }
 
@@ -311,7 +312,7 @@ mod tests {
         let fsync = s0.fsync.unwrap();
         assert!((fsync.p50 - (0.001 + 0.001 * 25.0 / 30.0)).abs() < 1e-12, "{fsync:?}");
         assert_eq!(fsync.p99, 0.002, "in the +Inf bucket: the largest finite bound");
-        assert_eq!((s0.commit_latency, s0.fast_share), (None, None), "not served");
+        assert_eq!((s0.commit_latency, s0.accepts_per_commit), (None, None), "not served");
         let s1 = &frame.shards[1];
         assert_eq!((s1.leader, s1.term, s1.commits_per_s, s1.fsync, s1.answered), (None, None, None, None, 0));
         assert_eq!(frame.replicas[2].state, ReplicaState::Down("connection refused".into()));
@@ -365,18 +366,21 @@ mod tests {
     }
 
     #[test]
-    fn the_fast_path_share_is_fast_commits_over_all_commits_once_served() {
+    fn accepts_per_commit_are_every_replicas_accepts_over_the_commits_once_served() {
         let t0 = Instant::now();
         let t1 = t0 + Duration::from_secs(1);
-        let with_fast = |committed: f64, fast: f64| {
-            let text = exposition(&Fig { leader: true, term: 1, committed: Some(committed), fsync: [0.0; 3] }).replace(
-                "# EOF\n",
-                &format!("luigi_transactions_total{{outcome=\"committed\",path=\"fast\"}} {fast}\n# EOF\n"),
-            );
+        let with_accepts = |committed: Option<f64>, accepts: f64| {
+            let text = exposition(&Fig { leader: committed.is_some(), term: 1, committed, fsync: [0.0; 3] })
+                .replace("# EOF\n", &format!("luigi_accept_log_entries_written_total {accepts}\n# EOF\n"));
             Metrics::parse(&text).unwrap()
         };
-        let before = [Reading { at: t0, metrics: Ok(with_fast(100.0, 10.0)) }];
-        let after = [Reading { at: t1, metrics: Ok(with_fast(200.0, 85.0)) }];
-        assert_eq!(frame(&[target(0, 0)], Some(&before), &after).shards[0].fast_share, Some(0.75));
+        let targets = [target(0, 0), target(0, 1), target(0, 2)];
+        let at = |at, committed, accepts| Reading { at, metrics: Ok(with_accepts(committed, accepts)) };
+        let before = [at(t0, Some(100.0), 0.0), at(t0, None, 50.0), at(t0, None, 50.0)];
+        // 100 commits; the followers wrote 90 and 60 accept records.
+        let after = [at(t1, Some(200.0), 0.0), at(t1, None, 140.0), at(t1, None, 110.0)];
+        assert_eq!(frame(&targets, Some(&before), &after).shards[0].accepts_per_commit, Some(1.5));
+        let idle = [at(t1, Some(100.0), 0.0), at(t1, None, 50.0), at(t1, None, 50.0)];
+        assert_eq!(frame(&targets, Some(&before), &idle).shards[0].accepts_per_commit, None, "no commit");
     }
 }

@@ -33,8 +33,9 @@ pub const TOP_HELP: &str = "\
 Shard columns: the replica that leads (`elect`: elected, not serving yet; `none`), the highest
 Raft term, transactions committed per second, commit latency and Raft log sync time (median and
 99th percentile over the interval, from the servers' histograms), the leader's hold queue
-(transactions admitted, not executed), its watermark lag, the share of commits on the fast
-path, and how many replicas answered. Replica lines: state (DOWN with the reason), Raft role
+(transactions admitted, not executed), its watermark lag, fast-path accept records written
+(every replica) per commit (ACC/C: up to replicas - 1 when every transaction takes the fast
+path; 0 when none does), and how many replicas answered. Replica lines: state (DOWN with the reason), Raft role
 and term, log entries applied per second, leader changes seen since the replica started, and
 its clock offset to each peer. `-`: no figure this interval.
 

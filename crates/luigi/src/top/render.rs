@@ -41,7 +41,7 @@ pub fn render(header: &Header, frame: &Frame) -> Vec<String> {
             "FSYNC p50/p99 ms",
             "QUEUE",
             "WM LAG ms",
-            "FAST%",
+            "ACC/C",
             "UP"
         ),
     ];
@@ -75,7 +75,7 @@ fn shard_line(s: &ShardFigures) -> String {
         s.fsync.map_or(NONE.into(), quantiles_ms),
         s.queue.map_or(NONE.into(), |q| format!("{q:.0}")),
         s.watermark_lag_s.map_or(NONE.into(), |l| format!("{:.1}", l * 1e3)),
-        s.fast_share.map_or(NONE.into(), |f| format!("{:.0}", f * 100.0)),
+        s.accepts_per_commit.map_or(NONE.into(), |a| format!("{a:.2}")),
         s.answered,
         s.replicas
     )
@@ -141,7 +141,7 @@ mod tests {
             fsync: Some(Quantiles { p50: 0.000_04, p99: 0.000_31 }),
             queue: Some(12.0),
             watermark_lag_s: Some(0.0012),
-            fast_share: Some(0.875),
+            accepts_per_commit: Some(1.875),
         }
     }
 
@@ -170,7 +170,7 @@ mod tests {
         assert_eq!(lines[0], "luigi top  c.toml  every 1.0 s  15:04:05 UTC  1 shard(s), 3 of 1 replicas answered");
         let line = &lines[3];
         let cells: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(cells, ["0", "r1", "4", "1234", "-", "0.04/0.31", "12", "1.2", "88", "3/3"], "{line}");
+        assert_eq!(cells, ["0", "r1", "4", "1234", "-", "0.04/0.31", "12", "1.2", "1.88", "3/3"], "{line}");
         let header_line = &lines[2];
         // Columns line up under their heads: left-aligned ones start, right-aligned ones end, with them.
         let start = |text: &str, s: &str| text.find(s).unwrap();
@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(start(header_line, "LEADER"), start(line, "r1"));
         assert_eq!(end(header_line, "COMMIT/S"), end(line, "1234"));
         assert_eq!(start(header_line, "FSYNC"), start(line, "0.04/0.31"));
-        assert_eq!(end(header_line, "FAST%"), end(line, "88"));
+        assert_eq!(end(header_line, "ACC/C"), end(line, "1.88"));
     }
 
     #[test]
@@ -192,7 +192,7 @@ mod tests {
             term: None,
             commits_per_s: None,
             fsync: None,
-            fast_share: None,
+            accepts_per_commit: None,
             answered: 0,
             ..ShardFigures { leader: None, ..shard(2) }
         };
