@@ -366,6 +366,26 @@ mod tests {
     }
 
     #[test]
+    fn commit_latency_is_read_from_its_histogram_once_served() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        let with_commits = |counts: [f64; 3]| {
+            let mut text = exposition(&Fig { leader: true, term: 1, committed: Some(0.0), fsync: [0.0; 3] });
+            text = text.replace("# EOF\n", "# TYPE tikv_raftstore_commit_log_duration_seconds histogram\n");
+            for (le, count) in ["0.001", "0.004", "+Inf"].iter().zip(counts) {
+                text += &format!("tikv_raftstore_commit_log_duration_seconds_bucket{{le=\"{le}\"}} {count}\n");
+            }
+            Reading { at: t1, metrics: Ok(Metrics::parse(&(text + "# EOF\n")).unwrap()) }
+        };
+        let before = [Reading { at: t0, ..with_commits([5.0, 5.0, 5.0]) }];
+        // The interval's 100 commits: 50 at most 1 ms, 50 in (1, 4] ms.
+        let after = [with_commits([55.0, 105.0, 105.0])];
+        let latency = frame(&[target(0, 0)], Some(&before), &after).shards[0].commit_latency.unwrap();
+        assert_eq!(latency.p50, 0.001);
+        assert!((latency.p99 - (0.001 + 0.003 * 49.0 / 50.0)).abs() < 1e-12, "{latency:?}");
+    }
+
+    #[test]
     fn accepts_per_commit_are_every_replicas_accepts_over_the_commits_once_served() {
         let t0 = Instant::now();
         let t1 = t0 + Duration::from_secs(1);
