@@ -30,14 +30,14 @@ const CLEAR: &str = "\x1b[2J\x1b[H";
 
 /// Appended to `luigi top --help`.
 pub const TOP_HELP: &str = "\
-Shard columns: the replica that leads (`elect`: elected, not serving yet; `none`), the highest
-Raft term, transactions committed per second, commit latency and Raft log sync time (median and
-99th percentile over the interval, from the servers' histograms), the leader's hold queue
-(transactions admitted, not executed), its watermark lag, fast-path accept records written
-(every replica) per commit (ACC/C: up to replicas - 1 when every transaction takes the fast
-path; 0 when none does), and how many replicas answered. Replica lines: state (DOWN with the reason), Raft role
-and term, log entries applied per second, leader changes seen since the replica started, and
-its clock offset to each peer. `-`: no figure this interval.
+Shard columns: the replica that leads (`elect`: elected, not serving yet; `none`), the
+highest Raft term, transactions committed per second, commit latency and Raft log sync time
+(median and 99th percentile over the interval, from the servers' histograms), the leader's
+hold queue (transactions admitted, not executed), its watermark lag, fast-path accept records
+written by every replica per commit (ACC/C: up to replicas - 1 when every transaction takes
+the fast path; 0 when none does), and how many replicas answered. Replica lines: state (DOWN
+with the reason), Raft role and term, log entries applied per second, leader changes seen
+since the replica started, and its clock offset to each peer. `-`: no figure this interval.
 
 Every shard of the cluster file needs its `metrics` addresses (docs/METRICS.md). Ctrl-C ends
 the live view.";
