@@ -1,12 +1,14 @@
 //! `luigi top --once` against real server processes on loopback (2 shards x 3 replicas, each
 //! serving its metrics): the frame names every shard and its leader, counts commits while
 //! `luigi put` runs, and once a leader is killed shows it DOWN with the reason and the new
-//! leader its shard elects, without failing.
+//! leader its shard elects, without failing; the live view clears the screen and ends when
+//! its reader closes the pipe.
 
 mod common;
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -94,6 +96,7 @@ fn top_once_shows_every_shard_its_leader_commits_and_a_killed_leader() {
         frame
     });
     assert!(loaded.contains("REPLICA "), "{loaded}");
+    live_view_ends_when_its_reader_closes_the_pipe(&config);
     // Kill shard 1's leader: top still draws a frame, shows it DOWN with the reason, and the
     // shard's new leader once the survivors elect one.
     let old = serving_leader(&loaded, 1).expect("shard 1 led");
@@ -105,6 +108,35 @@ fn top_once_shows_every_shard_its_leader_commits_and_a_killed_leader() {
     assert!(after.contains("5 of 6 replicas answered"), "{after}");
     assert_eq!(shard_cells(&after, 1).last().map(String::as_str), Some("2/3"), "{after}");
     assert!(serving_leader(&after, 0).is_some(), "shard 0 is untouched:\n{after}");
+}
+
+/// The live view piped into a reader that reads one line and closes the pipe (`| head -1`)
+/// ends, with status 0, at its next frame.
+fn live_view_ends_when_its_reader_closes_the_pipe(config: &Path) {
+    let mut child = Command::new(EXE)
+        .args(["top", "--interval", "0.2", "--cluster"])
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with("\x1b[2J\x1b[Hluigi top "), "the live view clears the screen: {first:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("luigi top still runs with its pipe closed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{status:?}: {err}");
 }
 
 #[test]

@@ -138,7 +138,11 @@ impl View {
             let current = scrape::read_all(&self.targets, self.timeout).await;
             if !self.once || previous.is_some() {
                 let frame = figures::frame(&self.targets, previous.as_deref(), &current);
-                self.print(&frame)?;
+                match self.print(&frame) {
+                    // Piped into `head` or the like: a reader that closed the pipe ends the view.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+                    written => written.context("writing to standard output")?,
+                }
                 if self.once {
                     return Ok(ExitCode::SUCCESS);
                 }
@@ -149,7 +153,7 @@ impl View {
     }
 
     /// Writes `frame` to standard output in one write (after clearing the screen, live).
-    fn print(&self, frame: &figures::Frame) -> anyhow::Result<()> {
+    fn print(&self, frame: &figures::Frame) -> std::io::Result<()> {
         let header = Header { cluster: self.cluster.clone(), interval_s: self.interval.as_secs_f64(), time: utc_now() };
         let mut text = if self.once { String::new() } else { CLEAR.to_string() };
         for line in render::render(&header, frame) {
@@ -157,6 +161,6 @@ impl View {
             text.push('\n');
         }
         let mut out = std::io::stdout().lock();
-        out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing to standard output")
+        out.write_all(text.as_bytes()).and_then(|()| out.flush())
     }
 }
