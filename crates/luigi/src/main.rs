@@ -6,6 +6,7 @@ mod help;
 mod kv;
 mod status;
 mod suite;
+mod top;
 mod ycsb;
 
 use std::path::PathBuf;
@@ -58,6 +59,13 @@ enum Command {
     /// transactions.
     #[command(after_help = status::STATUS_HELP)]
     Status(status::StatusArgs),
+    /// A live view of a running cluster from its servers' metrics, refreshed every second.
+    ///
+    /// Per shard: leader, term, commits/s, commit latency, log sync time, hold queue,
+    /// watermark lag, fast-path accepts per commit; per replica: role, clock offsets, or why it
+    /// is down.
+    #[command(after_help = top::TOP_HELP)]
+    Top(top::TopArgs),
     /// Read one key (prints its value).
     #[command(after_help = kv::EXIT_HELP)]
     Get(kv::GetArgs),
@@ -327,6 +335,7 @@ fn main() -> ExitCode {
         Command::Report(args) => suite::report(args),
         Command::Check(command) => check(command),
         Command::Status(args) => status::status(args),
+        Command::Top(args) => top::top(args),
         Command::Get(args) => kv::get(args),
         Command::Put(args) => kv::put(args),
         Command::Scan(args) => kv::scan(args),
