@@ -88,18 +88,24 @@ impl Drop for Procs {
 
 impl LocalCluster {
     /// Writes `config` (its addresses are replaced by free loopback ports, and each server
-    /// is given a metrics address) into a fresh temporary directory and starts one `exe
-    /// server` process per node.
-    pub fn start(exe: &Path, config: ClusterConfig, durability: &str) -> anyhow::Result<Self> {
-        Self::start_in(&std::env::temp_dir(), exe, config, durability)
+    /// is given a metrics address with `metrics`, none without) into a fresh temporary
+    /// directory and starts one `exe server` process per node.
+    pub fn start(exe: &Path, config: ClusterConfig, durability: &str, metrics: bool) -> anyhow::Result<Self> {
+        Self::start_in(&std::env::temp_dir(), exe, config, durability, metrics)
     }
 
     /// [`LocalCluster::start`] with the temporary directory made under `parent`.
-    pub fn start_in(parent: &Path, exe: &Path, mut config: ClusterConfig, durability: &str) -> anyhow::Result<Self> {
+    pub fn start_in(
+        parent: &Path,
+        exe: &Path,
+        mut config: ClusterConfig,
+        durability: &str,
+        metrics: bool,
+    ) -> anyhow::Result<Self> {
         cleanup::install_signal_handlers()?;
         let procs = Procs::new(parent)?;
         let dir = procs.dir.path().to_path_buf();
-        assign_ports(&mut config)?;
+        assign_ports(&mut config, metrics)?;
         if config.secret.is_none() {
             // The servers authenticate each other as in production; the file is private to
             // this run's directory.
@@ -213,9 +219,10 @@ impl LocalCluster {
     }
 }
 
-/// Gives every server of `config` a free loopback port, and a metrics address of its own
-/// (docs/METRICS.md): the benchmark's servers always serve their metrics.
-fn assign_ports(config: &mut ClusterConfig) -> anyhow::Result<()> {
+/// Gives every server of `config` a free loopback port, and with `metrics` a metrics address
+/// of its own (docs/METRICS.md): the benchmark's servers serve their metrics unless told not
+/// to (`luigi bench --metrics off`, to measure what serving them costs).
+fn assign_ports(config: &mut ClusterConfig, metrics: bool) -> anyhow::Result<()> {
     // Every listener is held until all ports are picked, so no port is handed out twice.
     let mut held = Vec::new();
     for shard in &mut config.shards {
@@ -225,7 +232,8 @@ fn assign_ports(config: &mut ClusterConfig) -> anyhow::Result<()> {
             held.push(listener);
         }
         shard.metrics.clear();
-        for _ in 0..shard.replicas.len() {
+        let served = if metrics { shard.replicas.len() } else { 0 };
+        for _ in 0..served {
             let listener = free_loopback_listener()?;
             shard.metrics.push(listener.local_addr()?.to_string());
             held.push(listener);
@@ -281,10 +289,13 @@ mod tests {
     fn every_server_gets_a_port_and_a_metrics_address_the_file_accepts() {
         let mut config = ClusterConfig::local(2, Scenario::None, &[0, 0]);
         config.shards[1].replicas.push("127.0.0.1:0".into());
-        assign_ports(&mut config).unwrap();
+        let mut without = config.clone();
+        assign_ports(&mut config, true).unwrap();
         for shard in &config.shards {
             assert_eq!(shard.metrics.len(), shard.replicas.len(), "one metrics address per replica");
         }
+        assign_ports(&mut without, false).unwrap();
+        assert!(without.shards.iter().all(|s| s.metrics.is_empty()), "--metrics off: none served");
         let path = Path::new("generated.toml");
         let reread = ClusterConfig::parse(&config.to_toml(), path).expect("valid: every address distinct");
         assert!(reread.metrics_addr(NodeId { shard: 1, replica: 1 }).is_some());
@@ -293,7 +304,8 @@ mod tests {
     #[test]
     fn a_failed_start_leaves_no_directory() {
         let parent = tempfile::tempdir().unwrap();
-        let err = LocalCluster::start_in(parent.path(), Path::new("/bin/false"), one_node(), "none").err().unwrap();
+        let err =
+            LocalCluster::start_in(parent.path(), Path::new("/bin/false"), one_node(), "none", true).err().unwrap();
         assert!(format!("{err:#}").contains("exited"), "{err:#}");
         assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0, "directory removed");
     }

@@ -13,6 +13,7 @@ pub mod options;
 pub mod report;
 pub mod run;
 pub mod samples;
+pub mod server_metrics;
 pub mod stats;
 pub mod suite;
 pub mod tpcc;

@@ -72,6 +72,9 @@ pub struct BenchOptions {
     /// `--rate`: open loop at this many transactions per second over all threads (`None`:
     /// closed loop); `--in-flight` is then each thread's bound.
     pub rate: Option<f64>,
+    /// `--metrics on|off` (default on): the servers' metrics served (a local cluster) and
+    /// scraped around the measured interval.
+    pub metrics: Option<bool>,
 }
 
 /// The cluster a benchmark runs against.
@@ -123,6 +126,8 @@ pub struct BenchPlan {
     pub protocols: Vec<Protocol>,
     /// Open-loop rate, transactions per second (`None`: closed loop).
     pub rate_tps: Option<f64>,
+    /// Serve (a local cluster) and scrape the servers' metrics.
+    pub metrics: bool,
 }
 
 impl BenchPlan {
@@ -203,6 +208,7 @@ impl BenchOptions {
             json: self.json.clone(),
             protocols,
             rate_tps: self.rate,
+            metrics: self.metrics.unwrap_or(true),
         })
     }
 

@@ -130,6 +130,11 @@ pub struct BenchResult {
     /// recorded before it existed).
     #[serde(default)]
     pub client_cpu_s: f64,
+    /// Where the servers' time went in the measured interval: their metrics scraped at its
+    /// start and end, the differences ([`crate::server_metrics`]; absent with `--metrics off`
+    /// and in runs recorded before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_metrics: Option<crate::server_metrics::ServerDeltas>,
 }
 
 /// One kind of business transaction's figures in a run.

@@ -32,6 +32,7 @@ use crate::client::{ClusterConnector, RetryPolicy, TxnConnector, TxnStatus};
 use crate::cluster::{LocalCluster, READY_TIMEOUT};
 use crate::driver::{run_load, KindReport, LoadOptions, LoadReport, Progress};
 use crate::report::{abort_rate, BenchResult, KindResult};
+use crate::server_metrics::{self, ServerDeltas};
 
 /// The shape of one run, whatever the workload.
 #[derive(Clone, Debug)]
@@ -69,6 +70,10 @@ pub struct RunSpec {
     /// Open loop at this rate, transactions per second (`None`: closed loop; see
     /// [`crate::open_loop`]).
     pub rate_tps: Option<f64>,
+    /// The servers serve their metrics (a local cluster) and the run scrapes them at the
+    /// start and the end of its measured interval ([`crate::server_metrics`]); off, neither
+    /// (`luigi bench --metrics off`: what serving them costs, at saturation).
+    pub metrics: bool,
 }
 
 /// What a run measured, before the workload turns it into a report.
@@ -83,6 +88,9 @@ pub struct Measured {
     pub ready: Duration,
     /// Wall-clock start, seconds since the Unix epoch.
     pub started_at_unix_s: u64,
+    /// The servers' metrics over the measured interval (`None` with `--metrics off`, or a
+    /// cluster whose servers serve none).
+    pub server_metrics: Option<ServerDeltas>,
 }
 
 /// A closing step: what it does with a client connector to the cluster.
@@ -147,8 +155,8 @@ pub fn run_workload<T>(
     let (mut local, config) = match &run.cluster_file {
         Some(_) => (None, config),
         None => {
-            let cluster =
-                LocalCluster::start(&run.exe, config, run.durability).context("starting the local cluster")?;
+            let cluster = LocalCluster::start(&run.exe, config, run.durability, run.metrics)
+                .context("starting the local cluster")?;
             let config = cluster.config().clone();
             (Some(cluster), config)
         }
@@ -170,7 +178,8 @@ pub fn run_workload<T>(
         rate_tps: run.rate_tps,
     };
     let make = move |t: u32| -> Box<dyn TxnGenerator> { workload.generator(0x5eed + u64::from(t)) };
-    let report = drive_load(run, label, &connector, &opts, &make);
+    let scraped = if run.metrics { server_metrics::targets(&config) } else { Vec::new() };
+    let (report, server_metrics) = drive_load(run, label, &connector, &opts, &make, &scraped);
     let closed = report.as_ref().ok().map(|_| (closing.step)(&connector));
     if let Some(cluster) = &mut local {
         cluster.check_alive()?;
@@ -179,7 +188,7 @@ pub fn run_workload<T>(
     let report = report?;
     check_measured(&report, &config)?;
     let closed = closed.expect("the load succeeded")?;
-    Ok((Measured { report, config, ready, started_at_unix_s }, closed))
+    Ok((Measured { report, config, ready, started_at_unix_s, server_metrics }, closed))
 }
 
 /// The cluster file of `run`, or that of the local cluster to start (its addresses are set
@@ -234,27 +243,43 @@ fn watchdog(run: &RunSpec, label: &str, grace: Duration, closing: Duration) -> W
     )
 }
 
-/// Runs the load (with a progress bar if `run` asks for one).
+/// Runs the load (with a progress bar if `run` asks for one), and scrapes the servers
+/// `scraped` at the start and the end of its measured interval (none: no scrape).
 fn drive_load(
     run: &RunSpec,
     label: &str,
     connector: &ClusterConnector<'_>,
     opts: &LoadOptions,
     make: &(dyn Fn(u32) -> Box<dyn TxnGenerator> + Sync),
-) -> anyhow::Result<LoadReport> {
+    scraped: &[server_metrics::Target],
+) -> (anyhow::Result<LoadReport>, Option<ServerDeltas>) {
     let progress = Arc::new(Progress::default());
     let bar = run.progress.then(|| progress_bar(run, label));
-    let report = std::thread::scope(|scope| {
+    let (report, deltas) = std::thread::scope(|scope| {
         let load = scope.spawn(|| run_load(connector, opts, make, &progress));
+        let scrapes =
+            (!scraped.is_empty()).then(|| scope.spawn(|| scrape_interval(scraped, opts.warmup, opts.duration)));
         if let Some(bar) = &bar {
             watch(bar, &progress, &load, run.warmup + run.duration);
         }
-        load.join().unwrap_or_else(|_| Err(anyhow::anyhow!("load driver panicked")))
+        let report = load.join().unwrap_or_else(|_| Err(anyhow::anyhow!("load driver panicked")));
+        (report, scrapes.and_then(|s| s.join().ok()))
     });
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    report
+    (report, deltas)
+}
+
+/// Scrapes `targets` when the measured interval starts (after `warmup`) and when it ends
+/// (`duration` later), and returns the differences.
+fn scrape_interval(targets: &[server_metrics::Target], warmup: Duration, duration: Duration) -> ServerDeltas {
+    let started = Instant::now();
+    std::thread::sleep(warmup);
+    let start = server_metrics::read(targets);
+    // The interval is timed from the load's start: the first scrape's own time is not added.
+    std::thread::sleep((warmup + duration).saturating_sub(started.elapsed()));
+    ServerDeltas::between(&start, &server_metrics::read(targets))
 }
 
 /// The measured interval is a measurement: something committed, nothing left unknown.
@@ -293,6 +318,7 @@ impl Measured {
         params.insert("fast_path_asked_committed".into(), serde_json::json!(c.fast_path_asked));
         params.insert("fast_path".into(), serde_json::json!(self.config.fast_path()));
         params.insert("ready_s".into(), serde_json::json!(self.ready.as_secs_f64()));
+        params.insert("metrics".into(), serde_json::json!(if run.metrics { "on" } else { "off" }));
         if let Some(open) = &self.report.open_loop {
             // The open loop's figures: its target, and what its bound held back.
             params.insert("rate_tps".into(), serde_json::json!(open.rate_tps));
@@ -339,6 +365,7 @@ impl Measured {
             samples: self.report.samples.samples(),
             latency_percentiles: Some(self.report.latency.percentiles()),
             client_cpu_s: crate::cpu::own_cpu_s(),
+            server_metrics: self.server_metrics.clone(),
         }
     }
 

@@ -174,6 +174,7 @@ impl LeaderCore for ShardLeader<RaftLog> {
             watermark: Some(self.watermark()),
             agreement: Some(agreement_counters(&self.stats())),
             txns: txn_counts(&self.stats()),
+            held_us: Some(self.held_us()),
             ..LeaderFigures::default()
         }
     }

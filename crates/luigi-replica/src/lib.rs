@@ -19,8 +19,9 @@ pub mod role_machine;
 pub mod waiting;
 
 pub use replica_api::{
-    empty_store, AgreementCounters, BuildError, FastPathReplica, InitialStore, LeaderFigures, ReplicaFactory,
-    ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition, TxnCount,
+    empty_store, AgreementCounters, BuildError, FastPathReplica, InitialStore, LeaderFigures, LeaderTotals,
+    ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
+    TxnCount,
 };
 pub use role_machine::{
     BatchOf, FastPathProtocol, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf,

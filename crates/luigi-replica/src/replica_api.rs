@@ -254,6 +254,17 @@ pub trait ShardReplica: Send {
     /// `None` while this replica does not serve.
     fn leader_figures(&self) -> Option<LeaderFigures>;
 
+    /// The counters of every leader state this replica served with since it started, the
+    /// serving one's included: they never go back when it leads again (the servers'
+    /// metrics). By default the serving leader's alone.
+    fn leader_totals(&self) -> LeaderTotals {
+        let mut totals = LeaderTotals::default();
+        if let Some(figures) = self.leader_figures() {
+            totals.add(&figures);
+        }
+        totals
+    }
+
     /// The transactions pending on the serving leader for longer than a normal agreement
     /// takes, oldest first, all of them (none while this replica does not serve, or if its
     /// protocol does not track them).
@@ -278,6 +289,47 @@ pub struct LeaderFigures {
     /// Its transaction counters by outcome and path, as its protocol keeps them (the servers'
     /// `luigi_transactions_total`; they count from this leader's start).
     pub txns: Vec<TxnCount>,
+    /// Microseconds the transactions it executed waited since it admitted (or took over)
+    /// them, summed: the hold time (their count is the `committed` counter), if its protocol
+    /// holds transactions (Luigi's hold queue).
+    pub held_us: Option<u64>,
+}
+
+/// A replica's leader counters summed over every leader state it served with (a leader
+/// state counts from 0; a demoted one's final figures are folded in): what the servers'
+/// metrics expose as counters, which must never go back for the life of the process.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaderTotals {
+    /// Transaction counters by outcome and path (as [`LeaderFigures::txns`]).
+    pub txns: Vec<TxnCount>,
+    /// Cross-shard agreement counters, if its protocol keeps them.
+    pub agreement: Option<AgreementCounters>,
+    /// Hold time summed, µs, if its protocol holds transactions.
+    pub held_us: Option<u64>,
+}
+
+impl LeaderTotals {
+    /// Adds a leader state's counters (`figures`).
+    pub fn add(&mut self, figures: &LeaderFigures) {
+        for t in &figures.txns {
+            match self.txns.iter_mut().find(|have| have.outcome == t.outcome && have.path == t.path) {
+                Some(have) => have.count = have.count.saturating_add(t.count),
+                None => self.txns.push(*t),
+            }
+        }
+        if let Some(a) = &figures.agreement {
+            self.agreement.get_or_insert_default().add(a);
+        }
+        if let Some(us) = figures.held_us {
+            let held = self.held_us.get_or_insert(0);
+            *held = held.saturating_add(us);
+        }
+    }
+
+    /// The transaction counter `outcome`/`path`, if its protocol keeps it.
+    pub fn txn(&self, outcome: &str, path: &str) -> Option<u64> {
+        self.txns.iter().find(|t| t.outcome == outcome && t.path == path).map(|t| t.count)
+    }
 }
 
 /// One of a serving leader's transaction counters, named for reports and metrics.
@@ -310,6 +362,26 @@ pub struct AgreementCounters {
     pub fast_proposals: u64,
     /// Answers worked out on another shard's proposal before it was usable (early answers).
     pub early_answers: u64,
+}
+
+impl AgreementCounters {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &AgreementCounters) {
+        let AgreementCounters {
+            cross_decided,
+            recover_sent,
+            recover_kept,
+            recover_acknowledged,
+            fast_proposals,
+            early_answers,
+        } = *other;
+        self.cross_decided = self.cross_decided.saturating_add(cross_decided);
+        self.recover_sent = self.recover_sent.saturating_add(recover_sent);
+        self.recover_kept = self.recover_kept.saturating_add(recover_kept);
+        self.recover_acknowledged = self.recover_acknowledged.saturating_add(recover_acknowledged);
+        self.fast_proposals = self.fast_proposals.saturating_add(fast_proposals);
+        self.early_answers = self.early_answers.saturating_add(early_answers);
+    }
 }
 
 /// What a replica with a fast path offers the node beyond [`ShardReplica`]: the accepts of a
@@ -395,4 +467,40 @@ pub trait ReplicaFactory: Send + Sync {
     /// # Errors
     /// The log's snapshot does not load.
     fn build(&self, setup: ReplicaSetup, log: &RaftLog) -> Result<Box<dyn ShardReplica>, BuildError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_sum_every_leader_states_counters_by_outcome_and_path() {
+        let count = |outcome, path, count| TxnCount { outcome, path, count };
+        let first = LeaderFigures {
+            txns: vec![count("committed", "any", 10), count("rejected", "any", 1)],
+            agreement: Some(AgreementCounters { cross_decided: 4, recover_sent: 1, ..AgreementCounters::default() }),
+            held_us: Some(700),
+            ..LeaderFigures::default()
+        };
+        let second = LeaderFigures {
+            txns: vec![count("committed", "any", 3), count("expired", "any", 2)],
+            agreement: Some(AgreementCounters { cross_decided: 1, ..AgreementCounters::default() }),
+            held_us: Some(u64::MAX),
+            ..LeaderFigures::default()
+        };
+        let mut totals = LeaderTotals::default();
+        totals.add(&first);
+        totals.add(&second);
+        assert_eq!(totals.txn("committed", "any"), Some(13));
+        assert_eq!(totals.txn("rejected", "any"), Some(1));
+        assert_eq!(totals.txn("expired", "any"), Some(2));
+        assert_eq!(totals.txn("aborted", "any"), None);
+        let agreement = totals.agreement.unwrap();
+        assert_eq!((agreement.cross_decided, agreement.recover_sent), (5, 1));
+        assert_eq!(totals.held_us, Some(u64::MAX), "saturating, never wrapping back");
+        let baseline = LeaderFigures { txns: first.txns.clone(), ..LeaderFigures::default() };
+        let mut totals = LeaderTotals::default();
+        totals.add(&baseline);
+        assert_eq!((totals.agreement, totals.held_us), (None, None), "what a protocol does not keep stays absent");
+    }
 }

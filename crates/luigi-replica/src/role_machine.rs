@@ -33,7 +33,7 @@ use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 #[cfg(doc)]
 use crate::replica_api::{FastPathReplica, ShardReplica};
-use crate::replica_api::{SnapshotImage, SnapshotJob, Transition};
+use crate::replica_api::{LeaderTotals, SnapshotImage, SnapshotJob, Transition};
 use crate::waiting::{Held, Waiting};
 use luigi_raft::{RaftError, RaftLog, Replay};
 
@@ -81,6 +81,9 @@ pub struct RoleMachine<P: ReplicaProtocol> {
     /// ([`FollowerDispatch::HoldWhileNoLeader`]).
     waiting: Waiting,
     stats: ReplicaStats,
+    /// The counters of the leader states it served with and dropped (see
+    /// [`RoleMachine::leader_totals`]).
+    retired: LeaderTotals,
     /// Scratch for the typed outputs the seam hands the node encoded.
     typed_out: Vec<OutputOf<P>>,
 }
@@ -147,6 +150,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
             executed: Vec::new(),
             waiting: Waiting::default(),
             stats: ReplicaStats::default(),
+            retired: LeaderTotals::default(),
             typed_out: Vec::new(),
         })
     }
@@ -172,7 +176,8 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
                 self.executed.extend(f.take_executed());
                 Some(f)
             }
-            Role::Leader(_) => {
+            Role::Leader(l) => {
+                self.retire(&l);
                 self.stats.demotions += 1;
                 None
             }
@@ -234,6 +239,22 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     /// Role-change counters.
     pub fn stats(&self) -> ReplicaStats {
         self.stats
+    }
+
+    /// The counters of every leader state this replica served with since it started, the
+    /// serving one's included: a new leader state counts from 0, so a dropped one's final
+    /// counters are kept here and these never go back.
+    pub fn leader_totals(&self) -> LeaderTotals {
+        let mut totals = self.retired.clone();
+        if let Some(l) = self.leader() {
+            totals.add(&l.figures());
+        }
+        totals
+    }
+
+    /// Keeps the final counters of `leader`, a leader state being dropped.
+    fn retire(&mut self, leader: &P::Leader) {
+        self.retired.add(&leader.figures());
     }
 
     /// Which replica (index from 0) clients should try: the leader `log` (this replica's)
@@ -422,6 +443,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         let Role::Leader(l) = std::mem::replace(&mut self.role, Role::Switching) else {
             unreachable!("demote is called on a leader")
         };
+        self.retire(&l);
         let images = self.protocol.images();
         let rebuilt = log.replay_for_rebuild().and_then(|replay| {
             let records = replay.records::<P::Record>()?;

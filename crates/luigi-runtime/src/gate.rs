@@ -76,9 +76,95 @@ pub enum Verdict {
     /// The connection proved it is a peer; nothing else to do.
     PeerAuthenticated(NodeId),
     /// Refuse the message (tell the sender why), keep the connection.
-    Refuse(String),
+    Refuse(Refusal),
     /// Refuse it and close the connection.
-    Close(String),
+    Close(Refusal),
+}
+
+/// Why a message was refused: the reason the metrics count (`luigi_refusals_by_reason_total`)
+/// and the sentence the sender is told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The reason, counted.
+    pub reason: RefusalReason,
+    /// What the sender is told (and the log says).
+    pub why: String,
+}
+
+/// The reasons a message is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RefusalReason {
+    /// A client speaks another protocol than the cluster's.
+    Protocol,
+    /// A dispatch or a ping before the hello, or a server-to-server message from a connection
+    /// that is not an authenticated peer.
+    Unauthenticated,
+    /// A second hello on one connection.
+    SecondHello,
+    /// A peer hello from a node that is not another member of the cluster.
+    NotMember,
+    /// A peer or a client failed to prove the cluster secret or the client token.
+    BadProof,
+    /// A client id in use by another open connection.
+    ClientIdInUse,
+    /// A client dispatched another client's transaction.
+    WrongClient,
+    /// An authenticated peer's message addressed as from another shard, group or node.
+    Misaddressed,
+    /// A message meant for a client arrived at a server.
+    Misdirected,
+    /// A connection on the seats kept for peer servers that is not a peer's.
+    SeatsFull,
+    /// No hello within the deadline.
+    HelloTimeout,
+    /// A frame the connection's reader could not take (too large, undecodable).
+    BadFrame,
+}
+
+impl RefusalReason {
+    /// Every reason, in order.
+    pub const ALL: [RefusalReason; 12] = [
+        RefusalReason::Protocol,
+        RefusalReason::Unauthenticated,
+        RefusalReason::SecondHello,
+        RefusalReason::NotMember,
+        RefusalReason::BadProof,
+        RefusalReason::ClientIdInUse,
+        RefusalReason::WrongClient,
+        RefusalReason::Misaddressed,
+        RefusalReason::Misdirected,
+        RefusalReason::SeatsFull,
+        RefusalReason::HelloTimeout,
+        RefusalReason::BadFrame,
+    ];
+
+    /// Its metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            RefusalReason::Protocol => "protocol",
+            RefusalReason::Unauthenticated => "unauthenticated",
+            RefusalReason::SecondHello => "second_hello",
+            RefusalReason::NotMember => "not_member",
+            RefusalReason::BadProof => "bad_proof",
+            RefusalReason::ClientIdInUse => "client_id_in_use",
+            RefusalReason::WrongClient => "wrong_client",
+            RefusalReason::Misaddressed => "misaddressed",
+            RefusalReason::Misdirected => "misdirected",
+            RefusalReason::SeatsFull => "seats_full",
+            RefusalReason::HelloTimeout => "hello_timeout",
+            RefusalReason::BadFrame => "bad_frame",
+        }
+    }
+}
+
+/// Refuses the message for `reason`, telling `why`; the connection stays.
+fn refuse(reason: RefusalReason, why: impl Into<String>) -> Verdict {
+    Verdict::Refuse(Refusal { reason, why: why.into() })
+}
+
+/// Refuses the message for `reason`, telling `why`, and closes the connection.
+fn close(reason: RefusalReason, why: impl Into<String>) -> Verdict {
+    Verdict::Close(Refusal { reason, why: why.into() })
 }
 
 /// Judges `msg` arriving on a connection in state `auth` (updated on a successful hello);
@@ -92,35 +178,38 @@ pub fn check(
     match msg {
         WireMsg::Client(ClientMsg::Status) => Verdict::Status,
         WireMsg::Client(ClientMsg::Hello { client, proof, protocol }) => {
-            if *protocol != cfg.protocol {
-                return Verdict::Close(format!(
-                    "this cluster runs protocol {}, the client speaks {protocol}: use the cluster file's [protocol] kind",
-                    cfg.protocol
-                ));
-            }
-            hello(cfg, auth, *client, proof.as_ref(), client_in_use)
+            hello(cfg, auth, *client, proof.as_ref(), *protocol, client_in_use)
         }
         WireMsg::Client(ClientMsg::Dispatch { txn, .. }) => match *auth {
             ConnAuth::Client { client } if client == txn.id.client => Verdict::Client(client),
-            ConnAuth::Client { client } => {
-                Verdict::Refuse(format!("client {client} dispatched a transaction of client {}", txn.id.client))
+            ConnAuth::Client { client } => refuse(
+                RefusalReason::WrongClient,
+                format!("client {client} dispatched a transaction of client {}", txn.id.client),
+            ),
+            ConnAuth::Pending { .. } | ConnAuth::Peer(_) => {
+                close(RefusalReason::Unauthenticated, "dispatch before hello")
             }
-            ConnAuth::Pending { .. } | ConnAuth::Peer(_) => Verdict::Close("dispatch before hello".into()),
         },
         WireMsg::Client(ClientMsg::Ping { .. }) => match *auth {
             ConnAuth::Client { client } => Verdict::Client(client),
-            ConnAuth::Pending { .. } | ConnAuth::Peer(_) => Verdict::Close("ping before hello".into()),
+            ConnAuth::Pending { .. } | ConnAuth::Peer(_) => close(RefusalReason::Unauthenticated, "ping before hello"),
         },
         WireMsg::PeerHello { shard, replica, proof } => {
             let node = NodeId { shard: *shard, replica: *replica };
             let ConnAuth::Pending { nonce } = *auth else {
-                return Verdict::Close("peer hello on a connection that already said who it is".into());
+                return close(RefusalReason::SecondHello, "peer hello on a connection that already said who it is");
             };
             if !cfg.is_member(node) || node == cfg.me {
-                return Verdict::Close(format!("peer hello from {}, not another member of the cluster", node.name()));
+                return close(
+                    RefusalReason::NotMember,
+                    format!("peer hello from {}, not another member of the cluster", node.name()),
+                );
             }
             if !auth::peer_proof_ok(&cfg.secret, &nonce, cfg.me, node, proof) {
-                return Verdict::Close(format!("peer {} failed to prove the cluster secret", node.name()));
+                return close(
+                    RefusalReason::BadProof,
+                    format!("peer {} failed to prove the cluster secret", node.name()),
+                );
             }
             *auth = ConnAuth::Peer(node);
             Verdict::PeerAuthenticated(node)
@@ -149,7 +238,7 @@ pub fn check(
                 .ok_or_else(|| format!("{} announced s{shard}r{replica} as leader", node.name()))
         }),
         WireMsg::Server(_) | WireMsg::Challenge { .. } | WireMsg::Refused { .. } => {
-            Verdict::Close("a message meant for a client arrived at a server".into())
+            close(RefusalReason::Misdirected, "a message meant for a client arrived at a server")
         }
     }
 }
@@ -166,10 +255,13 @@ pub fn on_reserve(msg: &WireMsg, stranger_seats: usize) -> Option<Verdict> {
         | WireMsg::Replication(_)
         | WireMsg::Server(_)
         | WireMsg::Challenge { .. }
-        | WireMsg::Refused { .. } => Some(Verdict::Close(format!(
-            "the server holds its limit of {stranger_seats} client and unauthenticated connections; this one \
+        | WireMsg::Refused { .. } => Some(close(
+            RefusalReason::SeatsFull,
+            format!(
+                "the server holds its limit of {stranger_seats} client and unauthenticated connections; this one \
              was accepted on the seats kept for peer servers, where only a peer hello is taken: try again later"
-        ))),
+            ),
+        )),
     }
 }
 
@@ -178,18 +270,26 @@ fn hello(
     auth: &mut ConnAuth,
     client: ClientId,
     proof: Option<&auth::Proof>,
+    protocol: Protocol,
     client_in_use: impl Fn(ClientId) -> bool,
 ) -> Verdict {
+    if protocol != cfg.protocol {
+        let why = format!(
+            "this cluster runs protocol {}, the client speaks {protocol}: use the cluster file's [protocol] kind",
+            cfg.protocol
+        );
+        return close(RefusalReason::Protocol, why);
+    }
     let ConnAuth::Pending { nonce } = *auth else {
-        return Verdict::Close("a second hello on one connection".into());
+        return close(RefusalReason::SecondHello, "a second hello on one connection");
     };
     if let Some(token) = &cfg.client_token {
         if !proof.is_some_and(|p| auth::client_proof_ok(token, &nonce, client, p)) {
-            return Verdict::Close(format!("client {client} failed to prove the client token"));
+            return close(RefusalReason::BadProof, format!("client {client} failed to prove the client token"));
         }
     }
     if client_in_use(client) {
-        return Verdict::Close(format!("client id {client} is in use by another open connection"));
+        return close(RefusalReason::ClientIdInUse, format!("client id {client} is in use by another open connection"));
     }
     *auth = ConnAuth::Client { client };
     Verdict::Client(client)
@@ -199,11 +299,12 @@ fn from_peer(auth: &ConnAuth, allowed: impl FnOnce(NodeId) -> Result<(), String>
     match *auth {
         ConnAuth::Peer(node) => match allowed(node) {
             Ok(()) => Verdict::Peer(node),
-            Err(why) => Verdict::Refuse(why),
+            Err(why) => refuse(RefusalReason::Misaddressed, why),
         },
-        ConnAuth::Pending { .. } | ConnAuth::Client { .. } => {
-            Verdict::Close("a server-to-server message from a connection that is not an authenticated peer".into())
-        }
+        ConnAuth::Pending { .. } | ConnAuth::Client { .. } => close(
+            RefusalReason::Unauthenticated,
+            "a server-to-server message from a connection that is not an authenticated peer",
+        ),
     }
 }
 
@@ -297,7 +398,7 @@ mod tests {
         assert!(matches!(check(&c, &mut a, &dispatch(6), no_one), Verdict::Refuse(_)), "another client's");
         assert!(matches!(check(&c, &mut a, &hello, no_one), Verdict::Close(_)), "second hello");
         let mut b = pending();
-        assert!(matches!(check(&c, &mut b, &hello, |id| id == 5), Verdict::Close(why) if why.contains("in use")));
+        assert!(matches!(check(&c, &mut b, &hello, |id| id == 5), Verdict::Close(why) if why.why.contains("in use")));
     }
 
     #[test]
@@ -306,7 +407,7 @@ mod tests {
         let mut a = pending();
         let occ = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None, protocol: Protocol::Occ });
         match check(&c, &mut a, &occ, |_| false) {
-            Verdict::Close(why) => assert!(why.contains("runs protocol luigi, the client speaks occ"), "{why}"),
+            Verdict::Close(why) => assert!(why.why.contains("runs protocol luigi, the client speaks occ"), "{why:?}"),
             v => panic!("expected a refusal, got {v:?}"),
         }
         assert_eq!(a, pending(), "still nobody");
@@ -394,7 +495,7 @@ mod tests {
         let hello = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None, protocol: Protocol::Luigi });
         for msg in [hello, dispatch(5), WireMsg::Client(ClientMsg::Ping { sent_us: 1 })] {
             match on_reserve(&msg, 3584) {
-                Some(Verdict::Close(why)) => assert!(why.contains("limit of 3584 client"), "{why}"),
+                Some(Verdict::Close(why)) => assert!(why.why.contains("limit of 3584 client"), "{why:?}"),
                 v => panic!("{msg:?} on the reserve: {v:?}"),
             }
         }

@@ -132,7 +132,7 @@ impl Storage {
         let report = std::sync::Arc::new(report);
         let (snapshots, snapshot_rx) = std_mpsc::channel();
         let (writer, snapshot_report) = (disk.snapshot_writer(), std::sync::Arc::clone(&report));
-        let saves = timings.snapshot_save.clone();
+        let saves = timings.clone();
         let snapshot_thread = std::thread::Builder::new()
             .name(format!("luigi-snapfile-{node}"))
             .spawn(move || write_snapshots(writer, snapshot_rx, |r| snapshot_report(r), &saves))
@@ -229,7 +229,7 @@ fn write_snapshots(
     writer: SnapshotWriter,
     rx: std_mpsc::Receiver<SnapshotData>,
     report: impl Fn(StorageReport) -> bool,
-    saves: &Histogram,
+    timings: &Timings,
 ) -> Result<(), String> {
     while let Ok(mut snap) = rx.recv() {
         // Only the newest waiting is worth writing: it covers the others.
@@ -244,7 +244,8 @@ fn write_snapshots(
             report(StorageReport::Failed(e.clone()));
             return Err(e);
         }
-        Timings::observe(saves, started.elapsed());
+        Timings::observe(&timings.snapshot_save, started.elapsed());
+        timings.snapshot_bytes.inc_by(snap.data.len() as u64);
         tracing::debug!(
             index = snap.index,
             bytes = snap.data.len(),

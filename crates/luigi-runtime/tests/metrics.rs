@@ -78,22 +78,56 @@ struct Running {
     metrics: HashMap<u32, SocketAddr>,
 }
 
+/// One replica's server running on a runtime.
+struct Replica {
+    stop: tokio::sync::oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<anyhow::Result<()>>,
+    metrics: SocketAddr,
+}
+
+/// Starts `replica` of shard 0 of `config` on `rt`, fsyncing under `dir` (its data from an
+/// earlier run of it, if any). Binding is retried for a few seconds: a stopped server's
+/// ports are released as its tasks end.
+fn start_one(rt: &tokio::runtime::Runtime, config: &ClusterConfig, dir: &Path, replica: u32) -> Replica {
+    let node = NodeId { shard: 0, replica };
+    let storage =
+        StorageOptions { data_dir: dir.join("data"), durability: luigi_wal::Durability::Fsync, rejoin: false };
+    let mut tries = 0;
+    let server = loop {
+        let bound =
+            rt.block_on(Server::bind(config.clone(), node, luigi_workloads::procedures::builtins(), storage.clone()));
+        match bound {
+            Ok(server) => break server,
+            Err(e) if tries < 50 => {
+                tries += 1;
+                eprintln!("replica {replica} not bound yet: {e:#}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("replica {replica}: {e:#}"),
+        }
+    };
+    let metrics = server.metrics_addr().expect("configured: served");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let done = rt.spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    Replica { stop, done, metrics }
+}
+
+/// Stops `r` and waits until its server has finished (its disk closed).
+fn stop_one(rt: &tokio::runtime::Runtime, r: Replica) {
+    drop(r.stop);
+    let _ = rt.block_on(r.done);
+}
+
 /// Starts every replica of shard 0 of `config` on `rt`, fsyncing under `dir`.
 fn start(rt: &tokio::runtime::Runtime, config: &ClusterConfig, dir: &Path) -> Running {
     let mut stops = Vec::new();
     let mut metrics = HashMap::new();
     for replica in 0..config.shards[0].replicas.len() as u32 {
-        let node = NodeId { shard: 0, replica };
-        let storage =
-            StorageOptions { data_dir: dir.join("data"), durability: luigi_wal::Durability::Fsync, rejoin: false };
-        let server =
-            rt.block_on(Server::bind(config.clone(), node, luigi_workloads::procedures::builtins(), storage)).unwrap();
-        metrics.insert(replica, server.metrics_addr().expect("configured: served"));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        stops.push(stop);
-        rt.spawn(server.run(async {
-            let _ = stopped.await;
-        }));
+        let r = start_one(rt, config, dir, replica);
+        metrics.insert(replica, r.metrics);
+        stops.push(r.stop);
     }
     Running { stops, metrics }
 }
@@ -189,4 +223,126 @@ async fn run_micro(client: &Client, i: u64) {
     let done =
         client.execute(Micro::NAME, postcard::to_stdvec(&write).unwrap(), vec![], vec![micro_key(i)]).await.unwrap();
     assert!(done.outcome.is_committed(), "{:?}", done.outcome);
+}
+
+/// The counters (`..._total`) of a scrape, by series (metric and labels).
+fn counters(samples: &[Sample]) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = samples
+        .iter()
+        .filter(|s| s.metric.ends_with("_total"))
+        .filter_map(|s| match s.value {
+            Value::Counter(v) | Value::Untyped(v) => {
+                let mut labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                labels.sort();
+                Some((format!("{}{{{}}}", s.metric, labels.join(",")), v))
+            }
+            Value::Gauge(_) | Value::Histogram(_) | Value::Summary(_) => None,
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Every counter series of `before` is served again in `after`, not lower.
+fn never_lower(before: &[Sample], after: &[Sample], when: &str) {
+    let after = counters(after);
+    for (series, was) in counters(before) {
+        let now = after.iter().find(|(s, _)| *s == series).map(|(_, v)| *v);
+        assert!(now.is_some_and(|now| now >= was), "{when}: {series} went from {was} to {now:?}");
+    }
+}
+
+/// Waits (bounded) until `addr`'s replica reads `is_leader` (1 or 0); its last scrape.
+fn until_leader_is(addr: SocketAddr, is_leader: bool) -> Option<Vec<Sample>> {
+    for _ in 0..300 {
+        let samples = scrape(addr);
+        if value(&samples, "etcd_server_is_leader", &[]) == Some(f64::from(u8::from(is_leader))) {
+            return Some(samples);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// The replica of `running` that leads, once one does (bounded wait).
+fn leader_of(running: &HashMap<u32, Replica>) -> Option<u32> {
+    for _ in 0..300 {
+        for (replica, r) in running {
+            if value(&scrape(r.metrics), "etcd_server_is_leader", &[]) == Some(1.0) {
+                return Some(*replica);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// Prometheus counters never go back for the life of a process: a replica that leads, is
+/// demoted (it lost its group) and leads again serves every `_total` series it served, never
+/// lower, the transaction counters of both its terms as leader summed.
+#[test]
+fn a_replica_that_leads_again_serves_no_counter_lower_than_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = cluster(dir.path(), 3);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut running: HashMap<u32, Replica> = (0..3).map(|r| (r, start_one(&rt, &config, dir.path(), r))).collect();
+    let me = running[&0].metrics;
+    let committed = |s: &[Sample]| value(s, "luigi_transactions_total", &[("outcome", "committed"), ("path", "any")]);
+    rt.block_on(async {
+        let client = Client::connect(&config, 3).await.unwrap();
+        for i in 0..5 {
+            run_micro(&client, i).await;
+        }
+    });
+    let first_term = scrape(me);
+    assert_eq!(value(&first_term, "etcd_server_is_leader", &[]), Some(1.0), "replica 0 leads a fresh shard");
+    let first_committed = committed(&first_term).expect("counted");
+    // Its followers stop: it no longer hears a quorum and steps down.
+    for r in [1, 2] {
+        stop_one(&rt, running.remove(&r).unwrap());
+    }
+    let demoted = until_leader_is(me, false).expect("replica 0 steps down without a quorum");
+    never_lower(&first_term, &demoted, "demoted");
+    assert_eq!(committed(&demoted), Some(first_committed), "a demoted replica still serves its leaders' totals");
+    // They come back; whoever leads is stopped until replica 0 is elected again (each
+    // election is replica 0's about every other time: bounded attempts).
+    for r in [1, 2] {
+        running.insert(r, start_one(&rt, &config, dir.path(), r));
+    }
+    let mut last = demoted;
+    let mut stopped = None;
+    for _ in 0..16 {
+        let leader = leader_of(&running).expect("the shard elects a leader");
+        let now = scrape(me);
+        never_lower(&last, &now, "an election later");
+        last = now;
+        eprintln!("replica {leader} leads");
+        if leader == 0 {
+            break;
+        }
+        stop_one(&rt, running.remove(&leader).unwrap());
+        if let Some(r) = stopped.replace(leader) {
+            running.insert(r, start_one(&rt, &config, dir.path(), r));
+        }
+    }
+    let again = until_leader_is(me, true).expect("replica 0 leads again");
+    if let Some(r) = stopped.take() {
+        running.insert(r, start_one(&rt, &config, dir.path(), r));
+    }
+    rt.block_on(async {
+        let client = Client::connect(&config, 4).await.unwrap();
+        for i in 5..10 {
+            run_micro(&client, i).await;
+        }
+    });
+    let second_term = scrape(me);
+    never_lower(&again, &second_term, "leading again");
+    never_lower(&first_term, &second_term, "since its first term");
+    let both = committed(&second_term).unwrap();
+    eprintln!("replica 0 committed {first_committed} in its first term, {both} in both");
+    assert!(both >= first_committed + 5.0, "both terms' commits summed: {first_committed} then {both}");
+    for (_, r) in running.drain() {
+        stop_one(&rt, r);
+    }
+    rt.shutdown_timeout(Duration::from_secs(5));
 }

@@ -243,6 +243,12 @@ struct RunArgs {
     /// measures rule 14's path alone. Not with --cluster (the file decides).
     #[arg(long, value_name = "on|off")]
     fast_path: Option<OnOff>,
+    /// The servers' Prometheus metrics (docs/METRICS.md): a local cluster's servers serve
+    /// them, and the run scrapes every server at the start and the end of its measured
+    /// interval and records the differences in its result [default: on]. `off` measures
+    /// what serving them costs.
+    #[arg(long, value_name = "on|off")]
+    metrics: Option<OnOff>,
 }
 
 /// `luigi bench micro` options: see also `MicroOptions::validate` in luigi-bench.
@@ -428,6 +434,7 @@ impl RunArgs {
             protocol: self.protocol.clone(),
             fast_path: self.fast_path.map(|f| f == OnOff::On),
             rate: self.rate,
+            metrics: self.metrics.map(|m| m == OnOff::On),
         }
     }
 }
@@ -469,6 +476,7 @@ fn bench_runs(
                 exe: exe.clone(),
                 progress,
                 rate_tps: plan.rate_tps,
+                metrics: plan.metrics,
             };
             let result = run_one(run)?;
             eprintln!(

@@ -224,3 +224,11 @@ fn the_open_loop_rate_is_positive_finite_and_bounded() {
         assert!(msg.contains("transactions per second"), "{msg}");
     }
 }
+
+#[test]
+fn metrics_are_served_and_scraped_unless_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(ok_options(dir.path()).validate().unwrap().metrics, "on by default");
+    let off = BenchOptions { metrics: Some(false), ..ok_options(dir.path()) };
+    assert!(!off.validate().unwrap().metrics);
+}

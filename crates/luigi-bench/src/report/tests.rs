@@ -51,6 +51,7 @@ fn sample(protocol: &str, committed: u64, tps: f64) -> BenchResult {
         samples: Vec::new(),
         latency_percentiles: None,
         client_cpu_s: 0.0,
+        server_metrics: None,
     }
 }
 

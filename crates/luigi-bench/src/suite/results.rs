@@ -269,7 +269,7 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<SuiteDir> {
 }
 
 /// The columns of `points.csv`.
-pub const CSV_COLUMNS: [&str; 34] = [
+pub const CSV_COLUMNS: [&str; 39] = [
     "id",
     "study",
     "workload",
@@ -304,6 +304,11 @@ pub const CSV_COLUMNS: [&str; 34] = [
     "resends",
     "client_cpu_us_per_commit",
     "servers_cpu_us_per_commit",
+    "hold_us_per_commit",
+    "fsync_us_per_commit",
+    "agreement_rounds_per_commit",
+    "accepts_per_commit",
+    "metrics_scrapes_failed",
 ];
 
 /// CPU per committed transaction of a point, microseconds, by side.
@@ -377,10 +382,30 @@ pub fn points_csv(points: &[PointRecord]) -> String {
             Some(c) => row.extend([format!("{:.1}", c.client_us), format!("{:.1}", c.servers_us)]),
             None => row.extend([String::new(), String::new()]),
         }
+        row.extend(server_columns(r));
         out.push_str(&row.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(","));
         out.push('\n');
     }
     out
+}
+
+/// The servers' figures per committed transaction of a succeeded point (their metrics'
+/// differences over the measured interval, per commit the servers counted), and the scrapes
+/// that failed; empty for a point without them (failed, `--metrics off`, or recorded before
+/// they existed).
+fn server_columns(r: &PointRecord) -> [String; 5] {
+    let Some(m) = r.measured().and_then(|b| b.server_metrics.as_ref()) else { return Default::default() };
+    let failed = m.failed.len().to_string();
+    match m.per_commit() {
+        Some(p) => [
+            p.hold_us.map(|h| format!("{h:.1}")).unwrap_or_default(),
+            format!("{:.1}", p.fsync_us),
+            format!("{:.3}", p.agreement_rounds),
+            format!("{:.3}", p.accepts),
+            failed,
+        ],
+        None => [String::new(), String::new(), String::new(), String::new(), failed],
+    }
 }
 
 /// A CSV field, quoted when it holds a comma, a quote or a line break.

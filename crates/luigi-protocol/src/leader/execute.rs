@@ -18,6 +18,9 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
         let ignore_conflicts = self.config.mutations.release_ignores_conflicts;
         self.queue.release(now, &mut released, ignore_conflicts);
         for id in released {
+            if let Some(p) = self.pending.get(&id) {
+                self.held_us = self.held_us.saturating_add(now.saturating_sub(p.admitted_us));
+            }
             self.execute(id, out);
         }
     }

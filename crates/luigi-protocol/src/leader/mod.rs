@@ -387,6 +387,10 @@ pub struct ShardLeader<L: ReplicatedLog<LogRecord>> {
     /// The time of the event being handled.
     now: TimeUs,
     stats: LeaderStats,
+    /// Microseconds the transactions released from the hold queue waited since this leader
+    /// admitted (or took over) them, summed: the hold time, for the servers' metrics (read,
+    /// never acted on; apart from [`LeaderStats`], whose fields the simulator sums).
+    held_us: u64,
     /// Prepared transactions taken over from earlier leaders (see [`ShardLeader::recover`]):
     /// with `admitted` they are every transaction this leader made pending.
     taken_over: u64,
@@ -457,6 +461,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
             recover_queue: BTreeSet::new(),
             now: 0,
             stats: LeaderStats::default(),
+            held_us: 0,
             taken_over: 0,
             term,
             committed_index: 0,
@@ -508,6 +513,13 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// Counters.
     pub fn stats(&self) -> LeaderStats {
         self.stats
+    }
+
+    /// The hold time summed, µs: how long the transactions released from the hold queue
+    /// waited since this leader admitted (or took over) them (their count is
+    /// [`LeaderStats::executed`]).
+    pub fn held_us(&self) -> u64 {
+        self.held_us
     }
 
     /// Number of transactions admitted and not yet executed.

@@ -10,7 +10,7 @@ use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 
 use super::{BatchOf, FollowerCore, FollowerImages, LeaderCore, ReplicaProtocol, Role, RoleMachine};
 use crate::replica_api::{
-    FastPathReplica, LeaderFigures, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
+    FastPathReplica, LeaderFigures, LeaderTotals, ShardReplica, SnapshotDecoder, SnapshotJob, StateBox, Transition,
 };
 use luigi_raft::{RaftError, RaftLog};
 
@@ -161,6 +161,10 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
 
     fn leader_figures(&self) -> Option<LeaderFigures> {
         self.leader().map(LeaderCore::figures)
+    }
+
+    fn leader_totals(&self) -> LeaderTotals {
+        RoleMachine::leader_totals(self)
     }
 
     fn stalled(&self, now: TimeUs) -> Vec<StalledTxnInfo> {

@@ -24,7 +24,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 pub use addresses::{validate_addresses, AddressError};
-pub use snapshot::{ConnCounts, PeerOffset, Snapshot, TxnCount};
+pub use snapshot::{ConnCounts, LabeledCount, PeerOffset, Snapshot, TxnCount};
 
 /// Prefix of Luigi's own metrics (the etcd- and TiKV-named ones keep theirs).
 const PREFIX: &str = "luigi";
@@ -51,6 +51,14 @@ pub struct Timings {
     /// Each turn of the event loop: the node applies what its log committed and the state
     /// machine's work of the turn (its effects executed).
     pub turn: Histogram,
+    /// Each write of the Raft log the node waits for, from its hand-over to the disk until
+    /// it is reported durable (TiKV's `tikv_raftstore_append_log_duration_seconds`).
+    pub append: Histogram,
+    /// Each batch of entries the leader appended, from the turn that appended them until the
+    /// turn that saw them committed (TiKV's `tikv_raftstore_commit_log_duration_seconds`).
+    pub commit: Histogram,
+    /// Bytes of the snapshot files written.
+    pub snapshot_bytes: Counter,
 }
 
 impl Default for Timings {
@@ -61,6 +69,9 @@ impl Default for Timings {
             wal_fsync: Histogram::new(buckets()),
             snapshot_save: Histogram::new(buckets()),
             turn: Histogram::new(buckets()),
+            append: Histogram::new(buckets()),
+            commit: Histogram::new(buckets()),
+            snapshot_bytes: Counter::default(),
         }
     }
 }
@@ -79,6 +90,12 @@ struct TxnLabels {
     path: &'static str,
 }
 
+/// The label of an agreement round's outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
 /// The label of a per-peer clock figure.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PeerLabels {
@@ -89,6 +106,12 @@ struct PeerLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
+}
+
+/// The label of a refusal's reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
 }
 
 /// The label of a Raft role figure.
@@ -109,6 +132,11 @@ fn gauge_seconds(registry: &mut Registry, name: &str, help: &str, value: f64) {
     let g: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
     g.set(value);
     registry.register_with_unit(name, help, Unit::Seconds, g);
+}
+
+/// The histogram `histogram` (of seconds) registered under `name` (`_seconds` appended).
+fn histogram_seconds(registry: &mut Registry, name: &str, help: &str, histogram: &Histogram) {
+    registry.register_with_unit(name, help, Unit::Seconds, histogram.clone());
 }
 
 /// A counter registered under `name` (`_total` appended) holding `value`.
@@ -172,17 +200,35 @@ fn register_etcd_names(registry: &mut Registry, s: &Snapshot, timings: &Timings)
         s.applied_index,
     );
     gauge(registry, "etcd_server_proposals_pending", "Transactions admitted and not executed yet", int(s.pending));
-    registry.register_with_unit(
+    counter(
+        registry,
+        "etcd_server_proposals_failed",
+        "Log entries appended while leading and not seen committed when the leadership was lost",
+        s.proposals_failed,
+    );
+    histogram_seconds(
+        registry,
         "etcd_disk_wal_fsync_duration",
         "Time of each sync of the Raft log",
-        Unit::Seconds,
-        timings.wal_fsync.clone(),
+        &timings.wal_fsync,
     );
     gauge(
         registry,
         "tikv_raftstore_leader_missing",
         "1 if this replica knows no leader of its shard, else 0",
         (!s.has_leader).into(),
+    );
+    histogram_seconds(
+        registry,
+        "tikv_raftstore_append_log_duration",
+        "Time of each write of the Raft log waited for, from its hand-over to the disk until durable",
+        &timings.append,
+    );
+    histogram_seconds(
+        registry,
+        "tikv_raftstore_commit_log_duration",
+        "Time from the leader's turn that appended entries to the turn that saw them committed",
+        &timings.commit,
     );
 }
 
@@ -199,10 +245,10 @@ fn register_own(registry: &mut Registry, s: &Snapshot, timings: &Timings) {
     }
     registry.register(
         "transactions",
-        "Transactions by outcome and path, as this replica's serving leader counted them (restart from 0 when it \
-         becomes leader again)",
+        "Transactions by outcome and path, as this replica's leaders counted them, summed over every time it served",
         txns,
     );
+    register_leader_totals(registry, s);
     gauge(
         registry,
         "transactions_stalled",
@@ -219,11 +265,43 @@ fn register_own(registry: &mut Registry, s: &Snapshot, timings: &Timings) {
     register_snapshots(registry, s, timings);
     register_clock(registry, s);
     register_conns(registry, s);
-    registry.register_with_unit(
+    histogram_seconds(
+        registry,
         "turn_duration",
         "Time of each turn of the event loop (applying what the log committed, the state machine's work)",
-        Unit::Seconds,
-        timings.turn.clone(),
+        &timings.turn,
+    );
+}
+
+/// The leaders' summed figures beside the transaction counters, and the accept log.
+fn register_leader_totals(registry: &mut Registry, s: &Snapshot) {
+    if !s.agreement_rounds.is_empty() {
+        let rounds: Family<OutcomeLabels, Counter> = Family::default();
+        for r in &s.agreement_rounds {
+            rounds.get_or_create(&OutcomeLabels { outcome: r.label }).inc_by(r.count);
+        }
+        registry.register(
+            "agreement_rounds",
+            "Cross-shard agreement rounds by outcome, summed over its leaders",
+            rounds,
+        );
+    }
+    if let Some(us) = s.hold_us {
+        let held: Counter<f64, std::sync::atomic::AtomicU64> = Counter::default();
+        held.inc_by(us as f64 / 1e6);
+        registry.register_with_unit(
+            "hold",
+            "Time the transactions released from the hold queue waited since admission, summed",
+            Unit::Seconds,
+            held,
+        );
+    }
+    gauge(registry, "accept_log_entries", "Fast-path accept records in the accept log", int(s.accept_log_entries));
+    counter(
+        registry,
+        "accept_log_entries_written",
+        "Fast-path accept records written to the accept log",
+        s.accept_log_written,
     );
 }
 
@@ -232,11 +310,12 @@ fn register_snapshots(registry: &mut Registry, s: &Snapshot, timings: &Timings) 
     counter(registry, "snapshots_installed", "Snapshots from its leader this replica installed", s.snapshots_installed);
     counter(registry, "snapshots_rejected", "Snapshots received whose check failed", s.snapshots_rejected);
     counter(registry, "batches_dropped", "Agreement batches received while not serving (dropped)", s.batches_dropped);
+    histogram_seconds(registry, "snapshot_save_duration", "Time of each snapshot file written", &timings.snapshot_save);
     registry.register_with_unit(
-        "snapshot_save_duration",
-        "Time of each snapshot file written",
-        Unit::Seconds,
-        timings.snapshot_save.clone(),
+        "snapshot_saved",
+        "Bytes of the snapshot files written",
+        Unit::Bytes,
+        timings.snapshot_bytes.clone(),
     );
 }
 
@@ -254,6 +333,17 @@ fn register_clock(registry: &mut Registry, s: &Snapshot) {
         offset,
     );
     registry.register_with_unit("clock_offset_error", "The error bound of each offset measured", Unit::Seconds, error);
+    let rtt: Family<PeerLabels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default();
+    for p in &s.clock_offsets {
+        // The error bound is half the probe's round trip, rounded up.
+        rtt.get_or_create(&PeerLabels { peer: p.replica }).set(p.error_us.saturating_mul(2) as f64 / 1e6);
+    }
+    registry.register_with_unit(
+        "peer_round_trip_time",
+        "Round trip of the clock probe each offset was measured with (the fastest fresh one)",
+        Unit::Seconds,
+        rtt,
+    );
     gauge(
         registry,
         "clock_beyond_bound",
@@ -278,6 +368,11 @@ fn register_conns(registry: &mut Registry, s: &Snapshot) {
         "Refusals sent: of a message (the connection stays) or closing its connection",
         refused,
     );
+    let by_reason: Family<ReasonLabels, Counter> = Family::default();
+    for r in &s.refusal_reasons {
+        by_reason.get_or_create(&ReasonLabels { reason: r.label }).inc_by(r.count);
+    }
+    registry.register("refusals_by_reason", "Refusals sent, of either kind, by reason", by_reason);
 }
 
 #[cfg(test)]
@@ -333,6 +428,46 @@ mod tests {
         let Value::Histogram(buckets) = &fsync.value else { panic!("{fsync:?}") };
         assert_eq!(buckets.iter().map(|b| b.count).fold(0.0, f64::max), 1.0, "one fsync observed");
         assert!(s.iter().all(|x| x.labels.get("shard") == Some("1")), "every series carries the server's labels");
+    }
+
+    #[test]
+    fn the_leaders_totals_the_log_and_the_refusals_by_reason_are_exposed() {
+        let labels = ServerLabels { shard: 0, replica: 1, protocol: "luigi".into() };
+        let snapshot = Snapshot {
+            role: "follower",
+            txns: vec![TxnCount { outcome: "committed", path: "any", count: 40 }],
+            agreement_rounds: vec![LabeledCount { label: "decided", count: 7 }],
+            hold_us: Some(2_500_000),
+            proposals_failed: 3,
+            accept_log_entries: 5,
+            accept_log_written: 9,
+            clock_offsets: vec![PeerOffset { replica: 2, offset_us: 10, error_us: 150 }],
+            refusal_reasons: vec![LabeledCount { label: "bad_proof", count: 2 }],
+            ..Snapshot::default()
+        };
+        let timings = Timings::default();
+        timings.append.observe(0.001);
+        timings.commit.observe(0.004);
+        timings.snapshot_bytes.inc_by(1 << 20);
+        let s = parsed(&encode(&labels, &snapshot, &timings));
+        assert_eq!(
+            value(&s, "luigi_transactions_total", &[("outcome", "committed")]),
+            Some(40.0),
+            "a demoted leader's"
+        );
+        assert_eq!(value(&s, "luigi_agreement_rounds_total", &[("outcome", "decided")]), Some(7.0));
+        assert_eq!(value(&s, "luigi_hold_seconds_total", &[]), Some(2.5));
+        assert_eq!(value(&s, "etcd_server_proposals_failed_total", &[]), Some(3.0));
+        assert_eq!(value(&s, "luigi_accept_log_entries", &[]), Some(5.0));
+        assert_eq!(value(&s, "luigi_accept_log_entries_written_total", &[]), Some(9.0));
+        assert_eq!(value(&s, "luigi_peer_round_trip_time_seconds", &[("peer", "2")]), Some(0.0003));
+        assert_eq!(value(&s, "luigi_snapshot_saved_bytes_total", &[]), Some(1048576.0));
+        assert_eq!(value(&s, "luigi_refusals_by_reason_total", &[("reason", "bad_proof")]), Some(2.0));
+        for histogram in ["tikv_raftstore_append_log_duration_seconds", "tikv_raftstore_commit_log_duration_seconds"] {
+            let h = s.iter().find(|x| x.metric == histogram).expect(histogram);
+            let Value::Histogram(buckets) = &h.value else { panic!("{h:?}") };
+            assert_eq!(buckets.iter().map(|b| b.count).fold(0.0, f64::max), 1.0, "{histogram}: one observed");
+        }
     }
 
     #[test]

@@ -12,6 +12,15 @@ pub struct TxnCount {
     pub count: u64,
 }
 
+/// A count under one label's value (e.g. an agreement round's outcome).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LabeledCount {
+    /// The label's value.
+    pub label: &'static str,
+    /// How many times.
+    pub count: u64,
+}
+
 /// The measured offset of this replica's clock to one peer of its group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerOffset {
@@ -67,8 +76,21 @@ pub struct Snapshot {
     pub answer_clients: u64,
     /// Its clock minus its watermark, µs (if its protocol publishes one).
     pub watermark_lag_us: Option<u64>,
-    /// Its serving leader's transaction counters (none while it does not serve).
+    /// Its leaders' transaction counters, summed over every time it served since it started
+    /// (none before it first served).
     pub txns: Vec<TxnCount>,
+    /// Its leaders' cross-shard agreement rounds by outcome, summed likewise (Luigi only).
+    pub agreement_rounds: Vec<LabeledCount>,
+    /// Its leaders' hold time summed, µs (transactions released from the hold queue: time
+    /// since admission), if its protocol holds transactions.
+    pub hold_us: Option<u64>,
+    /// Log entries it appended while leading and had not seen committed when it lost the
+    /// leadership.
+    pub proposals_failed: u64,
+    /// Fast-path accept records in its accept log now.
+    pub accept_log_entries: u64,
+    /// Fast-path accept records it wrote to its accept log since it started.
+    pub accept_log_written: u64,
     /// Keys locked (2PL).
     pub locks_held: u64,
     /// Pieces prepared and not decided (the baselines).
@@ -87,4 +109,6 @@ pub struct Snapshot {
     pub clock_beyond_bound: bool,
     /// Its connections.
     pub connections: ConnCounts,
+    /// The refusals it sent, by reason.
+    pub refusal_reasons: Vec<LabeledCount>,
 }

@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 use super::budget::{ConnBudget, ConnLimits, Seat};
 use super::ConnId;
 use crate::auth;
-use crate::gate::{self, ConnAuth, GateConfig, Verdict};
+use crate::gate::{self, ConnAuth, GateConfig, Refusal, RefusalReason, Verdict};
 use crate::net::codec::MAX_FRAME_BYTES_DEFAULT;
 use crate::net::peer::PeerWriter;
 
@@ -99,13 +99,15 @@ pub(super) struct Conns {
     refusals: Refusals,
 }
 
-/// Refusals sent (the metrics' `luigi_refusals_total`).
-#[derive(Clone, Copy, Debug, Default)]
+/// Refusals sent (the metrics' `luigi_refusals_total` and `luigi_refusals_by_reason_total`).
+#[derive(Clone, Debug, Default)]
 struct Refusals {
     /// Of a message, the connection kept.
     messages: u64,
     /// Closing the connection.
     connections: u64,
+    /// By reason (either kind).
+    by_reason: std::collections::BTreeMap<RefusalReason, u64>,
 }
 
 impl Conns {
@@ -125,6 +127,17 @@ impl Conns {
             limits,
             refusals: Refusals::default(),
         }
+    }
+
+    /// The refusals sent by reason, every reason (0 for one never sent).
+    pub(super) fn refusal_reasons(&self) -> Vec<crate::metrics::LabeledCount> {
+        RefusalReason::ALL
+            .iter()
+            .map(|r| crate::metrics::LabeledCount {
+                label: r.label(),
+                count: self.refusals.by_reason.get(r).copied().unwrap_or(0),
+            })
+            .collect()
     }
 
     /// The connections open by what they have shown themselves to be, and the refusals sent.
@@ -167,7 +180,9 @@ impl Conns {
     /// Connection `conn`'s reader ended; `why` if it refused what it read (a frame too large).
     pub(super) fn closed(&mut self, conn: ConnId, why: Option<String>) {
         match why {
-            Some(reason) if self.info.contains_key(&conn) => self.refuse(conn, reason, true),
+            Some(why) if self.info.contains_key(&conn) => {
+                self.refuse(conn, Refusal { reason: RefusalReason::BadFrame, why }, true)
+            }
             Some(_) | None => self.forget(conn),
         }
     }
@@ -240,7 +255,7 @@ impl Conns {
                     format!("no hello within {} s", secs(self.limits.hello_deadline))
                 }
             };
-            self.refuse(conn, reason, true);
+            self.refuse(conn, Refusal { reason: RefusalReason::HelloTimeout, why: reason }, true);
         }
     }
 
@@ -250,7 +265,8 @@ impl Conns {
     }
 
     /// Tells `conn` why its message was refused, logs it, and closes it if `close`.
-    pub(super) fn refuse(&mut self, conn: ConnId, reason: String, close: bool) {
+    pub(super) fn refuse(&mut self, conn: ConnId, refusal: Refusal, close: bool) {
+        let Refusal { reason: counted, why: reason } = refusal;
         let source = self.info.get(&conn).map(|i| i.source.to_string()).unwrap_or_default();
         warn!(conn, %source, %reason, close, "refused a message");
         if close {
@@ -258,6 +274,7 @@ impl Conns {
         } else {
             self.refusals.messages += 1;
         }
+        *self.refusals.by_reason.entry(counted).or_insert(0) += 1;
         if let Some(writer) = self.writers.get(&conn) {
             let _ = writer.send(&WireMsg::Refused { reason });
         }

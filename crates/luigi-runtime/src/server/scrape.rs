@@ -10,9 +10,10 @@ use tokio::sync::mpsc;
 use tracing::info;
 
 use super::conns::Conns;
+use super::log_watch::LogCounts;
 use super::Inbound;
 use crate::config::{ClusterConfig, NodeId};
-use crate::metrics::{self, http, PeerOffset, ServerLabels, Snapshot, Timings, TxnCount};
+use crate::metrics::{self, http, LabeledCount, PeerOffset, ServerLabels, Snapshot, Timings, TxnCount};
 
 /// The shard's leader as this replica last knew it, and the times that changed (etcd's
 /// `leader_changes_seen_total`: the first leader known counts as a change).
@@ -43,11 +44,33 @@ fn role_name(role: luigi_raft::Role) -> &'static str {
     }
 }
 
+/// What the shell itself counted, for a scrape.
+pub(super) struct ShellCounts<'a> {
+    pub conns: &'a Conns,
+    pub leaders: &'a LeaderWatch,
+    pub log: LogCounts,
+}
+
+/// The agreement rounds by outcome in `totals`, if its protocol agrees across shards: every
+/// agreement decided (its first round), the second rounds of those whose proposals differed,
+/// the ones aborted, and the recovery rounds started for stalled ones.
+fn agreement_rounds(totals: &luigi_replica::LeaderTotals) -> Vec<LabeledCount> {
+    let Some(a) = totals.agreement else { return Vec::new() };
+    let count = |label, count| LabeledCount { label, count };
+    vec![
+        count("decided", a.cross_decided),
+        count("second_round", totals.txn("decided", "second_round").unwrap_or(0)),
+        count("aborted", totals.txn("aborted", "cross_shard").unwrap_or(0)),
+        count("recovery", a.recover_sent),
+    ]
+}
+
 /// `node`'s figures at `now` (its clock), with the shell's own.
-pub(super) fn snapshot(node: &ReplicaNode, conns: &Conns, leaders: &LeaderWatch, now: TimeUs) -> Snapshot {
+pub(super) fn snapshot(node: &ReplicaNode, shell: &ShellCounts<'_>, now: TimeUs) -> Snapshot {
     let status = node.status(now);
     let log = node.log();
     let figures = node.replica().leader_figures();
+    let totals = node.replica().leader_totals();
     let stats = node.stats();
     Snapshot {
         role: role_name(log.role()),
@@ -55,7 +78,7 @@ pub(super) fn snapshot(node: &ReplicaNode, conns: &Conns, leaders: &LeaderWatch,
         serving: status.serving,
         has_leader: log.leader_id().is_some(),
         term: status.term,
-        leader_changes: leaders.changes,
+        leader_changes: shell.leaders.changes,
         commit_index: status.commit_index,
         applied_index: status.applied_index,
         pending: status.pending,
@@ -63,10 +86,12 @@ pub(super) fn snapshot(node: &ReplicaNode, conns: &Conns, leaders: &LeaderWatch,
         answers: status.answers,
         answer_clients: status.answer_clients,
         watermark_lag_us: figures.as_ref().and_then(|f| f.watermark).map(|w| now.saturating_sub(w)),
-        txns: figures
-            .as_ref()
-            .map(|f| f.txns.iter().map(|t| TxnCount { outcome: t.outcome, path: t.path, count: t.count }).collect())
-            .unwrap_or_default(),
+        txns: totals.txns.iter().map(|t| TxnCount { outcome: t.outcome, path: t.path, count: t.count }).collect(),
+        agreement_rounds: agreement_rounds(&totals),
+        hold_us: totals.held_us,
+        proposals_failed: shell.log.proposals_failed,
+        accept_log_entries: shell.log.accept_entries,
+        accept_log_written: shell.log.accept_written,
         locks_held: figures.as_ref().map_or(0, |f| f.locks_held as u64),
         prepared: figures.as_ref().map_or(0, |f| f.prepared.len() as u64),
         snapshots_taken: stats.snapshots_taken,
@@ -80,7 +105,8 @@ pub(super) fn snapshot(node: &ReplicaNode, conns: &Conns, leaders: &LeaderWatch,
             .map(|p| PeerOffset { replica: p.replica, offset_us: p.offset_us, error_us: p.error_us })
             .collect(),
         clock_beyond_bound: status.clock.beyond_bound,
-        connections: conns.counts(),
+        connections: shell.conns.counts(),
+        refusal_reasons: shell.conns.refusal_reasons(),
     }
 }
 

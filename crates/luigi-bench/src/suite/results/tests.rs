@@ -126,3 +126,32 @@ fn cpu_per_commit_splits_into_the_client_and_the_servers() {
     assert_eq!(at("client_cpu_us_per_commit"), format!("{:.1}", 1e6 / committed));
     assert_eq!(at("servers_cpu_us_per_commit"), format!("{:.1}", 2e6 / committed));
 }
+
+#[test]
+fn the_servers_figures_per_commit_are_columns_and_a_failed_scrape_is_counted_not_fatal() {
+    use crate::server_metrics::ServerDeltas;
+    let points = matrix(false);
+    let mut r = fixtures::record(&points[0], Some((100.0, 5.0)));
+    let csv = points_csv(std::slice::from_ref(&r));
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let row = |csv: &str| csv.lines().nth(1).unwrap().split(',').map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(row(&csv)[col("hold_us_per_commit")], "", "no metrics recorded: empty");
+    let deltas = ServerDeltas {
+        servers: 2,
+        failed: vec!["s0r2 end: connect: refused".into()],
+        committed: 200.0,
+        hold_s: Some(0.5),
+        fsync_s: 0.1,
+        agreement_rounds: [("decided".to_string(), 100.0), ("second_round".to_string(), 20.0)].into(),
+        accepts_written: 400.0,
+        ..ServerDeltas::default()
+    };
+    r.result.as_mut().unwrap().server_metrics = Some(deltas);
+    let cells = row(&points_csv(&[r]));
+    assert_eq!(cells[col("hold_us_per_commit")], "2500.0");
+    assert_eq!(cells[col("fsync_us_per_commit")], "500.0");
+    assert_eq!(cells[col("agreement_rounds_per_commit")], "0.600");
+    assert_eq!(cells[col("accepts_per_commit")], "2.000");
+    assert_eq!(cells[col("metrics_scrapes_failed")], "1");
+}
