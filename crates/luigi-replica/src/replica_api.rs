@@ -372,6 +372,7 @@ impl AgreementCounters {
             recover_sent,
             recover_kept,
             recover_acknowledged,
+            recover_forgotten,
             fast_proposals,
             early_answers,
         } = *other;
@@ -379,6 +380,7 @@ impl AgreementCounters {
         self.recover_sent = self.recover_sent.saturating_add(recover_sent);
         self.recover_kept = self.recover_kept.saturating_add(recover_kept);
         self.recover_acknowledged = self.recover_acknowledged.saturating_add(recover_acknowledged);
+        self.recover_forgotten = self.recover_forgotten.saturating_add(recover_forgotten);
         self.fast_proposals = self.fast_proposals.saturating_add(fast_proposals);
         self.early_answers = self.early_answers.saturating_add(early_answers);
     }
