@@ -415,6 +415,9 @@ fn txn_counts(stats: &crate::leader::LeaderStats) -> Vec<TxnCount> {
     vec![
         count("admitted", "any", stats.admitted),
         count("admitted", "bumped", stats.bumped),
+        count("admitted", "bumped_late", stats.bumped_late),
+        count("admitted", "bumped_floor", stats.bumped_floor),
+        count("admitted", "bumped_conflict", stats.bumped_conflict),
         count("committed", "any", stats.executed),
         count("rejected", "any", stats.rejected),
         count("rejected", "malformed", stats.malformed),

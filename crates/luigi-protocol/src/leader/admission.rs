@@ -70,6 +70,32 @@ pub fn propose(ts: Timestamp, now: TimeUs, floor: Timestamp, floors: &Floors, ke
     ts.max(now).max(floor.saturating_add(1)).max(floors.min_allowed(keys))
 }
 
+/// Why an admission moved a proposal above the coordinator's timestamp: the term of
+/// [`propose`]'s maximum that won (the first of conflict, floor, clock that reached it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BumpCause {
+    /// The dispatch arrived after the leader's clock had passed its timestamp.
+    Late,
+    /// The watermark or the recovered admission floor had passed it.
+    Floor,
+    /// A conflicting transaction with a larger timestamp had been released.
+    Conflict,
+}
+
+/// The cause of [`propose`]'s bump, `None` when the timestamp is kept.
+pub fn bump_cause(ts: Timestamp, now: TimeUs, floor: Timestamp, floors: &Floors, keys: &KeySet) -> Option<BumpCause> {
+    let proposal = propose(ts, now, floor, floors, keys);
+    if proposal == ts {
+        None
+    } else if proposal == floors.min_allowed(keys) {
+        Some(BumpCause::Conflict)
+    } else if proposal == floor.saturating_add(1) {
+        Some(BumpCause::Floor)
+    } else {
+        Some(BumpCause::Late)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +109,21 @@ mod tests {
     fn unconflicted_on_time_transaction_keeps_its_timestamp() {
         let f = Floors::default();
         assert_eq!(propose(100, 50, 10, &f, &ks(&["a"], &["b"])), 100);
+    }
+
+    #[test]
+    fn a_bump_names_the_term_that_moved_it() {
+        let mut f = Floors::default();
+        f.record_release(&ks(&[], &["w"]), 700); // a released write of w
+        assert_eq!(bump_cause(100, 50, 10, &f, &ks(&["a"], &[])), None, "on time, no conflict");
+        assert_eq!(bump_cause(100, 250, 10, &f, &ks(&["a"], &[])), Some(BumpCause::Late));
+        assert_eq!(bump_cause(100, 50, 300, &f, &ks(&["a"], &[])), Some(BumpCause::Floor));
+        assert_eq!(
+            bump_cause(100, 250, 300, &f, &ks(&["w"], &[])),
+            Some(BumpCause::Conflict),
+            "the conflict is the max"
+        );
+        assert_eq!(bump_cause(100, 900, 300, &f, &ks(&["w"], &[])), Some(BumpCause::Late), "the clock is the max");
     }
 
     #[test]

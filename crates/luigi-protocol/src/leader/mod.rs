@@ -291,6 +291,12 @@ pub struct LeaderStats {
     pub admitted: u64,
     /// Admissions whose proposal was moved above the coordinator's timestamp.
     pub bumped: u64,
+    /// Of those, bumped because the dispatch arrived after the clock passed its timestamp.
+    pub bumped_late: u64,
+    /// Of those, bumped above the watermark or the recovered admission floor.
+    pub bumped_floor: u64,
+    /// Of those, bumped above a conflicting released transaction.
+    pub bumped_conflict: u64,
     /// Transactions executed.
     pub executed: u64,
     /// Dispatches rejected at admission.
