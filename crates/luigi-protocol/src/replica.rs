@@ -388,6 +388,9 @@ pub fn leader_stats(figures: &LeaderFigures) -> Option<crate::leader::LeaderStat
     Some(crate::leader::LeaderStats {
         admitted: count("admitted", "any"),
         bumped: count("admitted", "bumped"),
+        bumped_late: count("admitted", "bumped_late"),
+        bumped_floor: count("admitted", "bumped_floor"),
+        bumped_conflict: count("admitted", "bumped_conflict"),
         executed: count("committed", "any"),
         rejected: count("rejected", "any"),
         malformed: count("rejected", "malformed"),

@@ -258,6 +258,9 @@ fn leader_stats_read_back_from_the_figures_are_the_leaders_own() {
         recover_acknowledged: 17,
         fast_proposals: 18,
         early_answers: 19,
+        bumped_late: 20,
+        bumped_floor: 21,
+        bumped_conflict: 22,
     };
     let figures = LeaderFigures {
         agreement: Some(agreement_counters(&stats)),

@@ -282,6 +282,9 @@ fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
     LeaderStats {
         admitted: a.admitted + b.admitted,
         bumped: a.bumped + b.bumped,
+        bumped_late: a.bumped_late + b.bumped_late,
+        bumped_floor: a.bumped_floor + b.bumped_floor,
+        bumped_conflict: a.bumped_conflict + b.bumped_conflict,
         executed: a.executed + b.executed,
         rejected: a.rejected + b.rejected,
         malformed: a.malformed + b.malformed,
