@@ -148,6 +148,7 @@ impl LeaderCore for BaseLeader<RaftLog> {
             prepared: self.state().prepared().keys().copied().collect(),
             locks_held: self.locks_held(),
             txns: txn_counts(&self.stats()),
+            procedure_commits: self.procedure_commits().clone(),
             ..LeaderFigures::default()
         }
     }

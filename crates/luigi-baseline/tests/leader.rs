@@ -39,6 +39,10 @@ fn a_single_shard_write_is_installed_at_once_and_answered_once_durable() {
     let r = c.take_replies();
     assert_eq!(r.len(), 2);
     assert_eq!(output(&r[0]), vec![(2, Some(6))], "the read at the new leader sees the newer write");
+    let leader = c.leader(0);
+    let micro_commits = leader.procedure_commits().get(luigi_workloads::procedures::Micro::NAME);
+    assert_eq!(micro_commits, leader.stats().local_commits, "every local commit counted by procedure");
+    assert_eq!(micro_commits, 1, "the new leader's one write");
 }
 
 #[test]
@@ -63,6 +67,8 @@ fn a_cross_shard_transaction_commits_once_every_participant_prepared_durably() {
             assert_eq!(c.leader(s).stats().lock_conflicts, 0);
         }
         assert_eq!(c.leader(0).stats().coordinated_commits, 1);
+        let micro_commits = c.leader(0).procedure_commits().get(luigi_workloads::procedures::Micro::NAME);
+        assert_eq!(micro_commits, 1, "{mode:?}: counted by procedure with the commit");
     }
 }
 

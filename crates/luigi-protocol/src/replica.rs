@@ -175,6 +175,7 @@ impl LeaderCore for ShardLeader<RaftLog> {
             agreement: Some(agreement_counters(&self.stats())),
             txns: txn_counts(&self.stats()),
             held_us: Some(self.held_us()),
+            procedure_commits: self.procedure_commits().clone(),
             ..LeaderFigures::default()
         }
     }

@@ -9,15 +9,18 @@
 //!   ([`ReplicaProtocol`], with [`FastPathProtocol`] if it has a fast path). Luigi's is
 //!   `luigi_protocol::replica`, the baselines' `luigi_baseline::replica`;
 //! - [`waiting`]: the dispatches a follower holds while its shard has no serving leader it
-//!   knows of.
+//!   knows of;
+//! - [`procedure_commits`]: a leader's commits per stored procedure, for the metrics.
 //!
 //! It names no protocol's types: a protocol's configuration is its factory's, and what the
 //! shells read of a leader is plain data ([`LeaderFigures`]).
 
+pub mod procedure_commits;
 pub mod replica_api;
 pub mod role_machine;
 pub mod waiting;
 
+pub use procedure_commits::ProcedureCommits;
 pub use replica_api::{
     empty_store, AgreementCounters, BuildError, FastPathReplica, InitialStore, LeaderFigures, LeaderTotals,
     ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,

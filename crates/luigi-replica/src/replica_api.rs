@@ -293,6 +293,8 @@ pub struct LeaderFigures {
     /// them, summed: the hold time (their count is the `committed` counter), if its protocol
     /// holds transactions (Luigi's hold queue).
     pub held_us: Option<u64>,
+    /// Its commits per stored procedure.
+    pub procedure_commits: crate::ProcedureCommits,
 }
 
 /// A replica's leader counters summed over every leader state it served with (a leader
@@ -306,6 +308,8 @@ pub struct LeaderTotals {
     pub agreement: Option<AgreementCounters>,
     /// Hold time summed, µs, if its protocol holds transactions.
     pub held_us: Option<u64>,
+    /// Commits per stored procedure.
+    pub procedure_commits: crate::ProcedureCommits,
 }
 
 impl LeaderTotals {
@@ -324,6 +328,7 @@ impl LeaderTotals {
             let held = self.held_us.get_or_insert(0);
             *held = held.saturating_add(us);
         }
+        self.procedure_commits.add(&figures.procedure_commits);
     }
 
     /// The transaction counter `outcome`/`path`, if its protocol keeps it.
@@ -490,9 +495,15 @@ mod tests {
             held_us: Some(u64::MAX),
             ..LeaderFigures::default()
         };
+        let (mut first, mut second) = (first, second);
+        first.procedure_commits.committed("NewOrder");
+        second.procedure_commits.committed("NewOrder");
+        second.procedure_commits.committed("Payment");
         let mut totals = LeaderTotals::default();
         totals.add(&first);
         totals.add(&second);
+        assert_eq!(totals.procedure_commits.get("NewOrder"), 2);
+        assert_eq!(totals.procedure_commits.get("Payment"), 1);
         assert_eq!(totals.txn("committed", "any"), Some(13));
         assert_eq!(totals.txn("rejected", "any"), Some(1));
         assert_eq!(totals.txn("expired", "any"), Some(2));

@@ -153,6 +153,11 @@ fn every_replica_serves_metrics_and_the_committed_counters_move() {
     let txns_before = value(&before, "luigi_transactions_total", &committed).expect("the leader counts commits");
     let txns_after = value(&after, "luigi_transactions_total", &committed).unwrap();
     assert!(txns_after >= txns_before + TXNS as f64, "committed {txns_before} -> {txns_after}");
+    // Every commit here is of the micro procedure: its own counter moves with the total.
+    let micro = [("procedure", Micro::NAME)];
+    let micro_before = value(&before, "luigi_procedure_commits_total", &micro).expect("counted by procedure");
+    let micro_after = value(&after, "luigi_procedure_commits_total", &micro).unwrap();
+    assert_eq!(micro_after - micro_before, txns_after - txns_before, "every commit is a micro one");
     let labels = [("shard", "0"), ("replica", "0"), ("protocol", "luigi")];
     assert_eq!(value(&after, "etcd_server_is_leader", &labels), Some(1.0), "replica 0 leads a fresh shard");
     let raft_before = value(&before, "etcd_server_proposals_committed_total", &[]).unwrap();

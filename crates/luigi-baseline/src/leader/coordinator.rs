@@ -144,6 +144,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         // Every participant prepared durably: committed.
         let c = self.coordinating.remove(&id).expect("present");
         self.stats.coordinated_commits += 1;
+        self.procedure_commits.committed(&c.txn.procedure);
         self.decide(&c.txn, true);
         let results = c.results;
         for reply in self.replies(&c.txn, c.arrival, |s| results[&s].clone()) {

@@ -121,6 +121,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
                     self.versions.bump(*h);
                 }
                 self.stats.local_commits += 1;
+                self.procedure_commits.committed(&txn.procedure);
                 let reply = self.reply(id, me, Ok(output), arrival);
                 self.wait_for(index, Wait::Client { client, reply });
             }

@@ -160,6 +160,8 @@ pub struct BaseLeader<L> {
     reads: Vec<(TxnId, u64)>,
     now_us: TimeUs,
     stats: BaseStats,
+    /// Its commits per stored procedure (counted with `stats`' commits), for the metrics.
+    procedure_commits: luigi_replica::ProcedureCommits,
 }
 
 impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
@@ -202,6 +204,7 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
             reads: Vec::new(),
             now_us: now,
             stats: BaseStats::default(),
+            procedure_commits: luigi_replica::ProcedureCommits::default(),
         }
     }
 
@@ -218,6 +221,11 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
     /// Counters.
     pub fn stats(&self) -> BaseStats {
         self.stats
+    }
+
+    /// Its commits per stored procedure (local and coordinated, as `stats` counts them).
+    pub fn procedure_commits(&self) -> &luigi_replica::ProcedureCommits {
+        &self.procedure_commits
     }
 
     /// Transactions in its care: coordinated, resolved, executed and not prepared, prepared

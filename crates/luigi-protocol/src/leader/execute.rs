@@ -45,6 +45,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
             f.executed(id, p.ts, keys);
         }
         self.stats.executed += 1;
+        self.procedure_commits.committed(&p.txn.procedure);
         self.max_executed_ts = self.max_executed_ts.max(p.ts);
         let rounds = p.agreement.as_ref().map_or(0, Agreement::rounds);
         self.answers.insert(id, Answer { ts: p.ts, outcome, arrival_delta_us: p.arrival_delta_us, rounds }, p.txn.ts);

@@ -397,6 +397,8 @@ pub struct ShardLeader<L: ReplicatedLog<LogRecord>> {
     /// admitted (or took over) them, summed: the hold time, for the servers' metrics (read,
     /// never acted on; apart from [`LeaderStats`], whose fields the simulator sums).
     held_us: u64,
+    /// Its commits per stored procedure, for the servers' metrics (read, never acted on).
+    procedure_commits: luigi_replica::ProcedureCommits,
     /// Prepared transactions taken over from earlier leaders (see [`ShardLeader::recover`]):
     /// with `admitted` they are every transaction this leader made pending.
     taken_over: u64,
@@ -468,6 +470,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
             now: 0,
             stats: LeaderStats::default(),
             held_us: 0,
+            procedure_commits: luigi_replica::ProcedureCommits::default(),
             taken_over: 0,
             term,
             committed_index: 0,
@@ -526,6 +529,11 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// [`LeaderStats::executed`]).
     pub fn held_us(&self) -> u64 {
         self.held_us
+    }
+
+    /// Its commits per stored procedure.
+    pub fn procedure_commits(&self) -> &luigi_replica::ProcedureCommits {
+        &self.procedure_commits
     }
 
     /// Number of transactions admitted and not yet executed.

@@ -24,7 +24,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 pub use addresses::{validate_addresses, AddressError};
-pub use snapshot::{ConnCounts, LabeledCount, PeerOffset, Snapshot, TxnCount};
+pub use snapshot::{ConnCounts, LabeledCount, PeerOffset, ProcedureCount, Snapshot, TxnCount};
 
 /// Prefix of Luigi's own metrics (the etcd- and TiKV-named ones keep theirs).
 const PREFIX: &str = "luigi";
@@ -88,6 +88,12 @@ impl Timings {
 struct TxnLabels {
     outcome: &'static str,
     path: &'static str,
+}
+
+/// The label of a per-procedure counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcedureLabels {
+    procedure: String,
 }
 
 /// The label of an agreement round's outcome.
@@ -247,6 +253,15 @@ fn register_own(registry: &mut Registry, s: &Snapshot, timings: &Timings) {
         "transactions",
         "Transactions by outcome and path, as this replica's leaders counted them, summed over every time it served",
         txns,
+    );
+    let procedures: Family<ProcedureLabels, Counter> = Family::default();
+    for p in &s.procedure_commits {
+        procedures.get_or_create(&ProcedureLabels { procedure: p.procedure.clone() }).inc_by(p.count);
+    }
+    registry.register(
+        "procedure_commits",
+        "Transactions committed by stored procedure (the transaction's kind), summed over every time it served",
+        procedures,
     );
     register_leader_totals(registry, s);
     gauge(
@@ -438,6 +453,7 @@ mod tests {
             txns: vec![TxnCount { outcome: "committed", path: "any", count: 40 }],
             agreement_rounds: vec![LabeledCount { label: "decided", count: 7 }],
             hold_us: Some(2_500_000),
+            procedure_commits: vec![ProcedureCount { procedure: "NewOrder".into(), count: 12 }],
             proposals_failed: 3,
             accept_log_entries: 5,
             accept_log_written: 9,
@@ -457,6 +473,7 @@ mod tests {
         );
         assert_eq!(value(&s, "luigi_agreement_rounds_total", &[("outcome", "decided")]), Some(7.0));
         assert_eq!(value(&s, "luigi_hold_seconds_total", &[]), Some(2.5));
+        assert_eq!(value(&s, "luigi_procedure_commits_total", &[("procedure", "NewOrder")]), Some(12.0));
         assert_eq!(value(&s, "etcd_server_proposals_failed_total", &[]), Some(3.0));
         assert_eq!(value(&s, "luigi_accept_log_entries", &[]), Some(5.0));
         assert_eq!(value(&s, "luigi_accept_log_entries_written_total", &[]), Some(9.0));

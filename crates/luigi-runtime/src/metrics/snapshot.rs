@@ -12,6 +12,15 @@ pub struct TxnCount {
     pub count: u64,
 }
 
+/// A leader's commits of one stored procedure: `luigi_procedure_commits_total{procedure}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcedureCount {
+    /// The procedure's name (one of the registry's).
+    pub procedure: String,
+    /// Its commits.
+    pub count: u64,
+}
+
 /// A count under one label's value (e.g. an agreement round's outcome).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LabeledCount {
@@ -84,6 +93,8 @@ pub struct Snapshot {
     /// Its leaders' hold time summed, µs (transactions released from the hold queue: time
     /// since admission), if its protocol holds transactions.
     pub hold_us: Option<u64>,
+    /// Its leaders' commits per stored procedure, summed likewise.
+    pub procedure_commits: Vec<ProcedureCount>,
     /// Log entries it appended while leading and had not seen committed when it lost the
     /// leadership.
     pub proposals_failed: u64,

@@ -13,7 +13,7 @@ use super::conns::Conns;
 use super::log_watch::LogCounts;
 use super::Inbound;
 use crate::config::{ClusterConfig, NodeId};
-use crate::metrics::{self, http, LabeledCount, PeerOffset, ServerLabels, Snapshot, Timings, TxnCount};
+use crate::metrics::{self, http, LabeledCount, PeerOffset, ProcedureCount, ServerLabels, Snapshot, Timings, TxnCount};
 
 /// The shard's leader as this replica last knew it, and the times that changed (etcd's
 /// `leader_changes_seen_total`: the first leader known counts as a change).
@@ -89,6 +89,11 @@ pub(super) fn snapshot(node: &ReplicaNode, shell: &ShellCounts<'_>, now: TimeUs)
         txns: totals.txns.iter().map(|t| TxnCount { outcome: t.outcome, path: t.path, count: t.count }).collect(),
         agreement_rounds: agreement_rounds(&totals),
         hold_us: totals.held_us,
+        procedure_commits: totals
+            .procedure_commits
+            .iter()
+            .map(|(procedure, count)| ProcedureCount { procedure: procedure.to_string(), count })
+            .collect(),
         proposals_failed: shell.log.proposals_failed,
         accept_log_entries: shell.log.accept_entries,
         accept_log_written: shell.log.accept_written,
