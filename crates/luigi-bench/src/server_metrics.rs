@@ -220,12 +220,13 @@ impl ServerDeltas {
             PerCommit {
                 hold_us: self.hold_s.map(|h| per(h) * 1e6),
                 fsync_us: per(self.fsync_s) * 1e6,
+                // A fold from +0.0: an empty `sum` of floats is -0.0, which points.csv printed
+                // as "-0.000" for the protocols without agreement rounds.
                 agreement_rounds: per(self
                     .agreement_rounds
                     .iter()
                     .filter(|(o, _)| *o != "aborted")
-                    .map(|(_, n)| n)
-                    .sum()),
+                    .fold(0.0, |sum, (_, n)| sum + n)),
                 accepts: per(self.accepts_written),
             }
         })
@@ -297,6 +298,16 @@ mod tests {
         assert_eq!(per.hold_us, Some(10_000.0));
         assert_eq!(per.fsync_us, 5_000.0);
         assert_eq!(per.agreement_rounds, 0.5);
+    }
+
+    /// A baseline's servers count no agreement rounds: its figure is +0, printed "0.000",
+    /// never "-0.000" (an empty float sum is -0.0).
+    #[test]
+    fn no_agreement_rounds_are_zero_not_negative_zero() {
+        let d = ServerDeltas { committed: 10.0, ..ServerDeltas::default() };
+        let per = d.per_commit().unwrap();
+        assert!(per.agreement_rounds.is_sign_positive(), "{}", per.agreement_rounds);
+        assert_eq!(format!("{:.3}", per.agreement_rounds), "0.000");
     }
 
     #[test]
