@@ -82,9 +82,16 @@ pub enum BumpCause {
     Conflict,
 }
 
-/// The cause of [`propose`]'s bump, `None` when the timestamp is kept.
-pub fn bump_cause(ts: Timestamp, now: TimeUs, floor: Timestamp, floors: &Floors, keys: &KeySet) -> Option<BumpCause> {
-    let proposal = propose(ts, now, floor, floors, keys);
+/// The cause of the bump from `ts` to `proposal` (what [`propose`] gave for these inputs),
+/// `None` when the timestamp is kept. It takes the proposal already made, so an admission
+/// looks its keys' floors up a second time only when it was bumped.
+pub fn bump_cause(
+    ts: Timestamp,
+    proposal: Timestamp,
+    floor: Timestamp,
+    floors: &Floors,
+    keys: &KeySet,
+) -> Option<BumpCause> {
     if proposal == ts {
         None
     } else if proposal == floors.min_allowed(keys) {
@@ -115,15 +122,12 @@ mod tests {
     fn a_bump_names_the_term_that_moved_it() {
         let mut f = Floors::default();
         f.record_release(&ks(&[], &["w"]), 700); // a released write of w
-        assert_eq!(bump_cause(100, 50, 10, &f, &ks(&["a"], &[])), None, "on time, no conflict");
-        assert_eq!(bump_cause(100, 250, 10, &f, &ks(&["a"], &[])), Some(BumpCause::Late));
-        assert_eq!(bump_cause(100, 50, 300, &f, &ks(&["a"], &[])), Some(BumpCause::Floor));
-        assert_eq!(
-            bump_cause(100, 250, 300, &f, &ks(&["w"], &[])),
-            Some(BumpCause::Conflict),
-            "the conflict is the max"
-        );
-        assert_eq!(bump_cause(100, 900, 300, &f, &ks(&["w"], &[])), Some(BumpCause::Late), "the clock is the max");
+        let cause = |ts, now, floor, keys: &KeySet| bump_cause(ts, propose(ts, now, floor, &f, keys), floor, &f, keys);
+        assert_eq!(cause(100, 50, 10, &ks(&["a"], &[])), None, "on time, no conflict");
+        assert_eq!(cause(100, 250, 10, &ks(&["a"], &[])), Some(BumpCause::Late));
+        assert_eq!(cause(100, 50, 300, &ks(&["a"], &[])), Some(BumpCause::Floor));
+        assert_eq!(cause(100, 250, 300, &ks(&["w"], &[])), Some(BumpCause::Conflict), "the conflict is the max");
+        assert_eq!(cause(100, 900, 300, &ks(&["w"], &[])), Some(BumpCause::Late), "the clock is the max");
     }
 
     #[test]

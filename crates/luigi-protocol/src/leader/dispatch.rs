@@ -195,7 +195,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
             return self.refuse(log, &d.txn, why, d.arrival_delta_us, out);
         }
         let Some(prepare_index) = self.log_prepare(log, &d, proposal, out) else { return };
-        match admission::bump_cause(d.txn.ts, now, floor, &self.floors, keys) {
+        match admission::bump_cause(d.txn.ts, proposal, floor, &self.floors, keys) {
             None => {}
             Some(admission::BumpCause::Late) => self.stats.bumped_late += 1,
             Some(admission::BumpCause::Floor) => self.stats.bumped_floor += 1,
