@@ -6,24 +6,23 @@
 //! that fails is named in the record; the run goes on (the figures then cover the servers
 //! scraped at both ends).
 //!
-//! The exposition is parsed with `prometheus-parse`, never matched as strings. The servers'
+//! The servers are read with the runtime's one scrape client
+//! ([`luigi_runtime::metrics::scrape`]: bounded, an oversized answer refused whole, parsed
+//! with `prometheus-parse`, never matched as strings). The servers'
 //! CPU time is not here: the suite records it per point from the process tree
 //! ([`crate::cpu`]).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use luigi_runtime::config::{ClusterConfig, NodeId};
-use prometheus_parse::{Sample, Scrape, Value};
+use luigi_runtime::metrics::scrape::{fetch, Metrics};
 use serde::{Deserialize, Serialize};
 
 /// Time one scrape may take (connect, ask, read): a server too busy to answer within it is
 /// recorded as a failed scrape.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Largest exposition read (a server's is a few tens of KiB).
-const EXPOSITION_MAX_BYTES: u64 = 4 << 20;
 
 /// One server to scrape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,30 +65,14 @@ struct Figures {
     proposals_failed: f64,
 }
 
-/// The value of the first sample `metric` whose labels include `labels`.
-fn value(samples: &[Sample], metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let found =
-        samples.iter().find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))?;
-    match &found.value {
-        Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => Some(*v),
-        Value::Histogram(_) | Value::Summary(_) => None,
-    }
-}
-
 impl Figures {
-    /// The figures of an exposition's `samples` (absent counters read as 0).
-    fn of(samples: &[Sample]) -> Self {
-        let get = |metric: &str| value(samples, metric, &[]).unwrap_or(0.0);
-        let mut rounds = BTreeMap::new();
-        for s in samples.iter().filter(|s| s.metric == "luigi_agreement_rounds_total") {
-            if let (Some(outcome), Value::Counter(v) | Value::Untyped(v)) = (s.labels.get("outcome"), &s.value) {
-                rounds.insert(outcome.to_string(), *v);
-            }
-        }
+    /// The figures of an exposition (absent counters read as 0).
+    fn of(m: &Metrics) -> Self {
+        let get = |metric: &str| m.value(metric, &[]).unwrap_or(0.0);
+        let rounds = m.by_label("luigi_agreement_rounds_total", "outcome").into_iter().collect();
         Figures {
-            committed: value(samples, "luigi_transactions_total", &[("outcome", "committed"), ("path", "any")])
-                .unwrap_or(0.0),
-            hold_s: value(samples, "luigi_hold_seconds_total", &[]),
+            committed: m.value("luigi_transactions_total", &[("outcome", "committed"), ("path", "any")]).unwrap_or(0.0),
+            hold_s: m.value("luigi_hold_seconds_total", &[]),
             fsync_s: get("etcd_disk_wal_fsync_duration_seconds_sum"),
             fsyncs: get("etcd_disk_wal_fsync_duration_seconds_count"),
             append_s: get("tikv_raftstore_append_log_duration_seconds_sum"),
@@ -105,33 +88,25 @@ impl Figures {
     }
 }
 
-/// `GET /metrics` from `addr`, parsed.
-fn scrape(addr: SocketAddr) -> Result<Vec<Sample>, String> {
-    let mut s = TcpStream::connect_timeout(&addr, SCRAPE_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(SCRAPE_TIMEOUT))
-        .and_then(|()| s.set_write_timeout(Some(SCRAPE_TIMEOUT)))
-        .map_err(|e| format!("socket: {e}"))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: luigi-bench\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("ask: {e}"))?;
-    let mut answer = String::new();
-    s.take(EXPOSITION_MAX_BYTES).read_to_string(&mut answer).map_err(|e| format!("read: {e}"))?;
-    let (head, body) = answer.split_once("\r\n\r\n").ok_or("no HTTP head")?;
-    let status = head.lines().next().unwrap_or_default();
-    if !status.contains(" 200 ") {
-        return Err(format!("answered {status}"));
-    }
-    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).map(|p| p.samples).map_err(|e| format!("parse: {e}"))
-}
-
 /// One scrape of every server: each one's figures, or why it failed.
 #[derive(Clone, Debug, Default)]
 pub struct Reading {
     by_server: BTreeMap<String, Result<Figures, String>>,
 }
 
-/// Scrapes every one of `targets` (one after the other: a few ms each).
+/// Scrapes every one of `targets` (one after the other: a few ms each), from a thread outside
+/// any tokio runtime (the run's scrape thread).
 pub fn read(targets: &[Target]) -> Reading {
-    let by_server = targets.iter().map(|t| (t.node.clone(), scrape(t.addr).map(|s| Figures::of(&s)))).collect();
+    let by_server = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt.block_on(async {
+            let mut by_server = BTreeMap::new();
+            for t in targets {
+                by_server.insert(t.node.clone(), fetch(t.addr, SCRAPE_TIMEOUT).await.map(|m| Figures::of(&m)));
+            }
+            by_server
+        }),
+        Err(e) => targets.iter().map(|t| (t.node.clone(), Err(format!("no runtime to scrape with: {e}")))).collect(),
+    };
     Reading { by_server }
 }
 
@@ -250,8 +225,8 @@ pub struct PerCommit {
 mod tests {
     use super::*;
 
-    fn samples(text: &str) -> Vec<Sample> {
-        Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap().samples
+    fn samples(text: &str) -> Metrics {
+        Metrics::parse(text).unwrap()
     }
 
     fn exposition(committed: u64, hold_s: f64, fsync_sum: f64, decided: u64) -> String {
@@ -317,7 +292,7 @@ mod tests {
         let d = ServerDeltas::between(&reading, &reading);
         assert_eq!(d.servers, 0);
         assert_eq!(d.failed.len(), 1, "{:?}", d.failed);
-        assert!(d.failed[0].starts_with("s0r0 start: connect"), "{:?}", d.failed);
+        assert_eq!(d.failed[0], "s0r0 start: connection refused");
         assert_eq!(d.per_commit(), None);
     }
 }

@@ -3,7 +3,8 @@
 //! into a [`Snapshot`] when a scrape asks for one (the cores count; nothing here runs inside
 //! them), and times what it can time cheaply into the [`Timings`]' histograms; [`encode`]
 //! turns both into the OpenMetrics text exposition with `prometheus-client`, and [`http`]
-//! serves it at `GET /metrics`.
+//! serves it at `GET /metrics`; [`scrape`] is the one client that reads it back (`luigi top`
+//! and the benchmark's per-run scrapes).
 //!
 //! Names follow Prometheus's conventions (base units, counters end in `_total`, histograms
 //! in `_seconds`) and mirror etcd's and TiKV's where the meaning is the same. Every series
@@ -12,6 +13,7 @@
 
 mod addresses;
 pub mod http;
+pub mod scrape;
 mod snapshot;
 
 use std::borrow::Cow;

@@ -3,14 +3,7 @@
 //! [`super::counter`]), summed over a shard's replicas, interpolated linearly within the
 //! bucket the quantile falls in.
 
-/// One cumulative bucket of a histogram: `count` observations were at most `le`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Bucket {
-    /// The bucket's upper bound (`+Inf` for the last).
-    pub le: f64,
-    /// Observations at most `le` (cumulative).
-    pub count: f64,
-}
+pub use luigi_runtime::metrics::scrape::Bucket;
 
 /// Whether two histograms have the same bucket bounds.
 fn same_layout(a: &[Bucket], b: &[Bucket]) -> bool {
