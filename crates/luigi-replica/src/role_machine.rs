@@ -86,6 +86,8 @@ pub struct RoleMachine<P: ReplicaProtocol> {
     retired: LeaderTotals,
     /// Scratch for the typed outputs the seam hands the node encoded.
     typed_out: Vec<OutputOf<P>>,
+    /// Peer messages that do not decode are warned of at most once a second.
+    pub(crate) undecodable_warns: luigi_txn::throttle::Throttle,
 }
 
 /// The replica index (from 0) of the leader `log` knows of; Raft ids are indexes + 1.
@@ -152,6 +154,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
             stats: ReplicaStats::default(),
             retired: LeaderTotals::default(),
             typed_out: Vec::new(),
+            undecodable_warns: luigi_txn::throttle::Throttle::default(),
         })
     }
 

@@ -23,6 +23,7 @@ pub mod partition;
 pub mod peer;
 pub mod procedure;
 pub mod progress;
+pub mod throttle;
 pub mod types;
 
 /// Hash map keyed per process ([`keyhash::KeyedState`]): its keys (ids of clients and

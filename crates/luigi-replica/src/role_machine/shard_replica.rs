@@ -57,7 +57,9 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
                 // Peers are authenticated, but a garbled frame must not take the server
                 // down: it is dropped like a batch a follower does not take.
                 self.stats.undecodable_peer += 1;
-                tracing::warn!(error = %e, "peer message dropped");
+                if let Some(logged) = self.undecodable_warns.occurred(now) {
+                    tracing::warn!(error = %e, unlogged_before = logged.suppressed, "peer message dropped");
+                }
                 return false;
             }
         };

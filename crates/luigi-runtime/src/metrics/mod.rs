@@ -327,6 +327,12 @@ fn register_snapshots(registry: &mut Registry, s: &Snapshot, timings: &Timings) 
     counter(registry, "snapshots_installed", "Snapshots from its leader this replica installed", s.snapshots_installed);
     counter(registry, "snapshots_rejected", "Snapshots received whose check failed", s.snapshots_rejected);
     counter(registry, "batches_dropped", "Agreement batches received while not serving (dropped)", s.batches_dropped);
+    counter(
+        registry,
+        "replication_messages_not_taken",
+        "Replication messages from peers that could not be taken",
+        s.replication_not_taken,
+    );
     histogram_seconds(registry, "snapshot_save_duration", "Time of each snapshot file written", &timings.snapshot_save);
     registry.register_with_unit(
         "snapshot_saved",
@@ -461,6 +467,7 @@ mod tests {
             accept_log_written: 9,
             clock_offsets: vec![PeerOffset { replica: 2, offset_us: 10, error_us: 150 }],
             refusal_reasons: vec![LabeledCount { label: "bad_proof", count: 2 }],
+            replication_not_taken: 4,
             ..Snapshot::default()
         };
         let timings = Timings::default();
@@ -482,6 +489,7 @@ mod tests {
         assert_eq!(value(&s, "luigi_peer_round_trip_time_seconds", &[("peer", "2")]), Some(0.0003));
         assert_eq!(value(&s, "luigi_snapshot_saved_bytes_total", &[]), Some(1048576.0));
         assert_eq!(value(&s, "luigi_refusals_by_reason_total", &[("reason", "bad_proof")]), Some(2.0));
+        assert_eq!(value(&s, "luigi_replication_messages_not_taken_total", &[]), Some(4.0));
         for histogram in ["tikv_raftstore_append_log_duration_seconds", "tikv_raftstore_commit_log_duration_seconds"] {
             let h = s.iter().find(|x| x.metric == histogram).expect(histogram);
             let Value::Histogram(buckets) = &h.value else { panic!("{h:?}") };

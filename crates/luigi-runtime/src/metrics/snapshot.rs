@@ -114,6 +114,9 @@ pub struct Snapshot {
     pub snapshots_rejected: u64,
     /// Agreement batches dropped while not serving.
     pub batches_dropped: u64,
+    /// Replication messages from authenticated peers it could not take (a snapshot that
+    /// does not load, a misaddressed or garbled message).
+    pub replication_not_taken: u64,
     /// Its clock's offsets to its group's other replicas.
     pub clock_offsets: Vec<PeerOffset>,
     /// Its clock is beyond the bound from a majority of its group.

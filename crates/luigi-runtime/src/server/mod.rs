@@ -30,6 +30,7 @@ use luigi_node::{CheckedSnapshot, Effect, NodeConfig, NodeError, ReplicaNode, Sn
 use luigi_replica::{SnapshotImage, SnapshotJob};
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::procedure::Registry;
+use luigi_txn::throttle::Throttle;
 use luigi_wal::Durability;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -225,6 +226,7 @@ impl Server {
             leaders: LeaderWatch::default(),
             log_watch: serves_metrics.then(|| LogWatch::new(&timings)),
             turns: serves_metrics.then_some(timings.turn),
+            not_taken: NotTaken::default(),
         };
         let result = event_loop(shell, Conns::new(gate, budget, clock::now_us()), rx, shutdown).await;
         for t in tasks {
@@ -263,6 +265,16 @@ struct Shell {
     /// Times each turn, when the server serves metrics (the disk's syncs are timed always:
     /// two clock reads are nothing beside a sync; a turn can be a few microseconds).
     turns: Option<Histogram>,
+    /// Replication messages not taken.
+    not_taken: NotTaken,
+}
+
+/// Replication messages from peers not taken: counted (for the metrics) and warned of at
+/// most once a second (a peer sending garbage must not flood the log).
+#[derive(Debug, Default)]
+struct NotTaken {
+    count: u64,
+    warns: Throttle,
 }
 
 /// Turns in a row after writes made durable inline (each releases what the last wrote).
@@ -505,7 +517,12 @@ fn handle(shell: &mut Shell, conns: &mut Conns, ev: Inbound, fx: &mut Vec<Effect
         Inbound::Msg { conn, msg } => on_msg(shell, conns, conn, msg, fx),
         Inbound::Scrape(reply) => {
             let log = shell.log_watch.as_ref().map(LogWatch::counts).unwrap_or_default();
-            let counts = scrape::ShellCounts { conns: &*conns, leaders: &shell.leaders, log };
+            let counts = scrape::ShellCounts {
+                conns: &*conns,
+                leaders: &shell.leaders,
+                log,
+                replication_not_taken: shell.not_taken.count,
+            };
             let _ = reply.send(scrape::snapshot(&shell.node, &counts, clock::now_us()));
         }
     }
@@ -546,7 +563,10 @@ fn on_msg(shell: &mut Shell, conns: &mut Conns, conn: ConnId, msg: WireMsg, fx: 
             WireMsg::Replication(msg) => {
                 if let Err(e) = shell.node.on_replication(from, msg, fx) {
                     // A snapshot that does not load, a misaddressed message: say so, go on.
-                    warn!(from = %from, error = %e, "replication message not taken");
+                    shell.not_taken.count += 1;
+                    if let Some(logged) = shell.not_taken.warns.occurred(clock::now_us()) {
+                        warn!(from = %from, error = %e, unlogged_before = logged.suppressed, "replication message not taken");
+                    }
                 }
             }
             WireMsg::Client(_)

@@ -49,6 +49,7 @@ pub(super) struct ShellCounts<'a> {
     pub conns: &'a Conns,
     pub leaders: &'a LeaderWatch,
     pub log: LogCounts,
+    pub replication_not_taken: u64,
 }
 
 /// The agreement rounds by outcome in `totals`, if its protocol agrees across shards: every
@@ -103,6 +104,7 @@ pub(super) fn snapshot(node: &ReplicaNode, shell: &ShellCounts<'_>, now: TimeUs)
         snapshots_installed: stats.snapshots_installed,
         snapshots_rejected: stats.snapshots_rejected,
         batches_dropped: stats.batches_dropped,
+        replication_not_taken: shell.replication_not_taken,
         clock_offsets: status
             .clock
             .peers
