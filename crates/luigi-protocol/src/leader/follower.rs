@@ -208,6 +208,8 @@ impl Follower {
         for (k, v) in image.store {
             store.put(k, v);
         }
+        // The image is the state at its marker: no versions below it (rule 23).
+        store.forget_below(image.applied_ts);
         let mut f = Follower::new(shard, store, registry);
         f.answers = image.answers;
         f.applied_ts = image.applied_ts;
@@ -298,7 +300,7 @@ impl Follower {
             // Deterministic: the same outcome the leader computed, kept for retries.
             let outcome = self
                 .registry
-                .execute(&txn.procedure, &txn.args, &mut self.store, keys, self.shard)
+                .execute_at(&txn.procedure, &txn.args, &mut self.store, keys, self.shard, at)
                 .map_err(TxnError::from);
             let rounds = match (txn.is_cross_shard(), p.decided) {
                 (false, _) => 0,
