@@ -197,6 +197,14 @@ impl Follower {
         self
     }
 
+    /// Sets how long its store keeps replaced versions for snapshot reads (rule 23; not in
+    /// snapshots, a setting of the cluster).
+    #[must_use]
+    pub fn with_retention(mut self, retention_us: u64) -> Self {
+        self.store.set_retention(retention_us);
+        self
+    }
+
     /// A follower restored from [`Follower::snapshot`] bytes; entries after the snapshot's
     /// index follow with [`Follower::apply`].
     pub fn from_snapshot(shard: ShardId, registry: Registry, bytes: &[u8]) -> Result<Self, SnapshotError> {
@@ -397,6 +405,12 @@ impl Follower {
     /// The rebuilt store.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// What snapshot reads are served from at this follower (DESIGN.md rule 23): its store,
+    /// its procedures and its safe time, the last `Applied` marker it applied.
+    pub fn snapshot_view(&self) -> luigi_replica::SnapshotView<'_> {
+        luigi_replica::SnapshotView { store: &self.store, registry: &self.registry, safe_ts: self.applied_ts }
     }
 
     /// The answer table rebuilt from the log.
