@@ -418,11 +418,12 @@ fn decode_i64(key: &[u8], v: &[u8]) -> Result<i64, ProcError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use luigi_store::table_key;
 
-    struct Scripted(fn(&mut dyn ProcCtx) -> Result<Vec<u8>, ProcError>);
+    /// A procedure that runs a closure (also the snapshot view's tests').
+    pub(crate) struct Scripted(pub(crate) fn(&mut dyn ProcCtx) -> Result<Vec<u8>, ProcError>);
     impl Procedure for Scripted {
         fn execute(&self, ctx: &mut dyn ProcCtx, _args: &[u8]) -> Result<Vec<u8>, ProcError> {
             (self.0)(ctx)

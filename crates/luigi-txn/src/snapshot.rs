@@ -79,16 +79,10 @@ impl ProcCtx for SnapshotCtx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::procedure::tests::Scripted;
     use crate::procedure::Registry;
     use crate::types::KeySet;
     use std::sync::Arc;
-
-    struct Scripted(fn(&mut dyn ProcCtx) -> Result<Vec<u8>, ProcError>);
-    impl Procedure for Scripted {
-        fn execute(&self, ctx: &mut dyn ProcCtx, _args: &[u8]) -> Result<Vec<u8>, ProcError> {
-            (self.0)(ctx)
-        }
-    }
 
     fn registry() -> Registry {
         let mut r = Registry::new();
