@@ -230,7 +230,8 @@ impl ClientCore for BaseClient {
             | ServerMsg::Status(_)
             | ServerMsg::Progress(_)
             | ServerMsg::Promise { .. }
-            | ServerMsg::FastAccept { .. } => {}
+            | ServerMsg::FastAccept { .. }
+            | ServerMsg::SnapshotRead(_) => {} // it sends none: the baselines serve none
         }
     }
 

@@ -82,3 +82,40 @@ fn a_lone_replica_serves_snapshots_and_restarts_from_its_snapshot() {
         .any(|o| matches!(o, BaseOutput::ToClient { msg: ServerMsg::Reply(r), .. } if r.outcome.is_ok())));
     assert_eq!(again.r.store().get(&micro_key(1)), Some(&40u64.to_le_bytes().to_vec()), "not executed twice");
 }
+
+/// DESIGN.md rule 23: a baseline serves no snapshot reads; its replicas, follower or leader,
+/// say so at once instead of leaving the client waiting.
+#[test]
+fn a_baseline_replica_refuses_snapshot_reads_as_not_supported_whatever_its_role() {
+    use luigi_txn::read_only::{ReadRefusal, SnapshotRead};
+    use luigi_txn::types::{KeySet, TxnId};
+    let read = |seq| {
+        ClientMsg::SnapshotRead(SnapshotRead {
+            id: TxnId { client: common::CLIENT, seq },
+            shard: 0,
+            procedure: "micro".into(),
+            args: vec![],
+            keys: KeySet::new(vec![micro_key(1)], vec![]),
+            ts: 5,
+            sent_us: 0,
+        })
+    };
+    let mut n = lone(None);
+    let mut out = Vec::new();
+    n.r.on_client(&mut n.log, 1, common::CLIENT, read(1), &mut out);
+    n.log.campaign().unwrap();
+    settle(&mut n, 10);
+    assert!(n.r.is_serving());
+    n.r.on_client(&mut n.log, 20, common::CLIENT, read(2), &mut out);
+    let refusals: Vec<_> = out
+        .iter()
+        .map(|o| match o {
+            BaseOutput::ToClient { msg: ServerMsg::SnapshotRead(r), .. } => (r.id.seq, r.outcome.clone()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
+    for (_, outcome) in refusals {
+        assert!(matches!(outcome, Err(ReadRefusal::NotSupported(_))), "{outcome:?}");
+    }
+}

@@ -123,7 +123,8 @@ impl ShardReplica for Counter {
                     }
                 }
             }
-            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } | ClientMsg::Status => {}
+            // A protocol of its own serves no snapshot reads: it leaves them unanswered here.
+            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } | ClientMsg::Status | ClientMsg::SnapshotRead(_) => {}
         }
     }
 

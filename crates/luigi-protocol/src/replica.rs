@@ -32,7 +32,7 @@ pub use luigi_replica::{empty_store, InitialStore, ReplicaStats, SnapshotImage, 
 use luigi_replica::{
     AgreementCounters, BuildError, FastPathReplica, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore,
     LeaderFigures, ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
-    TxnCount,
+    SnapshotView, TxnCount,
 };
 
 mod fast_path;
@@ -51,6 +51,8 @@ pub struct LuigiImages {
     /// The cluster's answer expiry: every follower state made here, live, rebuilt or
     /// replayed for a snapshot, forgets clients at the same age as the leader refuses them.
     answer_expiry_us: u64,
+    /// How long stores keep replaced versions for snapshot reads (rule 23).
+    retention_us: u64,
 }
 
 impl FollowerImages for LuigiImages {
@@ -60,13 +62,14 @@ impl FollowerImages for LuigiImages {
         &self.initial
     }
 
-    fn fresh(&self, store: Store) -> Follower {
+    fn fresh(&self, mut store: Store) -> Follower {
+        store.set_retention(self.retention_us);
         Follower::new(self.shard, store, self.registry.clone()).with_answer_expiry(self.answer_expiry_us)
     }
 
     fn load(&self, data: &[u8]) -> Result<Follower, String> {
         Follower::from_snapshot(self.shard, self.registry.clone(), data)
-            .map(|f| f.with_answer_expiry(self.answer_expiry_us))
+            .map(|f| f.with_answer_expiry(self.answer_expiry_us).with_retention(self.retention_us))
             .map_err(|e| e.to_string())
     }
 
@@ -113,6 +116,10 @@ impl FollowerCore for Follower {
 
     fn stats_line(&self) -> Option<String> {
         Some(format!("{:?}", self.stats()))
+    }
+
+    fn snapshot_view(&self) -> Option<SnapshotView<'_>> {
+        Some(Follower::snapshot_view(self))
     }
 }
 
@@ -186,6 +193,9 @@ impl LeaderCore for ShardLeader<RaftLog> {
             .map(|t| StalledTxnInfo { id: t.id, shards: t.shards, age_us: t.age_us, durable: t.durable })
             .collect()
     }
+    fn snapshot_view(&self) -> Option<SnapshotView<'_>> {
+        Some(ShardLeader::snapshot_view(self))
+    }
 }
 
 /// Luigi's part of its replicas: the leader's configuration and procedures, the fast path's
@@ -215,7 +225,9 @@ impl LuigiProtocol {
     pub fn new(config: LeaderConfig, registry: Registry, initial: InitialStore) -> Self {
         let acceptor = config.fast_path.then(|| empty_acceptor(&config));
         let answer_expiry_us = config.answer_expiry_us;
-        let images = LuigiImages { shard: config.shard, registry: registry.clone(), initial, answer_expiry_us };
+        let retention_us = config.snapshot_retention_us;
+        let images =
+            LuigiImages { shard: config.shard, registry: registry.clone(), initial, answer_expiry_us, retention_us };
         LuigiProtocol { config, registry, images, recovery: None, acceptor, accepts_kept_until: None, own_floor: None }
     }
 }
@@ -472,3 +484,5 @@ impl ReplicaFactory for LuigiReplicas {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_read_only;

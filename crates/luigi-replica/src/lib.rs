@@ -10,6 +10,8 @@
 //!   `luigi_protocol::replica`, the baselines' `luigi_baseline::replica`;
 //! - [`waiting`]: the dispatches a follower holds while its shard has no serving leader it
 //!   knows of;
+//! - [`snapshot_reads`]: the snapshot reads a replica holds until its safe time reaches
+//!   them (rule 23);
 //! - [`procedure_commits`]: a leader's commits per stored procedure, for the metrics.
 //!
 //! It names no protocol's types: a protocol's configuration is its factory's, and what the
@@ -18,6 +20,7 @@
 pub mod procedure_commits;
 pub mod replica_api;
 pub mod role_machine;
+pub mod snapshot_reads;
 pub mod waiting;
 
 pub use procedure_commits::ProcedureCommits;
@@ -28,5 +31,5 @@ pub use replica_api::{
 };
 pub use role_machine::{
     BatchOf, FastPathProtocol, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf,
-    ReplayedExecutions, ReplicaProtocol, ReplicaStats, RoleMachine,
+    ReplayedExecutions, ReplicaProtocol, ReplicaStats, RoleMachine, SnapshotView,
 };

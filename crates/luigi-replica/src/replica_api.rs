@@ -239,6 +239,11 @@ pub trait ShardReplica: Send {
     /// The replica's counters on one line (for logs).
     fn stats_line(&self) -> String;
 
+    /// The snapshot reads' counters (DESIGN.md rule 23) and how many wait now.
+    fn snapshot_read_stats(&self) -> (crate::snapshot_reads::SnapshotReadStats, usize) {
+        Default::default()
+    }
+
     /// The fast path's extension, if this replica's protocol has one (the node asks for it
     /// to run the fast path's recovery rounds and its accept log).
     fn fast_path(&self) -> Option<&dyn FastPathReplica> {

@@ -34,16 +34,19 @@ use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, TxnId};
 #[cfg(doc)]
 use crate::replica_api::{FastPathReplica, ShardReplica};
 use crate::replica_api::{LeaderTotals, SnapshotImage, SnapshotJob, Transition};
+use crate::snapshot_reads::SnapshotReads;
 use crate::waiting::{Held, Waiting};
 use luigi_raft::{RaftError, RaftLog, Replay};
 
 mod fast_path;
 mod protocol;
+mod read_only;
 mod shard_replica;
 
 pub use fast_path::FastPathProtocol;
 pub use protocol::{
     FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf, ReplayedExecutions, ReplicaProtocol,
+    SnapshotView,
 };
 
 /// The peer batch type of protocol `P`.
@@ -80,6 +83,8 @@ pub struct RoleMachine<P: ReplicaProtocol> {
     /// Dispatches that came while no serving leader was known
     /// ([`FollowerDispatch::HoldWhileNoLeader`]).
     waiting: Waiting,
+    /// Snapshot reads waiting for the safe time (DESIGN.md rule 23), whatever the role.
+    reads: SnapshotReads,
     stats: ReplicaStats,
     /// The counters of the leader states it served with and dropped (see
     /// [`RoleMachine::leader_totals`]).
@@ -151,6 +156,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
             committed: Vec::new(),
             executed: Vec::new(),
             waiting: Waiting::default(),
+            reads: SnapshotReads::default(),
             stats: ReplicaStats::default(),
             retired: LeaderTotals::default(),
             typed_out: Vec::new(),
@@ -278,10 +284,15 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         out: &mut Vec<OutputOf<P>>,
     ) {
         let shard = self.protocol.shard();
+        if let ClientMsg::SnapshotRead(read) = msg {
+            // Any replica, whatever its role, and no log record (rule 23).
+            return self.on_snapshot_read(log, now, client, read, out);
+        }
         match &mut self.role {
             Role::Leader(l) => l.on_client(log, now, client, msg, out),
             Role::Follower(f) => match msg {
                 ClientMsg::Hello { .. } | ClientMsg::Status => {} // status: answered by the shell
+                ClientMsg::SnapshotRead(_) => unreachable!("taken above"),
                 ClientMsg::Ping { sent_us } => out.push(OutputOf::<P>::ToClient {
                     client,
                     msg: ServerMsg::pong(shard, now, sent_us, f.pong_watermark()),
@@ -378,6 +389,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         if let Role::Leader(l) = &mut self.role {
             l.tick(log, now, out);
         }
+        self.tend_reads(log, now, out);
         match log.undecodable() {
             Some(bad) => Err(bad),
             None => Ok(transition),
@@ -425,9 +437,13 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
 
     /// When [`RoleMachine::turn`] has timed work (a leader's next deadline).
     pub fn next_deadline(&self) -> Option<TimeUs> {
-        match &self.role {
+        let role = match &self.role {
             Role::Leader(l) => l.next_deadline(),
             Role::Follower(..) | Role::Switching => None,
+        };
+        match (role, self.reads.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 

@@ -180,16 +180,13 @@ pub fn check(
         WireMsg::Client(ClientMsg::Hello { client, proof, protocol }) => {
             hello(cfg, auth, *client, proof.as_ref(), *protocol, client_in_use)
         }
-        WireMsg::Client(ClientMsg::Dispatch { txn, .. }) => match *auth {
-            ConnAuth::Client { client } if client == txn.id.client => Verdict::Client(client),
-            ConnAuth::Client { client } => refuse(
-                RefusalReason::WrongClient,
-                format!("client {client} dispatched a transaction of client {}", txn.id.client),
-            ),
-            ConnAuth::Pending { .. } | ConnAuth::Peer(_) => {
-                close(RefusalReason::Unauthenticated, "dispatch before hello")
-            }
-        },
+        WireMsg::Client(ClientMsg::Dispatch { txn, .. }) => {
+            owned(auth, txn.id.client, ("dispatched a transaction", "dispatch"))
+        }
+        // A snapshot read (rule 23) is a client's as a dispatch is: after its hello, under its id.
+        WireMsg::Client(ClientMsg::SnapshotRead(read)) => {
+            owned(auth, read.id.client, ("sent a snapshot read", "snapshot read"))
+        }
         WireMsg::Client(ClientMsg::Ping { .. }) => match *auth {
             ConnAuth::Client { client } => Verdict::Client(client),
             ConnAuth::Pending { .. } | ConnAuth::Peer(_) => close(RefusalReason::Unauthenticated, "ping before hello"),
@@ -250,7 +247,9 @@ pub fn check(
 pub fn on_reserve(msg: &WireMsg, stranger_seats: usize) -> Option<Verdict> {
     match msg {
         WireMsg::PeerHello { .. } | WireMsg::Client(ClientMsg::Status) => None,
-        WireMsg::Client(ClientMsg::Hello { .. } | ClientMsg::Dispatch { .. } | ClientMsg::Ping { .. })
+        WireMsg::Client(
+            ClientMsg::Hello { .. } | ClientMsg::Dispatch { .. } | ClientMsg::Ping { .. } | ClientMsg::SnapshotRead(_),
+        )
         | WireMsg::Peer(_)
         | WireMsg::Replication(_)
         | WireMsg::Server(_)
@@ -262,6 +261,21 @@ pub fn on_reserve(msg: &WireMsg, stranger_seats: usize) -> Option<Verdict> {
              was accepted on the seats kept for peer servers, where only a peer hello is taken: try again later"
             ),
         )),
+    }
+}
+
+/// A message about a transaction of client `owner` (`what`: how the refusal says it was sent,
+/// and what it is): taken from that client only, after its hello.
+fn owned(auth: &ConnAuth, owner: ClientId, what: (&str, &str)) -> Verdict {
+    let (sent, name) = what;
+    match *auth {
+        ConnAuth::Client { client } if client == owner => Verdict::Client(client),
+        ConnAuth::Client { client } => {
+            refuse(RefusalReason::WrongClient, format!("client {client} {sent} of client {owner}"))
+        }
+        ConnAuth::Pending { .. } | ConnAuth::Peer(_) => {
+            close(RefusalReason::Unauthenticated, format!("{name} before hello"))
+        }
     }
 }
 
@@ -399,6 +413,32 @@ mod tests {
         assert!(matches!(check(&c, &mut a, &hello, no_one), Verdict::Close(_)), "second hello");
         let mut b = pending();
         assert!(matches!(check(&c, &mut b, &hello, |id| id == 5), Verdict::Close(why) if why.why.contains("in use")));
+    }
+
+    /// Rule 23: a snapshot read is a client's message as a dispatch is.
+    #[test]
+    fn a_client_sends_snapshot_reads_only_after_hello_and_only_its_own() {
+        let read = |client| {
+            WireMsg::Client(ClientMsg::SnapshotRead(luigi_txn::read_only::SnapshotRead {
+                id: TxnId { client, seq: 1 },
+                shard: 0,
+                procedure: "p".into(),
+                args: vec![],
+                keys: KeySet::new(vec![b"k".to_vec()], vec![]),
+                ts: 1,
+                sent_us: 0,
+            }))
+        };
+        let c = cfg(None);
+        let mut a = pending();
+        let before = check(&c, &mut a, &read(5), no_one);
+        assert!(matches!(&before, Verdict::Close(r) if r.why == "snapshot read before hello"), "{before:?}");
+        let hello = WireMsg::Client(ClientMsg::Hello { client: 5, proof: None, protocol: Protocol::Luigi });
+        assert_eq!(check(&c, &mut a, &hello, no_one), Verdict::Client(5));
+        assert_eq!(check(&c, &mut a, &read(5), no_one), Verdict::Client(5));
+        let other = check(&c, &mut a, &read(6), no_one);
+        assert!(matches!(&other, Verdict::Refuse(r) if r.why.contains("snapshot read of client 6")), "{other:?}");
+        assert!(on_reserve(&read(5), 3).is_some(), "not on the peer reserve");
     }
 
     #[test]

@@ -48,7 +48,8 @@ pub async fn replica_status(addr: SocketAddr, timeout: Duration) -> Result<Repli
                     | ServerMsg::Watermark { .. }
                     | ServerMsg::Progress(_)
                     | ServerMsg::Promise { .. }
-                    | ServerMsg::FastAccept { .. },
+                    | ServerMsg::FastAccept { .. }
+                    | ServerMsg::SnapshotRead(_),
                 )
                 | WireMsg::Client(_)
                 | WireMsg::Peer(_)

@@ -4,14 +4,22 @@
 //! prefix (see [`table_key`]) and an ordered range scan within a table is a scan over a prefix
 //! range. The store knows nothing about transactions: the protocol crate wraps it in a
 //! per-transaction context that checks key sets and keeps an undo log.
+//!
+//! Writes made at a transaction's timestamp (`put_at`, `delete_at`) also keep the value they
+//! replaced for a retention window ([`versions`]), so a read at a snapshot timestamp
+//! (`get_at`, `scan_at`) sees the values as of that timestamp (DESIGN.md rule 23).
 
 pub mod hashing;
+pub mod versions;
 
+use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
 pub use hashing::KeyedState;
+use versions::History;
+pub use versions::{HistoryStats, Timestamp, TooOld};
 
 /// A key: bytes, ordered bytewise. By convention the first two bytes are the table id.
 pub type Key = Vec<u8>;
@@ -42,10 +50,30 @@ pub enum ScanOrder {
 /// B-tree descent of pointer-chasing comparisons) plus an ordered index of keys for scans.
 /// The map's hasher is keyed per process ([`KeyedState`]): clients choose the keys. Nothing
 /// depends on its order (scans, [`Store::iter`] and [`Store::state_hash`] follow the index).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Older versions live on the side ([`versions::History`]); equality compares the latest
+/// values only (replicas hold the same state, not necessarily the same history).
+#[derive(Clone, Debug, Default)]
 pub struct Store {
     map: HashMap<Key, Value, KeyedState>,
     index: BTreeSet<Key>,
+    history: History,
+}
+
+impl PartialEq for Store {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl Eq for Store {}
+
+/// What a write at a timestamp replaced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replaced {
+    /// The key's value before the write (`None`: absent).
+    pub old: Option<Value>,
+    /// True when the write kept `old` as a version: a rollback calls [`Store::unrecord`].
+    pub versioned: bool,
 }
 
 impl Store {
@@ -94,6 +122,107 @@ impl Store {
             ScanOrder::Ascending => range.take(limit).map(clone).collect(),
             ScanOrder::Descending => range.rev().take(limit).map(clone).collect(),
         }
+    }
+
+    /// Stores `value` under `key` as written by a transaction at timestamp `ts`, keeping the
+    /// replaced value for snapshots below `ts`.
+    pub fn put_at(&mut self, key: &[u8], value: Value, ts: Timestamp) -> Replaced {
+        let old = self.put_slice(key, value);
+        let versioned = self.history.record(key, old.clone(), ts);
+        Replaced { old, versioned }
+    }
+
+    /// Removes `key` as a transaction at timestamp `ts` does, keeping the removed value for
+    /// snapshots below `ts`.
+    pub fn delete_at(&mut self, key: &[u8], ts: Timestamp) -> Replaced {
+        let old = self.delete(key);
+        let versioned = old.is_some() && self.history.record(key, old.clone(), ts);
+        Replaced { old, versioned }
+    }
+
+    /// Drops the version a write at `ts` kept under `key` (its transaction rolled back; the
+    /// caller restores the latest value with [`Store::put`]/[`Store::delete`]).
+    pub fn unrecord(&mut self, key: &[u8], ts: Timestamp) {
+        self.history.unrecord(key, ts);
+    }
+
+    /// The value under `key` at snapshot `ts`: what the last write at or below `ts` left.
+    pub fn get_at(&self, key: &[u8], ts: Timestamp) -> Result<Option<&Value>, TooOld> {
+        self.history.value_at(key, ts, self.map.get(key))
+    }
+
+    /// As [`Store::scan`], at snapshot `ts`.
+    pub fn scan_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        order: ScanOrder,
+        ts: Timestamp,
+    ) -> Result<Vec<(Key, Value)>, TooOld> {
+        self.history.check(ts)?;
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let latest = self.index.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+        let versioned = self.history.keys_in(start, end);
+        Ok(match order {
+            ScanOrder::Ascending => self.merge_at(latest, versioned, limit, ts, Ord::cmp),
+            ScanOrder::Descending => self.merge_at(latest.rev(), versioned.rev(), limit, ts, |a, b| b.cmp(a)),
+        })
+    }
+
+    /// Up to `limit` entries present at `ts` among the union of two key streams sorted by
+    /// `before`.
+    fn merge_at<'a>(
+        &'a self,
+        latest: impl Iterator<Item = &'a Key>,
+        versioned: impl Iterator<Item = &'a Key>,
+        limit: usize,
+        ts: Timestamp,
+        before: fn(&Key, &Key) -> Ordering,
+    ) -> Vec<(Key, Value)> {
+        let (mut a, mut b) = (latest.peekable(), versioned.peekable());
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let key = match (a.peek(), b.peek()) {
+                (None, None) => break,
+                (Some(_), None) => a.next(),
+                (None, Some(_)) => b.next(),
+                (Some(x), Some(y)) => match before(x, y) {
+                    Ordering::Less => a.next(),
+                    Ordering::Greater => b.next(),
+                    Ordering::Equal => b.next().and(a.next()),
+                },
+            };
+            let Some(key) = key else { break };
+            if let Some(value) = self.history.resolve(key, ts, self.map.get(key)) {
+                out.push((key.clone(), value.clone()));
+            }
+        }
+        out
+    }
+
+    /// Sets how long (in timestamps) replaced versions are kept
+    /// ([`versions::DEFAULT_RETENTION_US`] by default).
+    pub fn set_retention(&mut self, retention_us: Timestamp) {
+        self.history.set_retention(retention_us);
+    }
+
+    /// Refuses snapshot reads below `ts` (a store rebuilt from a snapshot at `ts` holds no
+    /// versions before it).
+    pub fn forget_below(&mut self, ts: Timestamp) {
+        self.history.forget_below(ts);
+    }
+
+    /// The oldest snapshot a read may ask for.
+    pub fn oldest_snapshot(&self) -> Timestamp {
+        self.history.oldest()
+    }
+
+    /// How many versions are kept and their bytes (for the metrics).
+    pub fn history_stats(&self) -> HistoryStats {
+        self.history.stats()
     }
 
     /// Number of keys stored.
@@ -172,3 +301,6 @@ mod tests {
         assert_eq!(b.state_hash(), Store::new().state_hash());
     }
 }
+
+#[cfg(test)]
+mod tests_versions;

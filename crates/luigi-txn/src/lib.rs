@@ -7,6 +7,8 @@
 //! - [`partition`]: which shard owns a key; [`keyhash`]: the stable and the keyed hashes.
 //! - [`log`]: the replicated-log seam every protocol's leader proposes through.
 //! - [`progress`]: proof that a shard's log is committed up to a position (rule 14).
+//! - [`read_only`]: a read-only transaction's piece read at a snapshot, and its answer.
+//! - [`snapshot`]: a read-only view of a store at a snapshot timestamp (rule 23).
 //! - [`msg`]: what travels between clients and servers, for every protocol.
 //! - [`peer`]: the neutral envelope peer messages travel in (each protocol's items opaque)
 //!   and the outputs a replica gives its node.
@@ -23,6 +25,8 @@ pub mod partition;
 pub mod peer;
 pub mod procedure;
 pub mod progress;
+pub mod read_only;
+pub mod snapshot;
 pub mod throttle;
 pub mod types;
 

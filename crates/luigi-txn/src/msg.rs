@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::procedure::ProcError;
 use crate::progress::{LogPos, ProgressReport};
+use crate::read_only::{SnapshotRead, SnapshotReadReply};
 use crate::types::{ClientId, Protocol, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 /// Client to leader.
@@ -53,6 +54,9 @@ pub enum ClientMsg {
     /// Operator query: the replica answers with [`ServerMsg::Status`] on this connection,
     /// whatever its role. Needs no `Hello` and makes the sender no client of the shard.
     Status,
+    /// A read-only transaction's piece, read at a snapshot by any replica, leader or follower
+    /// (DESIGN.md rule 23). Answered with [`ServerMsg::SnapshotRead`].
+    SnapshotRead(SnapshotRead),
 }
 
 /// Leader to client.
@@ -125,6 +129,8 @@ pub enum ServerMsg {
         /// Its order hash at the follower.
         order: u64,
     },
+    /// Answer to [`ClientMsg::SnapshotRead`] (DESIGN.md rule 23).
+    SnapshotRead(SnapshotReadReply),
 }
 
 /// One replica's state as an operator sees it (`luigi status`).

@@ -257,6 +257,8 @@ impl<L: ReplicatedLog<BaseRecord>> BaseLeader<L> {
         self.now_us = self.now_us.max(now);
         match msg {
             ClientMsg::Hello { .. } | ClientMsg::Status => {} // the shell answers status
+            // The role machine answers it: not supported by this protocol (DESIGN.md rule 23).
+            ClientMsg::SnapshotRead(_) => {}
             ClientMsg::Ping { sent_us } => out.push(BaseOutput::ToClient {
                 client,
                 msg: ServerMsg::pong(self.config.shard, now, sent_us, self.committed_index),

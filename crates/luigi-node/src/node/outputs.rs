@@ -146,5 +146,7 @@ fn position_in(msg: &ServerMsg) -> u64 {
         // Rests on the follower's accept log, not on a Raft position (DESIGN.md, the fast
         // path): sent as `NodeOutput::ToClientDurably`.
         ServerMsg::FastAccept { .. } => 0,
+        // Read from committed state only (DESIGN.md rule 23): below the safe time.
+        ServerMsg::SnapshotRead(_) => 0,
     }
 }

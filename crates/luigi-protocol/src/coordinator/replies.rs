@@ -43,6 +43,7 @@ impl Coordinator {
             ServerMsg::FastAccept { shard, replica, term, id, ts, order } => {
                 self.on_accept(shard, id, Accept { replica, term, ts, order }, out)
             }
+            ServerMsg::SnapshotRead(_) => {} // the coordinator sends none (rule 23)
         }
     }
 

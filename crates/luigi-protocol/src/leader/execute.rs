@@ -34,8 +34,11 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
         );
         let shard = self.config.shard;
         let keys = p.txn.piece(shard).expect("participant");
-        let outcome =
-            self.registry.execute(&p.txn.procedure, &p.txn.args, &mut self.store, keys, shard).map_err(TxnError::from);
+        // At its final timestamp: the versions it replaces serve snapshot reads (rule 23).
+        let outcome = self
+            .registry
+            .execute_at(&p.txn.procedure, &p.txn.args, &mut self.store, keys, shard, p.ts)
+            .map_err(TxnError::from);
         // Speculative (rule 14): what it read may rest on records not committed yet.
         let committed = self.committed_index;
         let position = self.spec.position_for(keys, p.prepare_index, committed);

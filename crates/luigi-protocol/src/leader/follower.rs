@@ -197,6 +197,14 @@ impl Follower {
         self
     }
 
+    /// Sets how long its store keeps replaced versions for snapshot reads (rule 23; not in
+    /// snapshots, a setting of the cluster).
+    #[must_use]
+    pub fn with_retention(mut self, retention_us: u64) -> Self {
+        self.store.set_retention(retention_us);
+        self
+    }
+
     /// A follower restored from [`Follower::snapshot`] bytes; entries after the snapshot's
     /// index follow with [`Follower::apply`].
     pub fn from_snapshot(shard: ShardId, registry: Registry, bytes: &[u8]) -> Result<Self, SnapshotError> {
@@ -208,6 +216,8 @@ impl Follower {
         for (k, v) in image.store {
             store.put(k, v);
         }
+        // The image is the state at its marker: no versions below it (rule 23).
+        store.forget_below(image.applied_ts);
         let mut f = Follower::new(shard, store, registry);
         f.answers = image.answers;
         f.applied_ts = image.applied_ts;
@@ -298,7 +308,7 @@ impl Follower {
             // Deterministic: the same outcome the leader computed, kept for retries.
             let outcome = self
                 .registry
-                .execute(&txn.procedure, &txn.args, &mut self.store, keys, self.shard)
+                .execute_at(&txn.procedure, &txn.args, &mut self.store, keys, self.shard, at)
                 .map_err(TxnError::from);
             let rounds = match (txn.is_cross_shard(), p.decided) {
                 (false, _) => 0,
@@ -395,6 +405,12 @@ impl Follower {
     /// The rebuilt store.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// What snapshot reads are served from at this follower (DESIGN.md rule 23): its store,
+    /// its procedures and its safe time, the last `Applied` marker it applied.
+    pub fn snapshot_view(&self) -> luigi_replica::SnapshotView<'_> {
+        luigi_replica::SnapshotView { store: &self.store, registry: &self.registry, safe_ts: self.applied_ts }
     }
 
     /// The answer table rebuilt from the log.

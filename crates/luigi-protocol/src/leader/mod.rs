@@ -117,6 +117,14 @@ pub struct LeaderConfig {
     pub all_clients_broadcast_us: u64,
     /// How often an `Applied` marker (the watermark) is logged for followers, when it moved.
     pub applied_marker_us: u64,
+    /// How far an idle shard's watermark moves between two `Applied` markers (timestamp µs;
+    /// [`watermark::IDLE_MARKER_US`] by default). The markers are every replica's safe time
+    /// for snapshot reads (DESIGN.md rule 23): a cluster that serves them at followers
+    /// shortens it (`[protocol] read_only_path`), or reads at an idle shard wait this long.
+    pub idle_marker_us: u64,
+    /// How long (timestamp µs) a replica's store keeps the versions its writes replaced, for
+    /// snapshot reads (DESIGN.md rule 23; `luigi_store::versions`).
+    pub snapshot_retention_us: u64,
     /// A cross-shard transaction prepared here and still undecided this long after its
     /// `PREPARE` committed is stalled: this leader becomes its recovery coordinator and asks
     /// the other participants (`Recover`), and asks again every period after that. Must
@@ -165,6 +173,8 @@ impl LeaderConfig {
             active_client_us: 2_000_000,
             all_clients_broadcast_us: 100_000,
             applied_marker_us: 1_000,
+            idle_marker_us: watermark::IDLE_MARKER_US,
+            snapshot_retention_us: luigi_store::versions::DEFAULT_RETENTION_US,
             recover_after_us: 2_000_000,
             group_sizes: Vec::new(),
             max_ahead_us: MAX_CLOCK_OFFSET_US_DEFAULT + 2_000_000,
@@ -512,6 +522,14 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
         &self.store
     }
 
+    /// What snapshot reads are served from at this leader (DESIGN.md rule 23): its store, its
+    /// procedures and its safe time, the committed `Applied` marker (not the watermark: what
+    /// it executed may rest on records not committed yet, rule 14).
+    pub fn snapshot_view(&self) -> luigi_replica::SnapshotView<'_> {
+        let safe_ts = self.applied_exchange.committed;
+        luigi_replica::SnapshotView { store: &self.store, registry: &self.registry, safe_ts }
+    }
+
     /// This leader's fast-path votes whose `PREPARE` is not known committed (see
     /// [`fast::FastOrder::vote`]): part of this replica's answer to a new leader's recovery,
     /// and its undecided accepts once it steps down.
@@ -598,6 +616,8 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
                 self.on_dispatch(log, now, Dispatch { txn, arrival_delta_us, acked_below, asked_fast: fast }, out);
             }
             ClientMsg::Status => {} // answered by the shell, which sees the whole replica
+            // Served by the role machine, at any replica, without the leader (rule 23).
+            ClientMsg::SnapshotRead(_) => {}
         }
         self.pump(log, now, out);
     }

@@ -149,7 +149,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// may be kept for good behind an idle shard.
     pub(super) fn log_applied_marker(&mut self, log: &mut L, now: TimeUs) {
         let marker = self.applied_marker();
-        let idle_due = marker >= self.applied_at.1.saturating_add(IDLE_MARKER_US);
+        let idle_due = marker >= self.applied_at.1.saturating_add(self.config.idle_marker_us);
         if marker > self.applied_at.1 && (self.max_executed_ts > self.applied_at.1 || idle_due) {
             self.applied_at = (now, marker);
             self.propose_record(log, LogRecord::Applied { ts: marker });

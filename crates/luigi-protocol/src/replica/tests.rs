@@ -12,9 +12,9 @@ use super::*;
 use luigi_raft::RaftConfig;
 
 /// A one-voter group's replica and its node's log; readies are "persisted" at once.
-struct Lone {
-    r: Replica,
-    log: RaftLog,
+pub(super) struct Lone {
+    pub(super) r: Replica,
+    pub(super) log: RaftLog,
 }
 
 fn lone_over(config: LeaderConfig, recovered: Option<luigi_raft::RecoveredState>) -> Lone {
@@ -23,17 +23,17 @@ fn lone_over(config: LeaderConfig, recovered: Option<luigi_raft::RecoveredState>
     Lone { r, log }
 }
 
-fn lone_replica() -> Lone {
+pub(super) fn lone_replica() -> Lone {
     lone_over(LeaderConfig::new(0, 1), None)
 }
 
-fn drive(log: &mut RaftLog) {
+pub(super) fn drive(log: &mut RaftLog) {
     while let Some(rd) = log.ready().unwrap() {
         log.advance(rd.number);
     }
 }
 
-fn dispatch(seq: u64) -> ClientMsg {
+pub(super) fn dispatch(seq: u64) -> ClientMsg {
     let ops = vec![MicroOp { key: 1, write: Some(seq) }];
     let txn = Arc::new(Txn {
         id: TxnId { client: 4, seq },
@@ -46,7 +46,7 @@ fn dispatch(seq: u64) -> ClientMsg {
 }
 
 /// Drives `n` and turns it at `now` until nothing is left to do; returns the replies.
-fn settle(n: &mut Lone, now: TimeUs) -> Vec<LeaderOutput> {
+pub(super) fn settle(n: &mut Lone, now: TimeUs) -> Vec<LeaderOutput> {
     let mut out = Vec::new();
     for _ in 0..8 {
         drive(&mut n.log);

@@ -8,6 +8,7 @@ use luigi_store::Store;
 use luigi_txn::log::LogEntry;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::peer::{PeerVocabulary, ReplicaOutput};
+use luigi_txn::procedure::Registry;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 use super::RoleMachine;
@@ -15,6 +16,17 @@ use super::RoleMachine;
 use crate::replica_api::SnapshotDecoder;
 use crate::replica_api::{FastPathReplica, InitialStore, LeaderFigures};
 use luigi_raft::{RaftError, RaftLog, Record};
+
+/// What a replica serves snapshot reads from (DESIGN.md rule 23): its store, its procedures,
+/// and its safe time, below which nothing can still commit at this replica.
+pub struct SnapshotView<'a> {
+    /// The store (with the versions it keeps).
+    pub store: &'a Store,
+    /// The procedures.
+    pub registry: &'a Registry,
+    /// Every transaction at or below it is executed in `store`, and no other can ever be.
+    pub safe_ts: Timestamp,
+}
 
 /// A protocol's follower state: what a replica holds while it does not serve, built from a
 /// snapshot image or an initial store ([`FollowerImages`]) and the committed records after it.
@@ -51,6 +63,11 @@ pub trait FollowerCore: Send + Sized + 'static {
 
     /// Its counters for the replica's stats line, if it keeps any.
     fn stats_line(&self) -> Option<String>;
+
+    /// What it serves snapshot reads from; `None`: the protocol serves none.
+    fn snapshot_view(&self) -> Option<SnapshotView<'_>> {
+        None
+    }
 }
 
 /// How a protocol's follower states are made: fresh over a store, or from a snapshot image.
@@ -128,6 +145,10 @@ pub trait LeaderCore: Send + Sized + 'static {
     /// [`crate::ShardReplica::stalled`]); none if the protocol does not track them.
     fn stalled(&self, _now: TimeUs) -> Vec<StalledTxnInfo> {
         Vec::new()
+    }
+    /// What it serves snapshot reads from; `None`: the protocol serves none.
+    fn snapshot_view(&self) -> Option<SnapshotView<'_>> {
+        None
     }
 }
 

@@ -169,6 +169,10 @@ impl<P: ReplicaProtocol> ShardReplica for RoleMachine<P> {
         RoleMachine::leader_totals(self)
     }
 
+    fn snapshot_read_stats(&self) -> (crate::snapshot_reads::SnapshotReadStats, usize) {
+        RoleMachine::snapshot_read_stats(self)
+    }
+
     fn stalled(&self, now: TimeUs) -> Vec<StalledTxnInfo> {
         self.leader().map(|l| l.stalled(now)).unwrap_or_default()
     }

@@ -266,6 +266,7 @@ fn register_own(registry: &mut Registry, s: &Snapshot, timings: &Timings) {
         procedures,
     );
     register_leader_totals(registry, s);
+    register_snapshot_reads(registry, s);
     gauge(
         registry,
         "transactions_stalled",
@@ -288,6 +289,24 @@ fn register_own(registry: &mut Registry, s: &Snapshot, timings: &Timings) {
         "Time of each turn of the event loop (applying what the log committed, the state machine's work)",
         &timings.turn,
     );
+}
+
+/// The store's versions and the snapshot reads (DESIGN.md rule 23).
+fn register_snapshot_reads(registry: &mut Registry, s: &Snapshot) {
+    gauge(registry, "versions_held", "Older versions kept for snapshot reads", int(s.versions_held));
+    gauge(registry, "versions_bytes", "Bytes of the older versions kept for snapshot reads", int(s.versions_bytes));
+    counter(registry, "snapshot_reads_served", "Snapshot reads answered with a result", s.snapshot_reads_served);
+    gauge(
+        registry,
+        "snapshot_reads_waiting",
+        "Snapshot reads waiting for the safe time",
+        int(s.snapshot_reads_waiting),
+    );
+    let refused: Family<ReasonLabels, Counter> = Family::default();
+    for r in &s.snapshot_reads_refused {
+        refused.get_or_create(&ReasonLabels { reason: r.label }).inc_by(r.count);
+    }
+    registry.register("snapshot_reads_refused", "Snapshot reads refused, by reason", refused);
 }
 
 /// The leaders' summed figures beside the transaction counters, and the accept log.
@@ -468,6 +487,10 @@ mod tests {
             clock_offsets: vec![PeerOffset { replica: 2, offset_us: 10, error_us: 150 }],
             refusal_reasons: vec![LabeledCount { label: "bad_proof", count: 2 }],
             replication_not_taken: 4,
+            versions_held: 11,
+            versions_bytes: 400,
+            snapshot_reads_served: 6,
+            snapshot_reads_refused: vec![LabeledCount { label: "busy", count: 1 }],
             ..Snapshot::default()
         };
         let timings = Timings::default();
@@ -481,6 +504,10 @@ mod tests {
             "a demoted leader's"
         );
         assert_eq!(value(&s, "luigi_agreement_rounds_total", &[("outcome", "decided")]), Some(7.0));
+        assert_eq!(value(&s, "luigi_versions_held", &[]), Some(11.0));
+        assert_eq!(value(&s, "luigi_versions_bytes", &[]), Some(400.0));
+        assert_eq!(value(&s, "luigi_snapshot_reads_served_total", &[]), Some(6.0));
+        assert_eq!(value(&s, "luigi_snapshot_reads_refused_total", &[("reason", "busy")]), Some(1.0));
         assert_eq!(value(&s, "luigi_hold_seconds_total", &[]), Some(2.5));
         assert_eq!(value(&s, "luigi_procedure_commits_total", &[("procedure", "NewOrder")]), Some(12.0));
         assert_eq!(value(&s, "etcd_server_proposals_failed_total", &[]), Some(3.0));

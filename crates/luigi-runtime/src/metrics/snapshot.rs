@@ -125,4 +125,14 @@ pub struct Snapshot {
     pub connections: ConnCounts,
     /// The refusals it sent, by reason.
     pub refusal_reasons: Vec<LabeledCount>,
+    /// Older versions its store keeps for snapshot reads (DESIGN.md rule 23).
+    pub versions_held: u64,
+    /// Their bytes.
+    pub versions_bytes: u64,
+    /// Snapshot reads it answered with a result.
+    pub snapshot_reads_served: u64,
+    /// Snapshot reads waiting for its safe time now.
+    pub snapshot_reads_waiting: u64,
+    /// Snapshot reads it refused, by reason (`busy`, `timeout`, `other`).
+    pub snapshot_reads_refused: Vec<LabeledCount>,
 }

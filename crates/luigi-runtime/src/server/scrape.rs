@@ -73,6 +73,8 @@ pub(super) fn snapshot(node: &ReplicaNode, shell: &ShellCounts<'_>, now: TimeUs)
     let figures = node.replica().leader_figures();
     let totals = node.replica().leader_totals();
     let stats = node.stats();
+    let versions = node.replica().store().history_stats();
+    let (reads, reads_waiting) = node.replica().snapshot_read_stats();
     Snapshot {
         role: role_name(log.role()),
         is_leader: log.is_leader(),
@@ -114,6 +116,15 @@ pub(super) fn snapshot(node: &ReplicaNode, shell: &ShellCounts<'_>, now: TimeUs)
         clock_beyond_bound: status.clock.beyond_bound,
         connections: shell.conns.counts(),
         refusal_reasons: shell.conns.refusal_reasons(),
+        versions_held: versions.versions as u64,
+        versions_bytes: versions.bytes as u64,
+        snapshot_reads_served: reads.served,
+        snapshot_reads_waiting: reads_waiting as u64,
+        snapshot_reads_refused: vec![
+            LabeledCount { label: "busy", count: reads.refused_busy },
+            LabeledCount { label: "timeout", count: reads.refused_timeout },
+            LabeledCount { label: "other", count: reads.refused_other },
+        ],
     }
 }
 

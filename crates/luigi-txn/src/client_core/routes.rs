@@ -106,7 +106,10 @@ impl ClientRoutes {
         }
         let (key, fast) = match msg {
             ClientMsg::Dispatch { txn, fast, .. } => (Some((txn.id, shard)), *fast),
-            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } | ClientMsg::Status => (None, false),
+            // A snapshot read may go to any replica: its sender picks one (rule 23).
+            ClientMsg::Hello { .. } | ClientMsg::Ping { .. } | ClientMsg::Status | ClientMsg::SnapshotRead(_) => {
+                (None, false)
+            }
         };
         if let Some(k) = key {
             if self.sent_with.get(&k) == Some(&self.guess[s].1) {
@@ -170,7 +173,8 @@ impl ClientRoutes {
             | ServerMsg::Status(_)
             | ServerMsg::Progress(_)
             | ServerMsg::Promise { .. }
-            | ServerMsg::FastAccept { .. } => {}
+            | ServerMsg::FastAccept { .. }
+            | ServerMsg::SnapshotRead(_) => {}
         }
     }
 
