@@ -386,7 +386,7 @@ impl ClusterConfig {
 
     /// Whether coordinators adapt their headroom (`[protocol] adaptive_headroom`, default on).
     pub fn adaptive_headroom(&self) -> bool {
-        self.protocol.adaptive_headroom.unwrap_or(false)
+        self.protocol.adaptive_headroom.unwrap_or(true)
     }
 
     /// Coordinator retry timeout: configured, or 4 round trips plus one second.

@@ -134,7 +134,7 @@ impl CoordinatorConfig {
         Self {
             client,
             headroom_us: 200,
-            adaptive_headroom: false,
+            adaptive_headroom: true,
             headroom_max_us: None,
             initial_owd_us: 0,
             retry_timeout_us: 2_000_000,

@@ -90,7 +90,8 @@ impl Coordinator {
         let rtt_us = now.saturating_sub(flight.submitted_us);
         let sample = first.then_some(reply.arrival_delta_us);
         let late = |stamped_us| (stamped_us, lateness_us(reply.arrival_delta_us, flight.txn.ts, flight.submitted_us));
-        let lateness = flight.extra.headroom_us.filter(|_| first).map(late);
+        // Lateness counts from the submission: only for a dispatch sent then (no resend).
+        let lateness = flight.extra.headroom_us.filter(|_| first && flight.resends() == 0).map(late);
         let id = reply.id;
         // A proven answer stays: a later one can only come from a retry or a stale leader.
         // An early answer (rule 21) never replaces a regular one.
