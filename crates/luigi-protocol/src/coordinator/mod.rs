@@ -325,3 +325,5 @@ pub(super) fn stamp_at(now: TimeUs, owd_us: i64, headroom_us: u64) -> Timestamp 
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_headroom;
