@@ -60,6 +60,9 @@ pub struct BenchOptions {
     pub warmup_s: f64,
     /// `--headroom-us`.
     pub headroom_us: Option<u64>,
+    /// `--adaptive-headroom on|off` (`[protocol] adaptive_headroom`; DESIGN.md rule 1):
+    /// applies to a cluster file too (the client's coordinator applies it).
+    pub adaptive_headroom: Option<bool>,
     /// `--json`.
     pub json: PathBuf,
     /// `--cluster`.
@@ -118,6 +121,8 @@ pub struct BenchPlan {
     /// Coordinator headroom override (applies to the cluster file too: the headroom is
     /// applied by the client's coordinator only, the servers do not use it).
     pub headroom_us: Option<u64>,
+    /// Adaptive headroom override (`[protocol] adaptive_headroom`), likewise the client's.
+    pub adaptive_headroom: Option<bool>,
     /// Results file, checked writable.
     pub json: PathBuf,
     /// The protocols to run, each in turn for every network and thread count (side by side,
@@ -205,6 +210,7 @@ impl BenchOptions {
             duration: Duration::from_secs_f64(self.duration_s),
             warmup: Duration::from_secs_f64(self.warmup_s),
             headroom_us: self.headroom_us,
+            adaptive_headroom: self.adaptive_headroom,
             json: self.json.clone(),
             protocols,
             rate_tps: self.rate,

@@ -54,6 +54,9 @@ pub struct RunSpec {
     /// Coordinator headroom override (also over a cluster file's: the headroom is applied by
     /// the client's coordinator, the servers do not use it).
     pub headroom_us: Option<u64>,
+    /// Adaptive headroom override (`[protocol] adaptive_headroom`), also over a cluster
+    /// file's: the client's coordinator applies it.
+    pub adaptive_headroom: Option<bool>,
     /// Run against the servers of this cluster file instead of starting a local cluster.
     pub cluster_file: Option<PathBuf>,
     /// The protocol: written into the local cluster's file; a cluster file's must be it.
@@ -207,11 +210,15 @@ fn cluster_config(run: &RunSpec, hosted: Option<WorkloadSpec>) -> anyhow::Result
             if run.headroom_us.is_some() {
                 config.protocol.headroom_us = run.headroom_us;
             }
+            if run.adaptive_headroom.is_some() {
+                config.protocol.adaptive_headroom = run.adaptive_headroom;
+            }
             config
         }
         None => {
             let mut config = ClusterConfig::local(run.shards, run.net, &vec![0; run.shards as usize]);
             config.protocol.headroom_us = run.headroom_us;
+            config.protocol.adaptive_headroom = run.adaptive_headroom;
             config.set_protocol(run.protocol);
             // Written either way, so that the file says what ran.
             config.protocol.fast_path = Some(run.fast_path && run.protocol == Protocol::Luigi);
@@ -312,6 +319,7 @@ impl Measured {
         let measured_s = self.report.measured.as_secs_f64();
         let mut params = params;
         params.insert("headroom_us".into(), serde_json::json!(self.config.headroom_us()));
+        params.insert("adaptive_headroom".into(), serde_json::json!(self.config.adaptive_headroom()));
         params.insert("cross_shard_committed".into(), serde_json::json!(c.cross_shard));
         params.insert("second_round_committed".into(), serde_json::json!(c.second_round));
         params.insert("fast_path_committed".into(), serde_json::json!(c.fast_path));

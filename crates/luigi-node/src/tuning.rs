@@ -49,6 +49,9 @@ pub struct Tuning {
     pub retry_timeout_us: u64,
     /// The coordinator's timestamp headroom, µs: half the jitter plus 200 µs.
     pub headroom_us: u64,
+    /// The coordinators' adaptive headroom's ceiling, µs (DESIGN.md rule 1): an eighth of
+    /// `retry_timeout_us`.
+    pub headroom_max_us: u64,
     /// Records a replica applies between two snapshots of its own.
     pub snapshot_entries: u64,
     /// A snapshot transfer's sender waits this long for the receiver to acknowledge a chunk,
@@ -81,6 +84,7 @@ impl Tuning {
             floor_lookahead_us: 300_000 + 4 * one_way_us,
             retry_timeout_us: 8 * one_way_us + RECOVERY_MIN_US,
             headroom_us: jitter_us / 2 + 200,
+            headroom_max_us: (8 * one_way_us + RECOVERY_MIN_US) / 8,
             snapshot_entries: 100_000,
             snapshot_ack_timeout_us: 8 * one_way_us + RECOVERY_MIN_US,
             accepts_rewrite_records: 4_096,
@@ -91,10 +95,12 @@ impl Tuning {
 
     /// How far ahead of a replica's clock a correct coordinator's timestamp can lie (rule
     /// 22): its delay estimate counts only samples answered within a resend timeout (so it
-    /// is at most that), plus its headroom, plus the clock bound. Saturating: every field
-    /// may come from a cluster file.
+    /// is at most that), plus its headroom (at most the larger of the configured one and
+    /// the adaptive one's ceiling), plus the clock bound. Saturating: every field may come
+    /// from a cluster file.
     pub fn max_ahead_us(&self) -> u64 {
-        self.retry_timeout_us.saturating_add(self.headroom_us).saturating_add(self.max_clock_offset_us)
+        let headroom = self.headroom_us.max(self.headroom_max_us);
+        self.retry_timeout_us.saturating_add(headroom).saturating_add(self.max_clock_offset_us)
     }
 }
 
@@ -111,6 +117,8 @@ mod tests {
         assert_eq!(geo.raft_tick_us, 75_000);
         assert_eq!(geo.recover_after_us, 2_400_000);
         assert_eq!(geo.headroom_us, 10_200);
+        assert_eq!(geo.headroom_max_us, 275_000);
+        assert_eq!(geo.max_ahead_us(), 2_200_000 + 275_000 + MAX_CLOCK_OFFSET_US_DEFAULT);
         assert_eq!(geo.retry_timeout_us, 2_200_000);
         assert_eq!(geo.snapshot_ack_timeout_us, 2_200_000);
         // An election always outlasts a round trip, and the floor.

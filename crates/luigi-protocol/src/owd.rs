@@ -24,6 +24,8 @@ pub struct OwdEstimator {
     window: usize,
     percentile: u32,
     estimate_us: Option<i64>,
+    /// The smallest sample in the window (the earliest a dispatch has been seen to arrive).
+    low_us: Option<i64>,
     since_recompute: usize,
 }
 
@@ -36,7 +38,14 @@ impl OwdEstimator {
     /// An estimator with a `window`-sample window using the `percentile`-th percentile.
     pub fn new(window: usize, percentile: u32) -> Self {
         assert!(window > 0 && percentile <= 100);
-        Self { samples: VecDeque::with_capacity(window), window, percentile, estimate_us: None, since_recompute: 0 }
+        Self {
+            samples: VecDeque::with_capacity(window),
+            window,
+            percentile,
+            estimate_us: None,
+            low_us: None,
+            since_recompute: 0,
+        }
     }
 
     /// Adds a sample (µs, may be negative when the server's clock is behind) taken at `now`
@@ -70,12 +79,13 @@ impl OwdEstimator {
         self.since_recompute = 0;
         let mut sorted: Vec<i64> = self.samples.iter().map(|(_, d)| *d).collect();
         if sorted.is_empty() {
-            self.estimate_us = None;
+            (self.estimate_us, self.low_us) = (None, None);
             return;
         }
         sorted.sort_unstable();
         let rank = (sorted.len() - 1) * self.percentile as usize / 100;
         self.estimate_us = Some(sorted[rank]);
+        self.low_us = Some(sorted[0]);
     }
 
     /// The current estimate at `now`: none before the first sample, or when the newest is
@@ -83,6 +93,14 @@ impl OwdEstimator {
     pub fn estimate_us(&self, now: TimeUs) -> Option<i64> {
         let (newest, _) = self.samples.back()?;
         (now.saturating_sub(*newest) <= SAMPLE_MAX_AGE_US).then_some(self.estimate_us).flatten()
+    }
+
+    /// The smallest sample of the window at `now` (as fresh as [`OwdEstimator::estimate_us`]):
+    /// what a timestamp adds when arriving after it costs nothing (a single-shard
+    /// transaction without the fast path, DESIGN.md rule 1), so that it is not held either.
+    pub fn low_us(&self, now: TimeUs) -> Option<i64> {
+        let (newest, _) = self.samples.back()?;
+        (now.saturating_sub(*newest) <= SAMPLE_MAX_AGE_US).then_some(self.low_us).flatten()
     }
 }
 
@@ -111,6 +129,8 @@ mod tests {
         }
         e.recompute();
         assert_eq!(e.estimate_us(5), Some(900));
+        assert_eq!(e.low_us(5), Some(10), "the smallest sample");
+        assert_eq!(e.low_us(5 + SAMPLE_MAX_AGE_US + 1), None, "stale like the estimate");
     }
 
     #[test]

@@ -310,6 +310,8 @@ impl Routes {
 fn client_core(config: &ClusterConfig, id: ClientId) -> Box<dyn ClientCore> {
     let mut c = CoordinatorConfig::new(id);
     c.headroom_us = config.headroom_us();
+    c.adaptive_headroom = config.adaptive_headroom();
+    c.headroom_max_us = Some(config.tuning().headroom_max_us);
     c.retry_timeout_us = config.retry_timeout_us();
     c.initial_owd_us = config.scenario().delay().mean_us;
     c.commit_rule = CommitRule::AllShards { shards: config.shard_count() };

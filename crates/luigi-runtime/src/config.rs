@@ -9,6 +9,9 @@
 //! kind = "luigi"               # luigi | occ | 2pl | direct (default luigi); every server and
 //!                              # client of the cluster runs it
 //! headroom_us = 450            # default: per scenario (half the jitter + 200 µs)
+//! adaptive_headroom = true     # the headroom follows the measured lateness per shard, from
+//!                              # headroom_us up (default on; DESIGN.md rule 1)
+//! headroom_max_us = 275000     # its ceiling (default: an eighth of the resend timeout)
 //! fast_path = true             # Luigi's fast path (default: on, for shards of 3 replicas
 //!                              # or more; DESIGN.md, "The fast path")
 //! max_clock_offset_us = 500000 # the clock bound (DESIGN.md rule 22; default 500 ms)
@@ -108,8 +111,18 @@ pub struct ProtocolConfig {
     /// Read it with [`ClusterConfig::protocol`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    /// Added by coordinators to the one-way-delay estimate.
+    /// Added by coordinators to the one-way-delay estimate (with `adaptive_headroom`, the
+    /// least they add).
     pub headroom_us: Option<u64>,
+    /// Coordinators raise the headroom per shard when dispatches reach its leader late, and
+    /// stamp single-shard transactions without the fast path to arrive late (DESIGN.md rule
+    /// 1). Default on; `false`: every transaction gets `headroom_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive_headroom: Option<bool>,
+    /// The adaptive headroom's ceiling, µs. Default: an eighth of the resend timeout. Rule
+    /// 22's horizon counts it, so every server and client of the cluster must read the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headroom_max_us: Option<u64>,
     /// How far ahead leaders log their watermark floor promise.
     pub floor_lookahead_us: Option<u64>,
     /// Coordinators resend a dispatch unanswered for this long.
@@ -371,6 +384,11 @@ impl ClusterConfig {
         self.tuning().headroom_us
     }
 
+    /// Whether coordinators adapt their headroom (`[protocol] adaptive_headroom`, default on).
+    pub fn adaptive_headroom(&self) -> bool {
+        self.protocol.adaptive_headroom.unwrap_or(true)
+    }
+
     /// Coordinator retry timeout: configured, or 4 round trips plus one second.
     pub fn retry_timeout_us(&self) -> u64 {
         self.tuning().retry_timeout_us
@@ -386,6 +404,7 @@ impl ClusterConfig {
         t.retry_timeout_us = p.retry_timeout_us.unwrap_or(t.retry_timeout_us);
         t.floor_lookahead_us = p.floor_lookahead_us.unwrap_or(t.floor_lookahead_us);
         t.snapshot_entries = p.snapshot_entries.unwrap_or(t.snapshot_entries).max(1);
+        t.headroom_max_us = p.headroom_max_us.unwrap_or(t.retry_timeout_us / 8);
         t.max_clock_offset_us = p.max_clock_offset_us.unwrap_or(t.max_clock_offset_us);
         t.answer_expiry_us = p.answer_expiry_s.map_or(t.answer_expiry_us, |s| s.saturating_mul(1_000_000));
         if let Some(us) = p.election_timeout_us {

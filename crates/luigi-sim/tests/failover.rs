@@ -140,6 +140,8 @@ fn skipping_the_second_round_is_caught() {
             let mut config = failover_config(seed, 2).cross_shard(1.0).clock_offset_max(0);
             config.ping_first = false;
             config.coordinator.headroom_us = 0;
+            // Fixed: the adaptive headroom (rule 1) would learn the offset and agree.
+            config.coordinator.adaptive_headroom = false;
             let config = config.clock_offset(luigi_sim::Node::Replica(0, 0), 15_000);
             Trial::replicated(config, FaultConfig::kill_at(KillPoint::Decided, 0))
         },
@@ -185,6 +187,8 @@ fn harsh(seed: u64) -> (SimConfig, FaultConfig) {
         // Proposals differ often: no pings, no headroom, replicas' clocks far apart.
         c.ping_first = false;
         c.coordinator.headroom_us = 0;
+        // Fixed: the adaptive headroom (rule 1) would learn the offsets and agree.
+        c.coordinator.adaptive_headroom = false;
         c = c.clock_offset_max(15_000);
     }
     let faults = FaultConfig {

@@ -365,6 +365,8 @@ fn second_round_heavy(seed: u64) -> SimConfig {
         .clock_offset_max(0);
     c.ping_first = false;
     c.coordinator.headroom_us = 0;
+    // Fixed: the adaptive headroom (rule 1) would learn the offsets and agree.
+    c.coordinator.adaptive_headroom = false;
     for s in 0..shards {
         c = c.clock_offset(Node::Leader(s), (i64::from(s) * 7 + seed as i64) % 5 * 10_000 - 20_000);
     }

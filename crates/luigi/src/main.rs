@@ -177,6 +177,12 @@ struct RunArgs {
     /// applied by the client's coordinator; the servers do not use it).
     #[arg(long)]
     headroom_us: Option<u64>,
+    /// The headroom follows the measured lateness per shard, from the configured headroom
+    /// up, and single-shard transactions without the fast path are not held (`[protocol]
+    /// adaptive_headroom`; DESIGN.md rule 1) [default: on, or the cluster file's]. Also with
+    /// --cluster: for this client only. `off`: every transaction gets the fixed headroom.
+    #[arg(long, value_name = "on|off")]
+    adaptive_headroom: Option<OnOff>,
     /// Results file (JSON array, one object per run); checked writable before the first run
     /// [default: results/<workload>.json].
     #[arg(long)]
@@ -350,6 +356,7 @@ impl RunArgs {
             duration_s: self.duration,
             warmup_s: self.warmup,
             headroom_us: self.headroom_us,
+            adaptive_headroom: self.adaptive_headroom.map(|a| a == OnOff::On),
             json: self.json.clone().unwrap_or_else(|| PathBuf::from(format!("results/{workload}.json"))),
             cluster: self.cluster.clone(),
             protocol: self.protocol.clone(),
@@ -390,6 +397,7 @@ fn bench_runs(
                 duration: plan.duration,
                 warmup: plan.warmup,
                 headroom_us: plan.headroom_us,
+                adaptive_headroom: plan.adaptive_headroom,
                 cluster_file: cluster_file.clone(),
                 protocol,
                 durability,

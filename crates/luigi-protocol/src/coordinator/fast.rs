@@ -162,7 +162,7 @@ impl Accepts {
     /// `ignore_order` is the mutation `CoordMutations::fast_ignores_order`.
     pub fn fast_commits(&self, reply: &TxnReply, ts: Timestamp, group_size: u32, ignore_order: bool) -> bool {
         let (Some(order), Some(pos)) = (reply.order, reply.position) else { return false };
-        if reply.ts != ts || reply.outcome.is_err() || group_size < 3 {
+        if reply.ts != ts || reply.outcome.is_err() || group_size < super::headroom::FAST_PATH_GROUP_MIN {
             return false;
         }
         let agreeing =

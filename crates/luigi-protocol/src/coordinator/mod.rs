@@ -18,7 +18,7 @@
 //!
 //! This file holds the types, the state and the accessors; the methods live by concern in
 //! `submit` (stamping and dispatch), `replies` (answers and the commit rule) and `retry`
-//! (resends, unknown outcomes and keepalive pings).
+//! (resends, unknown outcomes and keepalive pings); `headroom` is the adaptive headroom.
 
 use std::collections::BTreeSet;
 
@@ -32,6 +32,7 @@ use luigi_txn::Map;
 
 // `Coordinator`'s methods, by concern (each file adds an `impl Coordinator` block).
 pub mod fast;
+pub mod headroom;
 mod invariants;
 mod replies;
 mod retry;
@@ -43,8 +44,16 @@ mod submit;
 pub struct CoordinatorConfig {
     /// This client's id (unique in the cluster).
     pub client: ClientId,
-    /// Added to the one-way-delay estimate so that most dispatches arrive before their time.
+    /// Added to the one-way-delay estimate so that most dispatches arrive before their time;
+    /// with `adaptive_headroom`, the least headroom a shard gets (DESIGN.md rule 1).
     pub headroom_us: u64,
+    /// The headroom follows how late dispatches reach each shard ([`headroom`]), within
+    /// `headroom_us..=headroom_max_us`, and a transaction that gains nothing from arriving
+    /// early (single-shard, without the fast path) is stamped to arrive after its time.
+    /// Off: every transaction gets `headroom_us` (the behaviour before 2026-11-27).
+    pub adaptive_headroom: bool,
+    /// The adaptive headroom's ceiling, µs; `None`: an eighth of `retry_timeout_us`.
+    pub headroom_max_us: Option<u64>,
     /// One-way delay assumed for a shard before any sample was seen.
     pub initial_owd_us: u64,
     /// A participant that has not answered within this long gets the dispatch again.
@@ -113,11 +122,20 @@ pub enum CommitRule {
 }
 
 impl CoordinatorConfig {
+    /// The adaptive headroom's ceiling: `headroom_max_us`, or an eighth of the resend timeout
+    /// (a timestamp then lies at most `retry_timeout_us` (the delay estimate's bound) plus
+    /// this ahead of a correct clock: rule 22's horizon counts it).
+    pub fn headroom_ceiling_us(&self) -> u64 {
+        self.headroom_max_us.unwrap_or(self.retry_timeout_us / 8)
+    }
+
     /// Defaults for client `client`.
     pub fn new(client: ClientId) -> Self {
         Self {
             client,
             headroom_us: 200,
+            adaptive_headroom: true,
+            headroom_max_us: None,
             initial_owd_us: 0,
             retry_timeout_us: 2_000_000,
             max_attempts: 10,
@@ -132,9 +150,18 @@ impl CoordinatorConfig {
     }
 }
 
-/// A transaction in flight: the table's entry, with the followers' fast-path accepts, one
-/// slot per participant like its replies.
-type InFlight = Flight<Vec<fast::Accepts>>;
+/// Luigi's own state of a transaction in flight.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FlightState {
+    /// The followers' fast-path accepts, one slot per participant like its replies.
+    accepts: Vec<fast::Accepts>,
+    /// The headroom it was stamped with, when its answers' lateness tells the adaptive
+    /// headroom something (`None`: stamped to arrive late on purpose, see [`headroom`]).
+    headroom_us: Option<u64>,
+}
+
+/// A transaction in flight: the table's entry, with Luigi's [`FlightState`].
+type InFlight = Flight<FlightState>;
 
 /// Counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -159,15 +186,23 @@ pub struct CoordStats {
     pub early: u64,
     /// Delay samples dropped because their round trip exceeded the resend timeout (rule 1).
     pub owd_samples_dropped: u64,
+    /// First answers of transactions stamped to arrive on time that reached their leader
+    /// after their timestamp (it moved them: rule 3's bump).
+    pub late_arrivals: u64,
+    /// The headroom every submitted transaction was stamped with, summed, µs (its mean
+    /// shows what the adaptive headroom chose).
+    pub headroom_us_sum: u64,
 }
 
 /// The coordinator state machine of one client.
 pub struct Coordinator {
     config: CoordinatorConfig,
     owd: Map<ShardId, OwdEstimator>,
+    /// The headroom, fixed or per shard (rule 1).
+    headroom: headroom::Headroom,
     watermarks: Map<ShardId, Timestamp>,
     /// The transactions in flight and the retry rules.
-    flights: InFlightTable<Vec<fast::Accepts>>,
+    flights: InFlightTable<FlightState>,
     /// Answered by every participant, waiting for a watermark to pass the timestamp or for
     /// the proof that an answer's position is committed.
     awaiting_watermark: BTreeSet<TxnId>,
@@ -204,6 +239,11 @@ impl Coordinator {
                     max_attempts: config.max_attempts,
                     not_leader_retry_us: config.not_leader_retry_us,
                 },
+            ),
+            headroom: headroom::Headroom::new(
+                config.adaptive_headroom,
+                config.headroom_us,
+                config.headroom_ceiling_us(),
             ),
             config,
             owd: Map::default(),
@@ -252,12 +292,22 @@ impl Coordinator {
         }
     }
 
-    /// The timestamp a transaction over `shards` submitted at `now` gets.
+    /// The headroom a transaction over `shards` gets now (rule 1): the configured one, or
+    /// with adaptation the largest of its participants'.
+    pub fn headroom_us(&self, shards: impl Iterator<Item = ShardId>) -> u64 {
+        self.headroom.for_shards(shards)
+    }
+
+    /// The timestamp a transaction over `shards` submitted at `now` gets, with the
+    /// configured headroom (rule 1; [`Coordinator::submit`] stamps with the adaptive one).
     pub fn stamp(&self, now: TimeUs, shards: impl Iterator<Item = ShardId>) -> Timestamp {
         let owd = shards.map(|s| self.owd_estimate_us(now, s)).max().unwrap_or(0);
-        // In i128: the estimate comes from servers' clocks and may be anything in i64.
-        let ts = i128::from(now) + i128::from(owd) + i128::from(self.config.headroom_us);
-        ts.clamp(1, i128::from(u64::MAX)) as Timestamp
+        stamp_at(now, owd, self.config.headroom_us)
+    }
+
+    /// The smallest recent delay sample towards `shard` (the estimate when there is none).
+    pub(super) fn owd_low_us(&self, now: TimeUs, shard: ShardId) -> i64 {
+        self.owd.get(&shard).and_then(|e| e.low_us(now)).unwrap_or_else(|| self.owd_estimate_us(now, shard))
     }
 
     /// A ping for `shard`'s leader, to seed the delay estimate before the first transaction.
@@ -266,5 +316,14 @@ impl Coordinator {
     }
 }
 
+/// `now + owd + headroom`, within `1..=u64::MAX`: in i128, since the estimate comes from
+/// servers' clocks and may be anything in i64.
+pub(super) fn stamp_at(now: TimeUs, owd_us: i64, headroom_us: u64) -> Timestamp {
+    let ts = i128::from(now) + i128::from(owd_us) + i128::from(headroom_us);
+    ts.clamp(1, i128::from(u64::MAX)) as Timestamp
+}
+
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_headroom;

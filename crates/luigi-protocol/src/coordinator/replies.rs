@@ -3,9 +3,10 @@
 //! timestamp, or at once when a participant refused it; it is forgotten (acknowledged) only
 //! once every participant answered.
 
-use super::fast::{Accept, Accepts, FanOutPolicy};
+use super::fast::{Accept, FanOutPolicy};
+use super::headroom::lateness_us;
 use super::submit::{fast_settled, settled};
-use super::{CommitRule, CoordStats, Coordinator, CoordinatorConfig};
+use super::{CommitRule, CoordStats, Coordinator, CoordinatorConfig, FlightState};
 use luigi_txn::client_core::{ClientOutput, TxnOutcome};
 use luigi_txn::client_core::{InFlightTable, Reported};
 use luigi_txn::msg::{ServerMsg, TxnError, TxnReply};
@@ -52,7 +53,7 @@ impl Coordinator {
         let Some(flight) = self.flights.get_mut(id) else { return };
         let Some(slot) = flight.txn.pieces.iter().position(|p| p.shard == shard) else { return };
         let n = self.config.group_sizes.get(shard as usize).copied().unwrap_or(0);
-        flight.extra[slot].note(accept, n);
+        flight.extra.accepts[slot].note(accept, n);
         self.try_complete_txn(id, out);
     }
 
@@ -85,8 +86,13 @@ impl Coordinator {
         // "not the leader" / "busy" resend rule (nothing was stored there).
         let Some(slot) = self.flights.on_reply(now, &reply) else { return };
         let flight = self.flights.get_mut(reply.id).expect("answered in flight");
-        let sample = (flight.attempts == 1 && !matches!(reply.outcome, Err(TxnError::Rejected(_))))
-            .then(|| (reply.arrival_delta_us, now.saturating_sub(flight.submitted_us)));
+        // Only a first attempt's answer that was not refused says how long the way was.
+        let first = flight.attempts == 1 && !matches!(reply.outcome, Err(TxnError::Rejected(_)));
+        let rtt_us = now.saturating_sub(flight.submitted_us);
+        let sample = first.then_some(reply.arrival_delta_us);
+        let late = |stamped_us| (stamped_us, lateness_us(reply.arrival_delta_us, flight.txn.ts, flight.submitted_us));
+        // Lateness counts from the submission: only for a dispatch sent then (no resend).
+        let lateness = flight.extra.headroom_us.filter(|_| first && flight.resends() == 0).map(late);
         let id = reply.id;
         // A proven answer stays: a later one can only come from a retry or a stale leader.
         // An early answer (rule 21) never replaces a regular one.
@@ -94,10 +100,25 @@ impl Coordinator {
         if !settled(&self.progress, &self.config, flight, slot) && (!reply.early || !regular) {
             flight.replies[slot] = Some(reply);
         }
-        if let Some((delta_us, rtt_us)) = sample {
+        if let Some(delta_us) = sample {
             self.owd_sample(now, shard, delta_us, rtt_us);
         }
+        if let Some((stamped_us, lateness_us)) = lateness {
+            self.note_lateness(now, shard, stamped_us, lateness_us, rtt_us);
+        }
         self.try_complete_txn(id, out);
+    }
+
+    /// A first dispatch to `shard` stamped with `stamped_us` of headroom arrived
+    /// `lateness_us` after its timestamp (rule 1's adaptive headroom). Like a delay sample,
+    /// it counts only when its round trip was within the resend timeout: an answer that
+    /// waited in a buffer through a partition says nothing about the way.
+    fn note_lateness(&mut self, now: TimeUs, shard: ShardId, stamped_us: u64, lateness_us: i64, rtt_us: u64) {
+        if rtt_us > self.config.retry_timeout_us {
+            return;
+        }
+        self.stats.late_arrivals += u64::from(lateness_us > 0);
+        self.headroom.on_arrival(now, shard, stamped_us, lateness_us);
     }
 
     pub(super) fn try_complete_txn(&mut self, id: TxnId, out: &mut Vec<ClientOutput>) {
@@ -192,7 +213,7 @@ pub(super) struct Tally<'a> {
 /// earlier `Unknown`), counting a fast commit and telling the fan-out policy how a
 /// transaction that asked for the fast path ended.
 pub(super) fn report(
-    flights: &mut InFlightTable<Vec<Accepts>>,
+    flights: &mut InFlightTable<FlightState>,
     tally: Tally<'_>,
     id: TxnId,
     outcome: TxnOutcome,

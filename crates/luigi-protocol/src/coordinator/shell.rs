@@ -53,7 +53,9 @@ impl ClientCore for Coordinator {
     fn counters(&self) -> ClientCounters {
         let s = self.stats;
         let (fast, fanned_out, early, ts_mismatch) = (s.fast, s.fanned_out, s.early, s.ts_mismatch);
-        ClientCounters { flights: self.flights.counts(), fast, fanned_out, early, ts_mismatch }
+        let (late_arrivals, headroom_us_sum) = (s.late_arrivals, s.headroom_us_sum);
+        let flights = self.flights.counts();
+        ClientCounters { flights, fast, fanned_out, early, ts_mismatch, late_arrivals, headroom_us_sum }
     }
 
     fn stats_line(&self) -> String {

@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use super::{fast, Coordinator, CoordinatorConfig, InFlight};
+use super::{fast, headroom, stamp_at, Coordinator, CoordinatorConfig, FlightState, InFlight};
 use luigi_txn::client_core::ClientOutput;
 use luigi_txn::client_core::{DispatchTo, FlightPolicy, InvalidPieces};
 use luigi_txn::progress::Progress;
-use luigi_txn::types::{ShardId, ShardPiece, TimeUs, Txn, TxnId};
+use luigi_txn::types::{ShardId, ShardPiece, TimeUs, Timestamp, Txn, TxnId};
 
 impl Coordinator {
     /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant);
@@ -23,18 +23,37 @@ impl Coordinator {
         out: &mut Vec<ClientOutput>,
     ) -> Result<TxnId, InvalidPieces> {
         let id = self.flights.issue(&mut pieces)?;
-        let ts = self.stamp(now, pieces.iter().map(|p| p.shard));
-        let txn = Arc::new(Txn { id, procedure: procedure.to_string(), args, pieces, ts });
-        let accepts = vec![fast::Accepts::default(); txn.pieces.len()];
         let fast = self.fan_out.ask();
         self.stats.fanned_out += u64::from(fast);
+        let (ts, headroom_us) = self.stamp_for(now, &pieces, fast);
+        let txn = Arc::new(Txn { id, procedure: procedure.to_string(), args, pieces, ts });
+        let accepts = vec![fast::Accepts::default(); txn.pieces.len()];
+        let extra = FlightState { accepts, headroom_us };
         if self.flights.is_empty() {
             // Dispatches keep this client known to the participants for now.
             self.keepalive_at_us = now.saturating_add(self.config.keepalive_us);
         }
         let policy = Settle { progress: &self.progress, config: &self.config };
-        self.flights.open(&policy, now, txn, fast, accepts, out);
+        self.flights.open(&policy, now, txn, fast, extra, out);
         Ok(id)
+    }
+
+    /// The timestamp of a transaction over `pieces` submitted at `now` (rule 1), and the
+    /// headroom it carries when its answers are to feed the adaptive headroom. With
+    /// adaptation, a transaction that gains nothing from arriving early
+    /// ([`headroom::holds_nothing`]) is stamped at the smallest recent delay sample: it
+    /// arrives at or after its time and is not held.
+    fn stamp_for(&mut self, now: TimeUs, pieces: &[ShardPiece], asks_fast: bool) -> (Timestamp, Option<u64>) {
+        let shards = || pieces.iter().map(|p| p.shard);
+        let group = |s: ShardId| self.config.group_sizes.get(s as usize).copied().unwrap_or(0);
+        if self.headroom.adaptive() && headroom::holds_nothing(pieces.len(), asks_fast, shards().map(group).min()) {
+            let owd = shards().map(|s| self.owd_low_us(now, s)).max().unwrap_or(0);
+            return (stamp_at(now, owd, 0), None);
+        }
+        let headroom_us = self.headroom_us(shards());
+        self.stats.headroom_us_sum = self.stats.headroom_us_sum.saturating_add(headroom_us);
+        let owd = shards().map(|s| self.owd_estimate_us(now, s)).max().unwrap_or(0);
+        (stamp_at(now, owd, headroom_us), Some(headroom_us))
     }
 
     /// The shell lost its connection to the replica it sends `shard`'s messages to (the
@@ -53,7 +72,7 @@ pub(super) struct Settle<'a> {
     pub(super) config: &'a CoordinatorConfig,
 }
 
-impl FlightPolicy<Vec<fast::Accepts>> for Settle<'_> {
+impl FlightPolicy<FlightState> for Settle<'_> {
     fn settled(&self, flight: &InFlight, slot: usize) -> bool {
         settled(self.progress, self.config, flight, slot)
     }
@@ -79,7 +98,7 @@ pub(super) fn settled(progress: &Progress, config: &CoordinatorConfig, flight: &
 pub(super) fn fast_settled(config: &CoordinatorConfig, flight: &InFlight, slot: usize) -> bool {
     let Some(r) = flight.replies[slot].as_ref() else { return false };
     let n = config.group_sizes.get(r.shard as usize).copied().unwrap_or(0);
-    flight.extra[slot].fast_commits(r, flight.txn.ts, n, config.mutations.fast_ignores_order)
+    flight.extra.accepts[slot].fast_commits(r, flight.txn.ts, n, config.mutations.fast_ignores_order)
 }
 
 impl Coordinator {

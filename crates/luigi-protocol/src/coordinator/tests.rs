@@ -10,9 +10,10 @@ use luigi_txn::msg::{ServerMsg, TxnError, TxnReply};
 use luigi_txn::types::{KeySet, ShardPiece};
 
 /// A config without keepalive pings (tested on their own), so transcripts show only
-/// dispatches.
-fn quiet(client: ClientId) -> CoordinatorConfig {
-    CoordinatorConfig { keepalive_us: TimeUs::MAX / 2, ..CoordinatorConfig::new(client) }
+/// dispatches, and with the fixed headroom (the adaptive one has its own transcripts), so
+/// they show the stamps of rule 1 as configured.
+pub(super) fn quiet(client: ClientId) -> CoordinatorConfig {
+    CoordinatorConfig { keepalive_us: TimeUs::MAX / 2, adaptive_headroom: false, ..CoordinatorConfig::new(client) }
 }
 
 #[test]
@@ -54,11 +55,11 @@ fn the_watched_shards_are_pinged_while_anything_is_in_flight() {
     c.check_invariants().unwrap();
 }
 
-fn piece(shard: ShardId) -> ShardPiece {
+pub(super) fn piece(shard: ShardId) -> ShardPiece {
     ShardPiece { shard, keys: KeySet::new(vec![], vec![vec![shard as u8]]) }
 }
 
-fn reply(id: TxnId, shard: ShardId, ts: Timestamp, watermark: Timestamp, delta: i64) -> ServerMsg {
+pub(super) fn reply(id: TxnId, shard: ShardId, ts: Timestamp, watermark: Timestamp, delta: i64) -> ServerMsg {
     ServerMsg::Reply(TxnReply {
         id,
         shard,
@@ -543,7 +544,7 @@ fn a_promise_below_the_timestamp_or_of_a_participant_passes_nothing_over() {
 }
 
 /// The timestamp the coordinator stamped on the dispatches in `out`.
-fn stamped(out: &[ClientOutput]) -> Timestamp {
+pub(super) fn stamped(out: &[ClientOutput]) -> Timestamp {
     out.iter()
         .find_map(|o| match o {
             ClientOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => Some(txn.ts),

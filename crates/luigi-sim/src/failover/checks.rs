@@ -228,6 +228,8 @@ impl RaftGroups<'_> {
         self.report.fast_commits = counters().map(|c| c.fast).sum();
         self.report.fanned_out = counters().map(|c| c.fanned_out).sum();
         self.report.early_commits = counters().map(|c| c.early).sum();
+        self.report.late_arrivals = counters().map(|c| c.late_arrivals).sum();
+        self.report.headroom_us_sum = counters().map(|c| c.headroom_us_sum).fold(0, u64::saturating_add);
         self.report.events = core.events;
         self.report.messages = core.delivered;
         self.report.trace_hash = core.trace_hash;

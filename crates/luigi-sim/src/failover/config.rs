@@ -382,6 +382,12 @@ pub struct FailoverReport {
     /// Of the fast commits, those on an early answer of some leader (`CoordStats::early`,
     /// DESIGN.md rule 21).
     pub early_commits: u64,
+    /// First answers that reached their leader after their timestamp, of transactions
+    /// stamped to arrive before it (`CoordStats::late_arrivals`, DESIGN.md rule 1).
+    pub late_arrivals: u64,
+    /// The headroom those transactions were stamped with, summed, µs
+    /// (`CoordStats::headroom_us_sum`).
+    pub headroom_us_sum: u64,
     /// Leader counters, summed over every serving incarnation that was still alive at the
     /// end (a crashed leader's counters are lost with it).
     pub recover_sent: u64,
@@ -440,6 +446,8 @@ impl FailoverReport {
         self.fast_commits += r.fast_commits;
         self.fanned_out += r.fanned_out;
         self.early_commits += r.early_commits;
+        self.late_arrivals += r.late_arrivals;
+        self.headroom_us_sum = self.headroom_us_sum.saturating_add(r.headroom_us_sum);
         self.recover_sent += r.recover_sent;
         self.recover_kept += r.recover_kept;
         self.recover_acknowledged += r.recover_acknowledged;

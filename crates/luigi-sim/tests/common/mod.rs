@@ -287,6 +287,8 @@ pub fn skewed(seed: u64) -> SimConfig {
     let mut c = cross(seed).cross_shard(1.0).clock_offset_max(0).per_link_delays(200, 3_000, 90);
     c.ping_first = false;
     c.coordinator.headroom_us = 0;
+    // Fixed: the adaptive headroom (rule 1) would learn the offsets and agree.
+    c.coordinator.adaptive_headroom = false;
     for s in 0..c.shards {
         let offset = ((seed * 7 + u64::from(s) * 13) % 8) as i64 * 5_000 - 17_500;
         c = c.clock_offset(Node::Leader(s), offset);

@@ -55,6 +55,11 @@ pub struct ClientCounters {
     pub early: u64,
     /// Transactions whose participants answered with different timestamps (a protocol bug).
     pub ts_mismatch: u64,
+    /// Luigi: first answers that reached their leader after their timestamp, of
+    /// transactions stamped to arrive before it (DESIGN.md rule 1).
+    pub late_arrivals: u64,
+    /// Luigi: the headroom those transactions were stamped with, summed, µs.
+    pub headroom_us_sum: u64,
 }
 
 /// A client's protocol core, sans I/O: what the shells (the tokio client, the simulator)

@@ -99,6 +99,12 @@ impl<X> Flight<X> {
     pub fn rounds(&self) -> u8 {
         self.replies.iter().flatten().map(|r| r.rounds).max().unwrap_or(0)
     }
+
+    /// Resends after a "not the leader" or "busy" answer or a lost link so far: with none,
+    /// every dispatch of a first attempt left when it was submitted.
+    pub fn resends(&self) -> u32 {
+        self.leader_waits
+    }
 }
 
 /// Counters of the table.
