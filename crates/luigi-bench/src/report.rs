@@ -135,6 +135,10 @@ pub struct BenchResult {
     /// and in runs recorded before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_metrics: Option<crate::server_metrics::ServerDeltas>,
+    /// The client's and the local servers' CPU time over the measured interval, from /proc
+    /// at both its ends (absent in runs recorded before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<crate::cpu::CpuInterval>,
 }
 
 /// One kind of business transaction's figures in a run.
@@ -394,6 +398,31 @@ fn render_aligned<const N: usize>(headers: &[&str; N], numeric: &[bool; N], rows
     push_line(&mut headers.iter().copied());
     for row in rows {
         push_line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// One line per run: the CPU time of its measured interval, the client's and the local
+/// servers', and their sum per committed transaction ("-" where the servers' is unknown: a
+/// cluster file's servers, or a run recorded before it was taken).
+pub fn render_cpu(results: &[BenchResult]) -> String {
+    let mut out = String::new();
+    for r in results {
+        let Some(cpu) = r.cpu else { continue };
+        let servers = cpu.servers_s.map_or("-".to_string(), |s| format!("{s:.2}"));
+        let per = cpu.us_per_commit(r.committed).map_or("-".to_string(), |us| format!("{us:.0}"));
+        out.push_str(&format!(
+            "CPU {} {} {}x{} {} threads {}: {per} us per committed transaction (client {:.2} s, servers {servers} s, \
+             {} committed)\n",
+            protocol_label(r),
+            r.workload,
+            r.shards,
+            r.replicas,
+            r.threads,
+            r.net,
+            cpu.client_s,
+            format_thousands(r.committed)
+        ));
     }
     out
 }

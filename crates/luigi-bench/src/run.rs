@@ -30,6 +30,7 @@ use luigi_workloads::{TxnGenerator, TxnSpec, Workload, WorkloadSpec};
 use crate::cleanup::Watchdog;
 use crate::client::{ClusterConnector, RetryPolicy, TxnConnector, TxnStatus};
 use crate::cluster::{LocalCluster, READY_TIMEOUT};
+use crate::cpu::{CpuInterval, CpuSample};
 use crate::driver::{run_load, KindReport, LoadOptions, LoadReport, Progress};
 use crate::report::{abort_rate, BenchResult, KindResult};
 use crate::server_metrics::{self, ServerDeltas};
@@ -94,6 +95,9 @@ pub struct Measured {
     /// The servers' metrics over the measured interval (`None` with `--metrics off`, or a
     /// cluster whose servers serve none).
     pub server_metrics: Option<ServerDeltas>,
+    /// The client's and the local servers' CPU time over the measured interval (`None` if
+    /// the load failed before its end).
+    pub cpu: Option<CpuInterval>,
 }
 
 /// A closing step: what it does with a client connector to the cluster.
@@ -182,7 +186,8 @@ pub fn run_workload<T>(
     };
     let make = move |t: u32| -> Box<dyn TxnGenerator> { workload.generator(0x5eed + u64::from(t)) };
     let scraped = if run.metrics { server_metrics::targets(&config) } else { Vec::new() };
-    let (report, server_metrics) = drive_load(run, label, &connector, &opts, &make, &scraped);
+    let pids = local.as_ref().map(LocalCluster::pids).unwrap_or_default();
+    let (report, server_metrics, cpu) = drive_load(run, label, &connector, &opts, &make, &scraped, &pids);
     let closed = report.as_ref().ok().map(|_| (closing.step)(&connector));
     if let Some(cluster) = &mut local {
         cluster.check_alive()?;
@@ -191,7 +196,7 @@ pub fn run_workload<T>(
     let report = report?;
     check_measured(&report, &config)?;
     let closed = closed.expect("the load succeeded")?;
-    Ok((Measured { report, config, ready, started_at_unix_s, server_metrics }, closed))
+    Ok((Measured { report, config, ready, started_at_unix_s, server_metrics, cpu }, closed))
 }
 
 /// The cluster file of `run`, or that of the local cluster to start (its addresses are set
@@ -250,8 +255,9 @@ fn watchdog(run: &RunSpec, label: &str, grace: Duration, closing: Duration) -> W
     )
 }
 
-/// Runs the load (with a progress bar if `run` asks for one), and scrapes the servers
-/// `scraped` at the start and the end of its measured interval (none: no scrape).
+/// Runs the load (with a progress bar if `run` asks for one), scrapes the servers
+/// `scraped` at the start and the end of its measured interval (none: no scrape), and
+/// reads the CPU time of this process and of the servers `pids` at both ends.
 fn drive_load(
     run: &RunSpec,
     label: &str,
@@ -259,23 +265,38 @@ fn drive_load(
     opts: &LoadOptions,
     make: &(dyn Fn(u32) -> Box<dyn TxnGenerator> + Sync),
     scraped: &[server_metrics::Target],
-) -> (anyhow::Result<LoadReport>, Option<ServerDeltas>) {
+    pids: &[u32],
+) -> (anyhow::Result<LoadReport>, Option<ServerDeltas>, Option<CpuInterval>) {
     let progress = Arc::new(Progress::default());
     let bar = run.progress.then(|| progress_bar(run, label));
-    let (report, deltas) = std::thread::scope(|scope| {
+    let (report, deltas, cpu) = std::thread::scope(|scope| {
         let load = scope.spawn(|| run_load(connector, opts, make, &progress));
+        let cpu = scope.spawn(|| cpu_interval(pids, opts.warmup, opts.duration));
         let scrapes =
             (!scraped.is_empty()).then(|| scope.spawn(|| scrape_interval(scraped, opts.warmup, opts.duration)));
         if let Some(bar) = &bar {
             watch(bar, &progress, &load, run.warmup + run.duration);
         }
         let report = load.join().unwrap_or_else(|_| Err(anyhow::anyhow!("load driver panicked")));
-        (report, scrapes.and_then(|s| s.join().ok()))
+        // The load ends after its measured interval, so the CPU reader has read both ends
+        // (unless the load failed early: its figures are not used then).
+        let cpu = if report.is_ok() { cpu.join().ok() } else { None };
+        (report, scrapes.and_then(|s| s.join().ok()), cpu)
     });
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    (report, deltas)
+    (report, deltas, cpu)
+}
+
+/// The CPU time of this process and of the servers `pids` between the start of the measured
+/// interval (after `warmup`) and its end (`duration` later), timed like [`scrape_interval`].
+fn cpu_interval(pids: &[u32], warmup: Duration, duration: Duration) -> CpuInterval {
+    let started = Instant::now();
+    std::thread::sleep(warmup);
+    let start = CpuSample::take(pids);
+    std::thread::sleep((warmup + duration).saturating_sub(started.elapsed()));
+    CpuInterval::between(&start, &CpuSample::take(pids))
 }
 
 /// Scrapes `targets` when the measured interval starts (after `warmup`) and when it ends
@@ -374,6 +395,7 @@ impl Measured {
             latency_percentiles: Some(self.report.latency.percentiles()),
             client_cpu_s: crate::cpu::own_cpu_s(),
             server_metrics: self.server_metrics.clone(),
+            cpu: self.cpu,
         }
     }
 

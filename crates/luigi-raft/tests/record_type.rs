@@ -147,6 +147,8 @@ fn a_group_replicates_records_of_another_type_in_the_same_order_everywhere() {
     // The replay decodes to the same records.
     let replay = g.replica(3).log.replay().expect("replay");
     assert_eq!(replay.records::<Op>().expect("records"), expected);
+    let one_by_one: Result<Vec<_>, _> = replay.records_one_by_one::<Op>().collect();
+    assert_eq!(one_by_one.expect("records one by one"), expected, "the same records, decoded as taken");
 
     // Restarted from its disk, a replica hands every committed record back again.
     g.replicas[2] = None;

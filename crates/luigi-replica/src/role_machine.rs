@@ -112,14 +112,20 @@ fn rebuild<I: FollowerImages>(
     data: Option<&[u8]>,
     entries: &[LogEntry<<I::Follower as FollowerCore>::Record>],
 ) -> Result<I::Follower, RaftError> {
-    let mut follower = match data {
-        Some(data) => images.load(data).map_err(RaftError::Invalid)?,
-        None => images.fresh((images.initial())()),
-    };
+    let mut follower = image_at_snapshot(images, data)?;
     for e in entries {
         follower.apply(e);
     }
     Ok(follower)
+}
+
+/// The follower state of the snapshot `data` (or of the start of the log, from the initial
+/// store).
+fn image_at_snapshot<I: FollowerImages>(images: &I, data: Option<&[u8]>) -> Result<I::Follower, RaftError> {
+    match data {
+        Some(data) => images.load(data).map_err(RaftError::Invalid),
+        None => Ok(images.fresh((images.initial())())),
+    }
 }
 
 /// A replica's own snapshot in the making ([`RoleMachine::own_snapshot_due`]): the follower
@@ -128,8 +134,11 @@ fn rebuild<I: FollowerImages>(
 /// replay shares the log's entry payloads and snapshot bytes), so taking it costs the event
 /// loop a copy of the entries' headers, and the shell runs it on another thread.
 fn make_snapshot<I: FollowerImages>(index: u64, images: &I, replay: &Replay) -> Result<SnapshotImage, RaftError> {
-    let records = replay.records::<<I::Follower as FollowerCore>::Record>()?;
-    let follower = rebuild(images, replay.snapshot_data(), &records)?;
+    // As `rebuild`, with each record decoded just before it is applied and dropped after.
+    let mut follower = image_at_snapshot(images, replay.snapshot_data())?;
+    for entry in replay.records_one_by_one::<<I::Follower as FollowerCore>::Record>() {
+        follower.apply(&entry?);
+    }
     let applied = follower.applied_index();
     if applied != index {
         return Err(RaftError::Invalid(format!("the replay to index {index} rebuilt the state at index {applied}")));

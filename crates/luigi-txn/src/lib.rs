@@ -1,7 +1,8 @@
 //! Luigi's protocol-neutral transaction model: what every protocol (Luigi's own and the
 //! baselines) and every shell (the tokio runtime, the simulator, the benchmark) share.
 //!
-//! - [`types`]: ids, key sets, the transaction and its pieces.
+//! - [`types`]: ids, key sets, the transaction and its pieces ([`byte_strings`]: how their
+//!   byte strings are serialized).
 //! - [`procedure`]: the stored-procedure API and the registry (the built-in procedures live
 //!   with the workloads, `luigi_workloads::procedures`).
 //! - [`partition`]: which shard owns a key; [`keyhash`]: the stable and the keyed hashes.
@@ -17,6 +18,7 @@
 
 #[cfg(feature = "arbitrary")]
 pub mod arbitrary;
+pub mod byte_strings;
 pub mod client_core;
 pub mod keyhash;
 pub mod log;

@@ -35,9 +35,11 @@ pub struct TxnId {
 pub struct KeySet {
     /// Keys read (and not written).
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::keys()"))]
+    #[serde(with = "crate::byte_strings::list")]
     pub reads: Vec<Key>,
     /// Keys written (possibly also read).
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::keys()"))]
+    #[serde(with = "crate::byte_strings::list")]
     pub writes: Vec<Key>,
 }
 
@@ -164,6 +166,7 @@ pub struct Txn {
     pub procedure: String,
     /// Procedure arguments (encoding chosen by the procedure).
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::args()"))]
+    #[serde(with = "crate::byte_strings::one")]
     pub args: Vec<u8>,
     /// Every participant with its key set, sorted by shard.
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::pieces()"))]

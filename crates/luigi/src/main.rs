@@ -18,8 +18,8 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use luigi_bench::micro::{run_micro, MicroRun};
 use luigi_bench::options::{BenchOptions, BenchPlan, Target};
 use luigi_bench::report::{
-    protocol_label, read_json, render_kinds, render_latency_split, render_latency_split_markdown, render_side_by_side,
-    render_table, write_json, BenchResult,
+    protocol_label, read_json, render_cpu, render_kinds, render_latency_split, render_latency_split_markdown,
+    render_side_by_side, render_table, write_json, BenchResult,
 };
 use luigi_bench::run::RunSpec;
 use luigi_bench::tpcc::{check_cluster, conditions_skipped, render_conditions, run_tpcc, TpccOptions, TpccRun};
@@ -463,6 +463,7 @@ fn micro(args: MicroArgs) -> anyhow::Result<()> {
         bench_runs(&plan, !args.run.no_progress, |run| run_micro(&MicroRun { run, micro: workload.clone() }))?;
     println!("{}", render_table(&results));
     println!("{}", render_latency_split(&results));
+    print!("{}", render_cpu(&results));
     println!("results written to {}", plan.json.display());
     Ok(())
 }
@@ -502,6 +503,7 @@ fn tpcc(args: TpccArgs) -> anyhow::Result<ExitCode> {
     })?;
     println!("{}", render_table(&results));
     println!("{}", render_latency_split(&results));
+    print!("{}", render_cpu(&results));
     for r in &results {
         println!("{}", render_kinds(r));
         let figure = |name: &str| r.params.get(name).and_then(serde_json::Value::as_f64).unwrap_or(0.0);

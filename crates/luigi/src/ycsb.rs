@@ -2,7 +2,7 @@
 
 use clap::Args;
 use luigi_bench::options::Target;
-use luigi_bench::report::{render_kinds, render_latency_split, render_table};
+use luigi_bench::report::{render_cpu, render_kinds, render_latency_split, render_table};
 use luigi_bench::workload::ycsb::YcsbOptions;
 use luigi_bench::ycsb::{run_ycsb, YcsbRun};
 use luigi_workloads::ycsb::{CoreWorkload, Distribution};
@@ -65,6 +65,7 @@ pub fn ycsb(args: YcsbArgs) -> anyhow::Result<()> {
     let results = bench_runs(&plan, !args.run.no_progress, |run| run_ycsb(&YcsbRun { run, ycsb: ycsb.clone() }))?;
     println!("{}", render_table(&results));
     println!("{}", render_latency_split(&results));
+    print!("{}", render_cpu(&results));
     for r in &results {
         println!("{}", render_kinds(r));
     }

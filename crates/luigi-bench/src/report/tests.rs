@@ -52,6 +52,7 @@ fn sample(protocol: &str, committed: u64, tps: f64) -> BenchResult {
         latency_percentiles: None,
         client_cpu_s: 0.0,
         server_metrics: None,
+        cpu: None,
     }
 }
 
@@ -293,4 +294,19 @@ fn the_latency_split_lines_up_with_both_halves() {
     let md = render_latency_split_markdown(&results);
     let seps = |l: &str| l.matches('|').count();
     assert!(md.lines().all(|l| seps(l) == SPLIT_NCOLS + 1), "{md}");
+}
+
+#[test]
+fn cpu_lines_show_the_interval_per_committed_transaction_and_a_dash_for_unseen_servers() {
+    use crate::cpu::CpuInterval;
+    let mut seen = sample("luigi", 100_000, 10_000.0);
+    seen.cpu = Some(CpuInterval { client_s: 1.0, servers_s: Some(4.0) });
+    let mut unseen = sample("occ", 1_000, 100.0);
+    unseen.cpu = Some(CpuInterval { client_s: 0.5, servers_s: None });
+    let old = sample("2pl", 1_000, 100.0);
+    let text = render_cpu(&[seen, unseen, old]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "a run without CPU figures has no line: {text}");
+    assert!(lines[0].contains(": 50 us per committed transaction (client 1.00 s, servers 4.00 s"), "{text}");
+    assert!(lines[1].contains(": - us per committed transaction (client 0.50 s, servers - s"), "{text}");
 }

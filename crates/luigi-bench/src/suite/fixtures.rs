@@ -62,6 +62,7 @@ pub fn result(point: &Point, tps: f64, avg_ms: f64) -> BenchResult {
         latency_percentiles: (point.study == crate::suite::matrix::Study::Latency).then(|| percentiles(avg_us)),
         client_cpu_s: 0.0,
         server_metrics: None,
+        cpu: None,
     }
 }
 

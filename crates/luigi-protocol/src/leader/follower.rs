@@ -86,6 +86,7 @@ struct FollowerImage {
     applied_ts: Timestamp,
     max_ts_seen: Timestamp,
     floor: Timestamp,
+    #[serde(with = "luigi_txn::byte_strings::pairs")]
     store: Vec<(Key, Value)>,
     answers: Answers,
     prepared: Vec<Prepared>,

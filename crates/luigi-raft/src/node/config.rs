@@ -166,12 +166,13 @@ impl Replay {
     /// # Errors
     /// [`RaftError::BadEntry`] if an entry does not decode.
     pub fn records<R: Record>(&self) -> Result<Vec<LogEntry<R>>, RaftError> {
-        let mut out = Vec::with_capacity(self.entries.len());
-        for e in &self.entries {
-            if let Some(entry) = decode_committed(e)? {
-                out.push(entry);
-            }
-        }
-        Ok(out)
+        self.records_one_by_one().collect()
+    }
+
+    /// [`Replay::records`], decoded one at a time as they are taken: a replay that applies
+    /// each and drops it never holds a whole snapshot interval's records decoded at once
+    /// (their memory, fresh pages the kernel zeroes, cost a snapshot more than decoding did).
+    pub fn records_one_by_one<R: Record>(&self) -> impl Iterator<Item = Result<LogEntry<R>, RaftError>> + '_ {
+        self.entries.iter().filter_map(|e| decode_committed(e).transpose())
     }
 }
