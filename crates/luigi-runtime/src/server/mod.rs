@@ -17,6 +17,7 @@ mod conns;
 mod hosted;
 mod links;
 mod log_watch;
+mod not_taken;
 mod scrape;
 
 use std::collections::BTreeMap;
@@ -30,7 +31,6 @@ use luigi_node::{CheckedSnapshot, Effect, NodeConfig, NodeError, ReplicaNode, Sn
 use luigi_replica::{SnapshotImage, SnapshotJob};
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::procedure::Registry;
-use luigi_txn::throttle::Throttle;
 use luigi_wal::Durability;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -42,6 +42,7 @@ use conns::Conns;
 use hosted::hosted_workload;
 use links::{accept_loop, peer_link};
 use log_watch::LogWatch;
+use not_taken::NotTaken;
 use prometheus_client::metrics::histogram::Histogram;
 use scrape::LeaderWatch;
 
@@ -267,14 +268,6 @@ struct Shell {
     turns: Option<Histogram>,
     /// Replication messages not taken.
     not_taken: NotTaken,
-}
-
-/// Replication messages from peers not taken: counted (for the metrics) and warned of at
-/// most once a second (a peer sending garbage must not flood the log).
-#[derive(Debug, Default)]
-struct NotTaken {
-    count: u64,
-    warns: Throttle,
 }
 
 /// Turns in a row after writes made durable inline (each releases what the last wrote).
@@ -563,10 +556,7 @@ fn on_msg(shell: &mut Shell, conns: &mut Conns, conn: ConnId, msg: WireMsg, fx: 
             WireMsg::Replication(msg) => {
                 if let Err(e) = shell.node.on_replication(from, msg, fx) {
                     // A snapshot that does not load, a misaddressed message: say so, go on.
-                    shell.not_taken.count += 1;
-                    if let Some(logged) = shell.not_taken.warns.occurred(clock::now_us()) {
-                        warn!(from = %from, error = %e, unlogged_before = logged.suppressed, "replication message not taken");
-                    }
+                    shell.not_taken.record(from, &e, clock::now_us());
                 }
             }
             WireMsg::Client(_)
