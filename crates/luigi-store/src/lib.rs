@@ -128,7 +128,7 @@ impl Store {
     /// replaced value for snapshots below `ts`.
     pub fn put_at(&mut self, key: &[u8], value: Value, ts: Timestamp) -> Replaced {
         let old = self.put_slice(key, value);
-        let versioned = self.history.record(key, old.clone(), ts);
+        let versioned = self.history.record(key, &old, ts);
         Replaced { old, versioned }
     }
 
@@ -136,7 +136,7 @@ impl Store {
     /// snapshots below `ts`.
     pub fn delete_at(&mut self, key: &[u8], ts: Timestamp) -> Replaced {
         let old = self.delete(key);
-        let versioned = old.is_some() && self.history.record(key, old.clone(), ts);
+        let versioned = old.is_some() && self.history.record(key, &old, ts);
         Replaced { old, versioned }
     }
 

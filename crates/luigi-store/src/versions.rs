@@ -139,11 +139,19 @@ impl History {
     /// version replaced at `ts` (an earlier write of the same timestamp replaced the value
     /// older snapshots see), or when a later write to the key was recorded (writes to one
     /// key come in timestamp order; rule 5).
-    pub fn record(&mut self, key: &[u8], prior: Option<Value>, ts: Timestamp) -> bool {
+    ///
+    /// With a window of 0 nothing is kept or copied (the write path then costs what it cost
+    /// before versions existed): the newest write's timestamp becomes the oldest snapshot.
+    pub fn record(&mut self, key: &[u8], prior: &Option<Value>, ts: Timestamp) -> bool {
+        if self.retention_us == 0 {
+            self.newest = self.newest.max(ts);
+            self.prune_to(self.newest);
+            return false;
+        }
         if ts <= self.oldest {
             return false;
         }
-        let version = Version { replaced_at: ts, value: prior };
+        let version = Version { replaced_at: ts, value: prior.clone() };
         match self.keys.get_mut(key) {
             Some(versions) => {
                 if versions.back().is_some_and(|v| v.replaced_at >= ts) {

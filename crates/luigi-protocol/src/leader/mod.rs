@@ -123,7 +123,11 @@ pub struct LeaderConfig {
     /// shortens it (`[protocol] read_only_path`), or reads at an idle shard wait this long.
     pub idle_marker_us: u64,
     /// How long (timestamp µs) a replica's store keeps the versions its writes replaced, for
-    /// snapshot reads (DESIGN.md rule 23; `luigi_store::versions`).
+    /// snapshot reads (DESIGN.md rule 23; `luigi_store::versions`). 0 by default: no client
+    /// sends snapshot reads yet (issue 31), and keeping versions cost every write a copy and
+    /// two ordered-map entries: 0.63x the throughput of micro 1x1 `--net none` at 8 threads
+    /// (results/cpu-per-txn/2026-11-27-merged.txt). With 0 a snapshot read is served only
+    /// at or above the shard's newest write.
     pub snapshot_retention_us: u64,
     /// A cross-shard transaction prepared here and still undecided this long after its
     /// `PREPARE` committed is stalled: this leader becomes its recovery coordinator and asks
@@ -174,7 +178,7 @@ impl LeaderConfig {
             all_clients_broadcast_us: 100_000,
             applied_marker_us: 1_000,
             idle_marker_us: watermark::IDLE_MARKER_US,
-            snapshot_retention_us: luigi_store::versions::DEFAULT_RETENTION_US,
+            snapshot_retention_us: 0,
             recover_after_us: 2_000_000,
             group_sizes: Vec::new(),
             max_ahead_us: MAX_CLOCK_OFFSET_US_DEFAULT + 2_000_000,

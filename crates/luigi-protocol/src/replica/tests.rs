@@ -17,7 +17,7 @@ pub(super) struct Lone {
     pub(super) log: RaftLog,
 }
 
-fn lone_over(config: LeaderConfig, recovered: Option<luigi_raft::RecoveredState>) -> Lone {
+pub(super) fn lone_over(config: LeaderConfig, recovered: Option<luigi_raft::RecoveredState>) -> Lone {
     let log = RaftLog::new(RaftConfig::new(1, vec![1], 7), recovered).unwrap();
     let r = start(config, luigi_workloads::procedures::builtins(), empty_store(), &log).unwrap();
     Lone { r, log }

@@ -7,7 +7,7 @@ use luigi_txn::procedure::ProcError;
 use luigi_txn::read_only::{ReadRefusal, SnapshotRead, SnapshotReadReply};
 use luigi_workloads::procedures::MicroOutput;
 
-use super::tests::{dispatch, lone_replica, settle, Lone};
+use super::tests::{dispatch, lone_over, lone_replica, settle, Lone};
 use super::*;
 use luigi_txn::msg::ServerMsg;
 use luigi_txn::types::KeySet;
@@ -45,9 +45,16 @@ fn value_read(reply: &SnapshotReadReply) -> Option<u64> {
     read[0].1
 }
 
-/// A serving lone leader that wrote 1..=5 to key 1; the timestamps of the writes.
+/// A serving lone leader that wrote 1..=5 to key 1, keeping versions for the store's default
+/// window; the timestamps of the writes.
 fn leader_with_five_writes() -> (Lone, Vec<Timestamp>) {
-    let mut n = lone_replica();
+    leader_with_five_writes_keeping(luigi_store::versions::DEFAULT_RETENTION_US)
+}
+
+/// As [`leader_with_five_writes`], keeping versions for `retention_us`.
+fn leader_with_five_writes_keeping(retention_us: u64) -> (Lone, Vec<Timestamp>) {
+    let config = LeaderConfig { snapshot_retention_us: retention_us, ..LeaderConfig::new(0, 1) };
+    let mut n = lone_over(config, None);
     n.log.campaign().unwrap();
     settle(&mut n, 100);
     let mut out = Vec::new();
@@ -86,6 +93,27 @@ fn a_snapshot_read_at_the_leader_sees_exactly_the_writes_at_or_below_its_timesta
         assert_eq!(value_read(r), expected, "{r:?}");
         assert_eq!((r.shard, r.replica), (0, 0));
     }
+}
+
+/// A leader's default keeps no versions (no client sends snapshot reads yet, and keeping
+/// them costs every write): a read at the newest write is served, an older one refused as too
+/// old, never answered with a later value.
+#[test]
+fn with_the_default_window_no_versions_are_kept_and_an_older_snapshot_is_refused() {
+    assert_eq!(LeaderConfig::new(0, 1).snapshot_retention_us, 0);
+    let (mut n, ts) = leader_with_five_writes_keeping(0);
+    let mut out = Vec::new();
+    n.r.on_client(&mut n.log, 100_000, 4, read_key_1(40, ts[4]), &mut out);
+    n.r.on_client(&mut n.log, 100_000, 4, read_key_1(41, ts[3]), &mut out);
+    let replies = read_replies(&out);
+    assert_eq!(replies.len(), 2, "{out:?}");
+    for r in &replies {
+        match r.id.seq {
+            40 => assert_eq!(value_read(r), Some(5)),
+            _ => assert!(matches!(r.outcome, Ok(Err(ProcError::SnapshotTooOld { .. }))), "{r:?}"),
+        }
+    }
+    assert_eq!(n.r.leader().unwrap().snapshot_view().store.history_stats().versions, 0, "nothing kept");
 }
 
 #[test]
