@@ -64,6 +64,8 @@ pub struct TxnResult {
     pub fast: bool,
     /// It asked for the fast path (DESIGN.md rule 20).
     pub asked_fast: bool,
+    /// It was read at a snapshot from the nearest replicas (DESIGN.md rule 23).
+    pub read_only: bool,
     /// Each participant's output, by shard, when it committed (empty otherwise): what a
     /// multi-step business transaction's next step is built from.
     pub outputs: Vec<(ShardId, Vec<u8>)>,
@@ -99,6 +101,7 @@ impl From<&Completion> for TxnResult {
             rounds: done.rounds,
             fast: done.fast,
             asked_fast: done.asked_fast,
+            read_only: done.read_only,
             outputs,
             protocol_aborts,
         }
@@ -272,6 +275,7 @@ mod tests {
                 rounds: 0,
                 fast: false,
                 asked_fast: false,
+                read_only: false,
                 outcome,
             };
             Box::pin(async move { Ok(TxnResult::from(&done)) })
@@ -312,6 +316,7 @@ mod tests {
             rounds: 1,
             fast: false,
             asked_fast: false,
+            read_only: false,
             outcome: TxnOutcome::Ordered { ts: 0, results: vec![(0, Err(TxnError::Aborted("x".into())))] },
         };
         let r = TxnResult::from(&aborted);

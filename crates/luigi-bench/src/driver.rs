@@ -539,6 +539,7 @@ mod tests {
                 rounds: 0,
                 fast: false,
                 asked_fast: false,
+                read_only: false,
                 outputs: vec![],
                 protocol_aborts: 1,
             });

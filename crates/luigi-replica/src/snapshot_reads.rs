@@ -38,6 +38,8 @@ pub struct WaitingRead {
     pub read: SnapshotRead,
     /// Its arrival clock minus its `sent_us` (echoed in the answer).
     pub arrival_delta_us: i64,
+    /// When it arrived (the answer says how long it was held).
+    pub arrived: TimeUs,
     /// When it is refused if still waiting.
     pub deadline: TimeUs,
 }
@@ -101,7 +103,7 @@ impl SnapshotReads {
         let arrival_delta_us = luigi_txn::msg::arrival_delta_us(now, read.sent_us);
         let deadline = now.saturating_add(self.config.wait_us_max);
         let ts = read.ts;
-        let w = WaitingRead { client, read, arrival_delta_us, deadline };
+        let w = WaitingRead { client, read, arrival_delta_us, arrived: now, deadline };
         if ts <= safe_ts || self.config.serve_before_safe_time {
             self.stats.served += 1;
             return Arrival::Serve(w);

@@ -320,6 +320,7 @@ fn client_core(config: &ClusterConfig, id: ClientId) -> Box<dyn ClientCore> {
     // Rule 20: the fast path where it pays (under saturation few transactions commit fast,
     // and fanning every one out costs the followers more).
     c.fan_out = if config.fast_path_anywhere() { FanOut::Adaptive } else { FanOut::Never };
+    c.max_clock_offset_us = config.tuning().max_clock_offset_us;
     luigi_baseline::client_for(config.protocol(), c)
 }
 
@@ -397,6 +398,7 @@ impl Driver {
         match ev {
             Event::Up { node, writer } => {
                 self.routes.writers.insert(node, writer);
+                self.core.replica_link(clock::now_us(), node.shard, node.replica, true);
                 // What was sent while it was down missed it: if it may lead, ask again.
                 if self.routes.guess.link_change_resends(node.shard, node.replica) {
                     self.core.shard_unreachable(clock::now_us(), node.shard);
@@ -405,6 +407,7 @@ impl Driver {
             Event::Down { node } => {
                 warn!(node = %node.name(), "connection to replica lost; reconnecting");
                 self.routes.writers.remove(&node);
+                self.core.replica_link(clock::now_us(), node.shard, node.replica, false);
                 if self.routes.guess.link_change_resends(node.shard, node.replica) {
                     self.core.shard_unreachable(clock::now_us(), node.shard);
                 }
@@ -445,6 +448,17 @@ impl Driver {
                         if let Err(e) = w.send(&msg) {
                             debug!(shard, error = %e, "send to a replica failed; will retry");
                         }
+                    }
+                }
+                ClientOutput::SendTo { shard, replica, msg } => {
+                    match self.routes.writers.get(&NodeId { shard, replica }) {
+                        // A read sent nowhere is sent elsewhere after the resend timeout.
+                        Some(w) => {
+                            if let Err(e) = w.send(&WireMsg::Client(msg)) {
+                                debug!(shard, replica, error = %e, "send to a replica failed; will retry");
+                            }
+                        }
+                        None => debug!(shard, replica, "replica not connected; will retry elsewhere"),
                     }
                 }
                 ClientOutput::Done(c) => {

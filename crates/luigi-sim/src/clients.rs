@@ -263,11 +263,22 @@ pub(crate) trait ClientWorld {
         Ok(())
     }
 
+    /// Sends `msg` for `shard` to the replica the client core picked (a snapshot read).
+    fn send_to(&mut self, id: ClientId, shard: ShardId, replica: u32, msg: ClientMsg) -> Step {
+        if shard >= self.sim_config().shards || replica >= self.client(id)?.routes.replicas(shard) {
+            let msg = format!("client {id} sent {msg:?} to nonexistent replica {replica} of shard {shard}");
+            return Err(self.violation(ViolationKind::Invariant, msg));
+        }
+        self.send_to_replica(id, shard, replica, msg);
+        Ok(())
+    }
+
     /// Handles a coordinator's outputs: dispatches leave, answers are recorded.
     fn client_outputs(&mut self, id: ClientId, out: &mut Vec<ClientOutput>) -> Step {
         for o in out.drain(..) {
             match o {
                 ClientOutput::Send { shard, msg } => self.route(id, shard, msg)?,
+                ClientOutput::SendTo { shard, replica, msg } => self.send_to(id, shard, replica, msg)?,
                 ClientOutput::Done(done)
                     if matches!(done.outcome, TxnOutcome::Unknown(_)) && !self.unknown_is_final() =>
                 {
@@ -435,7 +446,9 @@ fn committed_outputs(outcome: &TxnOutcome) -> Option<Vec<(ShardId, Vec<u8>)>> {
 fn output_order(o: &ClientOutput) -> TxnId {
     match o {
         ClientOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => txn.id,
-        ClientOutput::Send { .. } => TxnId { client: 0, seq: 0 },
+        ClientOutput::Send { msg: ClientMsg::SnapshotRead(read), .. }
+        | ClientOutput::SendTo { msg: ClientMsg::SnapshotRead(read), .. } => read.id,
+        ClientOutput::Send { .. } | ClientOutput::SendTo { .. } => TxnId { client: 0, seq: 0 },
         ClientOutput::Done(done) | ClientOutput::Resolved(done) => done.id,
     }
 }

@@ -113,4 +113,8 @@ pub struct SnapshotReadReply {
     /// Server clock at arrival minus the request's `sent_us`.
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::delta()"))]
     pub arrival_delta_us: i64,
+    /// How long the read waited at the replica for its safe time (µs): the client takes it
+    /// out of the round trip to measure the replica's distance, not its lag.
+    #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
+    pub held_us: u64,
 }

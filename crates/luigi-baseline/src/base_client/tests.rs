@@ -72,6 +72,7 @@ fn done_after_resends(
         rounds,
         fast: false,
         asked_fast: false,
+        read_only: false,
         outcome,
     })
 }
@@ -215,8 +216,17 @@ fn a_timeout_resends_then_reports_unknown_then_resolves() {
     assert_eq!(out, vec![dispatch(1, &txn_of(&out), 3 * TIMEOUT + 1, 1)]);
     let out = step(&mut c, 3 * TIMEOUT + 2, reply(id, 1, 0, Ok(vec![])));
     let outcome = TxnOutcome::Ordered { ts: 0, results: vec![(0, Ok(vec![])), (1, Ok(vec![]))] };
-    let resolved =
-        Completion { id, submitted_us: 0, attempts: 3, resends: 0, rounds: 1, fast: false, asked_fast: false, outcome };
+    let resolved = Completion {
+        id,
+        submitted_us: 0,
+        attempts: 3,
+        resends: 0,
+        rounds: 1,
+        fast: false,
+        asked_fast: false,
+        read_only: false,
+        outcome,
+    };
     assert_eq!(out, vec![ClientOutput::Resolved(resolved)]);
     assert_eq!((c.unresolved(), c.stats().resolved), (0, 1));
 }

@@ -34,6 +34,8 @@ use luigi_txn::Map;
 pub mod fast;
 pub mod headroom;
 mod invariants;
+pub mod nearest;
+pub mod read_only;
 mod replies;
 mod retry;
 mod shell;
@@ -74,6 +76,12 @@ pub struct CoordinatorConfig {
     /// Which transactions ask for the fast path (DESIGN.md rule 20); `Never` unless the
     /// cluster runs it.
     pub fan_out: fast::FanOut,
+    /// A transaction whose pieces declare no writes reads at a snapshot from the nearest
+    /// replica of each participant (DESIGN.md rule 23) instead of taking the read-write path.
+    pub read_only_path: bool,
+    /// The clock bound (DESIGN.md rule 22): a snapshot read's timestamp is at least `now`
+    /// plus this, so that it lies above everything answered anywhere before it started.
+    pub max_clock_offset_us: u64,
     /// The cluster's shard count: a transaction's pieces name shards below it
     /// (`u32::MAX` by default: any shard id is taken).
     pub shards: u32,
@@ -144,6 +152,8 @@ impl CoordinatorConfig {
             keepalive_us: 250_000,
             group_sizes: Vec::new(),
             fan_out: fast::FanOut::Never,
+            read_only_path: false,
+            max_clock_offset_us: 500_000,
             shards: u32::MAX,
             mutations: CoordMutations::default(),
         }
@@ -192,6 +202,8 @@ pub struct CoordStats {
     /// The headroom every submitted transaction was stamped with, summed, µs (its mean
     /// shows what the adaptive headroom chose).
     pub headroom_us_sum: u64,
+    /// Transactions read at a snapshot (rule 23), of the submitted ones.
+    pub read_only: u64,
 }
 
 /// The coordinator state machine of one client.
@@ -214,6 +226,8 @@ pub struct Coordinator {
     keepalive_at_us: TimeUs,
     /// Which transactions ask for the fast path.
     fan_out: fast::FanOutPolicy,
+    /// Read-only transactions in flight (rule 23), and the replicas' distances.
+    reads: read_only::Reads,
     stats: CoordStats,
 }
 
@@ -245,6 +259,7 @@ impl Coordinator {
                 config.headroom_us,
                 config.headroom_ceiling_us(),
             ),
+            reads: read_only::Reads::new(&config.group_sizes),
             config,
             owd: Map::default(),
             watermarks: Map::default(),
@@ -327,3 +342,5 @@ pub(super) fn stamp_at(now: TimeUs, owd_us: i64, headroom_us: u64) -> Timestamp 
 mod tests;
 #[cfg(test)]
 mod tests_headroom;
+#[cfg(test)]
+mod tests_read_only;

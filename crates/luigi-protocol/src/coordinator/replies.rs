@@ -44,7 +44,7 @@ impl Coordinator {
             ServerMsg::FastAccept { shard, replica, term, id, ts, order } => {
                 self.on_accept(shard, id, Accept { replica, term, ts, order }, out)
             }
-            ServerMsg::SnapshotRead(_) => {} // the coordinator sends none (rule 23)
+            ServerMsg::SnapshotRead(reply) => self.on_snapshot_read(now, reply, out),
         }
     }
 
@@ -190,7 +190,8 @@ impl Coordinator {
 
     /// Tells the caller `outcome` (`Done`, or `Resolved` after an earlier `Unknown`).
     pub(super) fn report(&mut self, id: TxnId, outcome: TxnOutcome, out: &mut Vec<ClientOutput>) {
-        let tally = Tally { config: &self.config, stats: &mut self.stats, fan_out: &mut self.fan_out };
+        let observed_ts = &mut self.reads.observed_ts;
+        let tally = Tally { config: &self.config, stats: &mut self.stats, fan_out: &mut self.fan_out, observed_ts };
         report(&mut self.flights, tally, id, outcome, out);
     }
 
@@ -207,6 +208,8 @@ pub(super) struct Tally<'a> {
     pub(super) config: &'a CoordinatorConfig,
     pub(super) stats: &'a mut CoordStats,
     pub(super) fan_out: &'a mut FanOutPolicy,
+    /// The highest timestamp the client has observed (a snapshot read starts no lower).
+    pub(super) observed_ts: &'a mut Timestamp,
 }
 
 /// Tells the caller `outcome` of `id` through the table (`Done`, or `Resolved` after an
@@ -225,6 +228,9 @@ pub(super) fn report(
         && (0..flight.replies.len()).all(|slot| fast_settled(tally.config, flight, slot));
     let early = fast && flight.replies.iter().flatten().any(|r| r.early);
     let asked_fast = flight.asked_fast;
+    if let TxnOutcome::Ordered { ts, .. } = &outcome {
+        *tally.observed_ts = (*tally.observed_ts).max(*ts);
+    }
     let earlier = flights.report(id, outcome, rounds, fast, out);
     tally.stats.fast += u64::from(fast);
     tally.stats.early += u64::from(early);

@@ -30,11 +30,13 @@ impl Coordinator {
                 out.push(ClientOutput::Send { shard, msg: ClientMsg::Ping { sent_us: now } });
             }
         }
+        self.tick_reads(now, out);
         let policy = Settle { progress: &self.progress, config: &self.config };
         let (config, stats, fan_out) = (&self.config, &mut self.stats, &mut self.fan_out);
-        let awaiting_watermark = &mut self.awaiting_watermark;
+        let (awaiting_watermark, observed_ts) = (&mut self.awaiting_watermark, &mut self.reads.observed_ts);
         self.flights.tick(&policy, now, out, |flights, id, why, out| {
-            report(flights, Tally { config, stats, fan_out }, id, TxnOutcome::Unknown(why), out);
+            let tally = Tally { config, stats, fan_out, observed_ts: &mut *observed_ts };
+            report(flights, tally, id, TxnOutcome::Unknown(why), out);
             if config.mutations.acknowledge_unknown {
                 awaiting_watermark.remove(&id);
                 flights.forget(id);
@@ -46,7 +48,7 @@ impl Coordinator {
 
     /// The earliest time [`Coordinator::tick`] has work to do.
     pub fn next_deadline(&self) -> Option<TimeUs> {
-        let retry = self.flights.next_retry()?;
-        Some(retry.min(self.keepalive_at_us))
+        let retry = self.flights.next_retry().map(|retry| retry.min(self.keepalive_at_us));
+        [retry, self.reads.next_due()].into_iter().flatten().min()
     }
 }

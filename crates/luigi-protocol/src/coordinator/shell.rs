@@ -42,8 +42,21 @@ impl ClientCore for Coordinator {
         Coordinator::shard_unreachable(self, now, shard)
     }
 
+    fn replica_link(&mut self, now: TimeUs, shard: ShardId, replica: u32, up: bool) {
+        Coordinator::replica_link(self, now, shard, replica, up)
+    }
+
     fn table(&self) -> &dyn FlightsView {
         &self.flights
+    }
+
+    /// Read-write transactions in the table, and read-only ones at a snapshot.
+    fn in_flight(&self) -> usize {
+        self.flights.in_flight() + self.reads.len()
+    }
+
+    fn can_submit(&self) -> bool {
+        self.flights.can_submit() && self.reads.len() < super::read_only::READS_MAX
     }
 
     fn check_invariants(&self) -> Result<(), String> {

@@ -5,15 +5,16 @@
 
 use std::sync::Arc;
 
-use super::{fast, headroom, stamp_at, Coordinator, CoordinatorConfig, FlightState, InFlight};
+use super::{fast, headroom, read_only, stamp_at, Coordinator, CoordinatorConfig, FlightState, InFlight};
 use luigi_txn::client_core::ClientOutput;
 use luigi_txn::client_core::{DispatchTo, FlightPolicy, InvalidPieces};
 use luigi_txn::progress::Progress;
 use luigi_txn::types::{ShardId, ShardPiece, TimeUs, Timestamp, Txn, TxnId};
 
 impl Coordinator {
-    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant);
-    /// refuses malformed pieces ([`issue`](crate::client_core::InFlightTable::issue)) without sending anything.
+    /// Starts a transaction calling `procedure(args)` over `pieces` (one per participant):
+    /// at a snapshot if it declares no writes and the read-only path is on
+    /// ([`Coordinator::submit_read_only`]); refuses malformed pieces ([`issue`](crate::client_core::InFlightTable::issue)) without sending anything.
     pub fn submit(
         &mut self,
         now: TimeUs,
@@ -22,6 +23,9 @@ impl Coordinator {
         mut pieces: Vec<ShardPiece>,
         out: &mut Vec<ClientOutput>,
     ) -> Result<TxnId, InvalidPieces> {
+        if self.config.read_only_path && read_only::reads_only(&pieces) {
+            return self.submit_read_only(now, procedure, args, pieces, out);
+        }
         let id = self.flights.issue(&mut pieces)?;
         let fast = self.fan_out.ask();
         self.stats.fanned_out += u64::from(fast);

@@ -36,7 +36,10 @@ fn the_watched_shards_are_pinged_while_anything_is_in_flight() {
         out.iter()
             .filter_map(|o| match o {
                 ClientOutput::Send { shard, msg: ClientMsg::Ping { .. } } => Some(*shard),
-                ClientOutput::Send { .. } | ClientOutput::Done(_) | ClientOutput::Resolved(_) => None,
+                ClientOutput::Send { .. }
+                | ClientOutput::SendTo { .. }
+                | ClientOutput::Done(_)
+                | ClientOutput::Resolved(_) => None,
             })
             .collect::<Vec<_>>()
     };
@@ -78,7 +81,7 @@ fn sends(out: &[ClientOutput]) -> Vec<ShardId> {
     out.iter()
         .filter_map(|o| match o {
             ClientOutput::Send { shard, .. } => Some(*shard),
-            ClientOutput::Done(_) | ClientOutput::Resolved(_) => None,
+            ClientOutput::SendTo { .. } | ClientOutput::Done(_) | ClientOutput::Resolved(_) => None,
         })
         .collect()
 }
@@ -139,14 +142,14 @@ fn all_shards_rule_waits_for_non_participants() {
 fn done(out: &[ClientOutput]) -> Option<&Completion> {
     out.iter().find_map(|o| match o {
         ClientOutput::Done(d) => Some(d),
-        ClientOutput::Send { .. } | ClientOutput::Resolved(_) => None,
+        ClientOutput::Send { .. } | ClientOutput::SendTo { .. } | ClientOutput::Resolved(_) => None,
     })
 }
 
 fn resolved(out: &[ClientOutput]) -> Option<&Completion> {
     out.iter().find_map(|o| match o {
         ClientOutput::Resolved(d) => Some(d),
-        ClientOutput::Send { .. } | ClientOutput::Done(_) => None,
+        ClientOutput::Send { .. } | ClientOutput::SendTo { .. } | ClientOutput::Done(_) => None,
     })
 }
 
@@ -169,7 +172,10 @@ fn acked_below_of(out: &[ClientOutput]) -> Vec<u64> {
     out.iter()
         .filter_map(|o| match o {
             ClientOutput::Send { msg: ClientMsg::Dispatch { acked_below, .. }, .. } => Some(*acked_below),
-            ClientOutput::Send { .. } | ClientOutput::Done(_) | ClientOutput::Resolved(_) => None,
+            ClientOutput::Send { .. }
+            | ClientOutput::SendTo { .. }
+            | ClientOutput::Done(_)
+            | ClientOutput::Resolved(_) => None,
         })
         .collect()
 }
@@ -548,7 +554,10 @@ pub(super) fn stamped(out: &[ClientOutput]) -> Timestamp {
     out.iter()
         .find_map(|o| match o {
             ClientOutput::Send { msg: ClientMsg::Dispatch { txn, .. }, .. } => Some(txn.ts),
-            ClientOutput::Send { .. } | ClientOutput::Done(_) | ClientOutput::Resolved(_) => None,
+            ClientOutput::Send { .. }
+            | ClientOutput::SendTo { .. }
+            | ClientOutput::Done(_)
+            | ClientOutput::Resolved(_) => None,
         })
         .expect("a dispatch")
 }
@@ -607,7 +616,10 @@ fn asks_fast(out: &[ClientOutput]) -> bool {
     out.iter()
         .find_map(|o| match o {
             ClientOutput::Send { msg: ClientMsg::Dispatch { fast, .. }, .. } => Some(*fast),
-            ClientOutput::Send { .. } | ClientOutput::Done(_) | ClientOutput::Resolved(_) => None,
+            ClientOutput::Send { .. }
+            | ClientOutput::SendTo { .. }
+            | ClientOutput::Done(_)
+            | ClientOutput::Resolved(_) => None,
         })
         .expect("a dispatch")
 }

@@ -21,8 +21,9 @@ fn view_of<P: ReplicaProtocol>(role: &Role<P>) -> Option<SnapshotView<'_>> {
     }
 }
 
-/// The answer to `w` from replica `replica` of `shard`: served from `view`, or refused.
+/// The answer at `now` to `w` from replica `replica` of `shard`: served from `view`, or refused.
 fn answer<P: ReplicaProtocol>(
+    now: TimeUs,
     shard: ShardId,
     replica: u32,
     w: WaitingRead,
@@ -31,8 +32,8 @@ fn answer<P: ReplicaProtocol>(
     let read = &w.read;
     let outcome =
         outcome.map(|view| view.registry.read_at(&read.procedure, &read.args, view.store, &read.keys, shard, read.ts));
-    let reply =
-        SnapshotReadReply { id: read.id, shard, replica, ts: read.ts, outcome, arrival_delta_us: w.arrival_delta_us };
+    let (arrival_delta_us, held_us) = (w.arrival_delta_us, now.saturating_sub(w.arrived));
+    let reply = SnapshotReadReply { id: read.id, shard, replica, ts: read.ts, outcome, arrival_delta_us, held_us };
     OutputOf::<P>::ToClient { client: w.client, msg: ServerMsg::SnapshotRead(reply) }
 }
 
@@ -65,14 +66,14 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         let Some(view) = view.filter(|_| refusal.is_none()) else {
             self.reads.refused_other();
             let arrival_delta_us = luigi_txn::msg::arrival_delta_us(now, read.sent_us);
-            let w = WaitingRead { client, read, arrival_delta_us, deadline: now };
-            out.push(answer::<P>(shard, replica, w, Err(refusal.expect("refused"))));
+            let w = WaitingRead { client, read, arrival_delta_us, arrived: now, deadline: now };
+            out.push(answer::<P>(now, shard, replica, w, Err(refusal.expect("refused"))));
             return;
         };
         match self.reads.arrive(now, client, read, view.safe_ts) {
-            Arrival::Serve(w) => out.push(answer::<P>(shard, replica, w, Ok(&view))),
+            Arrival::Serve(w) => out.push(answer::<P>(now, shard, replica, w, Ok(&view))),
             Arrival::Held => {}
-            Arrival::Refuse(w, why) => out.push(answer::<P>(shard, replica, w, Err(why))),
+            Arrival::Refuse(w, why) => out.push(answer::<P>(now, shard, replica, w, Err(why))),
         }
     }
 
@@ -84,11 +85,11 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         let (shard, replica) = (self.protocol.shard(), replica_index(log));
         let Some(view) = view_of(&self.role) else { return };
         for w in self.reads.ready(view.safe_ts) {
-            out.push(answer::<P>(shard, replica, w, Ok(&view)));
+            out.push(answer::<P>(now, shard, replica, w, Ok(&view)));
         }
         let safe_ts = view.safe_ts;
         for w in self.reads.expired(now) {
-            out.push(answer::<P>(shard, replica, w, Err(ReadRefusal::TimedOut { safe_ts })));
+            out.push(answer::<P>(now, shard, replica, w, Err(ReadRefusal::TimedOut { safe_ts })));
         }
     }
 

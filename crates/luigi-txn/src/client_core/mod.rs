@@ -96,6 +96,11 @@ pub trait ClientCore: Send {
     /// to: dispatches waiting on `shard` are sent again soon.
     fn shard_unreachable(&mut self, now: TimeUs, shard: ShardId);
 
+    /// The shell's link to replica `replica` of `shard` went down (`up` false) or came up:
+    /// a protocol that picks replicas itself (snapshot reads, DESIGN.md rule 23) avoids a
+    /// replica it cannot reach and sends what waits there elsewhere.
+    fn replica_link(&mut self, _now: TimeUs, _shard: ShardId, _replica: u32, _up: bool) {}
+
     /// Its in-flight table (what the accessors below read).
     fn table(&self) -> &dyn FlightsView;
 

@@ -26,6 +26,16 @@ pub enum ClientOutput {
         /// Message.
         msg: ClientMsg,
     },
+    /// Send `msg` to replica `replica` (index from 0) of `shard`, whatever its role: a
+    /// snapshot read goes to the nearest replica (DESIGN.md rule 23).
+    SendTo {
+        /// Destination shard.
+        shard: ShardId,
+        /// Destination replica of it.
+        replica: u32,
+        /// Message.
+        msg: ClientMsg,
+    },
     /// A transaction finished: its one answer to the caller.
     Done(Completion),
     /// A transaction reported [`TxnOutcome::Unknown`] earlier has a known outcome now
@@ -53,6 +63,9 @@ pub struct Completion {
     pub fast: bool,
     /// It asked for the fast path (rule 20: its dispatches went to every replica).
     pub asked_fast: bool,
+    /// It was read at a snapshot (DESIGN.md rule 23): `Ordered { ts, .. }` then places it
+    /// after every transaction at or below `ts` and before every other.
+    pub read_only: bool,
     /// What happened.
     pub outcome: TxnOutcome,
 }

@@ -376,6 +376,7 @@ impl<X> InFlightTable<X> {
             rounds,
             fast,
             asked_fast: flight.asked_fast,
+            read_only: false,
             outcome,
         };
         match earlier {

@@ -1,0 +1,290 @@
+//! Read-only transactions at a snapshot, the client's half (DESIGN.md rule 23). A
+//! transaction whose pieces declare no writes, on a cluster with the read-only path on, is
+//! read at `ts = max(the highest timestamp this client has observed, now +
+//! max_clock_offset_us)` from one replica of each participant, the nearest by measured delay
+//! ([`Nearest`]): no agreement, no hold queue, no log record. Its pieces all read at the same
+//! `ts`, so together they are the state at `ts` on every shard.
+//!
+//! A refused piece (`Busy`, `TimedOut`, `TooFarAhead`, a snapshot older than the replica
+//! keeps) is sent to another replica, at the same snapshot, after the "not the leader" pause;
+//! a silent one after the resend timeout. After `max_attempts` sends of one piece, or on a
+//! refusal no replica will lift (`Malformed`, `NotSupported`), the transaction is reported
+//! `Rejected` with the replica's reason: a read changes nothing, so it executed nowhere. The
+//! table is bounded ([`READS_MAX`]): while full, the shell holds new submissions.
+
+use luigi_txn::client_core::{ClientOutput, Completion, InvalidPieces, TxnOutcome};
+use luigi_txn::msg::{ClientMsg, TxnError};
+use luigi_txn::procedure::ProcError;
+use luigi_txn::read_only::{ReadRefusal, SnapshotRead, SnapshotReadReply};
+use luigi_txn::types::{KeySet, ShardId, ShardPiece, TimeUs, Timestamp, TxnId};
+use luigi_txn::Map;
+
+use super::nearest::Nearest;
+use super::Coordinator;
+
+/// Read-only transactions in flight at most (the shell holds new ones while full).
+pub const READS_MAX: usize = 1 << 16;
+
+/// One participant's piece of a read-only transaction.
+#[derive(Clone, Debug)]
+struct ReadPiece {
+    shard: ShardId,
+    keys: KeySet,
+    /// The replica it was last sent to (`None`: to the shell's choice).
+    replica: Option<u32>,
+    /// When it was last sent.
+    sent_us: TimeUs,
+    /// When it is sent again: the resend timeout after a send, the pause after a refusal.
+    due_us: TimeUs,
+    /// It was refused (a resend then does not count the replica as silent).
+    refused: bool,
+    /// Sends so far.
+    sends: u32,
+    /// Its result, once a replica served it.
+    result: Option<Result<Vec<u8>, TxnError>>,
+}
+
+/// A read-only transaction in flight.
+#[derive(Clone, Debug)]
+pub(super) struct ReadFlight {
+    procedure: String,
+    args: Vec<u8>,
+    ts: Timestamp,
+    submitted_us: TimeUs,
+    pieces: Vec<ReadPiece>,
+}
+
+/// The read-only transactions in flight and where their pieces go.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Reads {
+    flights: Map<TxnId, ReadFlight>,
+    pub(super) nearest: Nearest,
+    /// The highest timestamp this client has observed: its answers' and its snapshots'.
+    pub(super) observed_ts: Timestamp,
+}
+
+impl Reads {
+    /// No read in flight; distances to shards of `group_sizes[s]` replicas.
+    pub(super) fn new(group_sizes: &[u32]) -> Self {
+        Reads { flights: Map::default(), nearest: Nearest::new(group_sizes), observed_ts: 0 }
+    }
+
+    /// Read-only transactions in flight.
+    pub(super) fn len(&self) -> usize {
+        self.flights.len()
+    }
+
+    /// The earliest time a piece is due to be sent again.
+    pub(super) fn next_due(&self) -> Option<TimeUs> {
+        let waiting = self.flights.values().flat_map(|f| f.pieces.iter().filter(|p| p.result.is_none()));
+        waiting.map(|p| p.due_us).min()
+    }
+}
+
+/// `pieces` declare no writes: a read-only transaction.
+pub fn reads_only(pieces: &[ShardPiece]) -> bool {
+    pieces.iter().all(|p| p.keys.writes.is_empty())
+}
+
+/// What to do with a piece after its replica's answer.
+enum Next {
+    /// Served: the procedure's result (or its error).
+    Done(Result<Vec<u8>, TxnError>),
+    /// Ask another replica, after the pause.
+    Elsewhere,
+    /// No replica will serve it: report the transaction rejected.
+    Fail(String),
+}
+
+/// What `outcome` means for the piece.
+fn next_of(outcome: Result<Result<Vec<u8>, ProcError>, ReadRefusal>) -> Next {
+    match outcome {
+        Ok(Ok(value)) => Next::Done(Ok(value)),
+        // Another replica (a follower that has not pruned as far) may still hold it.
+        Ok(Err(ProcError::SnapshotTooOld { .. })) => Next::Elsewhere,
+        Ok(Err(e)) => Next::Done(Err(TxnError::Proc(e))),
+        Err(ReadRefusal::Busy | ReadRefusal::TimedOut { .. } | ReadRefusal::TooFarAhead { .. }) => Next::Elsewhere,
+        Err(why @ (ReadRefusal::Malformed(_) | ReadRefusal::NotSupported(_))) => Next::Fail(why.to_string()),
+    }
+}
+
+impl Coordinator {
+    /// Starts a read-only transaction calling `procedure(args)` over `pieces` (no writes
+    /// declared) at a snapshot (rule 23); refuses malformed pieces without sending anything.
+    pub fn submit_read_only(
+        &mut self,
+        now: TimeUs,
+        procedure: &str,
+        args: Vec<u8>,
+        mut pieces: Vec<ShardPiece>,
+        out: &mut Vec<ClientOutput>,
+    ) -> Result<TxnId, InvalidPieces> {
+        if !reads_only(&pieces) {
+            return Err(InvalidPieces("a read-only transaction declares writes".into()));
+        }
+        let id = self.flights.issue(&mut pieces)?;
+        self.stats.read_only += 1;
+        let ts = self.snapshot_ts(now);
+        self.reads.observed_ts = ts;
+        let to_piece = |p: ShardPiece| ReadPiece {
+            shard: p.shard,
+            keys: p.keys,
+            replica: None,
+            sent_us: now,
+            due_us: now,
+            refused: false,
+            sends: 0,
+            result: None,
+        };
+        let pieces = pieces.into_iter().map(to_piece).collect();
+        let mut flight = ReadFlight { procedure: procedure.to_string(), args, ts, submitted_us: now, pieces };
+        for slot in 0..flight.pieces.len() {
+            self.send_piece(now, id, &mut flight, slot, out);
+        }
+        self.reads.flights.insert(id, flight);
+        Ok(id)
+    }
+
+    /// The snapshot a read-only transaction submitted at `now` reads at: no lower than
+    /// anything this client observed, and at or above every timestamp answered anywhere
+    /// before `now` under the clock bound (rule 23's argument).
+    pub fn snapshot_ts(&self, now: TimeUs) -> Timestamp {
+        let ahead = now.saturating_add(self.config.max_clock_offset_us);
+        ahead.max(self.reads.observed_ts).max(1)
+    }
+
+    /// Sends piece `slot` of read `id` to the nearest replica not just tried, or reports the
+    /// read rejected when the piece has used its attempts.
+    fn send_piece(
+        &mut self,
+        now: TimeUs,
+        id: TxnId,
+        flight: &mut ReadFlight,
+        slot: usize,
+        out: &mut Vec<ClientOutput>,
+    ) {
+        let piece = &mut flight.pieces[slot];
+        let replica = self.reads.nearest.pick(piece.shard, piece.replica.filter(|_| piece.sends > 0));
+        let read = SnapshotRead {
+            id,
+            shard: piece.shard,
+            procedure: flight.procedure.clone(),
+            args: flight.args.clone(),
+            keys: piece.keys.clone(),
+            ts: flight.ts,
+            sent_us: now,
+        };
+        let (shard, msg) = (piece.shard, ClientMsg::SnapshotRead(read));
+        out.push(match replica {
+            Some(replica) => ClientOutput::SendTo { shard, replica, msg },
+            None => ClientOutput::Send { shard, msg },
+        });
+        piece.replica = replica;
+        piece.sends += 1;
+        piece.sent_us = now;
+        piece.due_us = now.saturating_add(self.config.retry_timeout_us);
+        piece.refused = false;
+    }
+
+    /// A replica's answer to a snapshot read.
+    pub(super) fn on_snapshot_read(&mut self, now: TimeUs, reply: SnapshotReadReply, out: &mut Vec<ClientOutput>) {
+        let Some(flight) = self.reads.flights.get_mut(&reply.id) else { return };
+        let Some(piece) = flight.pieces.iter_mut().find(|p| p.shard == reply.shard) else { return };
+        if piece.result.is_some() || reply.ts != flight.ts {
+            return; // a late answer to an earlier send, or not this read's
+        }
+        let current = piece.replica.is_none_or(|r| r == reply.replica);
+        if current {
+            let rtt_us = now.saturating_sub(piece.sent_us).saturating_sub(reply.held_us);
+            self.reads.nearest.sample(reply.shard, reply.replica, rtt_us);
+        }
+        match next_of(reply.outcome) {
+            Next::Done(result) => piece.result = Some(result),
+            // Only the replica asked last can send it elsewhere: an earlier one's refusal is
+            // old news.
+            Next::Elsewhere if current && !piece.refused => {
+                piece.refused = true;
+                piece.due_us = now.saturating_add(self.config.not_leader_retry_us);
+            }
+            Next::Elsewhere => {}
+            Next::Fail(why) => return self.finish_read(reply.id, Some(why), out),
+        }
+        if flight.pieces.iter().all(|p| p.result.is_some()) {
+            self.finish_read(reply.id, None, out);
+        }
+    }
+
+    /// Sends again the pieces that are due: silent past the resend timeout, or refused.
+    pub(super) fn tick_reads(&mut self, now: TimeUs, out: &mut Vec<ClientOutput>) {
+        if self.reads.next_due().is_none_or(|due| due > now) {
+            return;
+        }
+        let due: Vec<TxnId> = self.reads.flights.iter().filter(|(_, f)| f.due(now)).map(|(id, _)| *id).collect();
+        for id in due {
+            let mut flight = self.reads.flights.remove(&id).expect("listed above");
+            let mut failed = None;
+            for slot in 0..flight.pieces.len() {
+                let piece = &flight.pieces[slot];
+                if piece.result.is_some() || piece.due_us > now {
+                    continue;
+                }
+                if let (false, Some(replica)) = (piece.refused, piece.replica) {
+                    self.reads.nearest.silent(piece.shard, replica, self.config.retry_timeout_us);
+                }
+                if piece.sends >= self.config.max_attempts {
+                    failed = Some(format!("no replica of shard {} served the snapshot read", piece.shard));
+                    break;
+                }
+                self.send_piece(now, id, &mut flight, slot, out);
+            }
+            self.reads.flights.insert(id, flight);
+            if failed.is_some() {
+                self.finish_read(id, failed, out);
+            }
+        }
+    }
+
+    /// The shell's link to `replica` of `shard` changed; pieces waiting there go elsewhere
+    /// at the next tick when it went down.
+    pub fn replica_link(&mut self, now: TimeUs, shard: ShardId, replica: u32, up: bool) {
+        self.reads.nearest.link(shard, replica, up);
+        if up {
+            return;
+        }
+        let pieces = self.reads.flights.values_mut().flat_map(|f| f.pieces.iter_mut());
+        for p in pieces.filter(|p| p.shard == shard && p.replica == Some(replica) && p.result.is_none()) {
+            p.due_us = p.due_us.min(now);
+        }
+    }
+
+    /// Reports read `id`: its results, or rejected for `failed`.
+    fn finish_read(&mut self, id: TxnId, failed: Option<String>, out: &mut Vec<ClientOutput>) {
+        let flight = self.reads.flights.remove(&id).expect("finishing a read in flight");
+        let outcome = match failed {
+            Some(why) => TxnOutcome::Rejected(format!("snapshot read at {}: {why}", flight.ts)),
+            None => {
+                let results = flight.pieces.iter().map(|p| (p.shard, p.result.clone().expect("all served")));
+                TxnOutcome::Ordered { ts: flight.ts, results: results.collect() }
+            }
+        };
+        let attempts = flight.pieces.iter().map(|p| p.sends).max().unwrap_or(1);
+        out.push(ClientOutput::Done(Completion {
+            id,
+            submitted_us: flight.submitted_us,
+            attempts,
+            resends: 0,
+            rounds: 0,
+            fast: false,
+            asked_fast: false,
+            read_only: true,
+            outcome,
+        }));
+    }
+}
+
+impl ReadFlight {
+    /// Some piece of it is due at `now`.
+    fn due(&self, now: TimeUs) -> bool {
+        self.pieces.iter().any(|p| p.result.is_none() && p.due_us <= now)
+    }
+}

@@ -1,0 +1,200 @@
+//! Transcripts of the read-only path's client half (DESIGN.md rule 23): which snapshot a
+//! read takes, where its pieces go, and what a refusal or a silent replica does.
+
+use super::tests::{piece, quiet, reply};
+use super::*;
+use luigi_txn::client_core::{ClientCore, Completion, TxnOutcome};
+use luigi_txn::msg::{ServerMsg, TxnError};
+use luigi_txn::procedure::ProcError;
+use luigi_txn::read_only::{ReadRefusal, SnapshotRead, SnapshotReadReply};
+use luigi_txn::types::{KeySet, ShardPiece};
+
+const OFFSET_US: u64 = 10_000;
+
+fn reading(client: ClientId) -> CoordinatorConfig {
+    CoordinatorConfig {
+        read_only_path: true,
+        max_clock_offset_us: OFFSET_US,
+        group_sizes: vec![3, 3],
+        retry_timeout_us: 1_000_000,
+        not_leader_retry_us: 50_000,
+        max_attempts: 4,
+        ..quiet(client)
+    }
+}
+
+fn read_piece(shard: ShardId) -> ShardPiece {
+    ShardPiece { shard, keys: KeySet::new(vec![vec![shard as u8]], vec![]) }
+}
+
+/// The snapshot reads in `out`: (shard, replica, read).
+fn reads(out: &[ClientOutput]) -> Vec<(ShardId, u32, SnapshotRead)> {
+    out.iter()
+        .filter_map(|o| match o {
+            ClientOutput::SendTo { shard, replica, msg: ClientMsg::SnapshotRead(r) } => {
+                Some((*shard, *replica, r.clone()))
+            }
+            ClientOutput::SendTo { .. }
+            | ClientOutput::Send { .. }
+            | ClientOutput::Done(_)
+            | ClientOutput::Resolved(_) => None,
+        })
+        .collect()
+}
+
+fn done(out: &[ClientOutput]) -> Option<&Completion> {
+    out.iter().find_map(|o| match o {
+        ClientOutput::Done(d) => Some(d),
+        ClientOutput::Send { .. } | ClientOutput::SendTo { .. } | ClientOutput::Resolved(_) => None,
+    })
+}
+
+fn answer(
+    read: &SnapshotRead,
+    replica: u32,
+    held_us: u64,
+    outcome: Result<Result<Vec<u8>, ProcError>, ReadRefusal>,
+) -> ServerMsg {
+    ServerMsg::SnapshotRead(SnapshotReadReply {
+        id: read.id,
+        shard: read.shard,
+        replica,
+        ts: read.ts,
+        outcome,
+        arrival_delta_us: 0,
+        held_us,
+    })
+}
+
+#[test]
+fn a_transaction_without_writes_reads_every_shard_at_one_snapshot_above_what_the_client_observed() {
+    let mut c = Coordinator::new(reading(1));
+    let mut out = Vec::new();
+    // A read-write transaction answered at 900_000: the client has observed it.
+    let w = c.submit(0, "p", vec![], vec![piece(0)], &mut out).unwrap();
+    out.clear();
+    c.on_message(10, reply(w, 0, 900_000, 900_000, 5), &mut out);
+    assert!(done(&out).is_some_and(|d| d.outcome.is_committed() && !d.read_only));
+    out.clear();
+    let id = c.submit(20, "get", vec![7], vec![read_piece(1), read_piece(0)], &mut out).unwrap();
+    let sent = reads(&out);
+    assert_eq!(sent.len(), 2, "one replica per participant: {out:?}");
+    assert!(sent.iter().all(|(_, _, r)| r.ts == 900_000 && r.id == id), "the observed answer, above now + bound");
+    assert!(sent.iter().all(|(s, _, r)| r.shard == *s && r.procedure == "get" && r.args == vec![7]));
+    assert_eq!(c.in_flight(), 1);
+    out.clear();
+    let later = c.snapshot_ts(2_000_000);
+    assert_eq!(later, 2_000_000 + OFFSET_US, "now plus the clock bound once that is higher");
+    for (_, replica, read) in &sent {
+        c.on_message(30, answer(read, *replica, 0, Ok(Ok(vec![read.shard as u8]))), &mut out);
+    }
+    let d = done(&out).expect("answered once both pieces are served");
+    assert!(d.read_only && d.id == id);
+    assert_eq!(d.outcome, TxnOutcome::Ordered { ts: 900_000, results: vec![(0, Ok(vec![0])), (1, Ok(vec![1]))] });
+    assert_eq!((c.in_flight(), c.stats().read_only), (0, 1));
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn pieces_go_to_the_nearest_replica_by_measured_round_trip_less_the_wait_there() {
+    let mut c = Coordinator::new(reading(1));
+    let mut out = Vec::new();
+    // Three reads measure the three replicas of shard 0: 1 is nearest once its 400 ms wait
+    // for the safe time is taken out.
+    let rtts = [(0u32, 150_000u64, 0u64), (1, 402_000, 400_000), (2, 80_000, 0)];
+    for (k, (replica, rtt, held)) in rtts.into_iter().enumerate() {
+        out.clear();
+        let now = k as u64 * 1_000_000;
+        c.submit(now, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+        let [(0, r, ref read)] = reads(&out)[..] else { panic!("one read: {out:?}") };
+        assert_eq!(r, replica, "unmeasured replicas are tried in turn");
+        c.on_message(now + rtt, answer(read, r, held, Ok(Ok(vec![]))), &mut out);
+    }
+    out.clear();
+    c.submit(5_000_000, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+    assert_eq!(reads(&out)[0].1, 1, "then the nearest");
+}
+
+#[test]
+fn a_refused_or_silent_piece_goes_to_another_replica_at_the_same_snapshot_and_runs_out_clearly() {
+    let mut c = Coordinator::new(reading(1));
+    let mut out = Vec::new();
+    let id = c.submit(0, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+    let (_, first, read) = reads(&out)[0].clone();
+    out.clear();
+    c.on_message(1_000, answer(&read, first, 0, Err(ReadRefusal::Busy)), &mut out);
+    assert!(out.is_empty(), "a refusal waits the pause");
+    assert_eq!(c.next_deadline(), Some(1_000 + 50_000));
+    c.tick(51_000, &mut out);
+    let [(0, second, ref again)] = reads(&out)[..] else { panic!("resent: {out:?}") };
+    assert!(second != first && again.ts == read.ts && again.id == id, "elsewhere, same snapshot");
+    out.clear();
+    // Silent: resent after the resend timeout, to yet another replica.
+    c.tick(51_000 + 999_999, &mut out);
+    assert!(out.is_empty());
+    c.tick(51_000 + 1_000_000, &mut out);
+    let [(0, third, _)] = reads(&out)[..] else { panic!("resent after silence: {out:?}") };
+    assert!(third != second);
+    out.clear();
+    // A snapshot older than the replica keeps is a refusal too; the fourth send is the last.
+    c.on_message(1_100_000, answer(&read, third, 0, Ok(Err(too_old()))), &mut out);
+    c.tick(1_200_000, &mut out);
+    assert_eq!(reads(&out).len(), 1, "the fourth and last attempt");
+    out.clear();
+    c.tick(3_000_000, &mut out);
+    let d = done(&out).expect("out of attempts: reported");
+    assert!(matches!(&d.outcome, TxnOutcome::Rejected(why) if why.contains("no replica of shard 0")), "{d:?}");
+    assert!(d.read_only && d.attempts == 4);
+    assert_eq!(c.in_flight(), 0);
+}
+
+fn too_old() -> ProcError {
+    ProcError::SnapshotTooOld { requested: 1, oldest: 2 }
+}
+
+#[test]
+fn a_refusal_no_replica_lifts_fails_at_once_and_a_late_answer_changes_nothing() {
+    let mut c = Coordinator::new(reading(1));
+    let mut out = Vec::new();
+    c.submit(0, "get", vec![], vec![read_piece(0), read_piece(1)], &mut out).unwrap();
+    let sent = reads(&out);
+    out.clear();
+    let (_, r0, read0) = &sent[0];
+    c.on_message(5, answer(read0, *r0, 0, Err(ReadRefusal::NotSupported("baseline".into()))), &mut out);
+    let d = done(&out).expect("reported at once");
+    assert!(matches!(&d.outcome, TxnOutcome::Rejected(why) if why.contains("not supported")));
+    out.clear();
+    let (_, r1, read1) = &sent[1];
+    c.on_message(6, answer(read1, *r1, 0, Ok(Ok(vec![]))), &mut out);
+    assert!(out.is_empty() && c.in_flight() == 0, "the other piece's answer is dropped");
+    // A procedure's own error is its result, not a refusal.
+    c.submit(10, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+    let (_, r, read) = reads(&out)[0].clone();
+    out.clear();
+    let failed = ProcError::WriteInReadOnly(vec![1]);
+    c.on_message(20, answer(&read, r, 0, Ok(Err(failed.clone()))), &mut out);
+    let d = done(&out).expect("answered");
+    assert_eq!(d.outcome, TxnOutcome::Ordered { ts: read.ts, results: vec![(0, Err(TxnError::Proc(failed)))] });
+}
+
+#[test]
+fn a_lost_link_moves_waiting_pieces_and_the_path_off_takes_the_read_write_path() {
+    let mut c = Coordinator::new(reading(1));
+    let mut out = Vec::new();
+    c.submit(0, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+    let (_, first, _) = reads(&out)[0].clone();
+    out.clear();
+    c.replica_link(100, 0, first, false);
+    assert_eq!(c.next_deadline(), Some(100), "due at once");
+    c.tick(100, &mut out);
+    assert!(reads(&out).iter().all(|(_, r, _)| *r != first), "{out:?}");
+    // Off: the same transaction is dispatched to the leaders.
+    let mut off = Coordinator::new(CoordinatorConfig { read_only_path: false, ..reading(2) });
+    out.clear();
+    off.submit(0, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+    assert!(reads(&out).is_empty());
+    assert!(matches!(out.as_slice(), [ClientOutput::Send { msg: ClientMsg::Dispatch { .. }, .. }]));
+    // Declared writes are refused by the explicit entry.
+    let e = c.submit_read_only(0, "put", vec![], vec![piece(0)], &mut out).unwrap_err();
+    assert!(e.to_string().contains("declares writes"), "{e}");
+}
