@@ -247,6 +247,11 @@ impl ReplicaProtocol for LuigiProtocol {
         self.config.shard
     }
 
+    fn snapshot_reads(&self) -> luigi_replica::snapshot_reads::SnapshotReadConfig {
+        let serve_before_safe_time = self.config.mutations.serve_reads_before_safe_time;
+        luigi_replica::snapshot_reads::SnapshotReadConfig { serve_before_safe_time, ..Default::default() }
+    }
+
     fn images(&self) -> &LuigiImages {
         &self.images
     }

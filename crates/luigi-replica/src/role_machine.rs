@@ -155,6 +155,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
     /// The log's snapshot does not load.
     pub fn start(protocol: P, log: &RaftLog) -> Result<Self, RaftError> {
         let images = protocol.images();
+        let reads = SnapshotReads::new(protocol.snapshot_reads());
         let follower = match log.snapshot_data() {
             Some(data) => images.load(data).map_err(RaftError::Invalid)?,
             None => images.fresh((images.initial())()),
@@ -165,7 +166,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
             committed: Vec::new(),
             executed: Vec::new(),
             waiting: Waiting::default(),
-            reads: SnapshotReads::default(),
+            reads,
             stats: ReplicaStats::default(),
             retired: LeaderTotals::default(),
             typed_out: Vec::new(),

@@ -155,6 +155,8 @@ pub struct RunReport {
     pub txns: u64,
     /// Ordered with every participant's procedure succeeding.
     pub committed: u64,
+    /// Of the ordered ones, those read at a snapshot (DESIGN.md rule 23).
+    pub read_only: u64,
     /// Ordered with some participant's procedure failing.
     pub proc_aborted: u64,
     /// Rejected at admission.

@@ -183,6 +183,7 @@ fn txn(id: TxnId, ops: &[MicroOp], times: (u64, u64), reads: MicroOutput) -> Txn
             at: Moment::at(times.1),
             outcome: TxnOutcome::Ordered { ts: 0, results: vec![(0 as ShardId, Ok(output))] },
             attempts: 1,
+            read_only: false,
         }],
     }
 }

@@ -45,6 +45,7 @@ fn micro(
                 results: vec![(shard, Ok(postcard::to_stdvec(&reads).expect("encode")))],
             },
             attempts: 1,
+            read_only: false,
         }],
     }
 }

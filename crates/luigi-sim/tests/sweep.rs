@@ -73,3 +73,10 @@ fn sweep_random_configurations() {
 fn sweep_quick() {
     common::sweep_all("sweep", "sweep_quick", &common::seeds(0..150), draw);
 }
+
+/// The first seeds of the sweep with read-only transactions at a snapshot mixed in (rule 23).
+#[test]
+fn sweep_quick_with_reads() {
+    let test = "sweep_quick_with_reads";
+    common::sweep_all("sweep", test, &common::seeds(0..40), |seed| common::with_reads(draw(seed)));
+}

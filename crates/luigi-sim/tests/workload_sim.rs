@@ -261,6 +261,7 @@ fn the_replay_starts_from_the_population_and_compares_outputs() {
                 at: Moment::at(10),
                 outcome: TxnOutcome::Ordered { ts: 5, results },
                 attempts: 1,
+                read_only: false,
             }],
         }],
     };

@@ -11,6 +11,11 @@
 //! refusal no replica will lift (`Malformed`, `NotSupported`), the transaction is reported
 //! `Rejected` with the replica's reason: a read changes nothing, so it executed nowhere. The
 //! table is bounded ([`READS_MAX`]): while full, the shell holds new submissions.
+//!
+//! Once every piece is served, the read is answered under the commit rule of the read-write
+//! path (rule 7): with `AllShards`, once every other shard's watermark passed `ts` too (a
+//! participant's answer proves its own), so that whatever starts after the answer, anywhere,
+//! is ordered above the snapshot (rule 23, (d)).
 
 use luigi_txn::client_core::{ClientOutput, Completion, InvalidPieces, TxnOutcome};
 use luigi_txn::msg::{ClientMsg, TxnError};
@@ -18,9 +23,10 @@ use luigi_txn::procedure::ProcError;
 use luigi_txn::read_only::{ReadRefusal, SnapshotRead, SnapshotReadReply};
 use luigi_txn::types::{KeySet, ShardId, ShardPiece, TimeUs, Timestamp, TxnId};
 use luigi_txn::Map;
+use std::collections::BTreeSet;
 
 use super::nearest::Nearest;
-use super::Coordinator;
+use super::{CommitRule, Coordinator};
 
 /// Read-only transactions in flight at most (the shell holds new ones while full).
 pub const READS_MAX: usize = 1 << 16;
@@ -58,6 +64,8 @@ pub(super) struct ReadFlight {
 #[derive(Clone, Debug, Default)]
 pub(super) struct Reads {
     flights: Map<TxnId, ReadFlight>,
+    /// Served on every participant, waiting for the other shards' watermarks.
+    awaiting: BTreeSet<TxnId>,
     pub(super) nearest: Nearest,
     /// The highest timestamp this client has observed: its answers' and its snapshots'.
     pub(super) observed_ts: Timestamp,
@@ -66,12 +74,17 @@ pub(super) struct Reads {
 impl Reads {
     /// No read in flight; distances to shards of `group_sizes[s]` replicas.
     pub(super) fn new(group_sizes: &[u32]) -> Self {
-        Reads { flights: Map::default(), nearest: Nearest::new(group_sizes), observed_ts: 0 }
+        Reads { flights: Map::default(), awaiting: BTreeSet::new(), nearest: Nearest::new(group_sizes), observed_ts: 0 }
     }
 
     /// Read-only transactions in flight.
     pub(super) fn len(&self) -> usize {
         self.flights.len()
+    }
+
+    /// Nothing in flight.
+    pub(super) fn is_empty(&self) -> bool {
+        self.flights.is_empty()
     }
 
     /// The earliest time a piece is due to be sent again.
@@ -137,6 +150,10 @@ impl Coordinator {
             result: None,
         };
         let pieces = pieces.into_iter().map(to_piece).collect();
+        if self.flights.is_empty() && self.reads.is_empty() {
+            // Watermarks must come while it waits for them (rule 7's keepalive).
+            self.keepalive_at_us = now.saturating_add(self.config.keepalive_us);
+        }
         let mut flight = ReadFlight { procedure: procedure.to_string(), args, ts, submitted_us: now, pieces };
         for slot in 0..flight.pieces.len() {
             self.send_piece(now, id, &mut flight, slot, out);
@@ -210,7 +227,33 @@ impl Coordinator {
             Next::Fail(why) => return self.finish_read(reply.id, Some(why), out),
         }
         if flight.pieces.iter().all(|p| p.result.is_some()) {
-            self.finish_read(reply.id, None, out);
+            self.reads.awaiting.insert(reply.id);
+            self.complete_reads(out);
+        }
+    }
+
+    /// Answers the served reads whose snapshot the commit rule's shards have all passed.
+    pub(super) fn complete_reads(&mut self, out: &mut Vec<ClientOutput>) {
+        let awaiting: Vec<TxnId> = self.reads.awaiting.iter().copied().collect();
+        for id in awaiting {
+            let flight = &self.reads.flights[&id];
+            if self.read_covered(flight.ts, &flight.pieces) {
+                self.finish_read(id, None, out);
+            }
+        }
+    }
+
+    /// Every shard the commit rule waits on has passed `ts`: a participant by serving it (its
+    /// safe time, at most its leader's watermark, reached `ts`), another by its watermark or
+    /// by a floor promise that passes it over (rule 15).
+    fn read_covered(&self, ts: Timestamp, pieces: &[ReadPiece]) -> bool {
+        match self.config.commit_rule {
+            CommitRule::Participants => true,
+            CommitRule::AllShards { shards } => (0..shards).all(|s| {
+                pieces.iter().any(|p| p.shard == s)
+                    || self.watermarks.get(&s).is_some_and(|w| *w >= ts)
+                    || self.passed_over(s, ts)
+            }),
         }
     }
 
@@ -260,6 +303,7 @@ impl Coordinator {
     /// Reports read `id`: its results, or rejected for `failed`.
     fn finish_read(&mut self, id: TxnId, failed: Option<String>, out: &mut Vec<ClientOutput>) {
         let flight = self.reads.flights.remove(&id).expect("finishing a read in flight");
+        self.reads.awaiting.remove(&id);
         let outcome = match failed {
             Some(why) => TxnOutcome::Rejected(format!("snapshot read at {}: {why}", flight.ts)),
             None => {

@@ -26,6 +26,7 @@ impl Coordinator {
                 for id in waiting {
                     self.try_complete_txn(id, out);
                 }
+                self.complete_reads(out);
             }
             ServerMsg::Reply(reply) => self.on_reply(now, reply, out),
             ServerMsg::Status(_) => {} // an operator query's answer; the coordinator sends none
@@ -63,13 +64,14 @@ impl Coordinator {
         for id in waiting {
             self.try_complete_txn(id, out);
         }
+        self.complete_reads(out);
     }
 
     /// Rule 15: `shard` admits nothing at or below `ts` any more, whatever its watermark says:
     /// its leader of some term promised a committed floor at or above `ts`, and a majority of
     /// its replicas have moved past that term (that leader commits nothing more; every later
     /// one admits above the floor).
-    fn passed_over(&self, shard: ShardId, ts: Timestamp) -> bool {
+    pub(super) fn passed_over(&self, shard: ShardId, ts: Timestamp) -> bool {
         let Some(&(term, floor)) = self.promises.get(&shard) else { return false };
         floor >= ts && (self.config.mutations.pass_over_without_term_change || self.progress.moved_past(shard, term))
     }

@@ -24,7 +24,8 @@ impl Coordinator {
     /// are still asked, every retry timeout, until every participant answers); pings the
     /// watched shards while anything is in flight.
     pub fn tick(&mut self, now: TimeUs, out: &mut Vec<ClientOutput>) {
-        if !self.flights.is_empty() && now >= self.keepalive_at_us {
+        let busy = !self.flights.is_empty() || !self.reads.is_empty();
+        if busy && now >= self.keepalive_at_us {
             self.keepalive_at_us = now + self.config.keepalive_us;
             for shard in self.watched_shards() {
                 out.push(ClientOutput::Send { shard, msg: ClientMsg::Ping { sent_us: now } });
@@ -49,6 +50,7 @@ impl Coordinator {
     /// The earliest time [`Coordinator::tick`] has work to do.
     pub fn next_deadline(&self) -> Option<TimeUs> {
         let retry = self.flights.next_retry().map(|retry| retry.min(self.keepalive_at_us));
-        [retry, self.reads.next_due()].into_iter().flatten().min()
+        let keepalive = (!self.reads.is_empty()).then_some(self.keepalive_at_us);
+        [retry, self.reads.next_due(), keepalive].into_iter().flatten().min()
     }
 }

@@ -198,3 +198,22 @@ fn a_lost_link_moves_waiting_pieces_and_the_path_off_takes_the_read_write_path()
     let e = c.submit_read_only(0, "put", vec![], vec![piece(0)], &mut out).unwrap_err();
     assert!(e.to_string().contains("declares writes"), "{e}");
 }
+
+#[test]
+fn with_the_all_shards_rule_a_served_read_waits_for_the_other_shards_watermarks() {
+    let cfg = CoordinatorConfig { commit_rule: CommitRule::AllShards { shards: 2 }, keepalive_us: 100, ..reading(1) };
+    let mut c = Coordinator::new(cfg);
+    let mut out = Vec::new();
+    c.submit(0, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+    let (_, r, read) = reads(&out)[0].clone();
+    assert_eq!(read.ts, OFFSET_US);
+    out.clear();
+    c.on_message(5, answer(&read, r, 0, Ok(Ok(vec![]))), &mut out);
+    assert!(done(&out).is_none(), "shard 1 has not passed the snapshot: a later writer there could go below it");
+    assert_eq!(c.next_deadline(), Some(100), "the keepalive keeps the watermarks coming");
+    c.on_message(6, ServerMsg::Watermark { shard: 1, watermark: OFFSET_US - 1 }, &mut out);
+    assert!(done(&out).is_none());
+    c.on_message(7, ServerMsg::Watermark { shard: 1, watermark: OFFSET_US }, &mut out);
+    assert!(done(&out).is_some_and(|d| d.read_only && d.outcome.is_committed()), "{out:?}");
+    assert_eq!(c.in_flight(), 0);
+}

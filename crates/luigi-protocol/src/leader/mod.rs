@@ -237,6 +237,9 @@ pub struct Mutations {
     /// timestamps), with which a shard down long enough stalls on its return
     /// (`leader::outcomes`).
     pub outcomes_fifo: Option<usize>,
+    /// Every replica serves a snapshot read at once, before its safe time reaches the read's
+    /// timestamp (rule 23 without its wait).
+    pub serve_reads_before_safe_time: bool,
 }
 
 /// An effect of the leader for its shell to carry out: the neutral output with Luigi's typed

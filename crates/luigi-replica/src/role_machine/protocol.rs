@@ -199,6 +199,12 @@ pub trait ReplicaProtocol: Send + Sized + 'static {
     /// The shard.
     fn shard(&self) -> ShardId;
 
+    /// The bounds of the snapshot reads waiting at this replica (DESIGN.md rule 23), and the
+    /// simulator's mutation.
+    fn snapshot_reads(&self) -> crate::snapshot_reads::SnapshotReadConfig {
+        crate::snapshot_reads::SnapshotReadConfig::default()
+    }
+
     /// How its follower states are made.
     fn images(&self) -> &Self::Images;
 

@@ -29,6 +29,9 @@ pub struct AnswerRecord {
     pub outcome: TxnOutcome,
     /// Dispatch attempts.
     pub attempts: u32,
+    /// Read at a snapshot (DESIGN.md rule 23): ordered after every transaction at or below
+    /// its timestamp, before every other.
+    pub read_only: bool,
 }
 
 /// One submitted transaction and what became of it.
@@ -52,6 +55,17 @@ impl TxnRecord {
     /// Its key set on `shard`, if `shard` participates.
     pub fn piece(&self, shard: ShardId) -> Option<&luigi_txn::types::KeySet> {
         self.pieces.iter().find(|p| p.shard == shard).map(|p| &p.keys)
+    }
+
+    /// Read at a snapshot (its answer says so).
+    pub fn read_only(&self) -> bool {
+        self.answers.first().is_some_and(|a| a.read_only)
+    }
+
+    /// Its place in the serial order, if it was ordered: its timestamp, and after the
+    /// read-write transactions at that timestamp when it read at a snapshot (rule 23).
+    pub fn order_key(&self) -> Option<(Timestamp, bool)> {
+        self.ts().map(|ts| (ts, self.read_only()))
     }
 
     /// Final timestamp, if it was ordered.

@@ -38,7 +38,8 @@ pub(super) fn replay(
         .map(|&i| (history.txns[i].ts().expect("ordered"), i))
         .chain(orphans.iter().map(|&(i, ts)| (ts, i)))
         .collect();
-    order.sort_by_key(|&(ts, i)| (ts, history.txns[i].id));
+    // A snapshot read comes after the read-write transactions at its timestamp (rule 23).
+    order.sort_by_key(|&(ts, i)| (ts, history.txns[i].read_only(), history.txns[i].id));
     if initial.len() != stores.len() {
         let msg = format!("{} initial stores for {} shards", initial.len(), stores.len());
         return Err(Violation::new(ViolationKind::Invariant, msg));

@@ -219,6 +219,7 @@ impl RaftGroups<'_> {
         self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
         self.check_every_store(&core)?;
         self.report.committed = committed;
+        self.report.read_only = read_only_answers(&core.cs.history);
         self.report.rejected = rejected;
         self.report.txns = core.cs.submitted;
         self.report.orphans = core.cs.orphans.len() as u64;
@@ -332,6 +333,9 @@ impl RaftGroups<'_> {
         // the answered timestamp.
         for rec in &core.cs.history.txns {
             let Some(ts) = rec.ts() else { continue };
+            if rec.read_only() {
+                continue; // a snapshot read writes no record (rule 23)
+            }
             let durable: Vec<(ShardId, Durable)> = shards_of(rec)
                 .into_iter()
                 .map(|p| (p, self.oracle[p as usize].durable.get(&rec.id).copied().unwrap_or_default()))
@@ -417,4 +421,9 @@ impl RaftGroups<'_> {
         }
         msg
     }
+}
+
+/// Transactions of `history` ordered at a snapshot (DESIGN.md rule 23).
+pub(super) fn read_only_answers(history: &crate::checker::History) -> u64 {
+    history.txns.iter().filter(|t| t.read_only() && t.ts().is_some()).count() as u64
 }

@@ -318,6 +318,8 @@ pub struct FailoverReport {
     pub txns: u64,
     /// Ordered with every participant's procedure succeeding.
     pub committed: u64,
+    /// Of the ordered ones, those read at a snapshot (DESIGN.md rule 23).
+    pub read_only: u64,
     /// Hostile fast-path dispatches handed to followers ([`FaultConfig::hostile_fast`]).
     pub hostile_sent: u64,
     /// Rejected (refused or aborted).
@@ -419,6 +421,7 @@ impl FailoverReport {
     pub fn absorb(&mut self, r: &FailoverReport) {
         self.txns += r.txns;
         self.committed += r.committed;
+        self.read_only += r.read_only;
         self.hostile_sent += r.hostile_sent;
         self.rejected += r.rejected;
         self.orphans += r.orphans;

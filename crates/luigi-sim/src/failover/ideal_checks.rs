@@ -48,6 +48,7 @@ impl RaftGroups<'_> {
             seed: core.config.seed,
             txns: core.config.txns,
             committed: summary.committed,
+            read_only: super::checks::read_only_answers(&core.cs.history),
             proc_aborted: summary.proc_aborted,
             rejected: summary.rejected,
             retries,
@@ -128,7 +129,8 @@ impl RaftGroups<'_> {
     /// participants.
     fn check_ordered_executed_everywhere(&self, core: &Core<'_>) -> Step {
         for rec in &core.cs.history.txns {
-            if rec.ts().is_none() {
+            // A snapshot read executes nowhere: it reads (rule 23).
+            if rec.ts().is_none() || rec.read_only() {
                 continue;
             }
             for p in &rec.pieces {

@@ -306,3 +306,19 @@ pub fn refusing(seed: u64) -> SimConfig {
     c.leader.max_pending = 1 + (seed % 3) as usize;
     c
 }
+
+/// `config` with read-only transactions at a snapshot mixed in (DESIGN.md rule 23): the
+/// clients read every transaction that declares no writes from the nearest replicas, with
+/// the clock bound covering the run's clock offsets; most operations read, so many
+/// transactions declare no writes; replicas keep 10 s of versions and log a marker on an
+/// idle shard every 100 ms (more often, the markers would keep the logs of a healed cluster from ever settling).
+pub fn with_reads(mut config: SimConfig) -> SimConfig {
+    let explicit = config.clock_offsets.values().map(|o| o.unsigned_abs()).max().unwrap_or(0);
+    let widest = config.clock_offset_max_us.max(explicit);
+    config.coordinator.read_only_path = true;
+    config.coordinator.max_clock_offset_us = 2 * widest;
+    config.leader.snapshot_retention_us = 10_000_000;
+    config.leader.idle_marker_us = 100_000;
+    config.read_ratio = config.read_ratio.max(0.8);
+    config
+}

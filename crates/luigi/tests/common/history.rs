@@ -49,7 +49,8 @@ impl Recorder {
         let dispatched = self.now();
         let done = self.client.execute_pieces(procedure, args.clone(), pieces.clone()).await.expect("client alive");
         let at = self.now();
-        let answer = AnswerRecord { at, outcome: done.outcome.clone(), attempts: done.attempts };
+        let answer =
+            AnswerRecord { at, outcome: done.outcome.clone(), attempts: done.attempts, read_only: done.read_only };
         let record = TxnRecord {
             id: done.id,
             procedure: procedure.to_string(),
