@@ -106,6 +106,13 @@ impl Store {
 
     /// Removes `key`, returning its value.
     pub fn delete(&mut self, key: &[u8]) -> Option<Value> {
+        let old = self.remove_latest(key)?;
+        // A snapshot scan finds a key absent now through the history.
+        self.history.note_absent(key);
+        Some(old)
+    }
+
+    fn remove_latest(&mut self, key: &[u8]) -> Option<Value> {
         let old = self.map.remove(key)?;
         self.index.remove(key);
         Some(old)
@@ -135,8 +142,11 @@ impl Store {
     /// Removes `key` as a transaction at timestamp `ts` does, keeping the removed value for
     /// snapshots below `ts`.
     pub fn delete_at(&mut self, key: &[u8], ts: Timestamp) -> Replaced {
-        let old = self.delete(key);
+        let old = self.remove_latest(key);
         let versioned = old.is_some() && self.history.record(key, &old, ts);
+        if old.is_some() {
+            self.history.note_absent(key);
+        }
         Replaced { old, versioned }
     }
 
