@@ -172,7 +172,7 @@ proptest! {
             }
         }
         let stats = s.history_stats();
-        prop_assert_eq!(stats, s.history.recount());
+        prop_assert_eq!(stats, s.recount_history());
         prop_assert!(stats.versions <= writes.len());
         prop_assert!(stats.bytes >= stats.versions * VERSION_OVERHEAD_BYTES);
     }
@@ -257,7 +257,7 @@ proptest! {
                 Op::ForgetBelow(below) => s.forget_below(newest.saturating_sub(below)),
             }
             let stats = s.history_stats();
-            prop_assert_eq!(stats, s.history.recount());
+            prop_assert_eq!(stats, s.recount_history());
             prop_assert_eq!(s.len(), s.iter().count());
             let everything = s.scan(&[0], &[255], usize::MAX, ScanOrder::Ascending);
             prop_assert_eq!(s.scan_at(&[0], &[255], usize::MAX, ScanOrder::Ascending, u64::MAX), Ok(everything));

@@ -12,10 +12,21 @@
 //! below that point ([`History::oldest`]) are refused with [`TooOld`], never answered with a
 //! newer value. Writes to one key come in timestamp order (rule 5 orders conflicting
 //! transactions), so a key's versions are sorted by the timestamp that replaced them.
+//!
+//! Layout, for a cheap write (issue 31: keeping 5 s of versions in two ordered maps of
+//! byte-string keys ran micro at 0.63x; `examples/versions_cost.rs` measures): a key's
+//! versions are a list in a slab here, which the key's entry in the store's map names by a
+//! [`ListRef`] (slot and generation), so that recording a version takes no lookup beyond the
+//! store's own and copies no key. Pruning pops a queue of `(timestamp, slot)` sorted by
+//! timestamp and drops the oldest version of that slot's list, again without a key; a list
+//! left empty frees its slot (its generation moves on, so the entry's stale reference reads
+//! as no versions). A deleted key keeps its entry (latest value absent) while it has versions,
+//! so that snapshot reads and scans find it; its list holds the key, handed back to the store
+//! to remove the entry when the last version goes.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::VecDeque;
 
-use crate::{Key, KeyedState, Value};
+use crate::{Key, Value};
 
 /// A transaction timestamp (microseconds), as `luigi_txn::Timestamp`.
 pub type Timestamp = u64;
@@ -24,9 +35,9 @@ pub type Timestamp = u64;
 /// replica's safe time to pass its timestamp, which lies a clock bound ahead of the clocks.
 pub const DEFAULT_RETENTION_US: Timestamp = 5_000_000;
 
-/// What one kept version costs beyond its value's bytes (its timestamp and the `Option`),
-/// in [`History::bytes`].
-pub const VERSION_OVERHEAD_BYTES: usize = 16;
+/// What one kept version costs beyond its value's bytes, in [`HistoryStats::bytes`]: its
+/// place in its key's list (timestamp and value) and in the pruning queue.
+pub const VERSION_OVERHEAD_BYTES: usize = std::mem::size_of::<Version>() + std::mem::size_of::<(Timestamp, u32)>();
 
 /// A read at a snapshot older than the versions kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,33 +73,53 @@ impl Version {
     }
 }
 
-/// One key's versions.
+/// Names a key's list of versions in [`History`] (kept in the key's entry of the store's
+/// map). Stale once the list is freed: the slot's generation has moved on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ListRef {
+    slot: u32,
+    generation: u32,
+}
+
+impl ListRef {
+    /// No list.
+    pub(crate) const NONE: ListRef = ListRef { slot: u32::MAX, generation: 0 };
+}
+
+impl Default for ListRef {
+    fn default() -> Self {
+        ListRef::NONE
+    }
+}
+
+/// One key's versions, in a slot of [`History::lists`].
 #[derive(Clone, Debug, Default)]
-struct KeyVersions {
-    /// In `replaced_at` order, never empty while in [`History::keys`].
-    list: VecDeque<Version>,
-    /// The key is in [`History::absent`].
-    listed_absent: bool,
+struct List {
+    /// Moves on when the slot is freed. A slot whose generation would wrap is retired (never
+    /// reused), so that a stale [`ListRef`] can never name a later list.
+    generation: u32,
+    /// In `replaced_at` order; empty only while the slot is free.
+    versions: VecDeque<Version>,
+    /// Its key's length, counted in [`HistoryStats::bytes`] once per key with versions.
+    key_len: usize,
+    /// The key, while its latest value is absent (deleted): the store removes its entry when
+    /// the list empties.
+    absent_key: Option<Key>,
 }
 
 /// The versions of every key written within the retention window. Bounded by the window:
-/// what it holds is what was written in the last `retention` microseconds of timestamps.
-///
-/// Point lookups go through a hash map (keyed per process, [`KeyedState`]): an ordered map
-/// of byte-string keys costs a write a descent of pointer-chasing comparisons, twice (record
-/// and prune), which made a 5 s window cost micro 0.37 of its throughput. Scans find the keys
-/// present now in the store's own index, and the keys absent now (deleted) in
-/// [`History::absent`], the only ordered structure here, touched by deletes only.
+/// what it holds is what was written in the last `retention` microseconds of timestamps
+/// (the slab keeps the slots of its peak, reused).
 #[derive(Clone, Debug)]
 pub struct History {
-    /// Per key with versions, its versions.
-    keys: HashMap<Key, KeyVersions, KeyedState>,
-    /// Every kept version's `(replaced_at, key)`, in `replaced_at` order (ties in record
+    /// The lists of versions, by slot; free slots are in `free`.
+    lists: Vec<List>,
+    free: Vec<u32>,
+    /// Every kept version's `(replaced_at, slot)`, in `replaced_at` order (ties in record
     /// order), for pruning in order: as many entries as versions.
-    order: VecDeque<(Timestamp, Key)>,
-    /// At least every key with versions whose latest value is absent (those a snapshot scan
-    /// cannot find in the store's index), and only keys with versions.
-    absent: BTreeSet<Key>,
+    order: VecDeque<(Timestamp, u32)>,
+    /// Keys of deleted entries whose last version went, for the store to remove.
+    gone: Vec<Key>,
     retention_us: Timestamp,
     /// The largest timestamp a write was recorded at.
     newest: Timestamp,
@@ -101,9 +132,10 @@ pub struct History {
 impl Default for History {
     fn default() -> Self {
         History {
-            keys: HashMap::default(),
+            lists: Vec::new(),
+            free: Vec::new(),
             order: VecDeque::new(),
-            absent: BTreeSet::new(),
+            gone: Vec::new(),
             retention_us: DEFAULT_RETENTION_US,
             newest: 0,
             oldest: 0,
@@ -153,16 +185,27 @@ impl History {
         HistoryStats { versions: self.versions, bytes: self.bytes, oldest: self.oldest }
     }
 
-    /// Records that a write at `ts` replaced `prior` under `key`. Returns true when a version
-    /// was kept (the caller's rollback then calls [`History::unrecord`]). Nothing is kept when
-    /// every read allowed sees the write anyway (`ts <= oldest`), when the key already has a
-    /// version replaced at `ts` (an earlier write of the same timestamp replaced the value
-    /// older snapshots see), or when a later write to the key was recorded (writes to one
-    /// key come in timestamp order; rule 5).
+    /// True while `list` names a list with versions.
+    pub(crate) fn is_live(&self, list: ListRef) -> bool {
+        self.lists.get(list.slot as usize).is_some_and(|l| l.generation == list.generation && !l.versions.is_empty())
+    }
+
+    /// True when no version is kept (the read-write path then skips the history).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.versions == 0
+    }
+
+    /// Records that a write at `ts` replaced `prior` under the key of `key_len` bytes whose
+    /// versions `list` names (a new list is made when it names none). Returns true when a
+    /// version was kept (the caller's rollback then calls [`History::unrecord`]). Nothing is
+    /// kept when every read allowed sees the write anyway (`ts <= oldest`), when the key
+    /// already has a version replaced at `ts` (an earlier write of the same timestamp replaced
+    /// the value older snapshots see), or when a later write to the key was recorded (writes
+    /// to one key come in timestamp order; rule 5).
     ///
     /// With a window of 0 nothing is kept or copied (the write path then costs what it cost
     /// before versions existed): the newest write's timestamp becomes the oldest snapshot.
-    pub fn record(&mut self, key: &[u8], prior: &Option<Value>, ts: Timestamp) -> bool {
+    pub(crate) fn record(&mut self, list: &mut ListRef, key_len: usize, prior: &Option<Value>, ts: Timestamp) -> bool {
         if self.retention_us == 0 {
             self.newest = self.newest.max(ts);
             self.prune_to(self.newest);
@@ -171,71 +214,101 @@ impl History {
         if ts <= self.oldest {
             return false;
         }
-        match self.keys.get_mut(key) {
-            Some(versions) => {
-                if versions.list.back().is_some_and(|v| v.replaced_at >= ts) {
-                    return false;
-                }
-                let version = Version { replaced_at: ts, value: prior.clone() };
-                self.bytes += version.bytes();
-                versions.list.push_back(version);
+        if self.is_live(*list) {
+            let versions = &mut self.lists[list.slot as usize].versions;
+            if versions.back().is_some_and(|v| v.replaced_at >= ts) {
+                return false;
             }
-            None => {
-                let version = Version { replaced_at: ts, value: prior.clone() };
-                self.bytes += version.bytes() + key.len();
-                let list = VecDeque::from([version]);
-                self.keys.insert(key.to_vec(), KeyVersions { list, listed_absent: false });
-            }
+        } else {
+            *list = self.new_list(key_len);
+            self.bytes += key_len;
         }
+        let version = Version { replaced_at: ts, value: prior.clone() };
+        self.bytes += version.bytes();
         self.versions += 1;
-        self.enqueue(ts, key.to_vec());
+        self.lists[list.slot as usize].versions.push_back(version);
+        self.enqueue(ts, list.slot);
         self.newest = self.newest.max(ts);
         self.prune_to(self.newest.saturating_sub(self.retention_us));
         true
     }
 
-    /// Adds `(ts, key)` to [`History::order`] in its place: at the back but for a write
+    /// An empty list in a free slot, or a new one.
+    fn new_list(&mut self, key_len: usize) -> ListRef {
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                let slot = u32::try_from(self.lists.len()).expect("fewer lists than 2^32 - 1 (one per version kept)");
+                assert!(slot != ListRef::NONE.slot, "fewer lists than 2^32 - 1 (one per version kept)");
+                self.lists.push(List::default());
+                slot
+            }
+        };
+        let list = &mut self.lists[slot as usize];
+        list.key_len = key_len;
+        ListRef { slot, generation: list.generation }
+    }
+
+    /// Adds `(ts, slot)` to [`History::order`] in its place: at the back but for a write
     /// recorded after a later one of another key.
-    fn enqueue(&mut self, ts: Timestamp, key: Key) {
+    fn enqueue(&mut self, ts: Timestamp, slot: u32) {
         if self.order.back().is_none_or(|(last, _)| *last <= ts) {
-            self.order.push_back((ts, key));
+            self.order.push_back((ts, slot));
         } else {
             let at = self.order.partition_point(|(t, _)| *t <= ts);
-            self.order.insert(at, (ts, key));
+            self.order.insert(at, (ts, slot));
         }
     }
 
-    /// Notes that `key`'s latest value is now absent (deleted), so that snapshot scans find
-    /// it while it has versions.
-    pub fn note_absent(&mut self, key: &[u8]) {
-        if self.keys.is_empty() {
-            return;
+    /// Notes that the latest value of `key`, whose versions `list` names, is now absent
+    /// (deleted): when its last version goes, the store removes its entry. Returns false, and
+    /// notes nothing, when `list` names no versions (the store removes the entry now).
+    pub(crate) fn note_absent(&mut self, list: ListRef, key: &[u8]) -> bool {
+        if !self.is_live(list) {
+            return false;
         }
-        if let Some(versions) = self.keys.get_mut(key) {
-            if !versions.listed_absent {
-                versions.listed_absent = true;
-                self.absent.insert(key.to_vec());
-            }
+        let absent_key = &mut self.lists[list.slot as usize].absent_key;
+        if absent_key.is_none() {
+            *absent_key = Some(key.to_vec());
+        }
+        true
+    }
+
+    /// Notes that the latest value of the key whose versions `list` names is present again.
+    pub(crate) fn note_present(&mut self, list: ListRef) {
+        if self.is_live(list) {
+            self.lists[list.slot as usize].absent_key = None;
         }
     }
 
-    /// Drops the version a rolled-back write at `ts` recorded under `key`.
-    pub fn unrecord(&mut self, key: &[u8], ts: Timestamp) {
-        let Some(versions) = self.keys.get_mut(key) else { return };
-        if versions.list.back().is_none_or(|v| v.replaced_at != ts) {
+    /// The keys of deleted entries whose last version went since the last call: the store
+    /// removes their entries.
+    pub(crate) fn take_gone(&mut self) -> Option<Key> {
+        self.gone.pop()
+    }
+
+    /// Drops the version a rolled-back write at `ts` recorded in `list`.
+    pub(crate) fn unrecord(&mut self, list: ListRef, ts: Timestamp) {
+        if !self.is_live(list) {
             return;
         }
-        let gone = versions.list.pop_back().expect("checked");
+        let versions = &mut self.lists[list.slot as usize].versions;
+        if versions.back().is_none_or(|v| v.replaced_at != ts) {
+            return;
+        }
+        let gone = versions.pop_back().expect("checked");
+        let emptied = versions.is_empty();
         self.versions -= 1;
         self.bytes -= gone.bytes();
-        if versions.list.is_empty() {
-            self.forget_key(key);
-        }
         // Its entry in `order`: among those of timestamp `ts`, near the back.
         let from = self.order.partition_point(|(t, _)| *t < ts);
         let to = self.order.partition_point(|(t, _)| *t <= ts);
-        if let Some(at) = (from..to).rev().find(|&i| self.order[i].1 == key) {
+        if let Some(at) = (from..to).rev().find(|&i| self.order[i].1 == list.slot) {
             self.order.remove(at);
+        }
+        if emptied {
+            // The caller restores the latest value and with it the entry.
+            drop(self.free_list(list.slot));
         }
     }
 
@@ -246,50 +319,53 @@ impl History {
         }
         self.oldest = horizon;
         while self.order.front().is_some_and(|(t, _)| *t <= horizon) {
-            let (ts, key) = self.order.pop_front().expect("checked");
-            self.drop_oldest_of(ts, key);
-        }
-    }
-
-    /// Drops the oldest version of `key` (the one its entry in `order` stands for).
-    fn drop_oldest_of(&mut self, ts: Timestamp, key: Key) {
-        use std::collections::hash_map::Entry;
-        let Entry::Occupied(mut versions) = self.keys.entry(key) else {
-            debug_assert!(false, "every entry in `order` has its version");
-            return;
-        };
-        let Some(gone) = versions.get_mut().list.pop_front() else { return };
-        debug_assert_eq!(gone.replaced_at, ts, "the oldest version of its key");
-        self.versions -= 1;
-        self.bytes -= gone.bytes();
-        if versions.get().list.is_empty() {
-            let (key, versions) = versions.remove_entry();
-            self.bytes -= key.len();
-            if versions.listed_absent {
-                self.absent.remove(&key);
+            let (ts, slot) = self.order.pop_front().expect("checked");
+            let versions = &mut self.lists[slot as usize].versions;
+            // The oldest of its list: `order` and each list are sorted by timestamp.
+            let Some(gone) = versions.pop_front() else {
+                debug_assert!(false, "every entry in `order` has its version");
+                continue;
+            };
+            debug_assert_eq!(gone.replaced_at, ts);
+            let emptied = versions.is_empty();
+            self.versions -= 1;
+            self.bytes -= gone.bytes();
+            if emptied {
+                if let Some(key) = self.free_list(slot) {
+                    self.gone.push(key);
+                }
             }
         }
     }
 
-    /// Removes `key`, whose last version went.
-    fn forget_key(&mut self, key: &[u8]) {
-        if let Some(versions) = self.keys.remove(key) {
-            self.bytes -= key.len();
-            if versions.listed_absent {
-                self.absent.remove(key);
-            }
+    /// Frees the slot of a list left empty; returns its key if its latest value is absent.
+    fn free_list(&mut self, slot: u32) -> Option<Key> {
+        let list = &mut self.lists[slot as usize];
+        self.bytes -= list.key_len;
+        if list.versions.capacity() > FREE_LIST_CAPACITY {
+            list.versions = VecDeque::new();
         }
+        let absent_key = list.absent_key.take();
+        match list.generation.checked_add(1) {
+            Some(next) => {
+                list.generation = next;
+                self.free.push(slot);
+            }
+            None => list.versions = VecDeque::new(), // retired
+        }
+        absent_key
     }
 
-    /// The value of `key` at snapshot `ts`, given its `latest` value.
-    pub fn value_at<'a>(
+    /// The value at snapshot `ts` of the key whose latest value is `latest` and whose
+    /// versions `list` names.
+    pub(crate) fn value_at<'a>(
         &'a self,
-        key: &[u8],
+        list: ListRef,
         ts: Timestamp,
         latest: Option<&'a Value>,
     ) -> Result<Option<&'a Value>, TooOld> {
         self.check(ts)?;
-        Ok(self.resolve(key, ts, latest))
+        Ok(self.resolve(list, ts, latest))
     }
 
     /// Refuses a snapshot below the versions kept.
@@ -301,45 +377,44 @@ impl History {
     }
 
     /// As [`History::value_at`] for a snapshot already checked.
-    pub(crate) fn resolve<'a>(&'a self, key: &[u8], ts: Timestamp, latest: Option<&'a Value>) -> Option<&'a Value> {
-        if self.keys.is_empty() {
+    pub(crate) fn resolve<'a>(&'a self, list: ListRef, ts: Timestamp, latest: Option<&'a Value>) -> Option<&'a Value> {
+        if !self.is_live(list) {
             return latest;
         }
-        let Some(versions) = self.keys.get(key) else { return latest };
-        let first_after = versions.list.partition_point(|v| v.replaced_at <= ts);
-        match versions.list.get(first_after) {
+        let versions = &self.lists[list.slot as usize].versions;
+        let first_after = versions.partition_point(|v| v.replaced_at <= ts);
+        match versions.get(first_after) {
             Some(v) => v.value.as_ref(),
             None => latest,
         }
     }
 
-    /// The keys in `[start, end)` with versions that may be absent from the latest values
-    /// (snapshot scans find the others in the store's index), in order.
-    pub(crate) fn keys_in<'a>(
-        &'a self,
-        start: &'a [u8],
-        end: &'a [u8],
-    ) -> impl DoubleEndedIterator<Item = &'a Key> + 'a {
-        use std::ops::Bound;
-        self.absent.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
-    }
-
-    /// The counters recounted from what is held, and checks of the structures' invariants
-    /// (tests: the counters must match).
+    /// The counters recounted from what is held, checking the structures' invariants on the
+    /// way (tests: the counters must match). `absent` says whether a live list's latest
+    /// value is absent, from the store.
     #[cfg(test)]
-    pub(crate) fn recount(&self) -> HistoryStats {
+    pub(crate) fn recount(&self, live: &[(ListRef, bool)]) -> HistoryStats {
         let mut stats = HistoryStats { versions: 0, bytes: 0, oldest: self.oldest };
-        for (key, versions) in &self.keys {
-            assert!(!versions.list.is_empty(), "a key without versions is kept");
-            assert!(versions.list.iter().zip(versions.list.iter().skip(1)).all(|(a, b)| a.replaced_at < b.replaced_at));
-            assert!(versions.list.iter().all(|v| v.replaced_at > self.oldest), "a version past the window is kept");
-            assert_eq!(versions.listed_absent, self.absent.contains(key));
-            stats.versions += versions.list.len();
-            stats.bytes += key.len() + versions.list.iter().map(Version::bytes).sum::<usize>();
+        for (slot, list) in self.lists.iter().enumerate() {
+            let is_free = self.free.contains(&(slot as u32)) || list.generation == u32::MAX && list.versions.is_empty();
+            assert_eq!(is_free, list.versions.is_empty(), "slot {slot}: free exactly when empty");
+            let named = live.iter().filter(|(r, _)| r.slot as usize == slot && self.is_live(*r)).collect::<Vec<_>>();
+            assert_eq!(named.len(), usize::from(!is_free), "slot {slot}: a live list is named by one entry");
+            if let Some((_, absent)) = named.first() {
+                assert_eq!(*absent, list.absent_key.is_some(), "slot {slot}: keeps its key exactly while deleted");
+            }
+            let v = &list.versions;
+            assert!(v.iter().zip(v.iter().skip(1)).all(|(a, b)| a.replaced_at < b.replaced_at));
+            assert!(v.iter().all(|v| v.replaced_at > self.oldest), "a version past the window is kept");
+            stats.versions += v.len();
+            stats.bytes += v.iter().map(Version::bytes).sum::<usize>() + if is_free { 0 } else { list.key_len };
         }
-        assert!(self.absent.iter().all(|k| self.keys.contains_key(k)), "an absent key without versions");
         assert_eq!(self.order.len(), stats.versions, "one entry in `order` per version");
         assert!(self.order.iter().zip(self.order.iter().skip(1)).all(|(a, b)| a.0 <= b.0), "`order` is sorted");
+        assert!(self.gone.is_empty(), "the store took every key gone");
         stats
     }
 }
+
+/// The capacity a freed slot keeps for its next list (a hot key's long list is not kept).
+const FREE_LIST_CAPACITY: usize = 8;
