@@ -19,7 +19,8 @@
 //! `--puts` puts of fresh 8-byte values (micro's `v.to_le_bytes().to_vec()`), each transaction's
 //! distinct keys drawn uniformly at one timestamp; then count allocations over 100K more puts;
 //! then time 1M `get_at` at snapshots drawn uniformly from what may be read, and 1M `get`.
-//! Columns: `ns/put`; `allocs/put` (heap allocations, frees not counted); `versions` and
+//! Columns: `ns/put` (wall time) and `cpu_ns/put` (the time the thread ran, which a shared
+//! machine inflates less); `allocs/put` (heap allocations, frees not counted); `versions` and
 //! `hist_MiB` (the history's own counters, `luigi_versions_held` and `luigi_versions_bytes`);
 //! `rss_MiB` the resident memory the writes added after population (the history's real cost
 //! with the allocator's overhead, plus the warm-up's own churn); `ns/get_at`, `ns/get`.
@@ -253,6 +254,13 @@ impl Row {
     }
 }
 
+/// The CPU time this thread has run, in ns (`/proc/self/schedstat`; 0 elsewhere): on a
+/// shared machine, the time a row waited for a core is not its cost.
+fn cpu_ns() -> u64 {
+    let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    schedstat.split_whitespace().next().and_then(|t| t.parse().ok()).unwrap_or(0)
+}
+
 /// Resident memory of this process, in bytes.
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -264,9 +272,10 @@ fn run_child(o: Options, window: Option<Timestamp>) {
     let mut row = Row::new(o.clone(), window);
     let rss_populated = rss_bytes();
     row.warm_up();
-    let start = Instant::now();
+    let (start, cpu_start) = (Instant::now(), cpu_ns());
     let puts = row.write(o.puts);
     let ns_put = start.elapsed().as_nanos() as f64 / puts as f64;
+    let cpu_ns_put = (cpu_ns() - cpu_start) as f64 / puts as f64;
     COUNTING.store(true, Ordering::Relaxed);
     let counted = row.write(COUNTED_PUTS);
     COUNTING.store(false, Ordering::Relaxed);
@@ -276,9 +285,10 @@ fn run_child(o: Options, window: Option<Timestamp>) {
     let (get_at, get) = row.reads();
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
     println!(
-        "{:>8} {:>9.0} {:>10.2} {:>9} {:>9.1} {:>8.1} {:>10.0} {:>7.0}",
+        "{:>8} {:>9.0} {:>10.0} {:>10.2} {:>9} {:>9.1} {:>8.1} {:>10.0} {:>7.0}",
         window_name(window),
         ns_put,
+        cpu_ns_put,
         allocs,
         stats.versions,
         mib(stats.bytes as u64),
@@ -304,8 +314,8 @@ fn main() {
         o.puts
     );
     println!(
-        "{:>8} {:>9} {:>10} {:>9} {:>9} {:>8} {:>10} {:>7}",
-        "window", "ns/put", "allocs/put", "versions", "hist_MiB", "rss_MiB", "ns/get_at", "ns/get"
+        "{:>8} {:>9} {:>10} {:>10} {:>9} {:>9} {:>8} {:>10} {:>7}",
+        "window", "ns/put", "cpu_ns/put", "allocs/put", "versions", "hist_MiB", "rss_MiB", "ns/get_at", "ns/get"
     );
     let exe = std::env::current_exe().expect("this program's path");
     for _ in 0..o.rounds {
