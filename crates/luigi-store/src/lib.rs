@@ -163,9 +163,9 @@ impl Store {
     /// Removes the entries of deleted keys whose last version went.
     fn remove_gone(&mut self) {
         while let Some(key) = self.history.take_gone() {
-            if self.map.get(&key).is_some_and(|e| e.value.is_none() && !self.history.is_live(e.versions)) {
-                self.map.remove(&key);
-                self.index.remove(&key);
+            if self.map.get(&*key).is_some_and(|e| e.value.is_none() && !self.history.is_live(e.versions)) {
+                self.map.remove(&*key);
+                self.index.remove(&*key);
             }
         }
     }

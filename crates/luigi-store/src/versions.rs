@@ -26,7 +26,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{Key, Value};
+use crate::Value;
 
 /// A transaction timestamp (microseconds), as `luigi_txn::Timestamp`.
 pub type Timestamp = u64;
@@ -92,21 +92,31 @@ impl Default for ListRef {
     }
 }
 
-/// One key's versions, in a slot of [`History::lists`].
+/// One key's versions, in a slot of [`History::lists`]. One cache line: a write reads only
+/// this header (generation and newest timestamp) and appends to its buffer.
 #[derive(Clone, Debug, Default)]
+#[repr(align(64))]
 struct List {
-    /// Moves on when the slot is freed. A slot whose generation would wrap is retired (never
-    /// reused), so that a stale [`ListRef`] can never name a later list.
+    /// Moves on when the slot is freed. A slot reaching [`RETIRED`] is never reused, so that
+    /// a stale [`ListRef`] can never name a later list.
     generation: u32,
+    /// Its key's length (saturated), counted in [`HistoryStats::bytes`] once per key with
+    /// versions.
+    key_len: u32,
+    /// The `replaced_at` of its newest version.
+    newest: Timestamp,
     /// In `replaced_at` order; empty only while the slot is free.
     versions: VecDeque<Version>,
-    /// Its key's length, counted in [`HistoryStats::bytes`] once per key with versions.
-    key_len: usize,
     /// The key, once its latest value was absent (deleted) while the list lived: when the
     /// list empties, the store removes its entry if the value is still absent. Kept if the
     /// key is written again (the write path takes no branch for it).
-    absent_key: Option<Key>,
+    absent_key: Option<Box<[u8]>>,
 }
+
+const _: () = assert!(std::mem::size_of::<List>() == 64, "a list header is one cache line");
+
+/// The generation of a retired slot, which no [`ListRef`] carries.
+const RETIRED: u32 = u32::MAX;
 
 /// The versions of every key written within the retention window. Bounded by the window:
 /// what it holds is what was written in the last `retention` microseconds of timestamps
@@ -120,7 +130,7 @@ pub struct History {
     /// order), for pruning in order: as many entries as versions.
     order: VecDeque<(Timestamp, u32)>,
     /// Keys of deleted entries whose last version went, for the store to remove.
-    gone: Vec<Key>,
+    gone: Vec<Box<[u8]>>,
     retention_us: Timestamp,
     /// The largest timestamp a write was recorded at.
     newest: Timestamp,
@@ -188,7 +198,7 @@ impl History {
 
     /// True while `list` names a list with versions.
     pub(crate) fn is_live(&self, list: ListRef) -> bool {
-        self.lists.get(list.slot as usize).is_some_and(|l| l.generation == list.generation && !l.versions.is_empty())
+        self.lists.get(list.slot as usize).is_some_and(|l| l.generation == list.generation)
     }
 
     /// True when no version is kept (the read-write path then skips the history).
@@ -216,18 +226,18 @@ impl History {
             return false;
         }
         if self.is_live(*list) {
-            let versions = &mut self.lists[list.slot as usize].versions;
-            if versions.back().is_some_and(|v| v.replaced_at >= ts) {
+            if self.lists[list.slot as usize].newest >= ts {
                 return false;
             }
         } else {
             *list = self.new_list(key_len);
-            self.bytes += key_len;
         }
         let version = Version { replaced_at: ts, value: prior.clone() };
         self.bytes += version.bytes();
         self.versions += 1;
-        self.lists[list.slot as usize].versions.push_back(version);
+        let slot = &mut self.lists[list.slot as usize];
+        slot.newest = ts;
+        slot.versions.push_back(version);
         self.enqueue(ts, list.slot);
         self.newest = self.newest.max(ts);
         self.prune_to(self.newest.saturating_sub(self.retention_us));
@@ -246,7 +256,8 @@ impl History {
             }
         };
         let list = &mut self.lists[slot as usize];
-        list.key_len = key_len;
+        list.key_len = u32::try_from(key_len).unwrap_or(u32::MAX);
+        self.bytes += list.key_len as usize;
         ListRef { slot, generation: list.generation }
     }
 
@@ -270,14 +281,14 @@ impl History {
         }
         let absent_key = &mut self.lists[list.slot as usize].absent_key;
         if absent_key.is_none() {
-            *absent_key = Some(key.to_vec());
+            *absent_key = Some(key.into());
         }
         true
     }
 
     /// The keys of deleted entries whose last version went since the last call: the store
     /// removes their entries.
-    pub(crate) fn take_gone(&mut self) -> Option<Key> {
+    pub(crate) fn take_gone(&mut self) -> Option<Box<[u8]>> {
         self.gone.pop()
     }
 
@@ -292,6 +303,7 @@ impl History {
         }
         let gone = versions.pop_back().expect("checked");
         let emptied = versions.is_empty();
+        self.lists[list.slot as usize].newest = versions.back().map_or(0, |v| v.replaced_at);
         self.versions -= 1;
         self.bytes -= gone.bytes();
         // Its entry in `order`: among those of timestamp `ts`, near the back.
@@ -333,21 +345,20 @@ impl History {
     }
 
     /// Frees the slot of a list left empty; returns its key if its latest value is absent.
-    fn free_list(&mut self, slot: u32) -> Option<Key> {
+    fn free_list(&mut self, slot: u32) -> Option<Box<[u8]>> {
         let list = &mut self.lists[slot as usize];
-        self.bytes -= list.key_len;
+        self.bytes -= list.key_len as usize;
         if list.versions.capacity() > FREE_LIST_CAPACITY {
             list.versions = VecDeque::new();
         }
-        let absent_key = list.absent_key.take();
-        match list.generation.checked_add(1) {
-            Some(next) => {
-                list.generation = next;
-                self.free.push(slot);
-            }
-            None => list.versions = VecDeque::new(), // retired
+        // Below `RETIRED` while live: retired slots are never reused.
+        list.generation += 1;
+        if list.generation == RETIRED {
+            list.versions = VecDeque::new();
+        } else {
+            self.free.push(slot);
         }
-        absent_key
+        list.absent_key.take()
     }
 
     /// The value at snapshot `ts` of the key whose latest value is `latest` and whose
@@ -390,7 +401,7 @@ impl History {
     pub(crate) fn recount(&self, live: &[(ListRef, bool)]) -> HistoryStats {
         let mut stats = HistoryStats { versions: 0, bytes: 0, oldest: self.oldest };
         for (slot, list) in self.lists.iter().enumerate() {
-            let is_free = self.free.contains(&(slot as u32)) || list.generation == u32::MAX && list.versions.is_empty();
+            let is_free = self.free.contains(&(slot as u32)) || list.generation == RETIRED;
             assert_eq!(is_free, list.versions.is_empty(), "slot {slot}: free exactly when empty");
             let named = live.iter().filter(|(r, _)| r.slot as usize == slot && self.is_live(*r)).collect::<Vec<_>>();
             assert_eq!(named.len(), usize::from(!is_free), "slot {slot}: a live list is named by one entry");
@@ -401,7 +412,9 @@ impl History {
             assert!(v.iter().zip(v.iter().skip(1)).all(|(a, b)| a.replaced_at < b.replaced_at));
             assert!(v.iter().all(|v| v.replaced_at > self.oldest), "a version past the window is kept");
             stats.versions += v.len();
-            stats.bytes += v.iter().map(Version::bytes).sum::<usize>() + if is_free { 0 } else { list.key_len };
+            assert!(is_free || list.newest == v.back().expect("live").replaced_at, "slot {slot}: its newest");
+            stats.bytes +=
+                v.iter().map(Version::bytes).sum::<usize>() + if is_free { 0 } else { list.key_len as usize };
         }
         assert_eq!(self.order.len(), stats.versions, "one entry in `order` per version");
         assert!(self.order.iter().zip(self.order.iter().skip(1)).all(|(a, b)| a.0 <= b.0), "`order` is sorted");
@@ -423,9 +436,9 @@ mod tests {
         h.set_retention(10);
         let mut first = ListRef::NONE;
         assert!(h.record(&mut first, 1, &Some(vec![1]), 5));
-        // As after 2^32 - 1 lists in this slot.
-        h.lists[first.slot as usize].generation = u32::MAX;
-        let stale = ListRef { slot: first.slot, generation: u32::MAX };
+        // As after 2^32 - 2 lists in this slot.
+        h.lists[first.slot as usize].generation = RETIRED - 1;
+        let stale = ListRef { slot: first.slot, generation: RETIRED - 1 };
         assert!(h.is_live(stale));
         h.forget_below(5);
         assert!(!h.is_live(stale), "its last version went");
