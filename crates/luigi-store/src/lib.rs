@@ -12,13 +12,12 @@
 pub mod hashing;
 pub mod versions;
 
-use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
 pub use hashing::KeyedState;
-use versions::History;
+use versions::{History, ListRef};
 pub use versions::{HistoryStats, Timestamp, TooOld};
 
 /// A key: bytes, ordered bytewise. By convention the first two bytes are the table id.
@@ -50,18 +49,29 @@ pub enum ScanOrder {
 /// B-tree descent of pointer-chasing comparisons) plus an ordered index of keys for scans.
 /// The map's hasher is keyed per process ([`KeyedState`]): clients choose the keys. Nothing
 /// depends on its order (scans, [`Store::iter`] and [`Store::state_hash`] follow the index).
-/// Older versions live on the side ([`versions::History`]); equality compares the latest
-/// values only (replicas hold the same state, not necessarily the same history).
+/// Older versions live on the side ([`versions::History`]), named from each key's entry; a
+/// deleted key keeps its entry (and its place in the index) while it has versions. Equality
+/// compares the latest values only (replicas hold the same state, not necessarily the same
+/// history).
 #[derive(Clone, Debug, Default)]
 pub struct Store {
-    map: HashMap<Key, Value, KeyedState>,
+    map: HashMap<Key, Entry, KeyedState>,
     index: BTreeSet<Key>,
+    /// Keys whose latest value is present.
+    live: usize,
     history: History,
+}
+
+/// A key's entry: its latest value (`None`: deleted, kept for its versions) and its versions.
+#[derive(Clone, Debug, Default)]
+struct Entry {
+    value: Option<Value>,
+    versions: ListRef,
 }
 
 impl PartialEq for Store {
     fn eq(&self, other: &Self) -> bool {
-        self.map == other.map
+        self.live == other.live && self.latest().all(|(k, v)| other.get(k) == Some(v))
     }
 }
 
@@ -84,31 +94,80 @@ impl Store {
 
     /// The value under `key`, if any.
     pub fn get(&self, key: &[u8]) -> Option<&Value> {
-        self.map.get(key)
+        self.map.get(key)?.value.as_ref()
+    }
+
+    /// The present entries, in no order.
+    fn latest(&self) -> impl Iterator<Item = (&Key, &Value)> {
+        self.map.iter().filter_map(|(k, e)| Some((k, e.value.as_ref()?)))
     }
 
     /// Stores `value` under `key`, returning the previous value.
     pub fn put(&mut self, key: Key, value: Value) -> Option<Value> {
-        if let Some(slot) = self.map.get_mut(&key) {
-            return Some(std::mem::replace(slot, value));
+        if let Some(entry) = self.map.get_mut(&key) {
+            return Self::replace(entry, value, &mut self.live);
         }
-        self.index.insert(key.clone());
-        self.map.insert(key, value)
+        self.insert_new(key, value, ListRef::NONE);
+        None
     }
 
     /// Like [`Store::put`] for a borrowed key: allocates a key only when it is new.
     pub fn put_slice(&mut self, key: &[u8], value: Value) -> Option<Value> {
-        if let Some(slot) = self.map.get_mut(key) {
-            return Some(std::mem::replace(slot, value));
+        if let Some(entry) = self.map.get_mut(key) {
+            return Self::replace(entry, value, &mut self.live);
         }
-        self.put(key.to_vec(), value)
+        self.insert_new(key.to_vec(), value, ListRef::NONE);
+        None
+    }
+
+    /// Sets an existing entry's latest value, returning the one it replaced. Branch-free:
+    /// a branch on the old value here measured 120-150 ns a put slower
+    /// (`examples/versions_cost.rs`, window `plain`).
+    fn replace(entry: &mut Entry, value: Value, live: &mut usize) -> Option<Value> {
+        let old = entry.value.replace(value);
+        *live += usize::from(old.is_none());
+        old
+    }
+
+    fn insert_new(&mut self, key: Key, value: Value, versions: ListRef) {
+        self.live += 1;
+        self.index.insert(key.clone());
+        self.map.insert(key, Entry { value: Some(value), versions });
     }
 
     /// Removes `key`, returning its value.
     pub fn delete(&mut self, key: &[u8]) -> Option<Value> {
-        let old = self.map.remove(key)?;
-        self.index.remove(key);
+        if self.history.is_empty() {
+            let old = self.map.remove(key)?.value;
+            self.index.remove(key);
+            self.live -= usize::from(old.is_some());
+            return old;
+        }
+        let entry = self.map.get_mut(key)?;
+        let old = entry.value.take()?;
+        self.live -= 1;
+        let versions = entry.versions;
+        self.settle_absent(key, versions);
         Some(old)
+    }
+
+    /// A key whose latest value just went: its entry stays while it has versions (snapshot
+    /// reads and scans find it there), else goes.
+    fn settle_absent(&mut self, key: &[u8], versions: ListRef) {
+        if !self.history.note_absent(versions, key) {
+            self.map.remove(key);
+            self.index.remove(key);
+        }
+    }
+
+    /// Removes the entries of deleted keys whose last version went.
+    fn remove_gone(&mut self) {
+        while let Some(key) = self.history.take_gone() {
+            if self.map.get(&*key).is_some_and(|e| e.value.is_none() && !self.history.is_live(e.versions)) {
+                self.map.remove(&*key);
+                self.index.remove(&*key);
+            }
+        }
     }
 
     /// Up to `limit` entries with `start <= key < end`, in `order`.
@@ -117,38 +176,66 @@ impl Store {
             return Vec::new();
         }
         let range = self.index.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
-        let clone = |k: &Key| (k.clone(), self.map[k].clone());
+        let present = |k: &Key| Some((k.clone(), self.map[k].value.as_ref()?.clone()));
         match order {
-            ScanOrder::Ascending => range.take(limit).map(clone).collect(),
-            ScanOrder::Descending => range.rev().take(limit).map(clone).collect(),
+            ScanOrder::Ascending => range.filter_map(present).take(limit).collect(),
+            ScanOrder::Descending => range.rev().filter_map(present).take(limit).collect(),
         }
     }
 
     /// Stores `value` under `key` as written by a transaction at timestamp `ts`, keeping the
     /// replaced value for snapshots below `ts`.
     pub fn put_at(&mut self, key: &[u8], value: Value, ts: Timestamp) -> Replaced {
-        let old = self.put_slice(key, value);
-        let versioned = self.history.record(key, &old, ts);
-        Replaced { old, versioned }
+        let replaced = match self.map.get_mut(key) {
+            Some(entry) => {
+                let old = Self::replace(entry, value, &mut self.live);
+                let versioned = self.history.record(&mut entry.versions, key.len(), &old, ts);
+                Replaced { old, versioned }
+            }
+            None => {
+                let mut versions = ListRef::NONE;
+                let versioned = self.history.record(&mut versions, key.len(), &None, ts);
+                self.insert_new(key.to_vec(), value, versions);
+                Replaced { old: None, versioned }
+            }
+        };
+        self.remove_gone();
+        replaced
     }
 
     /// Removes `key` as a transaction at timestamp `ts` does, keeping the removed value for
     /// snapshots below `ts`.
     pub fn delete_at(&mut self, key: &[u8], ts: Timestamp) -> Replaced {
-        let old = self.delete(key);
-        let versioned = old.is_some() && self.history.record(key, &old, ts);
+        let Some(entry) = self.map.get_mut(key) else { return Replaced { old: None, versioned: false } };
+        let Some(old) = entry.value.take() else { return Replaced { old: None, versioned: false } };
+        self.live -= 1;
+        let old = Some(old);
+        let versioned = self.history.record(&mut entry.versions, key.len(), &old, ts);
+        let versions = entry.versions;
+        self.settle_absent(key, versions);
+        self.remove_gone();
         Replaced { old, versioned }
     }
 
     /// Drops the version a write at `ts` kept under `key` (its transaction rolled back; the
     /// caller restores the latest value with [`Store::put`]/[`Store::delete`]).
     pub fn unrecord(&mut self, key: &[u8], ts: Timestamp) {
-        self.history.unrecord(key, ts);
+        let Some(entry) = self.map.get(key) else { return };
+        let versions = entry.versions;
+        self.history.unrecord(versions, ts);
+        if entry.value.is_none() && !self.history.is_live(versions) {
+            // A deleted key left without versions: the caller's restore puts it back.
+            self.map.remove(key);
+            self.index.remove(key);
+        }
     }
 
     /// The value under `key` at snapshot `ts`: what the last write at or below `ts` left.
     pub fn get_at(&self, key: &[u8], ts: Timestamp) -> Result<Option<&Value>, TooOld> {
-        self.history.value_at(key, ts, self.map.get(key))
+        match self.map.get(key) {
+            Some(entry) => self.history.value_at(entry.versions, ts, entry.value.as_ref()),
+            None => self.history.check(ts).map(|()| None),
+        }
     }
 
     /// As [`Store::scan`], at snapshot `ts`.
@@ -164,43 +251,16 @@ impl Store {
         if start >= end {
             return Ok(Vec::new());
         }
-        let latest = self.index.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
-        let versioned = self.history.keys_in(start, end);
+        let range = self.index.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+        let at = |k: &Key| {
+            let entry = &self.map[k];
+            let value = self.history.resolve(entry.versions, ts, entry.value.as_ref())?;
+            Some((k.clone(), value.clone()))
+        };
         Ok(match order {
-            ScanOrder::Ascending => self.merge_at(latest, versioned, limit, ts, Ord::cmp),
-            ScanOrder::Descending => self.merge_at(latest.rev(), versioned.rev(), limit, ts, |a, b| b.cmp(a)),
+            ScanOrder::Ascending => range.filter_map(at).take(limit).collect(),
+            ScanOrder::Descending => range.rev().filter_map(at).take(limit).collect(),
         })
-    }
-
-    /// Up to `limit` entries present at `ts` among the union of two key streams sorted by
-    /// `before`.
-    fn merge_at<'a>(
-        &'a self,
-        latest: impl Iterator<Item = &'a Key>,
-        versioned: impl Iterator<Item = &'a Key>,
-        limit: usize,
-        ts: Timestamp,
-        before: fn(&Key, &Key) -> Ordering,
-    ) -> Vec<(Key, Value)> {
-        let (mut a, mut b) = (latest.peekable(), versioned.peekable());
-        let mut out = Vec::new();
-        while out.len() < limit {
-            let key = match (a.peek(), b.peek()) {
-                (None, None) => break,
-                (Some(_), None) => a.next(),
-                (None, Some(_)) => b.next(),
-                (Some(x), Some(y)) => match before(x, y) {
-                    Ordering::Less => a.next(),
-                    Ordering::Greater => b.next(),
-                    Ordering::Equal => b.next().and(a.next()),
-                },
-            };
-            let Some(key) = key else { break };
-            if let Some(value) = self.history.resolve(key, ts, self.map.get(key)) {
-                out.push((key.clone(), value.clone()));
-            }
-        }
-        out
     }
 
     /// Sets how long (in timestamps) replaced versions are kept
@@ -213,6 +273,7 @@ impl Store {
     /// versions before it).
     pub fn forget_below(&mut self, ts: Timestamp) {
         self.history.forget_below(ts);
+        self.remove_gone();
     }
 
     /// The oldest snapshot a read may ask for.
@@ -227,17 +288,17 @@ impl Store {
 
     /// Number of keys stored.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.live
     }
 
     /// True when nothing is stored.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.live == 0
     }
 
     /// Iterates over all entries in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Key, &Value)> {
-        self.index.iter().map(|k| (k, &self.map[k]))
+        self.index.iter().filter_map(|k| Some((k, self.map[k].value.as_ref()?)))
     }
 
     /// A deterministic hash of the whole content: equal stores give equal hashes on every
@@ -245,12 +306,28 @@ impl Store {
     pub fn state_hash(&self) -> u64 {
         #[allow(deprecated)]
         let mut hasher = std::hash::SipHasher::new_with_keys(0x4c75_6967, 0x6920_6b76);
-        self.map.len().hash(&mut hasher);
+        self.live.hash(&mut hasher);
         for (k, v) in self.iter() {
             k.hash(&mut hasher);
             v.hash(&mut hasher);
         }
         hasher.finish()
+    }
+}
+
+#[cfg(test)]
+impl Store {
+    /// The history's counters recounted, checking on the way the store's own invariants: the
+    /// index holds the map's keys, `live` counts the present ones, and a deleted key's entry
+    /// stays only while it has versions.
+    fn recount_history(&self) -> HistoryStats {
+        assert!(self.index.iter().eq(self.map.keys().collect::<BTreeSet<_>>()), "the index holds the map's keys");
+        assert_eq!(self.live, self.latest().count());
+        let entries: Vec<_> = self.map.values().map(|e| (e.versions, e.value.is_none())).collect();
+        for (versions, absent) in &entries {
+            assert!(!absent || self.history.is_live(*versions), "a deleted key without versions keeps its entry");
+        }
+        self.history.recount(&entries)
     }
 }
 

@@ -172,7 +172,95 @@ proptest! {
             }
         }
         let stats = s.history_stats();
+        prop_assert_eq!(stats, s.recount_history());
         prop_assert!(stats.versions <= writes.len());
         prop_assert!(stats.bytes >= stats.versions * VERSION_OVERHEAD_BYTES);
+    }
+}
+
+/// One operation of the counters' property test.
+#[derive(Clone, Debug)]
+enum Op {
+    /// A write at a timestamp `back` below the newest so far (writes to other keys may come
+    /// out of timestamp order; to one key they come in order, so a key written above it is
+    /// skipped), or above it; `None` deletes; possibly rolled back.
+    Write {
+        key: u8,
+        value: Option<u8>,
+        ahead: u64,
+        back: u64,
+        rolled_back: bool,
+    },
+    /// A write without a timestamp (loading, a baseline protocol).
+    Plain {
+        key: u8,
+        value: Option<u8>,
+    },
+    Retention(Timestamp),
+    ForgetBelow(u64),
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let write = (0u8..8, proptest::option::of(any::<u8>()), 0u64..50, 0u64..80, proptest::bool::weighted(0.2))
+        .prop_map(|(key, value, ahead, back, rolled_back)| Op::Write { key, value, ahead, back, rolled_back });
+    let op = prop_oneof![
+        8 => write,
+        1 => (0u8..8, proptest::option::of(any::<u8>())).prop_map(|(key, value)| Op::Plain { key, value }),
+        1 => prop_oneof![Just(0u64), 1u64..200, any::<u64>()].prop_map(Op::Retention),
+        1 => (0u64..100).prop_map(Op::ForgetBelow),
+    ];
+    proptest::collection::vec(op, 1..120)
+}
+
+/// One timestamped write of the counters' property test, rolled back (as `TxnCtx` does) or not.
+fn write_at(s: &mut Store, key: u8, value: Option<u8>, ts: Timestamp, rolled_back: bool) {
+    let k = [key];
+    let replaced = match value {
+        Some(b) => s.put_at(&k, vec![b], ts),
+        None => s.delete_at(&k, ts),
+    };
+    if rolled_back {
+        if replaced.versioned {
+            s.unrecord(&k, ts);
+        }
+        match replaced.old {
+            Some(old) => s.put(k.to_vec(), old),
+            None => s.delete(&k),
+        };
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// `luigi_versions_held` and `luigi_versions_bytes` read the history's counters: after any
+    /// operations they match a recount of what is held (and the structures agree).
+    #[test]
+    fn the_history_counters_match_a_recount_after_any_operations(ops in ops()) {
+        let mut s = Store::new();
+        s.set_retention(100);
+        let mut newest: Timestamp = 1_000;
+        let mut last = [0 as Timestamp; 8];
+        for op in ops {
+            match op {
+                Op::Write { key, value, ahead, back, rolled_back } => {
+                    newest += ahead;
+                    let ts = newest - back;
+                    if ts >= last[usize::from(key)] {
+                        last[usize::from(key)] = ts;
+                        write_at(&mut s, key, value, ts, rolled_back);
+                    }
+                }
+                Op::Plain { key, value: Some(b) } => drop(s.put(vec![key], vec![b])),
+                Op::Plain { key, value: None } => drop(s.delete(&[key])),
+                Op::Retention(r) => s.set_retention(r),
+                Op::ForgetBelow(below) => s.forget_below(newest.saturating_sub(below)),
+            }
+            let stats = s.history_stats();
+            prop_assert_eq!(stats, s.recount_history());
+            prop_assert_eq!(s.len(), s.iter().count());
+            let everything = s.scan(&[0], &[255], usize::MAX, ScanOrder::Ascending);
+            prop_assert_eq!(s.scan_at(&[0], &[255], usize::MAX, ScanOrder::Ascending, u64::MAX), Ok(everything));
+        }
     }
 }
