@@ -33,8 +33,8 @@ pub const MAX_SECONDS: f64 = 86_400.0;
 /// interval would divide by zero).
 pub const MIN_DURATION_S: f64 = 0.1;
 /// Largest coordinator headroom, in µs: 60 s (the headroom delays every transaction by that
-/// much).
-pub const MAX_HEADROOM_US: u64 = 60_000_000;
+/// much), the cluster file's own bound.
+pub const MAX_HEADROOM_US: u64 = luigi_runtime::config::HEADROOM_US_MAX;
 /// Highest open-loop rate, transactions per second over all threads (far above what one
 /// machine's cluster commits; a schedule finer than this measures the client, not it).
 pub const MAX_RATE_TPS: f64 = 10_000_000.0;
@@ -78,6 +78,15 @@ pub struct BenchOptions {
     /// `--metrics on|off` (default on): the servers' metrics served (a local cluster) and
     /// scraped around the measured interval.
     pub metrics: Option<bool>,
+    /// `--read-only-path on|off` (`[protocol] read_only_path`; DESIGN.md rule 23): written into
+    /// the local cluster's file (default: on for Luigi's runs; `on` is Luigi's only). With a
+    /// cluster file, `off` applies to this client only (its read-only transactions take the
+    /// read-write path) and `on` only repeats the file: its servers keep versions or not.
+    pub read_only_path: Option<bool>,
+    /// `--client-near REPLICA` (local cluster only): the client sits next to replica
+    /// `REPLICA` of every shard (`[[links]]` between `client` and `s<shard>r<REPLICA>` with
+    /// no delay, both ways); every other link keeps the scenario's delay.
+    pub client_near: Option<u32>,
 }
 
 /// The cluster a benchmark runs against.
@@ -95,6 +104,8 @@ pub enum Target {
         durability: &'static str,
         /// Luigi's fast path on (for Luigi's runs; the baselines have none).
         fast_path: bool,
+        /// The client next to this replica of every shard (`None`: the scenario's delay).
+        client_near: Option<u32>,
     },
     /// The servers of a cluster file (already running).
     File {
@@ -123,6 +134,9 @@ pub struct BenchPlan {
     pub headroom_us: Option<u64>,
     /// Adaptive headroom override (`[protocol] adaptive_headroom`), likewise the client's.
     pub adaptive_headroom: Option<bool>,
+    /// Read-only path override (`[protocol] read_only_path`): a local cluster's (its servers
+    /// and clients), or a cluster file's client's, turned off only.
+    pub read_only_path: Option<bool>,
     /// Results file, checked writable.
     pub json: PathBuf,
     /// The protocols to run, each in turn for every network and thread count (side by side,
@@ -154,18 +168,7 @@ impl BenchOptions {
     /// file can be written; starts nothing.
     pub fn validate(&self) -> anyhow::Result<BenchPlan> {
         self.check_ranges()?;
-        let asked = match &self.protocol {
-            Some(list) => {
-                let mut protocols = Vec::new();
-                for name in list.split(',') {
-                    let p = name.trim().parse::<Protocol>().map_err(|e| invalid("--protocol", name, e))?;
-                    ensure!(!protocols.contains(&p), invalid("--protocol", list, format_args!("{p} is listed twice")));
-                    protocols.push(p);
-                }
-                Some(protocols)
-            }
-            None => None,
-        };
+        let asked = self.asked_protocols()?;
         let target = match &self.cluster {
             Some(path) => {
                 // The error's own text only: its source repeats it.
@@ -178,16 +181,70 @@ impl BenchOptions {
                 nets: self.net.clone().unwrap_or_else(|| vec![Scenario::SameRegion]),
                 durability: self.durability.unwrap_or("fsync"),
                 fast_path: self.fast_path.unwrap_or(true),
+                client_near: self.client_near,
             },
         };
-        let protocols = match (&target, asked) {
-            (Target::Local { .. }, Some(asked)) if self.fast_path == Some(true) && asked != [Protocol::Luigi] => {
-                let asked: Vec<&str> = asked.iter().map(|p| p.name()).collect();
-                bail!(invalid("--protocol", asked.join(","), "--fast-path on is Luigi's: use --protocol luigi"));
+        let protocols = self.protocols(&target, asked)?;
+        check_writable(&self.json)?;
+        Ok(BenchPlan {
+            target,
+            threads: self.threads.clone(),
+            in_flight: self.in_flight,
+            duration: Duration::from_secs_f64(self.duration_s),
+            warmup: Duration::from_secs_f64(self.warmup_s),
+            headroom_us: self.headroom_us,
+            adaptive_headroom: self.adaptive_headroom,
+            read_only_path: self.read_only_path,
+            json: self.json.clone(),
+            protocols,
+            rate_tps: self.rate,
+            metrics: self.metrics.unwrap_or(true),
+        })
+    }
+
+    /// `--protocol`'s list, each named once (`None`: not given).
+    fn asked_protocols(&self) -> anyhow::Result<Option<Vec<Protocol>>> {
+        Ok(match &self.protocol {
+            Some(list) => {
+                let mut protocols = Vec::new();
+                for name in list.split(',') {
+                    let p = name.trim().parse::<Protocol>().map_err(|e| invalid("--protocol", name, e))?;
+                    ensure!(!protocols.contains(&p), invalid("--protocol", list, format_args!("{p} is listed twice")));
+                    protocols.push(p);
+                }
+                Some(protocols)
+            }
+            None => None,
+        })
+    }
+
+    /// The protocols to run on `target`, of those `asked`: Luigi's switches turned on refuse
+    /// the others on a local cluster, and a cluster file's servers run their own.
+    fn protocols(&self, target: &Target, asked: Option<Vec<Protocol>>) -> anyhow::Result<Vec<Protocol>> {
+        Ok(match (target, asked) {
+            (Target::Local { .. }, Some(asked)) if asked != [Protocol::Luigi] => {
+                for (option, on) in [("--fast-path", self.fast_path), ("--read-only-path", self.read_only_path)] {
+                    let asked: Vec<&str> = asked.iter().map(|p| p.name()).collect();
+                    let why = format_args!("{option} on is Luigi's: use --protocol luigi");
+                    ensure!(on != Some(true), invalid("--protocol", asked.join(","), why));
+                }
+                asked
             }
             (Target::Local { .. }, asked) => asked.unwrap_or_else(|| vec![Protocol::Luigi]),
             (Target::File { path, config }, asked) => {
                 let runs = config.protocol();
+                ensure!(
+                    self.read_only_path != Some(true) || config.read_only_path(),
+                    invalid(
+                        "--read-only-path",
+                        "on",
+                        format_args!(
+                            "the servers of {} run without it (its [protocol] read_only_path, default on for Luigi \
+                             only): they keep no versions for snapshot reads",
+                            path.display()
+                        )
+                    )
+                );
                 if let Some(asked) = asked.filter(|a| *a != [runs]) {
                     let asked: Vec<&str> = asked.iter().map(|p| p.name()).collect();
                     bail!(invalid(
@@ -201,20 +258,6 @@ impl BenchOptions {
                 }
                 vec![runs]
             }
-        };
-        check_writable(&self.json)?;
-        Ok(BenchPlan {
-            target,
-            threads: self.threads.clone(),
-            in_flight: self.in_flight,
-            duration: Duration::from_secs_f64(self.duration_s),
-            warmup: Duration::from_secs_f64(self.warmup_s),
-            headroom_us: self.headroom_us,
-            adaptive_headroom: self.adaptive_headroom,
-            json: self.json.clone(),
-            protocols,
-            rate_tps: self.rate,
-            metrics: self.metrics.unwrap_or(true),
         })
     }
 
@@ -235,6 +278,7 @@ impl BenchOptions {
                 ("--net", self.net.is_some()),
                 ("--durability", self.durability.is_some()),
                 ("--fast-path", self.fast_path.is_some()),
+                ("--client-near", self.client_near.is_some()),
             ]
             .into_iter()
             .filter_map(|(name, given)| given.then_some(name))
@@ -242,8 +286,8 @@ impl BenchOptions {
             ensure!(
                 local_only.is_empty(),
                 "{} cannot be used with --cluster: the cluster file and its running servers decide the shards, \
-                 replicas, network scenario, durability and fast path (these options only shape the local cluster the \
-                 benchmark starts without --cluster)",
+                 replicas, network scenario and links, durability and fast path (these options only shape the local \
+                 cluster the benchmark starts without --cluster)",
                 local_only.join(", ")
             );
         }
@@ -277,6 +321,17 @@ impl BenchOptions {
         }
         if let Some(net) = &self.net {
             ensure!(!net.is_empty(), "invalid --net: give at least one network scenario");
+        }
+        if let Some(near) = self.client_near {
+            let replicas = self.replicas.unwrap_or(1);
+            ensure!(
+                near < replicas,
+                invalid(
+                    "--client-near",
+                    near,
+                    format_args!("a replica index of the shards' {replicas} replica(s): from 0 to {}", replicas - 1)
+                )
+            );
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use luigi_runtime::config::ClusterConfig;
+use luigi_runtime::config::{ClusterConfig, LinkConfig, CLIENT_NODE};
 use luigi_txn::partition::{HashPartitioner, Partitioner};
 use luigi_txn::types::{KeySet, Protocol, ShardPiece};
 use luigi_wan::Scenario;
@@ -58,6 +58,12 @@ pub struct RunSpec {
     /// Adaptive headroom override (`[protocol] adaptive_headroom`), also over a cluster
     /// file's: the client's coordinator applies it.
     pub adaptive_headroom: Option<bool>,
+    /// Read-only path override (`[protocol] read_only_path`): written into the local
+    /// cluster's file (absent: on for Luigi); over a cluster file's, this client's only.
+    pub read_only_path: Option<bool>,
+    /// The client next to this replica of every shard of the local cluster (`[[links]]` with
+    /// no delay between `client` and it, both ways; [`client_near`]).
+    pub client_near: Option<u32>,
     /// Run against the servers of this cluster file instead of starting a local cluster.
     pub cluster_file: Option<PathBuf>,
     /// The protocol: written into the local cluster's file; a cluster file's must be it.
@@ -218,6 +224,9 @@ fn cluster_config(run: &RunSpec, hosted: Option<WorkloadSpec>) -> anyhow::Result
             if run.adaptive_headroom.is_some() {
                 config.protocol.adaptive_headroom = run.adaptive_headroom;
             }
+            if run.read_only_path.is_some() {
+                config.protocol.read_only_path = run.read_only_path;
+            }
             config
         }
         None => {
@@ -227,13 +236,30 @@ fn cluster_config(run: &RunSpec, hosted: Option<WorkloadSpec>) -> anyhow::Result
             config.set_protocol(run.protocol);
             // Written either way, so that the file says what ran.
             config.protocol.fast_path = Some(run.fast_path && run.protocol == Protocol::Luigi);
+            let luigi = run.protocol == Protocol::Luigi;
+            config.protocol.read_only_path = Some(run.read_only_path.unwrap_or(luigi) && luigi);
             config.workload = hosted;
             for shard in &mut config.shards {
                 shard.replicas = vec!["127.0.0.1:0".into(); run.replicas as usize];
             }
+            if let Some(replica) = run.client_near {
+                client_near(&mut config, replica);
+            }
             config
         }
     })
+}
+
+/// Puts the client next to replica `replica` of every shard of `config`: a `[[links]]`
+/// override with no delay from `client` to `s<shard>r<replica>` and back, every other link
+/// left to the scenario (`luigi bench --client-near`). `client` stands for every client.
+pub fn client_near(config: &mut ClusterConfig, replica: u32) {
+    for shard in 0..config.shard_count() {
+        let node = luigi_txn::types::NodeId { shard, replica }.name();
+        for (from, to) in [(CLIENT_NODE.to_string(), node.clone()), (node, CLIENT_NODE.to_string())] {
+            config.links.push(LinkConfig { from, to, mean_us: 0, jitter_us: 0 });
+        }
+    }
 }
 
 /// Arms the run's watchdog: every bound of the run (`grace` for the load, `closing` for
@@ -346,6 +372,8 @@ impl Measured {
         params.insert("fast_path_committed".into(), serde_json::json!(c.fast_path));
         params.insert("fast_path_asked_committed".into(), serde_json::json!(c.fast_path_asked));
         params.insert("fast_path".into(), serde_json::json!(self.config.fast_path()));
+        params.insert("read_only_path".into(), serde_json::json!(self.config.read_only_path()));
+        params.insert("client_near".into(), serde_json::json!(run.client_near));
         params.insert("ready_s".into(), serde_json::json!(self.ready.as_secs_f64()));
         params.insert("metrics".into(), serde_json::json!(if run.metrics { "on" } else { "off" }));
         if let Some(open) = &self.report.open_loop {
@@ -499,3 +527,6 @@ fn watch<T>(bar: &ProgressBar, progress: &Progress, load: &std::thread::ScopedJo
         bar.set_position(start.elapsed().min(total).as_secs());
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,6 +5,8 @@
 
 pub use luigi_protocol::leader::MAX_CLOCK_OFFSET_US_DEFAULT;
 
+use luigi_protocol::leader::LeaderConfig;
+
 /// The floor of a Raft tick, µs. Below it, a loaded 2-core machine's scheduling noise is
 /// of the order of the tick itself and elections fire spuriously.
 pub const RAFT_TICK_MIN_US: u64 = 10_000;
@@ -18,6 +20,30 @@ pub const RAFT_TICK_MIN_US: u64 = 10_000;
 pub const ELECTION_TIMEOUT_MIN_US: u64 = 1_000_000;
 /// The floor of the leaders' stall recovery and the clients' resend timeout, µs.
 pub const RECOVERY_MIN_US: u64 = 1_000_000;
+/// How long replicas keep the versions their writes replaced while the read-only path is
+/// on (DESIGN.md rule 23; `[protocol] snapshot_retention_us`), timestamp µs: the 5 s a
+/// snapshot read may wait at a replica (`SnapshotReadConfig::wait_us_max`), so a read that
+/// waited its longest, or whose client's clock lags, still finds its versions. Keeping them
+/// costs every write a copy of the value it replaced and two ordered-map entries (DESIGN.md
+/// rule 23: micro 1x1 `--net none` at 8 threads ran at 0.63x the throughput with 5 s), which
+/// is why it is 0 while the path is off.
+pub const READ_ONLY_RETENTION_US: u64 = 5_000_000;
+/// How far an idle shard's watermark moves between two `Applied` markers while the
+/// read-only path is on (`[protocol] idle_marker_us`), timestamp µs: 20 ms. The markers are
+/// the replicas' safe time, so a read at an idle shard (or one that only serves reads) waits
+/// for the next one; with the path off it is the leader's default (15 s), past a read's 5 s
+/// wait bound. Each marker is a log record, appended, replicated and synced on every replica
+/// of the shard. An idle shard already logs a floor renewal every eighth of the floor
+/// lookahead (37.5 ms without added delay, 112.5 ms at `geo`): an idle 1x3 cluster (`--net
+/// none`, fsync, 2-core machine, 20 s, two alternating pairs) committed 26.7 entries a
+/// second with the path off and 75.3 with 20 ms markers, and its three servers used 1.3-2.0
+/// s more CPU per 20 s (6.7-10 % of a core, 2-3 % per replica). A busy shard logs a marker
+/// up to every `applied_marker_us` (1 ms) anyway, so only idle shards pay. A read waits its
+/// snapshot's lead over the clock (the clock bound, 500 ms by default) and then at most 20 ms
+/// more (4 %): shorter would cost an idle shard more records for little, longer would add to
+/// every read where nothing is written.
+pub const READ_ONLY_IDLE_MARKER_US: u64 = 20_000;
+
 /// Raft ticks at most caught up at once after the event loop stalled: a few ticks are
 /// enough for Raft, and a burst of them would start an election for no reason.
 pub const TICK_CATCH_UP_MAX: u32 = 16;
@@ -70,12 +96,21 @@ pub struct Tuning {
     /// Fast-path accept records a replica writes between two rewrites of its live ones
     /// (after a rewrite is durable, the accept log drops what came before it).
     pub accepts_rewrite_records: u64,
+    /// How long replicas keep the versions their writes replaced, timestamp µs (DESIGN.md
+    /// rule 23; the leader's `snapshot_retention_us`). The leader's default (0: none) unless
+    /// the read-only path is on ([`Tuning::with_read_only_path`]).
+    pub snapshot_retention_us: u64,
+    /// How far an idle shard's watermark moves between two `Applied` markers, timestamp µs
+    /// (the leader's `idle_marker_us`). The leader's default (15 s) unless the read-only path
+    /// is on ([`Tuning::with_read_only_path`]).
+    pub idle_marker_us: u64,
 }
 
 impl Tuning {
     /// The timeouts for links of `one_way_us` ± `jitter_us`.
     pub fn for_delay(one_way_us: u64, jitter_us: u64) -> Self {
         let raft_tick_us = (one_way_us / 2).max(RAFT_TICK_MIN_US);
+        let leader = LeaderConfig::new(0, 1);
         Tuning {
             raft_tick_us,
             election_ticks: (ELECTION_TIMEOUT_MIN_US.div_ceil(raft_tick_us) as usize).max(10),
@@ -90,7 +125,23 @@ impl Tuning {
             accepts_rewrite_records: 4_096,
             max_clock_offset_us: MAX_CLOCK_OFFSET_US_DEFAULT,
             answer_expiry_us: luigi_protocol::leader::answers::DEFAULT_ANSWER_EXPIRY_US,
+            snapshot_retention_us: leader.snapshot_retention_us,
+            idle_marker_us: leader.idle_marker_us,
         }
+    }
+
+    /// The same with the read-only path's server side on or off (DESIGN.md rule 23): on,
+    /// replicas keep [`READ_ONLY_RETENTION_US`] of versions and an idle shard logs a marker
+    /// every [`READ_ONLY_IDLE_MARKER_US`]; off, the leader's defaults (no versions, a marker
+    /// every 15 s). The cluster file's `[protocol]` overrides apply after it.
+    pub fn with_read_only_path(mut self, on: bool) -> Self {
+        let leader = LeaderConfig::new(0, 1);
+        (self.snapshot_retention_us, self.idle_marker_us) = if on {
+            (READ_ONLY_RETENTION_US, READ_ONLY_IDLE_MARKER_US)
+        } else {
+            (leader.snapshot_retention_us, leader.idle_marker_us)
+        };
+        self
     }
 
     /// How far ahead of a replica's clock a correct coordinator's timestamp can lie (rule
@@ -130,5 +181,30 @@ mod tests {
         }
         assert_eq!(lan.election_ticks, 100);
         assert_eq!(geo.election_ticks, 14);
+    }
+
+    #[test]
+    fn the_read_only_path_keeps_versions_and_marks_idle_shards_often_only_when_on() {
+        let leader = LeaderConfig::new(0, 1);
+        for d in [0, 2_000, 150_000] {
+            let t = Tuning::for_delay(d, d / 10);
+            assert_eq!(
+                (t.snapshot_retention_us, t.idle_marker_us),
+                (leader.snapshot_retention_us, leader.idle_marker_us)
+            );
+            let on = t.clone().with_read_only_path(true);
+            assert_eq!(
+                (on.snapshot_retention_us, on.idle_marker_us),
+                (READ_ONLY_RETENTION_US, READ_ONLY_IDLE_MARKER_US)
+            );
+            assert_eq!(on.clone().with_read_only_path(false), t, "off again: the leader's defaults");
+            assert_eq!(
+                Tuning { snapshot_retention_us: 0, idle_marker_us: 0, ..on },
+                Tuning { snapshot_retention_us: 0, idle_marker_us: 0, ..t.clone() },
+                "nothing else changes"
+            );
+        }
+        assert_eq!(leader.snapshot_retention_us, 0, "no versions kept unless the path is on");
+        assert!(READ_ONLY_IDLE_MARKER_US < leader.idle_marker_us);
     }
 }

@@ -11,9 +11,16 @@
 //! headroom_us = 450            # default: per scenario (half the jitter + 200 µs)
 //! adaptive_headroom = true     # the headroom follows the measured lateness per shard, from
 //!                              # headroom_us up (default on; DESIGN.md rule 1)
-//! headroom_max_us = 275000     # its ceiling (default: an eighth of the resend timeout)
+//! headroom_max_us = 275000     # its ceiling (default: an eighth of the resend timeout);
+//!                              # both at most 60 s
 //! fast_path = true             # Luigi's fast path (default: on, for shards of 3 replicas
 //!                              # or more; DESIGN.md, "The fast path")
+//! read_only_path = true       # read-only transactions read a snapshot at any replica
+//!                              # (DESIGN.md rule 23; default: on for Luigi, off otherwise)
+//! snapshot_retention_us = 5000000 # versions kept for those reads (default: 5 s with the
+//!                              # read-only path, 0 without; at most 60 s)
+//! idle_marker_us = 20000       # an idle shard's safe-time step (default: 20 ms with the
+//!                              # read-only path, 15 s without; 1 ms to 60 s)
 //! max_clock_offset_us = 500000 # the clock bound (DESIGN.md rule 22; default 500 ms)
 //! answer_expiry_s = 120        # how long a silent client's answers are kept (rule 7)
 //!
@@ -43,22 +50,23 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use luigi_node::Tuning;
-use luigi_protocol::leader::answers::MIN_ANSWER_EXPIRY_US;
 use luigi_txn::types::{Protocol, ShardId};
 use luigi_workloads::WorkloadSpec;
 use serde::{Deserialize, Serialize};
 
 use luigi_wan::{DelayDist, DelayModel, Scenario};
 
+mod protocol;
+pub use protocol::{
+    ProtocolConfig, ANSWER_EXPIRY_S_MAX, HEADROOM_US_MAX, IDLE_MARKER_US_MAX, IDLE_MARKER_US_MIN,
+    SNAPSHOT_RETENTION_US_MAX,
+};
+
 /// Name standing for every client in link overrides.
 pub const CLIENT_NODE: &str = "client";
 
 /// Replicas a shard needs for the fast path (a leader and a super-quorum of 2 followers).
 pub const FAST_PATH_REPLICAS_MIN: usize = 3;
-
-/// The longest answer expiry a cluster file may set (`[protocol] answer_expiry_s`): a day.
-/// Past it a command-line client run every second would cost more tables than it is worth.
-pub const ANSWER_EXPIRY_S_MAX: u64 = 86_400;
 
 /// A parsed and validated cluster file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -101,57 +109,6 @@ fn default_net() -> String {
 
 fn default_seed() -> u64 {
     1
-}
-
-/// Protocol knobs. Absent fields take defaults derived from the scenario.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProtocolConfig {
-    /// The transaction protocol the cluster runs, by name (see [`Protocol`]); absent: Luigi.
-    /// Read it with [`ClusterConfig::protocol`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    /// Added by coordinators to the one-way-delay estimate (with `adaptive_headroom`, the
-    /// least they add).
-    pub headroom_us: Option<u64>,
-    /// Coordinators raise the headroom per shard when dispatches reach its leader late, and
-    /// stamp single-shard transactions without the fast path to arrive late (DESIGN.md rule
-    /// 1). Default on; `false`: every transaction gets `headroom_us`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adaptive_headroom: Option<bool>,
-    /// The adaptive headroom's ceiling, µs. Default: an eighth of the resend timeout. Rule
-    /// 22's horizon counts it, so every server and client of the cluster must read the same.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub headroom_max_us: Option<u64>,
-    /// How far ahead leaders log their watermark floor promise.
-    pub floor_lookahead_us: Option<u64>,
-    /// Coordinators resend a dispatch unanswered for this long.
-    pub retry_timeout_us: Option<u64>,
-    /// A follower snapshots its state and compacts its log every this many applied records.
-    pub snapshot_entries: Option<u64>,
-    /// The clock bound (DESIGN.md rule 22), µs: the largest offset between two nodes' clocks
-    /// the cluster tolerates. A replica refuses a transaction stamped further ahead of its
-    /// clock than a client's resend timeout, its headroom and this bound together. Default
-    /// 500 ms (CockroachDB's); raise it only for clocks that are known to drift further.
-    pub max_clock_offset_us: Option<u64>,
-    /// How long a client's answers outlive its newest transaction, seconds (DESIGN.md rule
-    /// 7): a client that stops (every `luigi get/put/scan/txn` invocation) costs nothing
-    /// after it, and a dispatch older than this is answered `Expired`, never executed
-    /// again. Default 120; at least 30 (longer than any client resends); every server of
-    /// the cluster must use the same value (change it with the whole cluster stopped).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answer_expiry_s: Option<u64>,
-    /// Raft's election timeout base, µs (rounded up to whole ticks; the timeout is drawn
-    /// from it to twice it). Default: 10 ticks and at least 1 s (`luigi_node::tuning`).
-    pub election_timeout_us: Option<u64>,
-    /// Luigi's fast path (DESIGN.md, "the fast path"): clients send every dispatch to every
-    /// replica, followers accept, and an uncontended single-shard transaction commits in 2
-    /// one-way delays, a cross-shard one in 3 (rules 16-19); clients fan out only while it
-    /// pays (rule 20). Default: on for Luigi, on shards of 3 replicas or more
-    /// ([`ClusterConfig::fast_path_on`]); `false` turns it off (rule 14's path alone).
-    /// Luigi only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fast_path: Option<bool>,
 }
 
 /// One shard.
@@ -282,28 +239,7 @@ impl ClusterConfig {
                 return Err(invalid(field.into(), "must be at least 16 characters (a random string)".into()));
             }
         }
-        if let Some(kind) = &self.protocol.kind {
-            kind.parse::<Protocol>().map_err(|e| invalid("protocol.kind".into(), e))?;
-        }
-        if self.protocol.retry_timeout_us == Some(0) {
-            return Err(invalid("protocol.retry_timeout_us".into(), "must be positive".into()));
-        }
-        if self.protocol.fast_path == Some(true) && self.protocol() != Protocol::Luigi {
-            return Err(invalid(
-                "protocol.fast_path".into(),
-                format!("is Luigi's; this cluster runs {}", self.protocol()),
-            ));
-        }
-        if let Some(s) = self.protocol.answer_expiry_s {
-            let (min, max) = (MIN_ANSWER_EXPIRY_US / 1_000_000, ANSWER_EXPIRY_S_MAX);
-            if !(min..=max).contains(&s) {
-                let why = format!("is {s} s; must be from {min} s (longer than a client resends) to {max} s");
-                return Err(invalid("protocol.answer_expiry_s".into(), why));
-            }
-        }
-        if self.protocol.election_timeout_us == Some(0) {
-            return Err(invalid("protocol.election_timeout_us".into(), "must be positive".into()));
-        }
+        self.protocol.check().map_err(|p| invalid(p.field, p.problem))?;
         if let Some(workload) = &self.workload {
             workload.build(self.shard_count()).map_err(|e| invalid("workload".into(), e))?;
         }
@@ -313,7 +249,7 @@ impl ClusterConfig {
     /// The transaction protocol every server and client of the cluster runs (`[protocol]
     /// kind`, default Luigi).
     pub fn protocol(&self) -> Protocol {
-        self.protocol.kind.as_deref().map_or(Protocol::Luigi, |k| k.parse().expect("validated"))
+        self.protocol.named().unwrap_or_else(|_| panic!("validated: {:?}", self.protocol.kind))
     }
 
     /// Sets the protocol (`[protocol] kind`), e.g. for a generated cluster file.
@@ -379,6 +315,14 @@ impl ClusterConfig {
         self.fast_path() && self.shards.get(shard as usize).is_some_and(|s| s.replicas.len() >= FAST_PATH_REPLICAS_MIN)
     }
 
+    /// Whether the cluster runs Luigi's read-only path (`[protocol] read_only_path`; DESIGN.md
+    /// rule 23): clients send read-only transactions as snapshot reads, and the servers keep
+    /// versions and mark idle shards often enough to serve them ([`Tuning::with_read_only_path`]).
+    /// On by default for Luigi, off for the baselines, which serve no snapshot reads.
+    pub fn read_only_path(&self) -> bool {
+        self.protocol.read_only_path.unwrap_or(self.protocol() == Protocol::Luigi)
+    }
+
     /// Coordinator headroom: configured, or half the scenario's jitter plus 200 µs.
     pub fn headroom_us(&self) -> u64 {
         self.tuning().headroom_us
@@ -398,7 +342,7 @@ impl ClusterConfig {
     /// the file's `[protocol]` overrides applied.
     pub fn tuning(&self) -> Tuning {
         let d = self.scenario().delay();
-        let mut t = Tuning::for_delay(d.mean_us, d.jitter_us);
+        let mut t = Tuning::for_delay(d.mean_us, d.jitter_us).with_read_only_path(self.read_only_path());
         let p = &self.protocol;
         t.headroom_us = p.headroom_us.unwrap_or(t.headroom_us);
         t.retry_timeout_us = p.retry_timeout_us.unwrap_or(t.retry_timeout_us);
@@ -407,6 +351,8 @@ impl ClusterConfig {
         t.headroom_max_us = p.headroom_max_us.unwrap_or(t.retry_timeout_us / 8);
         t.max_clock_offset_us = p.max_clock_offset_us.unwrap_or(t.max_clock_offset_us);
         t.answer_expiry_us = p.answer_expiry_s.map_or(t.answer_expiry_us, |s| s.saturating_mul(1_000_000));
+        t.snapshot_retention_us = p.snapshot_retention_us.unwrap_or(t.snapshot_retention_us);
+        t.idle_marker_us = p.idle_marker_us.unwrap_or(t.idle_marker_us);
         if let Some(us) = p.election_timeout_us {
             t.election_ticks = us.div_ceil(t.raft_tick_us).max(2) as usize;
         }
@@ -433,130 +379,4 @@ impl ClusterConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<ClusterConfig, String> {
-        ClusterConfig::parse(text, Path::new("c.toml")).map_err(|e| e.to_string())
-    }
-
-    const GOOD: &str = r#"
-        net = "geo"
-        [protocol]
-        headroom_us = 900
-        [[shards]]
-        replicas = ["127.0.0.1:7100"]
-        [[shards]]
-        replicas = ["127.0.0.1:7101"]
-        [[links]]
-        from = "s0r0"
-        to = "s1r0"
-        mean_us = 1000
-        jitter_us = 10
-    "#;
-
-    #[test]
-    fn good_file_parses_and_round_trips() {
-        let c = parse(GOOD).unwrap();
-        assert_eq!(c.shard_count(), 2);
-        assert_eq!(c.headroom_us(), 900);
-        assert_eq!(c.delay_model().dist("s0r0", "s1r0"), DelayDist::new(1000, 10));
-        assert_eq!(c.delay_model().dist("client", "s1r0"), Scenario::Geo.delay());
-        assert_eq!(parse(&c.to_toml()).unwrap(), c);
-    }
-
-    #[test]
-    fn the_answer_expiry_is_set_in_seconds_within_its_bounds() {
-        let with = |s: &str| parse(&format!("[protocol]\n{s}\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]"));
-        assert_eq!(with("").unwrap().tuning().answer_expiry_us, 120_000_000);
-        assert_eq!(with("answer_expiry_s = 600").unwrap().tuning().answer_expiry_us, 600_000_000);
-        for bad in ["answer_expiry_s = 29", "answer_expiry_s = 86401", "answer_expiry_s = 0"] {
-            let e = with(bad).unwrap_err();
-            assert!(e.contains("protocol.answer_expiry_s") && e.contains("must be from 30 s"), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn errors_name_the_field() {
-        let e = parse("net = \"moon\"\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap_err();
-        assert!(e.contains("field `net`") && e.contains("moon"), "{e}");
-        let e = parse("[[shards]]\nreplicas = [\"localhost\"]").unwrap_err();
-        assert!(e.contains("shards[0].replicas[0]") && e.contains("not an ip:port"), "{e}");
-        let e =
-            parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap_err();
-        assert!(e.contains("shards[1].replicas[0]") && e.contains("used twice"), "{e}");
-        let e = parse("shards = []").unwrap_err();
-        assert!(e.contains("field `shards`"), "{e}");
-        let e = parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\nbogus = 1").unwrap_err();
-        assert!(e.contains("bogus"), "{e}");
-        let e =
-            parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[[links]]\nfrom = \"s9r0\"\nto = \"client\"\nmean_us = 1")
-                .unwrap_err();
-        assert!(e.contains("links[0].from") && e.contains("s9r0"), "{e}");
-        let e = parse("[[shards]]\nreplicas = 5").unwrap_err();
-        assert!(e.contains("c.toml") && e.contains("replicas"), "{e}");
-        let e = parse("[protocol]\nkind = \"occ\"\nfast_path = true\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]")
-            .unwrap_err();
-        assert!(e.contains("protocol.fast_path") && e.contains("occ"), "{e}");
-        let c = parse("[protocol]\nfast_path = true\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap();
-        assert!(c.fast_path());
-        assert!(!c.fast_path_anywhere(), "no shard of 3 replicas: no client fans out");
-        let default = parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[[shards]]\nreplicas = [\"127.0.0.1:2\", \"127.0.0.1:3\", \"127.0.0.1:4\"]").unwrap();
-        assert!(default.fast_path(), "on by default");
-        assert_eq!(
-            (default.fast_path_on(0), default.fast_path_on(1)),
-            (false, true),
-            "on shards of 3 replicas or more"
-        );
-        assert!(default.fast_path_anywhere());
-        let off = parse(
-            "[protocol]\nfast_path = false\n[[shards]]\nreplicas = [\"127.0.0.1:2\", \"127.0.0.1:3\", \"127.0.0.1:4\"]",
-        )
-        .unwrap();
-        assert!(!off.fast_path() && !off.fast_path_on(0));
-        let occ = parse("[protocol]\nkind = \"occ\"\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap();
-        assert!(!occ.fast_path(), "the baselines have none");
-        let e = parse("[protocol]\nelection_timeout_us = 0\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap_err();
-        assert!(e.contains("protocol.election_timeout_us") && e.contains("positive"), "{e}");
-        let e =
-            parse("[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n[workload]\nkind = \"tpcc\"\nwarehouses = 0").unwrap_err();
-        assert!(e.contains("field `workload`"), "{e}");
-        let c = parse("[protocol]\nelection_timeout_us = 2500000\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]").unwrap();
-        assert_eq!(c.tuning().election_ticks, 250, "2.5 s of 10 ms ticks");
-    }
-
-    #[test]
-    fn the_protocol_is_luigi_unless_the_file_names_another() {
-        let one = "[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n";
-        assert_eq!(parse(one).unwrap().protocol(), Protocol::Luigi);
-        assert!(!parse(one).unwrap().to_toml().contains("kind"), "the default is not written out");
-        for p in Protocol::ALL {
-            let c = parse(&format!("[protocol]\nkind = \"{}\"\n{one}", p.name())).unwrap();
-            assert_eq!(c.protocol(), p);
-            assert_eq!(parse(&c.to_toml()).unwrap(), c, "round trip");
-        }
-        let mut c = parse(one).unwrap();
-        c.set_protocol(Protocol::TwoPl);
-        assert_eq!(parse(&c.to_toml()).unwrap().protocol(), Protocol::TwoPl);
-        let e = parse(&format!("[protocol]\nkind = \"2pc\"\n{one}")).unwrap_err();
-        assert_eq!(e.lines().count(), 1, "{e}");
-        assert!(e.contains("field `protocol.kind`") && e.contains("'2pc'"), "{e}");
-        assert!(e.contains("luigi, occ, 2pl, direct"), "the allowed values: {e}");
-        let e = parse(&format!("[protocol]\nkind = 3\n{one}")).unwrap_err();
-        assert_eq!(e.lines().count(), 1, "{e}");
-        assert!(e.contains("kind"), "{e}");
-    }
-
-    #[test]
-    fn missing_file_is_a_clear_error() {
-        let e = ClusterConfig::load(Path::new("/nonexistent/c.toml")).unwrap_err().to_string();
-        assert!(e.contains("cannot read cluster file /nonexistent/c.toml"), "{e}");
-    }
-
-    #[test]
-    fn node_names() {
-        assert_eq!("s3r1".parse::<NodeId>().unwrap(), NodeId { shard: 3, replica: 1 });
-        assert!("x1".parse::<NodeId>().is_err());
-        assert_eq!(NodeId { shard: 0, replica: 2 }.name(), "s0r2");
-    }
-}
+mod tests;

@@ -224,6 +224,18 @@ struct RunArgs {
     /// what serving them costs.
     #[arg(long, value_name = "on|off")]
     metrics: Option<OnOff>,
+    /// Luigi's read-only path (`[protocol] read_only_path`; DESIGN.md rule 23): read-only
+    /// transactions read a snapshot at a replica of each shard, and the servers keep versions
+    /// for them [default: on for Luigi's runs, or the cluster file's]. Written into the local
+    /// cluster's file; `on` is Luigi's only. With --cluster, `off` is for this client only.
+    #[arg(long, value_name = "on|off")]
+    read_only_path: Option<OnOff>,
+    /// Put the client next to this replica of every shard (0 is the first, the initial
+    /// leader): no delay between the client and it, both ways, while every other link keeps
+    /// the scenario's (`[[links]]` in the local cluster's file) [default: none]. Not with
+    /// --cluster (write the links into its file).
+    #[arg(long, value_name = "REPLICA_INDEX")]
+    client_near: Option<u32>,
 }
 
 /// `luigi bench micro` options: see also `MicroOptions::validate` in luigi-bench.
@@ -363,6 +375,8 @@ impl RunArgs {
             fast_path: self.fast_path.map(|f| f == OnOff::On),
             rate: self.rate,
             metrics: self.metrics.map(|m| m == OnOff::On),
+            read_only_path: self.read_only_path.map(|r| r == OnOff::On),
+            client_near: self.client_near,
         }
     }
 }
@@ -375,14 +389,14 @@ fn bench_runs(
     mut run_one: impl FnMut(RunSpec) -> anyhow::Result<BenchResult>,
 ) -> anyhow::Result<Vec<BenchResult>> {
     let exe = std::env::current_exe().context("cannot locate the luigi binary")?;
-    let (nets, replicas, durability, fast_path, cluster_file) = match &plan.target {
-        Target::Local { replicas, nets, durability, fast_path, .. } => {
-            (nets.clone(), *replicas, *durability, *fast_path, None)
+    let (nets, replicas, durability, fast_path, client_near, cluster_file) = match &plan.target {
+        Target::Local { replicas, nets, durability, fast_path, client_near, .. } => {
+            (nets.clone(), *replicas, *durability, *fast_path, *client_near, None)
         }
         // The servers' durability is their own --durability, which the client cannot see.
         Target::File { path, config } => {
             let replicas = config.shards[0].replicas.len() as u32;
-            (vec![config.scenario()], replicas, "unknown", config.fast_path(), Some(path.clone()))
+            (vec![config.scenario()], replicas, "unknown", config.fast_path(), None, Some(path.clone()))
         }
     };
     let mut results: Vec<BenchResult> = Vec::new();
@@ -398,6 +412,8 @@ fn bench_runs(
                 warmup: plan.warmup,
                 headroom_us: plan.headroom_us,
                 adaptive_headroom: plan.adaptive_headroom,
+                read_only_path: plan.read_only_path,
+                client_near,
                 cluster_file: cluster_file.clone(),
                 protocol,
                 durability,

@@ -103,6 +103,8 @@ fn every_bad_argument_is_refused_at_once_in_one_line_naming_it() {
         ),
         (&["--protocol", "OCC"], "invalid --protocol OCC:"),
         (&["--cluster", cluster, "--protocol", "occ"], "invalid --protocol occ: the servers of"),
+        (&["--protocol", "occ", "--read-only-path", "on"], "--read-only-path on is Luigi's"),
+        (&["--client-near", "1"], "invalid --client-near 1:"),
     ];
     for (args, needle) in cases {
         let (out, took) = bench(&dir, &tmp, args);

@@ -25,11 +25,14 @@ fn refused(options: &BenchOptions, needle: &str) -> String {
 fn defaults_are_a_local_cluster_and_the_json_check_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let plan = ok_options(dir.path()).validate().unwrap();
-    let Target::Local { shards, replicas, nets, durability, fast_path } = &plan.target else { panic!("local") };
+    let Target::Local { shards, replicas, nets, durability, fast_path, client_near } = &plan.target else {
+        panic!("local")
+    };
     assert_eq!(
-        (*shards, *replicas, nets.as_slice(), *durability, *fast_path),
-        (1, 1, &[Scenario::SameRegion][..], "fsync", true)
+        (*shards, *replicas, nets.as_slice(), *durability, *fast_path, *client_near),
+        (1, 1, &[Scenario::SameRegion][..], "fsync", true, None)
     );
+    assert_eq!(plan.read_only_path, None, "the cluster file's default: on for Luigi");
     assert_eq!(plan.shards(), 1);
     assert_eq!((plan.duration, plan.warmup), (Duration::from_secs(10), Duration::from_secs(2)));
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no probe file or directory left");
@@ -179,6 +182,7 @@ fn a_cluster_file_excludes_the_local_cluster_options() {
     refused(&BenchOptions { net: Some(vec![Scenario::Geo]), ..base.clone() }, "--net cannot be used with --cluster");
     refused(&BenchOptions { durability: Some("none"), ..base.clone() }, "--durability cannot be used with --cluster");
     refused(&BenchOptions { fast_path: Some(false), ..base.clone() }, "--fast-path cannot be used with --cluster");
+    refused(&BenchOptions { client_near: Some(0), ..base.clone() }, "--client-near cannot be used with --cluster");
     refused(
         &BenchOptions { shards: Some(2), net: Some(vec![Scenario::None]), ..base.clone() },
         "--shards, --net cannot be used",
@@ -231,4 +235,46 @@ fn metrics_are_served_and_scraped_unless_turned_off() {
     assert!(ok_options(dir.path()).validate().unwrap().metrics, "on by default");
     let off = BenchOptions { metrics: Some(false), ..ok_options(dir.path()) };
     assert!(!off.validate().unwrap().metrics);
+}
+
+#[test]
+fn the_read_only_path_is_luigis_and_a_cluster_file_can_only_turn_it_off_for_its_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = ok_options(dir.path());
+    for on in [None, Some(true), Some(false)] {
+        let plan = BenchOptions { read_only_path: on, ..base.clone() }.validate().unwrap();
+        assert_eq!(plan.read_only_path, on);
+    }
+    let off = BenchOptions { read_only_path: Some(false), protocol: Some("luigi,occ".into()), ..base.clone() };
+    assert_eq!(off.validate().unwrap().protocols, vec![Protocol::Luigi, Protocol::Occ]);
+    let on = BenchOptions { read_only_path: Some(true), ..base.clone() };
+    let msg = refused(&BenchOptions { protocol: Some("2pl".into()), ..on.clone() }, "invalid --protocol 2pl:");
+    assert!(msg.contains("--read-only-path on is Luigi's"), "{msg}");
+    let luigi_file = BenchOptions { cluster: Some(cluster_file(dir.path())), ..base.clone() };
+    for on in [Some(true), Some(false)] {
+        BenchOptions { read_only_path: on, ..luigi_file.clone() }.validate().unwrap();
+    }
+    let path = dir.path().join("without.toml");
+    std::fs::write(&path, "[protocol]\nread_only_path = false\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n").unwrap();
+    let without = BenchOptions { cluster: Some(path), ..base.clone() };
+    BenchOptions { read_only_path: Some(false), ..without.clone() }.validate().unwrap();
+    let msg = refused(&BenchOptions { read_only_path: Some(true), ..without }, "invalid --read-only-path on:");
+    assert!(msg.contains("without.toml run without it"), "{msg}");
+}
+
+#[test]
+fn client_near_names_a_replica_of_the_local_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = ok_options(dir.path());
+    let near = |plan: BenchPlan| match plan.target {
+        Target::Local { client_near, .. } => client_near,
+        Target::File { .. } => panic!("local"),
+    };
+    assert_eq!(near(BenchOptions { client_near: Some(0), ..base.clone() }.validate().unwrap()), Some(0));
+    let three = BenchOptions { replicas: Some(3), ..base.clone() };
+    assert_eq!(near(BenchOptions { client_near: Some(2), ..three.clone() }.validate().unwrap()), Some(2));
+    let msg = refused(&BenchOptions { client_near: Some(3), ..three }, "invalid --client-near 3:");
+    assert!(msg.contains("from 0 to 2"), "{msg}");
+    refused(&BenchOptions { client_near: Some(1), ..base.clone() }, "invalid --client-near 1:");
+    refused(&BenchOptions { client_near: Some(u32::MAX), ..base }, "from 0 to 0");
 }

@@ -201,6 +201,32 @@ mod tests {
         }
     }
 
+    /// Issue 31: a client sends a transaction whose every piece declares no write as snapshot
+    /// reads (the read-only path). YCSB's reads must be exactly those, in every workload and
+    /// with several operations per transaction; K2's {95, 5} mix draws 95 % of them.
+    #[test]
+    fn reads_and_only_reads_declare_no_writes_so_they_take_the_read_only_path() {
+        for workload in CoreWorkload::ALL {
+            for ops_per_txn in [1, 4] {
+                let options = YcsbOptions { workload, ops_per_txn, ..YcsbOptions::default() };
+                let config = options.validate(Some(3), None).unwrap();
+                let counter = luigi_workloads::ycsb::InsertCounter::new(config.records);
+                let mut generator = YcsbGenerator::new(config, options.load(), 3, 7, counter);
+                let draws = 4_000;
+                let mut read_only = 0;
+                for _ in 0..draws {
+                    let txn = generator.next_txn().unwrap();
+                    let no_writes = txn.pieces.iter().all(|piece| piece.keys.writes.is_empty());
+                    assert_eq!(no_writes, txn.procedure == "ycsb.read", "{workload:?}: {}", txn.procedure);
+                    read_only += u32::from(no_writes);
+                }
+                let share = f64::from(read_only) / f64::from(draws);
+                let expected = f64::from(options.load().mix.read) / 100.0;
+                assert!((share - expected).abs() < 0.02, "{workload:?}: {share} read-only, mix {expected}");
+            }
+        }
+    }
+
     #[test]
     fn a_cluster_file_must_host_a_usertable_and_decides_its_shape() {
         let mut file = ClusterConfig::local(1, luigi_wan::Scenario::None, &[1]);

@@ -64,6 +64,8 @@ impl NodeConfig {
         leader.recover_after_us = tuning.recover_after_us;
         leader.max_ahead_us = tuning.max_ahead_us();
         leader.answer_expiry_us = tuning.answer_expiry_us;
+        leader.snapshot_retention_us = tuning.snapshot_retention_us;
+        leader.idle_marker_us = tuning.idle_marker_us;
         leader.group_sizes = replicas.clone();
         let transfers = TransferConfig::new(&tuning);
         NodeConfig { node, replicas, seed, tuning, leader, registry, initial: empty_store(), transfers, protocol: None }
