@@ -321,6 +321,8 @@ fn client_core(config: &ClusterConfig, id: ClientId) -> Box<dyn ClientCore> {
     // and fanning every one out costs the followers more).
     c.fan_out = if config.fast_path_anywhere() { FanOut::Adaptive } else { FanOut::Never };
     c.max_clock_offset_us = config.tuning().max_clock_offset_us;
+    // Rule 23: transactions that declare no writes read a snapshot at the nearest replicas.
+    c.read_only_path = config.read_only_path();
     luigi_baseline::client_for(config.protocol(), c)
 }
 
