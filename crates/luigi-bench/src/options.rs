@@ -83,6 +83,9 @@ pub struct BenchOptions {
     /// cluster file, `off` applies to this client only (its read-only transactions take the
     /// read-write path) and `on` only repeats the file: its servers keep versions or not.
     pub read_only_path: Option<bool>,
+    /// `--max-clock-offset-us` (local cluster only): the cluster file's `[protocol]
+    /// max_clock_offset_us`, the clock bound (DESIGN.md rule 22) a snapshot read waits out.
+    pub max_clock_offset_us: Option<u64>,
     /// `--client-near REPLICA` (local cluster only): the client sits next to replica
     /// `REPLICA` of every shard (`[[links]]` between `client` and `s<shard>r<REPLICA>` with
     /// no delay, both ways); every other link keeps the scenario's delay.
@@ -137,6 +140,8 @@ pub struct BenchPlan {
     /// Read-only path override (`[protocol] read_only_path`): a local cluster's (its servers
     /// and clients), or a cluster file's client's, turned off only.
     pub read_only_path: Option<bool>,
+    /// The local cluster's clock bound (`[protocol] max_clock_offset_us`), if given.
+    pub max_clock_offset_us: Option<u64>,
     /// Results file, checked writable.
     pub json: PathBuf,
     /// The protocols to run, each in turn for every network and thread count (side by side,
@@ -195,6 +200,7 @@ impl BenchOptions {
             headroom_us: self.headroom_us,
             adaptive_headroom: self.adaptive_headroom,
             read_only_path: self.read_only_path,
+            max_clock_offset_us: self.max_clock_offset_us,
             json: self.json.clone(),
             protocols,
             rate_tps: self.rate,
@@ -279,6 +285,7 @@ impl BenchOptions {
                 ("--durability", self.durability.is_some()),
                 ("--fast-path", self.fast_path.is_some()),
                 ("--client-near", self.client_near.is_some()),
+                ("--max-clock-offset-us", self.max_clock_offset_us.is_some()),
             ]
             .into_iter()
             .filter_map(|(name, given)| given.then_some(name))
@@ -410,6 +417,12 @@ impl BenchOptions {
                         "an open-loop rate is a number of transactions per second above 0, at most {MAX_RATE_TPS}"
                     )
                 )
+            );
+        }
+        if let Some(bound) = self.max_clock_offset_us {
+            ensure!(
+                bound <= MAX_HEADROOM_US,
+                invalid("--max-clock-offset-us", bound, format_args!("at most {MAX_HEADROOM_US} µs (60 s)"))
             );
         }
         if let Some(headroom) = self.headroom_us {

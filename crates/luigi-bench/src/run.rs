@@ -61,6 +61,9 @@ pub struct RunSpec {
     /// Read-only path override (`[protocol] read_only_path`): written into the local
     /// cluster's file (absent: on for Luigi); over a cluster file's, this client's only.
     pub read_only_path: Option<bool>,
+    /// The clock bound written into the local cluster's file (`[protocol]
+    /// max_clock_offset_us`; absent: the default).
+    pub max_clock_offset_us: Option<u64>,
     /// The client next to this replica of every shard of the local cluster (`[[links]]` with
     /// no delay between `client` and it, both ways; [`client_near`]).
     pub client_near: Option<u32>,
@@ -238,6 +241,7 @@ fn cluster_config(run: &RunSpec, hosted: Option<WorkloadSpec>) -> anyhow::Result
             config.protocol.fast_path = Some(run.fast_path && run.protocol == Protocol::Luigi);
             let luigi = run.protocol == Protocol::Luigi;
             config.protocol.read_only_path = Some(run.read_only_path.unwrap_or(luigi) && luigi);
+            config.protocol.max_clock_offset_us = run.max_clock_offset_us;
             config.workload = hosted;
             for shard in &mut config.shards {
                 shard.replicas = vec!["127.0.0.1:0".into(); run.replicas as usize];
@@ -374,6 +378,7 @@ impl Measured {
         params.insert("fast_path".into(), serde_json::json!(self.config.fast_path()));
         params.insert("read_only_path".into(), serde_json::json!(self.config.read_only_path()));
         params.insert("client_near".into(), serde_json::json!(run.client_near));
+        params.insert("max_clock_offset_us".into(), serde_json::json!(self.config.tuning().max_clock_offset_us));
         params.insert("ready_s".into(), serde_json::json!(self.ready.as_secs_f64()));
         params.insert("metrics".into(), serde_json::json!(if run.metrics { "on" } else { "off" }));
         if let Some(open) = &self.report.open_loop {

@@ -230,6 +230,11 @@ struct RunArgs {
     /// cluster's file; `on` is Luigi's only. With --cluster, `off` is for this client only.
     #[arg(long, value_name = "on|off")]
     read_only_path: Option<OnOff>,
+    /// The clock bound, µs (`[protocol] max_clock_offset_us`; DESIGN.md rule 22), at most
+    /// 60000000: a snapshot read (rule 23) waits about this long [default: 500000]. Written
+    /// into the local cluster's file; not with --cluster.
+    #[arg(long)]
+    max_clock_offset_us: Option<u64>,
     /// Put the client next to this replica of every shard (0 is the first, the initial
     /// leader): no delay between the client and it, both ways, while every other link keeps
     /// the scenario's (`[[links]]` in the local cluster's file) [default: none]. Not with
@@ -376,6 +381,7 @@ impl RunArgs {
             rate: self.rate,
             metrics: self.metrics.map(|m| m == OnOff::On),
             read_only_path: self.read_only_path.map(|r| r == OnOff::On),
+            max_clock_offset_us: self.max_clock_offset_us,
             client_near: self.client_near,
         }
     }
@@ -413,6 +419,7 @@ fn bench_runs(
                 headroom_us: plan.headroom_us,
                 adaptive_headroom: plan.adaptive_headroom,
                 read_only_path: plan.read_only_path,
+                max_clock_offset_us: plan.max_clock_offset_us,
                 client_near,
                 cluster_file: cluster_file.clone(),
                 protocol,

@@ -278,3 +278,16 @@ fn client_near_names_a_replica_of_the_local_shards() {
     refused(&BenchOptions { client_near: Some(1), ..base.clone() }, "invalid --client-near 1:");
     refused(&BenchOptions { client_near: Some(u32::MAX), ..base }, "from 0 to 0");
 }
+
+#[test]
+fn the_clock_bound_is_the_local_clusters_and_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = ok_options(dir.path());
+    let plan = BenchOptions { max_clock_offset_us: Some(10_000), ..base.clone() }.validate().unwrap();
+    assert_eq!(plan.max_clock_offset_us, Some(10_000));
+    refused(&BenchOptions { max_clock_offset_us: Some(60_000_001), ..base.clone() }, "invalid --max-clock-offset-us");
+    let file = dir.path().join("c.toml");
+    std::fs::write(&file, "[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n").unwrap();
+    let on_file = BenchOptions { cluster: Some(file), max_clock_offset_us: Some(10_000), ..base };
+    refused(&on_file, "--max-clock-offset-us cannot be used with --cluster");
+}

@@ -18,6 +18,7 @@ fn spec(protocol: Protocol, net: Scenario) -> RunSpec {
         headroom_us: None,
         adaptive_headroom: None,
         read_only_path: None,
+        max_clock_offset_us: None,
         client_near: None,
         cluster_file: None,
         protocol,
@@ -76,4 +77,12 @@ fn client_near_puts_the_client_next_to_one_replica_of_every_shard_and_nothing_el
         }
     }
     assert_eq!(near.links.len(), 4, "two shards, both ways");
+}
+
+#[test]
+fn the_clock_bound_given_is_written_into_the_local_clusters_file() {
+    let luigi = spec(Protocol::Luigi, Scenario::Geo);
+    assert_eq!(written(&luigi).tuning().max_clock_offset_us, luigi_protocol::leader::MAX_CLOCK_OFFSET_US_DEFAULT);
+    let tight = written(&RunSpec { max_clock_offset_us: Some(10_000), ..luigi });
+    assert_eq!(tight.tuning().max_clock_offset_us, 10_000);
 }
