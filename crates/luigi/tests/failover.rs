@@ -161,14 +161,17 @@ fn check_balances_and_history(rt: &tokio::runtime::Runtime, recorder: &Recorder,
     assert_eq!(actual, expected, "balances differ from the committed transfers: something was lost or doubled");
     let summary = recorder.check(&stores);
     eprintln!(
-        "failover (server clocks ±{} ms): history checker: {} transactions ordered ({} committed, {} rejected), \
-         {} conflict edges, strictly serializable",
+        "failover (server clocks ±{} ms): history checker: {} transactions ordered ({} committed, {} of them read \
+         at a snapshot, {} rejected), {} conflict edges, strictly serializable",
         skew_us / 1000,
         summary.ordered,
         summary.committed,
+        recorder.read_only_answers(),
         summary.rejected,
         summary.conflict_edges
     );
+    // Luigi's read-only path is on by default: the micro load's reads took it (rule 23).
+    assert!(recorder.read_only_answers() > 0, "no read-only transaction was read at a snapshot");
 }
 
 /// Every replica of both shards holds a snapshot in its directory under `data`.

@@ -63,6 +63,11 @@ impl Recorder {
         done.outcome
     }
 
+    /// Transactions answered as read at a snapshot (DESIGN.md rule 23).
+    pub fn read_only_answers(&self) -> usize {
+        self.txns.lock().unwrap().iter().filter(|t| t.read_only() && t.ts().is_some()).count()
+    }
+
     /// A bank transfer (a zero one reads both balances).
     pub async fn transfer(&self, args: TransferArgs) -> TxnOutcome {
         let pieces = split(&self.partitioner, vec![], vec![account_key(args.from), account_key(args.to)]);
