@@ -245,7 +245,7 @@ impl BenchOptions {
                         "--read-only-path",
                         "on",
                         format_args!(
-                            "the servers of {} run without it (its [protocol] read_only_path, default on for Luigi \
+                            "the servers of {} run without it (its [protocol] read_only_path, off by default \
                              only): they keep no versions for snapshot reads",
                             path.display()
                         )

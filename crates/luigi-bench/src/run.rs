@@ -240,7 +240,7 @@ fn cluster_config(run: &RunSpec, hosted: Option<WorkloadSpec>) -> anyhow::Result
             // Written either way, so that the file says what ran.
             config.protocol.fast_path = Some(run.fast_path && run.protocol == Protocol::Luigi);
             let luigi = run.protocol == Protocol::Luigi;
-            config.protocol.read_only_path = Some(run.read_only_path.unwrap_or(luigi) && luigi);
+            config.protocol.read_only_path = Some(run.read_only_path.unwrap_or(false) && luigi);
             config.protocol.max_clock_offset_us = run.max_clock_offset_us;
             config.workload = hosted;
             for shard in &mut config.shards {

@@ -16,7 +16,7 @@
 //! fast_path = true             # Luigi's fast path (default: on, for shards of 3 replicas
 //!                              # or more; DESIGN.md, "The fast path")
 //! read_only_path = true       # read-only transactions read a snapshot at any replica
-//!                              # (DESIGN.md rule 23; default: on for Luigi, off otherwise)
+//!                              # (DESIGN.md rule 23; default: off; refused for baselines)
 //! snapshot_retention_us = 5000000 # versions kept for those reads (default: 5 s with the
 //!                              # read-only path, 0 without; at most 60 s)
 //! idle_marker_us = 20000       # an idle shard's safe-time step (default: 20 ms with the
@@ -318,9 +318,11 @@ impl ClusterConfig {
     /// Whether the cluster runs Luigi's read-only path (`[protocol] read_only_path`; DESIGN.md
     /// rule 23): clients send read-only transactions as snapshot reads, and the servers keep
     /// versions and mark idle shards often enough to serve them ([`Tuning::with_read_only_path`]).
-    /// On by default for Luigi, off for the baselines, which serve no snapshot reads.
+    /// Off by default: measured on 2x3 `geo` and `--net none`, a snapshot read waits out the
+    /// clock bound and the replicas' marker lag and costs more than the read-write path
+    /// (results/read-only/2026-11-27-ycsb.txt). The baselines serve no snapshot reads.
     pub fn read_only_path(&self) -> bool {
-        self.protocol.read_only_path.unwrap_or(self.protocol() == Protocol::Luigi)
+        self.protocol.read_only_path.unwrap_or(false)
     }
 
     /// Coordinator headroom: configured, or half the scenario's jitter plus 200 µs.

@@ -226,8 +226,8 @@ struct RunArgs {
     metrics: Option<OnOff>,
     /// Luigi's read-only path (`[protocol] read_only_path`; DESIGN.md rule 23): read-only
     /// transactions read a snapshot at a replica of each shard, and the servers keep versions
-    /// for them [default: on for Luigi's runs, or the cluster file's]. Written into the local
-    /// cluster's file; `on` is Luigi's only. With --cluster, `off` is for this client only.
+    /// for them [default: off, or the cluster file's]. Written into the local cluster's file;
+    /// `on` is Luigi's only. With --cluster, `off` is for this client only.
     #[arg(long, value_name = "on|off")]
     read_only_path: Option<OnOff>,
     /// The clock bound, µs (`[protocol] max_clock_offset_us`; DESIGN.md rule 22), at most

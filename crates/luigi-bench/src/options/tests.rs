@@ -32,7 +32,7 @@ fn defaults_are_a_local_cluster_and_the_json_check_leaves_nothing() {
         (*shards, *replicas, nets.as_slice(), *durability, *fast_path, *client_near),
         (1, 1, &[Scenario::SameRegion][..], "fsync", true, None)
     );
-    assert_eq!(plan.read_only_path, None, "the cluster file's default: on for Luigi");
+    assert_eq!(plan.read_only_path, None, "the cluster file's default: off");
     assert_eq!(plan.shards(), 1);
     assert_eq!((plan.duration, plan.warmup), (Duration::from_secs(10), Duration::from_secs(2)));
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no probe file or directory left");
@@ -250,12 +250,14 @@ fn the_read_only_path_is_luigis_and_a_cluster_file_can_only_turn_it_off_for_its_
     let on = BenchOptions { read_only_path: Some(true), ..base.clone() };
     let msg = refused(&BenchOptions { protocol: Some("2pl".into()), ..on.clone() }, "invalid --protocol 2pl:");
     assert!(msg.contains("--read-only-path on is Luigi's"), "{msg}");
-    let luigi_file = BenchOptions { cluster: Some(cluster_file(dir.path())), ..base.clone() };
+    let path = dir.path().join("with.toml");
+    std::fs::write(&path, "[protocol]\nread_only_path = true\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n").unwrap();
+    let luigi_file = BenchOptions { cluster: Some(path), ..base.clone() };
     for on in [Some(true), Some(false)] {
         BenchOptions { read_only_path: on, ..luigi_file.clone() }.validate().unwrap();
     }
     let path = dir.path().join("without.toml");
-    std::fs::write(&path, "[protocol]\nread_only_path = false\n[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n").unwrap();
+    std::fs::write(&path, "[[shards]]\nreplicas = [\"127.0.0.1:1\"]\n").unwrap();
     let without = BenchOptions { cluster: Some(path), ..base.clone() };
     BenchOptions { read_only_path: Some(false), ..without.clone() }.validate().unwrap();
     let msg = refused(&BenchOptions { read_only_path: Some(true), ..without }, "invalid --read-only-path on:");

@@ -47,8 +47,9 @@ fn written(run: &RunSpec) -> ClusterConfig {
 #[test]
 fn the_local_clusters_file_says_whether_the_read_only_path_runs() {
     let luigi = spec(Protocol::Luigi, Scenario::None);
-    let on = written(&luigi);
-    assert_eq!(on.protocol.read_only_path, Some(true), "written out, on by default for Luigi");
+    assert_eq!(written(&luigi).protocol.read_only_path, Some(false), "written out, off by default");
+    let on = written(&RunSpec { read_only_path: Some(true), ..luigi.clone() });
+    assert_eq!(on.protocol.read_only_path, Some(true));
     assert!(on.read_only_path() && on.tuning().snapshot_retention_us > 0);
     let off = written(&RunSpec { read_only_path: Some(false), ..luigi.clone() });
     assert_eq!(off.protocol.read_only_path, Some(false));

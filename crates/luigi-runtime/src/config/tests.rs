@@ -133,18 +133,20 @@ fn leader_of(config: &ClusterConfig) -> luigi_protocol::leader::LeaderConfig {
 }
 
 #[test]
-fn the_read_only_path_is_luigis_by_default_and_sets_the_servers_window_and_idle_markers() {
+fn the_read_only_path_is_luigis_off_by_default_and_sets_the_servers_window_and_idle_markers() {
     use luigi_node::tuning::{READ_ONLY_IDLE_MARKER_US, READ_ONLY_RETENTION_US};
     let off_defaults = luigi_protocol::leader::LeaderConfig::new(0, 1);
-    let luigi = with_protocol("").unwrap();
-    assert!(luigi.read_only_path(), "on for Luigi by default");
+    assert!(!with_protocol("").unwrap().read_only_path(), "off by default (it does not pay yet)");
+    assert_eq!(with_protocol("").unwrap().tuning().snapshot_retention_us, 0, "and no versions kept");
+    let luigi = with_protocol("read_only_path = true").unwrap();
+    assert!(luigi.read_only_path());
     let leader = leader_of(&luigi);
     assert_eq!(
         (leader.snapshot_retention_us, leader.idle_marker_us),
         (READ_ONLY_RETENTION_US, READ_ONLY_IDLE_MARKER_US)
     );
     assert_eq!((READ_ONLY_RETENTION_US, READ_ONLY_IDLE_MARKER_US), (5_000_000, 20_000));
-    assert!(!luigi.to_toml().contains("read_only_path"), "the default is not written out");
+    assert_eq!(parse(&luigi.to_toml()).unwrap(), luigi, "round trip");
     let off = with_protocol("read_only_path = false").unwrap();
     assert!(!off.read_only_path());
     let leader = leader_of(&off);
