@@ -92,11 +92,6 @@ impl Nearest {
         }
     }
 
-    /// The smoothed round trip to `replica` of `shard`, if measured.
-    pub fn rtt_us(&self, shard: ShardId, replica: u32) -> Option<u64> {
-        self.shards.get(shard as usize)?.get(replica as usize)?.rtt_us
-    }
-
     fn distance(&mut self, shard: ShardId, replica: u32) -> Option<&mut Distance> {
         self.shards.get_mut(shard as usize)?.get_mut(replica as usize)
     }

@@ -26,7 +26,7 @@ use luigi_txn::Map;
 use std::collections::BTreeSet;
 
 use super::nearest::Nearest;
-use super::{CommitRule, Coordinator};
+use super::Coordinator;
 
 /// Read-only transactions in flight at most (the shell holds new ones while full).
 pub const READS_MAX: usize = 1 << 16;
@@ -170,8 +170,8 @@ impl Coordinator {
         ahead.max(self.reads.observed_ts).max(1)
     }
 
-    /// Sends piece `slot` of read `id` to the nearest replica not just tried, or reports the
-    /// read rejected when the piece has used its attempts.
+    /// Sends piece `slot` of read `id` to the nearest replica other than the one it was last
+    /// sent to, and sets when it is due again.
     fn send_piece(
         &mut self,
         now: TimeUs,
@@ -243,18 +243,11 @@ impl Coordinator {
         }
     }
 
-    /// Every shard the commit rule waits on has passed `ts`: a participant by serving it (its
-    /// safe time, at most its leader's watermark, reached `ts`), another by its watermark or
-    /// by a floor promise that passes it over (rule 15).
+    /// The commit rule holds for a read at `ts` over `pieces`: a participant passed `ts` by
+    /// serving it (its safe time, at most its leader's watermark, reached `ts`).
     fn read_covered(&self, ts: Timestamp, pieces: &[ReadPiece]) -> bool {
-        match self.config.commit_rule {
-            CommitRule::Participants => true,
-            CommitRule::AllShards { shards } => (0..shards).all(|s| {
-                pieces.iter().any(|p| p.shard == s)
-                    || self.watermarks.get(&s).is_some_and(|w| *w >= ts)
-                    || self.passed_over(s, ts)
-            }),
-        }
+        let participants = pieces.iter().map(|p| p.shard);
+        self.commit_rule_passed(ts, participants.clone(), |s| participants.clone().any(|p| p == s))
     }
 
     /// Sends again the pieces that are due: silent past the resend timeout, or refused.

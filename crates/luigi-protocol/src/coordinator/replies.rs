@@ -67,11 +67,31 @@ impl Coordinator {
         self.complete_reads(out);
     }
 
+    /// Rule 7's commit rule for a transaction at `ts` over `participants`: every shard it
+    /// waits on has passed `ts`, by its watermark or by `answered_past(shard)` (what the
+    /// participant's own answer proves), or, for a shard that does not take part, by a floor
+    /// promise that passes it over (rule 15). The read-write and the read-only paths both
+    /// answer by it.
+    pub(super) fn commit_rule_passed(
+        &self,
+        ts: Timestamp,
+        participants: impl Iterator<Item = ShardId> + Clone,
+        answered_past: impl Fn(ShardId) -> bool,
+    ) -> bool {
+        let passed = |shard: ShardId| self.watermarks.get(&shard).is_some_and(|w| *w >= ts) || answered_past(shard);
+        match self.config.commit_rule {
+            CommitRule::Participants => participants.clone().all(passed),
+            CommitRule::AllShards { shards } => {
+                (0..shards).all(|s| passed(s) || (!participants.clone().any(|p| p == s) && self.passed_over(s, ts)))
+            }
+        }
+    }
+
     /// Rule 15: `shard` admits nothing at or below `ts` any more, whatever its watermark says:
     /// its leader of some term promised a committed floor at or above `ts`, and a majority of
     /// its replicas have moved past that term (that leader commits nothing more; every later
     /// one admits above the floor).
-    pub(super) fn passed_over(&self, shard: ShardId, ts: Timestamp) -> bool {
+    fn passed_over(&self, shard: ShardId, ts: Timestamp) -> bool {
         let Some(&(term, floor)) = self.promises.get(&shard) else { return false };
         floor >= ts && (self.config.mutations.pass_over_without_term_change || self.progress.moved_past(shard, term))
     }
@@ -169,15 +189,8 @@ impl Coordinator {
         // An early answer was sent with the clock and the committed floor promise past `ts`
         // (rule 21): its shard admits nothing at or below `ts` any more, which is what this
         // rule needs of it; it counts only in a fast commit (below, `all_settled`).
-        let early = |shard: &ShardId| replies.iter().any(|r| r.shard == *shard && r.early);
-        let passed = |shard: &ShardId| self.watermarks.get(shard).is_some_and(|w| *w >= ts) || early(shard);
-        let participant = |shard: ShardId| replies.iter().any(|r| r.shard == shard);
-        let covered = match self.config.commit_rule {
-            CommitRule::Participants => replies.iter().all(|r| passed(&r.shard)),
-            CommitRule::AllShards { shards } => {
-                (0..shards).all(|s| passed(&s) || (!participant(s) && self.passed_over(s, ts)))
-            }
-        };
+        let early = |shard: ShardId| replies.iter().any(|r| r.shard == shard && r.early);
+        let covered = self.commit_rule_passed(ts, replies.iter().map(|r| r.shard), early);
         // Rule 14: every answer's position must be proven committed (a speculative result
         // could still be lost with its leader).
         let proven = self.config.mutations.trust_unproven_answers || self.all_settled(flight);
