@@ -230,18 +230,39 @@ pub(crate) trait ClientWorld {
         Ok(())
     }
 
-    /// The clients' links to replica `replica` of `shard` went down or came up: as the
-    /// runtime client does on a lost or regained connection, each live client whose routes
-    /// say so ([`ClientRoutes::link_change_resends`]) sends the dispatches waiting on `shard`
-    /// again soon rather than after the full retry timeout.
-    fn client_links_changed(&mut self, shard: ShardId, replica: u32) -> Step {
+    /// The clients' links to replica `replica` of `shard` went down or came up (`up`): as the
+    /// runtime client does on a lost or regained connection, each live client's core hears of
+    /// it ([`ClientCore::replica_link`]), and each whose routes say so
+    /// ([`ClientRoutes::link_change_resends`]) sends the dispatches waiting on `shard` again
+    /// soon rather than after the full retry timeout.
+    fn client_links_changed(&mut self, shard: ShardId, replica: u32, up: bool) -> Step {
         self.trace(|| format!("the clients' links to R{shard}.{replica} change"));
         for id in 1..=self.clients().nodes.len() as ClientId {
+            self.client_replica_link(id, shard, replica, up)?;
             let node = self.client(id)?;
             if node.dead || !node.routes.link_change_resends(shard, replica) {
                 continue;
             }
             self.call_client(id, false, |coord, local, _, _| coord.shard_unreachable(local, shard))?;
+        }
+        Ok(())
+    }
+
+    /// Client `id`'s core hears that its link to replica `replica` of `shard` went down or came
+    /// up. It sends nothing then (a snapshot read waiting there becomes due), so its wake-up
+    /// moves only if its next deadline did: a run without snapshot reads is unchanged.
+    fn client_replica_link(&mut self, id: ClientId, shard: ShardId, replica: u32, up: bool) -> Step {
+        let now = self.now();
+        let node = self.client(id)?;
+        if node.dead {
+            return Ok(());
+        }
+        let before = node.coord.next_deadline();
+        node.coord.replica_link(local_clock(now, node.offset_us), shard, replica, up);
+        let after = node.coord.next_deadline();
+        if after != before {
+            let at = after.map(|d| virtual_deadline(d, node.offset_us).max(now + 1));
+            self.schedule_wake(Node::Client(id), at);
         }
         Ok(())
     }

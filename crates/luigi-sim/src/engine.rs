@@ -415,11 +415,11 @@ impl<'a, C: ClusterModel> Sim<'a, C> {
             }
             EventKind::Sync { node, gen } => self.cluster.sync(&mut self.core, node, gen),
             EventKind::Fault { index } => self.cluster.fault(&mut self.core, index),
-            EventKind::ClientLinks { shard, replica } => {
+            EventKind::ClientLinks { shard, replica, up } => {
                 let now = self.core.now;
                 self.core.fold(now);
                 self.core.fold(Node::Replica(shard, replica).code());
-                self.client_links_changed(shard, replica)
+                self.client_links_changed(shard, replica, up)
             }
         }
     }

@@ -151,6 +151,8 @@ pub enum EventKind {
         shard: ShardId,
         /// The replica.
         replica: u32,
+        /// They came up (false: they went down).
+        up: bool,
     },
 }
 

@@ -160,7 +160,7 @@ impl RaftGroups<'_> {
             self.links_down(core, s, i, cut.kind == CutKind::FromGroup)?;
         }
         if cut.drops_client_links() {
-            core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i });
+            core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i, up: false });
         }
         let at = core.now + down_us;
         self.schedule_fault(core, at, FaultAction::Heal(s, i));
@@ -172,7 +172,7 @@ impl RaftGroups<'_> {
     pub(super) fn heal_replica(&mut self, core: &mut Core<'_>, s: ShardId, i: u32) -> Step {
         let cut = self.replicas[s as usize][i as usize].cut.take();
         if cut.is_some_and(ActiveCut::drops_client_links) {
-            core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i });
+            core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i, up: true });
         }
         match cut {
             Some(c) if c.mode == CutMode::Held => {

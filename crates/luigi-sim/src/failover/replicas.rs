@@ -611,7 +611,7 @@ impl RaftGroups<'_> {
         core.schedule_wake(self.addr(s, i), None);
         let at = core.now + down;
         self.schedule_fault(core, at, FaultAction::Restart(s, i));
-        core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i });
+        core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i, up: false });
         self.links_down(core, s, i, false)
     }
 
@@ -622,7 +622,7 @@ impl RaftGroups<'_> {
         let node = new_node(core.config, self.faults, s, i, &mut r.disk).map_err(|v| v.at(core.now))?;
         r.node = Some(node);
         r.gen += 1;
-        core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i });
+        core.queue.push(core.now, EventKind::ClientLinks { shard: s, replica: i, up: true });
         self.links_up(core, s, i)
     }
 
