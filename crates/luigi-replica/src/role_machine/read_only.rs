@@ -93,7 +93,8 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         }
     }
 
-    /// Sets the bounds of the waiting reads (and the simulator's mutation).
+    /// Sets the bounds of the waiting reads (a replica starts with its protocol's,
+    /// [`ReplicaProtocol::snapshot_reads`]; tests set small ones).
     pub fn set_snapshot_reads(&mut self, config: SnapshotReadConfig) {
         self.reads.set_config(config);
     }

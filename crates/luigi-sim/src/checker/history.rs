@@ -84,6 +84,13 @@ pub struct History {
     pub txns: Vec<TxnRecord>,
 }
 
+impl History {
+    /// Transactions ordered at a snapshot (DESIGN.md rule 23).
+    pub fn read_only_answered(&self) -> u64 {
+        self.txns.iter().filter(|t| t.read_only() && t.ts().is_some()).count() as u64
+    }
+}
+
 /// Optional checks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CheckOptions {

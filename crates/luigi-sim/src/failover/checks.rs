@@ -219,7 +219,7 @@ impl RaftGroups<'_> {
         self.report.shard_hashes = stores.iter().map(|s| s.state_hash()).collect();
         self.check_every_store(&core)?;
         self.report.committed = committed;
-        self.report.read_only = read_only_answers(&core.cs.history);
+        self.report.read_only = core.cs.history.read_only_answered();
         self.report.rejected = rejected;
         self.report.txns = core.cs.submitted;
         self.report.orphans = core.cs.orphans.len() as u64;
@@ -421,9 +421,4 @@ impl RaftGroups<'_> {
         }
         msg
     }
-}
-
-/// Transactions of `history` ordered at a snapshot (DESIGN.md rule 23).
-pub(super) fn read_only_answers(history: &crate::checker::History) -> u64 {
-    history.txns.iter().filter(|t| t.read_only() && t.ts().is_some()).count() as u64
 }

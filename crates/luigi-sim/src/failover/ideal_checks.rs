@@ -48,7 +48,7 @@ impl RaftGroups<'_> {
             seed: core.config.seed,
             txns: core.config.txns,
             committed: summary.committed,
-            read_only: super::checks::read_only_answers(&core.cs.history),
+            read_only: core.cs.history.read_only_answered(),
             proc_aborted: summary.proc_aborted,
             rejected: summary.rejected,
             retries,

@@ -26,7 +26,7 @@ pub struct Recorder {
     client: Client,
     partitioner: HashPartitioner,
     start: Instant,
-    txns: Mutex<Vec<TxnRecord>>,
+    history: Mutex<History>,
 }
 
 impl Recorder {
@@ -36,7 +36,7 @@ impl Recorder {
             client,
             partitioner: HashPartitioner::new(shards),
             start: Instant::now(),
-            txns: Mutex::default(),
+            history: Mutex::default(),
         })
     }
 
@@ -59,13 +59,13 @@ impl Recorder {
             dispatched,
             answers: vec![answer],
         };
-        self.txns.lock().unwrap().push(record);
+        self.history.lock().unwrap().txns.push(record);
         done.outcome
     }
 
     /// Transactions answered as read at a snapshot (DESIGN.md rule 23).
-    pub fn read_only_answers(&self) -> usize {
-        self.txns.lock().unwrap().iter().filter(|t| t.read_only() && t.ts().is_some()).count()
+    pub fn read_only_answers(&self) -> u64 {
+        self.history.lock().unwrap().read_only_answered()
     }
 
     /// A bank transfer (a zero one reads both balances).
@@ -113,7 +113,7 @@ impl Recorder {
     /// last) with every pair of real-time ordered transactions required in timestamp order
     /// (the all-shards commit rule promises it).
     pub fn check(&self, stores: &[Store]) -> CheckSummary {
-        let history = History { txns: self.txns.lock().unwrap().clone() };
+        let history = self.history.lock().unwrap().clone();
         let stores: Vec<&Store> = stores.iter().collect();
         let options = CheckOptions { realtime_across_shards: true };
         match check(&history, &luigi_workloads::procedures::builtins(), &stores, options) {
