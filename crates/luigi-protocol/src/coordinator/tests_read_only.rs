@@ -217,3 +217,24 @@ fn with_the_all_shards_rule_a_served_read_waits_for_the_other_shards_watermarks(
     assert!(done(&out).is_some_and(|d| d.read_only && d.outcome.is_committed()), "{out:?}");
     assert_eq!(c.in_flight(), 0);
 }
+
+#[test]
+fn a_full_table_of_reads_holds_new_submissions_until_one_is_answered() {
+    let mut c = Coordinator::new(reading(1));
+    let mut out = Vec::new();
+    let mut first = None;
+    for k in 0..read_only::READS_MAX {
+        assert!(c.can_submit(), "room for read {k}");
+        c.submit(0, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+        if first.is_none() {
+            first = reads(&out).into_iter().next();
+        }
+        out.clear();
+    }
+    assert!(!c.can_submit(), "full: the shell holds new submissions");
+    assert_eq!(c.in_flight(), read_only::READS_MAX);
+    let (_, r, read) = first.expect("the first read was sent");
+    c.on_message(10, answer(&read, r, 0, Ok(Ok(vec![]))), &mut out);
+    assert!(done(&out).is_some(), "answered");
+    assert!(c.can_submit(), "room again once one is answered");
+}
