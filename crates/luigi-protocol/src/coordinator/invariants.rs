@@ -12,7 +12,8 @@ impl Coordinator {
     ///
     /// - a transaction holds a refusal exactly when it was reported rejected; one that every
     ///   participant answered otherwise waits only for a watermark (the commit rule), and
-    ///   only such transactions wait for one.
+    ///   only such transactions wait for one;
+    /// - the read-only table's indexes match its reads (`Reads::check_invariants`).
     pub fn check_invariants(&self) -> Result<(), String> {
         self.flights.check_invariants("coordinator")?;
         let broken = |what: String| format!("client {} coordinator: {what}", self.config.client);
@@ -32,7 +33,7 @@ impl Coordinator {
         if let Some(id) = self.awaiting_watermark.iter().find(|id| self.flights.get(**id).is_none()) {
             return Err(broken(format!("{id:?} waits for a watermark but is not in flight")));
         }
-        Ok(())
+        self.reads.check_invariants().map_err(broken)
     }
 }
 

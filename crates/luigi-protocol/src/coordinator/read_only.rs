@@ -12,6 +12,10 @@
 //! `Rejected` with the replica's reason: a read changes nothing, so it executed nowhere. The
 //! table is bounded ([`READS_MAX`]): while full, the shell holds new submissions.
 //!
+//! The table is indexed so that no message costs a pass over every read in flight: by the
+//! time each read is next due (what the shell's wake-up asks after every message), and the
+//! served reads by snapshot (a watermark looks only at those it can pass).
+//!
 //! Once every piece is served, the read is answered under the commit rule of the read-write
 //! path (rule 7): with `AllShards`, once every other shard's watermark passed `ts` too (a
 //! participant's answer proves its own), so that whatever starts after the answer, anywhere,
@@ -58,14 +62,18 @@ pub(super) struct ReadFlight {
     ts: Timestamp,
     submitted_us: TimeUs,
     pieces: Vec<ReadPiece>,
+    /// Its key in [`Reads::due`]: its earliest due unserved piece, as last indexed.
+    indexed_due: Option<TimeUs>,
 }
 
 /// The read-only transactions in flight and where their pieces go.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Reads {
     flights: Map<TxnId, ReadFlight>,
-    /// Served on every participant, waiting for the other shards' watermarks.
-    awaiting: BTreeSet<TxnId>,
+    /// Every flight with an unserved piece, by when that piece is next due.
+    pub(super) due: BTreeSet<(TimeUs, TxnId)>,
+    /// Served on every participant, waiting for the other shards' watermarks, by snapshot.
+    awaiting: BTreeSet<(Timestamp, TxnId)>,
     pub(super) nearest: Nearest,
     /// The highest timestamp this client has observed: its answers' and its snapshots'.
     pub(super) observed_ts: Timestamp,
@@ -74,7 +82,36 @@ pub(super) struct Reads {
 impl Reads {
     /// No read in flight; distances to shards of `group_sizes[s]` replicas.
     pub(super) fn new(group_sizes: &[u32]) -> Self {
-        Reads { flights: Map::default(), awaiting: BTreeSet::new(), nearest: Nearest::new(group_sizes), observed_ts: 0 }
+        Reads {
+            flights: Map::default(),
+            due: BTreeSet::new(),
+            awaiting: BTreeSet::new(),
+            nearest: Nearest::new(group_sizes),
+            observed_ts: 0,
+        }
+    }
+
+    /// Puts `flight` in the table, indexed by when it is next due.
+    fn put(&mut self, id: TxnId, mut flight: ReadFlight) {
+        flight.indexed_due = flight.next_due();
+        if let Some(due) = flight.indexed_due {
+            self.due.insert((due, id));
+        }
+        self.flights.insert(id, flight);
+    }
+
+    /// Takes read `id` out of the table and its due index (not out of `awaiting`).
+    fn take(&mut self, id: TxnId) -> Option<ReadFlight> {
+        let flight = self.flights.remove(&id)?;
+        if let Some(due) = flight.indexed_due {
+            self.due.remove(&(due, id));
+        }
+        Some(flight)
+    }
+
+    /// The reads with a piece due at or before `now`.
+    fn due_by(&self, now: TimeUs) -> Vec<TxnId> {
+        self.due.iter().take_while(|(due, _)| *due <= now).map(|(_, id)| *id).collect()
     }
 
     /// Read-only transactions in flight.
@@ -87,10 +124,33 @@ impl Reads {
         self.flights.is_empty()
     }
 
+    /// The indexes match the table: every read with an unserved piece is indexed by when its
+    /// earliest one is due, and every read served on all participants waits for the
+    /// watermarks under its snapshot (the simulator checks it after each event).
+    pub(super) fn check_invariants(&self) -> Result<(), String> {
+        for (id, flight) in &self.flights {
+            let due = flight.next_due();
+            if flight.indexed_due != due || due.is_some_and(|due| !self.due.contains(&(due, *id))) {
+                return Err(format!("read {id:?} is due at {due:?} but indexed at {:?}", flight.indexed_due));
+            }
+            let awaiting = self.awaiting.contains(&(flight.ts, *id));
+            if due.is_none() != awaiting {
+                return Err(format!(
+                    "read {id:?} served everywhere: {}, awaiting watermarks: {awaiting}",
+                    due.is_none()
+                ));
+            }
+        }
+        if self.due.len() + self.awaiting.len() != self.flights.len() {
+            let (due, awaiting, reads) = (self.due.len(), self.awaiting.len(), self.flights.len());
+            return Err(format!("{due} reads due and {awaiting} awaiting watermarks, but {reads} in flight"));
+        }
+        Ok(())
+    }
+
     /// The earliest time a piece is due to be sent again.
     pub(super) fn next_due(&self) -> Option<TimeUs> {
-        let waiting = self.flights.values().flat_map(|f| f.pieces.iter().filter(|p| p.result.is_none()));
-        waiting.map(|p| p.due_us).min()
+        self.due.first().map(|(due, _)| *due)
     }
 }
 
@@ -154,11 +214,12 @@ impl Coordinator {
             // Watermarks must come while it waits for them (rule 7's keepalive).
             self.keepalive_at_us = now.saturating_add(self.config.keepalive_us);
         }
-        let mut flight = ReadFlight { procedure: procedure.to_string(), args, ts, submitted_us: now, pieces };
+        let mut flight =
+            ReadFlight { procedure: procedure.to_string(), args, ts, submitted_us: now, pieces, indexed_due: None };
         for slot in 0..flight.pieces.len() {
             self.send_piece(now, id, &mut flight, slot, out);
         }
-        self.reads.flights.insert(id, flight);
+        self.reads.put(id, flight);
         Ok(id)
     }
 
@@ -205,15 +266,36 @@ impl Coordinator {
 
     /// A replica's answer to a snapshot read.
     pub(super) fn on_snapshot_read(&mut self, now: TimeUs, reply: SnapshotReadReply, out: &mut Vec<ClientOutput>) {
-        let Some(flight) = self.reads.flights.get_mut(&reply.id) else { return };
-        let Some(piece) = flight.pieces.iter_mut().find(|p| p.shard == reply.shard) else { return };
+        let id = reply.id;
+        let Some(mut flight) = self.reads.take(id) else { return };
+        let failed = self.note_piece_answer(now, &mut flight, reply);
+        let ts = flight.ts;
+        let served = flight.pieces.iter().all(|p| p.result.is_some());
+        let covered = served && self.read_covered(ts, &flight.pieces);
+        self.reads.put(id, flight);
+        match failed {
+            Some(why) => self.finish_read(id, Some(why), out),
+            None if covered => self.finish_read(id, None, out),
+            None if served => {
+                self.reads.awaiting.insert((ts, id));
+            }
+            None => {}
+        }
+    }
+
+    /// Notes a replica's answer for its piece of `flight`: `Some(why)` when no replica will
+    /// serve the piece.
+    fn note_piece_answer(&mut self, now: TimeUs, flight: &mut ReadFlight, reply: SnapshotReadReply) -> Option<String> {
+        let piece = flight.pieces.iter_mut().find(|p| p.shard == reply.shard)?;
         if piece.result.is_some() || reply.ts != flight.ts {
-            return; // a late answer to an earlier send, or not this read's
+            return None; // a late answer to an earlier send, or not this read's
         }
         let current = piece.replica.is_none_or(|r| r == reply.replica);
-        if current {
-            let rtt_us = now.saturating_sub(piece.sent_us).saturating_sub(reply.held_us);
-            self.reads.nearest.sample(reply.shard, reply.replica, rtt_us);
+        let elapsed = now.saturating_sub(piece.sent_us);
+        // A wait longer than the whole round trip is not believed: it would make the replica
+        // look nearer than it is.
+        if current && reply.held_us <= elapsed {
+            self.reads.nearest.sample(reply.shard, reply.replica, elapsed - reply.held_us);
         }
         match next_of(reply.outcome) {
             Next::Done(result) => piece.result = Some(result),
@@ -224,22 +306,21 @@ impl Coordinator {
                 piece.due_us = now.saturating_add(self.config.not_leader_retry_us);
             }
             Next::Elsewhere => {}
-            Next::Fail(why) => return self.finish_read(reply.id, Some(why), out),
+            Next::Fail(why) => return Some(why),
         }
-        if flight.pieces.iter().all(|p| p.result.is_some()) {
-            self.reads.awaiting.insert(reply.id);
-            self.complete_reads(out);
-        }
+        None
     }
 
     /// Answers the served reads whose snapshot the commit rule's shards have all passed.
+    /// Only snapshots some shard has passed can pass (a read waits here only on a shard it
+    /// does not take part in), so the scan stops at the first above them.
     pub(super) fn complete_reads(&mut self, out: &mut Vec<ClientOutput>) {
-        let awaiting: Vec<TxnId> = self.reads.awaiting.iter().copied().collect();
-        for id in awaiting {
-            let flight = &self.reads.flights[&id];
-            if self.read_covered(flight.ts, &flight.pieces) {
-                self.finish_read(id, None, out);
-            }
+        let reach = self.commit_rule_reach();
+        let within = self.reads.awaiting.iter().take_while(|(ts, _)| *ts <= reach);
+        let covered = within.filter(|(ts, id)| self.read_covered(*ts, &self.reads.flights[id].pieces));
+        let ready: Vec<TxnId> = covered.map(|(_, id)| *id).collect();
+        for id in ready {
+            self.finish_read(id, None, out);
         }
     }
 
@@ -252,12 +333,8 @@ impl Coordinator {
 
     /// Sends again the pieces that are due: silent past the resend timeout, or refused.
     pub(super) fn tick_reads(&mut self, now: TimeUs, out: &mut Vec<ClientOutput>) {
-        if self.reads.next_due().is_none_or(|due| due > now) {
-            return;
-        }
-        let due: Vec<TxnId> = self.reads.flights.iter().filter(|(_, f)| f.due(now)).map(|(id, _)| *id).collect();
-        for id in due {
-            let mut flight = self.reads.flights.remove(&id).expect("listed above");
+        for id in self.reads.due_by(now) {
+            let mut flight = self.reads.take(id).expect("indexed reads are in the table");
             let mut failed = None;
             for slot in 0..flight.pieces.len() {
                 let piece = &flight.pieces[slot];
@@ -273,7 +350,7 @@ impl Coordinator {
                 }
                 self.send_piece(now, id, &mut flight, slot, out);
             }
-            self.reads.flights.insert(id, flight);
+            self.reads.put(id, flight);
             if failed.is_some() {
                 self.finish_read(id, failed, out);
             }
@@ -287,16 +364,22 @@ impl Coordinator {
         if up {
             return;
         }
-        let pieces = self.reads.flights.values_mut().flat_map(|f| f.pieces.iter_mut());
-        for p in pieces.filter(|p| p.shard == shard && p.replica == Some(replica) && p.result.is_none()) {
-            p.due_us = p.due_us.min(now);
+        let there = |p: &ReadPiece| p.shard == shard && p.replica == Some(replica) && p.result.is_none();
+        let hit = self.reads.flights.iter().filter(|(_, f)| f.pieces.iter().any(there));
+        let ids: Vec<TxnId> = hit.map(|(id, _)| *id).collect();
+        for id in ids {
+            let mut flight = self.reads.take(id).expect("listed above");
+            for p in flight.pieces.iter_mut().filter(|p| there(p)) {
+                p.due_us = p.due_us.min(now);
+            }
+            self.reads.put(id, flight);
         }
     }
 
     /// Reports read `id`: its results, or rejected for `failed`.
     fn finish_read(&mut self, id: TxnId, failed: Option<String>, out: &mut Vec<ClientOutput>) {
-        let flight = self.reads.flights.remove(&id).expect("finishing a read in flight");
-        self.reads.awaiting.remove(&id);
+        let flight = self.reads.take(id).expect("finishing a read in flight");
+        self.reads.awaiting.remove(&(flight.ts, id));
         let outcome = match failed {
             Some(why) => TxnOutcome::Rejected(format!("snapshot read at {}: {why}", flight.ts)),
             None => {
@@ -320,8 +403,8 @@ impl Coordinator {
 }
 
 impl ReadFlight {
-    /// Some piece of it is due at `now`.
-    fn due(&self, now: TimeUs) -> bool {
-        self.pieces.iter().any(|p| p.result.is_none() && p.due_us <= now)
+    /// When its earliest unserved piece is due (`None`: every piece is served).
+    fn next_due(&self) -> Option<TimeUs> {
+        self.pieces.iter().filter(|p| p.result.is_none()).map(|p| p.due_us).min()
     }
 }

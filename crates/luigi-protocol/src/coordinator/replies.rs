@@ -87,6 +87,13 @@ impl Coordinator {
         }
     }
 
+    /// The highest timestamp some shard passed, by its watermark or a floor promise: no
+    /// transaction above it can pass the commit rule on a shard it does not take part in.
+    pub(super) fn commit_rule_reach(&self) -> Timestamp {
+        let floors = self.promises.values().map(|(_, floor)| *floor);
+        self.watermarks.values().copied().chain(floors).max().unwrap_or(0)
+    }
+
     /// Rule 15: `shard` admits nothing at or below `ts` any more, whatever its watermark says:
     /// its leader of some term promised a committed floor at or above `ts`, and a majority of
     /// its replicas have moved past that term (that leader commits nothing more; every later

@@ -238,3 +238,80 @@ fn a_full_table_of_reads_holds_new_submissions_until_one_is_answered() {
     assert!(done(&out).is_some(), "answered");
     assert!(c.can_submit(), "room again once one is answered");
 }
+
+#[test]
+fn a_replica_claiming_a_wait_longer_than_the_round_trip_is_not_believed() {
+    let mut c = Coordinator::new(reading(1));
+    let mut out = Vec::new();
+    // Replica 1 answers in 100 ms but claims it held the read 500 ms: believed, it would
+    // count as 0 away; not believed, it stays unmeasured.
+    let rtts = [(0u32, 150_000u64, 0u64), (1, 100_000, 500_000), (1, 300_000, 0), (2, 200_000, 0)];
+    for (k, (replica, rtt, held)) in rtts.into_iter().enumerate() {
+        out.clear();
+        let now = k as u64 * 1_000_000;
+        c.submit(now, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+        let [(0, r, ref read)] = reads(&out)[..] else { panic!("one read: {out:?}") };
+        assert_eq!(r, replica, "read {k}: unmeasured replicas first (replica 1 still, after its claim)");
+        c.on_message(now + rtt, answer(read, r, held, Ok(Ok(vec![]))), &mut out);
+    }
+    out.clear();
+    c.submit(5_000_000, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+    assert_eq!(reads(&out)[0].1, 0, "replica 1 measured 300 ms, replica 0 150 ms (believed, 1 would be 75 ms)");
+}
+
+#[test]
+fn with_many_reads_in_flight_only_the_due_piece_is_resent_and_only_passed_snapshots_answered() {
+    let mut c = Coordinator::new(CoordinatorConfig {
+        commit_rule: CommitRule::AllShards { shards: 2 },
+        keepalive_us: 10_000_000,
+        ..reading(1)
+    });
+    let mut out = Vec::new();
+    let mut sent = Vec::new();
+    for now in [0, 100, 200] {
+        c.submit(now, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+        sent.push(reads(&out).remove(0));
+        out.clear();
+    }
+    assert_eq!(c.reads.next_due(), Some(1_000_000), "the first read's resend timeout");
+    let (_, r1, ref b) = sent[1];
+    c.on_message(300, answer(b, r1, 0, Err(ReadRefusal::Busy)), &mut out);
+    assert_eq!(c.reads.next_due(), Some(50_300), "the refused read, after the pause");
+    let (_, r0, ref a) = sent[0];
+    c.on_message(400, answer(a, r0, 0, Ok(Ok(vec![]))), &mut out);
+    c.check_invariants().unwrap();
+    assert_eq!(c.next_deadline(), Some(50_300));
+    out.clear();
+    c.tick(50_300, &mut out);
+    let resent = reads(&out);
+    assert_eq!(resent.len(), 1, "only the due piece: {out:?}");
+    assert_eq!((resent[0].2.id, resent[0].2.ts), (b.id, b.ts));
+    assert_ne!(resent[0].1, r1, "to another replica");
+    assert_eq!(c.reads.next_due(), Some(1_000_200), "the third read's resend timeout is next");
+    // The third read is served too; shard 1's watermark passes the first snapshot only.
+    let (_, r2, ref third) = sent[2];
+    c.on_message(50_400, answer(third, r2, 0, Ok(Ok(vec![]))), &mut out);
+    out.clear();
+    c.on_message(50_500, ServerMsg::Watermark { shard: 1, watermark: a.ts }, &mut out);
+    let answered: Vec<_> = out.iter().filter(|o| matches!(o, ClientOutput::Done(_))).collect();
+    assert_eq!(answered.len(), 1, "{out:?}");
+    assert!(done(&out).is_some_and(|d| d.id == a.id), "the read at the passed snapshot");
+    c.check_invariants().unwrap();
+    out.clear();
+    c.on_message(50_600, ServerMsg::Watermark { shard: 1, watermark: third.ts }, &mut out);
+    assert!(done(&out).is_some_and(|d| d.id == third.id));
+    assert_eq!(c.in_flight(), 1, "the resent read is still out");
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn the_invariant_check_catches_a_read_missing_from_its_due_index() {
+    let mut c = Coordinator::new(reading(1));
+    let mut out = Vec::new();
+    c.submit(0, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+    c.check_invariants().unwrap();
+    let entry = *c.reads.due.first().expect("indexed");
+    c.reads.due.remove(&entry);
+    let err = c.check_invariants().unwrap_err();
+    assert!(err.contains("indexed"), "{err}");
+}
