@@ -137,6 +137,7 @@ impl LoadReport {
                     c.second_round += u64::from(business.rounds > 1);
                     c.fast_path += u64::from(business.fast);
                     c.fast_path_asked += u64::from(business.asked_fast);
+                    c.read_only += u64::from(business.read_only);
                     recorder.record_duration(latency);
                 }
                 TxnStatus::RolledBack => c.rolled_back += 1,
@@ -171,6 +172,8 @@ struct Business {
     fast: bool,
     /// Every answered step asked for it.
     asked_fast: bool,
+    /// Every answered step was read at a snapshot (DESIGN.md rule 23).
+    read_only: bool,
     /// Protocol aborts over its answered steps (each retried as a new transaction, but the
     /// last of a step that never committed).
     protocol_aborts: u32,
@@ -187,6 +190,7 @@ impl Business {
         self.rounds = self.rounds.max(done.rounds);
         self.fast &= done.fast;
         self.asked_fast &= done.asked_fast;
+        self.read_only &= done.read_only;
         self.protocol_aborts = self.protocol_aborts.saturating_add(done.protocol_aborts);
     }
 
@@ -203,6 +207,7 @@ impl Business {
             cross,
             fast: true,
             asked_fast: true,
+            read_only: true,
             protocol_aborts: 0,
         }
     }
@@ -539,7 +544,7 @@ mod tests {
                 rounds: 0,
                 fast: false,
                 asked_fast: false,
-                read_only: false,
+                read_only: i % 8 == 0,
                 outputs: vec![],
                 protocol_aborts: 1,
             });
@@ -563,6 +568,7 @@ mod tests {
         // Three attempts over two submissions: one timeout resend; two resends; one
         // resubmission, for each of the 300.
         assert_eq!((c.timeout_resends, c.resends, c.resubmissions), (300, 600, 300));
+        assert_eq!(c.read_only, 37, "committed and read at a snapshot: the measured multiples of 8, 104..=392");
     }
 
     #[test]

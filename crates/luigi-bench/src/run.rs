@@ -377,6 +377,10 @@ impl Measured {
         params.insert("fast_path_asked_committed".into(), serde_json::json!(c.fast_path_asked));
         params.insert("fast_path".into(), serde_json::json!(self.config.fast_path()));
         params.insert("read_only_path".into(), serde_json::json!(self.config.read_only_path()));
+        // Committed transactions read at a snapshot, and their share of the committed ones.
+        params.insert("read_only_committed".into(), serde_json::json!(c.read_only));
+        let read_only_share = if c.committed == 0 { 0.0 } else { c.read_only as f64 / c.committed as f64 };
+        params.insert("read_only_share".into(), serde_json::json!(read_only_share));
         params.insert("client_near".into(), serde_json::json!(run.client_near));
         params.insert("max_clock_offset_us".into(), serde_json::json!(self.config.tuning().max_clock_offset_us));
         params.insert("ready_s".into(), serde_json::json!(self.ready.as_secs_f64()));

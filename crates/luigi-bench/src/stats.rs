@@ -169,6 +169,10 @@ pub struct Counters {
     /// Committed ones whose every step asked for the fast path.
     #[serde(default)]
     pub fast_path_asked: u64,
+    /// Committed ones whose every step was read at a snapshot (the read-only path, DESIGN.md
+    /// rule 23).
+    #[serde(default)]
+    pub read_only: u64,
     /// Protocol aborts (a baseline's lock conflict or failed validation), each retried as a
     /// new transaction but the last of a transaction out of retries (counted in `aborted`).
     #[serde(default)]
@@ -190,6 +194,7 @@ impl Counters {
         self.second_round = self.second_round.saturating_add(other.second_round);
         self.fast_path = self.fast_path.saturating_add(other.fast_path);
         self.fast_path_asked = self.fast_path_asked.saturating_add(other.fast_path_asked);
+        self.read_only = self.read_only.saturating_add(other.read_only);
         self.protocol_aborts = self.protocol_aborts.saturating_add(other.protocol_aborts);
     }
 }
@@ -296,6 +301,7 @@ mod tests {
             second_round: 1,
             fast_path: 6,
             fast_path_asked: 8,
+            read_only: 2,
             protocol_aborts: 9,
         };
         let b = Counters {
@@ -311,6 +317,7 @@ mod tests {
             second_round: 2,
             fast_path: 3,
             fast_path_asked: 4,
+            read_only: u64::MAX - 1,
             protocol_aborts: 1,
         };
         a.merge(&b);
@@ -329,6 +336,7 @@ mod tests {
                 second_round: 3,
                 fast_path: 9,
                 fast_path_asked: 12,
+                read_only: u64::MAX,
                 protocol_aborts: 10,
             }
         );

@@ -290,7 +290,9 @@ struct TpccArgs {
     #[arg(long, default_value_t = 15.0, allow_negative_numbers = true)]
     remote_payment_pct: f64,
     /// Transaction mix: standard (45 % NewOrder, 43 % Payment, 4 % each of OrderStatus,
-    /// Delivery, StockLevel) or new-order (NewOrder only).
+    /// Delivery, StockLevel), new-order (NewOrder only) or read-mostly (40 % each of
+    /// OrderStatus and StockLevel, the read-only ones; 10 % NewOrder, 9 % Payment, 1 %
+    /// Delivery).
     #[arg(long, default_value = "standard")]
     mix: String,
 }

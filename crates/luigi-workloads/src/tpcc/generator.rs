@@ -71,16 +71,17 @@ impl TpccGenerator {
 
     /// The next business transaction's kind, drawn from the mix.
     pub fn next_kind(&mut self) -> TxnKind {
-        match self.load.mix {
-            Mix::NewOrder => TxnKind::NewOrder,
-            Mix::Standard => match self.rng.gen_range(0..100) {
-                0..45 => TxnKind::NewOrder,
-                45..88 => TxnKind::Payment,
-                88..92 => TxnKind::OrderStatus,
-                92..96 => TxnKind::Delivery,
-                _ => TxnKind::StockLevel,
-            },
+        if self.load.mix == Mix::NewOrder {
+            return TxnKind::NewOrder; // draws nothing, as before there were other mixes
         }
+        let mut draw = self.rng.gen_range(0..100);
+        for (kind, share) in self.load.mix.shares() {
+            if draw < share {
+                return kind;
+            }
+            draw -= share;
+        }
+        unreachable!("every mix's shares sum to 100")
     }
 
     /// The first (or only) transaction of a business transaction of `kind`.

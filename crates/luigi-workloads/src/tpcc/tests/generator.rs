@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use luigi_txn::partition::Partitioner;
+use luigi_txn::procedure::ProcError;
 
 use super::super::conflicts::measure_conflicts;
 use super::super::keys::*;
@@ -8,7 +9,7 @@ use super::super::procedures::new_order::NewOrderArgs;
 use super::super::procedures::payment::PaymentArgs;
 use super::super::procedures::*;
 use super::super::{Mix, TpccLoad, TpccWorkload, TxnKind};
-use super::workload;
+use super::{workload, Fixture};
 use crate::{TxnGenerator, Workload};
 
 #[test]
@@ -36,6 +37,61 @@ fn the_standard_mix_has_the_spec_shares() {
     assert!((0..1_000).all(|_| g.next_txn().unwrap().procedure == NEW_ORDER));
     assert_eq!("new-order".parse::<Mix>(), Ok(Mix::NewOrder));
     assert!("tpcc".parse::<Mix>().is_err());
+}
+
+#[test]
+fn the_read_mostly_mix_is_four_fifths_read_only_and_every_mix_sums_to_100() {
+    for mix in Mix::ALL {
+        assert_eq!(mix.shares().iter().map(|(_, share)| share).sum::<u32>(), 100, "{mix:?}");
+        assert_eq!(mix.name().parse::<Mix>(), Ok(mix));
+    }
+    assert!("read_mostly".parse::<Mix>().unwrap_err().contains("read-mostly"), "the error names the mixes");
+    let config = workload(4, 2, 0.01).config().clone();
+    let wl = TpccWorkload::new(config, TpccLoad { mix: Mix::ReadMostly, ..TpccLoad::default() }, 2).unwrap();
+    let mut g = wl.tpcc_generator(11);
+    let n = 20_000;
+    let mut counts = BTreeMap::new();
+    for _ in 0..n {
+        *counts.entry(g.next_kind()).or_insert(0u32) += 1;
+    }
+    let pct = |kind| f64::from(counts.get(&kind).copied().unwrap_or(0)) * 100.0 / f64::from(n);
+    for (kind, share) in [
+        (TxnKind::NewOrder, 10.0),
+        (TxnKind::Payment, 9.0),
+        (TxnKind::OrderStatus, 40.0),
+        (TxnKind::Delivery, 1.0),
+        (TxnKind::StockLevel, 40.0),
+    ] {
+        assert!((pct(kind) - share).abs() < 1.0, "{kind:?}: {:.2} % (mix {share} %)", pct(kind));
+    }
+    let read_only = pct(TxnKind::OrderStatus) + pct(TxnKind::StockLevel);
+    assert!((79.0..81.0).contains(&read_only), "read-only share {read_only:.2} %");
+}
+
+#[test]
+fn order_status_and_stock_levels_two_steps_declare_no_writes_and_the_others_do() {
+    let mut f = Fixture::new(3, 2, 0.02);
+    let mut g = f.wl.tpcc_generator(12);
+    let (mut read_only_txns, mut second_steps) = (0, 0);
+    for _ in 0..100 {
+        for kind in [TxnKind::NewOrder, TxnKind::Payment, TxnKind::OrderStatus, TxnKind::Delivery, TxnKind::StockLevel]
+        {
+            let reads_only = matches!(kind, TxnKind::OrderStatus | TxnKind::StockLevel);
+            let mut spec = Some(g.txn_of(kind));
+            while let Some(s) = spec.take() {
+                let writes: usize = s.pieces.iter().map(|piece| piece.keys.writes.len()).sum();
+                assert_eq!(writes == 0, reads_only, "{}: {writes} declared writes", s.procedure);
+                read_only_txns += usize::from(reads_only);
+                second_steps += usize::from(s.procedure == STOCK_LEVEL_STOCK);
+                match f.run(&s) {
+                    Ok(outputs) => spec = g.next_step(&s, &outputs).unwrap(),
+                    Err(e) => assert!(s.procedure == NEW_ORDER && matches!(e, ProcError::UserAbort(_)), "{e}"),
+                }
+            }
+        }
+    }
+    assert!(second_steps > 50, "StockLevel's second step ran {second_steps} times");
+    assert!(read_only_txns >= 200 + second_steps);
 }
 
 #[test]
