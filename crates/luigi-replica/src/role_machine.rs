@@ -46,7 +46,7 @@ mod shard_replica;
 pub use fast_path::FastPathProtocol;
 pub use protocol::{
     FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf, ReplayedExecutions, ReplicaProtocol,
-    SnapshotView,
+    ServeAhead, SettledWrites, SnapshotView,
 };
 
 /// The peer batch type of protocol `P`.

@@ -1,6 +1,8 @@
 //! Which replica of a shard a snapshot read goes to (DESIGN.md rule 23): the nearest by
-//! measured delay. Each answer's round trip, less the time the read waited at the replica for
-//! its safe time, is one sample of that replica's distance. A replica never measured is tried
+//! measured delay. Each answer's whole round trip, the read's wait at the replica included,
+//! is one sample of that replica's distance: every replica waits out the clock bound alike,
+//! but a leader serves ahead of its followers (rule 23 (e)), so a near follower can answer
+//! later than a farther leader, and the soonest is what a client wants. A replica never measured is tried
 //! first, so every replica is measured once; after that the nearest is taken, and every
 //! [`EXPLORE_EVERY`]th pick of a shard goes to the next replica in turn, so a distance that
 //! changed is noticed. A replica that stayed silent counts as a resend timeout away until it

@@ -291,11 +291,10 @@ impl Coordinator {
             return None; // a late answer to an earlier send, or not this read's
         }
         let current = piece.replica.is_none_or(|r| r == reply.replica);
-        let elapsed = now.saturating_sub(piece.sent_us);
-        // A wait longer than the whole round trip is not believed: it would make the replica
-        // look nearer than it is.
-        if current && reply.held_us <= elapsed {
-            self.reads.nearest.sample(reply.shard, reply.replica, elapsed - reply.held_us);
+        if current {
+            // The whole round trip, the wait there included: a leader serves ahead of its
+            // followers (rule 23 (e)), so the nearest replica is not always the soonest.
+            self.reads.nearest.sample(reply.shard, reply.replica, now.saturating_sub(piece.sent_us));
         }
         match next_of(reply.outcome) {
             Next::Done(result) => piece.result = Some(result),

@@ -411,7 +411,12 @@ impl Follower {
     /// What snapshot reads are served from at this follower (DESIGN.md rule 23): its store,
     /// its procedures and its safe time, the last `Applied` marker it applied.
     pub fn snapshot_view(&self) -> luigi_replica::SnapshotView<'_> {
-        luigi_replica::SnapshotView { store: &self.store, registry: &self.registry, safe_ts: self.applied_ts }
+        luigi_replica::SnapshotView {
+            store: &self.store,
+            registry: &self.registry,
+            safe_ts: self.applied_ts,
+            ahead: None,
+        }
     }
 
     /// The answer table rebuilt from the log.

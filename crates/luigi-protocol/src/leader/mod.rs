@@ -59,7 +59,7 @@ use luigi_txn::msg::{ClientMsg, ServerMsg};
 use luigi_txn::peer::ReplicaOutput;
 use luigi_txn::procedure::Registry;
 use luigi_txn::progress::{LogPos, Progress};
-use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use luigi_txn::types::{ClientId, KeySet, ShardId, TimeUs, Timestamp, Txn, TxnId};
 use luigi_txn::Map;
 
 use admission::Floors;
@@ -193,6 +193,9 @@ impl LeaderConfig {
 /// Deliberate protocol bugs, used only by tests that prove the checks catch them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Mutations {
+    /// A leader serves a snapshot read above its safe time without waiting for the commit of
+    /// the writes it executed to the read's keys (rule 23 (e)).
+    pub serve_ahead_unsettled: bool,
     /// Release a transaction even when a conflicting smaller-timestamp one is pending.
     pub release_ignores_conflicts: bool,
     /// Decide a cross-shard transaction on the first round even when proposals differed.
@@ -531,10 +534,12 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
 
     /// What snapshot reads are served from at this leader (DESIGN.md rule 23): its store, its
     /// procedures and its safe time, the committed `Applied` marker (not the watermark: what
-    /// it executed may rest on records not committed yet, rule 14).
+    /// it executed may rest on records not committed yet, rule 14); and above it, a read at
+    /// or below the watermark whose keys' executed writes are all committed (rule 23 (e)).
     pub fn snapshot_view(&self) -> luigi_replica::SnapshotView<'_> {
         let safe_ts = self.applied_exchange.committed;
-        luigi_replica::SnapshotView { store: &self.store, registry: &self.registry, safe_ts }
+        let ahead = Some(luigi_replica::ServeAhead { executed_ts: self.applied_marker(), writes: self });
+        luigi_replica::SnapshotView { store: &self.store, registry: &self.registry, safe_ts, ahead }
     }
 
     /// This leader's fast-path votes whose `PREPARE` is not known committed (see
@@ -744,3 +749,12 @@ mod tests_outcomes;
 mod tests_recovery;
 #[cfg(test)]
 mod tests_speculation;
+
+impl<L: ReplicatedLog<LogRecord>> luigi_replica::SettledWrites for ShardLeader<L> {
+    /// No write executed here to any of `keys` rests on a log position above the commit
+    /// (rule 14's positions of uncommitted writes, per key).
+    fn settled(&self, keys: &KeySet) -> bool {
+        let committed = self.committed_index;
+        self.config.mutations.serve_ahead_unsettled || self.spec.position_for(keys, 0, committed) <= committed
+    }
+}

@@ -277,3 +277,38 @@ fn a_recovered_tail_is_taken_over_pending_at_its_position_and_nothing_is_admitte
     commit_all(&mut l, 2_001);
     assert_eq!(l.stats().executed, 2);
 }
+
+/// Rule 23 (e): a leader serves a snapshot read above its committed marker once its watermark
+/// passed the snapshot and every write it executed to the read's keys is committed; a read
+/// of a key whose write is not committed yet waits (a failover could lose that write).
+#[test]
+fn a_read_ahead_of_the_committed_marker_is_served_only_where_the_keys_writes_are_committed() {
+    let read = |key: u64, ts: Timestamp| luigi_txn::read_only::SnapshotRead {
+        id: id(50 + key),
+        shard: 0,
+        procedure: "micro".into(),
+        args: vec![],
+        keys: KeySet::new(vec![luigi_workloads::procedures::micro_key(key)], vec![]),
+        ts,
+        sent_us: 0,
+    };
+    for mutations in [Mutations::default(), Mutations { serve_ahead_unsettled: true, ..Mutations::default() }] {
+        let mut a = leader(0, mutations);
+        dispatch(&mut a, 100, &txn(1, 1_000, &[(0, 1, Some(5))]));
+        tick(&mut a, 2_000);
+        let view = a.snapshot_view();
+        let ahead = view.ahead.as_ref().expect("a leader serves ahead");
+        assert!(ahead.executed_ts >= 1_500 && view.safe_ts < 1_000, "executed past it, nothing marked committed");
+        assert_eq!(view.serves_up_to(&read(2, 1_500)), 1_500, "key 2 has no uncommitted write");
+        let key_1 = view.serves_up_to(&read(1, 1_500));
+        if mutations.serve_ahead_unsettled {
+            assert_eq!(key_1, 1_500, "the mutation serves it");
+            continue;
+        }
+        assert_eq!(key_1, view.safe_ts, "key 1's write is not committed: it waits");
+        assert_eq!(view.serves_up_to(&read(2, ahead.executed_ts + 1)), view.safe_ts, "not above the watermark");
+        commit_all(&mut a, 2_001);
+        let view = a.snapshot_view();
+        assert!(view.serves_up_to(&read(1, 1_500)) >= 1_500, "committed: served");
+    }
+}

@@ -9,7 +9,8 @@ use luigi_txn::log::LogEntry;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::peer::{PeerVocabulary, ReplicaOutput};
 use luigi_txn::procedure::Registry;
-use luigi_txn::types::{ClientId, ShardId, TimeUs, Timestamp, Txn, TxnId};
+use luigi_txn::read_only::SnapshotRead;
+use luigi_txn::types::{ClientId, KeySet, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 use super::RoleMachine;
 #[cfg(doc)]
@@ -26,6 +27,39 @@ pub struct SnapshotView<'a> {
     pub registry: &'a Registry,
     /// Every transaction at or below it is executed in `store`, and no other can ever be.
     pub safe_ts: Timestamp,
+    /// A serving leader's way to serve a read above `safe_ts` (rule 23 (e)); `None` at a
+    /// follower.
+    pub ahead: Option<ServeAhead<'a>>,
+}
+
+/// What lets a leader serve a read above its safe time (DESIGN.md rule 23 (e)): everything
+/// at or below `executed_ts` is executed in its store and nothing else can ever commit at or
+/// below it, and the writes it executed to the read's keys rest on committed records.
+pub struct ServeAhead<'a> {
+    /// Every transaction at or below it is executed in the store, and no other can ever be
+    /// admitted at or below it on this shard (the leader's watermark, below any undecided
+    /// move).
+    pub executed_ts: Timestamp,
+    /// Which executed writes rest on records known committed.
+    pub writes: &'a dyn SettledWrites,
+}
+
+/// A leader's knowledge of which of its executed writes a failover cannot lose.
+pub trait SettledWrites {
+    /// Every write this replica executed to any of `keys` rests on log records known
+    /// committed.
+    fn settled(&self, keys: &KeySet) -> bool;
+}
+
+impl SnapshotView<'_> {
+    /// The highest snapshot `read` may be served at now: the safe time, or, at a leader, the
+    /// read's own snapshot once it is executed and its keys' writes are committed.
+    pub fn serves_up_to(&self, read: &SnapshotRead) -> Timestamp {
+        match &self.ahead {
+            Some(a) if read.ts <= a.executed_ts && a.writes.settled(&read.keys) => self.safe_ts.max(read.ts),
+            Some(_) | None => self.safe_ts,
+        }
+    }
 }
 
 /// A protocol's follower state: what a replica holds while it does not serve, built from a

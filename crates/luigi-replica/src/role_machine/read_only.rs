@@ -70,7 +70,8 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
             out.push(answer::<P>(now, shard, replica, w, Err(refusal.expect("refused"))));
             return;
         };
-        match self.reads.arrive(now, client, read, view.safe_ts) {
+        let serves_up_to = view.serves_up_to(&read);
+        match self.reads.arrive(now, client, read, serves_up_to) {
             Arrival::Serve(w) => out.push(answer::<P>(now, shard, replica, w, Ok(&view))),
             Arrival::Held => {}
             Arrival::Refuse(w, why) => out.push(answer::<P>(now, shard, replica, w, Err(why))),
@@ -86,6 +87,11 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         let Some(view) = view_of(&self.role) else { return };
         for w in self.reads.ready(view.safe_ts) {
             out.push(answer::<P>(now, shard, replica, w, Ok(&view)));
+        }
+        if let Some(ahead) = &view.ahead {
+            for w in self.reads.ready_where(ahead.executed_ts, |r| ahead.writes.settled(&r.keys)) {
+                out.push(answer::<P>(now, shard, replica, w, Ok(&view)));
+            }
         }
         let safe_ts = view.safe_ts;
         for w in self.reads.expired(now) {
