@@ -375,6 +375,10 @@ impl RaftGroups<'_> {
                 }
             }
         }
+        // Counted so that the sweeps with reads show followers serve them (DESIGN.md rule 23).
+        if matches!(&msg, ServerMsg::SnapshotRead(r) if r.outcome.is_ok()) && !self.serving(s, i) {
+            self.report.snapshot_reads_by_followers += 1;
+        }
         if client == 0 || client > u64::from(core.config.clients) {
             let msg = format!("{me} sent {msg:?} to nonexistent client {client}");
             return Err(core.violation(ViolationKind::Invariant, msg));
