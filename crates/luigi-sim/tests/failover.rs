@@ -82,11 +82,12 @@ fn random_faults_with_snapshots_sweep() {
 }
 
 /// Runs `seeds` with `kills` kills at `point` (and no random faults); every transaction
-/// cross-shard so the points come up often. Returns the summed report.
+/// cross-shard so the points come up often, reads mixed into about every other seed. Returns
+/// the summed report.
 fn kill_sweep(test: &str, point: KillPoint, seeds: std::ops::Range<u64>) -> FailoverReport {
     let mut total = FailoverReport::default();
     for seed in common::seeds(seeds) {
-        let config = failover_config(seed, shards(seed)).cross_shard(1.0);
+        let config = common::with_reads_on_half(failover_config(seed, shards(seed)).cross_shard(1.0));
         let r = must_pass(test, config, &FaultConfig::kill_at(point, 3));
         if common::one_seed() {
             eprintln!("{r:?}");
@@ -94,6 +95,9 @@ fn kill_sweep(test: &str, point: KillPoint, seeds: std::ops::Range<u64>) -> Fail
         total.absorb(&r);
     }
     eprintln!("{test}: {total:?}");
+    if !common::one_seed() {
+        assert_reads_from_followers(&total);
+    }
     total
 }
 
