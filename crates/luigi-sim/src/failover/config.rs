@@ -320,8 +320,9 @@ pub struct FailoverReport {
     pub committed: u64,
     /// Of the ordered ones, those read at a snapshot (DESIGN.md rule 23).
     pub read_only: u64,
-    /// Snapshot-read pieces (one per shard a read-only transaction reads) that a replica
-    /// answered with a result while not its shard's serving leader: a follower's.
+    /// Snapshot-read pieces (one per shard a read-only transaction reads) that a replica ran
+    /// at their snapshot (answered neither with a refusal nor `SnapshotTooOld`) while not its
+    /// shard's serving leader: a follower's.
     pub snapshot_reads_by_followers: u64,
     /// Hostile fast-path dispatches handed to followers ([`FaultConfig::hostile_fast`]).
     pub hostile_sent: u64,
