@@ -1,7 +1,9 @@
 //! Seeded runs with cross-shard transactions: timestamp agreement between leaders (DESIGN.md
 //! rule 4) and its second round, refusals and aborts, strict serializability and real-time
 //! order across shards with `CommitRule::AllShards` (the default), and why `Participants` is
-//! not the default.
+//! not the default. About every other seed of each sweep mixes read-only transactions at a
+//! snapshot into its load (DESIGN.md rule 23, `common::reads_on`; one replica per shard here,
+//! so the leaders serve them), and the checker verifies the whole history.
 //!
 //! Every seed-sweeping test honours `LUIGI_SIM_SEED=n` (run only seed `n`) and
 //! `LUIGI_SIM_TRACE=1` (print every event), e.g.
@@ -12,7 +14,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::Instant;
 
-use common::{cross, refusing, seeds, skewed, traced, Catch, Trial};
+use common::{cross, refusing, seeds, skewed, traced, with_reads_on_half, Catch, Trial};
 use luigi_protocol::coordinator::CommitRule;
 use luigi_sim::{run, RunReport, SimConfig, ViolationKind};
 
@@ -25,6 +27,7 @@ fn must_pass(test: &str, config: SimConfig) -> RunReport {
 struct Totals {
     runs: u64,
     txns: u64,
+    read_only: u64,
     cross: u64,
     differed: u64,
     leader_decided: u64,
@@ -39,6 +42,7 @@ impl Totals {
     fn add(&mut self, r: &RunReport) {
         self.runs += 1;
         self.txns += r.txns;
+        self.read_only += r.read_only;
         self.cross += r.cross_shard;
         self.differed += r.cross_differed;
         self.leader_decided += r.leaders.cross_decided;
@@ -49,13 +53,21 @@ impl Totals {
         self.busy_wakes += r.busy_wakes;
     }
 
+    /// Over a sweep whose seeds mix in reads (`common::reads_on`): some were answered.
+    fn assert_reads(&self) {
+        if self.runs > 1 {
+            assert!(self.read_only > 0, "no read-only transaction answered over {} seeds", self.runs);
+        }
+    }
+
     fn print(&self, test: &str, start: Instant) {
         eprintln!(
-            "{test}: {} seeds, {} transactions, {} cross-shard of which {} with differing proposals \
+            "{test}: {} seeds, {} transactions ({} read-only), {} cross-shard of which {} with differing proposals \
              ({:.0}%); leader stats summed over shards: cross_decided {}, cross_differed {}, \
              aborted {}; {} answered Rejected; {} events ({} busy leader wake-ups); {:?}",
             self.runs,
             self.txns,
+            self.read_only,
             self.cross,
             self.differed,
             100.0 * self.differed as f64 / self.cross.max(1) as f64,
@@ -75,7 +87,7 @@ fn many_seeds_cross_shard() {
     let start = Instant::now();
     let mut totals = Totals::default();
     for seed in seeds(0..400) {
-        let report = must_pass("many_seeds_cross_shard", cross(seed));
+        let report = must_pass("many_seeds_cross_shard", with_reads_on_half(cross(seed)));
         assert_eq!(report.rejected, 0, "seed {seed}: {report:?}");
         assert_eq!(report.committed, report.txns, "seed {seed}: {report:?}");
         assert!(report.cross_shard > 0, "seed {seed}: {report:?}");
@@ -85,6 +97,7 @@ fn many_seeds_cross_shard() {
     if totals.runs > 1 {
         assert!(totals.differed > 0, "some proposals must differ");
     }
+    totals.assert_reads();
 }
 
 #[test]
@@ -92,7 +105,7 @@ fn second_round_heavy_with_leader_clocks_far_apart() {
     let start = Instant::now();
     let mut totals = Totals::default();
     for seed in seeds(0..80) {
-        let report = must_pass("second_round_heavy_with_leader_clocks_far_apart", skewed(seed));
+        let report = must_pass("second_round_heavy_with_leader_clocks_far_apart", with_reads_on_half(skewed(seed)));
         assert!(report.cross_differed > 0, "seed {seed}: no differing proposals: {report:?}");
         // Every participant of a transaction with differing proposals logs DECIDE.
         assert!(report.leaders.cross_differed >= 2 * report.cross_differed, "seed {seed}: {report:?}");
@@ -100,6 +113,7 @@ fn second_round_heavy_with_leader_clocks_far_apart() {
     }
     totals.print("second_round_heavy_with_leader_clocks_far_apart", start);
     assert!(totals.differed * 10 >= totals.cross, "at least 10% of cross-shard transactions take the second round");
+    totals.assert_reads();
 }
 
 #[test]
@@ -111,13 +125,15 @@ fn refused_transactions_abort_on_every_participant_and_leave_no_trace() {
     let start = Instant::now();
     let mut totals = Totals::default();
     for seed in seeds(0..100) {
-        let report = must_pass("refused_transactions_abort_on_every_participant_and_leave_no_trace", refusing(seed));
+        let config = with_reads_on_half(refusing(seed));
+        let report = must_pass("refused_transactions_abort_on_every_participant_and_leave_no_trace", config);
         totals.add(&report);
     }
     totals.print("refused_transactions_abort_on_every_participant_and_leave_no_trace", start);
     if totals.runs > 1 {
         assert!(totals.aborted > 100 && totals.rejected > 1_000, "refusals and aborts must be frequent");
     }
+    totals.assert_reads();
 }
 
 /// Formerly a known limitation (with `CommitRule::Participants`): DESIGN.md's "a transaction
@@ -134,10 +150,12 @@ fn real_time_order_holds_across_shards_despite_clock_skew() {
         assert!(config.check_realtime_across_shards, "on by default");
         must_pass("real_time_order_holds_across_shards_despite_clock_skew", config);
     }
+    let mut totals = Totals::default();
     for seed in seeds(100..120) {
-        let config = cross(seed).clock_offset_max(50_000);
-        must_pass("real_time_order_holds_across_shards_despite_clock_skew", config);
+        let config = with_reads_on_half(cross(seed).clock_offset_max(50_000));
+        totals.add(&must_pass("real_time_order_holds_across_shards_despite_clock_skew", config));
     }
+    totals.assert_reads();
 }
 
 /// Why `AllShards` is the default: with `Participants` and clocks ±20 ms apart, a transaction
@@ -227,7 +245,8 @@ fn agreement_items_overtaking_each_other_on_a_leader_link() {
     for seed in seeds(8_000..8_030) {
         let mut config = skewed(seed).reorder(true).peer_link_delays(100, 5_000, 100);
         config.peer_links_fifo = false;
-        totals.add(&must_pass("agreement_items_overtaking_each_other_on_a_leader_link", config));
+        totals.add(&must_pass("agreement_items_overtaking_each_other_on_a_leader_link", with_reads_on_half(config)));
     }
     totals.print("agreement_items_overtaking_each_other_on_a_leader_link", start);
+    totals.assert_reads();
 }

@@ -1,7 +1,9 @@
 //! Replicated shards (3 Raft replicas each) under faults: random crashes, restarts,
 //! isolations and Raft-only partitions, and leader kills at each named point of a cross-shard
 //! transaction (DESIGN.md, "Failure handling"). Every run is checked by the replicated
-//! world's own checks and the checker (see `luigi_sim::failover`).
+//! world's own checks and the checker (see `luigi_sim::failover`). About every other seed of
+//! each sweep mixes read-only transactions at a snapshot into its load (DESIGN.md rule 23,
+//! `common::reads_on`), read from the nearest replicas, followers included.
 //!
 //! A failing seed prints the command that reruns it alone; `LUIGI_SIM_TRACE=1` prints every
 //! event. `LUIGI_SIM_SWEEP=n` runs `n` seeds of each sweep (`random_faults_sweep`,
@@ -31,7 +33,8 @@ fn random_faults_sweep() {
     let started = Instant::now();
     let mut total = FailoverReport::default();
     for seed in common::sweep(1, 80) {
-        let r = must_pass("random_faults_sweep", failover_config(seed, shards(seed)), &FaultConfig::new());
+        let config = common::with_reads_on_half(failover_config(seed, shards(seed)));
+        let r = must_pass("random_faults_sweep", config, &FaultConfig::new());
         total.absorb(&r);
         if common::one_seed() {
             eprintln!("{r:?}");
@@ -41,7 +44,15 @@ fn random_faults_sweep() {
     if !common::one_seed() {
         // Over the whole sweep (one seed alone may have no crash).
         assert!(total.committed > 0 && total.crashes > 0 && total.promotions > total.crashes, "{total:?}");
+        assert_reads_from_followers(&total);
     }
+}
+
+/// Over a sweep whose seeds mix in reads (`common::reads_on`): some were answered, and some
+/// of their pieces by followers.
+fn assert_reads_from_followers(total: &FailoverReport) {
+    assert!(total.read_only > 0 && total.committed > total.read_only, "no read-only transaction answered: {total:?}");
+    assert!(total.snapshot_reads_by_followers > 0, "no follower served a read: {total:?}");
 }
 
 /// Random faults on groups of 5 (two faulty replicas at a time) with followers snapshotting
@@ -53,7 +64,8 @@ fn random_faults_with_snapshots_sweep() {
     let mut total = FailoverReport::default();
     let faults = FaultConfig { snapshot_entries: Some(15), replicas: 5, ..FaultConfig::new() };
     for seed in common::sweep(2_001, 60) {
-        let r = must_pass("random_faults_with_snapshots_sweep", failover_config(seed, shards(seed)), &faults);
+        let config = common::with_reads_on_half(failover_config(seed, shards(seed)));
+        let r = must_pass("random_faults_with_snapshots_sweep", config, &faults);
         total.absorb(&r);
         if common::one_seed() {
             eprintln!("{r:?}");
@@ -65,15 +77,17 @@ fn random_faults_with_snapshots_sweep() {
         assert!(total.committed > 0 && total.crashes > 0 && total.compactions > 0, "{total:?}");
         assert!(total.snapshots_installed > 0, "no replica ever needed its leader's snapshot: {total:?}");
         assert!(total.leader_compactions > 0, "no leader compacted behind a follower's snapshot: {total:?}");
+        assert_reads_from_followers(&total);
     }
 }
 
 /// Runs `seeds` with `kills` kills at `point` (and no random faults); every transaction
-/// cross-shard so the points come up often. Returns the summed report.
+/// cross-shard so the points come up often, reads mixed into about every other seed. Returns
+/// the summed report.
 fn kill_sweep(test: &str, point: KillPoint, seeds: std::ops::Range<u64>) -> FailoverReport {
     let mut total = FailoverReport::default();
     for seed in common::seeds(seeds) {
-        let config = failover_config(seed, shards(seed)).cross_shard(1.0);
+        let config = common::with_reads_on_half(failover_config(seed, shards(seed)).cross_shard(1.0));
         let r = must_pass(test, config, &FaultConfig::kill_at(point, 3));
         if common::one_seed() {
             eprintln!("{r:?}");
@@ -81,6 +95,9 @@ fn kill_sweep(test: &str, point: KillPoint, seeds: std::ops::Range<u64>) -> Fail
         total.absorb(&r);
     }
     eprintln!("{test}: {total:?}");
+    if !common::one_seed() {
+        assert_reads_from_followers(&total);
+    }
     total
 }
 
@@ -209,11 +226,14 @@ fn harsh_faults_sweep() {
     let mut total = FailoverReport::default();
     for seed in common::sweep(1_000, 50) {
         let (config, faults) = harsh(seed);
-        let r = must_pass("harsh_faults_sweep", config, &faults);
+        let r = must_pass("harsh_faults_sweep", common::with_reads_on_half(config), &faults);
         total.absorb(&r);
     }
     eprintln!("harsh faults: {total:?} in {:?}", started.elapsed());
     assert!(total.committed > 0 && total.crashes > 0 && total.kills > 0, "{total:?}");
+    if !common::one_seed() {
+        assert_reads_from_followers(&total);
+    }
 }
 
 /// Regression (seed 1025 of `harsh_faults_sweep`): a participant learned another shard's
@@ -276,16 +296,19 @@ fn majority_loss_sweep() {
     let runs = seeds.len() as u64;
     for seed in seeds {
         let (config, faults) = majority_loss(seed);
-        let r = must_pass("majority_loss_sweep", config, &faults);
+        let r = must_pass("majority_loss_sweep", common::with_reads_on_half(config), &faults);
         if common::one_seed() {
             eprintln!("{r:?}");
         }
         total.absorb(&r);
     }
     eprintln!(
-        "majority loss: committed {} rejected {} unknown-then-resolved {} outages {} crashes {} promotions {} \
-         recover_sent {}; longest wait for an answer once faults healed {} ms; {:?}",
+        "majority loss: committed {} (read-only {}, pieces from followers {}) rejected {} unknown-then-resolved {} \
+         outages {} crashes {} promotions {} recover_sent {}; longest wait for an answer once faults healed {} ms; \
+         {:?}",
         total.committed,
+        total.read_only,
+        total.snapshot_reads_by_followers,
         total.rejected,
         total.unknown,
         total.outages,
@@ -298,6 +321,7 @@ fn majority_loss_sweep() {
     if !common::one_seed() {
         assert_eq!(total.outages, 2 * runs, "two outages per seed");
         assert!(total.unknown > 0, "no coordinator ever gave up: the sweep does not test unknown outcomes");
+        assert_reads_from_followers(&total);
     }
 }
 

@@ -3,7 +3,9 @@
 //! followers accept early transactions and answer `FastAccept` once the record is durable,
 //! leaders mark unmoved answers with their order hash, and coordinators commit on the
 //! accepts. With faults, a new leader recovers what may have been fast-committed (R1-R3)
-//! before it serves; the checker holds every answer to the committed logs.
+//! before it serves; the checker holds every answer to the committed logs. About every other
+//! seed of the fault sweeps mixes in read-only transactions at a snapshot (DESIGN.md rule 23,
+//! `common::reads_on`), read from the nearest replicas, followers included.
 //!
 //! A failing seed prints the command that reruns it; `LUIGI_SIM_TRACE=1` prints every event.
 //! `LUIGI_SIM_SWEEP=n` / `LUIGI_SIM_SWEEP_FROM=n` size the two fault sweeps (defaults: 12
@@ -101,14 +103,25 @@ fn adaptive_headroom_cuts_late_arrivals_and_wins_fast_commits_on_jittery_links()
     assert!(on.headroom_us_sum > off.headroom_us_sum, "it raised the stamped headroom");
 }
 
-/// As [`runs`], with `faults`.
+/// As [`runs`], with `faults`, and reads mixed into about every other seed
+/// (`common::with_reads_on_half`).
 fn runs_with(test: &str, seeds: Vec<u64>, keys: u64, faults: &FaultConfig) -> FailoverReport {
     let mut total = FailoverReport::default();
     for seed in seeds {
-        total.absorb(&common::must_pass_replicated("fast_path", test, fast(seed, keys, 1_000), faults));
+        let config = common::with_reads_on_half(fast(seed, keys, 1_000));
+        total.absorb(&common::must_pass_replicated("fast_path", test, config, faults));
     }
     eprintln!("{total:?}");
+    assert_reads_from_followers(&total);
     total
+}
+
+/// Over a sweep whose seeds mix in reads: some were answered, and some of their pieces by
+/// followers.
+fn assert_reads_from_followers(total: &FailoverReport) {
+    if !common::one_seed() {
+        assert!(total.read_only > 0 && total.snapshot_reads_by_followers > 0, "{total:?}");
+    }
 }
 
 #[test]
@@ -244,13 +257,18 @@ fn fast_cross(seed: u64, keys: u64) -> SimConfig {
     fast(seed, keys, 1_000).cross_shard(1.0)
 }
 
-/// The runs of `seeds` of [`fast_cross`] with `keys` keys and `faults`, summed.
-fn cross_runs(test: &str, seeds: Vec<u64>, keys: u64, faults: &FaultConfig) -> FailoverReport {
+/// The runs of `seeds` of [`fast_cross`] with `keys` keys and `faults`, summed; with `reads`,
+/// reads are mixed into about every other seed (`common::with_reads_on_half`).
+fn cross_runs(test: &str, seeds: Vec<u64>, keys: u64, faults: &FaultConfig, reads: bool) -> FailoverReport {
     let mut total = FailoverReport::default();
     for seed in seeds {
-        total.absorb(&common::must_pass_replicated("fast_path", test, fast_cross(seed, keys), faults));
+        let config = if reads { common::with_reads_on_half(fast_cross(seed, keys)) } else { fast_cross(seed, keys) };
+        total.absorb(&common::must_pass_replicated("fast_path", test, config, faults));
     }
     eprintln!("{total:?}");
+    if reads {
+        assert_reads_from_followers(&total);
+    }
     total
 }
 
@@ -262,6 +280,7 @@ fn without_faults_most_uncontended_cross_shard_transactions_commit_on_the_fast_p
         common::seeds(1..9),
         4_000,
         &faults,
+        false,
     );
     assert!(total.committed > 0 && total.fast_commits * 2 > total.committed, "{total:?}");
     assert!(total.fast_proposals > 0, "rule 18: marked proposals used on their followers' accepts: {total:?}");
@@ -287,14 +306,20 @@ fn cross_shard_proposers_killed_after_their_proposal_left_lose_no_fast_commit() 
         common::sweep(21, 12),
         40,
         &faults,
+        true,
     );
     assert!(total.kills >= 12 && total.fast_commits > 0, "{total:?}");
 }
 
 #[test]
 fn random_faults_with_the_cross_shard_fast_path_on() {
-    let total =
-        cross_runs("random_faults_with_the_cross_shard_fast_path_on", common::sweep(41, 12), 40, &FaultConfig::new());
+    let total = cross_runs(
+        "random_faults_with_the_cross_shard_fast_path_on",
+        common::sweep(41, 12),
+        40,
+        &FaultConfig::new(),
+        true,
+    );
     assert!(total.crashes > 0 && total.fast_commits > 0, "{total:?}");
 }
 

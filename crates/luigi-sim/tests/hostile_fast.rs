@@ -5,7 +5,9 @@
 //! well-formed ones stamped an hour ahead of their clocks and at `u64::MAX`
 //! ([`luigi_sim::hostile_dispatches`]). The leader never sees them. No replica may ever
 //! execute one (the replicated world's checks flag it), and the shards commit on (the
-//! liveness check and the final convergence).
+//! liveness check and the final convergence). About every other seed mixes in read-only
+//! transactions at a snapshot (DESIGN.md rule 23, `common::reads_on`), read from the nearest
+//! replicas, followers included.
 //!
 //! A failing seed prints the command that reruns it; `LUIGI_SIM_TRACE=1` prints every event.
 //! `LUIGI_SIM_SWEEP=n` / `LUIGI_SIM_SWEEP_FROM=n` size the sweep (default 12 seeds from 6001).
@@ -43,10 +45,14 @@ fn hostile_fast_dispatches_before_leader_kills_are_never_executed_and_the_shards
     let test = "hostile_fast_dispatches_before_leader_kills_are_never_executed_and_the_shards_commit_on";
     let mut total = FailoverReport::default();
     for seed in common::sweep(6_001, 12) {
-        total.absorb(&common::must_pass_replicated("hostile_fast", test, config(seed), &faults(seed)));
+        let config = common::with_reads_on_half(config(seed));
+        total.absorb(&common::must_pass_replicated("hostile_fast", test, config, &faults(seed)));
     }
     eprintln!("{total:?}");
     assert!(total.kills >= 12 && total.hostile_sent >= 12 * 7 && total.committed > 0, "{total:?}");
+    if !common::one_seed() {
+        assert!(total.read_only > 0 && total.snapshot_reads_by_followers > 0, "{total:?}");
+    }
 }
 
 /// The sweep is not vacuous: followers that accept without the admission check

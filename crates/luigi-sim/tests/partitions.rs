@@ -1,7 +1,9 @@
 //! Partitions in the Raft cluster model (issue 26): one-way partitions (a replica's outgoing
 //! or incoming messages cut) and partitions that hold messages as TCP does and deliver them
 //! at the heal, in the random fault mix ([`FaultConfig::partitions`]), with the model's
-//! liveness bound after every heal and the checker at the end; and a held partition of a
+//! liveness bound after every heal and the checker at the end, about every other seed with
+//! read-only transactions at a snapshot mixed in (DESIGN.md rule 23, `common::reads_on`),
+//! read from the nearest replicas, followers included; and a held partition of a
 //! leader after which the clients' one-way delay estimates must be back to normal within a
 //! virtual second (DESIGN.md rule 1's sample rules).
 //!
@@ -32,7 +34,7 @@ fn partitions_sweep() {
         let r = common::must_pass_replicated(
             "partitions",
             "partitions_sweep",
-            failover_config(seed, shards(seed)),
+            common::with_reads_on_half(failover_config(seed, shards(seed))),
             &faults,
         );
         total.absorb(&r);
@@ -42,6 +44,8 @@ fn partitions_sweep() {
         // Over the whole sweep: every new kind of cut happened, and held messages arrived.
         assert!(total.committed > 0 && total.one_way_cuts > 0 && total.held_cuts > 0, "{total:?}");
         assert!(total.held_delivered > 0, "{total:?}");
+        assert!(total.read_only > 0 && total.committed > total.read_only, "no read answered: {total:?}");
+        assert!(total.snapshot_reads_by_followers > 0, "no follower served a read: {total:?}");
     }
     assert!(
         total.owd_after_heal_max_us < OWD_NORMAL_MAX_US,

@@ -52,6 +52,7 @@ fn read_only_transactions_under_random_faults_are_strictly_serializable() {
     eprintln!("read-only under faults: {total:?} in {:?}", started.elapsed());
     if !common::one_seed() {
         assert!(total.read_only > 0 && total.committed > total.read_only, "{total:?}");
+        assert!(total.snapshot_reads_by_followers > 0, "no follower served a read: {total:?}");
         assert!(total.crashes > 0 && total.promotions > 0, "{total:?}");
     }
 }

@@ -4,7 +4,10 @@
 //! workload-independent replay (every ordered transaction in timestamp order through the
 //! workload's procedures, from the population, outputs and final stores compared), the
 //! workload's own consistency check, liveness once the faults healed (a probe of new
-//! transactions on the settled cluster) and every per-step check of the cluster model.
+//! transactions on the settled cluster) and every per-step check of the cluster model. About
+//! every other seed of each sweep takes the read-only path (DESIGN.md rule 23,
+//! `common::reads_on`): transactions that declare no writes (the bank's audits, micro's
+//! reads) read a snapshot at the nearest replicas, followers included.
 //!
 //! Workloads: a small bank written here (`workload_sim/bank.rs`: transfers, audits, a
 //! two-step rebalance) and micro with a population (`MicroWorkload`); TPC-C is in
@@ -64,7 +67,8 @@ fn bank_faults_sweep() {
     for seed in sweep(1, 24) {
         let workload = bank(seed);
         let shards = workload.shards;
-        let r = must_pass("bank_faults_sweep", bank_config(seed, workload), &hosted_faults(seed, shards));
+        let config = common::with_reads_on_half(bank_config(seed, workload));
+        let r = must_pass("bank_faults_sweep", config, &hosted_faults(seed, shards));
         if one_seed() {
             eprintln!("{r:?}");
         }
@@ -75,24 +79,33 @@ fn bank_faults_sweep() {
     if !one_seed() {
         assert!(total.committed > 0 && total.crashes > 0 && total.kills > 0, "{total:?}");
         assert!(total.txns > runs * (90 + 6), "no business transaction took a second step: {total:?}");
+        assert_reads_from_followers(&total);
     }
+}
+
+/// Over a sweep whose seeds mix in reads: some were answered, and some of their pieces by
+/// followers.
+fn assert_reads_from_followers(total: &FailoverReport) {
+    assert!(total.read_only > 0 && total.snapshot_reads_by_followers > 0, "{total:?}");
 }
 
 /// The bank over ideal logs (no faults; every per-execution and end-of-run check of that
 /// model, the followers rebuilding each leader's store from the population included).
 #[test]
 fn bank_ideal_log_sweep() {
-    let (mut committed, mut rolled_back) = (0, 0);
+    let (mut committed, mut rolled_back, mut read_only) = (0, 0, 0);
     for seed in sweep(100, 20) {
         let config = common::cross(seed).txns(120).probe(4);
         let shards = config.shards.min(3);
         let config = config.hosting(Arc::new(Bank::new(shards, 3 * u64::from(shards))), seed);
-        let r = common::must_pass(FILE, "bank_ideal_log_sweep", config);
+        let r = common::must_pass(FILE, "bank_ideal_log_sweep", common::with_reads_on_half(config));
         committed += r.committed;
         rolled_back += r.proc_aborted;
+        read_only += r.read_only;
     }
     if !one_seed() {
         assert!(committed > 0 && rolled_back > 0, "committed {committed}, rolled back {rolled_back}");
+        assert!(read_only > 0, "no audit read a snapshot");
     }
 }
 
@@ -121,12 +134,16 @@ fn micro_hosted_faults_sweep() {
     let mut total = FailoverReport::default();
     for seed in sweep(1_000, 16) {
         let shards = 2 + (seed % 2) as u32;
-        let config = hosted_config(seed, 90).hosting(Arc::new(micro(shards)), seed ^ 0x5eed);
+        let config =
+            common::with_reads_on_half(hosted_config(seed, 90).hosting(Arc::new(micro(shards)), seed ^ 0x5eed));
         let r = must_pass("micro_hosted_faults_sweep", config, &hosted_faults(seed, shards));
         total.absorb(&r);
     }
     eprintln!("hosted micro with faults: {total:?} in {:?}", started.elapsed());
     assert!(total.committed > 0, "{total:?}");
+    if !one_seed() {
+        assert_reads_from_followers(&total);
+    }
 }
 
 #[test]

@@ -320,6 +320,10 @@ pub struct FailoverReport {
     pub committed: u64,
     /// Of the ordered ones, those read at a snapshot (DESIGN.md rule 23).
     pub read_only: u64,
+    /// Snapshot-read pieces (one per shard a read-only transaction reads) that a replica ran
+    /// at their snapshot (answered neither with a refusal nor `SnapshotTooOld`) while not its
+    /// shard's serving leader: a follower's.
+    pub snapshot_reads_by_followers: u64,
     /// Hostile fast-path dispatches handed to followers ([`FaultConfig::hostile_fast`]).
     pub hostile_sent: u64,
     /// Rejected (refused or aborted).
@@ -422,6 +426,7 @@ impl FailoverReport {
         self.txns += r.txns;
         self.committed += r.committed;
         self.read_only += r.read_only;
+        self.snapshot_reads_by_followers += r.snapshot_reads_by_followers;
         self.hostile_sent += r.hostile_sent;
         self.rejected += r.rejected;
         self.orphans += r.orphans;

@@ -13,6 +13,7 @@ use luigi_raft::disk::DiskStorage;
 use luigi_raft::RecoveredState;
 use luigi_replica::{AgreementCounters, ShardReplica, SnapshotJob, Transition};
 use luigi_txn::msg::ServerMsg;
+use luigi_txn::procedure::ProcError;
 use luigi_txn::types::NodeId;
 use luigi_txn::types::{Protocol, ShardId, TimeUs, Timestamp, TxnId};
 use luigi_wal::{Durability, SimFs, WalOptions};
@@ -373,6 +374,14 @@ impl RaftGroups<'_> {
                 Protocol::Occ | Protocol::TwoPl | Protocol::Direct => {
                     self.bind_read_reply(s, i, r, &msg);
                 }
+            }
+        }
+        // Counted so that the sweeps with reads show followers serve them (DESIGN.md rule 23):
+        // a read run at its snapshot, not refused and not too old for the versions kept.
+        if let ServerMsg::SnapshotRead(r) = &msg {
+            let served = !matches!(r.outcome, Err(_) | Ok(Err(ProcError::SnapshotTooOld { .. })));
+            if served && !self.serving(s, i) {
+                self.report.snapshot_reads_by_followers += 1;
             }
         }
         if client == 0 || client > u64::from(core.config.clients) {
