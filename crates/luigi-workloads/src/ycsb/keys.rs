@@ -34,29 +34,6 @@ pub fn table_prefix() -> Key {
     table_key(YCSB_TABLE, &[])
 }
 
-/// Table id of the usertable's scan stripes: keys that are declared, never stored (see
-/// `procedure`'s module documentation).
-pub const YCSB_STRIPE_TABLE: u16 = 5;
-
-/// How many stripes the usertable's scan lock has on each shard: a scan reads all of them,
-/// a write writes one, so two writes share a stripe (an added conflict, as a key-hash
-/// collision is) with chance 1/64, and a scan declares 64 extra keys per shard.
-pub const SCAN_STRIPES: u64 = 64;
-
-/// The scan stripe of record number `n` (by its hashed name, so hot records spread).
-pub fn stripe_key(n: u64) -> Key {
-    stripe(fnvhash64(n as i64).unsigned_abs() % SCAN_STRIPES)
-}
-
-/// Every scan stripe, in key order.
-pub fn stripe_keys() -> Vec<Key> {
-    (0..SCAN_STRIPES).map(stripe).collect()
-}
-
-fn stripe(i: u64) -> Key {
-    table_key(YCSB_STRIPE_TABLE, &[i])
-}
-
 /// The store key of record number `n`: the table prefix, then [`key_name`].
 pub fn record_key(n: u64) -> Key {
     let mut key = table_prefix();

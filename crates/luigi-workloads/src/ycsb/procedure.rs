@@ -3,35 +3,12 @@
 //! load driver and the reports group transactions by procedure name, so each operation type
 //! gets its own figures.
 //!
-//! Declared keys ([`ycsb_pieces`]). A scan declares no writes, so that with the read-only
-//! path on it reads at a snapshot from the nearest replica (DESIGN.md rule 23), and the
-//! read-write path still orders it against everything that changes what it returns:
-//!
-//! - a point operation declares its record's key exactly: a read as a read; an update, an
-//!   insert and a read-modify-write as a write, together with the record's **scan stripe**
-//!   ([`keys::stripe_key`], one of [`keys::SCAN_STRIPES`] keys that are declared, never
-//!   stored);
-//! - a scan declares, on every shard, the usertable's prefix as a read (what lets
-//!   [`ProcCtx::scan`] cover the range; nothing else declares it, so it orders nothing) and
-//!   every stripe as a read.
-//!
-//! Why every write takes a stripe. YCSB's operations (`CoreWorkload`: read, update, insert,
-//! scan, read-modify-write; it never deletes) change a scan's answer in two ways: an insert
-//! changes which keys exist, and an update or the write of a read-modify-write changes a
-//! row's value, which a scan returns too. Either must conflict with every scan of its shard
-//! so that leaders release them in timestamp order (rules 3 and 5): a write that shares no
-//! declared key with a scan could be released after it yet below it, and the scan would
-//! miss it. A read does not change a scan's answer and declares no stripe: reads and scans
-//! never wait for each other. Writes take a stripe rather than the prefix as a write (which
-//! would also order them against scans) because a shared prefix written by every update
-//! would make all writes of a shard conflict with each other, costing workloads A and F
-//! their concurrency and the fast path its agreeing orders; with stripes two writes of
-//! different records conflict only when their stripes collide (1 in 64).
-//!
-//! On the snapshot path (a transaction of scans only) the scan runs over `SnapshotCtx`:
-//! `ProcCtx::scan` there is `Store::scan_at`, which sees, per key, the last write at or
-//! below the snapshot, inserts included. A scan runs through [`ProcCtx::scan`] over the
-//! prefix on every path.
+//! Declared keys ([`ycsb_pieces`]), as the key-value table's (`procedures::Kv`): each point
+//! key exactly, plus the usertable's prefix on every participant, as a read for point
+//! operations and as a write on every shard for a scan. The prefix is an intention lock:
+//! point operations on different records share it and do not conflict, a scan conflicts
+//! with every operation of the table on its shards (so it is serialized with the inserts
+//! and updates it could see). A scan runs through [`ProcCtx::scan`] over the prefix.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,7 +19,7 @@ use luigi_txn::procedure::{prefix_successor, ProcCtx, ProcError, Procedure, Regi
 use luigi_txn::types::{KeySet, ShardId, ShardPiece};
 use serde::{Deserialize, Serialize};
 
-use super::keys::{record_key, stripe_key, stripe_keys, table_prefix};
+use super::keys::{record_key, table_prefix};
 use crate::procedures::gather_outputs;
 
 /// One YCSB operation. Records are named by number ([`record_key`]).
@@ -174,27 +151,23 @@ pub fn ycsb_args(ops: &[YcsbOp]) -> Vec<u8> {
 /// The per-shard pieces of a transaction of `ops` (see the module documentation).
 pub fn ycsb_pieces(p: &dyn Partitioner, ops: &[YcsbOp]) -> Vec<ShardPiece> {
     let mut by_shard: BTreeMap<ShardId, (Vec<Key>, Vec<Key>)> = BTreeMap::new();
-    let mut scans = false;
     for op in ops {
-        match op {
-            YcsbOp::Read { record } => {
-                let key = record_key(*record);
-                by_shard.entry(p.shard_of(&key)).or_default().0.push(key);
-            }
-            YcsbOp::Update { record, .. } | YcsbOp::Insert { record, .. } | YcsbOp::ReadModifyWrite { record, .. } => {
-                let key = record_key(*record);
-                let writes = &mut by_shard.entry(p.shard_of(&key)).or_default().1;
-                writes.push(key);
-                writes.push(stripe_key(*record));
-            }
-            YcsbOp::Scan { .. } => scans = true,
+        let Some(record) = op.record() else { continue };
+        let key = record_key(record);
+        let piece = by_shard.entry(p.shard_of(&key)).or_default();
+        match op.kind() {
+            OpKind::Read => piece.0.push(key),
+            OpKind::Update | OpKind::Insert | OpKind::ReadModifyWrite => piece.1.push(key),
+            OpKind::Scan => unreachable!("a scan names no record"),
         }
     }
-    if scans {
+    if ops.iter().any(|op| op.kind() == OpKind::Scan) {
         for shard in 0..p.shards() {
-            let reads = &mut by_shard.entry(shard).or_default().0;
+            by_shard.entry(shard).or_default().1.push(table_prefix());
+        }
+    } else {
+        for (reads, _) in by_shard.values_mut() {
             reads.push(table_prefix());
-            reads.extend(stripe_keys());
         }
     }
     by_shard.into_iter().map(|(shard, (r, w))| ShardPiece { shard, keys: KeySet::new(r, w) }).collect()
@@ -257,8 +230,7 @@ fn run_op(ctx: &mut dyn ProcCtx, op: YcsbOp, scans_here: bool) -> Result<Option<
 impl Procedure for Ycsb {
     fn execute(&self, ctx: &mut dyn ProcCtx, args: &[u8]) -> Result<Vec<u8>, ProcError> {
         let ops: Vec<YcsbOp> = postcard::from_bytes(args).map_err(|e| ProcError::BadArgs(format!("ycsb: {e}")))?;
-        // Only a scan declares the prefix (as a read): its piece is on every shard.
-        let scans_here = ctx.keys().reads.binary_search(&table_prefix()).is_ok();
+        let scans_here = ctx.keys().writes.binary_search(&table_prefix()).is_ok();
         let mut out: YcsbOutput = Vec::new();
         for (i, op) in ops.into_iter().enumerate() {
             if let Some(result) = run_op(ctx, op, scans_here)? {

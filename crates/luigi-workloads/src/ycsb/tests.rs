@@ -1,12 +1,11 @@
 //! The distributions checked statistically with fixed seeds, the key naming, the generator's
 //! mix and the procedure's semantics on stores.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use luigi_store::{Key, Store, Value};
+use luigi_store::Store;
 use luigi_txn::partition::{HashPartitioner, Partitioner};
 use luigi_txn::procedure::ProcError;
-use luigi_txn::types::{KeySet, ShardId, ShardPiece};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -229,153 +228,23 @@ fn merging_refuses_an_operation_answered_twice_or_not_at_all() {
     assert!(ycsb_merge(&ops, &[(0, vec![0xff])]).unwrap_err().contains("undecodable ycsb output"));
 }
 
-/// The piece of `pieces` on `shard`.
-fn piece_on(pieces: &[ShardPiece], shard: ShardId) -> &KeySet {
-    &pieces.iter().find(|piece| piece.shard == shard).expect("a piece on the shard").keys
-}
-
-/// Whether two key sets conflict as a leader sees them: a key one writes and the other
-/// declares at all (both keep their keys sorted).
-fn conflict(a: &KeySet, b: &KeySet) -> bool {
-    let touches =
-        |keys: &KeySet, key: &Key| keys.reads.binary_search(key).is_ok() || keys.writes.binary_search(key).is_ok();
-    a.writes.iter().any(|k| touches(b, k)) || b.writes.iter().any(|k| touches(a, k))
-}
-
 #[test]
-fn a_scan_declares_no_writes_and_reads_the_prefix_and_every_stripe_on_every_shard() {
-    let p = HashPartitioner::new(3);
+fn scans_lock_the_table_and_point_operations_share_it() {
+    let p = HashPartitioner::new(2);
+    let prefix = keys::table_prefix();
     let scan = ycsb_pieces(&p, &[YcsbOp::Scan { start: 1, count: 5 }]);
-    assert_eq!(scan.iter().map(|piece| piece.shard).collect::<Vec<_>>(), vec![0, 1, 2], "every shard");
-    let mut want = keys::stripe_keys();
-    want.push(keys::table_prefix());
-    want.sort();
-    for piece in &scan {
-        assert!(piece.keys.writes.is_empty(), "a scan writes nothing: {:?}", piece.keys.writes);
-        assert_eq!(piece.keys.reads, want);
-    }
-    assert_eq!(keys::stripe_keys().len() as u64, keys::SCAN_STRIPES);
+    assert_eq!(scan.len(), 2, "a scan involves every shard");
+    assert!(scan.iter().all(|piece| piece.keys.writes == vec![prefix.clone()]));
     let read = ycsb_pieces(&p, &[YcsbOp::Read { record: 1 }]);
     assert_eq!(read.len(), 1);
-    assert_eq!(read[0].keys, KeySet::new(vec![record_key(1)], vec![]), "a read declares its record only");
-    for op in [
-        YcsbOp::Update { record: 1, field: 0, value: vec![] },
-        YcsbOp::Insert { record: 1, row: vec![] },
-        YcsbOp::ReadModifyWrite { record: 1, field: 0, value: vec![] },
-    ] {
-        let write = ycsb_pieces(&p, std::slice::from_ref(&op));
-        assert_eq!(write.len(), 1);
-        assert_eq!(write[0].keys, KeySet::new(vec![], vec![record_key(1), keys::stripe_key(1)]), "{op:?}");
-    }
-}
-
-proptest::proptest! {
-    /// Over the whole record domain and any shard count: every write conflicts with every
-    /// scan on its shard, a read with none, two scans never with each other.
-    #[test]
-    fn every_write_conflicts_with_every_scan_on_its_shard_and_a_read_with_none(
-        record in proptest::prelude::any::<u64>(),
-        other in proptest::prelude::any::<u64>(),
-        shards in 1u32..=64,
-        start in proptest::prelude::any::<u64>(),
-        count in 1u32..=MAX_SCAN_LENGTH,
-    ) {
-        let p = HashPartitioner::new(shards);
-        let shard = p.shard_of(&record_key(record));
-        let scan = ycsb_pieces(&p, &[YcsbOp::Scan { start, count }]);
-        let scan_here = piece_on(&scan, shard);
-        for op in [
-            YcsbOp::Update { record, field: 0, value: vec![1] },
-            YcsbOp::Insert { record, row: vec![1] },
-            YcsbOp::ReadModifyWrite { record, field: 0, value: vec![1] },
-        ] {
-            let write = ycsb_pieces(&p, std::slice::from_ref(&op));
-            proptest::prop_assert!(conflict(&write[0].keys, scan_here), "{:?} passes a scan", op);
-        }
-        let read = ycsb_pieces(&p, &[YcsbOp::Read { record }]);
-        proptest::prop_assert!(!conflict(&read[0].keys, scan_here), "a read waits for a scan");
-        let scan2 = ycsb_pieces(&p, &[YcsbOp::Scan { start: start ^ other, count: 1 }]);
-        proptest::prop_assert!(!conflict(piece_on(&scan2, shard), scan_here), "scans wait for each other");
-        // Writes of two different records conflict only through a shared stripe.
-        let a = ycsb_pieces(&p, &[YcsbOp::Update { record, field: 0, value: vec![1] }]);
-        let b = ycsb_pieces(&p, &[YcsbOp::Update { record: other, field: 0, value: vec![1] }]);
-        if record != other && a[0].shard == b[0].shard {
-            let shared = keys::stripe_key(record) == keys::stripe_key(other);
-            proptest::prop_assert_eq!(conflict(&a[0].keys, &b[0].keys), shared);
-        }
-    }
-}
-
-/// Every shard's part of a scan of `count` from `start`, run read-only at snapshot `ts`.
-fn scan_at(stores: &[Store], start: u64, count: u32, ts: u64) -> Result<Vec<(Key, Value)>, ProcError> {
-    let p = HashPartitioner::new(stores.len() as u32);
-    let mut registry = luigi_txn::procedure::Registry::new();
-    register_ycsb(&mut registry);
-    let ops = [YcsbOp::Scan { start, count }];
-    let mut outputs = Vec::new();
-    for piece in ycsb_pieces(&p, &ops) {
-        let store = &stores[piece.shard as usize];
-        let out = registry.read_at(OpKind::Scan.procedure(), &ycsb_args(&ops), store, &piece.keys, piece.shard, ts)?;
-        outputs.push((piece.shard, out));
-    }
-    match ycsb_merge(&ops, &outputs).unwrap().as_slice() {
-        [YcsbResult::Rows(rows)] => Ok(rows.clone()),
-        other => panic!("a scan answers rows: {other:?}"),
-    }
-}
-
-#[test]
-fn a_scan_at_a_snapshot_sees_exactly_the_rows_written_at_or_below_it() {
-    let (_, mut stores) = loaded(3);
-    let p = HashPartitioner::new(3);
-    let mut registry = luigi_txn::procedure::Registry::new();
-    register_ycsb(&mut registry);
-    let row = |b: u8| vec![b; 1_000];
-    // Inserts (new keys a scan must start to see) and updates (new values) at 10..=60.
-    let writes = [
-        (10, YcsbOp::Insert { record: 200, row: row(b'a') }),
-        (20, YcsbOp::Update { record: 3, field: 0, value: vec![b'b'; 100] }),
-        (30, YcsbOp::Insert { record: 201, row: row(b'c') }),
-        (40, YcsbOp::ReadModifyWrite { record: 200, field: 9, value: vec![b'd'; 100] }),
-        (50, YcsbOp::Update { record: 201, field: 1, value: vec![b'e'; 100] }),
-        (60, YcsbOp::Insert { record: 202, row: row(b'f') }),
-    ];
-    // The model: every row after each write, (timestamp, rows), from the population on.
-    let everything = |stores: &[Store]| -> BTreeMap<Key, Value> {
-        stores.iter().flat_map(|s| s.iter().map(|(k, v)| (k.clone(), v.clone()))).collect()
-    };
-    let mut model = vec![(0, everything(&stores))];
-    for (ts, op) in &writes {
-        let ops = std::slice::from_ref(op);
-        for piece in ycsb_pieces(&p, ops) {
-            let store = &mut stores[piece.shard as usize];
-            registry.execute_at(op.kind().procedure(), &ycsb_args(ops), store, &piece.keys, piece.shard, *ts).unwrap();
-        }
-        model.push((*ts, everything(&stores)));
-    }
-    let starts = [0, 3, 200, 201, 202, 57];
-    for ts in 1..=70 {
-        let rows = &model.iter().rev().find(|(at, _)| *at <= ts).unwrap().1;
-        for start in starts {
-            for count in [1, 7, 500] {
-                // From the start record's key on: before that record exists, from the next key.
-                let want: Vec<(Key, Value)> =
-                    rows.range(record_key(start)..).take(count as usize).map(|(k, v)| (k.clone(), v.clone())).collect();
-                assert_eq!(scan_at(&stores, start, count, ts).unwrap(), want, "scan from {start} of {count} at {ts}");
-            }
-        }
-    }
-    // What the latest snapshot sees is what the store holds now.
-    let now = everything(&stores);
-    assert_eq!(
-        scan_at(&stores, 0, 500, 1_000).unwrap(),
-        now.range(record_key(0)..).take(500).map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>()
-    );
-    // A snapshot below what the stores keep is refused, not answered with later rows.
-    for store in &mut stores {
-        store.forget_below(25);
-    }
-    assert_eq!(scan_at(&stores, 0, 5, 24), Err(ProcError::SnapshotTooOld { requested: 24, oldest: 25 }));
+    assert_eq!(read[0].keys.reads, {
+        let mut r = vec![prefix.clone(), record_key(1)];
+        r.sort();
+        r
+    });
+    let update = ycsb_pieces(&p, &[YcsbOp::Update { record: 1, field: 0, value: vec![] }]);
+    assert_eq!(update[0].keys.writes, vec![record_key(1)]);
+    assert_eq!(update[0].keys.reads, vec![prefix]);
 }
 
 #[test]
