@@ -3,7 +3,7 @@
 # 2 shards x 3 replicas, with the default clock bound (500 ms) and a tight one (10 ms).
 #   geo (default): YCSB B, C and K2 95/5 under `geo` (one-way 150 ms +- 20 ms between any two
 #     nodes), and K2 with the client next to one replica of every shard (--client-near).
-#   lan: YCSB B, C, E (scans) and K2 95/5, and TPC-C's read-mostly mix (scale 0.1: a tenth of
+#   lan: YCSB B, C and K2 95/5, and TPC-C's read-mostly mix (scale 0.1: a tenth of
 #     the items, customers and orders), with `--net none`.
 # Usage: run.sh LUIGI_BINARY OUT_DIR [geo|lan]; summarize.py summarizes its output.
 set -euo pipefail
@@ -23,7 +23,7 @@ run() {
 }
 if [ "$MODE" = lan ]; then
     for bound in 10000 500000; do
-        for w in b c e k2-95-5; do
+        for w in b c k2-95-5; do
             for path in on off; do
                 run "ycsb-$w-bound$bound-$path" ycsb --workload "$w" --read-only-path "$path" --max-clock-offset-us "$bound"
             done

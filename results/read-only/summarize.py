@@ -7,7 +7,7 @@ name=None; rows=[]
 for line in open(sys.argv[1]):
     if line.startswith('== '):
         name=line.split(':')[0][3:]; tps=None; cpu=None
-    elif line.startswith('luigi:') and name:
+    elif line.startswith('luigi:') and name and re.search(r'[0-9]+ tx/s',line):
         tps=re.search(r'([0-9]+) tx/s',line).group(1)
     elif re.match(r'^(ycsb\.read|tpcc\.(order_status|stock_level)) ',line) and name:
         f=line.split(); rows.append((name,f[0],tps,f[-6],f[-3]))
