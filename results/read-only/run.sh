@@ -5,7 +5,9 @@
 #     nodes), and K2 with the client next to one replica of every shard (--client-near).
 #   lan: YCSB B, C and K2 95/5, and TPC-C's read-mostly mix (scale 0.1: a tenth of
 #     the items, customers and orders), with `--net none`.
-# Usage: run.sh LUIGI_BINARY OUT_DIR [geo|lan]; summarize.py summarizes its output.
+#   tpcc-geo: TPC-C's read-mostly mix (scale 0.1) under `geo`, 10 ms bound, the client
+#     anywhere and next to the leaders.
+# Usage: run.sh LUIGI_BINARY OUT_DIR [geo|lan|tpcc-geo]; summarize.py summarizes its output.
 set -euo pipefail
 BIN=${1:?luigi binary}
 OUT=${2:?output directory}
@@ -31,6 +33,17 @@ if [ "$MODE" = lan ]; then
         for path in on off; do
             run "tpcc-read-mostly-bound$bound-$path" tpcc --mix read-mostly --scale 0.1 --read-only-path "$path" \
                 --max-clock-offset-us "$bound"
+        done
+    done
+    exit 0
+fi
+if [ "$MODE" = tpcc-geo ]; then
+    for near in any 0; do
+        for path in on off; do
+            near_flag=()
+            [ "$near" = any ] || near_flag=(--client-near "$near")
+            run "tpcc-read-mostly-near$near-bound10000-$path" tpcc --mix read-mostly --scale 0.1 \
+                --read-only-path "$path" --max-clock-offset-us 10000 "${near_flag[@]}"
         done
     done
     exit 0
