@@ -9,7 +9,9 @@ mod common;
 use std::time::Instant;
 
 use common::{Catch, Trial};
-use luigi_sim::{failover_config, FailoverReport, FaultConfig, KillPoint, SimConfig, ViolationKind};
+use luigi_sim::{
+    failover_config, CutKind, CutMode, FailoverReport, FaultConfig, KillPoint, PlannedCut, SimConfig, ViolationKind,
+};
 
 const FILE: &str = "read_only";
 
@@ -74,8 +76,9 @@ fn serving_a_read_before_the_safe_time_is_caught() {
 /// executed to the read's keys are committed. Few keys (a read often meets a write not
 /// committed yet), clocks in step (a snapshot at the client's now, soon below the leader's
 /// watermark), leaders killed right after they execute (losing what they executed ahead of
-/// its commit). The mutation that skips the commit check is caught in the leader's
-/// transcript (`leader::tests_speculation`); these seeds did not lose a write a read saw.
+/// its commit). These seeds do not lose a write a read saw; the mutation that skips the
+/// commit check is caught below (`serving_reads_ahead_of_uncommitted_writes_is_caught`) and
+/// in the leader's transcript (`leader::tests_speculation`).
 #[test]
 fn reads_at_leaders_killed_right_after_executing_are_strictly_serializable() {
     let mut total = FailoverReport::default();
@@ -91,4 +94,34 @@ fn reads_at_leaders_killed_right_after_executing_are_strictly_serializable() {
     if !common::one_seed() {
         assert!(total.read_only > 0 && total.kills > 0, "{total:?}");
     }
+}
+
+/// Rule 23 (e) broken: a leader serving reads above its committed marker where the read's
+/// keys carry writes not committed yet. Shard 0's leader is cut from its group (clients
+/// still reach it) while it keeps executing: its writes cannot commit, the reads it serves
+/// ahead see them, and a new leader elected without them orders those writes again later
+/// (the clients resend), so the replay of the snapshot reads does not match. Few keys and
+/// clocks in step, so that reads meet those writes.
+#[test]
+fn serving_reads_ahead_of_uncommitted_writes_is_caught() {
+    let test = "serving_reads_ahead_of_uncommitted_writes_is_caught";
+    let trial = |seed: u64| {
+        let mut c = failover_config(seed, 1);
+        c.txns = 300;
+        c.keys = 4;
+        let cut = PlannedCut {
+            shard: 0,
+            replica: None,
+            kind: CutKind::FromGroup,
+            mode: CutMode::Lost,
+            at_us: 30_000,
+            down_us: 400_000,
+        };
+        let faults = FaultConfig { random_faults: false, cuts: vec![cut], ..FaultConfig::new() };
+        Trial::replicated(common::with_reads(c), faults)
+    };
+    let seeds = common::seeds(1..6);
+    common::caught_as(FILE, test, &seeds, Catch::Kind(ViolationKind::ResultMismatch), trial, |t| {
+        t.config.leader.mutations.serve_ahead_unsettled = true;
+    });
 }
