@@ -144,22 +144,6 @@ impl SnapshotReads {
         out
     }
 
-    /// The held reads at or below `max_ts` for which `serve` holds (a leader's reads above
-    /// its safe time, rule 23 (e)), in snapshot order. Looks at those reads only.
-    pub fn ready_where(&mut self, max_ts: Timestamp, serve: impl Fn(&SnapshotRead) -> bool) -> Vec<WaitingRead> {
-        let within = self.waiting.range(..=(max_ts, u64::MAX));
-        let keys: Vec<(Timestamp, u64)> = within.filter(|(_, w)| serve(&w.read)).map(|(k, _)| *k).collect();
-        let mut out = Vec::with_capacity(keys.len());
-        for (ts, n) in keys {
-            let w = self.waiting.remove(&(ts, n)).expect("listed above");
-            self.deadlines.remove(&(w.deadline, n, ts));
-            out.push(w);
-        }
-        self.stats.served += out.len() as u64;
-        self.stats.served_after_waiting += out.len() as u64;
-        out
-    }
-
     /// The held reads whose deadline has come at `now` (to be refused `TimedOut`).
     pub fn expired(&mut self, now: TimeUs) -> Vec<WaitingRead> {
         let mut out = Vec::new();

@@ -96,32 +96,44 @@ fn reads_at_leaders_killed_right_after_executing_are_strictly_serializable() {
     }
 }
 
-/// Rule 23 (e) broken: a leader serving reads above its committed marker where the read's
-/// keys carry writes not committed yet. Shard 0's leader is cut from its group (clients
-/// still reach it) while it keeps executing: its writes cannot commit, the reads it serves
-/// ahead see them, and a new leader elected without them orders those writes again later
-/// (the clients resend), so the replay of the snapshot reads does not match. Few keys and
-/// clocks in step, so that reads meet those writes.
-#[test]
-fn serving_reads_ahead_of_uncommitted_writes_is_caught() {
-    let test = "serving_reads_ahead_of_uncommitted_writes_is_caught";
-    let trial = |seed: u64| {
-        let mut c = failover_config(seed, 1);
-        c.txns = 300;
-        c.keys = 4;
-        let cut = PlannedCut {
-            shard: 0,
-            replica: None,
-            kind: CutKind::FromGroup,
-            mode: CutMode::Lost,
-            at_us: 30_000,
-            down_us: 400_000,
-        };
-        let faults = FaultConfig { random_faults: false, cuts: vec![cut], ..FaultConfig::new() };
-        Trial::replicated(common::with_reads(c), faults)
+/// Shard 0's leader cut from its group (clients still reach it) while it keeps executing:
+/// its writes cannot commit, the reads it serves ahead see them, and a new leader elected
+/// without them orders those writes again later (the clients resend). One shard, few keys
+/// and clocks in step, so that reads meet those writes.
+fn leader_cut_from_its_group(seed: u64) -> Trial {
+    let mut c = failover_config(seed, 1);
+    c.txns = 300;
+    c.keys = 4;
+    let cut = PlannedCut {
+        shard: 0,
+        replica: None,
+        kind: CutKind::FromGroup,
+        mode: CutMode::Lost,
+        at_us: 30_000,
+        down_us: 400_000,
     };
+    let faults = FaultConfig { random_faults: false, cuts: vec![cut], ..FaultConfig::new() };
+    Trial::replicated(common::with_reads(c), faults)
+}
+
+/// Rule 23 (e) broken at the leader: reads served above its committed marker name no
+/// position for the uncommitted writes of their keys, so the client counts them at once; the
+/// replay of those reads does not match once the writes are ordered again.
+#[test]
+fn serving_reads_ahead_without_their_writes_position_is_caught() {
+    let test = "serving_reads_ahead_without_their_writes_position_is_caught";
     let seeds = common::seeds(1..6);
-    common::caught_as(FILE, test, &seeds, Catch::Kind(ViolationKind::ResultMismatch), trial, |t| {
+    common::caught_as(FILE, test, &seeds, Catch::Kind(ViolationKind::ResultMismatch), leader_cut_from_its_group, |t| {
         t.config.leader.mutations.serve_ahead_unsettled = true;
+    });
+}
+
+/// Rule 23 (e) broken at the client: it counts a read served on a position not proven.
+#[test]
+fn counting_reads_on_unproven_positions_is_caught() {
+    let test = "counting_reads_on_unproven_positions_is_caught";
+    let seeds = common::seeds(1..6);
+    common::caught_as(FILE, test, &seeds, Catch::Kind(ViolationKind::ResultMismatch), leader_cut_from_its_group, |t| {
+        t.config.coordinator.mutations.count_unproven_reads = true;
     });
 }

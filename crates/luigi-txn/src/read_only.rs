@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::procedure::ProcError;
+use crate::progress::LogPos;
 use crate::types::{KeySet, ShardId, TimeUs, Timestamp, TxnId};
 
 /// Read `procedure(args)` on `shard`, restricted to `keys` (reads only), as of snapshot `ts`.
@@ -113,8 +114,12 @@ pub struct SnapshotReadReply {
     /// Server clock at arrival minus the request's `sent_us`.
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::delta()"))]
     pub arrival_delta_us: i64,
-    /// How long the read waited at the replica for its safe time (µs): the client takes it
-    /// out of the round trip to measure the replica's distance, not its lag.
+    /// How long the read waited at the replica for its safe time (µs): informational (the
+    /// client measures the whole round trip, wait included, to pick the soonest replica).
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
     pub held_us: u64,
+    /// The log position the values served rest on, while the serving leader does not know it
+    /// committed (DESIGN.md rule 23 (e), rule 14): the client counts the answer only once the
+    /// shard's progress reports prove it. `None`: it rests on committed records.
+    pub position: Option<LogPos>,
 }

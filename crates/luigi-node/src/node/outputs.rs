@@ -146,7 +146,7 @@ fn position_in(msg: &ServerMsg) -> u64 {
         // Rests on the follower's accept log, not on a Raft position (DESIGN.md, the fast
         // path): sent as `NodeOutput::ToClientDurably`.
         ServerMsg::FastAccept { .. } => 0,
-        // Read from committed state only (DESIGN.md rule 23): below the safe time.
-        ServerMsg::SnapshotRead(_) => 0,
+        // A leader's read ahead of its commits names the position it rests on (rule 23 (e)).
+        ServerMsg::SnapshotRead(r) => r.position.map_or(0, |p| p.index),
     }
 }

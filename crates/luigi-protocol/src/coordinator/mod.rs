@@ -98,6 +98,8 @@ pub struct CoordMutations {
     /// Complete a transaction on speculative answers without the proof that their
     /// positions are committed.
     pub trust_unproven_answers: bool,
+    /// Count a snapshot read's piece served on a position not proven committed (rule 23 (e)).
+    pub count_unproven_reads: bool,
     /// Count progress reports of any term as proof (not only the answer's own term).
     pub accept_reports_of_any_term: bool,
     /// Pass over a shard whose floor promise covers a transaction without waiting for a

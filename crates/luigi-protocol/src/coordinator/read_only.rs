@@ -24,10 +24,12 @@
 use luigi_txn::client_core::{ClientOutput, Completion, InvalidPieces, TxnOutcome};
 use luigi_txn::msg::{ClientMsg, TxnError};
 use luigi_txn::procedure::ProcError;
+use luigi_txn::progress::{LogPos, Progress};
 use luigi_txn::read_only::{ReadRefusal, SnapshotRead, SnapshotReadReply};
 use luigi_txn::types::{KeySet, ShardId, ShardPiece, TimeUs, Timestamp, TxnId};
 use luigi_txn::Map;
 use std::collections::BTreeSet;
+use std::ops::Bound::{Excluded, Unbounded};
 
 use super::nearest::Nearest;
 use super::Coordinator;
@@ -52,6 +54,16 @@ struct ReadPiece {
     sends: u32,
     /// Its result, once a replica served it.
     result: Option<Result<Vec<u8>, TxnError>>,
+    /// The log position `result` rests on while not proven committed (a leader's read ahead
+    /// of its commits, rule 23 (e)): the piece counts once progress reports prove it.
+    position: Option<LogPos>,
+}
+
+impl ReadPiece {
+    /// Served, on proven ground: it counts.
+    fn settled(&self) -> bool {
+        self.result.is_some() && self.position.is_none()
+    }
 }
 
 /// A read-only transaction in flight.
@@ -74,6 +86,8 @@ pub(super) struct Reads {
     pub(super) due: BTreeSet<(TimeUs, TxnId)>,
     /// Served on every participant, waiting for the other shards' watermarks, by snapshot.
     awaiting: BTreeSet<(Timestamp, TxnId)>,
+    /// Every piece served on a position not proven yet, by shard and position.
+    unproven: BTreeSet<(ShardId, LogPos, TxnId)>,
     pub(super) nearest: Nearest,
     /// The highest timestamp this client has observed: its answers' and its snapshots'.
     pub(super) observed_ts: Timestamp,
@@ -86,27 +100,55 @@ impl Reads {
             flights: Map::default(),
             due: BTreeSet::new(),
             awaiting: BTreeSet::new(),
+            unproven: BTreeSet::new(),
             nearest: Nearest::new(group_sizes),
             observed_ts: 0,
         }
     }
 
-    /// Puts `flight` in the table, indexed by when it is next due.
+    /// Puts `flight` in the table, indexed by when it is next due and by the positions its
+    /// pieces wait on.
     fn put(&mut self, id: TxnId, mut flight: ReadFlight) {
         flight.indexed_due = flight.next_due();
         if let Some(due) = flight.indexed_due {
             self.due.insert((due, id));
         }
+        for (shard, pos) in flight.unproven() {
+            self.unproven.insert((shard, pos, id));
+        }
         self.flights.insert(id, flight);
     }
 
-    /// Takes read `id` out of the table and its due index (not out of `awaiting`).
+    /// Takes read `id` out of the table and its due and position indexes (not out of
+    /// `awaiting`).
     fn take(&mut self, id: TxnId) -> Option<ReadFlight> {
         let flight = self.flights.remove(&id)?;
         if let Some(due) = flight.indexed_due {
             self.due.remove(&(due, id));
         }
+        for (shard, pos) in flight.unproven() {
+            self.unproven.remove(&(shard, pos, id));
+        }
         Some(flight)
+    }
+
+    /// The reads with a piece on a position `progress` now proves. Positions of one term are
+    /// proven in index order, so the scan passes over the rest of a term at its first
+    /// unproven one.
+    fn proven_by(&self, progress: &Progress, trust_unproven: bool) -> Vec<TxnId> {
+        let mut ids = Vec::new();
+        let mut next = self.unproven.first().copied();
+        while let Some((shard, pos, id)) = next {
+            if trust_unproven || progress.proven(shard, pos) {
+                ids.push(id);
+                next = self.unproven.range((Excluded((shard, pos, id)), Unbounded)).next().copied();
+                continue;
+            }
+            let Some(term) = pos.term.checked_add(1) else { break };
+            let from = (shard, LogPos { term, index: 0 }, TxnId { client: 0, seq: 0 });
+            next = self.unproven.range(from..).next().copied();
+        }
+        ids
     }
 
     /// The reads with a piece due at or before `now`.
@@ -133,6 +175,11 @@ impl Reads {
             if flight.indexed_due != due || due.is_some_and(|due| !self.due.contains(&(due, *id))) {
                 return Err(format!("read {id:?} is due at {due:?} but indexed at {:?}", flight.indexed_due));
             }
+            for (shard, pos) in flight.unproven() {
+                if !self.unproven.contains(&(shard, pos, *id)) {
+                    return Err(format!("read {id:?}'s piece on shard {shard} waits on {pos:?}, unindexed"));
+                }
+            }
             let awaiting = self.awaiting.contains(&(flight.ts, *id));
             if due.is_none() != awaiting {
                 return Err(format!(
@@ -140,6 +187,10 @@ impl Reads {
                     due.is_none()
                 ));
             }
+        }
+        let pieces_unproven: usize = self.flights.values().map(|f| f.unproven().count()).sum();
+        if pieces_unproven != self.unproven.len() {
+            return Err(format!("{pieces_unproven} pieces wait on positions, {} indexed", self.unproven.len()));
         }
         if self.due.len() + self.awaiting.len() != self.flights.len() {
             let (due, awaiting, reads) = (self.due.len(), self.awaiting.len(), self.flights.len());
@@ -208,6 +259,7 @@ impl Coordinator {
             refused: false,
             sends: 0,
             result: None,
+            position: None,
         };
         let pieces = pieces.into_iter().map(to_piece).collect();
         if self.flights.is_empty() && self.reads.is_empty() {
@@ -269,10 +321,17 @@ impl Coordinator {
         let id = reply.id;
         let Some(mut flight) = self.reads.take(id) else { return };
         let failed = self.note_piece_answer(now, &mut flight, reply);
-        let ts = flight.ts;
-        let served = flight.pieces.iter().all(|p| p.result.is_some());
-        let covered = served && self.read_covered(ts, &flight.pieces);
         self.reads.put(id, flight);
+        self.after_answer(id, failed, out);
+    }
+
+    /// Read `id` after news of its pieces: reported, waiting for the watermarks, or still
+    /// waiting for a piece.
+    fn after_answer(&mut self, id: TxnId, failed: Option<String>, out: &mut Vec<ClientOutput>) {
+        let flight = &self.reads.flights[&id];
+        let ts = flight.ts;
+        let served = flight.pieces.iter().all(ReadPiece::settled);
+        let covered = served && self.read_covered(ts, &flight.pieces);
         match failed {
             Some(why) => self.finish_read(id, Some(why), out),
             None if covered => self.finish_read(id, None, out),
@@ -287,7 +346,7 @@ impl Coordinator {
     /// serve the piece.
     fn note_piece_answer(&mut self, now: TimeUs, flight: &mut ReadFlight, reply: SnapshotReadReply) -> Option<String> {
         let piece = flight.pieces.iter_mut().find(|p| p.shard == reply.shard)?;
-        if piece.result.is_some() || reply.ts != flight.ts {
+        if piece.settled() || reply.ts != flight.ts {
             return None; // a late answer to an earlier send, or not this read's
         }
         let current = piece.replica.is_none_or(|r| r == reply.replica);
@@ -297,7 +356,12 @@ impl Coordinator {
             self.reads.nearest.sample(reply.shard, reply.replica, now.saturating_sub(piece.sent_us));
         }
         match next_of(reply.outcome) {
-            Next::Done(result) => piece.result = Some(result),
+            Next::Done(result) => {
+                // A newer answer replaces an unproven one (rule 14).
+                let trust = self.config.mutations.count_unproven_reads;
+                piece.position = reply.position.filter(|pos| !trust && !self.progress.proven(reply.shard, *pos));
+                piece.result = Some(result);
+            }
             // Only the replica asked last can send it elsewhere: an earlier one's refusal is
             // old news.
             Next::Elsewhere if current && !piece.refused => {
@@ -308,6 +372,22 @@ impl Coordinator {
             Next::Fail(why) => return Some(why),
         }
         None
+    }
+
+    /// Counts the pieces whose positions the progress reports now prove, and answers the
+    /// reads that completes.
+    pub(super) fn prove_reads(&mut self, out: &mut Vec<ClientOutput>) {
+        let trust = self.config.mutations.count_unproven_reads;
+        for id in self.reads.proven_by(&self.progress, trust) {
+            let Some(mut flight) = self.reads.take(id) else { continue }; // done with an earlier piece
+            for p in &mut flight.pieces {
+                if p.position.is_some_and(|pos| trust || self.progress.proven(p.shard, pos)) {
+                    p.position = None;
+                }
+            }
+            self.reads.put(id, flight);
+            self.after_answer(id, None, out);
+        }
     }
 
     /// Answers the served reads whose snapshot the commit rule's shards have all passed.
@@ -336,10 +416,14 @@ impl Coordinator {
             let mut flight = self.reads.take(id).expect("indexed reads are in the table");
             let mut failed = None;
             for slot in 0..flight.pieces.len() {
-                let piece = &flight.pieces[slot];
-                if piece.result.is_some() || piece.due_us > now {
+                let piece = &mut flight.pieces[slot];
+                if piece.settled() || piece.due_us > now {
                     continue;
                 }
+                // Served, but on a position not proven in time (its leader deposed, say):
+                // asked again elsewhere, at the same snapshot.
+                piece.result = None;
+                piece.position = None;
                 if let (false, Some(replica)) = (piece.refused, piece.replica) {
                     self.reads.nearest.silent(piece.shard, replica, self.config.retry_timeout_us);
                 }
@@ -404,6 +488,11 @@ impl Coordinator {
 impl ReadFlight {
     /// When its earliest unserved piece is due (`None`: every piece is served).
     fn next_due(&self) -> Option<TimeUs> {
-        self.pieces.iter().filter(|p| p.result.is_none()).map(|p| p.due_us).min()
+        self.pieces.iter().filter(|p| !p.settled()).map(|p| p.due_us).min()
+    }
+
+    /// The positions its pieces wait on, by shard.
+    fn unproven(&self) -> impl Iterator<Item = (ShardId, LogPos)> + '_ {
+        self.pieces.iter().filter_map(|p| p.position.map(|pos| (p.shard, pos)))
     }
 }

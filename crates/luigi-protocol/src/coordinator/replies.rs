@@ -64,6 +64,7 @@ impl Coordinator {
         for id in waiting {
             self.try_complete_txn(id, out);
         }
+        self.prove_reads(out);
         self.complete_reads(out);
     }
 

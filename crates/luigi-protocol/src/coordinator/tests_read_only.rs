@@ -6,6 +6,7 @@ use super::*;
 use luigi_txn::client_core::{ClientCore, Completion, TxnOutcome};
 use luigi_txn::msg::{ServerMsg, TxnError};
 use luigi_txn::procedure::ProcError;
+use luigi_txn::progress::{LogPos, ProgressReport};
 use luigi_txn::read_only::{ReadRefusal, SnapshotRead, SnapshotReadReply};
 use luigi_txn::types::{KeySet, ShardPiece};
 
@@ -63,7 +64,64 @@ fn answer(
         outcome,
         arrival_delta_us: 0,
         held_us,
+        position: None,
     })
+}
+
+/// A leader's answer served ahead of its commits, resting on `position` (rule 23 (e)).
+fn answer_at(read: &SnapshotRead, replica: u32, value: u8, position: LogPos) -> ServerMsg {
+    let ServerMsg::SnapshotRead(reply) = answer(read, replica, 0, Ok(Ok(vec![value]))) else { unreachable!() };
+    ServerMsg::SnapshotRead(SnapshotReadReply { position: Some(position), ..reply })
+}
+
+fn leader_commit(shard: ShardId, pos: LogPos) -> ServerMsg {
+    ServerMsg::Progress(ProgressReport { shard, replica: 0, term: pos.term, pos, committed: true })
+}
+
+/// Rule 23 (e) and rule 14: a piece served on a position not proven committed counts only
+/// once the shard's progress proves it; one never proven is asked again elsewhere, at the
+/// same snapshot, after the resend timeout, and the newer answer replaces it.
+#[test]
+fn a_piece_served_on_an_unproven_position_counts_once_proven_and_is_asked_elsewhere_if_never() {
+    for trust in [false, true] {
+        let mutations = CoordMutations { count_unproven_reads: trust, ..CoordMutations::default() };
+        let mut c = Coordinator::new(CoordinatorConfig { mutations, ..reading(1) });
+        let mut out = Vec::new();
+        c.submit(0, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+        let (_, r, read) = reads(&out)[0].clone();
+        out.clear();
+        let at = LogPos { term: 2, index: 10 };
+        c.on_message(1_000, answer_at(&read, r, 1, at), &mut out);
+        c.check_invariants().unwrap();
+        if trust {
+            assert!(done(&out).is_some(), "the mutation counts the unproven answer");
+            continue;
+        }
+        assert!(done(&out).is_none(), "not proven: waits");
+        c.on_message(2_000, leader_commit(0, LogPos { term: 2, index: 9 }), &mut out);
+        assert!(done(&out).is_none(), "a commit below it proves nothing");
+        c.on_message(3_000, leader_commit(0, at), &mut out);
+        let d = done(&out).expect("proven: answered");
+        assert_eq!(d.outcome, TxnOutcome::Ordered { ts: read.ts, results: vec![(0, Ok(vec![1]))] });
+        out.clear();
+        // Never proven (the leader of term 3 deposed before its write committed).
+        c.submit(10_000, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+        let (_, r, read) = reads(&out)[0].clone();
+        out.clear();
+        c.on_message(11_000, answer_at(&read, r, 2, LogPos { term: 3, index: 20 }), &mut out);
+        c.on_message(12_000, leader_commit(0, LogPos { term: 4, index: 30 }), &mut out);
+        assert!(done(&out).is_none(), "another term's commit proves nothing");
+        c.check_invariants().unwrap();
+        c.tick(10_000 + 1_000_000, &mut out);
+        let [(0, again, ref resent)] = reads(&out)[..] else { panic!("asked again: {out:?}") };
+        assert!(again != r && resent.ts == read.ts, "elsewhere, at the same snapshot");
+        out.clear();
+        c.on_message(1_020_000, answer(resent, again, 0, Ok(Ok(vec![3]))), &mut out);
+        let d = done(&out).expect("the newer answer counts");
+        assert_eq!(d.outcome, TxnOutcome::Ordered { ts: read.ts, results: vec![(0, Ok(vec![3]))] });
+        assert_eq!(c.in_flight(), 0);
+        c.check_invariants().unwrap();
+    }
 }
 
 #[test]

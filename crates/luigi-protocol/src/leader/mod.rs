@@ -535,7 +535,8 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// What snapshot reads are served from at this leader (DESIGN.md rule 23): its store, its
     /// procedures and its safe time, the committed `Applied` marker (not the watermark: what
     /// it executed may rest on records not committed yet, rule 14); and above it, a read at
-    /// or below the watermark whose keys' executed writes are all committed (rule 23 (e)).
+    /// or below the watermark, naming the position its keys' executed writes rest on (rule
+    /// 23 (e)).
     pub fn snapshot_view(&self) -> luigi_replica::SnapshotView<'_> {
         let safe_ts = self.applied_exchange.committed;
         let ahead = Some(luigi_replica::ServeAhead { executed_ts: self.applied_marker(), writes: self });
@@ -751,10 +752,11 @@ mod tests_recovery;
 mod tests_speculation;
 
 impl<L: ReplicatedLog<LogRecord>> luigi_replica::SettledWrites for ShardLeader<L> {
-    /// No write executed here to any of `keys` rests on a log position above the commit
-    /// (rule 14's positions of uncommitted writes, per key).
-    fn settled(&self, keys: &KeySet) -> bool {
-        let committed = self.committed_index;
-        self.config.mutations.serve_ahead_unsettled || self.spec.position_for(keys, 0, committed) <= committed
+    /// The highest of rule 14's per-key positions of uncommitted writes to `keys`.
+    fn rests_on(&self, keys: &KeySet) -> Option<LogPos> {
+        if self.config.mutations.serve_ahead_unsettled {
+            return None;
+        }
+        self.uncommitted(self.spec.position_for(keys, 0, self.committed_index))
     }
 }

@@ -279,19 +279,12 @@ fn a_recovered_tail_is_taken_over_pending_at_its_position_and_nothing_is_admitte
 }
 
 /// Rule 23 (e): a leader serves a snapshot read above its committed marker once its watermark
-/// passed the snapshot and every write it executed to the read's keys is committed; a read
-/// of a key whose write is not committed yet waits (a failover could lose that write).
+/// passed the snapshot; a read of a key whose write is not committed yet names that write's
+/// position (a failover could lose it, and the client counts the answer only once proven),
+/// one of keys whose writes are committed names none.
 #[test]
-fn a_read_ahead_of_the_committed_marker_is_served_only_where_the_keys_writes_are_committed() {
-    let read = |key: u64, ts: Timestamp| luigi_txn::read_only::SnapshotRead {
-        id: id(50 + key),
-        shard: 0,
-        procedure: "micro".into(),
-        args: vec![],
-        keys: KeySet::new(vec![luigi_workloads::procedures::micro_key(key)], vec![]),
-        ts,
-        sent_us: 0,
-    };
+fn a_read_ahead_of_the_committed_marker_names_the_position_of_its_keys_uncommitted_writes() {
+    let keys = |key: u64| KeySet::new(vec![luigi_workloads::procedures::micro_key(key)], vec![]);
     for mutations in [Mutations::default(), Mutations { serve_ahead_unsettled: true, ..Mutations::default() }] {
         let mut a = leader(0, mutations);
         dispatch(&mut a, 100, &txn(1, 1_000, &[(0, 1, Some(5))]));
@@ -299,16 +292,17 @@ fn a_read_ahead_of_the_committed_marker_is_served_only_where_the_keys_writes_are
         let view = a.snapshot_view();
         let ahead = view.ahead.as_ref().expect("a leader serves ahead");
         assert!(ahead.executed_ts >= 1_500 && view.safe_ts < 1_000, "executed past it, nothing marked committed");
-        assert_eq!(view.serves_up_to(&read(2, 1_500)), 1_500, "key 2 has no uncommitted write");
-        let key_1 = view.serves_up_to(&read(1, 1_500));
+        assert_eq!(view.serves_up_to(), ahead.executed_ts, "served up to the watermark, no further");
+        assert_eq!(view.position_for(1_500, &keys(2)), None, "key 2 has no uncommitted write");
+        assert_eq!(view.position_for(view.safe_ts, &keys(1)), None, "at the safe time: committed state");
+        let key_1 = view.position_for(1_500, &keys(1));
         if mutations.serve_ahead_unsettled {
-            assert_eq!(key_1, 1_500, "the mutation serves it");
+            assert_eq!(key_1, None, "the mutation names no position");
             continue;
         }
-        assert_eq!(key_1, view.safe_ts, "key 1's write is not committed: it waits");
-        assert_eq!(view.serves_up_to(&read(2, ahead.executed_ts + 1)), view.safe_ts, "not above the watermark");
+        let pos = key_1.expect("key 1's write is not committed: its position is named");
+        assert!(pos.index > a.committed_index && pos.term == a.term, "{pos:?} above the commit, in the leader's term");
         commit_all(&mut a, 2_001);
-        let view = a.snapshot_view();
-        assert!(view.serves_up_to(&read(1, 1_500)) >= 1_500, "committed: served");
+        assert_eq!(a.snapshot_view().position_for(1_500, &keys(1)), None, "committed: nothing to prove");
     }
 }

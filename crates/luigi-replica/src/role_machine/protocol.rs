@@ -9,7 +9,7 @@ use luigi_txn::log::LogEntry;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::peer::{PeerVocabulary, ReplicaOutput};
 use luigi_txn::procedure::Registry;
-use luigi_txn::read_only::SnapshotRead;
+use luigi_txn::progress::LogPos;
 use luigi_txn::types::{ClientId, KeySet, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 use super::RoleMachine;
@@ -34,30 +34,40 @@ pub struct SnapshotView<'a> {
 
 /// What lets a leader serve a read above its safe time (DESIGN.md rule 23 (e)): everything
 /// at or below `executed_ts` is executed in its store and nothing else can ever commit at or
-/// below it, and the writes it executed to the read's keys rest on committed records.
+/// below it; the answer names the log position the writes it executed to the read's keys
+/// rest on while that is not known committed, and the client counts it only once proven.
 pub struct ServeAhead<'a> {
     /// Every transaction at or below it is executed in the store, and no other can ever be
     /// admitted at or below it on this shard (the leader's watermark, below any undecided
     /// move).
     pub executed_ts: Timestamp,
-    /// Which executed writes rest on records known committed.
+    /// Where its executed writes rest in its log.
     pub writes: &'a dyn SettledWrites,
 }
 
-/// A leader's knowledge of which of its executed writes a failover cannot lose.
+/// A leader's knowledge of where its executed writes rest in its log (rule 14).
 pub trait SettledWrites {
-    /// Every write this replica executed to any of `keys` rests on log records known
-    /// committed.
-    fn settled(&self, keys: &KeySet) -> bool;
+    /// The log position every write this replica executed to any of `keys` rests on, while
+    /// it is not known committed (`None`: they all rest on committed records).
+    fn rests_on(&self, keys: &KeySet) -> Option<LogPos>;
 }
 
 impl SnapshotView<'_> {
-    /// The highest snapshot `read` may be served at now: the safe time, or, at a leader, the
-    /// read's own snapshot once it is executed and its keys' writes are committed.
-    pub fn serves_up_to(&self, read: &SnapshotRead) -> Timestamp {
+    /// The highest snapshot a read may be served at now: the safe time, or, at a leader, its
+    /// executed timestamp if higher (rule 23 (e)).
+    pub fn serves_up_to(&self) -> Timestamp {
         match &self.ahead {
-            Some(a) if read.ts <= a.executed_ts && a.writes.settled(&read.keys) => self.safe_ts.max(read.ts),
-            Some(_) | None => self.safe_ts,
+            Some(a) => self.safe_ts.max(a.executed_ts),
+            None => self.safe_ts,
+        }
+    }
+
+    /// The log position a read at `ts` of `keys` served now rests on, while not known
+    /// committed: only a leader's read above its safe time can rest on one.
+    pub fn position_for(&self, ts: Timestamp, keys: &KeySet) -> Option<LogPos> {
+        match &self.ahead {
+            Some(a) if ts > self.safe_ts => a.writes.rests_on(keys),
+            Some(_) | None => None,
         }
     }
 }

@@ -30,10 +30,12 @@ fn answer<P: ReplicaProtocol>(
     outcome: Result<&SnapshotView<'_>, ReadRefusal>,
 ) -> OutputOf<P> {
     let read = &w.read;
+    let position = outcome.as_ref().ok().and_then(|view| view.position_for(read.ts, &read.keys));
     let outcome =
         outcome.map(|view| view.registry.read_at(&read.procedure, &read.args, view.store, &read.keys, shard, read.ts));
     let (arrival_delta_us, held_us) = (w.arrival_delta_us, now.saturating_sub(w.arrived));
-    let reply = SnapshotReadReply { id: read.id, shard, replica, ts: read.ts, outcome, arrival_delta_us, held_us };
+    let (id, ts) = (read.id, read.ts);
+    let reply = SnapshotReadReply { id, shard, replica, ts, outcome, arrival_delta_us, held_us, position };
     OutputOf::<P>::ToClient { client: w.client, msg: ServerMsg::SnapshotRead(reply) }
 }
 
@@ -70,8 +72,7 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
             out.push(answer::<P>(now, shard, replica, w, Err(refusal.expect("refused"))));
             return;
         };
-        let serves_up_to = view.serves_up_to(&read);
-        match self.reads.arrive(now, client, read, serves_up_to) {
+        match self.reads.arrive(now, client, read, view.serves_up_to()) {
             Arrival::Serve(w) => out.push(answer::<P>(now, shard, replica, w, Ok(&view))),
             Arrival::Held => {}
             Arrival::Refuse(w, why) => out.push(answer::<P>(now, shard, replica, w, Err(why))),
@@ -85,13 +86,8 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
         }
         let (shard, replica) = (self.protocol.shard(), replica_index(log));
         let Some(view) = view_of(&self.role) else { return };
-        for w in self.reads.ready(view.safe_ts) {
+        for w in self.reads.ready(view.serves_up_to()) {
             out.push(answer::<P>(now, shard, replica, w, Ok(&view)));
-        }
-        if let Some(ahead) = &view.ahead {
-            for w in self.reads.ready_where(ahead.executed_ts, |r| ahead.writes.settled(&r.keys)) {
-                out.push(answer::<P>(now, shard, replica, w, Ok(&view)));
-            }
         }
         let safe_ts = view.safe_ts;
         for w in self.reads.expired(now) {
