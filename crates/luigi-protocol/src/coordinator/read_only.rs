@@ -144,8 +144,12 @@ impl Reads {
                 next = self.unproven.range((Excluded((shard, pos, id)), Unbounded)).next().copied();
                 continue;
             }
-            let Some(term) = pos.term.checked_add(1) else { break };
-            let from = (shard, LogPos { term, index: 0 }, TxnId { client: 0, seq: 0 });
+            let first = TxnId { client: 0, seq: 0 };
+            let from = match (pos.term.checked_add(1), shard.checked_add(1)) {
+                (Some(term), _) => (shard, LogPos { term, index: 0 }, first),
+                (None, Some(shard)) => (shard, LogPos::default(), first),
+                (None, None) => break,
+            };
             next = self.unproven.range(from..).next().copied();
         }
         ids

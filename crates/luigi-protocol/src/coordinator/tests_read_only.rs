@@ -353,3 +353,26 @@ fn the_invariant_check_catches_a_read_missing_from_its_due_index() {
     let err = c.check_invariants().unwrap_err();
     assert!(err.contains("indexed"), "{err}");
 }
+
+/// The proof scan passes over a term it cannot prove to the next, and over the last term
+/// (`u64::MAX`) to the next shard: a piece waiting on a position of another shard is still
+/// found.
+#[test]
+fn a_proof_is_found_past_unproven_positions_of_any_term_on_another_shard() {
+    let mut c = Coordinator::new(reading(1));
+    let mut out = Vec::new();
+    let a = c.submit(0, "get", vec![], vec![read_piece(0)], &mut out).unwrap();
+    let b = c.submit(0, "get", vec![], vec![read_piece(1)], &mut out).unwrap();
+    let sent = reads(&out);
+    out.clear();
+    let (_, ra, read_a) = sent.iter().find(|(_, _, r)| r.id == a).unwrap().clone();
+    let (_, rb, read_b) = sent.iter().find(|(_, _, r)| r.id == b).unwrap().clone();
+    c.on_message(1_000, answer_at(&read_a, ra, 1, LogPos { term: u64::MAX, index: u64::MAX }), &mut out);
+    c.on_message(1_000, answer_at(&read_b, rb, 2, LogPos { term: 2, index: 5 }), &mut out);
+    assert!(done(&out).is_none());
+    c.on_message(2_000, leader_commit(1, LogPos { term: 2, index: 5 }), &mut out);
+    let d = done(&out).expect("shard 1's piece proven");
+    assert_eq!(d.id, b);
+    assert_eq!(c.in_flight(), 1, "shard 0's still waits");
+    c.check_invariants().unwrap();
+}
