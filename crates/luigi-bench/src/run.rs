@@ -208,6 +208,17 @@ pub fn run_workload<T>(
     Ok((Measured { report, config, ready, started_at_unix_s, server_metrics, cpu }, closed))
 }
 
+/// Whether the clients of `run` read transactions without writes at a snapshot (Luigi's
+/// read-only path, DESIGN.md rule 23): the run's override, else the cluster file's switch
+/// (off on a local cluster unless asked).
+pub fn reads_at_snapshot(run: &RunSpec, file: Option<&ClusterConfig>) -> bool {
+    match (run.read_only_path, file) {
+        (Some(on), _) => on && run.protocol == Protocol::Luigi,
+        (None, Some(file)) => file.read_only_path(),
+        (None, None) => false,
+    }
+}
+
 /// The cluster file of `run`, or that of the local cluster to start (its addresses are set
 /// then), hosting `hosted`.
 fn cluster_config(run: &RunSpec, hosted: Option<WorkloadSpec>) -> anyhow::Result<ClusterConfig> {
@@ -239,8 +250,7 @@ fn cluster_config(run: &RunSpec, hosted: Option<WorkloadSpec>) -> anyhow::Result
             config.set_protocol(run.protocol);
             // Written either way, so that the file says what ran.
             config.protocol.fast_path = Some(run.fast_path && run.protocol == Protocol::Luigi);
-            let luigi = run.protocol == Protocol::Luigi;
-            config.protocol.read_only_path = Some(run.read_only_path.unwrap_or(false) && luigi);
+            config.protocol.read_only_path = Some(reads_at_snapshot(run, None));
             config.protocol.max_clock_offset_us = run.max_clock_offset_us;
             config.workload = hosted;
             for shard in &mut config.shards {

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use luigi_runtime::config::ClusterConfig;
-use luigi_workloads::ycsb::YcsbWorkload;
+use luigi_workloads::ycsb::{YcsbLoad, YcsbWorkload};
 use luigi_workloads::WorkloadSpec;
 use serde_json::json;
 
 use crate::client::TxnConnector;
 use crate::report::BenchResult;
-use crate::run::{run_workload, Closing, RunSpec};
+use crate::run::{reads_at_snapshot, run_workload, Closing, RunSpec};
 use crate::workload::ycsb::YcsbOptions;
 
 /// One YCSB run: its shape and its workload.
@@ -31,7 +31,8 @@ pub fn run_ycsb(run: &YcsbRun) -> anyhow::Result<BenchResult> {
     let file = spec.cluster_file.as_ref().map(|p| ClusterConfig::load(p)).transpose()?;
     let shards = file.as_ref().map_or(spec.shards, ClusterConfig::shard_count);
     let config = ycsb.validate(Some(shards), file.as_ref())?;
-    let load = ycsb.load();
+    // Scans among reads lock nothing when the client reads them at a snapshot.
+    let load = YcsbLoad { scans_at_snapshot: reads_at_snapshot(spec, file.as_ref()), ..ycsb.load() };
     let workload =
         Arc::new(YcsbWorkload::new(config.clone(), load, shards).map_err(|e| anyhow::anyhow!("YCSB workload: {e}"))?);
     let closing = Closing { bound: Duration::ZERO, step: Box::new(|_: &dyn TxnConnector| Ok(())) };
@@ -45,6 +46,7 @@ pub fn run_ycsb(run: &YcsbRun) -> anyhow::Result<BenchResult> {
     params.insert("field_length".into(), json!(config.field_length));
     params.insert("ops_per_txn".into(), json!(load.ops_per_txn));
     params.insert("max_scan_length".into(), json!(load.max_scan_length));
+    params.insert("scans_at_snapshot".into(), json!(load.scans_at_snapshot));
     let mut result = measured.result(spec, &label, params);
     result.by_kind = measured.by_kind(true);
     Ok(result)

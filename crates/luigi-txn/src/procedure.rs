@@ -229,7 +229,7 @@ impl Registry {
 
     /// Runs `name` read-only on `store` as of snapshot `ts`, restricted to `keys`: a write is
     /// [`ProcError::WriteInReadOnly`], a snapshot older than the versions kept
-    /// [`ProcError::SnapshotTooOld`].
+    /// [`ProcError::SnapshotTooOld`]. The answer lists the ranges the procedure scanned.
     pub fn read_at(
         &self,
         name: &str,
@@ -238,9 +238,16 @@ impl Registry {
         keys: &KeySet,
         shard: ShardId,
         ts: Timestamp,
-    ) -> Result<Vec<u8>, ProcError> {
-        let procedure = self.procedure(name)?;
-        crate::snapshot::SnapshotCtx::new(store, keys, shard, ts)?.run(procedure, args)
+    ) -> crate::snapshot::SnapshotAnswer {
+        let ctx =
+            self.procedure(name).and_then(|p| Ok((p, crate::snapshot::SnapshotCtx::new(store, keys, shard, ts)?)));
+        match ctx {
+            Ok((procedure, mut ctx)) => {
+                let result = ctx.run(procedure, args);
+                crate::snapshot::SnapshotAnswer { result, scanned: ctx.into_scanned() }
+            }
+            Err(e) => crate::snapshot::SnapshotAnswer { result: Err(e), scanned: Vec::new() },
+        }
     }
 
     fn procedure(&self, name: &str) -> Result<&dyn Procedure, ProcError> {

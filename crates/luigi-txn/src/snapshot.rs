@@ -13,6 +13,28 @@ pub struct SnapshotCtx<'a> {
     keys: &'a KeySet,
     shard: ShardId,
     ts: Timestamp,
+    /// The ranges the procedure scanned (its declared keys name them only by prefix).
+    scanned: Vec<ScannedRange>,
+}
+
+/// A range a snapshot read scanned: from `start` (included) to `end` (excluded; empty: no end).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScannedRange {
+    /// First key.
+    pub start: Key,
+    /// Past the last key.
+    pub end: Key,
+}
+
+/// What a read-only procedure returned at a snapshot, and the ranges it scanned: a leader
+/// serving it ahead of its commits then names the positions of the uncommitted writes that
+/// could fall in them, not only of its declared keys' (DESIGN.md rule 23 (e)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotAnswer {
+    /// The procedure's result.
+    pub result: Result<Vec<u8>, ProcError>,
+    /// The ranges it scanned.
+    pub scanned: Vec<ScannedRange>,
 }
 
 impl From<TooOld> for ProcError {
@@ -29,12 +51,17 @@ impl<'a> SnapshotCtx<'a> {
         if ts < store.oldest_snapshot() {
             return Err(TooOld { requested: ts, oldest: store.oldest_snapshot() }.into());
         }
-        Ok(SnapshotCtx { store, keys, shard, ts })
+        Ok(SnapshotCtx { store, keys, shard, ts, scanned: Vec::new() })
     }
 
     /// Runs `procedure` on this view.
     pub fn run(&mut self, procedure: &dyn Procedure, args: &[u8]) -> Result<Vec<u8>, ProcError> {
         procedure.execute(self, args)
+    }
+
+    /// The ranges the procedure run so far scanned.
+    pub fn into_scanned(self) -> Vec<ScannedRange> {
+        self.scanned
     }
 }
 
@@ -72,6 +99,7 @@ impl ProcCtx for SnapshotCtx<'_> {
         order: ScanOrder,
     ) -> Result<Vec<(Key, Value)>, ProcError> {
         check_scan(self.keys, start, end, self.shard)?;
+        self.scanned.push(ScannedRange { start: start.to_vec(), end: end.to_vec() });
         Ok(self.store.scan_at(start, end, limit, order, self.ts)?)
     }
 }
@@ -98,18 +126,49 @@ mod tests {
         let mut store = Store::new();
         let keys = KeySet::new(vec![], vec![b"k".to_vec(), b"n".to_vec()]);
         r.execute_at("write", &[], &mut store, &keys, 0, 10).unwrap();
-        assert_eq!(r.read_at("read", &[], &store, &keys, 0, 9), Ok(vec![]));
-        assert_eq!(r.read_at("read", &[], &store, &keys, 0, 10), Ok(b"w".to_vec()));
-        assert_eq!(r.read_at("write", &[], &store, &keys, 0, 10), Err(ProcError::WriteInReadOnly(b"k".to_vec())));
-        assert!(matches!(r.read_at("add", &[], &store, &keys, 0, 10), Err(ProcError::WriteInReadOnly(_))));
+        assert_eq!(r.read_at("read", &[], &store, &keys, 0, 9).result, Ok(vec![]));
+        assert_eq!(r.read_at("read", &[], &store, &keys, 0, 10).result, Ok(b"w".to_vec()));
+        assert_eq!(
+            r.read_at("write", &[], &store, &keys, 0, 10).result,
+            Err(ProcError::WriteInReadOnly(b"k".to_vec()))
+        );
+        assert!(matches!(r.read_at("add", &[], &store, &keys, 0, 10).result, Err(ProcError::WriteInReadOnly(_))));
         assert_eq!(store.get(b"k"), Some(&b"w".to_vec()), "a refused write leaves the store as it was");
         store.forget_below(20);
         assert_eq!(
-            r.read_at("read", &[], &store, &keys, 0, 19),
+            r.read_at("read", &[], &store, &keys, 0, 19).result,
             Err(ProcError::SnapshotTooOld { requested: 19, oldest: 20 })
         );
         let undeclared = KeySet::default();
-        assert!(matches!(r.read_at("read", &[], &store, &undeclared, 0, 30), Err(ProcError::KeyNotDeclared { .. })));
+        assert!(matches!(
+            r.read_at("read", &[], &store, &undeclared, 0, 30).result,
+            Err(ProcError::KeyNotDeclared { .. })
+        ));
+    }
+
+    /// A leader serving a read ahead of its commits names the positions of the writes that
+    /// could fall in the ranges a read scanned (rule 23 (e)): the answer lists them.
+    #[test]
+    fn the_answer_lists_the_ranges_the_procedure_scanned() {
+        let mut r = registry();
+        r.register(
+            "scan",
+            Arc::new(Scripted(|ctx| {
+                let rows = ctx.scan(b"k", b"l", 10, ScanOrder::Ascending)?;
+                Ok(rows.into_iter().flat_map(|(_, v)| v).collect())
+            })),
+        );
+        let mut store = Store::new();
+        let keys = KeySet::new(vec![], vec![b"k".to_vec(), b"n".to_vec()]);
+        r.execute_at("write", &[], &mut store, &keys, 0, 10).unwrap();
+        let read = KeySet::new(vec![b"k".to_vec()], vec![]);
+        let scan = r.read_at("scan", &[], &store, &read, 0, 10);
+        let range = ScannedRange { start: b"k".to_vec(), end: b"l".to_vec() };
+        assert_eq!(scan, SnapshotAnswer { result: Ok(b"w".to_vec()), scanned: vec![range] });
+        let get = r.read_at("read", &[], &store, &read, 0, 10);
+        assert_eq!(get, SnapshotAnswer { result: Ok(b"w".to_vec()), scanned: vec![] });
+        let missing = r.read_at("nope", &[], &store, &read, 0, 10);
+        assert!(missing.scanned.is_empty() && matches!(missing.result, Err(ProcError::UnknownProcedure(_))));
     }
 
     #[test]
@@ -127,7 +186,7 @@ mod tests {
         r.execute_at("write", &[], &mut store, &keys, 0, 10).unwrap();
         assert!(r.execute_at("write_then_fail", &[], &mut store, &keys, 0, 20).is_err());
         assert_eq!(store.history_stats().versions, 1, "only the version the write at 10 replaced");
-        assert_eq!(r.read_at("read", &[], &store, &keys, 0, 25), Ok(b"w".to_vec()));
-        assert_eq!(r.read_at("read", &[], &store, &keys, 0, 5), Ok(vec![]));
+        assert_eq!(r.read_at("read", &[], &store, &keys, 0, 25).result, Ok(b"w".to_vec()));
+        assert_eq!(r.read_at("read", &[], &store, &keys, 0, 5).result, Ok(vec![]));
     }
 }

@@ -216,8 +216,10 @@ pub type KvOutput = Vec<(u32, KvResult)>;
 /// works like an intention lock: point operations on different keys share it as readers and
 /// do not conflict, while a scan conflicts with every point operation and scan of the table on
 /// that shard, so scans are serialized with the writes they could see. A shard runs a point
-/// operation when its key is declared there exactly, a scan when the prefix is declared as a
-/// write.
+/// operation when its key is declared there exactly, a scan when the prefix is declared.
+/// When the client reads at a snapshot (Luigi's read-only path, DESIGN.md rule 23), a
+/// transaction without writes declares the prefix as a read even when it scans: a snapshot
+/// needs no lock, and declaring no write is what sends it there.
 pub struct Kv;
 
 impl Kv {
@@ -240,11 +242,12 @@ fn check_kv_ops(ops: &[KvOp]) -> Result<(), String> {
     Ok(())
 }
 
-/// The per-shard pieces (declared keys) of a [`Kv`] transaction, see [`Kv`].
+/// The per-shard pieces (declared keys) of a [`Kv`] transaction, see [`Kv`];
+/// `scans_at_snapshot`: the client reads transactions without writes at a snapshot.
 ///
 /// # Errors
 /// No operation, or an empty key.
-pub fn kv_pieces(p: &dyn Partitioner, ops: &[KvOp]) -> Result<Vec<ShardPiece>, String> {
+pub fn kv_pieces(p: &dyn Partitioner, ops: &[KvOp], scans_at_snapshot: bool) -> Result<Vec<ShardPiece>, String> {
     check_kv_ops(ops)?;
     let mut by_shard: BTreeMap<ShardId, (Vec<Key>, Vec<Key>)> = BTreeMap::new();
     for op in ops {
@@ -259,8 +262,13 @@ pub fn kv_pieces(p: &dyn Partitioner, ops: &[KvOp]) -> Result<Vec<ShardPiece>, S
     }
     let scans = ops.iter().any(|op| matches!(op, KvOp::Scan { .. }));
     if scans {
+        let reads_only = by_shard.values().all(|(_, writes)| writes.is_empty());
         for shard in 0..p.shards() {
-            by_shard.entry(shard).or_default().1.push(kv_table_prefix());
+            let piece = by_shard.entry(shard).or_default();
+            match scans_at_snapshot && reads_only {
+                true => piece.0.push(kv_table_prefix()),
+                false => piece.1.push(kv_table_prefix()),
+            }
         }
     } else {
         for (reads, _) in by_shard.values_mut() {
@@ -341,7 +349,9 @@ impl Procedure for Kv {
         let ops: Vec<KvOp> = postcard::from_bytes(args).map_err(|e| ProcError::BadArgs(format!("kv: {e}")))?;
         check_kv_ops(&ops).map_err(|e| ProcError::BadArgs(format!("kv: {e}")))?;
         let prefix = kv_table_prefix();
-        let scans_here = ctx.keys().writes.binary_search(&prefix).is_ok();
+        // A scan declares the prefix on every shard (a lock, or a read at a snapshot); only a
+        // transaction with a scan consults this.
+        let scans_here = declared_exactly(ctx.keys(), &prefix);
         let mut out: KvOutput = Vec::new();
         for (i, op) in ops.into_iter().enumerate() {
             let i = i as u32;
@@ -410,12 +420,28 @@ mod tests {
         let p = HashPartitioner::new(stores.len() as u32);
         let r = crate::procedures::builtins();
         let mut outputs = Vec::new();
-        for piece in kv_pieces(&p, ops)? {
+        for piece in kv_pieces(&p, ops, false)? {
             let store = &mut stores[piece.shard as usize];
             let out = r.execute(Kv::NAME, &kv_args(ops), store, &piece.keys, piece.shard).map_err(|e| e.to_string())?;
             outputs.push((piece.shard, out));
         }
         kv_merge(ops, &outputs)
+    }
+
+    /// Runs read-only `ops` as a snapshot read would (rule 23), at each store's newest state.
+    fn run_kv_at_snapshot(stores: &[Store], ops: &[KvOp]) -> Vec<KvResult> {
+        let p = HashPartitioner::new(stores.len() as u32);
+        let r = crate::procedures::builtins();
+        let mut outputs = Vec::new();
+        for piece in kv_pieces(&p, ops, true).unwrap() {
+            assert!(piece.keys.writes.is_empty(), "{piece:?}");
+            let store = &stores[piece.shard as usize];
+            outputs.push((
+                piece.shard,
+                r.read_at(Kv::NAME, &kv_args(ops), store, &piece.keys, piece.shard, u64::MAX).result.unwrap(),
+            ));
+        }
+        kv_merge(ops, &outputs).unwrap()
     }
 
     fn put(key: &str, value: &str) -> KvOp {
@@ -460,6 +486,9 @@ mod tests {
         assert_eq!(users[2].1, b"new".to_vec());
         assert!(matches!(&results[1], KvResult::Entries(all) if all.len() == 5 && all[0].0 == b"order/1"));
         assert_eq!(results[2], KvResult::Entries(vec![]));
+        // Read at a snapshot (declared without a lock), every shard answers the same.
+        let scans = [scan("user/", 3), scan("", 100), scan("zzz", 5)];
+        assert_eq!(run_kv_at_snapshot(&stores, &scans), results);
 
         let results = run_kv(&mut stores, &[KvOp::Delete { key: b"user/1".to_vec() }, get("user/1")]).unwrap();
         assert_eq!(results, vec![KvResult::Deleted(true), KvResult::Value(None)]);
@@ -480,26 +509,33 @@ mod tests {
         };
         let a = (0..100).map(|i| format!("k{i}")).find(|k| p.shard_of(&kv_key(k.as_bytes())) == 0).unwrap();
         let b = (0..100).map(|i| format!("k{i}")).find(|k| *k != a && p.shard_of(&kv_key(k.as_bytes())) == 0).unwrap();
-        let put_a = kv_pieces(&p, &[put(&a, "1")]).unwrap();
+        let put_a = kv_pieces(&p, &[put(&a, "1")], false).unwrap();
         assert_eq!(put_a.len(), 1, "a point operation involves its key's shard only");
         assert_eq!(put_a[0].keys, KeySet::new(vec![prefix.clone()], vec![kv_key(a.as_bytes())]));
-        let put_b = kv_pieces(&p, &[put(&b, "2")]).unwrap();
-        let get_a = kv_pieces(&p, &[get(&a)]).unwrap();
-        let scan_all = kv_pieces(&p, &[scan("", 10)]).unwrap();
+        let put_b = kv_pieces(&p, &[put(&b, "2")], false).unwrap();
+        let get_a = kv_pieces(&p, &[get(&a)], false).unwrap();
+        let scan_all = kv_pieces(&p, &[scan("", 10)], false).unwrap();
         assert_eq!(scan_all.len(), 2, "a scan involves every shard");
         assert!(!conflict(&put_a, &put_b), "different keys do not conflict");
         assert!(conflict(&put_a, &get_a), "same key, one write");
         assert!(conflict(&put_a, &scan_all) && conflict(&get_a, &scan_all), "a scan conflicts with point operations");
         // A transaction that scans and writes declares the prefix as a write only.
-        let both = kv_pieces(&p, &[put(&a, "1"), scan("k", 1)]).unwrap();
+        let both = kv_pieces(&p, &[put(&a, "1"), scan("k", 1)], false).unwrap();
         assert!(both.iter().all(|x| x.keys.writes.contains(&prefix) && !x.keys.reads.contains(&prefix)));
+        // Read at a snapshot, a scan without writes declares the prefix as a read (no lock);
+        // with a write it keeps the lock.
+        let at_snapshot = kv_pieces(&p, &[scan("", 10), get(&a)], true).unwrap();
+        assert_eq!(at_snapshot.len(), 2);
+        assert!(at_snapshot.iter().all(|x| x.keys.writes.is_empty() && x.keys.reads.contains(&prefix)));
+        let both = kv_pieces(&p, &[put(&a, "1"), scan("k", 1)], true).unwrap();
+        assert!(both.iter().all(|x| x.keys.writes.contains(&prefix)));
     }
 
     #[test]
     fn kv_refuses_empty_keys_no_operations_and_garbage() {
         let p = HashPartitioner::new(2);
-        assert!(kv_pieces(&p, &[put("", "x")]).unwrap_err().contains("empty"));
-        assert!(kv_pieces(&p, &[]).unwrap_err().contains("at least one"));
+        assert!(kv_pieces(&p, &[put("", "x")], false).unwrap_err().contains("empty"));
+        assert!(kv_pieces(&p, &[], false).unwrap_err().contains("at least one"));
         let r = crate::procedures::builtins();
         let keys = KeySet::new(vec![kv_table_prefix()], vec![]);
         let err = r.execute(Kv::NAME, &[0xff, 0xff], &mut Store::new(), &keys, 0).unwrap_err();

@@ -196,7 +196,7 @@ fn run(args: &ClientArgs, ops: &[KvOp]) -> anyhow::Result<(Timestamp, Vec<KvResu
     let config = ClusterConfig::load(&args.cluster)?;
     luigi_runtime::clock::set_offset_us(args.clock_offset_us);
     let partitioner = HashPartitioner::new(config.shard_count());
-    let pieces = kv_pieces(&partitioner, ops).map_err(anyhow::Error::msg)?;
+    let pieces = kv_pieces(&partitioner, ops, config.read_only_path()).map_err(anyhow::Error::msg)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async {
         // A client id of its own: ids are unique per cluster, and this client's transaction

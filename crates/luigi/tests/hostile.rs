@@ -317,7 +317,7 @@ fn big_put(client: u64) -> WireMsg {
         id: TxnId { client, seq: 1 },
         procedure: Kv::NAME.into(),
         args: kv_args(&ops),
-        pieces: kv_pieces(&HashPartitioner::new(1), &ops).unwrap(),
+        pieces: kv_pieces(&HashPartitioner::new(1), &ops, false).unwrap(),
         ts: luigi_runtime::clock::now_us(),
     };
     WireMsg::Client(ClientMsg::Dispatch { txn: Arc::new(txn), sent_us: 0, acked_below: 1, fast: false })

@@ -42,6 +42,7 @@ mod execute;
 pub mod fast;
 mod fast_cross;
 mod invariants;
+mod ordered_writes;
 mod peer;
 mod recovery;
 mod speculation;
@@ -458,6 +459,8 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
         let mut answers = Answers::default();
         answers.set_expiry(config.answer_expiry_us);
         answers.emulate_fifo(config.mutations.outcomes_fifo);
+        // Writes in key order, for the scans of snapshot reads (only kept with versions).
+        let spec = Speculation::new(config.snapshot_retention_us > 0);
         Self {
             config,
             log_type: PhantomData,
@@ -494,7 +497,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
             taken_over: 0,
             term,
             committed_index: 0,
-            spec: Speculation::default(),
+            spec,
             fast,
             fast_peers: fast_cross::PeerAccepts::default(),
             outbox_votes: Vec::new(),
@@ -752,11 +755,13 @@ mod tests_recovery;
 mod tests_speculation;
 
 impl<L: ReplicatedLog<LogRecord>> luigi_replica::SettledWrites for ShardLeader<L> {
-    /// The highest of rule 14's per-key positions of uncommitted writes to `keys`.
-    fn rests_on(&self, keys: &KeySet) -> Option<LogPos> {
+    /// The highest of rule 14's per-key positions of uncommitted writes to `keys` and of
+    /// those that could fall in the `scanned` ranges.
+    fn rests_on(&self, keys: &KeySet, scanned: &[luigi_txn::snapshot::ScannedRange]) -> Option<LogPos> {
         if self.config.mutations.serve_ahead_unsettled {
             return None;
         }
-        self.uncommitted(self.spec.position_for(keys, 0, self.committed_index))
+        let declared = self.spec.position_for(keys, 0, self.committed_index);
+        self.uncommitted(declared.max(self.spec.scanned_position(scanned).unwrap_or(0)))
     }
 }

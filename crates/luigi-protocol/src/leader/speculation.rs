@@ -16,7 +16,10 @@ use std::sync::Arc;
 use crate::log::LogIndex;
 use luigi_txn::keyhash::{key_hash, HashKeyMap};
 use luigi_txn::progress::{LogPos, Progress};
+use luigi_txn::snapshot::ScannedRange;
 use luigi_txn::types::{KeySet, ShardId, Timestamp, Txn, TxnId};
+
+use super::ordered_writes::OrderedWrites;
 use luigi_txn::Map;
 
 /// A `Recover` request answered once this shard's answer to it is committed.
@@ -42,9 +45,17 @@ pub(super) struct Speculation {
     /// `Recover` requests waiting for the commit of the answer's position, by that position.
     deferred: BTreeMap<(LogIndex, u64), DeferredRecover>,
     deferred_seq: u64,
+    /// The same write positions in key order, while the leader keeps versions for snapshot
+    /// reads (rule 23 (e): a read that scanned a range names the writes that could fall in it).
+    ordered: Option<OrderedWrites>,
 }
 
 impl Speculation {
+    /// Empty; `ordered`: also keep the write positions in key order.
+    pub fn new(ordered: bool) -> Self {
+        Speculation { ordered: ordered.then(OrderedWrites::default), ..Speculation::default() }
+    }
+
     /// The position a transaction with `keys`, whose `PREPARE` is at `prepare_index`, depends
     /// on when it executes now (`committed`: what this leader knows committed).
     pub fn position_for(&self, keys: &KeySet, prepare_index: LogIndex, committed: LogIndex) -> LogIndex {
@@ -61,6 +72,9 @@ impl Speculation {
         for k in &keys.writes {
             let slot = self.writes.entry(key_hash(k)).or_insert(position);
             *slot = (*slot).max(position);
+        }
+        if let Some(ordered) = &mut self.ordered {
+            ordered.written(keys.writes.iter(), position);
         }
         self.answers.insert((position, id));
         self.answer_pos.insert(id, position);
@@ -80,6 +94,9 @@ impl Speculation {
             }
             self.answers.pop_first();
             self.answer_pos.remove(&id);
+        }
+        if let Some(ordered) = &mut self.ordered {
+            ordered.committed(committed);
         }
         let len = self.writes.len();
         if len >= 2 * self.writes_len_after_prune + 4096 {
@@ -160,6 +177,17 @@ impl Speculation {
     /// The smallest position an answer waits for.
     pub fn min_answer_position(&self) -> Option<LogIndex> {
         self.answers.first().map(|(index, _)| *index)
+    }
+
+    /// The highest position of an uncommitted write that could fall in one of `scanned`'s
+    /// ranges: from the keys in order when kept, else the highest position any uncommitted
+    /// execution rests on (every write's is at or below it).
+    pub fn scanned_position(&self, scanned: &[ScannedRange]) -> Option<LogIndex> {
+        match (&self.ordered, scanned.is_empty()) {
+            (_, true) => None,
+            (Some(ordered), false) => ordered.highest_in(scanned),
+            (None, false) => self.answers.last().map(|(index, _)| *index),
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use crate::log::{LogError, LogIndex};
 use crate::msg::{PeerBatch, PeerItem};
 use luigi_txn::msg::TxnReply;
 use luigi_txn::progress::{LogPos, ProgressReport};
+use luigi_txn::snapshot::ScannedRange;
 
 /// A log of term `term` whose records commit when [`HeldLog::commit_through`] says so.
 pub(super) struct HeldLog {
@@ -281,28 +282,46 @@ fn a_recovered_tail_is_taken_over_pending_at_its_position_and_nothing_is_admitte
 /// Rule 23 (e): a leader serves a snapshot read above its committed marker once its watermark
 /// passed the snapshot; a read of a key whose write is not committed yet names that write's
 /// position (a failover could lose it, and the client counts the answer only once proven),
-/// one of keys whose writes are committed names none.
+/// one of keys whose writes are committed names none; one that scanned a range names the
+/// positions of the uncommitted writes in it (with versions kept, which keeps the writes in
+/// key order; without, the highest position of any).
 #[test]
 fn a_read_ahead_of_the_committed_marker_names_the_position_of_its_keys_uncommitted_writes() {
     let keys = |key: u64| KeySet::new(vec![luigi_workloads::procedures::micro_key(key)], vec![]);
-    for mutations in [Mutations::default(), Mutations { serve_ahead_unsettled: true, ..Mutations::default() }] {
-        let mut a = leader(0, mutations);
+    let everything = [ScannedRange { start: vec![], end: vec![] }];
+    let unsettled = Mutations { serve_ahead_unsettled: true, ..Mutations::default() };
+    for (mutations, retention_us) in
+        [(Mutations::default(), 5_000_000), (Mutations::default(), 0), (unsettled, 5_000_000)]
+    {
+        let mut config = LeaderConfig::new(0, 8);
+        config.group_sizes = vec![3; 8];
+        config.mutations = mutations;
+        config.snapshot_retention_us = retention_us;
+        let registry = luigi_workloads::procedures::builtins();
+        let mut a = LeaderWithLog::new(config, HeldLog::new(3), Store::new(), registry);
+        tick(&mut a, 0);
+        commit_all(&mut a, 1);
         dispatch(&mut a, 100, &txn(1, 1_000, &[(0, 1, Some(5))]));
         tick(&mut a, 2_000);
         let view = a.snapshot_view();
         let ahead = view.ahead.as_ref().expect("a leader serves ahead");
         assert!(ahead.executed_ts >= 1_500 && view.safe_ts < 1_000, "executed past it, nothing marked committed");
         assert_eq!(view.serves_up_to(), ahead.executed_ts, "served up to the watermark, no further");
-        assert_eq!(view.position_for(1_500, &keys(2)), None, "key 2 has no uncommitted write");
-        assert_eq!(view.position_for(view.safe_ts, &keys(1)), None, "at the safe time: committed state");
-        let key_1 = view.position_for(1_500, &keys(1));
+        assert_eq!(view.position_for(1_500, &keys(2), &[]), None, "key 2 has no uncommitted write");
+        assert_eq!(view.position_for(view.safe_ts, &keys(1), &everything), None, "at the safe time: committed state");
+        let key_1 = view.position_for(1_500, &keys(1), &[]);
         if mutations.serve_ahead_unsettled {
             assert_eq!(key_1, None, "the mutation names no position");
             continue;
         }
         let pos = key_1.expect("key 1's write is not committed: its position is named");
+        let scan = view.position_for(1_500, &keys(2), &everything);
+        assert_eq!(scan, Some(pos), "a read that scanned a range names its uncommitted writes' position");
+        let elsewhere = [ScannedRange { start: vec![0xff; 8], end: vec![] }];
+        let (precise, why) = (retention_us > 0, "a range without writes names none when the keys are in order");
+        assert_eq!(view.position_for(1_500, &keys(2), &elsewhere), (!precise).then_some(pos), "{why}");
         assert!(pos.index > a.committed_index && pos.term == a.term, "{pos:?} above the commit, in the leader's term");
         commit_all(&mut a, 2_001);
-        assert_eq!(a.snapshot_view().position_for(1_500, &keys(1)), None, "committed: nothing to prove");
+        assert_eq!(a.snapshot_view().position_for(1_500, &keys(1), &everything), None, "committed: nothing to prove");
     }
 }

@@ -10,6 +10,7 @@ use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::peer::{PeerVocabulary, ReplicaOutput};
 use luigi_txn::procedure::Registry;
 use luigi_txn::progress::LogPos;
+use luigi_txn::snapshot::ScannedRange;
 use luigi_txn::types::{ClientId, KeySet, ShardId, TimeUs, Timestamp, Txn, TxnId};
 
 use super::RoleMachine;
@@ -47,9 +48,10 @@ pub struct ServeAhead<'a> {
 
 /// A leader's knowledge of where its executed writes rest in its log (rule 14).
 pub trait SettledWrites {
-    /// The log position every write this replica executed to any of `keys` rests on, while
-    /// it is not known committed (`None`: they all rest on committed records).
-    fn rests_on(&self, keys: &KeySet) -> Option<LogPos>;
+    /// The log position every write this replica executed to any of `keys`, or that could
+    /// fall in one of the `scanned` ranges (which the keys name only by prefix), rests on,
+    /// while it is not known committed (`None`: they all rest on committed records).
+    fn rests_on(&self, keys: &KeySet, scanned: &[ScannedRange]) -> Option<LogPos>;
 }
 
 impl SnapshotView<'_> {
@@ -62,11 +64,12 @@ impl SnapshotView<'_> {
         }
     }
 
-    /// The log position a read at `ts` of `keys` served now rests on, while not known
-    /// committed: only a leader's read above its safe time can rest on one.
-    pub fn position_for(&self, ts: Timestamp, keys: &KeySet) -> Option<LogPos> {
+    /// The log position a read at `ts` of `keys` (having scanned the `scanned` ranges) served
+    /// now rests on, while not known committed: only a leader's read above its safe time can
+    /// rest on one.
+    pub fn position_for(&self, ts: Timestamp, keys: &KeySet, scanned: &[ScannedRange]) -> Option<LogPos> {
         match &self.ahead {
-            Some(a) if ts > self.safe_ts => a.writes.rests_on(keys),
+            Some(a) if ts > self.safe_ts => a.writes.rests_on(keys, scanned),
             Some(_) | None => None,
         }
     }

@@ -30,9 +30,13 @@ fn answer<P: ReplicaProtocol>(
     outcome: Result<&SnapshotView<'_>, ReadRefusal>,
 ) -> OutputOf<P> {
     let read = &w.read;
-    let position = outcome.as_ref().ok().and_then(|view| view.position_for(read.ts, &read.keys));
-    let outcome =
-        outcome.map(|view| view.registry.read_at(&read.procedure, &read.args, view.store, &read.keys, shard, read.ts));
+    let (outcome, position) = match outcome {
+        Ok(view) => {
+            let a = view.registry.read_at(&read.procedure, &read.args, view.store, &read.keys, shard, read.ts);
+            (Ok(a.result), view.position_for(read.ts, &read.keys, &a.scanned))
+        }
+        Err(why) => (Err(why), None),
+    };
     let (arrival_delta_us, held_us) = (w.arrival_delta_us, now.saturating_sub(w.arrived));
     let (id, ts) = (read.id, read.ts);
     let reply = SnapshotReadReply { id, shard, replica, ts, outcome, arrival_delta_us, held_us, position };

@@ -108,6 +108,10 @@ impl TxnGenerator for YcsbGenerator {
     fn next_txn(&mut self) -> Result<TxnSpec, GenError> {
         let ops = self.next_ops()?;
         let procedure = ops[0].kind().procedure().to_string();
-        Ok(TxnSpec { procedure, args: ycsb_args(&ops), pieces: ycsb_pieces(&self.partitioner, &ops) })
+        Ok(TxnSpec {
+            procedure,
+            args: ycsb_args(&ops),
+            pieces: ycsb_pieces(&self.partitioner, &ops, self.load.scans_at_snapshot),
+        })
     }
 }

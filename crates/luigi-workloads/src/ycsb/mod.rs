@@ -241,13 +241,23 @@ pub struct YcsbLoad {
     pub ops_per_txn: u32,
     /// Longest scan (`maxscanlength`); a scan's length is uniform from 1 to it.
     pub max_scan_length: u32,
+    /// The client reads transactions without writes at a snapshot (Luigi's read-only path):
+    /// scans among reads then declare the table's prefix as a read, not as a lock
+    /// ([`ycsb_pieces`]).
+    pub scans_at_snapshot: bool,
 }
 
 impl YcsbLoad {
     /// `workload`'s load with its own distribution, one operation per transaction, scans of
     /// at most 100.
     pub fn of(workload: CoreWorkload) -> Self {
-        Self { mix: workload.mix(), dist: workload.default_dist(), ops_per_txn: 1, max_scan_length: 100 }
+        Self {
+            mix: workload.mix(),
+            dist: workload.default_dist(),
+            ops_per_txn: 1,
+            max_scan_length: 100,
+            scans_at_snapshot: false,
+        }
     }
 
     /// Checks the ranges against the table of `config`.

@@ -9,6 +9,11 @@
 //! point operations on different records share it and do not conflict, a scan conflicts
 //! with every operation of the table on its shards (so it is serialized with the inserts
 //! and updates it could see). A scan runs through [`ProcCtx::scan`] over the prefix.
+//!
+//! When the client reads at a snapshot (Luigi's read-only path, DESIGN.md rule 23), a
+//! transaction of reads and scans only declares the prefix as a read on every shard: a
+//! snapshot is complete for every key at its timestamp, so it needs no lock, and declaring no
+//! write is what sends it there. A scan in a transaction that writes keeps the lock.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -148,8 +153,9 @@ pub fn ycsb_args(ops: &[YcsbOp]) -> Vec<u8> {
     postcard::to_stdvec(ops).expect("plain enums always encode")
 }
 
-/// The per-shard pieces of a transaction of `ops` (see the module documentation).
-pub fn ycsb_pieces(p: &dyn Partitioner, ops: &[YcsbOp]) -> Vec<ShardPiece> {
+/// The per-shard pieces of a transaction of `ops` (see the module documentation);
+/// `scans_at_snapshot`: the client reads transactions without writes at a snapshot.
+pub fn ycsb_pieces(p: &dyn Partitioner, ops: &[YcsbOp], scans_at_snapshot: bool) -> Vec<ShardPiece> {
     let mut by_shard: BTreeMap<ShardId, (Vec<Key>, Vec<Key>)> = BTreeMap::new();
     for op in ops {
         let Some(record) = op.record() else { continue };
@@ -162,8 +168,13 @@ pub fn ycsb_pieces(p: &dyn Partitioner, ops: &[YcsbOp]) -> Vec<ShardPiece> {
         }
     }
     if ops.iter().any(|op| op.kind() == OpKind::Scan) {
+        let reads_only = by_shard.values().all(|(_, writes)| writes.is_empty());
         for shard in 0..p.shards() {
-            by_shard.entry(shard).or_default().1.push(table_prefix());
+            let piece = by_shard.entry(shard).or_default();
+            match scans_at_snapshot && reads_only {
+                true => piece.0.push(table_prefix()),
+                false => piece.1.push(table_prefix()),
+            }
         }
     } else {
         for (reads, _) in by_shard.values_mut() {
@@ -230,7 +241,9 @@ fn run_op(ctx: &mut dyn ProcCtx, op: YcsbOp, scans_here: bool) -> Result<Option<
 impl Procedure for Ycsb {
     fn execute(&self, ctx: &mut dyn ProcCtx, args: &[u8]) -> Result<Vec<u8>, ProcError> {
         let ops: Vec<YcsbOp> = postcard::from_bytes(args).map_err(|e| ProcError::BadArgs(format!("ycsb: {e}")))?;
-        let scans_here = ctx.keys().writes.binary_search(&table_prefix()).is_ok();
+        // A scan declares the prefix on every shard (a lock, or a read at a snapshot); only
+        // a transaction with a scan consults this.
+        let scans_here = declared_exactly(ctx.keys(), &table_prefix());
         let mut out: YcsbOutput = Vec::new();
         for (i, op) in ops.into_iter().enumerate() {
             if let Some(result) = run_op(ctx, op, scans_here)? {

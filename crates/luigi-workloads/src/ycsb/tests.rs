@@ -145,11 +145,28 @@ fn run(stores: &mut [Store], ops: &[YcsbOp]) -> Result<Vec<YcsbResult>, ProcErro
     register_ycsb(&mut registry);
     let name = ops[0].kind().procedure();
     let mut outputs = Vec::new();
-    for piece in ycsb_pieces(&p, ops) {
+    for piece in ycsb_pieces(&p, ops, false) {
         let store = &mut stores[piece.shard as usize];
         outputs.push((piece.shard, registry.execute(name, &ycsb_args(ops), store, &piece.keys, piece.shard)?));
     }
     Ok(ycsb_merge(ops, &outputs).unwrap())
+}
+
+/// Runs read-only `ops` as a snapshot read would (rule 23): declared for a snapshot, each
+/// piece read-only on its shard's store at its newest state.
+fn run_at_snapshot(stores: &[Store], ops: &[YcsbOp]) -> Vec<YcsbResult> {
+    let p = HashPartitioner::new(stores.len() as u32);
+    let mut registry = luigi_txn::procedure::Registry::new();
+    register_ycsb(&mut registry);
+    let name = ops[0].kind().procedure();
+    let mut outputs = Vec::new();
+    for piece in ycsb_pieces(&p, ops, true) {
+        assert!(piece.keys.writes.is_empty(), "{piece:?}");
+        let store = &stores[piece.shard as usize];
+        let out = registry.read_at(name, &ycsb_args(ops), store, &piece.keys, piece.shard, u64::MAX).result.unwrap();
+        outputs.push((piece.shard, out));
+    }
+    ycsb_merge(ops, &outputs).unwrap()
 }
 
 fn loaded(shards: u32) -> (YcsbWorkload, Vec<Store>) {
@@ -209,6 +226,11 @@ fn inserts_add_records_once_and_scans_read_in_key_order_from_every_shard() {
         assert_eq!(rows, &want, "scan from {start} of {count}");
         assert_eq!(rows[0].0, record_key(start), "a scan starts at its own record");
     }
+    // Read at a snapshot (declared as reads, no lock), every shard answers the same rows.
+    for (start, count) in [(0, 1), (13, 100), (55, 1_000)] {
+        let ops = [YcsbOp::Scan { start, count }];
+        assert_eq!(run_at_snapshot(&stores, &ops), run(&mut stores, &ops).unwrap(), "scan from {start} of {count}");
+    }
     // Every row is still there and where it belongs; a lost record is reported.
     w.check(w.config().seed, &stores.iter().collect::<Vec<_>>()).unwrap();
     let p = HashPartitioner::new(3);
@@ -232,17 +254,25 @@ fn merging_refuses_an_operation_answered_twice_or_not_at_all() {
 fn scans_lock_the_table_and_point_operations_share_it() {
     let p = HashPartitioner::new(2);
     let prefix = keys::table_prefix();
-    let scan = ycsb_pieces(&p, &[YcsbOp::Scan { start: 1, count: 5 }]);
+    let scan = ycsb_pieces(&p, &[YcsbOp::Scan { start: 1, count: 5 }], false);
     assert_eq!(scan.len(), 2, "a scan involves every shard");
     assert!(scan.iter().all(|piece| piece.keys.writes == vec![prefix.clone()]));
-    let read = ycsb_pieces(&p, &[YcsbOp::Read { record: 1 }]);
+    // At a snapshot, reads and scans declare no write; a scan in a transaction that writes
+    // keeps its lock.
+    let snapshot = ycsb_pieces(&p, &[YcsbOp::Scan { start: 1, count: 5 }, YcsbOp::Read { record: 2 }], true);
+    assert_eq!(snapshot.len(), 2);
+    assert!(snapshot.iter().all(|piece| piece.keys.writes.is_empty() && piece.keys.reads.contains(&prefix)));
+    let update = YcsbOp::Update { record: 2, field: 0, value: vec![] };
+    let writing = ycsb_pieces(&p, &[YcsbOp::Scan { start: 1, count: 5 }, update], true);
+    assert!(writing.iter().all(|piece| piece.keys.writes.contains(&prefix)));
+    let read = ycsb_pieces(&p, &[YcsbOp::Read { record: 1 }], false);
     assert_eq!(read.len(), 1);
     assert_eq!(read[0].keys.reads, {
         let mut r = vec![prefix.clone(), record_key(1)];
         r.sort();
         r
     });
-    let update = ycsb_pieces(&p, &[YcsbOp::Update { record: 1, field: 0, value: vec![] }]);
+    let update = ycsb_pieces(&p, &[YcsbOp::Update { record: 1, field: 0, value: vec![] }], false);
     assert_eq!(update[0].keys.writes, vec![record_key(1)]);
     assert_eq!(update[0].keys.reads, vec![prefix]);
 }
