@@ -7,7 +7,8 @@
 #     the items, customers and orders), with `--net none`.
 #   tpcc-geo: TPC-C's read-mostly mix (scale 0.1) under `geo`, 10 ms bound, the client
 #     anywhere and next to the leaders.
-# Usage: run.sh LUIGI_BINARY OUT_DIR [geo|lan|tpcc-geo]; summarize.py summarizes its output.
+#   scans: YCSB E (95 % scans, 5 % inserts), 10 ms bound, with `--net none` and under `geo`.
+# Usage: run.sh LUIGI_BINARY OUT_DIR [geo|lan|tpcc-geo|scans]; summarize.py summarizes its output.
 set -euo pipefail
 BIN=${1:?luigi binary}
 OUT=${2:?output directory}
@@ -33,6 +34,14 @@ if [ "$MODE" = lan ]; then
         for path in on off; do
             run "tpcc-read-mostly-bound$bound-$path" tpcc --mix read-mostly --scale 0.1 --read-only-path "$path" \
                 --max-clock-offset-us "$bound"
+        done
+    done
+    exit 0
+fi
+if [ "$MODE" = scans ]; then
+    for NET in none geo; do
+        for path in on off; do
+            run "ycsb-e-$NET-bound10000-$path" ycsb --workload e --read-only-path "$path" --max-clock-offset-us 10000
         done
     done
     exit 0
