@@ -249,33 +249,61 @@ fn check_kv_ops(ops: &[KvOp]) -> Result<(), String> {
 /// No operation, or an empty key.
 pub fn kv_pieces(p: &dyn Partitioner, ops: &[KvOp], scans_at_snapshot: bool) -> Result<Vec<ShardPiece>, String> {
     check_kv_ops(ops)?;
-    let mut by_shard: BTreeMap<ShardId, (Vec<Key>, Vec<Key>)> = BTreeMap::new();
-    for op in ops {
-        let (KvOp::Get { key } | KvOp::Put { key, .. } | KvOp::Delete { key }) = op else { continue };
+    let points = ops.iter().filter_map(|op| {
+        let (write, key) = match op {
+            KvOp::Get { key } => (false, key),
+            KvOp::Put { key, .. } | KvOp::Delete { key } => (true, key),
+            KvOp::Scan { .. } => return None,
+        };
         let key = kv_key(key);
-        let piece = by_shard.entry(p.shard_of(&key)).or_default();
-        match op {
-            KvOp::Get { .. } => piece.0.push(key),
-            KvOp::Put { .. } | KvOp::Delete { .. } => piece.1.push(key),
-            KvOp::Scan { .. } => unreachable!("skipped above"),
+        Some(PointKey { shard: p.shard_of(&key), key, write })
+    });
+    let scans = ops.iter().any(|op| matches!(op, KvOp::Scan { .. }));
+    Ok(table_pieces(points, p.shards(), &kv_table_prefix(), scans, scans_at_snapshot))
+}
+
+/// A point operation's declared key: on its shard, read or written.
+pub(crate) struct PointKey {
+    pub shard: ShardId,
+    pub key: Key,
+    pub write: bool,
+}
+
+/// The pieces of a transaction over one table (the key-value table's, YCSB's usertable):
+/// each point key on its shard, and the table's `prefix` as an intention lock (see [`Kv`]):
+/// a read beside point operations, a write on every one of the `shards` shards when the
+/// transaction `scans`; a read there instead when the client reads at a snapshot
+/// (`scans_at_snapshot`) and nothing is written.
+pub(crate) fn table_pieces(
+    points: impl IntoIterator<Item = PointKey>,
+    shards: u32,
+    prefix: &Key,
+    scans: bool,
+    scans_at_snapshot: bool,
+) -> Vec<ShardPiece> {
+    let mut by_shard: BTreeMap<ShardId, (Vec<Key>, Vec<Key>)> = BTreeMap::new();
+    for point in points {
+        let piece = by_shard.entry(point.shard).or_default();
+        match point.write {
+            true => piece.1.push(point.key),
+            false => piece.0.push(point.key),
         }
     }
-    let scans = ops.iter().any(|op| matches!(op, KvOp::Scan { .. }));
     if scans {
         let reads_only = by_shard.values().all(|(_, writes)| writes.is_empty());
-        for shard in 0..p.shards() {
+        for shard in 0..shards {
             let piece = by_shard.entry(shard).or_default();
             match scans_at_snapshot && reads_only {
-                true => piece.0.push(kv_table_prefix()),
-                false => piece.1.push(kv_table_prefix()),
+                true => piece.0.push(prefix.clone()),
+                false => piece.1.push(prefix.clone()),
             }
         }
     } else {
         for (reads, _) in by_shard.values_mut() {
-            reads.push(kv_table_prefix());
+            reads.push(prefix.clone());
         }
     }
-    Ok(by_shard.into_iter().map(|(shard, (r, w))| ShardPiece { shard, keys: KeySet::new(r, w) }).collect())
+    by_shard.into_iter().map(|(shard, (r, w))| ShardPiece { shard, keys: KeySet::new(r, w) }).collect()
 }
 
 /// Combines every shard's [`KvOutput`] into one result per operation, in operation order
@@ -339,7 +367,8 @@ pub fn gather_outputs<R: serde::de::DeserializeOwned>(
 }
 
 /// True when `key` itself (not a prefix of it) is declared on this shard.
-fn declared_exactly(keys: &KeySet, key: &[u8]) -> bool {
+/// `key` is declared exactly (read or write), not only under a prefix.
+pub(crate) fn declared_exactly(keys: &KeySet, key: &[u8]) -> bool {
     let has = |list: &[Key]| list.binary_search_by(|k| k.as_slice().cmp(key)).is_ok();
     has(&keys.writes) || has(&keys.reads)
 }

@@ -15,17 +15,16 @@
 //! snapshot is complete for every key at its timestamp, so it needs no lock, and declaring no
 //! write is what sends it there. A scan in a transaction that writes keeps the lock.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use luigi_store::{Key, ScanOrder, Value};
 use luigi_txn::partition::Partitioner;
 use luigi_txn::procedure::{prefix_successor, ProcCtx, ProcError, Procedure, Registry};
-use luigi_txn::types::{KeySet, ShardId, ShardPiece};
+use luigi_txn::types::{ShardId, ShardPiece};
 use serde::{Deserialize, Serialize};
 
 use super::keys::{record_key, table_prefix};
-use crate::procedures::gather_outputs;
+use crate::procedures::{declared_exactly, gather_outputs, table_pieces, PointKey};
 
 /// One YCSB operation. Records are named by number ([`record_key`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,37 +155,17 @@ pub fn ycsb_args(ops: &[YcsbOp]) -> Vec<u8> {
 /// The per-shard pieces of a transaction of `ops` (see the module documentation);
 /// `scans_at_snapshot`: the client reads transactions without writes at a snapshot.
 pub fn ycsb_pieces(p: &dyn Partitioner, ops: &[YcsbOp], scans_at_snapshot: bool) -> Vec<ShardPiece> {
-    let mut by_shard: BTreeMap<ShardId, (Vec<Key>, Vec<Key>)> = BTreeMap::new();
-    for op in ops {
-        let Some(record) = op.record() else { continue };
-        let key = record_key(record);
-        let piece = by_shard.entry(p.shard_of(&key)).or_default();
-        match op.kind() {
-            OpKind::Read => piece.0.push(key),
-            OpKind::Update | OpKind::Insert | OpKind::ReadModifyWrite => piece.1.push(key),
+    let points = ops.iter().filter_map(|op| {
+        let key = record_key(op.record()?);
+        let write = match op.kind() {
+            OpKind::Read => false,
+            OpKind::Update | OpKind::Insert | OpKind::ReadModifyWrite => true,
             OpKind::Scan => unreachable!("a scan names no record"),
-        }
-    }
-    if ops.iter().any(|op| op.kind() == OpKind::Scan) {
-        let reads_only = by_shard.values().all(|(_, writes)| writes.is_empty());
-        for shard in 0..p.shards() {
-            let piece = by_shard.entry(shard).or_default();
-            match scans_at_snapshot && reads_only {
-                true => piece.0.push(table_prefix()),
-                false => piece.1.push(table_prefix()),
-            }
-        }
-    } else {
-        for (reads, _) in by_shard.values_mut() {
-            reads.push(table_prefix());
-        }
-    }
-    by_shard.into_iter().map(|(shard, (r, w))| ShardPiece { shard, keys: KeySet::new(r, w) }).collect()
-}
-
-fn declared_exactly(keys: &KeySet, key: &[u8]) -> bool {
-    let has = |list: &[Key]| list.binary_search_by(|k| k.as_slice().cmp(key)).is_ok();
-    has(&keys.writes) || has(&keys.reads)
+        };
+        Some(PointKey { shard: p.shard_of(&key), key, write })
+    });
+    let scans = ops.iter().any(|op| op.kind() == OpKind::Scan);
+    table_pieces(points, p.shards(), &table_prefix(), scans, scans_at_snapshot)
 }
 
 /// Overwrites field `field` of record `key` with `value` and returns the old row; refuses a
