@@ -31,5 +31,5 @@ pub use replica_api::{
 };
 pub use role_machine::{
     BatchOf, FastPathProtocol, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf,
-    ReplayedExecutions, ReplicaProtocol, ReplicaStats, RoleMachine, ServeAhead, SettledWrites, SnapshotView,
+    ReplayedExecutions, ReplicaProtocol, ReplicaStats, RoleMachine, ServeAhead, SnapshotView, WritePositions,
 };

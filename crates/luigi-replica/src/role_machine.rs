@@ -46,7 +46,7 @@ mod shard_replica;
 pub use fast_path::FastPathProtocol;
 pub use protocol::{
     FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf, ReplayedExecutions, ReplicaProtocol,
-    ServeAhead, SettledWrites, SnapshotView,
+    ServeAhead, SnapshotView, WritePositions,
 };
 
 /// The peer batch type of protocol `P`.

@@ -754,7 +754,7 @@ mod tests_recovery;
 #[cfg(test)]
 mod tests_speculation;
 
-impl<L: ReplicatedLog<LogRecord>> luigi_replica::SettledWrites for ShardLeader<L> {
+impl<L: ReplicatedLog<LogRecord>> luigi_replica::WritePositions for ShardLeader<L> {
     /// The highest of rule 14's per-key positions of uncommitted writes to `keys` and of
     /// those that could fall in the `scanned` ranges.
     fn rests_on(&self, keys: &KeySet, scanned: &[luigi_txn::snapshot::ScannedRange]) -> Option<LogPos> {

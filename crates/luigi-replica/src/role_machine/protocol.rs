@@ -43,11 +43,11 @@ pub struct ServeAhead<'a> {
     /// move).
     pub executed_ts: Timestamp,
     /// Where its executed writes rest in its log.
-    pub writes: &'a dyn SettledWrites,
+    pub writes: &'a dyn WritePositions,
 }
 
 /// A leader's knowledge of where its executed writes rest in its log (rule 14).
-pub trait SettledWrites {
+pub trait WritePositions {
     /// The log position every write this replica executed to any of `keys`, or that could
     /// fall in one of the `scanned` ranges (which the keys name only by prefix), rests on,
     /// while it is not known committed (`None`: they all rest on committed records).
