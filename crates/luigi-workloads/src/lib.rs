@@ -17,6 +17,7 @@
 
 pub mod micro;
 pub mod procedures;
+mod table_pieces;
 pub mod tpcc;
 pub mod ycsb;
 

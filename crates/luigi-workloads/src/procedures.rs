@@ -2,7 +2,6 @@
 //! by invariant tests, and the generic key-value transaction behind `luigi get/put/scan/txn`.
 //! Workload crates register more (TPC-C, YCSB) in the same registry.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use luigi_store::{table_key, Key, ScanOrder, Value};
@@ -10,7 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use luigi_txn::partition::Partitioner;
 use luigi_txn::procedure::{prefix_successor, ProcCtx, ProcError, Procedure, Registry};
-use luigi_txn::types::{KeySet, ShardId, ShardPiece};
+use luigi_txn::types::{ShardId, ShardPiece};
+
+use crate::table_pieces::{declared_exactly, table_pieces, PointKey};
 
 /// Table id of the micro benchmark's keys.
 pub const MICRO_TABLE: u16 = 1;
@@ -262,50 +263,6 @@ pub fn kv_pieces(p: &dyn Partitioner, ops: &[KvOp], scans_at_snapshot: bool) -> 
     Ok(table_pieces(points, p.shards(), &kv_table_prefix(), scans, scans_at_snapshot))
 }
 
-/// A point operation's declared key: on its shard, read or written.
-pub(crate) struct PointKey {
-    pub shard: ShardId,
-    pub key: Key,
-    pub write: bool,
-}
-
-/// The pieces of a transaction over one table (the key-value table's, YCSB's usertable):
-/// each point key on its shard, and the table's `prefix` as an intention lock (see [`Kv`]):
-/// a read beside point operations, a write on every one of the `shards` shards when the
-/// transaction `scans`; a read there instead when the client reads at a snapshot
-/// (`scans_at_snapshot`) and nothing is written.
-pub(crate) fn table_pieces(
-    points: impl IntoIterator<Item = PointKey>,
-    shards: u32,
-    prefix: &Key,
-    scans: bool,
-    scans_at_snapshot: bool,
-) -> Vec<ShardPiece> {
-    let mut by_shard: BTreeMap<ShardId, (Vec<Key>, Vec<Key>)> = BTreeMap::new();
-    for point in points {
-        let piece = by_shard.entry(point.shard).or_default();
-        match point.write {
-            true => piece.1.push(point.key),
-            false => piece.0.push(point.key),
-        }
-    }
-    if scans {
-        let reads_only = by_shard.values().all(|(_, writes)| writes.is_empty());
-        for shard in 0..shards {
-            let piece = by_shard.entry(shard).or_default();
-            match scans_at_snapshot && reads_only {
-                true => piece.0.push(prefix.clone()),
-                false => piece.1.push(prefix.clone()),
-            }
-        }
-    } else {
-        for (reads, _) in by_shard.values_mut() {
-            reads.push(prefix.clone());
-        }
-    }
-    by_shard.into_iter().map(|(shard, (r, w))| ShardPiece { shard, keys: KeySet::new(r, w) }).collect()
-}
-
 /// Combines every shard's [`KvOutput`] into one result per operation, in operation order
 /// (a scan's entries from all shards, merged in key order and cut to its limit).
 ///
@@ -364,13 +321,6 @@ pub fn gather_outputs<R: serde::de::DeserializeOwned>(
         }
     }
     Ok(merged)
-}
-
-/// True when `key` itself (not a prefix of it) is declared on this shard.
-/// `key` is declared exactly (read or write), not only under a prefix.
-pub(crate) fn declared_exactly(keys: &KeySet, key: &[u8]) -> bool {
-    let has = |list: &[Key]| list.binary_search_by(|k| k.as_slice().cmp(key)).is_ok();
-    has(&keys.writes) || has(&keys.reads)
 }
 
 impl Procedure for Kv {

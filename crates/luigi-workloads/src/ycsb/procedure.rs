@@ -24,7 +24,8 @@ use luigi_txn::types::{ShardId, ShardPiece};
 use serde::{Deserialize, Serialize};
 
 use super::keys::{record_key, table_prefix};
-use crate::procedures::{declared_exactly, gather_outputs, table_pieces, PointKey};
+use crate::procedures::gather_outputs;
+use crate::table_pieces::{declared_exactly, table_pieces, PointKey};
 
 /// One YCSB operation. Records are named by number ([`record_key`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
