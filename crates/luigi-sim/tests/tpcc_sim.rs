@@ -117,11 +117,13 @@ fn tpcc_replay_catches_execution_out_of_timestamp_order() {
     // still pending when a later one is due only behind a cross-shard transaction's
     // agreement: seeds 7 and 11 had one until issue 26's marker reports moved the traces
     // (seeds 7..12 then ended Stuck with the mutation); of 7..40, seeds 12, 13, 16, 19, 20,
-    // 30, 33, 37 and 39 showed the mismatch after that.
+    // 30, 33, 37 and 39 showed the mismatch after that. Since answers wait only for
+    // admission to close (rule 7, 2026-11-28), seeds 12..18 and 23 end Stuck with it (the
+    // healed cluster does not converge) and 19..22 show the mismatch.
     common::caught_as(
         FILE,
         "tpcc_replay_catches_execution_out_of_timestamp_order",
-        &common::seeds(12..14),
+        &common::seeds(19..21),
         // The replay's comparison of answers.
         Catch::Kind(ViolationKind::ResultMismatch),
         |seed| {

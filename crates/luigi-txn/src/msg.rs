@@ -77,7 +77,8 @@ pub enum ServerMsg {
         /// that waited in a buffer does not count (rule 1).
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         sent_us: TimeUs,
-        /// The shard's watermark.
+        /// The shard's watermark as clients are told it: the timestamp at or below which it
+        /// admits nothing any more (DESIGN.md rule 7).
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         watermark: Timestamp,
     },
@@ -86,7 +87,8 @@ pub enum ServerMsg {
         /// Shard.
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::shard()"))]
         shard: ShardId,
-        /// Its watermark.
+        /// Its watermark as clients are told it: the timestamp at or below which it admits
+        /// nothing any more (DESIGN.md rule 7; transactions below it may still be pending).
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
         watermark: Timestamp,
     },
@@ -162,8 +164,9 @@ pub struct ReplicaStatus {
     /// Highest log index applied (handed to the shard leader or follower state).
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::small_u64()"))]
     pub applied_index: u64,
-    /// Watermark: the published one on a serving leader, the last applied marker on a
-    /// follower.
+    /// Watermark: a serving leader's (everything at or below it executed; clients are told
+    /// the later bound where admission closed, DESIGN.md rule 7), the last applied marker on
+    /// a follower.
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
     pub watermark: Timestamp,
     /// The replica's clock when it answered (the watermark's lag is `clock_us - watermark`).
@@ -258,7 +261,8 @@ pub struct TxnReply {
     /// What the procedure returned on this shard.
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::outcome()"))]
     pub outcome: Result<Vec<u8>, TxnError>,
-    /// The shard's watermark when it answered; `>= ts` unless rejected.
+    /// The shard's watermark as clients are told it (where admission closed, DESIGN.md rule
+    /// 7) when it answered; `>= ts` unless rejected.
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::time()"))]
     pub watermark: Timestamp,
     /// Server clock at the first arrival of the dispatch minus the client's send clock.

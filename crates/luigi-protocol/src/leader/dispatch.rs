@@ -57,10 +57,10 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
             }
             Known::Answered(answer) => {
                 self.stats.duplicates += 1;
-                if answer.ts <= self.watermark {
+                if answer.ts <= self.admission_closed {
                     let a = answer.clone();
                     self.reply_now(id, a.ts, a.outcome, a.arrival_delta_us, a.rounds, out);
-                } // else: still in `unanswered`, the reply goes out when the watermark passes.
+                } // else: still in `unanswered`, the reply goes out when admission closes past it.
                 true
             }
         }
@@ -190,7 +190,9 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     fn admit(&mut self, log: &mut L, now: TimeUs, d: Dispatch, out: &mut Vec<LeaderOutput>) {
         let keys = d.txn.piece(self.config.shard).expect("validated");
         let floor = self.watermark.max(self.admission_floor);
-        let proposal = admission::propose(d.txn.ts, now, floor, &self.floors, keys);
+        // Above what clients were told (rule 7) too; with a clock that never goes back that
+        // is below `now` already, so the cause of a bump below is still told by `floor`.
+        let proposal = admission::propose(d.txn.ts, now, floor.max(self.admission_closed), &self.floors, keys);
         if let Some(why) = self.beyond_expiry(&d.txn, proposal) {
             return self.refuse(log, &d.txn, why, d.arrival_delta_us, out);
         }

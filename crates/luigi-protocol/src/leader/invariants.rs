@@ -63,6 +63,13 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
                 return Err(self.broken(format!("watermark {w} passed pending {id:?} at {}", p.ts)));
             }
         }
+        let closed = self.admission_closed;
+        if closed < w || closed > self.floor_committed {
+            return Err(self.broken(format!(
+                "admission closed at {closed}, outside the watermark {w} and the committed floor {}",
+                self.floor_committed
+            )));
+        }
         Ok(())
     }
 
@@ -105,8 +112,8 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
 
     fn check_unanswered(&self) -> Result<(), String> {
         for &(ts, id) in &self.unanswered {
-            if ts <= self.watermark {
-                return Err(self.broken(format!("{id:?} at {ts} not answered though the watermark passed it")));
+            if ts <= self.admission_closed {
+                return Err(self.broken(format!("{id:?} at {ts} not answered though admission closed past it")));
             }
             if self.pending.contains_key(&id) {
                 return Err(self.broken(format!("{id:?} is both executed and pending")));
@@ -210,6 +217,8 @@ pub(super) enum Corruption {
     DropFromQueue,
     /// The stored answer of an executed, unanswered transaction is lost.
     LoseAnswer,
+    /// Admission closes at this timestamp (past what the committed floor promise allows).
+    AdmissionClosed(Timestamp),
 }
 
 #[cfg(test)]
@@ -218,6 +227,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     pub(super) fn corrupt(&mut self, c: Corruption) {
         match c {
             Corruption::Watermark(ts) => self.watermark = ts,
+            Corruption::AdmissionClosed(ts) => self.admission_closed = ts,
             Corruption::ClientCount(client) => *self.pending_per_client.entry(client).or_default() += 1,
             Corruption::DropFromQueue => {
                 let oldest = self.pending.keys().min().copied().expect("something pending");

@@ -379,8 +379,15 @@ pub struct ShardLeader<L: ReplicatedLog<LogRecord>> {
     answers: Answers,
     /// Refusals waiting for their `Refuse` record to commit.
     refusing: Map<TxnId, Refusing>,
-    /// Executed transactions whose answer waits for the watermark, by (ts, id).
+    /// Executed transactions whose answer waits for [`ShardLeader::admission_closed`], by
+    /// (ts, id).
     unanswered: BTreeSet<(Timestamp, TxnId)>,
+    /// The timestamp at or below which this leader admits nothing any more (DESIGN.md rule
+    /// 7): `min(clock - 1, committed floor promise)`, never below the watermark and never
+    /// back. It is what clients are told (answers, broadcasts, pongs), and an executed
+    /// transaction is answered once it passes it, while transactions below it may still be
+    /// pending: those below the watermark are all executed, those between are not.
+    admission_closed: Timestamp,
     /// When each client was last heard from (pruned at every broadcast).
     clients_heard: Map<ClientId, TimeUs>,
     /// When the watermark last went to every connected client.
@@ -477,6 +484,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
             clients_heard: Map::default(),
             all_clients_at: 0,
             unanswered: BTreeSet::new(),
+            admission_closed: 0,
             outbox: BTreeMap::new(),
             log_retry: Vec::new(),
             watermark: 0,
@@ -624,7 +632,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
             ClientMsg::Hello { .. } => {}
             ClientMsg::Ping { sent_us } => out.push(LeaderOutput::ToClient {
                 client,
-                msg: ServerMsg::pong(self.config.shard, now, sent_us, self.watermark),
+                msg: ServerMsg::pong(self.config.shard, now, sent_us, self.admission_closed),
             }),
             ClientMsg::Dispatch { txn, sent_us, acked_below, fast } => {
                 let arrival_delta_us = luigi_txn::msg::arrival_delta_us(now, sent_us);

@@ -33,6 +33,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
         l.floor_committed = floor;
         l.floor_proposed = floor;
         l.watermark = applied_ts;
+        l.admission_closed = applied_ts;
         l.applied_at = (now, applied_ts);
         l.max_executed_ts = applied_ts;
         l.applied_exchange.committed = applied_ts;

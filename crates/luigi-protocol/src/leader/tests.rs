@@ -296,9 +296,9 @@ mod broken_invariants {
     use super::super::invariants::Corruption;
     use super::*;
 
-    /// One pending single-shard write at 10_000 and, held behind a cross-shard transaction at
-    /// 3_000 that never gets shard 1's proposal, one executed write at 3_500 whose answer
-    /// waits for the watermark (2_999).
+    /// One pending single-shard write at 10_000 and, behind a cross-shard transaction at
+    /// 3_000 that never gets shard 1's proposal, one write executed at 3_500 whose answer
+    /// waits for admission to close past it (at 3_499 now; the watermark is 2_999).
     fn busy_leader() -> LeaderWithLog<LocalLog> {
         let mut l = leader();
         let mut cross = (*txn(1, 3_000, &[MicroOp { key: 1, write: W }])).clone();
@@ -306,7 +306,7 @@ mod broken_invariants {
         dispatch(&mut l, 100, &Arc::new(cross));
         dispatch(&mut l, 100, &txn(2, 3_500, &[MicroOp { key: 3, write: W }]));
         dispatch(&mut l, 100, &txn(3, 10_000, &[MicroOp { key: 4, write: W }]));
-        assert!(tick(&mut l, 4_000).is_empty());
+        assert!(tick(&mut l, 3_500).is_empty());
         assert_eq!((l.stats().executed, l.pending_len(), l.watermark()), (1, 2, 2_999));
         l
     }
@@ -322,6 +322,12 @@ mod broken_invariants {
     #[test]
     fn a_watermark_past_a_pending_transaction() {
         reported(Corruption::Watermark(10_000), "watermark 10000 passed pending");
+    }
+
+    #[test]
+    fn admission_closed_past_the_committed_floor_or_below_the_watermark() {
+        reported(Corruption::AdmissionClosed(u64::MAX), "admission closed at 18446744073709551615, outside");
+        reported(Corruption::AdmissionClosed(0), "admission closed at 0, outside the watermark 2999");
     }
 
     #[test]

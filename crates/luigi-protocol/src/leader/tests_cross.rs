@@ -54,8 +54,16 @@ fn a_blocked_cross_shard_transaction_blocks_only_conflicting_ones() {
     dispatch(&mut a, 100, &other);
     dispatch(&mut a, 100, &behind);
     let r = replies(&tick(&mut a, 5_000));
-    assert!(r.is_empty(), "answers wait for the watermark, which the pending transaction holds");
     assert_eq!(a.stats().executed, 1, "the disjoint transaction executed; the conflicting one waits");
+    // Rule 7: the disjoint one is answered at once, though the pending transaction below it
+    // holds the watermark; the client is told where admission closed instead.
+    assert!(a.watermark() < 1_000, "the pending transaction holds the watermark");
+    assert_eq!(r.iter().map(|r| r.id).collect::<Vec<_>>(), vec![id(2)]);
+    assert_eq!(r[0].watermark, 4_999, "admission closed just below the clock");
+    // Nothing is admitted at or below what the client was told, however it was stamped.
+    dispatch(&mut a, 5_000, &txn(4, 1_050, &[(0, 9, Some(1))]));
+    let r = replies(&tick(&mut a, 6_000));
+    assert_eq!(r.iter().map(|r| (r.id, r.ts > 4_999)).collect::<Vec<_>>(), vec![(id(4), true)]);
 }
 
 /// The rule behind "timestamp inversion": when proposals differ, a participant may release

@@ -1,5 +1,6 @@
-//! The watermark and what hangs on it (DESIGN.md rules 6 and 7): its advance, the answers it
-//! releases, its broadcast to the client audience, the `Floor` promises that let it follow
+//! The watermark and what hangs on it (DESIGN.md rules 6 and 7): its advance and the
+//! admission bound clients are told, the answers that bound releases, its broadcast to the
+//! client audience, the `Floor` promises that let it follow
 //! the clock, and the `Applied` markers followers execute by.
 
 use super::answers::Answer;
@@ -23,8 +24,10 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
             self.watermark = w;
             self.floors.prune_at_or_below(w);
         }
+        let closed = now.saturating_sub(1).min(self.floor_committed).max(self.watermark);
+        self.admission_closed = self.admission_closed.max(closed);
         while let Some(&(ts, id)) = self.unanswered.first() {
-            if ts > self.watermark {
+            if ts > self.admission_closed {
                 break;
             }
             self.unanswered.pop_first();
@@ -91,7 +94,7 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
             shard: self.config.shard,
             ts,
             outcome,
-            watermark: self.watermark,
+            watermark: self.admission_closed,
             arrival_delta_us,
             rounds,
             position: self.answer_position(id),
@@ -113,12 +116,12 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
     /// client (one pinging a replica that no longer leads learns the new leader from it).
     pub(super) fn broadcast_watermark(&mut self, now: TimeUs, out: &mut Vec<LeaderOutput>) {
         let (at, w) = self.broadcast_at;
-        if now >= at.saturating_add(self.config.watermark_broadcast_us) && self.watermark > w {
-            self.broadcast_at = (now, self.watermark);
+        if now >= at.saturating_add(self.config.watermark_broadcast_us) && self.admission_closed > w {
+            self.broadcast_at = (now, self.admission_closed);
             self.fast_peers.prune_to(self.watermark);
             self.prune_early_candidates();
             let shard = self.config.shard;
-            let mut msgs = vec![ServerMsg::Watermark { shard, watermark: self.watermark }];
+            let mut msgs = vec![ServerMsg::Watermark { shard, watermark: self.admission_closed }];
             if self.floor_committed > self.promise_sent {
                 // Rule 15: what lets clients pass over this shard while it fails over.
                 self.promise_sent = self.floor_committed;
