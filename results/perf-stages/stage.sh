@@ -27,4 +27,13 @@ for f in glob.glob('data/m-*.txt'):
         m=re.match(r'luigi_transactions_total\{.*outcome="admitted",path="(\w+)"\} (\d+)', l)
         if m: tot[m.group(1)]=tot.get(m.group(1),0)+int(m.group(2))
 print("   admissions (whole run, both leaders):", tot)
+fast={}; acc={}
+for f in glob.glob('data/m-*.txt'):
+    for l in open(f):
+        m=re.match(r'luigi_transactions_total\{.*outcome="fast_path",path="(\w+)"\} (\d+)', l)
+        if m: fast[m.group(1)]=fast.get(m.group(1),0)+int(m.group(2))
+        m=re.match(r'luigi_fast_accepts_total\{.*outcome="(\w+)"\} (\d+)', l)
+        if m: acc[m.group(1)]=acc.get(m.group(1),0)+int(m.group(2))
+if fast or acc:
+    print("   fast path (whole run): leaders", fast, "followers", acc)
 PY

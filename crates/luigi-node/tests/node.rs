@@ -392,6 +392,10 @@ fn a_fast_path_follower_answers_an_early_dispatch_with_an_accept_once_its_record
             if r.outcome == Err(luigi_txn::msg::TxnError::NotLeader { hint: Some(0) }))
     });
     assert!(named, "NotLeader naming replica 0");
+    // What `luigi_fast_accepts_total` reports: one accepted, one late; the quiet one was
+    // never offered to the accept rule.
+    let counts = n.replica().fast_path().expect("a fast path").accept_counts();
+    assert_eq!(counts, luigi_replica::FastAcceptCounts { accepted: 1, late: 1, ..Default::default() });
 }
 
 /// Rule 22 (issue 26): a follower checks a fast-path dispatch exactly as its leader does. A

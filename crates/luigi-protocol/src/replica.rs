@@ -19,6 +19,7 @@ use crate::leader::{LeaderConfig, LeaderOutput, ShardLeader};
 use crate::log::LogRecord;
 use crate::log::{LogEntry, ReplicatedLog};
 use crate::msg::PeerBatch;
+use luigi_replica::FastAcceptCounts;
 use luigi_store::Store;
 use luigi_txn::msg::{ClientMsg, ReplicaStatus, StalledTxnInfo};
 use luigi_txn::peer::{PeerFacts, PeerMsg, PeerVocabulary};
@@ -211,6 +212,8 @@ pub struct LuigiProtocol {
     /// the cluster runs it ([`LeaderConfig::fast_path`]); fed by the committed log while
     /// this replica follows.
     acceptor: Option<Acceptor>,
+    /// What the acceptor decided while this replica followed, for the life of the replica.
+    accept_counts: FastAcceptCounts,
     /// A leader that serves before its recovered `PREPARE`s commit keeps the accepts it
     /// held until its commit reaches this index: dying first, it leaves them recoverable.
     accepts_kept_until: Option<u64>,
@@ -228,7 +231,16 @@ impl LuigiProtocol {
         let retention_us = config.snapshot_retention_us;
         let images =
             LuigiImages { shard: config.shard, registry: registry.clone(), initial, answer_expiry_us, retention_us };
-        LuigiProtocol { config, registry, images, recovery: None, acceptor, accepts_kept_until: None, own_floor: None }
+        LuigiProtocol {
+            config,
+            registry,
+            images,
+            recovery: None,
+            acceptor,
+            accept_counts: FastAcceptCounts::default(),
+            accepts_kept_until: None,
+            own_floor: None,
+        }
     }
 }
 
@@ -352,7 +364,8 @@ impl ReplicaProtocol for LuigiProtocol {
         if unchecked || Admission::new(&self.config, &self.registry).check(txn, now).is_ok() {
             let me = (log.id() - 1) as u32;
             let term = log.term();
-            fast_accept(acceptor, (self.config.shard, me, term), now, client, txn, out);
+            let counts = &mut self.accept_counts;
+            fast_accept((acceptor, counts), (self.config.shard, me, term), now, client, txn, out);
         }
         true
     }
@@ -426,6 +439,10 @@ pub fn leader_stats(figures: &LeaderFigures) -> Option<crate::leader::LeaderStat
         outcomes_full: count("refused", "outcomes_full"),
         fast_proposals: a.fast_proposals,
         early_answers: a.early_answers,
+        fast_asked: count("fast_path", "asked"),
+        fast_ineligible: count("fast_path", "ineligible"),
+        fast_unclean: count("fast_path", "unclean"),
+        fast_marked: count("fast_path", "marked"),
     })
 }
 
@@ -436,6 +453,10 @@ fn txn_counts(stats: &crate::leader::LeaderStats) -> Vec<TxnCount> {
     vec![
         count("admitted", "any", stats.admitted),
         count("admitted", "bumped", stats.bumped),
+        count("fast_path", "asked", stats.fast_asked),
+        count("fast_path", "ineligible", stats.fast_ineligible),
+        count("fast_path", "unclean", stats.fast_unclean),
+        count("fast_path", "marked", stats.fast_marked),
         count("admitted", "bumped_late", stats.bumped_late),
         count("admitted", "bumped_floor", stats.bumped_floor),
         count("admitted", "bumped_conflict", stats.bumped_conflict),

@@ -25,9 +25,9 @@ pub mod waiting;
 
 pub use procedure_commits::ProcedureCommits;
 pub use replica_api::{
-    empty_store, AgreementCounters, BuildError, FastPathReplica, InitialStore, LeaderFigures, LeaderTotals,
-    ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox, Transition,
-    TxnCount,
+    empty_store, AgreementCounters, BuildError, FastAcceptCounts, FastPathReplica, InitialStore, LeaderFigures,
+    LeaderTotals, ReplicaFactory, ReplicaSetup, ShardReplica, SnapshotDecoder, SnapshotImage, SnapshotJob, StateBox,
+    Transition, TxnCount,
 };
 pub use role_machine::{
     BatchOf, FastPathProtocol, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf,

@@ -396,6 +396,36 @@ impl AgreementCounters {
     }
 }
 
+/// What a follower's fast-path accept rule (F0, DESIGN.md "The fast path") decided about the
+/// dispatches offered to it, counted for the life of the replica (the servers'
+/// `luigi_fast_accepts_total`): where the fast path is lost under load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastAcceptCounts {
+    /// Accepted (an accept record written, a `FastAccept` sent).
+    pub accepted: u64,
+    /// Refused: it arrived after its timestamp.
+    pub late: u64,
+    /// Refused: a conflicting transaction this follower knows comes after it.
+    pub overtaken: u64,
+    /// Refused: the undecided accepts reached their bound.
+    pub full: u64,
+    /// Refused: its predecessors are too many to hash.
+    pub tangled: u64,
+}
+
+impl FastAcceptCounts {
+    /// The counts by outcome label, in a fixed order.
+    pub fn labeled(&self) -> [(&'static str, u64); 5] {
+        [
+            ("accepted", self.accepted),
+            ("late", self.late),
+            ("overtaken", self.overtaken),
+            ("full", self.full),
+            ("tangled", self.tangled),
+        ]
+    }
+}
+
 /// What a replica with a fast path offers the node beyond [`ShardReplica`]: the accepts of a
 /// new leader's recovery round and the accept log's records (DESIGN.md, the fast path).
 pub trait FastPathReplica {
@@ -404,6 +434,9 @@ pub trait FastPathReplica {
     /// ([`FastPathReplica::accepts_of`]) and hands the answers to
     /// [`FastPathReplica::accepts_from`].
     fn accepts_wanted(&self, log: &RaftLog) -> Option<u64>;
+
+    /// What its accept rule decided so far, while it followed (see [`FastAcceptCounts`]).
+    fn accept_counts(&self) -> FastAcceptCounts;
 
     /// Every fast-path accept record this replica still needs, encoded: its undecided
     /// accepts and its leader state's votes (what a rewrite of the accept log keeps).

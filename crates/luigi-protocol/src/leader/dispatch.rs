@@ -264,6 +264,10 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
         }
         self.queue.insert(id, proposal, keys);
         let eligible = self.fast.as_mut().is_some_and(|f| f.admitted(&txn, proposal, keys, asked_fast));
+        if asked_fast && self.fast.is_some() {
+            self.stats.fast_asked += 1;
+            self.stats.fast_ineligible += u64::from(!eligible);
+        }
         let agreement = txn.is_cross_shard().then(|| Agreement::new(txn.shards().collect()));
         let cross = agreement.is_some();
         let others: Vec<_> = txn.shards().filter(|s| *s != self.config.shard).collect();

@@ -44,8 +44,10 @@ impl<L: ReplicatedLog<LogRecord>> ShardLeader<L> {
         let position = self.spec.position_for(keys, p.prepare_index, committed);
         self.spec.executed(id, keys, position, committed);
         self.floors.record_release(keys, p.ts);
-        if let Some(f) = self.fast.as_mut() {
-            f.executed(id, p.ts, keys);
+        match self.fast.as_mut().and_then(|f| f.executed(id, p.ts, keys)) {
+            Some(true) => self.stats.fast_marked += 1,
+            Some(false) => self.stats.fast_unclean += 1,
+            None => {}
         }
         self.stats.executed += 1;
         self.procedure_commits.committed(&p.txn.procedure);

@@ -82,11 +82,13 @@ impl FastOrder {
     /// `id` executed at `ts` on `keys`: a fast-eligible one whose predecessors here (rule H:
     /// transitively) are all clean is clean itself (rule C) and gets its order hash. Its
     /// predecessors all executed before it (rule 5), so their cleanliness is settled.
-    pub fn executed(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) {
-        let Some(txn) = self.eligible.remove(&id) else { return };
-        let Some(found) = self.clean_predecessors(id, ts, keys) else { return };
+    /// Returns whether it was clean, or `None` when it was not fast-eligible.
+    pub fn executed(&mut self, id: TxnId, ts: Timestamp, keys: &KeySet) -> Option<bool> {
+        let txn = self.eligible.remove(&id)?;
+        let Some(found) = self.clean_predecessors(id, ts, keys) else { return Some(false) };
         self.clean.insert(id, ts);
         self.hashes.insert(id, (hash_of(&found), txn));
+        Some(true)
     }
 
     /// The early answer of the fast-eligible `id`, not executed yet, at `ts` on `keys`
@@ -203,7 +205,7 @@ mod tests {
         let cross = txn(3, 300, &[0, 1], "y");
         assert!(f.admitted(&cross, 300, &keys(&cross), true), "F1 at admission: cross-shard too (rule 19)");
         f.moved(cross.id, 310, &keys(&cross));
-        f.executed(cross.id, 310, &keys(&cross));
+        assert_eq!(f.executed(cross.id, 310, &keys(&cross)), None, "no longer eligible");
         assert_eq!(f.take_hash(cross.id), None, "F1: the decision raised it");
         let below = txn(4, 50, &[0], "k");
         assert!(!f.admitted(&below, 50, &keys(&below), true), "F2: a conflicting transaction above was admitted first");
@@ -211,12 +213,12 @@ mod tests {
         assert!(f.admitted(&other_key, 50, &keys(&other_key), true));
         // Executed in timestamp order: 4 (not fast) then 1, which read 4's writes: 4 is not
         // clean, so neither is 1 (rule C).
-        f.executed(below.id, 50, &keys(&below));
-        f.executed(a.id, 100, &keys(&a));
+        assert_eq!(f.executed(below.id, 50, &keys(&below)), None, "never eligible");
+        assert_eq!(f.executed(a.id, 100, &keys(&a)), Some(false), "eligible, not clean");
         assert_eq!(f.take_hash(below.id), None);
         assert_eq!(f.take_hash(a.id), None, "rule C: a predecessor was not clean");
         // 5 is clean; 6 after it on z is fast, its hash over 5; then taken once.
-        f.executed(other_key.id, 50, &keys(&other_key));
+        assert_eq!(f.executed(other_key.id, 50, &keys(&other_key)), Some(true), "clean");
         let after = txn(6, 120, &[0], "z");
         assert!(f.admitted(&after, 120, &keys(&after), true));
         f.executed(after.id, 120, &keys(&after));

@@ -358,6 +358,16 @@ pub struct LeaderStats {
     /// Early answers sent: worked out on another shard's marked proposal before it was
     /// usable (DESIGN.md rule 21).
     pub early_answers: u64,
+    /// Admitted transactions whose client asked for the fast path (DESIGN.md rule 20), on a
+    /// leader that runs it.
+    pub fast_asked: u64,
+    /// Of those, not fast-eligible at admission: moved (F1) or below a conflicting one (F2).
+    pub fast_ineligible: u64,
+    /// Of those, executed after a predecessor that was not clean (rule C): answered unmarked.
+    pub fast_unclean: u64,
+    /// Of those, executed clean: answered with their order hash (the rest were moved by
+    /// agreement, refused or aborted).
+    pub fast_marked: u64,
 }
 
 /// The shard leader state machine.

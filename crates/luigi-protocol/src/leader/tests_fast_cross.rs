@@ -118,6 +118,23 @@ fn rule_20_a_dispatch_that_did_not_ask_leaves_its_proposal_unmarked_at_once_with
     a.check_invariants().unwrap();
 }
 
+/// What `luigi_transactions_total{outcome="fast_path"}` reads: of the transactions that
+/// asked, those moved at admission (F1), those executed after a predecessor that was not
+/// clean (rule C), and those answered marked.
+#[test]
+fn the_fast_path_counters_say_where_an_asked_transaction_lost_it() {
+    let mut a = leader(0, Mutations::default());
+    dispatch(&mut a, 100, &txn(1, 1_000, &[(0, 1, Some(5))])); // clean: marked
+    dispatch(&mut a, 200, &txn(2, 50, &[(0, 3, Some(5))])); // late: moved to the clock
+    let quiet =
+        ClientMsg::Dispatch { txn: txn(3, 2_000, &[(0, 1, Some(6))]), sent_us: 300, acked_below: 1, fast: false };
+    a.on_client(300, 9, quiet, &mut Vec::new());
+    dispatch(&mut a, 300, &txn(4, 3_000, &[(0, 1, Some(7))])); // behind the quiet one: unclean
+    tick(&mut a, 5_000);
+    let s = a.stats();
+    assert_eq!((s.fast_asked, s.fast_ineligible, s.fast_unclean, s.fast_marked), (3, 1, 1, 1), "{s:?}");
+}
+
 /// The answers to transaction 1 in `out`, with the accept record each waits for.
 fn durable_replies(out: &[LeaderOutput]) -> Vec<(TxnReply, Option<Vec<u8>>)> {
     client_msgs(out).into_iter().filter(|(r, _)| r.id == id(1)).collect()

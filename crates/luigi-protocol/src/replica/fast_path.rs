@@ -16,13 +16,17 @@ use luigi_txn::msg::ServerMsg;
 use luigi_txn::types::{ClientId, ShardId, TimeUs, Txn, TxnId};
 
 use luigi_raft::{RaftError, RaftLog};
-use luigi_replica::FastPathProtocol;
 #[cfg(doc)]
 use luigi_replica::FastPathReplica;
+use luigi_replica::{FastAcceptCounts, FastPathProtocol};
 
 use super::{LuigiProtocol, Replica};
 
 impl FastPathProtocol for LuigiProtocol {
+    fn accept_counts(machine: &Replica) -> FastAcceptCounts {
+        machine.protocol().accept_counts
+    }
+
     /// The accept records found on disk at restart: undecided again until the replayed log
     /// decides them (a replica without the fast path ignores them: they are from a run that
     /// had it, and a cluster never turns it off with transactions in flight).
@@ -251,7 +255,7 @@ pub(super) fn acceptor_after_leading(config: &LeaderConfig, replayed: &[LogEntry
 /// to the other participants' leaders (DESIGN.md rule 17); or nothing when rule F0 refuses
 /// it (the leader's answer takes rule 14's path).
 pub(super) fn fast_accept(
-    acceptor: &mut Acceptor,
+    (acceptor, counts): (&mut Acceptor, &mut FastAcceptCounts),
     (shard, me, term): (ShardId, u32, u64),
     now: TimeUs,
     client: ClientId,
@@ -259,10 +263,17 @@ pub(super) fn fast_accept(
     out: &mut Vec<LeaderOutput>,
 ) {
     let Some(keys) = txn.piece(shard) else { return };
+    let refused = |count: &mut u64| *count += 1;
     let (accepted, record) = match acceptor.offer(now, txn, keys) {
-        Ok(a) => (a, Some(AcceptRecord { txn: txn.clone(), ts: txn.ts }.encode())),
+        Ok(a) => {
+            counts.accepted += 1;
+            (a, Some(AcceptRecord { txn: txn.clone(), ts: txn.ts }.encode()))
+        }
         Err(NotAccepted::Again(a)) => (a, None),
-        Err(NotAccepted::Late | NotAccepted::Overtaken | NotAccepted::Full | NotAccepted::Tangled) => return,
+        Err(NotAccepted::Late) => return refused(&mut counts.late),
+        Err(NotAccepted::Overtaken) => return refused(&mut counts.overtaken),
+        Err(NotAccepted::Full) => return refused(&mut counts.full),
+        Err(NotAccepted::Tangled) => return refused(&mut counts.tangled),
     };
     let Accepted { id, ts, order } = accepted;
     out.push(LeaderOutput::ToClientDurably {

@@ -261,6 +261,10 @@ fn leader_stats_read_back_from_the_figures_are_the_leaders_own() {
         bumped_late: 20,
         bumped_floor: 21,
         bumped_conflict: 22,
+        fast_asked: 23,
+        fast_ineligible: 24,
+        fast_unclean: 25,
+        fast_marked: 26,
     };
     let figures = LeaderFigures {
         agreement: Some(agreement_counters(&stats)),

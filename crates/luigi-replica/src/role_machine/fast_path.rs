@@ -5,13 +5,16 @@
 use luigi_raft::RaftLog;
 
 use super::{ReplicaProtocol, RoleMachine};
-use crate::replica_api::FastPathReplica;
+use crate::replica_api::{FastAcceptCounts, FastPathReplica};
 
 /// A protocol's fast path as its role machine runs it: each method is
 /// [`FastPathReplica`]'s, over `machine`.
 pub trait FastPathProtocol: ReplicaProtocol {
     /// See [`FastPathReplica::accepts_wanted`].
     fn accepts_wanted(machine: &RoleMachine<Self>, log: &RaftLog) -> Option<u64>;
+
+    /// See [`FastPathReplica::accept_counts`].
+    fn accept_counts(machine: &RoleMachine<Self>) -> FastAcceptCounts;
 
     /// See [`FastPathReplica::accepts_live`].
     fn accepts_live(machine: &RoleMachine<Self>) -> Vec<Vec<u8>>;
@@ -41,6 +44,10 @@ pub trait FastPathProtocol: ReplicaProtocol {
 impl<P: FastPathProtocol> FastPathReplica for RoleMachine<P> {
     fn accepts_wanted(&self, log: &RaftLog) -> Option<u64> {
         P::accepts_wanted(self, log)
+    }
+
+    fn accept_counts(&self) -> FastAcceptCounts {
+        P::accept_counts(self)
     }
 
     fn accepts_live(&self) -> Vec<Vec<u8>> {

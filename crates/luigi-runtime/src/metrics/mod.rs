@@ -312,15 +312,8 @@ fn register_snapshot_reads(registry: &mut Registry, s: &Snapshot) {
 /// The leaders' summed figures beside the transaction counters, and the accept log.
 fn register_leader_totals(registry: &mut Registry, s: &Snapshot) {
     if !s.agreement_rounds.is_empty() {
-        let rounds: Family<OutcomeLabels, Counter> = Family::default();
-        for r in &s.agreement_rounds {
-            rounds.get_or_create(&OutcomeLabels { outcome: r.label }).inc_by(r.count);
-        }
-        registry.register(
-            "agreement_rounds",
-            "Cross-shard agreement rounds by outcome, summed over its leaders",
-            rounds,
-        );
+        let help = "Cross-shard agreement rounds by outcome, summed over its leaders";
+        outcome_counters(registry, "agreement_rounds", help, &s.agreement_rounds);
     }
     if let Some(us) = s.hold_us {
         let held: Counter<f64, std::sync::atomic::AtomicU64> = Counter::default();
@@ -339,6 +332,19 @@ fn register_leader_totals(registry: &mut Registry, s: &Snapshot) {
         "Fast-path accept records written to the accept log",
         s.accept_log_written,
     );
+    if !s.fast_accepts.is_empty() {
+        let help = "Fast-path dispatches offered to this replica while it followed, by what its accept rule decided";
+        outcome_counters(registry, "fast_accepts", help, &s.fast_accepts);
+    }
+}
+
+/// A counter family `name` labelled by `outcome`, one per count.
+fn outcome_counters(registry: &mut Registry, name: &str, help: &str, counts: &[LabeledCount]) {
+    let family: Family<OutcomeLabels, Counter> = Family::default();
+    for c in counts {
+        family.get_or_create(&OutcomeLabels { outcome: c.label }).inc_by(c.count);
+    }
+    registry.register(name, help, family);
 }
 
 fn register_snapshots(registry: &mut Registry, s: &Snapshot, timings: &Timings) {
@@ -491,6 +497,7 @@ mod tests {
             versions_bytes: 400,
             snapshot_reads_served: 6,
             snapshot_reads_refused: vec![LabeledCount { label: "busy", count: 1 }],
+            fast_accepts: vec![LabeledCount { label: "late", count: 3 }],
             ..Snapshot::default()
         };
         let timings = Timings::default();
@@ -508,6 +515,7 @@ mod tests {
         assert_eq!(value(&s, "luigi_versions_bytes", &[]), Some(400.0));
         assert_eq!(value(&s, "luigi_snapshot_reads_served_total", &[]), Some(6.0));
         assert_eq!(value(&s, "luigi_snapshot_reads_refused_total", &[("reason", "busy")]), Some(1.0));
+        assert_eq!(value(&s, "luigi_fast_accepts_total", &[("outcome", "late")]), Some(3.0));
         assert_eq!(value(&s, "luigi_hold_seconds_total", &[]), Some(2.5));
         assert_eq!(value(&s, "luigi_procedure_commits_total", &[("procedure", "NewOrder")]), Some(12.0));
         assert_eq!(value(&s, "etcd_server_proposals_failed_total", &[]), Some(3.0));

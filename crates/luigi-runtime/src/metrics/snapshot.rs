@@ -135,4 +135,7 @@ pub struct Snapshot {
     pub snapshot_reads_waiting: u64,
     /// Snapshot reads it refused, by reason (`busy`, `timeout`, `other`).
     pub snapshot_reads_refused: Vec<LabeledCount>,
+    /// What its fast-path accept rule decided while it followed, by outcome (`accepted`,
+    /// `late`, `overtaken`, `full`, `tangled`); empty without a fast path.
+    pub fast_accepts: Vec<LabeledCount>,
 }

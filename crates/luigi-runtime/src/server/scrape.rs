@@ -125,6 +125,9 @@ pub(super) fn snapshot(node: &ReplicaNode, shell: &ShellCounts<'_>, now: TimeUs)
             LabeledCount { label: "timeout", count: reads.refused_timeout },
             LabeledCount { label: "other", count: reads.refused_other },
         ],
+        fast_accepts: node.replica().fast_path().map_or_else(Vec::new, |f| {
+            f.accept_counts().labeled().into_iter().map(|(label, count)| LabeledCount { label, count }).collect()
+        }),
     }
 }
 

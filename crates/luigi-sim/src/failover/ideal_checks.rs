@@ -304,6 +304,10 @@ fn add_stats(a: LeaderStats, b: LeaderStats) -> LeaderStats {
         outcomes_full: a.outcomes_full + b.outcomes_full,
         fast_proposals: a.fast_proposals + b.fast_proposals,
         early_answers: a.early_answers + b.early_answers,
+        fast_asked: a.fast_asked + b.fast_asked,
+        fast_ineligible: a.fast_ineligible + b.fast_ineligible,
+        fast_unclean: a.fast_unclean + b.fast_unclean,
+        fast_marked: a.fast_marked + b.fast_marked,
     }
 }
 
