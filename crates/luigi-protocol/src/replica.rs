@@ -453,10 +453,6 @@ fn txn_counts(stats: &crate::leader::LeaderStats) -> Vec<TxnCount> {
     vec![
         count("admitted", "any", stats.admitted),
         count("admitted", "bumped", stats.bumped),
-        count("fast_path", "asked", stats.fast_asked),
-        count("fast_path", "ineligible", stats.fast_ineligible),
-        count("fast_path", "unclean", stats.fast_unclean),
-        count("fast_path", "marked", stats.fast_marked),
         count("admitted", "bumped_late", stats.bumped_late),
         count("admitted", "bumped_floor", stats.bumped_floor),
         count("admitted", "bumped_conflict", stats.bumped_conflict),
@@ -473,6 +469,10 @@ fn txn_counts(stats: &crate::leader::LeaderStats) -> Vec<TxnCount> {
         count("aborted", "cross_shard", stats.aborted),
         count("answered", "early", stats.early_answers),
         count("proposal_used", "fast", stats.fast_proposals),
+        count("fast_path", "asked", stats.fast_asked),
+        count("fast_path", "ineligible", stats.fast_ineligible),
+        count("fast_path", "unclean", stats.fast_unclean),
+        count("fast_path", "marked", stats.fast_marked),
     ]
 }
 

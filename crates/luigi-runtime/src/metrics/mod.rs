@@ -309,7 +309,8 @@ fn register_snapshot_reads(registry: &mut Registry, s: &Snapshot) {
     registry.register("snapshot_reads_refused", "Snapshot reads refused, by reason", refused);
 }
 
-/// The leaders' summed figures beside the transaction counters, and the accept log.
+/// The leaders' summed figures beside the transaction counters, the accept log and what the
+/// accept rule decided while the replica followed.
 fn register_leader_totals(registry: &mut Registry, s: &Snapshot) {
     if !s.agreement_rounds.is_empty() {
         let help = "Cross-shard agreement rounds by outcome, summed over its leaders";
