@@ -78,6 +78,7 @@ pub enum BaseItem {
         /// Transaction.
         id: TxnId,
         /// The output, or the error.
+        #[serde(with = "luigi_txn::byte_strings::outcome")]
         outcome: Result<Vec<u8>, TxnError>,
     },
     /// Coordinator to participant: lock and validate the piece executed for `id`, and log
@@ -129,11 +130,13 @@ pub enum BaseState {
     /// Prepared (its writes are logged and its locks held), with the piece's output.
     Prepared {
         /// The piece's output.
+        #[serde(with = "luigi_txn::byte_strings::one")]
         output: Vec<u8>,
     },
     /// Committed, with the piece's output.
     Committed {
         /// The piece's output.
+        #[serde(with = "luigi_txn::byte_strings::one")]
         output: Vec<u8>,
     },
     /// Aborted, or never to be prepared.

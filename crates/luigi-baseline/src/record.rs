@@ -17,8 +17,10 @@ pub enum BaseRecord {
         /// The transaction.
         id: TxnId,
         /// Its writes.
+        #[serde(with = "luigi_txn::byte_strings::writes")]
         writes: Vec<Write>,
         /// The procedure's output (a retry of the dispatch is answered with it).
+        #[serde(with = "luigi_txn::byte_strings::one")]
         output: Vec<u8>,
         /// The client holds every answer below this sequence number (see
         /// `ClientMsg::Dispatch`): older outcomes of the client may be forgotten.
@@ -32,8 +34,10 @@ pub enum BaseRecord {
         /// Its participants (the first coordinates).
         shards: Vec<ShardId>,
         /// The piece's writes.
+        #[serde(with = "luigi_txn::byte_strings::writes")]
         writes: Vec<Write>,
         /// The piece's output.
+        #[serde(with = "luigi_txn::byte_strings::one")]
         output: Vec<u8>,
         /// Hashes of the keys declared for reading (shared locks).
         read_locks: Vec<u64>,

@@ -21,8 +21,10 @@ pub struct Prepared {
     /// The transaction's participants (the first coordinates).
     pub shards: Vec<ShardId>,
     /// The piece's writes, installed if it commits.
+    #[serde(with = "luigi_txn::byte_strings::writes")]
     pub writes: Vec<Write>,
     /// The piece's output.
+    #[serde(with = "luigi_txn::byte_strings::one")]
     pub output: Vec<u8>,
     /// Hashes of the keys it holds shared locks on.
     pub read_locks: Vec<u64>,
@@ -36,6 +38,7 @@ pub enum Outcome {
     /// Installed, with the piece's output.
     Committed {
         /// The output.
+        #[serde(with = "luigi_txn::byte_strings::one")]
         output: Vec<u8>,
     },
     /// Aborted, or refused for good before it prepared.

@@ -199,6 +199,7 @@ pub enum ReplicationMsg {
         from: u64,
         /// The Raft message, protobuf-encoded.
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
+        #[serde(with = "luigi_txn::byte_strings::one")]
         bytes: Vec<u8>,
     },
     /// Between the replicas of one shard, sender to receiver: a snapshot transfer starts (or
@@ -244,6 +245,7 @@ pub enum ReplicationMsg {
         crc32: u32,
         /// The bytes.
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
+        #[serde(with = "luigi_txn::byte_strings::one")]
         data: Vec<u8>,
     },
     /// Receiver to sender: every chunk below `next` is held (`next` = the chunk count: the
@@ -354,6 +356,7 @@ pub enum ReplicationMsg {
         term: u64,
         /// The records.
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::accept_records()"))]
+        #[serde(with = "luigi_txn::byte_strings::list")]
         records: Vec<Vec<u8>>,
     },
 }
@@ -370,6 +373,7 @@ pub enum SnapshotKind {
     Install {
         /// The Raft `MsgSnapshot` without its data (its metadata), protobuf-encoded.
         #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
+        #[serde(with = "luigi_txn::byte_strings::one")]
         envelope: Vec<u8>,
     },
     /// A follower's own snapshot, offered to its leader, which cannot snapshot its own state

@@ -6,10 +6,10 @@
 //! and the logs stay byte-for-byte the same; self-describing formats (JSON) write a byte
 //! string as the same array of numbers, and reading takes either form.
 //!
-//! Use with `#[serde(with = "crate::byte_strings::one")]` on a `Vec<u8>` field,
-//! `#[serde(with = "crate::byte_strings::list")]` on a `Vec<Vec<u8>>` field and
-//! `#[serde(with = "crate::byte_strings::pairs")]` on a `Vec<(Vec<u8>, Vec<u8>)>` field (from
-//! other crates: `luigi_txn::byte_strings::...`).
+//! Use with `#[serde(with = "crate::byte_strings::X")]` (from other crates:
+//! `luigi_txn::byte_strings::X`), where X is `one` for a `Vec<u8>` field, `list` for a
+//! `Vec<Vec<u8>>`, `pairs` for a `Vec<(Vec<u8>, Vec<u8>)>`, `outcome` for a
+//! `Result<Vec<u8>, E>` and `writes` for a `Vec<(Vec<u8>, Option<Vec<u8>>)>`.
 
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::ser::{SerializeSeq, Serializer};
@@ -187,6 +187,92 @@ pub mod pairs {
     }
 }
 
+/// A procedure's outcome (`Result<Vec<u8>, E>`): its output written as a byte string, the
+/// enum as serde writes a `Result` (variant `Ok` 0, `Err` 1).
+pub mod outcome {
+    use super::one::{Item, Owned};
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize)]
+    #[serde(rename = "Result")]
+    enum Written<'a, E> {
+        Ok(Item<'a>),
+        Err(&'a E),
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename = "Result")]
+    enum Read<E> {
+        Ok(Owned),
+        Err(E),
+    }
+
+    /// Writes `v` as serde writes a `Result`, its output as a byte string.
+    pub fn serialize<S: Serializer, E: Serialize>(v: &Result<Vec<u8>, E>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Ok(bytes) => Written::Ok(Item(bytes)),
+            Err(e) => Written::Err(e),
+        }
+        .serialize(s)
+    }
+
+    /// Reads what [`serialize`] wrote.
+    pub fn deserialize<'de, D: Deserializer<'de>, E: Deserialize<'de>>(d: D) -> Result<Result<Vec<u8>, E>, D::Error> {
+        Ok(match Read::deserialize(d)? {
+            Read::Ok(Owned(bytes)) => Ok(bytes),
+            Read::Err(e) => Err(e),
+        })
+    }
+}
+
+/// A list of writes (`Vec<(Vec<u8>, Option<Vec<u8>>)>`: a key and its new value, `None` for a
+/// delete), each byte string written as one.
+pub mod writes {
+    use super::one::{Item, Owned};
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    /// What this module reads: keys with their new values.
+    pub type Writes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+    #[derive(Serialize)]
+    struct Written<'a>(Item<'a>, Option<Item<'a>>);
+
+    #[derive(Deserialize)]
+    struct Read(Owned, Option<Owned>);
+
+    /// Writes `v` as a sequence of (byte string, optional byte string) pairs.
+    pub fn serialize<S: Serializer>(v: &[(Vec<u8>, Option<Vec<u8>>)], s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(v.len()))?;
+        for (key, value) in v {
+            seq.serialize_element(&Written(Item(key), value.as_deref().map(Item)))?;
+        }
+        seq.end()
+    }
+
+    /// Reads what [`serialize`] wrote.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Writes, D::Error> {
+        struct ListVisitor;
+        impl<'de> Visitor<'de> for ListVisitor {
+            type Value = Writes;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a sequence of writes")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Writes, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+                while let Some(Read(Owned(key), value)) = seq.next_element()? {
+                    out.push((key, value.map(|Owned(v)| v)));
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_seq(ListVisitor)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde::{Deserialize, Serialize};
@@ -196,6 +282,9 @@ mod tests {
         one: Vec<u8>,
         list: Vec<Vec<u8>>,
         pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        ok: Result<Vec<u8>, String>,
+        err: Result<Vec<u8>, String>,
+        writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     }
 
     #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -206,11 +295,28 @@ mod tests {
         list: Vec<Vec<u8>>,
         #[serde(with = "super::pairs")]
         pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        #[serde(with = "super::outcome")]
+        ok: Result<Vec<u8>, String>,
+        #[serde(with = "super::outcome")]
+        err: Result<Vec<u8>, String>,
+        #[serde(with = "super::writes")]
+        writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     }
 
     fn both(one: Vec<u8>, list: Vec<Vec<u8>>) -> (Plain, AsBytes) {
         let pairs: Vec<(Vec<u8>, Vec<u8>)> = list.iter().map(|k| (k.clone(), one.clone())).collect();
-        (Plain { one: one.clone(), list: list.clone(), pairs: pairs.clone() }, AsBytes { one, list, pairs })
+        let (ok, err) = (Ok(one.clone()), Err(format!("{} refused", one.len())));
+        let writes: Vec<_> =
+            list.iter().enumerate().map(|(i, k)| (k.clone(), (i % 2 == 0).then(|| one.clone()))).collect();
+        let plain = Plain {
+            one: one.clone(),
+            list: list.clone(),
+            pairs: pairs.clone(),
+            ok: ok.clone(),
+            err: err.clone(),
+            writes: writes.clone(),
+        };
+        (plain, AsBytes { one, list, pairs, ok, err, writes })
     }
 
     #[test]
@@ -226,6 +332,7 @@ mod tests {
             assert_eq!(postcard::to_stdvec(&bytes).unwrap(), wire, "the same encoding");
             let back: AsBytes = postcard::from_bytes(&wire).unwrap();
             assert_eq!((back.one, back.list, back.pairs), (plain.one.clone(), plain.list.clone(), plain.pairs.clone()));
+            assert_eq!((back.ok, back.err, back.writes), (plain.ok.clone(), plain.err.clone(), plain.writes.clone()));
             let again: Plain = postcard::from_bytes(&postcard::to_stdvec(&bytes).unwrap()).unwrap();
             assert_eq!(again, plain);
         }

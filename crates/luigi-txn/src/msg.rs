@@ -260,6 +260,7 @@ pub struct TxnReply {
     pub ts: Timestamp,
     /// What the procedure returned on this shard.
     #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::outcome()"))]
+    #[serde(with = "crate::byte_strings::outcome")]
     pub outcome: Result<Vec<u8>, TxnError>,
     /// The shard's watermark as clients are told it (where admission closed, DESIGN.md rule
     /// 7) when it answered; `>= ts` unless rejected.

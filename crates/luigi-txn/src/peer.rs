@@ -30,7 +30,11 @@ pub struct PeerMsg {
 pub enum PeerBody {
     /// The protocol's own batch, encoded by the protocol ([`PeerVocabulary::encode`]); only
     /// the receiving replica decodes it.
-    Protocol(#[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))] Vec<u8>),
+    Protocol(
+        #[cfg_attr(feature = "arbitrary", proptest(strategy = "crate::arbitrary::blob()"))]
+        #[serde(with = "crate::byte_strings::one")]
+        Vec<u8>,
+    ),
     /// The sending replica's progress (DESIGN.md rule 14), produced by its node.
     Progress(ProgressReport),
 }

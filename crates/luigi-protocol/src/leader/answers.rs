@@ -44,6 +44,7 @@ pub struct Answer {
     /// Final timestamp (0 for a refusal).
     pub ts: Timestamp,
     /// What the client is told.
+    #[serde(with = "luigi_txn::byte_strings::outcome")]
     pub outcome: Result<Vec<u8>, TxnError>,
     /// Echoed to the client for its one-way-delay estimate.
     pub arrival_delta_us: i64,
