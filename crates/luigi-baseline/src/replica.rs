@@ -9,7 +9,7 @@
 use luigi_protocol::log::LogEntry;
 use luigi_raft::{RaftError, RaftLog};
 use luigi_replica::{
-    BuildError, FollowerCore, FollowerDispatch, FollowerImages, InitialStore, LeaderCore, LeaderFigures,
+    BuildError, FollowerCore, FollowerDispatch, FollowerImages, ImageFork, InitialStore, LeaderCore, LeaderFigures,
     ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica, TxnCount,
 };
 use luigi_store::Store;
@@ -70,6 +70,11 @@ impl FollowerCore for ShardState {
 
     fn image(&self) -> Vec<u8> {
         self.snapshot()
+    }
+
+    fn fork_image(&self) -> ImageFork {
+        let fork = self.fork();
+        Box::new(move || fork.image())
     }
 
     fn pong_watermark(&self) -> Timestamp {

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use luigi_protocol::log::LogEntry;
-use luigi_store::{Key, Store, Value};
+use luigi_store::{Key, Store, StoreFork, Value};
 use luigi_txn::types::{ShardId, TxnId};
 use serde::{Deserialize, Serialize};
 
@@ -67,15 +67,55 @@ pub struct ShardState {
     executed: Vec<(TxnId, u64)>,
 }
 
-/// The serialized form of a [`ShardState`] (a snapshot).
-#[derive(Serialize, Deserialize)]
+/// The serialized form of a [`ShardState`] (a snapshot), as read; written from a
+/// [`StateFork`] ([`ImageOut`]).
+#[derive(Deserialize)]
 struct Image {
     shard: ShardId,
     applied_index: u64,
+    #[serde(with = "luigi_txn::byte_strings::pairs")]
     store: Vec<(Key, Value)>,
     prepared: Vec<(TxnId, Prepared)>,
     outcomes: Vec<(TxnId, Outcome)>,
     local: Vec<TxnId>,
+}
+
+/// An [`Image`] as written: the same fields in the same order, borrowed from a fork.
+#[derive(Serialize)]
+struct ImageOut<'a> {
+    shard: ShardId,
+    applied_index: u64,
+    #[serde(with = "luigi_txn::byte_strings::pairs")]
+    store: Vec<(&'a Key, &'a Value)>,
+    prepared: &'a [(TxnId, Prepared)],
+    outcomes: &'a [(TxnId, Outcome)],
+    local: &'a [TxnId],
+}
+
+/// A [`ShardState`] at one moment ([`ShardState::fork`]), to serialize off the event loop:
+/// its store a fork sharing memory with the live one, the rest copied.
+pub struct StateFork {
+    shard: ShardId,
+    applied_index: u64,
+    store: StoreFork,
+    prepared: Vec<(TxnId, Prepared)>,
+    outcomes: Vec<(TxnId, Outcome)>,
+    local: Vec<TxnId>,
+}
+
+impl StateFork {
+    /// The snapshot image of the state it holds (the same state gives the same bytes).
+    pub fn image(&self) -> Vec<u8> {
+        let image = ImageOut {
+            shard: self.shard,
+            applied_index: self.applied_index,
+            store: self.store.entries(),
+            prepared: &self.prepared,
+            outcomes: &self.outcomes,
+            local: &self.local,
+        };
+        postcard::to_stdvec(&image).expect("serializing to memory cannot fail")
+    }
 }
 
 /// Why a snapshot does not load.
@@ -214,15 +254,21 @@ impl ShardState {
 
     /// The state, serialized (a snapshot at [`ShardState::applied_index`]).
     pub fn snapshot(&self) -> Vec<u8> {
-        let image = Image {
+        self.fork().image()
+    }
+
+    /// The state as it is now, to serialize later and elsewhere ([`StateFork::image`] gives
+    /// what [`ShardState::snapshot`] gives now): the store is forked (its chunks shared until
+    /// written over), the rest copied.
+    pub fn fork(&self) -> StateFork {
+        StateFork {
             shard: self.shard,
             applied_index: self.applied_index,
-            store: self.store.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            store: self.store.fork(),
             prepared: self.prepared.iter().map(|(id, p)| (*id, p.clone())).collect(),
             outcomes: self.outcomes.iter().map(|(id, o)| (*id, o.clone())).collect(),
             local: self.local.iter().copied().collect(),
-        };
-        postcard::to_stdvec(&image).expect("serializing to memory cannot fail")
+        }
     }
 
     /// The state a snapshot holds, checked to be `shard`'s (and at `index`, if given).

@@ -31,9 +31,9 @@ use luigi_raft::{RaftError, RaftLog};
 use luigi_replica::role_machine::other_leader;
 pub use luigi_replica::{empty_store, InitialStore, ReplicaStats, SnapshotImage, SnapshotJob, Transition};
 use luigi_replica::{
-    AgreementCounters, BuildError, FastPathReplica, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore,
-    LeaderFigures, ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine, ShardReplica,
-    SnapshotView, TxnCount,
+    AgreementCounters, BuildError, FastPathReplica, FollowerCore, FollowerDispatch, FollowerImages, ImageFork,
+    LeaderCore, LeaderFigures, ReplayedExecutions, ReplicaFactory, ReplicaProtocol, ReplicaSetup, RoleMachine,
+    ShardReplica, SnapshotView, TxnCount,
 };
 
 mod fast_path;
@@ -96,6 +96,11 @@ impl FollowerCore for Follower {
 
     fn image(&self) -> Vec<u8> {
         self.snapshot()
+    }
+
+    fn fork_image(&self) -> ImageFork {
+        let fork = self.fork();
+        Box::new(move || fork.image())
     }
 
     fn pong_watermark(&self) -> Timestamp {

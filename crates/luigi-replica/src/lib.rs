@@ -30,6 +30,6 @@ pub use replica_api::{
     Transition, TxnCount,
 };
 pub use role_machine::{
-    BatchOf, FastPathProtocol, FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf,
+    BatchOf, FastPathProtocol, FollowerCore, FollowerDispatch, FollowerImages, ImageFork, LeaderCore, OutputOf,
     ReplayedExecutions, ReplicaProtocol, ReplicaStats, RoleMachine, ServeAhead, SnapshotView, WritePositions,
 };

@@ -2,7 +2,8 @@
 //! its Raft log's committed records until its log leads and the protocol says it may serve,
 //! then the protocol's leader; a leader that loses leadership rebuilds its follower state by
 //! replaying its log (it ran ahead of the log); a leader's snapshot replaces the follower
-//! state; the replica's own snapshots are jobs that replay the log off the event loop; and
+//! state; the replica's own snapshots are jobs that serialize a fork of the follower state
+//! off the event loop (or, for a leader of a group of one, replay the log there); and
 //! the [`ShardReplica`] the node drives is implemented once, for every
 //! [`RoleMachine<P>`](RoleMachine) (`role_machine/shard_replica.rs`).
 //!
@@ -45,8 +46,8 @@ mod shard_replica;
 
 pub use fast_path::FastPathProtocol;
 pub use protocol::{
-    FollowerCore, FollowerDispatch, FollowerImages, LeaderCore, OutputOf, ReplayedExecutions, ReplicaProtocol,
-    ServeAhead, SnapshotView, WritePositions,
+    FollowerCore, FollowerDispatch, FollowerImages, ImageFork, LeaderCore, OutputOf, ReplayedExecutions,
+    ReplicaProtocol, ServeAhead, SnapshotView, WritePositions,
 };
 
 /// The peer batch type of protocol `P`.
@@ -128,12 +129,13 @@ fn image_at_snapshot<I: FollowerImages>(images: &I, data: Option<&[u8]>) -> Resu
     }
 }
 
-/// A replica's own snapshot in the making ([`RoleMachine::own_snapshot_due`]): the follower
-/// state at `index`, rebuilt from the log's latest snapshot (or the initial store) and the
-/// records handed out after it, then serialized. It holds only shared or owned data (the
-/// replay shares the log's entry payloads and snapshot bytes), so taking it costs the event
-/// loop a copy of the entries' headers, and the shell runs it on another thread.
-fn make_snapshot<I: FollowerImages>(index: u64, images: &I, replay: &Replay) -> Result<SnapshotImage, RaftError> {
+/// A replica's own snapshot in the making ([`RoleMachine::own_snapshot_due`]) when its state
+/// ran ahead of its log (the leader of a group of one): the follower state at `index`, rebuilt
+/// from the log's latest snapshot (or the initial store) and the records handed out after it,
+/// then serialized. It holds only shared or owned data (the replay shares the log's entry
+/// payloads and snapshot bytes), so taking it costs the event loop a copy of the entries'
+/// headers, and the shell runs it on another thread.
+fn replayed_snapshot<I: FollowerImages>(index: u64, images: &I, replay: &Replay) -> Result<SnapshotImage, RaftError> {
     // As `rebuild`, with each record decoded just before it is applied and dropped after.
     let mut follower = image_at_snapshot(images, replay.snapshot_data())?;
     for entry in replay.records_one_by_one::<<I::Follower as FollowerCore>::Record>() {
@@ -208,21 +210,32 @@ impl<P: ReplicaProtocol> RoleMachine<P> {
 
     /// This replica's own snapshot, once the last record it applied reached `next_at`: a job
     /// that yields (index, bytes) for the shell to compact behind, run off the event loop.
-    /// A follower's job rebuilds the state it holds at that index from its latest snapshot
-    /// and the records after it (the log keeps both in memory until it compacts), so the
-    /// replica never pauses to serialize a large store; the price is replaying a period of
-    /// records a second time, on another core. A leader's state runs ahead of its log, so a
-    /// leader with followers takes none and compacts behind the snapshots they offer. The
-    /// leader of a group of one has no followers, and takes the snapshot a follower would.
+    /// A follower's job serializes a fork of the state it holds at that index
+    /// ([`FollowerCore::fork_image`]: its store shares memory with the live one until written
+    /// over), so the replica never pauses to serialize a large store and runs no record
+    /// twice. A leader's state runs ahead of its log, so a leader with followers takes none
+    /// and compacts behind the snapshots they offer. The leader of a group of one has no
+    /// followers, and takes the snapshot a follower would: its job rebuilds that state from
+    /// the latest snapshot and the records after it (the log keeps both in memory until it
+    /// compacts), replaying a period of records a second time, on another core.
     ///
     /// # Errors
     /// An entry is missing from the log's memory (a bug).
     pub fn own_snapshot_due(&self, log: &RaftLog, next_at: u64) -> Result<Option<SnapshotJob>, RaftError> {
-        let Some((index, replay)) = log.own_snapshot_replay(self.is_serving(), next_at)? else {
+        let Some(index) = log.own_snapshot_index(self.is_serving(), next_at) else {
             return Ok(None);
         };
+        // A follower holds the state at the last record handed out: it serializes a fork of
+        // it (rule 11); no record runs twice.
+        if let Role::Follower(f) = &self.role {
+            if f.applied_index() == index {
+                let fork = f.fork_image();
+                return Ok(Some(SnapshotJob::new(index, move || Ok(SnapshotImage::new(index, Bytes::from(fork()))))));
+            }
+        }
+        let replay = log.own_snapshot_replay(index)?;
         let images = self.protocol.images().clone();
-        Ok(Some(SnapshotJob::new(index, move || make_snapshot(index, &images, &replay))))
+        Ok(Some(SnapshotJob::new(index, move || replayed_snapshot(index, &images, &replay))))
     }
 
     /// True while this replica serves as the shard leader.

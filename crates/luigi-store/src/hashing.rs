@@ -107,6 +107,19 @@ impl Default for KeyedState {
 
 /// The domain of table hashes ([`KeyedState`]).
 const TABLE_DOMAIN: u64 = 0;
+/// The domain of the hash that picks a key's chunk of the store's map (`chunks.rs`).
+const CHUNK_DOMAIN: u64 = 0x6368_756e_6b73;
+
+impl KeyedState {
+    /// Which of `chunks` holds `key`: a hash of its own domain, so that the keys of one chunk
+    /// spread over the chunk's table as they would over one table.
+    pub(crate) fn chunk_of(&self, key: &[u8], chunks: usize) -> usize {
+        let mut h = self.keys.quality(CHUNK_DOMAIN);
+        h.write(key);
+        // Multiply-shift onto 0..chunks (the high bits of the product).
+        ((u128::from(h.finish()) * chunks as u128) >> 64) as usize
+    }
+}
 
 impl BuildHasher for KeyedState {
     type Hasher = foldhash::fast::FoldHasher<'static>;

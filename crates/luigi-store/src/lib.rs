@@ -9,13 +9,15 @@
 //! replaced for a retention window ([`versions`]), so a read at a snapshot timestamp
 //! (`get_at`, `scan_at`) sees the values as of that timestamp (DESIGN.md rule 23).
 
+mod chunks;
 pub mod hashing;
 pub mod versions;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
+use chunks::Chunks;
 pub use hashing::KeyedState;
 use versions::{History, ListRef};
 pub use versions::{HistoryStats, Timestamp, TooOld};
@@ -55,7 +57,7 @@ pub enum ScanOrder {
 /// history).
 #[derive(Clone, Debug, Default)]
 pub struct Store {
-    map: HashMap<Key, Entry, KeyedState>,
+    map: Chunks<Entry>,
     index: BTreeSet<Key>,
     /// Keys whose latest value is present.
     live: usize,
@@ -95,6 +97,11 @@ impl Store {
     /// The value under `key`, if any.
     pub fn get(&self, key: &[u8]) -> Option<&Value> {
         self.map.get(key)?.value.as_ref()
+    }
+
+    /// The entry of a key the index holds.
+    fn entry(&self, key: &[u8]) -> &Entry {
+        self.map.get(key).expect("the index holds the map's keys")
     }
 
     /// The present entries, in no order.
@@ -163,8 +170,8 @@ impl Store {
     /// Removes the entries of deleted keys whose last version went.
     fn remove_gone(&mut self) {
         while let Some(key) = self.history.take_gone() {
-            if self.map.get(&*key).is_some_and(|e| e.value.is_none() && !self.history.is_live(e.versions)) {
-                self.map.remove(&*key);
+            if self.map.get(&key).is_some_and(|e| e.value.is_none() && !self.history.is_live(e.versions)) {
+                self.map.remove(&key);
                 self.index.remove(&*key);
             }
         }
@@ -176,7 +183,7 @@ impl Store {
             return Vec::new();
         }
         let range = self.index.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
-        let present = |k: &Key| Some((k.clone(), self.map[k].value.as_ref()?.clone()));
+        let present = |k: &Key| Some((k.clone(), self.entry(k).value.as_ref()?.clone()));
         match order {
             ScanOrder::Ascending => range.filter_map(present).take(limit).collect(),
             ScanOrder::Descending => range.rev().filter_map(present).take(limit).collect(),
@@ -253,7 +260,7 @@ impl Store {
         }
         let range = self.index.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
         let at = |k: &Key| {
-            let entry = &self.map[k];
+            let entry = self.entry(k);
             let value = self.history.resolve(entry.versions, ts, entry.value.as_ref())?;
             Some((k.clone(), value.clone()))
         };
@@ -298,7 +305,20 @@ impl Store {
 
     /// Iterates over all entries in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Key, &Value)> {
-        self.index.iter().filter_map(|k| Some((k, self.map[k].value.as_ref()?)))
+        self.index.iter().filter_map(|k| Some((k, self.entry(k).value.as_ref()?)))
+    }
+
+    /// The latest values as they are now, shared copy-on-write with this store: O(number of
+    /// chunks), whatever the store's size. Writes after it copy the chunks they touch first,
+    /// so the fork never changes (what a snapshot job serializes off the event loop,
+    /// DESIGN.md rule 11).
+    pub fn fork(&self) -> StoreFork {
+        StoreFork { map: self.map.fork(), live: self.live }
+    }
+
+    /// How many chunks of the map a fork still alive shares (a write to one copies it).
+    pub fn shared_chunks(&self) -> usize {
+        self.map.shared_chunks()
     }
 
     /// A deterministic hash of the whole content: equal stores give equal hashes on every
@@ -315,15 +335,47 @@ impl Store {
     }
 }
 
+/// A store's latest values at one moment ([`Store::fork`]), sharing its memory until the store
+/// writes over it.
+#[derive(Debug)]
+pub struct StoreFork {
+    map: Chunks<Entry>,
+    live: usize,
+}
+
+impl StoreFork {
+    /// The present entries in key order, as [`Store::iter`] gives them (sorted here: a fork
+    /// holds no index).
+    pub fn entries(&self) -> Vec<(&Key, &Value)> {
+        let mut entries: Vec<(&Key, &Value)> =
+            self.map.iter().filter_map(|(k, e)| Some((k, e.value.as_ref()?))).collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        entries
+    }
+
+    /// Number of keys stored.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// True when nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+}
+
 #[cfg(test)]
 impl Store {
     /// The history's counters recounted, checking on the way the store's own invariants: the
     /// index holds the map's keys, `live` counts the present ones, and a deleted key's entry
     /// stays only while it has versions.
     fn recount_history(&self) -> HistoryStats {
-        assert!(self.index.iter().eq(self.map.keys().collect::<BTreeSet<_>>()), "the index holds the map's keys");
+        assert!(
+            self.index.iter().eq(self.map.iter().map(|(k, _)| k).collect::<BTreeSet<_>>()),
+            "the index holds the map's keys"
+        );
         assert_eq!(self.live, self.latest().count());
-        let entries: Vec<_> = self.map.values().map(|e| (e.versions, e.value.is_none())).collect();
+        let entries: Vec<_> = self.map.iter().map(|(_, e)| (e.versions, e.value.is_none())).collect();
         for (versions, absent) in &entries {
             assert!(!absent || self.history.is_live(*versions), "a deleted key without versions keeps its entry");
         }
@@ -362,6 +414,31 @@ mod tests {
         assert_eq!(desc[0].0, table_key(1, &[6]));
         assert_eq!(desc[1].0, table_key(1, &[5]));
         assert!(s.scan(&hi, &lo, 10, ScanOrder::Ascending).is_empty());
+    }
+
+    #[test]
+    fn a_fork_holds_the_latest_values_of_its_moment_whatever_the_store_does_after() {
+        let mut s = Store::new();
+        s.set_retention(1_000);
+        for i in 0..3000u64 {
+            s.put_at(&table_key(1, &[i]), i.to_le_bytes().to_vec(), 10);
+        }
+        s.delete_at(&table_key(1, &[5]), 11);
+        let expected: Vec<(Key, Value)> = s.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let fork = s.fork();
+        assert!(s.shared_chunks() > 0);
+        for i in 0..3000u64 {
+            s.put_at(&table_key(1, &[i]), vec![], 20);
+        }
+        s.put(table_key(1, &[5]), vec![1]);
+        s.delete(&table_key(1, &[6]));
+        s.forget_below(15);
+        let held: Vec<(Key, Value)> = fork.entries().into_iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert_eq!(held, expected, "in key order, the deleted key absent");
+        assert_eq!(fork.len(), 2999);
+        drop(fork);
+        assert_eq!(s.shared_chunks(), 0);
+        s.recount_history();
     }
 
     #[test]

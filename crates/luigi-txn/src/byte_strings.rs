@@ -156,11 +156,11 @@ pub mod pairs {
         }
     }
 
-    /// Writes `v` as a sequence of pairs of byte strings.
-    pub fn serialize<S: Serializer>(v: &[(Vec<u8>, Vec<u8>)], s: S) -> Result<S::Ok, S::Error> {
+    /// Writes `v` as a sequence of pairs of byte strings (owned or borrowed).
+    pub fn serialize<S: Serializer, A: AsRef<[u8]>, B: AsRef<[u8]>>(v: &[(A, B)], s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(v.len()))?;
         for (a, b) in v {
-            seq.serialize_element(&Pair(a, b))?;
+            seq.serialize_element(&Pair(a.as_ref(), b.as_ref()))?;
         }
         seq.end()
     }

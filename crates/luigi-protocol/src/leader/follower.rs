@@ -12,7 +12,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use luigi_store::{Key, Store, Value};
+use luigi_store::{Key, Store, StoreFork, Value};
 use serde::{Deserialize, Serialize};
 
 use super::answers::{Answer, Answers};
@@ -78,8 +78,8 @@ pub struct Handover {
 
 /// A follower's whole state at one log index: what a snapshot holds (DESIGN.md rule 6: the
 /// store, the exactly-once answer table and the pending transactions), so that the log up to
-/// that index can be dropped.
-#[derive(Serialize, Deserialize)]
+/// that index can be dropped. Written from a [`FollowerFork`] ([`ImageOut`]).
+#[derive(Deserialize)]
 struct FollowerImage {
     shard: ShardId,
     applied_index: u64,
@@ -90,6 +90,51 @@ struct FollowerImage {
     store: Vec<(Key, Value)>,
     answers: Answers,
     prepared: Vec<Prepared>,
+}
+
+/// A [`FollowerImage`] as written: the same fields in the same order, borrowed from a fork.
+#[derive(Serialize)]
+struct ImageOut<'a> {
+    shard: ShardId,
+    applied_index: u64,
+    applied_ts: Timestamp,
+    max_ts_seen: Timestamp,
+    floor: Timestamp,
+    #[serde(with = "luigi_txn::byte_strings::pairs")]
+    store: Vec<(&'a Key, &'a Value)>,
+    answers: &'a Answers,
+    prepared: &'a [Prepared],
+}
+
+/// A follower's state at one moment ([`Follower::fork`]), to serialize off the event loop:
+/// its store a fork sharing memory with the live one, the rest copied.
+pub struct FollowerFork {
+    shard: ShardId,
+    applied_index: u64,
+    applied_ts: Timestamp,
+    max_ts_seen: Timestamp,
+    floor: Timestamp,
+    store: StoreFork,
+    answers: Answers,
+    prepared: Vec<Prepared>,
+}
+
+impl FollowerFork {
+    /// The snapshot image of the state it holds: the same state gives the same bytes (the
+    /// store in key order, the prepared transactions in (timestamp, id) order).
+    pub fn image(&self) -> Vec<u8> {
+        let image = ImageOut {
+            shard: self.shard,
+            applied_index: self.applied_index,
+            applied_ts: self.applied_ts,
+            max_ts_seen: self.max_ts_seen,
+            floor: self.floor,
+            store: self.store.entries(),
+            answers: &self.answers,
+            prepared: &self.prepared,
+        };
+        postcard::to_stdvec(&image).expect("a follower image always serializes")
+    }
 }
 
 /// Why a snapshot could not be loaded.
@@ -155,20 +200,23 @@ impl Follower {
 
     /// Serializes the whole state (at [`FollowerStats::applied_index`]) for a snapshot.
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut store: Vec<(Key, Value)> = self.store.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        store.sort_unstable(); // the same state gives the same bytes
-        let prepared = self.order.iter().map(|(_, id)| self.prepared[id].clone()).collect();
-        let image = FollowerImage {
+        self.fork().image()
+    }
+
+    /// The whole state as it is now, to serialize later and elsewhere ([`FollowerFork::image`]
+    /// gives what [`Follower::snapshot`] gives now): the store is forked (its chunks shared
+    /// until written over), the answer table and the prepared transactions are copied.
+    pub fn fork(&self) -> FollowerFork {
+        FollowerFork {
             shard: self.shard,
             applied_index: self.stats.applied_index,
             applied_ts: self.applied_ts,
             max_ts_seen: self.max_ts_seen,
             floor: self.floor,
-            store,
+            store: self.store.fork(),
             answers: self.answers.clone(),
-            prepared,
-        };
-        postcard::to_stdvec(&image).expect("a follower image always serializes")
+            prepared: self.order.iter().map(|(_, id)| self.prepared[id].clone()).collect(),
+        }
     }
 
     /// Checks that `bytes` are a snapshot of `shard` at log index `index` (what a leader

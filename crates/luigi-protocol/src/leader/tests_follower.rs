@@ -137,6 +137,36 @@ fn a_snapshot_restores_the_same_state_and_continues_the_log() {
     ));
 }
 
+/// Rule 11: a follower's own snapshot job serializes a fork taken on the event loop, while
+/// the follower goes on applying; the fork's image is the state at the fork, byte for byte,
+/// and the follower's store stops sharing memory with it once it is gone.
+#[test]
+fn a_fork_serializes_the_state_it_was_taken_at_while_the_follower_goes_on() {
+    let (a, b) = (write(1, 7, 100), write(2, 7, 200));
+    let log = entries(vec![
+        LogRecord::Prepare { txn: a.clone(), ts: 50, arrival_delta_us: 3, acked_below: 0 },
+        LogRecord::Applied { ts: 55 },
+        LogRecord::Prepare { txn: b.clone(), ts: 60, arrival_delta_us: 0, acked_below: 0 },
+        LogRecord::Applied { ts: 70 },
+    ]);
+    let mut f = Follower::new(0, Store::new(), luigi_workloads::procedures::builtins());
+    for e in &log[..3] {
+        f.apply(e);
+    }
+    let at_fork = f.snapshot();
+    let fork = f.fork();
+    assert_eq!(f.store().shared_chunks(), 1, "key 7's chunk is shared with the fork");
+    for e in &log[3..] {
+        f.apply(e);
+    }
+    assert_eq!(f.store().shared_chunks(), 0, "b's write copied the chunk it touched");
+    let image = std::thread::spawn(move || fork.image()).join().unwrap();
+    assert_eq!(image, at_fork, "the state at the fork, byte for byte");
+    let restored = Follower::from_snapshot(0, luigi_workloads::procedures::builtins(), &image).unwrap();
+    assert_eq!((restored.queued_len(), restored.stats().applied_index), (1, 3));
+    assert_ne!(restored.store(), f.store(), "the follower moved on: b wrote key 7");
+}
+
 #[test]
 fn a_transaction_queued_at_a_stale_position_is_reported() {
     let a = write(1, 7, 100);

@@ -110,22 +110,27 @@ impl RaftLog {
     /// the leader of a group of one (`serving`: the replica runs ahead of its log as the
     /// leader, so a leader with followers takes none and compacts behind theirs), once the
     /// last record it applied reached `next_at` and the log may compact there. Returns the
-    /// snapshot's index and the replay that rebuilds the state at it (run off the event loop).
+    /// snapshot's index: the last record handed out.
+    pub fn own_snapshot_index(&self, serving: bool, next_at: u64) -> Option<u64> {
+        if serving && self.voters().len() > 1 {
+            return None;
+        }
+        let index = self.last_record_at_or_below(self.handed_out())?;
+        (index >= next_at && self.can_compact(index)).then_some(index)
+    }
+
+    /// The replay that rebuilds the state at `index` ([`RaftLog::own_snapshot_index`]) off
+    /// the event loop, for a replica whose state ran ahead of the log (the leader of a group
+    /// of one).
     ///
     /// # Errors
-    /// An entry is missing from the log's memory (a bug).
-    pub fn own_snapshot_replay(&self, serving: bool, next_at: u64) -> Result<Option<(u64, Replay)>, RaftError> {
-        if serving && self.voters().len() > 1 {
-            return Ok(None);
-        }
-        let Some(index) = self.last_record_at_or_below(self.handed_out()) else { return Ok(None) };
-        if index < next_at || !self.can_compact(index) {
-            return Ok(None);
-        }
+    /// An entry is missing from the log's memory (a bug), or the replay does not end at
+    /// `index`.
+    pub fn own_snapshot_replay(&self, index: u64) -> Result<Replay, RaftError> {
         let replay = self.replay()?;
         if replay.last_record_index() != Some(index) {
             return Err(RaftError::Invalid(format!("the replay does not end with the record at {index}")));
         }
-        Ok(Some((index, replay)))
+        Ok(replay)
     }
 }

@@ -75,6 +75,10 @@ impl SnapshotView<'_> {
     }
 }
 
+/// A follower state taken at one moment ([`FollowerCore::fork_image`]): run, it serializes
+/// that state as a snapshot image.
+pub type ImageFork = Box<dyn FnOnce() -> Vec<u8> + Send>;
+
 /// A protocol's follower state: what a replica holds while it does not serve, built from a
 /// snapshot image or an initial store ([`FollowerImages`]) and the committed records after it.
 pub trait FollowerCore: Send + Sized + 'static {
@@ -92,6 +96,12 @@ pub trait FollowerCore: Send + Sized + 'static {
 
     /// The state serialized as a snapshot image.
     fn image(&self) -> Vec<u8>;
+
+    /// The state as it is now, to serialize off the event loop into exactly the bytes
+    /// [`FollowerCore::image`] gives now: its store a fork sharing memory with the live one
+    /// (`Store::fork`), so taking it costs the event loop a copy of the rest of the state,
+    /// not of the store (DESIGN.md rule 11).
+    fn fork_image(&self) -> ImageFork;
 
     /// The watermark a follower's pong promises.
     fn pong_watermark(&self) -> Timestamp;
