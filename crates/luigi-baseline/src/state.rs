@@ -86,7 +86,7 @@ struct ImageOut<'a> {
     shard: ShardId,
     applied_index: u64,
     #[serde(with = "luigi_txn::byte_strings::pairs")]
-    store: Vec<(&'a Key, &'a Value)>,
+    store: Vec<(&'a [u8], &'a Value)>,
     prepared: &'a [(TxnId, Prepared)],
     outcomes: &'a [(TxnId, Outcome)],
     local: &'a [TxnId],

@@ -15,13 +15,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::hashing::KeyedState;
-use crate::Key;
+use crate::map_key::MapKey;
 
 /// How many chunks a map has: a copy on a write after a fork copies a 1024th of the store
 /// (a 300 MB TPC-C warehouse: about 300 KB), and a fork clones 1024 pointers.
 pub const CHUNKS: usize = 1024;
 
-type Chunk<V> = HashMap<Key, V, KeyedState>;
+type Chunk<V> = HashMap<MapKey, V, KeyedState>;
 
 /// A hash map from keys to `V` in [`CHUNKS`] chunks, each shared copy-on-write.
 #[derive(Clone, Debug)]
@@ -61,9 +61,9 @@ impl<V: Clone> Chunks<V> {
     }
 
     /// Inserts `key` (absent: the store checks first).
-    pub(crate) fn insert(&mut self, key: Key, value: V) {
-        let chunk = &mut self.chunks[self.state.chunk_of(&key, CHUNKS)];
-        if Arc::make_mut(chunk).insert(key, value).is_none() {
+    pub(crate) fn insert(&mut self, key: &[u8], value: V) {
+        let chunk = &mut self.chunks[self.state.chunk_of(key, CHUNKS)];
+        if Arc::make_mut(chunk).insert(MapKey::from(key), value).is_none() {
             self.len += 1;
         }
     }
@@ -80,8 +80,8 @@ impl<V: Clone> Chunks<V> {
     }
 
     /// Every entry, in no order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Key, &V)> {
-        self.chunks.iter().flat_map(|c| c.iter())
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &V)> {
+        self.chunks.iter().flat_map(|c| c.iter().map(|(k, v)| (k.as_bytes(), v)))
     }
 
     /// Number of entries (deleted keys kept for their versions included).
@@ -106,7 +106,7 @@ impl<V: Clone> Chunks<V> {
 mod tests {
     use super::*;
 
-    fn key(i: u32) -> Key {
+    fn key(i: u32) -> Vec<u8> {
         i.to_be_bytes().to_vec()
     }
 
@@ -114,14 +114,14 @@ mod tests {
     fn a_fork_keeps_the_map_as_it_was_while_the_original_changes() {
         let mut map = Chunks::<u32>::default();
         for i in 0..5000 {
-            map.insert(key(i), i);
+            map.insert(&key(i), i);
         }
         let fork = map.fork();
         for i in 0..5000 {
             *map.get_mut(&key(i)).unwrap() += 1;
         }
         map.remove(&key(7));
-        map.insert(key(9000), 9000);
+        map.insert(&key(9000), 9000);
         assert_eq!(fork.len(), 5000);
         assert!((0..5000).all(|i| fork.get(&key(i)) == Some(&i)), "the fork is unchanged");
         assert_eq!(fork.get(&key(9000)), None);
@@ -137,7 +137,7 @@ mod tests {
     fn only_chunks_written_after_a_fork_are_copied_and_none_once_it_is_gone() {
         let mut map = Chunks::<u32>::default();
         for i in 0..(4 * CHUNKS as u32) {
-            map.insert(key(i), i);
+            map.insert(&key(i), i);
         }
         assert_eq!(map.shared_chunks(), 0, "nothing shared without a fork");
         let held = map.chunks.iter().filter(|c| !c.is_empty()).count();
@@ -159,7 +159,7 @@ mod tests {
     fn keys_spread_over_the_chunks() {
         let mut map = Chunks::<u32>::default();
         for i in 0..(16 * CHUNKS as u32) {
-            map.insert(key(i), i);
+            map.insert(&key(i), i);
         }
         let fullest = map.chunks.iter().map(|c| c.len()).max().unwrap();
         assert!(fullest < 64, "the fullest chunk holds {fullest} keys of 16 per chunk on average");

@@ -114,7 +114,7 @@ impl KeyedState {
     /// Which of `chunks` holds `key`: a hash of its own domain, so that the keys of one chunk
     /// spread over the chunk's table as they would over one table.
     pub(crate) fn chunk_of(&self, key: &[u8], chunks: usize) -> usize {
-        let mut h = self.keys.quality(CHUNK_DOMAIN);
+        let mut h = self.keys.fast(CHUNK_DOMAIN);
         h.write(key);
         // Multiply-shift onto 0..chunks (the high bits of the product).
         ((u128::from(h.finish()) * chunks as u128) >> 64) as usize

@@ -11,6 +11,7 @@
 
 mod chunks;
 pub mod hashing;
+mod map_key;
 pub mod versions;
 
 use std::collections::BTreeSet;
@@ -105,7 +106,7 @@ impl Store {
     }
 
     /// The present entries, in no order.
-    fn latest(&self) -> impl Iterator<Item = (&Key, &Value)> {
+    fn latest(&self) -> impl Iterator<Item = (&[u8], &Value)> {
         self.map.iter().filter_map(|(k, e)| Some((k, e.value.as_ref()?)))
     }
 
@@ -138,8 +139,8 @@ impl Store {
 
     fn insert_new(&mut self, key: Key, value: Value, versions: ListRef) {
         self.live += 1;
-        self.index.insert(key.clone());
-        self.map.insert(key, Entry { value: Some(value), versions });
+        self.map.insert(&key, Entry { value: Some(value), versions });
+        self.index.insert(key);
     }
 
     /// Removes `key`, returning its value.
@@ -346,8 +347,8 @@ pub struct StoreFork {
 impl StoreFork {
     /// The present entries in key order, as [`Store::iter`] gives them (sorted here: a fork
     /// holds no index).
-    pub fn entries(&self) -> Vec<(&Key, &Value)> {
-        let mut entries: Vec<(&Key, &Value)> =
+    pub fn entries(&self) -> Vec<(&[u8], &Value)> {
+        let mut entries: Vec<(&[u8], &Value)> =
             self.map.iter().filter_map(|(k, e)| Some((k, e.value.as_ref()?))).collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         entries
@@ -433,12 +434,17 @@ mod tests {
         s.put(table_key(1, &[5]), vec![1]);
         s.delete(&table_key(1, &[6]));
         s.forget_below(15);
-        let held: Vec<(Key, Value)> = fork.entries().into_iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let held: Vec<(Key, Value)> = fork.entries().into_iter().map(|(k, v)| (k.to_vec(), v.clone())).collect();
         assert_eq!(held, expected, "in key order, the deleted key absent");
         assert_eq!(fork.len(), 2999);
         drop(fork);
         assert_eq!(s.shared_chunks(), 0);
         s.recount_history();
+    }
+
+    #[test]
+    fn a_map_slot_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<(map_key::MapKey, Entry)>(), 64);
     }
 
     #[test]

@@ -101,7 +101,7 @@ struct ImageOut<'a> {
     max_ts_seen: Timestamp,
     floor: Timestamp,
     #[serde(with = "luigi_txn::byte_strings::pairs")]
-    store: Vec<(&'a Key, &'a Value)>,
+    store: Vec<(&'a [u8], &'a Value)>,
     answers: &'a Answers,
     prepared: &'a [Prepared],
 }
