@@ -402,6 +402,11 @@ impl Acceptor {
 
     fn decide(&mut self, id: TxnId, ts: Timestamp, keys: Vec<(u64, Access)>) {
         self.drop_accept(id);
+        if self.accepts.is_empty() {
+            // Nothing undecided to be overtaken (where clients do not ask, the common case).
+            self.order.record(id, ts, keys);
+            return;
+        }
         // The order table holds every undecided accept at its timestamp on its keys: the
         // overtaken ones are found per key, not by a scan of every accept.
         let mut overtaken: Vec<TxnId> =

@@ -58,8 +58,10 @@ impl FastOrder {
     /// way (it is a predecessor of what comes later).
     pub fn admitted(&mut self, txn: &Arc<Txn>, proposal: Timestamp, keys: &KeySet, asked: bool) -> bool {
         let keys = hashed_keys(keys);
-        let f2 = self.mutations.fast_ignores_f2 || !self.order.conflict_above(txn.id, proposal, &keys);
-        let eligible = asked && proposal == txn.ts && f2;
+        // F2 is looked up only for a transaction that asked (most do not where it pays not to).
+        let eligible = asked
+            && proposal == txn.ts
+            && (self.mutations.fast_ignores_f2 || !self.order.conflict_above(txn.id, proposal, &keys));
         self.order.record(txn.id, proposal, keys);
         if eligible {
             self.eligible.insert(txn.id, txn.clone());

@@ -11,6 +11,8 @@
 
 use std::collections::BTreeSet;
 
+use smallvec::SmallVec;
+
 use luigi_txn::Map;
 
 use luigi_txn::keyhash::{key_hash, HashKeyMap};
@@ -27,7 +29,7 @@ struct Entry {
 
 /// The transactions waiting on one key, sorted by position (usually one or two).
 #[derive(Debug, Default)]
-struct WaitList(Vec<(Pos, Access)>);
+struct WaitList(SmallVec<[(Pos, Access); 2]>);
 
 impl WaitList {
     fn insert(&mut self, pos: Pos, access: Access) {
