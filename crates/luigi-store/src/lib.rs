@@ -105,6 +105,17 @@ impl Store {
         self.map.get(key).expect("the index holds the map's keys")
     }
 
+    /// Looks `keys` up and touches their values without using them: a transaction's declared
+    /// keys, looked up one after another before its procedure runs, so that their cache
+    /// misses (a large store's slots and values are rarely cached) overlap instead of each
+    /// stalling the procedure in turn (the lookups do not depend on each other).
+    pub fn warm<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) {
+        for key in keys {
+            let first = self.map.get(key).and_then(|e| e.value.as_ref()).and_then(|v| v.first().copied());
+            std::hint::black_box(first);
+        }
+    }
+
     /// The present entries, in no order.
     fn latest(&self) -> impl Iterator<Item = (&[u8], &Value)> {
         self.map.iter().filter_map(|(k, e)| Some((k, e.value.as_ref()?)))

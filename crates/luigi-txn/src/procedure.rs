@@ -304,6 +304,7 @@ impl<'a> TxnCtx<'a> {
 
     /// Runs `procedure` here; on error every write it made is rolled back.
     pub fn execute(&mut self, procedure: &dyn Procedure, args: &[u8]) -> Result<Vec<u8>, ProcError> {
+        self.store.warm(self.keys.entries().map(|(k, _)| k.as_slice()));
         let result = procedure.execute(self, args);
         if result.is_err() {
             self.rollback();

@@ -114,7 +114,22 @@ impl KeySet {
 }
 
 fn contains(sorted: &[Key], key: &[u8]) -> bool {
-    sorted.binary_search_by(|d| d.as_slice().cmp(key)).is_ok()
+    sorted.binary_search_by(|d| cmp_bytes(d, key)).is_ok()
+}
+
+/// `a.cmp(b)` for byte strings (lexicographic, then by length), eight bytes at a time as
+/// big-endian words: keys are short, and the library's comparison is a call to `memcmp` per
+/// step of a key set's binary search (the servers' profile showed it under every access).
+pub fn cmp_bytes(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    let (mut x, mut y) = (a, b);
+    while let (Some((wx, rx)), Some((wy, ry))) = (x.split_first_chunk::<8>(), y.split_first_chunk::<8>()) {
+        let (ux, uy) = (u64::from_be_bytes(*wx), u64::from_be_bytes(*wy));
+        if ux != uy {
+            return ux.cmp(&uy);
+        }
+        (x, y) = (rx, ry);
+    }
+    x.cmp(y)
 }
 
 /// True when a declared key is a proper prefix of `key`. A declared prefix stands for a whole
@@ -311,6 +326,21 @@ mod tests {
 
     fn piece(shard: ShardId, reads: Vec<Key>, writes: Vec<Key>) -> ShardPiece {
         ShardPiece { shard, keys: KeySet { reads, writes } }
+    }
+
+    proptest::proptest! {
+        /// The word-wise comparison orders byte strings exactly as the library does, over
+        /// lengths around the word size and bytes from a small alphabet (so prefixes and ties
+        /// are common).
+        #[test]
+        fn cmp_bytes_orders_as_slices_do(
+            a in proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 127, 128, 255]), 0..20),
+            b in proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 127, 128, 255]), 0..20),
+        ) {
+            proptest::prop_assert_eq!(cmp_bytes(&a, &b), a.as_slice().cmp(b.as_slice()));
+            let shared: Vec<u8> = a.iter().chain(&b).copied().collect();
+            proptest::prop_assert_eq!(cmp_bytes(&shared, &a), shared.as_slice().cmp(a.as_slice()));
+        }
     }
 
     #[test]
