@@ -261,3 +261,110 @@ fn committed_records_decide_accepts_and_records_round_trip() {
     assert_eq!(AcceptRecord::decode(&record.encode()).unwrap(), record);
     assert!(AcceptRecord::decode(b"garbage").is_err());
 }
+
+/// An entry the plain model holds: its id, timestamp and hashed keys.
+type HeldEntry = (TxnId, Timestamp, Vec<(u64, Access)>);
+
+/// One step of [`lazily_pruned_order_answers_as_a_plain_list_of_held_entries`].
+#[derive(Clone, Debug)]
+enum OrderStep {
+    Record { seq: u64, ts: Timestamp, keys: Vec<(u64, bool)> },
+    Remove { seq: u64 },
+    Prune { ts: Timestamp },
+}
+
+fn order_step() -> impl proptest::strategy::Strategy<Value = OrderStep> {
+    use proptest::prelude::*;
+    let keys = proptest::collection::vec((0u64..6, any::<bool>()), 1..4);
+    prop_oneof![
+        4 => (0u64..12, 0u64..40, keys).prop_map(|(seq, ts, keys)| OrderStep::Record { seq, ts, keys }),
+        1 => (0u64..12).prop_map(|seq| OrderStep::Remove { seq }),
+        1 => (0u64..40).prop_map(|ts| OrderStep::Prune { ts }),
+    ]
+}
+
+proptest::proptest! {
+    /// The order table, whose pruning leaves stale listings behind, answers every question
+    /// as a plain list of the entries held would: the same conflicting entries below and
+    /// above any position, the same order hashes, the same entries held; and its own count
+    /// of live listings stays exact.
+    #[test]
+    fn lazily_pruned_order_answers_as_a_plain_list_of_held_entries(
+        steps in proptest::collection::vec(order_step(), 1..80),
+        probe in proptest::collection::vec((0u64..6, proptest::bool::ANY), 1..4),
+    ) {
+        let access = |w: bool| if w { Access::Write } else { Access::Read };
+        let mut o = RecentOrder::default();
+        let mut model: Vec<HeldEntry> = Vec::new();
+        for step in steps {
+            match step {
+                OrderStep::Record { seq, ts, keys } => {
+                    let keys: Vec<(u64, Access)> = keys.into_iter().map(|(k, w)| (k, access(w))).collect();
+                    model.retain(|(i, ..)| *i != id(seq));
+                    model.push((id(seq), ts, keys.clone()));
+                    o.record(id(seq), ts, keys);
+                }
+                OrderStep::Remove { seq } => {
+                    model.retain(|(i, ..)| *i != id(seq));
+                    o.remove(id(seq));
+                }
+                OrderStep::Prune { ts } => {
+                    model.retain(|(_, at, _)| *at > ts);
+                    o.prune_to(ts);
+                }
+            }
+            o.check_invariants().map_err(proptest::test_runner::TestCaseError::fail)?;
+            let keys: Vec<(u64, Access)> = probe.iter().map(|(k, w)| (*k, access(*w))).collect();
+            for at in [0, 15, 30, 45] {
+                let conflicts = |theirs: &[(u64, Access)]| {
+                    keys.iter().any(|(k, a)| theirs.iter().any(|(l, b)| k == l && a.conflicts(*b)))
+                };
+                let mut below: Vec<TxnId> = o.conflicting_below(id(99), at, &keys).collect();
+                below.sort();
+                below.dedup();
+                let mut expected: Vec<TxnId> = model
+                    .iter()
+                    .filter(|(i, ts, theirs)| (*ts, *i) < (at, id(99)) && conflicts(theirs))
+                    .map(|(i, ..)| *i)
+                    .collect();
+                expected.sort();
+                proptest::prop_assert_eq!(below, expected);
+                let above = model.iter().any(|(i, ts, theirs)| (*ts, *i) > (at, id(99)) && conflicts(theirs));
+                proptest::prop_assert_eq!(o.conflict_above(id(99), at, &keys), above);
+            }
+            proptest::prop_assert_eq!(o.len(), model.len());
+            for (i, ts, theirs) in &model {
+                proptest::prop_assert_eq!(o.keys_of(*i), Some(theirs.clone()));
+                let direct = o.predecessors(*i, *ts, theirs, false).map(|mut v| { v.sort(); v });
+                let mut expected: Vec<(TxnId, Timestamp)> = model
+                    .iter()
+                    .filter(|(j, at, other)| {
+                        (*at, *j) < (*ts, *i) && theirs.iter().any(|(k, a)| other.iter().any(|(l, b)| k == l && a.conflicts(*b)))
+                    })
+                    .map(|(j, at, _)| (*j, *at))
+                    .collect();
+                expected.sort();
+                proptest::prop_assert_eq!(direct, Some(expected));
+            }
+        }
+    }
+}
+
+/// Pruning leaves stale listings behind; the lists that hold only stale ones are swept once
+/// they outnumber the live listings, so the table's memory follows what it holds.
+#[test]
+fn stale_listings_are_swept_so_the_lists_follow_what_is_held() {
+    let mut o = RecentOrder::default();
+    for round in 0..20u64 {
+        for i in 0..1000u64 {
+            let seq = round * 1000 + i;
+            o.record(id(seq), seq, vec![(seq, Access::Write)]);
+            assert!(o.per_key.len() <= 2 * o.live + 1024, "{} lists for {} live listings", o.per_key.len(), o.live);
+        }
+        o.prune_to(round * 1000 + 999);
+        assert!(o.is_empty());
+    }
+    o.record(id(1), 5, vec![(7, Access::Read)]);
+    o.check_invariants().unwrap();
+    assert_eq!(o.live, 1);
+}
