@@ -75,29 +75,10 @@ fn keys_conflict(a: &[(u64, Access)], b: &[(u64, Access)]) -> bool {
 
 type Pos = (Timestamp, TxnId);
 
-/// Whether the entry listed at `pos` on key hash `k` is held there (not pruned, moved or
-/// removed since, nor recorded again at `pos` on other keys).
-fn is_held(keys: &IdMap<(Timestamp, Vec<(u64, Access)>)>, pos: Pos, k: u64) -> bool {
-    keys.get(&pos.1).is_some_and(|(ts, on)| *ts == pos.0 && on.iter().any(|(l, _)| *l == k))
-}
-
-/// How many listings an entry on `keys` has: one per distinct key hash.
-fn distinct(keys: &[(u64, Access)]) -> usize {
-    keys.iter().enumerate().filter(|(i, (k, _))| !keys[..*i].iter().any(|(l, _)| l == k)).count()
-}
-
 /// One key's recent entries: most keys have one or two, held inline (no allocation).
 type KeyEntries = SmallVec<[(Pos, Access); 2]>;
 
 /// Per key hash, the recent transactions a replica knows and how they touch the key.
-///
-/// An entry is held while `keys` holds it at its position. Pruning ([`RecentOrder::prune_to`],
-/// once per `Applied` marker) forgets entries there and leaves their listings on the per-key
-/// lists, where they are stale: every reader skips a listing whose entry is not held at that
-/// position ([`RecentOrder::listed`]), a write to a list drops its stale listings, and the lists
-/// left holding only stale ones are swept once they outnumber the live listings. Taking each
-/// pruned entry off the lists of its keys at once cost a lookup per key of every transaction
-/// on every replica (a profile of saturated micro servers: 3-4 % of their CPU).
 #[derive(Debug, Default)]
 pub struct RecentOrder {
     per_key: HashKeyMap<KeyEntries>,
@@ -105,8 +86,6 @@ pub struct RecentOrder {
     keys: IdMap<(Timestamp, Vec<(u64, Access)>)>,
     /// Entries by position, to prune.
     by_pos: BTreeSet<Pos>,
-    /// Listings of held entries on the per-key lists (an entry once per distinct key hash).
-    live: usize,
 }
 
 impl RecentOrder {
@@ -114,66 +93,35 @@ impl RecentOrder {
     /// make one entry with the stronger access (a collision only adds conflicts).
     pub fn record(&mut self, id: TxnId, ts: Timestamp, keys: Vec<(u64, Access)>) {
         self.remove(id);
-        for (i, (k, a)) in keys.iter().enumerate() {
+        for (k, a) in &keys {
             let list = self.per_key.entry(*k).or_default();
-            if !keys[..i].iter().any(|(l, _)| l == k) {
-                // The list's stale listings go on its first touch here (later touches of the
-                // same hash find this entry's own listing, not held until the end).
-                let held = &self.keys;
-                list.retain(|(p, _)| is_held(held, *p, *k));
-            }
             match list.iter_mut().find(|(p, _)| p.1 == id) {
                 Some((_, held)) => *held = if held.conflicts(*a) { Access::Write } else { *held },
-                None => {
-                    list.push(((ts, id), *a));
-                    self.live += 1;
-                }
+                None => list.push(((ts, id), *a)),
             }
         }
         self.by_pos.insert((ts, id));
         self.keys.insert(id, (ts, keys));
-        self.sweep_if_stale();
     }
 
     /// Forgets `id`.
     pub fn remove(&mut self, id: TxnId) {
         let Some((ts, keys)) = self.keys.remove(&id) else { return };
         self.by_pos.remove(&(ts, id));
-        self.unlist((ts, id), &keys);
+        self.unlist(id, &keys);
     }
 
-    /// Takes the entry at `pos` off the lists of its `keys` (one lookup per key, which drops
-    /// a list left empty).
-    fn unlist(&mut self, pos: Pos, keys: &[(u64, Access)]) {
+    /// Takes `id` off the lists of its `keys` (one lookup per key, which drops a list left
+    /// empty).
+    fn unlist(&mut self, id: TxnId, keys: &[(u64, Access)]) {
         for (k, _) in keys {
             if let std::collections::hash_map::Entry::Occupied(mut list) = self.per_key.entry(*k) {
-                let before = list.get().len();
-                list.get_mut().retain(|(p, _)| *p != pos);
-                self.live -= before - list.get().len();
+                list.get_mut().retain(|(p, _)| p.1 != id);
                 if list.get().is_empty() {
                     list.remove();
                 }
             }
         }
-    }
-
-    /// The held listings on `k`'s list.
-    fn listed(&self, k: &u64) -> impl Iterator<Item = &(Pos, Access)> {
-        let k = *k;
-        self.per_key.get(&k).into_iter().flatten().filter(move |(p, _)| is_held(&self.keys, *p, k))
-    }
-
-    /// Drops the stale listings once the lists hold more than twice the live ones (and a
-    /// floor), so that pruning stays lazy and the lists' memory follows what is held.
-    fn sweep_if_stale(&mut self) {
-        if self.per_key.len() <= 2 * self.live + 1024 {
-            return;
-        }
-        let held = &self.keys;
-        self.per_key.retain(|k, list| {
-            list.retain(|(p, _)| is_held(held, *p, *k));
-            !list.is_empty()
-        });
     }
 
     /// The entries other than `id` that conflict with `keys` and come before `(ts, id)`
@@ -185,17 +133,21 @@ impl RecentOrder {
         keys: &'a [(u64, Access)],
     ) -> impl Iterator<Item = TxnId> + 'a {
         keys.iter().flat_map(move |(k, a)| {
-            self.listed(k).filter(move |(p, b)| p.1 != id && *p < (ts, id) && a.conflicts(*b)).map(|(p, _)| p.1)
+            self.per_key
+                .get(k)
+                .into_iter()
+                .flatten()
+                .filter(move |(p, b)| p.1 != id && *p < (ts, id) && a.conflicts(*b))
+                .map(|(p, _)| p.1)
         })
     }
 
-    /// Forgets every entry at or below `ts` (an `Applied` marker covers them); their listings
-    /// go stale (see [`RecentOrder`]).
+    /// Forgets every entry at or below `ts` (an `Applied` marker covers them).
     pub fn prune_to(&mut self, ts: Timestamp) {
         while self.by_pos.first().is_some_and(|(at, _)| *at <= ts) {
             let (_, id) = self.by_pos.pop_first().expect("just seen");
             let (_, keys) = self.keys.remove(&id).expect("an entry's keys are kept with it");
-            self.live -= distinct(&keys);
+            self.unlist(id, &keys);
         }
     }
 
@@ -228,7 +180,7 @@ impl RecentOrder {
         let mut frontier: Vec<(Pos, &[(u64, Access)])> = vec![((ts, id), keys)];
         while let Some((pos, keys)) = frontier.pop() {
             for (k, a) in keys {
-                for ((at, other), b) in self.listed(k) {
+                for ((at, other), b) in self.per_key.get(k).into_iter().flatten() {
                     if (*at, *other) >= pos || !a.conflicts(*b) || found.contains_key(other) {
                         continue;
                     }
@@ -273,41 +225,14 @@ impl RecentOrder {
 
     /// Whether an entry other than `id` conflicts with `keys` and comes after `(ts, id)`.
     pub fn conflict_above(&self, id: TxnId, ts: Timestamp, keys: &[(u64, Access)]) -> bool {
-        keys.iter().any(|(k, a)| self.listed(k).any(|(p, b)| p.1 != id && *p > (ts, id) && a.conflicts(*b)))
+        keys.iter().any(|(k, a)| {
+            self.per_key.get(k).into_iter().flatten().any(|(p, b)| p.1 != id && *p > (ts, id) && a.conflicts(*b))
+        })
     }
 
     /// The keys `id` was recorded with, if it is held.
     pub fn keys_of(&self, id: TxnId) -> Option<Vec<(u64, Access)>> {
         self.keys.get(&id).map(|(_, keys)| keys.clone())
-    }
-
-    /// What the table promises: `live` counts the listings of held entries, each held entry
-    /// is listed once on the list of each of its distinct key hashes, and `by_pos` holds
-    /// exactly the held positions.
-    ///
-    /// # Errors
-    /// The broken promise.
-    pub fn check_invariants(&self) -> Result<(), String> {
-        let listed: usize =
-            self.per_key.iter().map(|(k, list)| list.iter().filter(|(p, _)| is_held(&self.keys, *p, *k)).count()).sum();
-        if listed != self.live {
-            return Err(format!("{listed} held listings, counted {}", self.live));
-        }
-        for (id, (ts, keys)) in &self.keys {
-            for (k, _) in keys {
-                let on = self.listed(k).filter(|(p, _)| *p == (*ts, *id)).count();
-                if on != 1 {
-                    return Err(format!("{id:?} at {ts} listed {on} times on key hash {k}"));
-                }
-            }
-            if !self.by_pos.contains(&(*ts, *id)) {
-                return Err(format!("{id:?} at {ts} held but not by position"));
-            }
-        }
-        if self.by_pos.len() != self.keys.len() {
-            return Err(format!("{} positions for {} entries", self.by_pos.len(), self.keys.len()));
-        }
-        Ok(())
     }
 
     /// Entries held.
