@@ -14,7 +14,10 @@
 //! offer, check the offer on the leader and decode an installed snapshot inline. "After" times
 //! what is left on the loop now: starting the job (a copy of the log entries' headers),
 //! compacting behind its image (shared bytes), beginning the transfer, each transfer message
-//! on both sides, and swapping in a snapshot decoded off the loop.
+//! on both sides, and swapping in a snapshot decoded off the loop. Last, a follower's own
+//! snapshot as it is made now, by a fork of its state (rule 11): taking the fork, the writes
+//! after it that copy the chunks they touch (against the same writes without a fork), and the
+//! job that serializes it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -236,6 +239,47 @@ fn main() {
     let before = time_before(&registry, &snap.data, snap.index, bytes);
     let after = After { due, compact, begin, install, discard, job: job_time, decode, transfer };
     print_figures(&before, &after);
+    print_fork(&initial, &registry, rows);
+}
+
+/// A follower's own snapshot (DESIGN.md rule 11): a fork of its live state, taken on the loop,
+/// serialized off it; then writes that touch every chunk of the store, each copying its chunk
+/// first while the fork lives.
+fn print_fork(initial: &InitialStore, registry: &Registry, rows: u64) {
+    let follower = Follower::new(0, initial(), registry.clone());
+    let (fork, taken) = timed(|| follower.fork());
+    let (image, job) = timed(|| fork.image());
+    let write_all = |store: &mut Store| {
+        let (mut worst, mut total) = (Duration::ZERO, Duration::ZERO);
+        for row in 0..rows.min(1 << 20) {
+            let (_, took) = timed(|| store.put(table_key(0xF0F0, &[row]), vec![1; 300]));
+            worst = worst.max(took);
+            total += took;
+        }
+        (worst, total)
+    };
+    let mut unforked = initial();
+    let (plain_worst, plain) = write_all(&mut unforked);
+    drop(unforked);
+    let mut store = initial();
+    let store_fork = store.fork();
+    let (worst, total) = write_all(&mut store);
+    let copied = store.shared_chunks() == 0;
+    drop(store_fork);
+    drop(follower);
+    println!("a follower's own snapshot, by fork (image {:.1} MB):", image.len() as f64 / 1e6);
+    println!("  on the loop: take the fork (Follower::fork)               {}", ms(taken));
+    println!("  on the loop: the worst write after it (copies a chunk)    {}", ms(worst));
+    println!(
+        "  on the loop: every row written once after it, in all      {} (every chunk copied: {copied})",
+        ms(total)
+    );
+    println!(
+        "  ... the same writes without a fork: in all                {} (worst {})",
+        ms(plain),
+        ms(plain_worst).trim()
+    );
+    println!("  off the loop: the job (FollowerFork::image)               {}", ms(job));
 }
 
 fn print_figures(before: &Before, after: &After) {
