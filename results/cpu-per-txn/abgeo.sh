@@ -1,6 +1,7 @@
 #!/bin/bash
 # usage: abgeo.sh OUT ROUNDS "T T ..." NAME...: 2x3 `geo` micro runs, 200 in flight per thread, alternating the builds
 # ${BIN_DIR:-/work/bin}/luigi-NAME; one line per run appended to OUT (latency, fast share, CPU per transaction).
+out=$1; rounds=$2; threads=$3; shift 3
 echo "# $(date -u +%FT%TZ) abgeo.sh rounds=$rounds threads=$threads bins=$* extra=${EXTRA:-}" >> $out
 for r in $(seq $rounds); do for t in $threads; do for b in "$@"; do
   j=/tmp/abgeo.json
