@@ -98,6 +98,15 @@ pub trait ProcCtx {
     /// Reads `key`.
     fn get(&mut self, key: &[u8]) -> Result<Option<Value>, ProcError>;
 
+    /// Reads `key` as [`ProcCtx::get`] does and hands its value to `read` borrowed, for a
+    /// caller that only decodes it: a context over a store lends the stored bytes (no copy,
+    /// no allocation; the default copies through `get`).
+    fn get_with(&mut self, key: &[u8], read: &mut dyn FnMut(Option<&[u8]>)) -> Result<(), ProcError> {
+        let value = self.get(key)?;
+        read(value.as_deref());
+        Ok(())
+    }
+
     /// Writes `value` under `key`.
     fn put(&mut self, key: Key, value: Value) -> Result<(), ProcError>;
 
@@ -119,10 +128,9 @@ pub trait ProcCtx {
 
     /// Reads `key` as a little-endian i64 (absent = 0).
     fn get_i64(&mut self, key: &[u8]) -> Result<i64, ProcError> {
-        match self.get(key)? {
-            None => Ok(0),
-            Some(v) => decode_i64(key, &v),
-        }
+        let mut value = Ok(0);
+        self.get_with(key, &mut |v| value = v.map_or(Ok(0), |v| decode_i64(key, v)))?;
+        value
     }
 
     /// Adds `delta` to the integer under `key` (absent = 0) and returns the new value.
@@ -360,6 +368,12 @@ impl ProcCtx for TxnCtx<'_> {
         Ok(self.store.get(key).cloned())
     }
 
+    fn get_with(&mut self, key: &[u8], read: &mut dyn FnMut(Option<&[u8]>)) -> Result<(), ProcError> {
+        self.check(key, Access::Read)?;
+        read(self.store.get(key).map(Vec::as_slice));
+        Ok(())
+    }
+
     fn put(&mut self, key: Key, value: Value) -> Result<(), ProcError> {
         self.check(&key, Access::Write)?;
         let (old, versioned) = match self.at {
@@ -459,6 +473,30 @@ pub(crate) mod tests {
         assert!(matches!(err, ProcError::KeyNotDeclared { access: Access::Write, shard: 3, .. }));
         let r = registry(|ctx| ctx.get(b"x").map(|_| vec![]));
         assert!(r.execute("p", &[], &mut Store::new(), &keys, 0).is_err());
+    }
+
+    /// `get_with` lends what `get` returns (present, absent, after a write in the same
+    /// transaction) and refuses what `get` refuses.
+    #[test]
+    fn a_borrowed_read_sees_what_a_read_sees_and_is_refused_where_it_is() {
+        let keys = KeySet::new(vec![b"r".to_vec(), b"z".to_vec()], vec![b"w".to_vec()]);
+        let mut store = Store::new();
+        store.put(b"r".to_vec(), vec![7, 8]);
+        let r = registry(|ctx| {
+            let mut seen = Vec::new();
+            for key in [&b"r"[..], b"z", b"w"] {
+                let owned = ctx.get(key)?;
+                ctx.get_with(key, &mut |v| seen.push(v.map(<[u8]>::to_vec)))?;
+                assert_eq!(seen.last(), Some(&owned), "{key:?}");
+            }
+            ctx.put(b"w".to_vec(), vec![9])?;
+            ctx.get_with(b"w", &mut |v| seen.push(v.map(<[u8]>::to_vec)))?;
+            assert_eq!(seen, vec![Some(vec![7, 8]), None, None, Some(vec![9])]);
+            assert_eq!(ctx.get_i64(b"z")?, 0);
+            ctx.get_with(b"x", &mut |_| unreachable!("an undeclared key is refused first")).map(|()| vec![])
+        });
+        let err = r.execute("p", &[], &mut store, &keys, 2).unwrap_err();
+        assert!(matches!(err, ProcError::KeyNotDeclared { access: Access::Read, shard: 2, .. }), "{err:?}");
     }
 
     #[test]

@@ -79,6 +79,12 @@ impl ProcCtx for SnapshotCtx<'_> {
         Ok(self.store.get_at(key, self.ts)?.cloned())
     }
 
+    fn get_with(&mut self, key: &[u8], read: &mut dyn FnMut(Option<&[u8]>)) -> Result<(), ProcError> {
+        check_access(self.keys, key, Access::Read, self.shard)?;
+        read(self.store.get_at(key, self.ts)?.map(Vec::as_slice));
+        Ok(())
+    }
+
     fn put(&mut self, key: Key, _value: Value) -> Result<(), ProcError> {
         Err(ProcError::WriteInReadOnly(key))
     }
@@ -117,6 +123,14 @@ mod tests {
         r.register("read", Arc::new(Scripted(|ctx| Ok(ctx.get(b"k")?.unwrap_or_default()))));
         r.register("write", Arc::new(Scripted(|ctx| ctx.put(b"k".to_vec(), b"w".to_vec()).map(|()| vec![]))));
         r.register("add", Arc::new(Scripted(|ctx| ctx.add_i64(b"n", 1).map(|_| vec![]))));
+        r.register(
+            "borrow",
+            Arc::new(Scripted(|ctx| {
+                let mut out = Vec::new();
+                ctx.get_with(b"k", &mut |v| out = v.unwrap_or_default().to_vec())?;
+                Ok(out)
+            })),
+        );
         r
     }
 
@@ -128,6 +142,8 @@ mod tests {
         r.execute_at("write", &[], &mut store, &keys, 0, 10).unwrap();
         assert_eq!(r.read_at("read", &[], &store, &keys, 0, 9).result, Ok(vec![]));
         assert_eq!(r.read_at("read", &[], &store, &keys, 0, 10).result, Ok(b"w".to_vec()));
+        assert_eq!(r.read_at("borrow", &[], &store, &keys, 0, 9).result, Ok(vec![]), "a borrowed read, as a read");
+        assert_eq!(r.read_at("borrow", &[], &store, &keys, 0, 10).result, Ok(b"w".to_vec()));
         assert_eq!(
             r.read_at("write", &[], &store, &keys, 0, 10).result,
             Err(ProcError::WriteInReadOnly(b"k".to_vec()))

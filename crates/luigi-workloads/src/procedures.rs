@@ -73,11 +73,9 @@ impl Procedure for Micro {
             match op.write {
                 Some(v) => ctx.put(key, v.to_le_bytes().to_vec())?,
                 None => {
-                    let value = ctx.get(&key)?;
-                    let value = value
-                        .map(|v| v.try_into().map(u64::from_le_bytes))
-                        .transpose()
-                        .map_err(|_| ProcError::NotAnInteger(key.clone()))?;
+                    let mut value = None;
+                    ctx.get_with(&key, &mut |v| value = v.map(|v| v.try_into().map(u64::from_le_bytes)))?;
+                    let value = value.transpose().map_err(|_| ProcError::NotAnInteger(key.clone()))?;
                     out.push((op.key, value));
                 }
             }

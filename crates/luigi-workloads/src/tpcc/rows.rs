@@ -193,7 +193,9 @@ pub fn decode<T: DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T, ProcEr
 
 /// Reads and decodes the row under `key` (`None` if absent).
 pub fn read<T: DeserializeOwned>(ctx: &mut dyn ProcCtx, key: &[u8]) -> Result<Option<T>, ProcError> {
-    ctx.get(key)?.map(|v| decode(key, &v)).transpose()
+    let mut row = None;
+    ctx.get_with(key, &mut |v| row = v.map(|v| decode(key, v)))?;
+    row.transpose()
 }
 
 /// Reads and decodes the row under `key`, which must exist.
